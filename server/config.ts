@@ -1,0 +1,76 @@
+// Environment -> one typed Config object, read once at start. Everything else takes a Config.
+import path from 'node:path';
+
+export interface Config {
+  host: string;
+  port: number;
+  publicUrl: string;
+  issuerUrl: string;
+  /** Unset: the embedded PostgreSQL (PGlite) under `dataDir`. */
+  databaseUrl: string | null;
+  dataDir: string;
+  /** Lab setups may sell tunnels to private/documentation-range origins; production never. */
+  allowPrivateOrigins: boolean;
+  /** The admin SSH port reported in pricing and on tunnels. */
+  adminSshPort: number;
+  /** Per-credential request budget (token bucket): sustained rate per minute and burst size. */
+  rateLimitPerMinute: number;
+  rateLimitBurst: number;
+  /** Maximum JSON body accepted on the REST routes and GraphQL, in bytes. */
+  bodyLimitBytes: number;
+  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+function int(env: NodeJS.ProcessEnv, key: string, fallback: number, min: number, max: number): number {
+  const raw = env[key];
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(`${key} must be an integer, got ${JSON.stringify(raw)}`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(`${key} must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function bool(env: NodeJS.ProcessEnv, key: string): boolean {
+  const raw = (env[key] ?? '').toLowerCase();
+  if (raw === '' || raw === '0' || raw === 'false' || raw === 'no') return false;
+  if (raw === '1' || raw === 'true' || raw === 'yes') return true;
+  throw new ConfigError(`${key} must be true or false, got ${JSON.stringify(env[key])}`);
+}
+
+function url(env: NodeJS.ProcessEnv, key: string, fallback: string): string {
+  const raw = env[key] || fallback;
+  try {
+    const u = new URL(raw);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error('not http(s)');
+  } catch {
+    throw new ConfigError(`${key} must be an absolute http(s) URL, got ${JSON.stringify(raw)}`);
+  }
+  return raw.replace(/\/+$/, '');
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const port = int(env, 'PORT', 4000, 0, 65535);
+  const publicUrl = url(env, 'PUBLIC_URL', `http://localhost:${port}`);
+  const level = (env.LOG_LEVEL ?? 'info') as Config['logLevel'];
+  if (!['debug', 'info', 'warn', 'error', 'silent'].includes(level)) {
+    throw new ConfigError(`LOG_LEVEL must be one of debug, info, warn, error, silent`);
+  }
+  return {
+    host: env.HOST || '127.0.0.1',
+    port,
+    publicUrl,
+    issuerUrl: url(env, 'ISSUER_URL', publicUrl),
+    databaseUrl: env.DATABASE_URL || null,
+    dataDir: path.resolve(env.DATA_DIR || './.data'),
+    allowPrivateOrigins: bool(env, 'ALLOW_PRIVATE_ORIGINS'),
+    adminSshPort: int(env, 'ADMIN_SSH_PORT', 52222, 1, 65535),
+    rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 600, 1, 100_000_000),
+    rateLimitBurst: int(env, 'RATE_LIMIT_BURST', 100, 1, 100_000_000),
+    bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 64 * 1024, 1024, 16 * 1024 * 1024),
+    logLevel: level,
+  };
+}

@@ -1,0 +1,195 @@
+// The tables, as MikroORM entities. Checks and partial indexes that guard invariants live here too,
+// so the generated migration and the schema-drift test see them: the database refuses an overdrawn
+// balance or a doubly-sold IP even if a code path forgets to.
+import { defineEntity, p, type InferEntity } from '@mikro-orm/core';
+
+export const TUNNEL_STATUSES = ['pending', 'provisioning', 'provisioned', 'active', 'failed', 'deleting', 'deleted'] as const;
+export type TunnelStatus = (typeof TUNNEL_STATUSES)[number];
+export const ROLES = ['owner', 'viewer'] as const;
+export type Role = (typeof ROLES)[number];
+export const PERMISSIONS = ['read', 'write'] as const;
+export type Permission = (typeof PERMISSIONS)[number];
+
+const createdAt = () => p.datetime().defaultRaw('now()').onCreate(() => new Date());
+
+export const AccountSchema = defineEntity({
+  name: 'Account',
+  tableName: 'account',
+  properties: {
+    id: p.uuid().primary(),
+    // USD, exact: numeric(14,2) read as a string and turned into bigint cents in code.
+    balanceUsd: p.decimal('string').precision(14).scale(2).default('0').check('balance_usd >= 0'),
+    createdAt: createdAt(),
+  },
+});
+export type Account = InferEntity<typeof AccountSchema>;
+
+export const UserSchema = defineEntity({
+  name: 'User',
+  tableName: 'app_user',
+  properties: {
+    id: p.uuid().primary(),
+    account: () => p.manyToOne(AccountSchema).index(),
+    // Stored lower-cased; the unique index makes the email the login name.
+    email: p.string().length(320).unique(),
+    name: p.string().length(200),
+    picture: p.string().length(2048).nullable(),
+    passwordHash: p.string().length(255),
+    role: p.enum(ROLES),
+    createdAt: createdAt(),
+  },
+});
+export type User = InferEntity<typeof UserSchema>;
+
+export const ApiKeySchema = defineEntity({
+  name: 'ApiKey',
+  tableName: 'api_key',
+  properties: {
+    // The key is `svc_<id hex>_<secret>`: the id finds the row, only SHA-256(secret) is stored.
+    id: p.uuid().primary(),
+    account: () => p.manyToOne(AccountSchema).index(),
+    user: () => p.manyToOne(UserSchema).nullable(),
+    secretHash: p.string().length(64),
+    permission: p.enum(PERMISSIONS),
+    createdAt: createdAt(),
+    revokedAt: p.datetime().nullable(),
+    lastUsedAt: p.datetime().nullable(),
+  },
+});
+export type ApiKey = InferEntity<typeof ApiKeySchema>;
+
+export const EdgeNodeSchema = defineEntity({
+  name: 'EdgeNode',
+  tableName: 'edge_node',
+  properties: {
+    id: p.uuid().primary(),
+    name: p.string().length(100).unique(),
+    publicIp: p.string().length(15),
+    sshHost: p.string().length(255),
+    sshPort: p.integer().default(52222),
+    hostKey: p.string().length(255).nullable(),
+    // Inner /30 subnets for tunnels are carved out of this pool, per node.
+    innerPool: p.string().length(18).default('100.64.0.0/10'),
+    createdAt: createdAt(),
+  },
+});
+export type EdgeNode = InferEntity<typeof EdgeNodeSchema>;
+
+export const ProtectedIpSchema = defineEntity({
+  name: 'ProtectedIp',
+  tableName: 'protected_ip',
+  properties: {
+    ip: p.string().length(15).primary(),
+    node: () => p.manyToOne(EdgeNodeSchema).index(),
+    // Index of this IP in its node's pool: the tunnel on it uses inner /30 number `innerIndex`.
+    innerIndex: p.integer(),
+    // Null while the IP is free; the purchase sets it under FOR UPDATE SKIP LOCKED.
+    tunnelId: p.uuid().nullable().unique(),
+  },
+  uniques: [{ properties: ['node', 'innerIndex'] }],
+  indexes: [{ name: 'protected_ip_free_idx', properties: ['node'], expression: 'create index "protected_ip_free_idx" on "protected_ip" ("node_id") where "tunnel_id" is null' }],
+});
+export type ProtectedIp = InferEntity<typeof ProtectedIpSchema>;
+
+export const TunnelSchema = defineEntity({
+  name: 'Tunnel',
+  tableName: 'tunnel',
+  properties: {
+    id: p.uuid().primary(),
+    account: () => p.manyToOne(AccountSchema),
+    node: () => p.manyToOne(EdgeNodeSchema).index(),
+    name: p.string().length(100).nullable(),
+    protectedIp: p.string().length(15),
+    originIp: p.string().length(15),
+    tunnelName: p.string().length(15).unique(),
+    innerIndex: p.integer(),
+    greKey: p.bigint('number').nullable(),
+    status: p.enum(TUNNEL_STATUSES).default('pending'),
+    chargedUsd: p.decimal('string').precision(14).scale(2),
+    chargedRub: p.decimal('string').precision(14).scale(2),
+    createdAt: createdAt(),
+    updatedAt: p.datetime().defaultRaw('now()').onCreate(() => new Date()).onUpdate(() => new Date()),
+  },
+  indexes: [
+    // The list is "newest first" per account with a (created_at, id) cursor.
+    { name: 'tunnel_account_created_idx', expression: 'create index "tunnel_account_created_idx" on "tunnel" ("account_id", "created_at" desc, "id" desc)' },
+    // At most one live tunnel per protected IP, whatever the code does.
+    { name: 'tunnel_live_ip_uniq', expression: `create unique index "tunnel_live_ip_uniq" on "tunnel" ("protected_ip") where "status" <> 'deleted'` },
+  ],
+});
+export type Tunnel = InferEntity<typeof TunnelSchema>;
+
+export const PromocodeSchema = defineEntity({
+  name: 'Promocode',
+  tableName: 'promocode',
+  properties: {
+    // Codes are stored upper-case and matched case-insensitively.
+    code: p.string().length(64).primary(),
+    percent: p.integer().nullable().check('percent is null or (percent >= 1 and percent <= 100)'),
+    amountRub: p.decimal('string').precision(14).scale(2).nullable().check('amount_rub is null or amount_rub > 0'),
+    maxUses: p.integer().nullable(),
+    uses: p.integer().default(0),
+    expiresAt: p.datetime().nullable(),
+    createdAt: createdAt(),
+  },
+  checks: [{ name: 'promocode_one_discount', expression: '(percent is null) <> (amount_rub is null)' }],
+});
+export type Promocode = InferEntity<typeof PromocodeSchema>;
+
+export const LEDGER_KINDS = ['topup', 'purchase'] as const;
+
+export const LedgerEntrySchema = defineEntity({
+  name: 'LedgerEntry',
+  tableName: 'ledger_entry',
+  properties: {
+    id: p.bigint('string').primary().autoincrement(),
+    account: () => p.manyToOne(AccountSchema).index(),
+    // Signed: credits positive, debits negative; balance_after is the account balance right after.
+    amountUsd: p.decimal('string').precision(14).scale(2),
+    balanceAfter: p.decimal('string').precision(14).scale(2),
+    kind: p.enum(LEDGER_KINDS),
+    tunnelId: p.uuid().nullable(),
+    promocode: p.string().length(64).nullable(),
+    createdAt: createdAt(),
+  },
+});
+export type LedgerEntry = InferEntity<typeof LedgerEntrySchema>;
+
+export const IdempotencyRecordSchema = defineEntity({
+  name: 'IdempotencyRecord',
+  tableName: 'idempotency_record',
+  properties: {
+    account: () => p.manyToOne(AccountSchema).primary(),
+    key: p.string().length(255).primary(),
+    requestHash: p.string().length(64),
+    statusCode: p.integer(),
+    body: p.json<Record<string, unknown>>(),
+    createdAt: createdAt(),
+  },
+  primaryKeys: ['account', 'key'],
+});
+export type IdempotencyRecord = InferEntity<typeof IdempotencyRecordSchema>;
+
+export const SettingSchema = defineEntity({
+  name: 'Setting',
+  tableName: 'setting',
+  properties: {
+    key: p.string().length(100).primary(),
+    value: p.text(),
+    updatedAt: p.datetime().defaultRaw('now()').onCreate(() => new Date()).onUpdate(() => new Date()),
+  },
+});
+export type Setting = InferEntity<typeof SettingSchema>;
+
+export const entities = [
+  AccountSchema,
+  UserSchema,
+  ApiKeySchema,
+  EdgeNodeSchema,
+  ProtectedIpSchema,
+  TunnelSchema,
+  PromocodeSchema,
+  LedgerEntrySchema,
+  IdempotencyRecordSchema,
+  SettingSchema,
+];

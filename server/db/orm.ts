@@ -1,0 +1,59 @@
+// Opens the database: PostgreSQL when a URL is given, the embedded PGlite cluster under DATA_DIR
+// otherwise. Both go through MikroORM with the same entities and migrations.
+import fs from 'node:fs';
+import path from 'node:path';
+import { MikroORM as PgORM } from '@mikro-orm/postgresql';
+import { MikroORM as PgliteORM } from '@mikro-orm/pglite';
+import { Migrator } from '@mikro-orm/migrations';
+import type { EntityManager } from '@mikro-orm/sql';
+import { entities } from './entities.ts';
+import { migrationsList } from './migrations/index.ts';
+
+export type Orm = PgORM | PgliteORM;
+export type Em = EntityManager;
+
+export interface OpenOptions {
+  databaseUrl: string | null;
+  dataDir: string;
+  /** Pool size for PostgreSQL; PGlite has a single session anyway. */
+  poolMax?: number;
+  debug?: boolean;
+}
+
+const common = {
+  entities,
+  extensions: [Migrator],
+  migrations: { migrationsList, tableName: 'mikro_orm_migrations', snapshot: false, silent: true },
+  // Entities are plain schemas; nothing to discover from the file system.
+  discovery: { warnWhenNoEntities: true },
+  allowGlobalContext: false,
+};
+
+export async function openOrm(opts: OpenOptions): Promise<Orm> {
+  if (opts.databaseUrl) {
+    return PgORM.init({
+      ...common,
+      clientUrl: opts.databaseUrl,
+      pool: { min: 0, max: opts.poolMax ?? 20 },
+      debug: opts.debug ?? false,
+    });
+  }
+  // PGlite wants its parent directory to exist; the cluster itself lives in DATA_DIR/pg.
+  fs.mkdirSync(opts.dataDir, { recursive: true });
+  return PgliteORM.init({
+    ...common,
+    dbName: path.join(opts.dataDir, 'pg'),
+    debug: opts.debug ?? false,
+  });
+}
+
+/** Applies every checked-in migration that has not run yet. Returns their names. */
+export async function migrate(orm: Orm): Promise<string[]> {
+  const done = await orm.migrator.up();
+  return done.map((m) => m.name);
+}
+
+/** True when every checked-in migration has been applied (for /readyz). */
+export async function migrationsPending(orm: Orm): Promise<number> {
+  return (await orm.migrator.getPending()).length;
+}
