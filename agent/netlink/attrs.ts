@@ -1,0 +1,339 @@
+// Netlink TLV attributes: a growable writer for building messages and a parser for reading them.
+// Pure: no I/O. Layout per include/uapi/linux/netlink.h (struct nlattr, NLA_ALIGN).
+import { endianness } from 'node:os';
+
+// include/uapi/linux/netlink.h
+export const NLA_F_NESTED = 1 << 15;
+export const NLA_F_NET_BYTEORDER = 1 << 14;
+export const NLA_TYPE_MASK = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER) & 0xffff;
+export const NLA_ALIGNTO = 4;
+export const NLA_HDRLEN = 4;
+/** nla_len is a u16: no single attribute (nest included) may exceed this. */
+export const NLA_MAX_LEN = 0xffff;
+
+export const nlaAlign = (n: number): number => (n + NLA_ALIGNTO - 1) & ~(NLA_ALIGNTO - 1);
+
+/** Netlink "host order" is the kernel's CPU order; every Linux target Node runs on here is LE, but say so once. */
+export const HOST_LE = endianness() === 'LE';
+
+export class NetlinkParseError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'NetlinkParseError';
+  }
+}
+
+/**
+ * Appends netlink data into one growing buffer, so that a batch of thousands of elements is a handful of
+ * allocations rather than one Buffer per attribute. Offsets are absolute within the writer; nests and
+ * messages are length-patched when closed.
+ */
+export class NlWriter {
+  private buf: Buffer;
+  private pos = 0;
+
+  constructor(initial = 4096) {
+    this.buf = Buffer.alloc(initial);
+  }
+
+  get length(): number {
+    return this.pos;
+  }
+
+  private ensure(n: number): void {
+    const need = this.pos + n;
+    if (need <= this.buf.length) return;
+    let size = this.buf.length * 2;
+    while (size < need) size *= 2;
+    const next = Buffer.alloc(size);
+    this.buf.copy(next, 0, 0, this.pos);
+    this.buf = next;
+  }
+
+  /** A copy of what was written (the writer may be reused). */
+  toBuffer(): Buffer {
+    return Buffer.from(this.buf.subarray(0, this.pos));
+  }
+
+  // --- raw scalars -----------------------------------------------------------------------------
+  u8(v: number): this {
+    this.ensure(1);
+    this.buf.writeUInt8(v, this.pos);
+    this.pos += 1;
+    return this;
+  }
+  u16(v: number): this {
+    this.ensure(2);
+    if (HOST_LE) this.buf.writeUInt16LE(v, this.pos);
+    else this.buf.writeUInt16BE(v, this.pos);
+    this.pos += 2;
+    return this;
+  }
+  u32(v: number): this {
+    this.ensure(4);
+    if (HOST_LE) this.buf.writeUInt32LE(v >>> 0, this.pos);
+    else this.buf.writeUInt32BE(v >>> 0, this.pos);
+    this.pos += 4;
+    return this;
+  }
+  i32(v: number): this {
+    this.ensure(4);
+    if (HOST_LE) this.buf.writeInt32LE(v, this.pos);
+    else this.buf.writeInt32BE(v, this.pos);
+    this.pos += 4;
+    return this;
+  }
+  u16be(v: number): this {
+    this.ensure(2);
+    this.buf.writeUInt16BE(v, this.pos);
+    this.pos += 2;
+    return this;
+  }
+  u32be(v: number): this {
+    this.ensure(4);
+    this.buf.writeUInt32BE(v >>> 0, this.pos);
+    this.pos += 4;
+    return this;
+  }
+  u64be(v: bigint): this {
+    this.ensure(8);
+    this.buf.writeBigUInt64BE(v, this.pos);
+    this.pos += 8;
+    return this;
+  }
+  bytes(b: Uint8Array): this {
+    this.ensure(b.length);
+    this.buf.set(b, this.pos);
+    this.pos += b.length;
+    return this;
+  }
+  zeros(n: number): this {
+    this.ensure(n);
+    this.buf.fill(0, this.pos, this.pos + n);
+    this.pos += n;
+    return this;
+  }
+  /** Pads with zero bytes to the next 4-byte boundary. */
+  align(): this {
+    return this.zeros(nlaAlign(this.pos) - this.pos);
+  }
+
+  /** Overwrites a host-order u32 at an absolute offset (length patching). */
+  patchU32(at: number, v: number): void {
+    if (HOST_LE) this.buf.writeUInt32LE(v >>> 0, at);
+    else this.buf.writeUInt32BE(v >>> 0, at);
+  }
+  patchU16(at: number, v: number): void {
+    if (HOST_LE) this.buf.writeUInt16LE(v, at);
+    else this.buf.writeUInt16BE(v, at);
+  }
+
+  // --- attributes ------------------------------------------------------------------------------
+  /** One attribute whose payload is written by `body`; nla_len excludes the trailing pad, as the kernel expects. */
+  attr(type: number, body: (w: this) => void): this {
+    const start = this.pos;
+    this.u16(0).u16(type);
+    body(this);
+    const len = this.pos - start;
+    if (len > NLA_MAX_LEN) throw new RangeError(`netlink attribute ${type & NLA_TYPE_MASK} is ${len} bytes (max ${NLA_MAX_LEN})`);
+    this.patchU16(start, len);
+    return this.align();
+  }
+  attrBytes(type: number, data: Uint8Array): this {
+    return this.attr(type, (w) => w.bytes(data));
+  }
+  attrU8(type: number, v: number): this {
+    return this.attr(type, (w) => w.u8(v));
+  }
+  attrU16(type: number, v: number): this {
+    return this.attr(type, (w) => w.u16(v));
+  }
+  attrU32(type: number, v: number): this {
+    return this.attr(type, (w) => w.u32(v));
+  }
+  attrU16be(type: number, v: number): this {
+    return this.attr(type, (w) => w.u16be(v));
+  }
+  attrU32be(type: number, v: number): this {
+    return this.attr(type, (w) => w.u32be(v));
+  }
+  attrU64be(type: number, v: bigint): this {
+    return this.attr(type, (w) => w.u64be(v));
+  }
+  /** NUL-terminated string (NLA_NUL_STRING / NLA_STRING both accept it). */
+  attrString(type: number, s: string): this {
+    return this.attr(type, (w) => w.bytes(Buffer.from(s, 'utf8')).u8(0));
+  }
+  /** String without the terminating NUL: what iproute2 sends for IFLA_INFO_KIND, and nft for wildcard prefixes. */
+  attrStringNoNul(type: number, s: string): this {
+    return this.attr(type, (w) => w.bytes(Buffer.from(s, 'utf8')));
+  }
+  /**
+   * A nested attribute. nftables sets NLA_F_NESTED (nla_parse_nested with strict validation wants it);
+   * rtnetlink's iproute2 does not, and the kernel accepts both there, so the flag is the caller's choice.
+   */
+  nest(type: number, body: (w: this) => void, nestedFlag = true): this {
+    return this.attr(nestedFlag ? type | NLA_F_NESTED : type, body);
+  }
+}
+
+// --- parsing -----------------------------------------------------------------------------------
+
+export interface RawAttr {
+  /** The type without the NESTED / NET_BYTEORDER flag bits. */
+  type: number;
+  nested: boolean;
+  netByteorder: boolean;
+  /** Payload (nla_len minus the header), a view into the parsed buffer. */
+  data: Buffer;
+}
+
+/** Parses a run of attributes; throws NetlinkParseError on a length that runs past the buffer. */
+export function parseAttrs(buf: Buffer): RawAttr[] {
+  const out: RawAttr[] = [];
+  let off = 0;
+  while (off + NLA_HDRLEN <= buf.length) {
+    const len = HOST_LE ? buf.readUInt16LE(off) : buf.readUInt16BE(off);
+    const rawType = HOST_LE ? buf.readUInt16LE(off + 2) : buf.readUInt16BE(off + 2);
+    if (len < NLA_HDRLEN || off + len > buf.length) {
+      throw new NetlinkParseError(`bad attribute length ${len} at offset ${off} of ${buf.length}`);
+    }
+    out.push({
+      type: rawType & NLA_TYPE_MASK,
+      nested: (rawType & NLA_F_NESTED) !== 0,
+      netByteorder: (rawType & NLA_F_NET_BYTEORDER) !== 0,
+      data: buf.subarray(off + NLA_HDRLEN, off + len),
+    });
+    off += nlaAlign(len);
+  }
+  return out;
+}
+
+/**
+ * Attributes by type (the last one wins, as in the kernel's nla_parse). Lists of same-typed
+ * attributes (nft expressions, set elements) are read with parseAttrs instead.
+ */
+export class AttrTable {
+  private readonly map = new Map<number, Buffer>();
+
+  constructor(buf: Buffer) {
+    for (const a of parseAttrs(buf)) this.map.set(a.type, a.data);
+  }
+
+  has(type: number): boolean {
+    return this.map.has(type);
+  }
+  get(type: number): Buffer | undefined {
+    return this.map.get(type);
+  }
+  nested(type: number): AttrTable | undefined {
+    const b = this.map.get(type);
+    return b === undefined ? undefined : new AttrTable(b);
+  }
+  u8(type: number): number | undefined {
+    const b = this.map.get(type);
+    return b === undefined ? undefined : readU8(b);
+  }
+  u16(type: number): number | undefined {
+    const b = this.map.get(type);
+    return b === undefined ? undefined : readU16(b);
+  }
+  u32(type: number): number | undefined {
+    const b = this.map.get(type);
+    return b === undefined ? undefined : readU32(b);
+  }
+  u16be(type: number): number | undefined {
+    const b = this.map.get(type);
+    return b === undefined ? undefined : readU16be(b);
+  }
+  u32be(type: number): number | undefined {
+    const b = this.map.get(type);
+    return b === undefined ? undefined : readU32be(b);
+  }
+  u64be(type: number): bigint | undefined {
+    const b = this.map.get(type);
+    return b === undefined ? undefined : readU64be(b);
+  }
+  string(type: number): string | undefined {
+    const b = this.map.get(type);
+    return b === undefined ? undefined : readString(b);
+  }
+}
+
+function need(b: Buffer, n: number, what: string): void {
+  if (b.length < n) throw new NetlinkParseError(`${what}: attribute has ${b.length} bytes, needs ${n}`);
+}
+export function readU8(b: Buffer): number {
+  need(b, 1, 'u8');
+  return b.readUInt8(0);
+}
+export function readU16(b: Buffer): number {
+  need(b, 2, 'u16');
+  return HOST_LE ? b.readUInt16LE(0) : b.readUInt16BE(0);
+}
+export function readU32(b: Buffer): number {
+  need(b, 4, 'u32');
+  return HOST_LE ? b.readUInt32LE(0) : b.readUInt32BE(0);
+}
+export function readU64(b: Buffer): bigint {
+  need(b, 8, 'u64');
+  return HOST_LE ? b.readBigUInt64LE(0) : b.readBigUInt64BE(0);
+}
+export function readU16be(b: Buffer): number {
+  need(b, 2, 'be16');
+  return b.readUInt16BE(0);
+}
+export function readU32be(b: Buffer): number {
+  need(b, 4, 'be32');
+  return b.readUInt32BE(0);
+}
+export function readU64be(b: Buffer): bigint {
+  need(b, 8, 'be64');
+  return b.readBigUInt64BE(0);
+}
+/** A string attribute, with or without its NUL. */
+export function readString(b: Buffer): string {
+  const nul = b.indexOf(0);
+  return b.toString('utf8', 0, nul === -1 ? b.length : nul);
+}
+
+// --- IPv4 helpers (addresses travel in network order everywhere in netlink) --------------------
+
+export function ipv4ToBytes(ip: string): Buffer {
+  // Hand-rolled: the dataplane parses tens of thousands of these per batch, and split/regex dominated it.
+  const out = Buffer.allocUnsafe(4);
+  let part = 0;
+  let val = 0;
+  let digits = 0;
+  for (let i = 0; i <= ip.length; i++) {
+    const c = i < ip.length ? ip.charCodeAt(i) : 46; /* '.' terminates the last part */
+    if (c >= 48 && c <= 57) {
+      val = val * 10 + (c - 48);
+      if (++digits > 3 || val > 255) throw new RangeError(`not an IPv4 address: ${ip}`);
+    } else if (c === 46 && digits > 0 && part < 4) {
+      out[part++] = val;
+      val = 0;
+      digits = 0;
+    } else {
+      throw new RangeError(`not an IPv4 address: ${ip}`);
+    }
+  }
+  if (part !== 4) throw new RangeError(`not an IPv4 address: ${ip}`);
+  return out;
+}
+
+export function bytesToIpv4(b: Uint8Array): string {
+  if (b.length !== 4) throw new NetlinkParseError(`IPv4 address needs 4 bytes, got ${b.length}`);
+  return `${b[0]}.${b[1]}.${b[2]}.${b[3]}`;
+}
+
+/** "a.b.c.d/n" or "a.b.c.d" (as /32). */
+export function parseCidr(cidr: string): { address: string; prefixLen: number } {
+  const [address, len] = cidr.split('/');
+  const prefixLen = len === undefined ? 32 : Number(len);
+  if (address === undefined || !Number.isInteger(prefixLen) || prefixLen < 0 || prefixLen > 32) {
+    throw new RangeError(`not an IPv4 prefix: ${cidr}`);
+  }
+  ipv4ToBytes(address);
+  return { address, prefixLen };
+}

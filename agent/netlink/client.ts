@@ -1,0 +1,265 @@
+// High-level async clients over one netlink socket each: Rtnl (links, addresses, routes, rules) and Nft
+// (batches, listings). They only tie the pure encoders/decoders to the socket and turn kernel replies into
+// results or typed NetlinkErrors.
+import { constants as osConstants } from 'node:os';
+import { NetlinkError, NETLINK_NETFILTER, NETLINK_ROUTE, errnoName, type NetlinkErrorDetails, type NlMsg } from './message.ts';
+import { NetlinkSocket, type NetlinkSocketOptions, type SeqReply } from './socket.ts';
+import * as rt from './rtnetlink.ts';
+import * as nft from './nftables.ts';
+
+const E = osConstants.errno;
+
+export type Dev = string | number;
+
+function check(reply: SeqReply | undefined, operation: string, requestType: number): SeqReply {
+  if (!reply) throw new NetlinkError({ errno: E.EIO, operation: `${operation}: no reply` });
+  if (reply.errno !== 0) throw new NetlinkError({ errno: reply.errno, seq: reply.seq, requestType, extack: reply.extack, operation });
+  return reply;
+}
+
+abstract class Client {
+  protected readonly sock: NetlinkSocket;
+
+  protected constructor(sock: NetlinkSocket) {
+    this.sock = sock;
+  }
+
+  close(): void {
+    this.sock.close();
+  }
+
+  /** One request message (must carry NLM_F_ACK); resolves with any data replies, throws NetlinkError on refusal. */
+  protected async call(encode: (seq: number) => Buffer, operation: string, requestType: number): Promise<NlMsg[]> {
+    const seq = this.sock.allocSeq();
+    const res = await this.sock.request({ data: encode(seq), seqs: [seq] });
+    return check(res.replies.get(seq), operation, requestType).messages;
+  }
+
+  protected async dump(encode: (seq: number) => Buffer, operation: string, requestType: number): Promise<NlMsg[]> {
+    const seq = this.sock.allocSeq();
+    const res = await this.sock.request({ data: encode(seq), seqs: [seq], dump: true });
+    return check(res.replies.get(seq), operation, requestType).messages;
+  }
+}
+
+export class Rtnl extends Client {
+  static open(opts: NetlinkSocketOptions = {}): Rtnl {
+    return new Rtnl(NetlinkSocket.open(NETLINK_ROUTE, opts));
+  }
+
+  private async index(dev: Dev): Promise<number> {
+    return typeof dev === 'number' ? dev : (await this.getLink(dev)).index;
+  }
+
+  createGreLink(spec: rt.GreLinkSpec): Promise<void> {
+    return this.call((s) => rt.encodeNewGreLink(spec, s), `create GRE link ${spec.name}`, rt.RTM_NEWLINK).then(() => undefined);
+  }
+
+  createVeth(name: string, peer: string): Promise<void> {
+    return this.call((s) => rt.encodeNewVeth(name, peer, s), `create veth ${name}/${peer}`, rt.RTM_NEWLINK).then(() => undefined);
+  }
+
+  /** Throws NetlinkError ENODEV when there is no such link. */
+  async getLink(dev: Dev): Promise<rt.LinkInfo> {
+    const target = typeof dev === 'number' ? { index: dev } : { name: dev };
+    const msgs = await this.call((s) => rt.encodeGetLink(target, s), `get link ${dev}`, rt.RTM_GETLINK);
+    const m = msgs.find((x) => x.type === rt.RTM_NEWLINK);
+    if (!m) throw new NetlinkError({ errno: E.ENODEV, operation: `get link ${dev}: empty reply` });
+    return rt.decodeLink(m);
+  }
+
+  /** undefined instead of ENODEV. */
+  async findLink(dev: Dev): Promise<rt.LinkInfo | undefined> {
+    try {
+      return await this.getLink(dev);
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'ENODEV') return undefined;
+      throw e;
+    }
+  }
+
+  async listLinks(): Promise<rt.LinkInfo[]> {
+    return (await this.dump((s) => rt.encodeDumpLinks(s), 'list links', rt.RTM_GETLINK)).filter((m) => m.type === rt.RTM_NEWLINK).map(rt.decodeLink);
+  }
+
+  async setLinkUp(dev: Dev, up = true): Promise<void> {
+    const index = await this.index(dev);
+    await this.call((s) => rt.encodeSetLinkUp(index, up, s), `set link ${dev} ${up ? 'up' : 'down'}`, rt.RTM_NEWLINK);
+  }
+
+  async setMtu(dev: Dev, mtu: number): Promise<void> {
+    const index = await this.index(dev);
+    await this.call((s) => rt.encodeSetLinkMtu(index, mtu, s), `set link ${dev} mtu ${mtu}`, rt.RTM_NEWLINK);
+  }
+
+  async deleteLink(dev: Dev): Promise<void> {
+    await this.call((s) => (typeof dev === 'number' ? rt.encodeDelLink(dev, s) : rt.encodeDelLinkByName(dev, s)), `delete link ${dev}`, rt.RTM_DELLINK);
+  }
+
+  /** cidr "a.b.c.d/len" */
+  async addAddress(dev: Dev, cidr: string): Promise<void> {
+    const index = await this.index(dev);
+    const [address, len] = cidr.split('/');
+    await this.call((s) => rt.encodeNewAddress({ index, address: address!, prefixLen: Number(len ?? 32) }, s), `add address ${cidr} dev ${dev}`, rt.RTM_NEWADDR);
+  }
+
+  async deleteAddress(dev: Dev, cidr: string): Promise<void> {
+    const index = await this.index(dev);
+    const [address, len] = cidr.split('/');
+    await this.call((s) => rt.encodeDelAddress({ index, address: address!, prefixLen: Number(len ?? 32) }, s), `delete address ${cidr} dev ${dev}`, rt.RTM_DELADDR);
+  }
+
+  async listAddresses(dev?: Dev): Promise<rt.AddressInfo[]> {
+    const index = dev === undefined ? undefined : await this.index(dev);
+    const all = (await this.dump((s) => rt.encodeDumpAddresses(s), 'list addresses', rt.RTM_GETADDR)).filter((m) => m.type === rt.RTM_NEWADDR).map(rt.decodeAddress);
+    return index === undefined ? all : all.filter((a) => a.index === index);
+  }
+
+  private async routeSpec(r: RouteArgs): Promise<rt.RouteSpec> {
+    const { dev, ...rest } = r;
+    return dev === undefined ? rest : { ...rest, oif: await this.index(dev) };
+  }
+
+  async addRoute(r: RouteArgs): Promise<void> {
+    const spec = await this.routeSpec(r);
+    await this.call((s) => rt.encodeNewRoute(spec, s), `add route ${r.dst} table ${r.table}`, rt.RTM_NEWROUTE);
+  }
+
+  /** Create or replace (idempotent). */
+  async replaceRoute(r: RouteArgs): Promise<void> {
+    const spec = await this.routeSpec(r);
+    await this.call((s) => rt.encodeReplaceRoute(spec, s), `replace route ${r.dst} table ${r.table}`, rt.RTM_NEWROUTE);
+  }
+
+  async deleteRoute(r: RouteArgs): Promise<void> {
+    const spec = await this.routeSpec(r);
+    await this.call((s) => rt.encodeDelRoute(spec, s), `delete route ${r.dst} table ${r.table}`, rt.RTM_DELROUTE);
+  }
+
+  /** IPv4 routes, optionally of one table. */
+  async listRoutes(table?: number): Promise<rt.RouteInfo[]> {
+    const all = (await this.dump((s) => rt.encodeDumpRoutes(s), 'list routes', rt.RTM_GETROUTE)).filter((m) => m.type === rt.RTM_NEWROUTE).map(rt.decodeRoute);
+    return table === undefined ? all : all.filter((r) => r.table === table);
+  }
+
+  async addRule(r: rt.RuleSpec): Promise<void> {
+    await this.call((s) => rt.encodeNewRule(r, s), `add rule from ${r.src} lookup ${r.table}`, rt.RTM_NEWRULE);
+  }
+
+  async deleteRule(r: rt.RuleSpec): Promise<void> {
+    await this.call((s) => rt.encodeDelRule(r, s), `delete rule from ${r.src} lookup ${r.table}`, rt.RTM_DELRULE);
+  }
+
+  async listRules(): Promise<rt.RuleInfo[]> {
+    return (await this.dump((s) => rt.encodeDumpRules(s), 'list rules', rt.RTM_GETRULE)).filter((m) => m.type === rt.RTM_NEWRULE).map(rt.decodeRule);
+  }
+}
+
+export interface RouteArgs extends Omit<rt.RouteSpec, 'oif'> {
+  dev?: Dev;
+}
+
+/** A failed nft batch: the kernel rolled all of it back. `index` (and .failures) name the messages it refused. */
+export class NftBatchError extends NetlinkError {
+  readonly failures: { index: number; seq: number; errno: number; code: string; extackMessage?: string; extackOffset?: number; description: string }[];
+
+  constructor(d: NetlinkErrorDetails, failures: NftBatchError['failures']) {
+    super(d);
+    this.name = 'NftBatchError';
+    this.failures = failures;
+  }
+}
+
+export interface CommitOptions {
+  /** Refuse the batch (ERESTART) if the ruleset generation moved on since this id (see getGeneration). */
+  genId?: number;
+  timeoutMs?: number;
+}
+
+export class Nft extends Client {
+  static open(opts: NetlinkSocketOptions = {}): Nft {
+    return new Nft(NetlinkSocket.open(NETLINK_NETFILTER, opts));
+  }
+
+  /**
+   * Sends the batch as one datagram (one kernel transaction) with an ack requested per message; resolves
+   * when every message is acked. On any refusal the kernel aborts the whole batch; we throw NftBatchError
+   * naming the failing message (its index in the batch and description) with the extended-ack text.
+   */
+  async commit(batch: nft.NftBatch, opts: CommitOptions = {}): Promise<void> {
+    if (batch.messageCount === 0) return;
+    const firstSeq = this.sock.allocSeq(batch.messageCount + 2);
+    const enc = batch.encode({ firstSeq, ack: true, genId: opts.genId });
+    const res = await this.sock.request({
+      data: enc.data,
+      seqs: enc.messages.map((m) => m.seq),
+      // A refusal of BATCH_BEGIN (bad genid) comes alone; nothing else of the batch is answered.
+      abortSeqs: [enc.beginSeq, enc.endSeq],
+      exclusive: true,
+      timeoutMs: opts.timeoutMs,
+    });
+    const failures: NftBatchError['failures'] = [];
+    for (const seq of [enc.beginSeq, enc.endSeq]) {
+      const r = res.replies.get(seq);
+      if (r && r.errno !== 0) failures.push({ index: -1, seq, errno: r.errno, code: errnoName(r.errno), extackMessage: r.extack.message, extackOffset: r.extack.offset, description: seq === enc.beginSeq ? 'batch begin' : 'batch end' });
+    }
+    for (const m of enc.messages) {
+      const r = res.replies.get(m.seq);
+      if (r && r.errno !== 0) failures.push({ index: m.index, seq: m.seq, errno: r.errno, code: errnoName(r.errno), extackMessage: r.extack.message, extackOffset: r.extack.offset, description: m.description });
+    }
+    if (failures.length > 0) {
+      const f = failures[0]!;
+      throw new NftBatchError(
+        {
+        errno: f.errno,
+        seq: f.seq,
+        index: f.index >= 0 ? f.index : undefined,
+        requestType: enc.messages.find((m) => m.seq === f.seq)?.type,
+        extack: { message: f.extackMessage, offset: f.extackOffset },
+        operation: f.description,
+        },
+        failures,
+      );
+    }
+  }
+
+  /** The ruleset generation id, for CommitOptions.genId. */
+  async getGeneration(): Promise<number> {
+    const msgs = await this.call((s) => nft.encodeGetGen(s), 'get nftables generation', nft.nftType(nft.NFT_MSG_GETGEN));
+    const m = msgs.find((x) => x.type === nft.nftType(nft.NFT_MSG_NEWGEN));
+    if (!m) throw new NetlinkError({ errno: E.EIO, operation: 'get nftables generation: no NEWGEN' });
+    return nft.decodeGen(m);
+  }
+
+  async listSetElements(table: string, set: string, family = nft.NFPROTO_IPV4): Promise<nft.DecodedElement[]> {
+    const msgs = await this.dump((s) => nft.encodeGetSetElements(table, set, s, family), `list set ${table}/${set}`, nft.nftType(nft.NFT_MSG_GETSETELEM));
+    return msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWSETELEM)).flatMap((m) => nft.decodeSetElements(m).elements);
+  }
+
+  /** An ipv4_addr : ipv4_addr map as key → value strings. */
+  async listIpv4Map(table: string, map: string): Promise<Map<string, string>> {
+    const msgs = await this.dump((s) => nft.encodeGetSetElements(table, map, s), `list map ${table}/${map}`, nft.nftType(nft.NFT_MSG_GETSETELEM));
+    return nft.decodeIpv4MapElements(msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWSETELEM)));
+  }
+
+  /** Named counters of a table; reset = read and zero atomically. */
+  async listCounters(table: string, opts: { reset?: boolean; family?: number } = {}): Promise<nft.DecodedCounter[]> {
+    const msgs = await this.dump((s) => nft.encodeGetObjects(table, s, { type: nft.NFT_OBJECT_COUNTER, ...opts }), `list counters ${table}`, nft.nftType(nft.NFT_MSG_GETOBJ));
+    return msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWOBJ)).map(nft.decodeObject).filter((o) => o.table === table);
+  }
+
+  async listRules(table: string, family = nft.NFPROTO_IPV4): Promise<nft.DecodedRule[]> {
+    const msgs = await this.dump((s) => nft.encodeGetRules(table, s, family), `list rules ${table}`, nft.nftType(nft.NFT_MSG_GETRULE));
+    return msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWRULE)).map(nft.decodeRule);
+  }
+
+  async listTables(): Promise<{ name: string; family: number }[]> {
+    const msgs = await this.dump((s) => nft.encodeGetTables(s), 'list tables', nft.nftType(nft.NFT_MSG_GETTABLE));
+    return msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWTABLE)).map(nft.decodeTable);
+  }
+}
+
+// Re-exported so users of the client need not reach into the encoders for the everyday names.
+export { NetlinkError } from './message.ts';
+export { NftBatch, ipv4MapElement, ipv4ObjElement } from './nftables.ts';
+export { addTunnelgateRuleset } from './ruleset.ts';

@@ -1,0 +1,449 @@
+// The only module of the netlink layer that touches the OS: a raw AF_NETLINK socket through koffi (FFI to
+// libc), with request/reply matching by sequence number, timeouts and flow control.
+//
+// Why non-blocking recv on the main thread plus an async poll, rather than a worker thread:
+// the kernel handles a netlink request synchronously inside sendmsg() (rtnetlink under the RTNL lock,
+// nfnetlink batches in nfnetlink_rcv_batch), so by the time sendto() returns, the acks and errors are
+// already queued on our socket and a MSG_DONTWAIT recv() picks them up at once. A dump's next chunk is
+// produced inside recv() too. Waiting is therefore rare (a large dump, a busy kernel); when it happens
+// we call poll() through koffi's `.async`, which runs it on a koffi worker thread in slices of
+// POLL_SLICE_MS, so the event loop is never blocked by a wait, and the fast path costs no thread hop
+// or message copy between threads. The main thread is only ever busy for the kernel's own processing
+// time of what we sent (milliseconds for a 10,000-element nft batch).
+//
+// Why a single pump with a bounded amount in flight, rather than "send everything at once":
+// replies land in the socket's receive queue; if it overflows, the kernel drops them and recv() fails
+// with ENOBUFS, losing the acks of requests we can then never complete (the `netlink` npm package
+// aborts the process in that state). So requests queue in JS (any number of them), at most
+// MAX_COALESCE_MSGS of them are sent per sendto(), and the receive buffer is sized far above what one
+// round can produce.
+import { closeSync, openSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
+import koffi from 'koffi';
+import { HOST_LE } from './attrs.ts';
+import { NLMSG_DONE, NLMSG_ERROR, NLMSG_OVERRUN, NetlinkError, parseError, parseMessages, type NlMsg } from './message.ts';
+
+// include/linux/socket.h / asm-generic/socket.h (x86_64 and aarch64 share these)
+const AF_NETLINK = 16;
+const SOCK_RAW = 3;
+const SOCK_CLOEXEC = 0o2000000;
+const SOL_SOCKET = 1;
+const SO_SNDBUF = 7;
+const SO_RCVBUF = 8;
+const SO_SNDBUFFORCE = 32;
+const SO_RCVBUFFORCE = 33;
+const SOL_NETLINK = 270;
+const MSG_TRUNC = 0x20;
+const MSG_DONTWAIT = 0x40;
+// include/uapi/linux/netlink.h: socket options
+const NETLINK_CAP_ACK = 10;
+const NETLINK_EXT_ACK = 11;
+// include/uapi/linux/sched.h
+const CLONE_NEWNET = 0x40000000;
+// include/uapi/asm-generic/poll.h
+const POLLIN = 0x1;
+
+const E = osConstants.errno;
+
+/** How long one async poll() may occupy its worker thread before we look at deadlines again. */
+const POLL_SLICE_MS = 50;
+/** Requests coalesced into one sendto(); their acks (capped: ~40 bytes each) fit the receive buffer many times over. */
+const MAX_COALESCE_MSGS = 256;
+const MAX_COALESCE_BYTES = 256 * 1024;
+const RECV_BUF_BYTES = 1024 * 1024;
+
+interface Libc {
+  socket(domain: number, type: number, protocol: number): number;
+  bind(fd: number, addr: Buffer, len: number): number;
+  getsockname(fd: number, addr: Buffer, len: Buffer): number;
+  setsockopt(fd: number, level: number, name: number, val: Buffer, len: number): number;
+  getsockopt(fd: number, level: number, name: number, val: Buffer, len: Buffer): number;
+  sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): number;
+  recv(fd: number, buf: Buffer, len: number, flags: number): number;
+  close(fd: number): number;
+  setns(fd: number, nstype: number): number;
+  pollAsync(pfd: Buffer, nfds: number, timeoutMs: number): Promise<number>;
+}
+
+let libc: Libc | undefined;
+
+function loadLibc(): Libc {
+  if (libc) return libc;
+  const lib = koffi.load('libc.so.6');
+  const socket = lib.func('int socket(int domain, int type, int protocol)');
+  const bind = lib.func('int bind(int fd, void *addr, uint32_t len)');
+  const getsockname = lib.func('int getsockname(int fd, void *addr, void *len)');
+  const setsockopt = lib.func('int setsockopt(int fd, int level, int name, void *val, uint32_t len)');
+  const getsockopt = lib.func('int getsockopt(int fd, int level, int name, void *val, void *len)');
+  const sendto = lib.func('intptr_t sendto(int fd, void *buf, size_t len, int flags, void *addr, uint32_t addrlen)');
+  const recv = lib.func('intptr_t recv(int fd, void *buf, size_t len, int flags)');
+  const close = lib.func('int close(int fd)');
+  const setns = lib.func('int setns(int fd, int nstype)');
+  const poll = lib.func('int poll(void *fds, unsigned long nfds, int timeout)');
+  // koffi returns intptr_t as number or bigint depending on magnitude; ours are always small.
+  const num = (v: unknown): number => (typeof v === 'bigint' ? Number(v) : (v as number));
+  libc = {
+    socket: (d, t, p) => num(socket(d, t, p)),
+    bind: (fd, a, l) => num(bind(fd, a, l)),
+    getsockname: (fd, a, l) => num(getsockname(fd, a, l)),
+    setsockopt: (fd, lv, n, v, l) => num(setsockopt(fd, lv, n, v, l)),
+    getsockopt: (fd, lv, n, v, l) => num(getsockopt(fd, lv, n, v, l)),
+    sendto: (fd, b, l, f, a, al) => num(sendto(fd, b, l, f, a, al)),
+    recv: (fd, b, l, f) => num(recv(fd, b, l, f)),
+    close: (fd) => num(close(fd)),
+    setns: (fd, t) => num(setns(fd, t)),
+    pollAsync: (pfd, n, t) =>
+      new Promise<number>((resolve, reject) => {
+        poll.async(pfd, n, t, (err: unknown, res: unknown) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(num(res))));
+      }),
+  };
+  return libc;
+}
+
+function errno(): number {
+  return koffi.errno();
+}
+
+function sysError(operation: string, e = errno()): NetlinkError {
+  return new NetlinkError({ errno: e, operation });
+}
+
+export interface NetlinkSocketOptions {
+  /** Receive buffer; SO_RCVBUFFORCE (root) lifts it above net.core.rmem_max. */
+  rcvbuf?: number;
+  /** Send buffer: bounds the largest single sendto(), i.e. the largest nft batch. */
+  sndbuf?: number;
+  /** Open the socket inside this network namespace (a /run/netns/NAME path); the socket stays there. */
+  netns?: string;
+  /** Default per-request timeout. */
+  timeoutMs?: number;
+}
+
+/** What one request waits for. */
+export interface RequestSpec {
+  /** The encoded message(s); sent with one sendto(). */
+  data: Buffer;
+  /** Every one of these seqs must receive its final reply (NLMSG_ERROR or NLMSG_DONE). */
+  seqs: readonly number[];
+  /** A reply (an error) to one of these ends the request at once, e.g. the BATCH_BEGIN of an nft batch. */
+  abortSeqs?: readonly number[];
+  /** A dump (NLM_F_DUMP): only one may run on a socket at a time, so never coalesced. Non-dump requests must carry NLM_F_ACK. */
+  dump?: boolean;
+  /** nfnetlink batches must be alone in their datagram. */
+  exclusive?: boolean;
+  timeoutMs?: number;
+}
+
+export interface SeqReply {
+  seq: number;
+  /** 0 = acked or dump finished; otherwise the kernel's errno for this message. */
+  errno: number;
+  extack: { message?: string; offset?: number };
+  /** Data messages (dump parts, echoes) for this seq, in arrival order. */
+  messages: NlMsg[];
+}
+
+export interface RequestResult {
+  replies: Map<number, SeqReply>;
+}
+
+interface Pending {
+  spec: RequestSpec;
+  deadline: number;
+  waiting: Set<number>;
+  abort: Set<number>;
+  replies: Map<number, SeqReply>;
+  resolve: (r: RequestResult) => void;
+  reject: (e: Error) => void;
+  done: boolean;
+}
+
+export class NetlinkSocket {
+  readonly protocol: number;
+  readonly portId: number;
+  private fd: number;
+  private seq: number;
+  private readonly timeoutMs: number;
+  private readonly queue: Pending[] = [];
+  private readonly bySeq = new Map<number, Pending>();
+  private pumping = false;
+  private closed = false;
+  private readonly recvBuf = Buffer.alloc(RECV_BUF_BYTES);
+  private readonly kernelAddr = Buffer.alloc(12); // struct sockaddr_nl, nl_pid 0 = the kernel
+  private readonly pollFd = Buffer.alloc(8); // struct pollfd
+
+  private constructor(protocol: number, fd: number, portId: number, timeoutMs: number) {
+    this.protocol = protocol;
+    this.fd = fd;
+    this.portId = portId;
+    this.timeoutMs = timeoutMs;
+    // Random start: a reopened socket must not match stale replies by accident.
+    this.seq = (Math.random() * 0x3fffffff) | 0;
+    this.kernelAddr.writeUInt16LE(AF_NETLINK, 0);
+    if (HOST_LE) this.pollFd.writeInt32LE(fd, 0);
+    else this.pollFd.writeInt32BE(fd, 0);
+    const ev = Buffer.alloc(2);
+    if (HOST_LE) ev.writeUInt16LE(POLLIN);
+    else ev.writeUInt16BE(POLLIN);
+    ev.copy(this.pollFd, 4);
+  }
+
+  static open(protocol: number, opts: NetlinkSocketOptions = {}): NetlinkSocket {
+    const c = loadLibc();
+    const fd = opts.netns ? inNetns(c, opts.netns, () => c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol)) : c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol);
+    if (fd < 0) throw sysError('socket(AF_NETLINK)');
+    try {
+      setBuf(c, fd, SO_RCVBUFFORCE, SO_RCVBUF, opts.rcvbuf ?? 32 * 1024 * 1024);
+      setBuf(c, fd, SO_SNDBUFFORCE, SO_SNDBUF, opts.sndbuf ?? 32 * 1024 * 1024);
+      // Extended acks give the kernel's reason text; capped acks keep a failing 64 KiB message from
+      // being echoed back whole (which would eat the receive buffer on a big batch).
+      setInt(c, fd, SOL_NETLINK, NETLINK_EXT_ACK, 1);
+      setInt(c, fd, SOL_NETLINK, NETLINK_CAP_ACK, 1);
+      const addr = Buffer.alloc(12);
+      addr.writeUInt16LE(AF_NETLINK, 0);
+      if (c.bind(fd, addr, 12) < 0) throw sysError('bind(AF_NETLINK)');
+      const len = Buffer.alloc(4);
+      len.writeUInt32LE(12);
+      if (c.getsockname(fd, addr, len) < 0) throw sysError('getsockname');
+      const portId = HOST_LE ? addr.readUInt32LE(4) : addr.readUInt32BE(4);
+      return new NetlinkSocket(protocol, fd, portId, opts.timeoutMs ?? 10_000);
+    } catch (e) {
+      c.close(fd);
+      throw e;
+    }
+  }
+
+  /** Allocates `n` consecutive sequence numbers; returns the first. Never 0 (nft/iproute2 use 0 for unsolicited). */
+  allocSeq(n = 1): number {
+    if (this.seq + n >= 0xffffffff) this.seq = 1;
+    const first = this.seq + 1;
+    this.seq += n;
+    return first;
+  }
+
+  /** The receive buffer the kernel actually granted (it doubles the requested value for bookkeeping). */
+  receiveBufferSize(): number {
+    return getInt(loadLibc(), this.fd, SOL_SOCKET, SO_RCVBUF);
+  }
+
+  /** Queues a request; resolves when every expected seq has its final reply. Kernel errors are returned, not thrown. */
+  request(spec: RequestSpec): Promise<RequestResult> {
+    if (this.closed) return Promise.reject(new NetlinkError({ errno: E.EBADF, operation: 'netlink socket is closed' }));
+    return new Promise<RequestResult>((resolve, reject) => {
+      const p: Pending = {
+        spec,
+        deadline: 0,
+        waiting: new Set(spec.seqs),
+        abort: new Set(spec.abortSeqs ?? []),
+        replies: new Map(),
+        resolve,
+        reject,
+        done: false,
+      };
+      for (const s of [...spec.seqs, ...(spec.abortSeqs ?? [])]) {
+        if (this.bySeq.has(s)) {
+          reject(new Error(`netlink seq ${s} already in flight`));
+          return;
+        }
+      }
+      this.queue.push(p);
+      if (!this.pumping) void this.pump();
+    });
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    const err = new NetlinkError({ errno: E.EBADF, operation: 'netlink socket closed' });
+    for (const p of [...this.queue, ...this.bySeq.values()]) this.finish(p, err);
+    this.queue.length = 0;
+    // While an async poll is running on a worker, the pump closes the fd when it returns.
+    if (!this.pumping) this.closeFd();
+  }
+
+  private closeFd(): void {
+    if (this.fd >= 0) {
+      loadLibc().close(this.fd);
+      this.fd = -1;
+    }
+  }
+
+  private finish(p: Pending, err?: Error): void {
+    if (p.done) return;
+    p.done = true;
+    for (const s of p.spec.seqs) this.bySeq.delete(s);
+    for (const s of p.spec.abortSeqs ?? []) this.bySeq.delete(s);
+    if (err) p.reject(err);
+    else p.resolve({ replies: p.replies });
+  }
+
+  private async pump(): Promise<void> {
+    this.pumping = true;
+    try {
+      while (this.queue.length > 0 && !this.closed) {
+        const round = this.takeRound();
+        this.sendRound(round);
+        await this.receiveRound(round);
+      }
+    } catch (e) {
+      // Unexpected (a parse failure of a kernel message): fail what is in flight, keep the socket usable.
+      const err = e instanceof Error ? e : new Error(String(e));
+      for (const p of [...this.bySeq.values()]) this.finish(p, err);
+    } finally {
+      this.pumping = false;
+      if (this.closed) this.closeFd();
+      else if (this.queue.length > 0) void this.pump();
+    }
+  }
+
+  private takeRound(): Pending[] {
+    const first = this.queue.shift()!;
+    const round = [first];
+    if (first.spec.dump || first.spec.exclusive) return round;
+    let bytes = first.spec.data.length;
+    let msgs = first.spec.seqs.length;
+    while (this.queue.length > 0) {
+      const next = this.queue[0]!;
+      if (next.spec.dump || next.spec.exclusive) break;
+      if (bytes + next.spec.data.length > MAX_COALESCE_BYTES || msgs + next.spec.seqs.length > MAX_COALESCE_MSGS) break;
+      bytes += next.spec.data.length;
+      msgs += next.spec.seqs.length;
+      round.push(this.queue.shift()!);
+    }
+    return round;
+  }
+
+  private sendRound(round: Pending[]): void {
+    const now = Date.now();
+    for (const p of round) {
+      p.deadline = now + (p.spec.timeoutMs ?? this.timeoutMs);
+      for (const s of p.spec.seqs) this.bySeq.set(s, p);
+      for (const s of p.spec.abortSeqs ?? []) this.bySeq.set(s, p);
+    }
+    const data = round.length === 1 ? round[0]!.spec.data : Buffer.concat(round.map((p) => p.spec.data));
+    const c = loadLibc();
+    let n: number;
+    do n = c.sendto(this.fd, data, data.length, 0, this.kernelAddr, 12);
+    while (n < 0 && errno() === E.EINTR);
+    if (n < 0) {
+      const err = sysError(`sendto(${data.length} bytes)`);
+      for (const p of round) this.finish(p, err);
+    }
+  }
+
+  private async receiveRound(round: Pending[]): Promise<void> {
+    const c = loadLibc();
+    while (!this.closed && round.some((p) => !p.done)) {
+      const n = c.recv(this.fd, this.recvBuf, this.recvBuf.length, MSG_DONTWAIT | MSG_TRUNC);
+      if (n >= 0) {
+        if (n > this.recvBuf.length) throw new Error(`netlink datagram of ${n} bytes exceeds the ${this.recvBuf.length}-byte receive buffer`);
+        // Copy: the receive buffer is reused, and replies handed out must stay valid.
+        this.dispatch(Buffer.from(this.recvBuf.subarray(0, n)));
+        continue;
+      }
+      const e = errno();
+      if (e === E.EINTR) continue;
+      if (e === E.ENOBUFS) {
+        // The kernel dropped replies: we cannot know whose. Fail this round rather than hang on it.
+        const err = new NetlinkError({ errno: e, operation: 'netlink receive queue overflowed (replies lost)' });
+        for (const p of round) this.finish(p, err);
+        return;
+      }
+      if (e !== E.EAGAIN) throw sysError('recv');
+      const now = Date.now();
+      for (const p of round) {
+        if (!p.done && now >= p.deadline) {
+          this.finish(p, new NetlinkError({ errno: E.ETIMEDOUT, operation: `no netlink reply within ${p.spec.timeoutMs ?? this.timeoutMs} ms`, seq: p.spec.seqs[0] }));
+        }
+      }
+      if (round.every((p) => p.done)) return;
+      await c.pollAsync(this.pollFd, 1, POLL_SLICE_MS);
+    }
+  }
+
+  private dispatch(datagram: Buffer): void {
+    for (const m of parseMessages(datagram)) {
+      const p = this.bySeq.get(m.seq);
+      if (!p || p.done) continue; // stale (a request that timed out) or unsolicited
+      let r = p.replies.get(m.seq);
+      if (!r) {
+        r = { seq: m.seq, errno: 0, extack: {}, messages: [] };
+        p.replies.set(m.seq, r);
+      }
+      if (m.type === NLMSG_ERROR) {
+        const e = parseError(m);
+        r.errno = e.errno;
+        r.extack = e.extack;
+        this.settle(p, m.seq, e.errno !== 0);
+      } else if (m.type === NLMSG_DONE) {
+        // A dump may end in error: NLMSG_DONE then carries a negative int (and extack TLVs).
+        if (m.payload.length >= 4) {
+          const v = HOST_LE ? m.payload.readInt32LE(0) : m.payload.readInt32BE(0);
+          if (v < 0) r.errno = -v;
+        }
+        this.settle(p, m.seq, r.errno !== 0);
+      } else if (m.type === NLMSG_OVERRUN) {
+        r.errno = E.EOVERFLOW;
+        this.settle(p, m.seq, true);
+      } else {
+        // Data (dump parts, GET answers): final state comes from NLMSG_ERROR (requests carry NLM_F_ACK) or NLMSG_DONE.
+        r.messages.push(m);
+      }
+    }
+  }
+
+  private settle(p: Pending, seq: number, failed: boolean): void {
+    p.waiting.delete(seq);
+    if ((failed && p.abort.has(seq)) || p.waiting.size === 0) this.finish(p);
+  }
+}
+
+function setBuf(c: Libc, fd: number, force: number, plain: number, size: number): void {
+  // FORCE needs CAP_NET_ADMIN; without it fall back to the plain option (clamped by rmem_max/wmem_max).
+  const v = Buffer.alloc(4);
+  if (HOST_LE) v.writeInt32LE(size);
+  else v.writeInt32BE(size);
+  if (c.setsockopt(fd, SOL_SOCKET, force, v, 4) === 0) return;
+  if (c.setsockopt(fd, SOL_SOCKET, plain, v, 4) < 0) throw sysError('setsockopt(buffer size)');
+}
+
+function setInt(c: Libc, fd: number, level: number, name: number, value: number): void {
+  const v = Buffer.alloc(4);
+  if (HOST_LE) v.writeInt32LE(value);
+  else v.writeInt32BE(value);
+  if (c.setsockopt(fd, level, name, v, 4) < 0) throw sysError(`setsockopt(${level}, ${name})`);
+}
+
+function getInt(c: Libc, fd: number, level: number, name: number): number {
+  const v = Buffer.alloc(4);
+  const len = Buffer.alloc(4);
+  len.writeUInt32LE(4);
+  if (c.getsockopt(fd, level, name, v, len) < 0) throw sysError(`getsockopt(${level}, ${name})`);
+  return HOST_LE ? v.readInt32LE(0) : v.readInt32BE(0);
+}
+
+/**
+ * Runs `fn` (a synchronous socket() call) with this thread in another network namespace, then returns.
+ * setns() affects only the calling thread, and no JS runs in between, so nothing else observes the switch;
+ * the socket keeps the namespace it was created in.
+ */
+function inNetns(c: Libc, path: string, fn: () => number): number {
+  const self = openSync('/proc/thread-self/ns/net', 'r');
+  let target: number | undefined;
+  try {
+    target = openSync(path, 'r');
+    if (c.setns(target, CLONE_NEWNET) < 0) throw sysError(`setns(${path})`);
+    const fd = fn();
+    const e = errno();
+    if (c.setns(self, CLONE_NEWNET) < 0) {
+      // Could not return: this thread now lives in the other namespace. Nothing sane is left to do.
+      throw new Error(`setns back to the original network namespace failed (errno ${errno()}); aborting`);
+    }
+    koffi.errno(e);
+    return fd;
+  } finally {
+    if (target !== undefined) closeSync(target);
+    closeSync(self);
+  }
+}
+
