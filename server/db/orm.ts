@@ -5,11 +5,13 @@ import path from 'node:path';
 import { MikroORM as PgORM } from '@mikro-orm/postgresql';
 import { MikroORM as PgliteORM } from '@mikro-orm/pglite';
 import { Migrator } from '@mikro-orm/migrations';
-import type { EntityManager } from '@mikro-orm/sql';
+import type { MikroORM } from '@mikro-orm/core';
+import type { AbstractSqlDriver, EntityManager } from '@mikro-orm/sql';
 import { entities } from './entities.ts';
 import { migrationsList } from './migrations/index.ts';
 
-export type Orm = PgORM | PgliteORM;
+/** Both drivers are PostgreSQL-flavoured SQL drivers; code above this module sees only that. */
+export type Orm = MikroORM<AbstractSqlDriver>;
 export type Em = EntityManager;
 
 export interface OpenOptions {
@@ -31,20 +33,22 @@ const common = {
 
 export async function openOrm(opts: OpenOptions): Promise<Orm> {
   if (opts.databaseUrl) {
-    return PgORM.init({
+    const orm = await PgORM.init({
       ...common,
       clientUrl: opts.databaseUrl,
       pool: { min: 0, max: opts.poolMax ?? 20 },
       debug: opts.debug ?? false,
     });
+    return orm as unknown as Orm;
   }
   // PGlite wants its parent directory to exist; the cluster itself lives in DATA_DIR/pg.
   fs.mkdirSync(opts.dataDir, { recursive: true });
-  return PgliteORM.init({
+  const orm = await PgliteORM.init({
     ...common,
     dbName: path.join(opts.dataDir, 'pg'),
     debug: opts.debug ?? false,
   });
+  return orm as unknown as Orm;
 }
 
 /** Applies every checked-in migration that has not run yet. Returns their names. */

@@ -1,0 +1,33 @@
+// The one authentication interface: an Authorization header in, a Principal out. Panel access
+// tokens from the identity provider plug in here as another `BearerVerifier`.
+import type { Database } from '../db/database.ts';
+import { ApiError } from '../domain/errors.ts';
+import { authenticateApiKey } from './api-keys.ts';
+import type { Principal } from './principal.ts';
+
+export type BearerVerifier = (token: string) => Promise<Principal>;
+
+const challenge = { 'WWW-Authenticate': 'Bearer' };
+
+export class Authenticator {
+  private readonly verifiers: Array<{ accepts: (token: string) => boolean; verify: BearerVerifier }> = [];
+
+  constructor(db: Database) {
+    this.verifiers.push({ accepts: (t) => t.startsWith('svc_'), verify: (t) => authenticateApiKey(db, t) });
+  }
+
+  /** Registers another credential kind (e.g. JWT access tokens), tried when no earlier one accepts the token. */
+  use(accepts: (token: string) => boolean, verify: BearerVerifier): void {
+    this.verifiers.push({ accepts, verify });
+  }
+
+  async authenticate(authorization: string | undefined): Promise<Principal> {
+    if (!authorization) throw new ApiError('invalid_token', 'Send Authorization: Bearer <svc_ API key or panel access token>.', challenge);
+    const m = /^Bearer +([\x21-\x7e]{1,4096})$/i.exec(authorization.trim());
+    if (!m) throw new ApiError('invalid_token', 'The Authorization header must be "Bearer <token>".', { 'WWW-Authenticate': 'Bearer error="invalid_token"' });
+    const token = m[1]!;
+    const v = this.verifiers.find((x) => x.accepts(token));
+    if (!v) throw new ApiError('invalid_token', 'The bearer token is not a credential this API accepts.', { 'WWW-Authenticate': 'Bearer error="invalid_token"' });
+    return v.verify(token);
+  }
+}

@@ -1,0 +1,83 @@
+// IPv4 parsing and the address classes the product cares about. Addresses are uint32 numbers.
+export class IpError extends Error {
+  override name = 'IpError';
+}
+
+/** Strict dotted quad: four decimal octets 0-255, no leading zeros (so "010.0.0.1" is not octal-ambiguous). */
+export function parseIPv4(text: string): number | null {
+  const parts = text.split('.');
+  if (parts.length !== 4) return null;
+  let n = 0;
+  for (const part of parts) {
+    if (!/^(0|[1-9]\d{0,2})$/.test(part)) return null;
+    const o = Number(part);
+    if (o > 255) return null;
+    n = n * 256 + o;
+  }
+  return n;
+}
+
+export function formatIPv4(n: number): string {
+  return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.');
+}
+
+export interface Cidr {
+  base: number;
+  prefix: number;
+}
+
+export function parseCidr(text: string): Cidr {
+  const m = /^([^/]+)\/(\d{1,2})$/.exec(text.trim());
+  const ip = m ? parseIPv4(m[1]!) : null;
+  const prefix = m ? Number(m[2]) : NaN;
+  if (ip === null || !(prefix >= 0 && prefix <= 32)) throw new IpError(`not an IPv4 CIDR: ${JSON.stringify(text)}`);
+  const size = 2 ** (32 - prefix);
+  if (ip % size !== 0) throw new IpError(`${text} has host bits set; the network is ${formatIPv4(ip - (ip % size))}/${prefix}`);
+  return { base: ip, prefix };
+}
+
+const inRange = (ip: number, cidr: string) => {
+  const c = parseCidr(cidr);
+  const size = 2 ** (32 - c.prefix);
+  return ip >= c.base && ip < c.base + size;
+};
+
+// IANA special-purpose registry entries that are never a reachable public origin.
+const NOT_PUBLIC = [
+  '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12',
+  '192.0.0.0/24', '192.0.2.0/24', '192.88.99.0/24', '192.168.0.0/16', '198.18.0.0/15',
+  '198.51.100.0/24', '203.0.113.0/24', '224.0.0.0/4', '240.0.0.0/4',
+];
+// Even a lab cannot route a tunnel to these.
+const NEVER_UNICAST = ['0.0.0.0/8', '127.0.0.0/8', '224.0.0.0/4', '240.0.0.0/4'];
+
+export function isPublicUnicast(ip: number): boolean {
+  return !NOT_PUBLIC.some((c) => inRange(ip, c));
+}
+
+export function isUnicast(ip: number): boolean {
+  return !NEVER_UNICAST.some((c) => inRange(ip, c));
+}
+
+/**
+ * Usable addresses of a pool. Protected IPs are routed to the edge as /32s, but the network and
+ * broadcast addresses of a pool wider than /31 are left out because upstream filters often drop them.
+ */
+export function poolAddresses(c: Cidr): number[] {
+  const size = 2 ** (32 - c.prefix);
+  if (size > 65536) throw new IpError(`a pool of /${c.prefix} is too large (at most /16)`);
+  const out: number[] = [];
+  const [first, last] = size <= 2 ? [0, size - 1] : [1, size - 2];
+  for (let i = first; i <= last; i++) out.push(c.base + i);
+  return out;
+}
+
+/** The inner /30 number `index` of a pool: edge end .1, origin end .2. */
+export function innerSubnet(pool: Cidr, index: number): { edgeInner: string; originInner: string } {
+  const capacity = 2 ** (32 - pool.prefix) / 4;
+  if (!Number.isInteger(index) || index < 0 || index >= capacity) {
+    throw new IpError(`inner subnet ${index} is outside the ${capacity} /30s of the inner pool`);
+  }
+  const net = pool.base + index * 4;
+  return { edgeInner: `${formatIPv4(net + 1)}/30`, originInner: `${formatIPv4(net + 2)}/30` };
+}

@@ -1,0 +1,58 @@
+// The price list and live stock. Stock is cached for a moment because pricing is the hottest
+// anonymous read; every purchase and release in this process drops the cache at once.
+import type { Database } from '../db/database.ts';
+import { centsToNumber, parseRate, rateToNumber, rubToUsdCents } from './money.ts';
+
+export const PRICE_RUB_KOPECKS = 10_000n; // 100 RUB, one time
+export const INCLUDES = ['dedicated_public_ip', 'full_tcp_udp_nat', 'gre_tunnel'] as const;
+
+export interface Pricing {
+  price: number;
+  currency: 'RUB';
+  price_usd: number;
+  usd_rub_rate: number;
+  billing: 'one_time';
+  includes: string[];
+  admin_ssh_port: number;
+  availability: { total: number; available: number; in_stock: boolean };
+}
+
+export class PricingService {
+  #cache: { at: number; value: Pricing } | null = null;
+
+  constructor(
+    private readonly db: Database,
+    private readonly adminSshPort: number,
+    /** How long a computed price list may be served again, in ms. */
+    private readonly ttlMs = 1000,
+  ) {}
+
+  invalidate(): void {
+    this.#cache = null;
+  }
+
+  async get(): Promise<Pricing> {
+    const now = Date.now();
+    if (this.#cache && now - this.#cache.at < this.ttlMs) return this.#cache.value;
+    const [row] = await this.db.query<{ rate: string; total: string; available: string }>(
+      `select (select value from setting where key = 'usd_rub_rate') as rate,
+              count(*) as total, count(*) filter (where tunnel_id is null) as available
+         from protected_ip`,
+    );
+    const rate = parseRate(row!.rate);
+    const total = Number(row!.total);
+    const available = Number(row!.available);
+    const value: Pricing = {
+      price: centsToNumber(PRICE_RUB_KOPECKS),
+      currency: 'RUB',
+      price_usd: centsToNumber(rubToUsdCents(PRICE_RUB_KOPECKS, rate)),
+      usd_rub_rate: rateToNumber(rate),
+      billing: 'one_time',
+      includes: [...INCLUDES],
+      admin_ssh_port: this.adminSshPort,
+      availability: { total, available, in_stock: available > 0 },
+    };
+    this.#cache = { at: now, value };
+    return value;
+  }
+}

@@ -1,0 +1,418 @@
+// Buying, listing, reading and deleting tunnels. REST, GraphQL and tests all call this service; the
+// views it returns are the REST wire shapes of DESIGN.md, "REST shapes".
+import { createHash, randomUUID } from 'node:crypto';
+import type { Database, Sql } from '../db/database.ts';
+import type { TunnelStatus } from '../db/entities.ts';
+import type { Principal } from '../auth/principal.ts';
+import { requireWrite } from '../auth/principal.ts';
+import { ApiError, notFound } from './errors.ts';
+import { innerSubnet, isPublicUnicast, isUnicast, parseCidr, parseIPv4 } from './ip.ts';
+import { centsToNumber, centsToString, dbToCents, kopecksToNumber, parseRate, rubToUsdCents } from './money.ts';
+import { renderOriginScripts, type OriginScripts } from './origin-scripts.ts';
+import { PRICE_RUB_KOPECKS, type PricingService } from './pricing.ts';
+import { discountedKopecks, normalizeCode, type PromocodeRow } from './promocodes.ts';
+
+export const GRE_MTU = 1476;
+
+export interface TunnelView {
+  id: string;
+  name: string | null;
+  protected_ip: string;
+  origin_ip: string;
+  ports: '*';
+  protocol: 'both';
+  tunnel_name: string;
+  status: TunnelStatus;
+  admin_ssh_port: number;
+  edge_ip: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface PurchaseResult {
+  tunnel: TunnelView;
+  charged: number;
+  charged_usd: number;
+  currency: 'RUB';
+  balance_after: number;
+  next_steps: { setup: string; provision: string };
+}
+
+export interface PurchaseInput {
+  name: string | null;
+  originIp: string;
+  promocode: string | null;
+}
+
+export interface SetupView {
+  tunnel_id: string;
+  scripts: OriginScripts;
+}
+
+export interface TunnelPage {
+  tunnels: TunnelView[];
+  next_cursor: string | null;
+}
+
+interface TunnelRow {
+  id: string;
+  name: string | null;
+  protected_ip: string;
+  origin_ip: string;
+  tunnel_name: string;
+  status: TunnelStatus;
+  inner_index: number;
+  gre_key: string | null;
+  created_at: string;
+  updated_at: string;
+  edge_ip: string;
+  inner_pool: string;
+}
+
+const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key,
+  to_json(t.created_at) #>> '{}' as created_at, to_json(t.updated_at) #>> '{}' as updated_at, n.public_ip as edge_ip, n.inner_pool`;
+
+const isoTime = (pgText: string) => new Date(pgText).toISOString();
+
+// --- input validation, shared by REST and GraphQL -------------------------------------------------
+
+const NAME_MAX = 100;
+const PROMO_MAX = 64;
+const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
+
+export function validateIdempotencyKey(key: string | null | undefined): string | null {
+  if (key === undefined || key === null) return null;
+  if (!IDEMPOTENCY_KEY_RE.test(key)) {
+    throw new ApiError('invalid_request', 'Idempotency-Key must be 1 to 255 visible ASCII characters.');
+  }
+  return key;
+}
+
+export function validatePurchase(
+  input: { name?: unknown; origin_ip?: unknown; promocode?: unknown },
+  allowPrivateOrigins: boolean,
+): PurchaseInput {
+  const { name, origin_ip: originIp, promocode } = input;
+  if (name !== undefined && name !== null) {
+    if (typeof name !== 'string') throw new ApiError('invalid_request', 'name must be a string.');
+    if (name.length > NAME_MAX) throw new ApiError('invalid_request', `name must be at most ${NAME_MAX} characters.`);
+    if (/[\u0000-\u001f\u007f]/.test(name)) throw new ApiError('invalid_request', 'name must not contain control characters.');
+  }
+  if (originIp === undefined || originIp === null) throw new ApiError('invalid_request', 'origin_ip is required.');
+  if (typeof originIp !== 'string') throw new ApiError('invalid_request', 'origin_ip must be a string.');
+  const ip = parseIPv4(originIp);
+  if (ip === null) throw new ApiError('invalid_origin_ip', `origin_ip must be a dotted-quad IPv4 address, got ${JSON.stringify(originIp.slice(0, 64))}.`);
+  if (allowPrivateOrigins ? !isUnicast(ip) : !isPublicUnicast(ip)) {
+    throw new ApiError('invalid_origin_ip', `origin_ip ${originIp} is not a public unicast address.`);
+  }
+  if (promocode !== undefined && promocode !== null) {
+    if (typeof promocode !== 'string') throw new ApiError('invalid_request', 'promocode must be a string.');
+    if (promocode.length === 0 || promocode.length > PROMO_MAX) {
+      throw new ApiError('invalid_promocode', 'Unknown promocode.');
+    }
+  }
+  const trimmed = typeof name === 'string' ? name.trim() : '';
+  return {
+    name: trimmed === '' ? null : trimmed,
+    originIp,
+    promocode: typeof promocode === 'string' ? promocode : null,
+  };
+}
+
+/** Stable digest of what was asked for, so a retried key can be told apart from a reused one. */
+function requestHash(input: PurchaseInput): string {
+  const canonical = JSON.stringify([input.name, input.originIp, input.promocode === null ? null : normalizeCode(input.promocode)]);
+  return createHash('sha256').update(canonical).digest('hex');
+}
+
+// --- the service -------------------------------------------------------------------------------------
+
+/** Linux interface names are at most 15 bytes; `tg-` plus 10 base-32 characters is 13. */
+export function tunnelNameFor(id: string): string {
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz234567';
+  const bytes = Buffer.from(id.replace(/-/g, ''), 'hex');
+  let bits = 0n;
+  for (const b of bytes.subarray(0, 7)) bits = (bits << 8n) | BigInt(b);
+  let out = '';
+  // The 50 leading bits of the id, most significant first.
+  for (let i = 1; i <= 10; i++) out += alphabet[Number((bits >> BigInt(56 - 5 * i)) & 31n)];
+  return `tg-${out}`;
+}
+
+/** A policy-routing table number on the origin, distinct per tunnel and clear of the reserved 253-255. */
+export function routeTableFor(id: string): number {
+  return 1_000_000 + Number.parseInt(id.replace(/-/g, '').slice(0, 5), 16);
+}
+
+interface StoredOutcome {
+  status: number;
+  body: PurchaseResult | { error: string; error_description: string };
+}
+
+class PurchaseRefused extends Error {
+  constructor(readonly error: ApiError) {
+    super(error.message);
+  }
+}
+
+export class TunnelService {
+  constructor(
+    private readonly db: Database,
+    private readonly pricing: PricingService,
+    private readonly opts: { adminSshPort: number; allowPrivateOrigins: boolean },
+  ) {}
+
+  get allowPrivateOrigins(): boolean {
+    return this.opts.allowPrivateOrigins;
+  }
+
+  private view(r: TunnelRow): TunnelView {
+    return {
+      id: r.id,
+      name: r.name,
+      protected_ip: r.protected_ip,
+      origin_ip: r.origin_ip,
+      ports: '*',
+      protocol: 'both',
+      tunnel_name: r.tunnel_name,
+      status: r.status,
+      admin_ssh_port: this.opts.adminSshPort,
+      edge_ip: r.edge_ip,
+      created_at: isoTime(r.created_at),
+      updated_at: isoTime(r.updated_at),
+    };
+  }
+
+  private async row(sql: Pick<Sql, 'query'> | Database, principal: Principal, id: string, lock = false): Promise<TunnelRow> {
+    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) throw notFound();
+    const rows = await sql.query<TunnelRow>(
+      `select ${TUNNEL_COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
+        where t.id = ? and t.account_id = ?${lock ? ' for update of t' : ''}`,
+      [id.toLowerCase(), principal.accountId],
+    );
+    // Another account's tunnel is indistinguishable from a missing one.
+    if (!rows[0]) throw notFound();
+    return rows[0];
+  }
+
+  /**
+   * One transaction: lock the account, check the promocode and the balance, take one free protected
+   * IP with SKIP LOCKED, debit, write the ledger row, create the tunnel. With an Idempotency-Key the
+   * outcome (success or refusal) is stored in the same transaction and replayed for the same request.
+   */
+  async purchase(principal: Principal, input: PurchaseInput, idempotencyKey: string | null): Promise<{ status: number; body: PurchaseResult }> {
+    requireWrite(principal);
+    const hash = requestHash(input);
+    const outcome = await this.db.transaction(async (sql): Promise<StoredOutcome> => {
+      if (idempotencyKey !== null) {
+        // A concurrent twin blocks here until the first commits or rolls back.
+        const claimed = await sql.query(
+          `insert into idempotency_record (account_id, key, request_hash, status_code, body) values (?, ?, ?, 0, '{}')
+           on conflict (account_id, key) do nothing returning key`,
+          [principal.accountId, idempotencyKey, hash],
+        );
+        if (claimed.length === 0) {
+          const [prev] = await sql.query<{ request_hash: string; status_code: number; body: StoredOutcome['body'] }>(
+            'select request_hash, status_code, body from idempotency_record where account_id = ? and key = ?',
+            [principal.accountId, idempotencyKey],
+          );
+          if (prev!.request_hash !== hash) {
+            throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
+          }
+          return { status: prev!.status_code, body: prev!.body };
+        }
+      }
+      let result: StoredOutcome;
+      try {
+        result = { status: 201, body: await this.buy(sql, principal, input) };
+      } catch (e) {
+        if (!(e instanceof PurchaseRefused)) throw e;
+        result = { status: e.error.status, body: e.error.body };
+      }
+      if (idempotencyKey !== null) {
+        await sql.query('update idempotency_record set status_code = ?, body = ? where account_id = ? and key = ?', [
+          result.status,
+          JSON.stringify(result.body),
+          principal.accountId,
+          idempotencyKey,
+        ]);
+      }
+      return result;
+    });
+    if (outcome.status !== 201) {
+      const body = outcome.body as { error: ConstructorParameters<typeof ApiError>[0]; error_description: string };
+      throw new ApiError(body.error, body.error_description);
+    }
+    this.pricing.invalidate();
+    return { status: 201, body: outcome.body as PurchaseResult };
+  }
+
+  /** The purchase proper. Refusals are thrown as PurchaseRefused before anything is written. */
+  private async buy(sql: Sql, principal: Principal, input: PurchaseInput): Promise<PurchaseResult> {
+    const [account] = await sql.query<{ balance_usd: string; rate: string }>(
+      `select balance_usd, (select value from setting where key = 'usd_rub_rate') as rate
+         from account where id = ? for update`,
+      [principal.accountId],
+    );
+    if (!account) throw new ApiError('invalid_token', 'The account of this credential no longer exists.', { 'WWW-Authenticate': 'Bearer error="invalid_token"' });
+    const rate = parseRate(account.rate);
+
+    let kopecks = PRICE_RUB_KOPECKS;
+    let promo: string | null = null;
+    if (input.promocode !== null) {
+      promo = normalizeCode(input.promocode);
+      const [row] = await sql.query<PromocodeRow>(
+        `select code, percent, amount_rub, max_uses, uses, expires_at < now() as expired
+           from promocode where code = ? for update`,
+        [promo],
+      );
+      if (!row) throw new PurchaseRefused(new ApiError('invalid_promocode', `Unknown promocode ${JSON.stringify(input.promocode)}.`));
+      if (row.expired) throw new PurchaseRefused(new ApiError('invalid_promocode', `Promocode ${row.code} has expired.`));
+      if (row.max_uses !== null && row.uses >= row.max_uses) {
+        throw new PurchaseRefused(new ApiError('invalid_promocode', `Promocode ${row.code} has been used up.`));
+      }
+      kopecks = discountedKopecks(PRICE_RUB_KOPECKS, row);
+    }
+    const charge = rubToUsdCents(kopecks, rate);
+    const balance = dbToCents(account.balance_usd);
+    if (balance < charge) {
+      throw new PurchaseRefused(
+        new ApiError('insufficient_balance', `The price is ${centsToString(charge)} USD and the balance is ${centsToString(balance)} USD; nothing was charged.`),
+      );
+    }
+    const [ipRow] = await sql.query<{ ip: string; node_id: string; inner_index: number }>(
+      `select ip, node_id, inner_index from protected_ip where tunnel_id is null
+        order by inner_index, ip limit 1 for update skip locked`,
+    );
+    if (!ipRow) throw new PurchaseRefused(new ApiError('out_of_stock', 'No protected IP is free right now; nothing was charged.'));
+
+    const id = randomUUID();
+    const tunnelName = tunnelNameFor(id);
+    await sql.query('update protected_ip set tunnel_id = ? where ip = ?', [id, ipRow.ip]);
+    const [after] = await sql.query<{ balance_usd: string }>(
+      'update account set balance_usd = balance_usd - ? where id = ? returning balance_usd',
+      [centsToString(charge), principal.accountId],
+    );
+    await sql.query(
+      `insert into ledger_entry (account_id, amount_usd, balance_after, kind, tunnel_id, promocode) values (?, ?, ?, 'purchase', ?, ?)`,
+      [principal.accountId, centsToString(-charge), after!.balance_usd, id, promo],
+    );
+    if (promo !== null) await sql.query('update promocode set uses = uses + 1 where code = ?', [promo]);
+    await sql.query(
+      `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, status, charged_usd, charged_rub)
+       values (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+      [id, principal.accountId, ipRow.node_id, input.name, ipRow.ip, input.originIp, tunnelName, ipRow.inner_index, centsToString(charge), centsToString(kopecks)],
+    );
+    const row = await this.row(sql, principal, id);
+    return {
+      tunnel: this.view(row),
+      charged: kopecksToNumber(kopecks),
+      charged_usd: centsToNumber(charge),
+      currency: 'RUB',
+      balance_after: centsToNumber(dbToCents(after!.balance_usd)),
+      next_steps: { setup: `/api/dedicated/${id}/setup`, provision: `/api/dedicated/${id}/provision` },
+    };
+  }
+
+  async get(principal: Principal, id: string): Promise<TunnelView> {
+    return this.view(await this.row(this.db, principal, id));
+  }
+
+  /** Newest first; deleted tunnels are left out. The cursor is opaque to clients. */
+  async list(principal: Principal, opts: { limit?: number; cursor?: string | null } = {}): Promise<TunnelPage> {
+    const limit = opts.limit ?? 20;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError('invalid_request', 'limit must be an integer from 1 to 100.');
+    const params: unknown[] = [principal.accountId];
+    let after = '';
+    if (opts.cursor) {
+      const c = decodeCursor(opts.cursor);
+      after = ' and (t.created_at, t.id) < (?::timestamptz, ?::uuid)';
+      params.push(c.createdAt, c.id);
+    }
+    params.push(limit + 1);
+    const rows = await this.db.query<TunnelRow>(
+      `select ${TUNNEL_COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
+        where t.account_id = ? and t.status <> 'deleted'${after}
+        order by t.created_at desc, t.id desc limit ?`,
+      params,
+    );
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
+    return {
+      tunnels: page.map((r) => this.view(r)),
+      next_cursor: rows.length > limit && last ? encodeCursor(last.created_at, last.id) : null,
+    };
+  }
+
+  async setup(principal: Principal, id: string): Promise<SetupView> {
+    const r = await this.row(this.db, principal, id);
+    if (r.status === 'deleted' || r.status === 'deleting') {
+      throw new ApiError('invalid_state', `Tunnel ${id} is ${r.status}; it has no setup scripts.`);
+    }
+    const inner = innerSubnet(parseCidr(r.inner_pool), r.inner_index);
+    return {
+      tunnel_id: r.id,
+      scripts: renderOriginScripts({
+        tunnelId: r.id,
+        tunnelName: r.tunnel_name,
+        protectedIp: r.protected_ip,
+        originIp: r.origin_ip,
+        edgeIp: r.edge_ip,
+        edgeInner: inner.edgeInner,
+        originInner: inner.originInner,
+        mtu: GRE_MTU,
+        greKey: r.gre_key === null ? null : Number(r.gre_key),
+        routeTable: routeTableFor(r.id),
+      }),
+    };
+  }
+
+  /** Provisioning needs the edge agent, which is not wired yet: refuse honestly rather than pretend. */
+  async provision(principal: Principal, id: string): Promise<never> {
+    requireWrite(principal);
+    const r = await this.row(this.db, principal, id);
+    throw new ApiError('invalid_state', `Tunnel ${r.id} is ${r.status}; provisioning through the edge agent is not available on this gateway yet.`);
+  }
+
+  async activate(principal: Principal, id: string): Promise<never> {
+    requireWrite(principal);
+    const r = await this.row(this.db, principal, id);
+    throw new ApiError('invalid_state', `Tunnel ${r.id} is ${r.status}; only a provisioned tunnel can be activated, and provisioning through the edge agent is not available on this gateway yet.`);
+  }
+
+  /**
+   * A tunnel that never reached the edge is deleted at once and its IP returns to the pool. The
+   * purchase is one-time and not refunded.
+   */
+  async delete(principal: Principal, id: string): Promise<{ status: number; body: { tunnel: TunnelView } }> {
+    requireWrite(principal);
+    const row = await this.db.transaction(async (sql) => {
+      const r = await this.row(sql, principal, id, true);
+      if (r.status === 'deleted') throw new ApiError('invalid_state', `Tunnel ${r.id} is already deleted.`);
+      if (r.status !== 'pending') {
+        throw new ApiError('invalid_state', `Tunnel ${r.id} is ${r.status}; removing it from the edge is not available on this gateway yet.`);
+      }
+      await sql.query(`update tunnel set status = 'deleted', updated_at = now() where id = ?`, [r.id]);
+      await sql.query('update protected_ip set tunnel_id = null where tunnel_id = ?', [r.id]);
+      return this.row(sql, principal, id);
+    });
+    this.pricing.invalidate();
+    return { status: 200, body: { tunnel: this.view(row) } };
+  }
+}
+
+function encodeCursor(createdAt: string, id: string): string {
+  return Buffer.from(JSON.stringify([createdAt, id])).toString('base64url');
+}
+
+function decodeCursor(cursor: string): { createdAt: string; id: string } {
+  try {
+    const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
+    if (typeof createdAt === 'string' && typeof id === 'string' && !Number.isNaN(Date.parse(createdAt)) && /^[0-9a-f-]{36}$/.test(id)) {
+      return { createdAt, id };
+    }
+  } catch {
+    // fall through
+  }
+  throw new ApiError('invalid_request', 'cursor is not one this API issued.');
+}

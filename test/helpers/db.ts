@@ -1,0 +1,52 @@
+// Per-file databases cloned from the migrated template made by global-setup.ts.
+import { randomBytes } from 'node:crypto';
+import { inject } from 'vitest';
+import pg from 'pg';
+import { Database } from '../../server/db/database.ts';
+import { openOrm } from '../../server/db/orm.ts';
+import { withDatabase } from './global-setup.ts';
+
+export interface TestDatabase {
+  url: string;
+  name: string;
+  db: Database;
+  /** A plain pg client for assertions that should not go through the code under test. */
+  raw: pg.Pool;
+  drop(): Promise<void>;
+}
+
+export async function createTestDatabase(opts: { poolMax?: number } = {}): Promise<TestDatabase> {
+  const adminUrl = inject('adminDatabaseUrl');
+  const template = inject('templateDatabase');
+  const name = `${template}_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  // Cloning needs the template idle; retry briefly if another file is cloning at the same moment.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await admin.query(`create database ${name} template ${template}`);
+      break;
+    } catch (e) {
+      if (attempt > 20 || !/being accessed by other users/.test((e as Error).message)) throw e;
+      await new Promise((r) => setTimeout(r, 100 + Math.random() * 200));
+    }
+  }
+  await admin.end();
+  const url = withDatabase(adminUrl, name);
+  const orm = await openOrm({ databaseUrl: url, dataDir: '', poolMax: opts.poolMax });
+  const raw = new pg.Pool({ connectionString: url, max: 4 });
+  return {
+    url,
+    name,
+    db: new Database(orm),
+    raw,
+    async drop() {
+      await raw.end();
+      await orm.close();
+      const a = new pg.Client({ connectionString: adminUrl });
+      await a.connect();
+      await a.query(`drop database if exists ${name} with (force)`);
+      await a.end();
+    },
+  };
+}
