@@ -181,6 +181,42 @@ export const SettingSchema = defineEntity({
 });
 export type Setting = InferEntity<typeof SettingSchema>;
 
+// --- Server secrets and OAuth clients (server/secrets.ts, server/domain/clients.ts) ---
+
+export const ServerSecretSchema = defineEntity({
+  name: 'ServerSecret',
+  tableName: 'server_secret',
+  properties: {
+    // A secret generated once and shared by every replica and the admin CLI (or, for rows named
+    // `env_fingerprint.<name>`, the fingerprint of a secret some process takes from its environment).
+    name: p.string().length(100).primary(),
+    value: p.text(),
+    createdAt: createdAt(),
+  },
+});
+export type ServerSecret = InferEntity<typeof ServerSecretSchema>;
+
+export const OAuthClientSchema = defineEntity({
+  name: 'OAuthClient',
+  tableName: 'oauth_client',
+  properties: {
+    clientId: p.text().primary(),
+    name: p.string().length(200),
+    redirectUris: p.json<string[]>(),
+    // AES-256-GCM under the secret-encryption key (v1.<nonce>.<ct>.<tag>); ID tokens need the plaintext.
+    secretCiphertext: p.text(),
+    secretRotatedAt: p.datetime().defaultRaw('now()').onCreate(() => new Date()),
+    createdAt: createdAt(),
+  },
+  checks: [
+    {
+      name: 'oauth_client_redirect_uris_check',
+      expression: `case when jsonb_typeof(redirect_uris) = 'array' then jsonb_array_length(redirect_uris) > 0 else false end`,
+    },
+  ],
+});
+export type OAuthClient = InferEntity<typeof OAuthClientSchema>;
+
 export const entities = [
   AccountSchema,
   UserSchema,
@@ -192,4 +228,6 @@ export const entities = [
   LedgerEntrySchema,
   IdempotencyRecordSchema,
   SettingSchema,
+  ServerSecretSchema,
+  OAuthClientSchema,
 ];

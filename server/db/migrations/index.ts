@@ -1,5 +1,9 @@
 // Every migration, in order. Listed explicitly so the runner needs no file-system discovery
 // (the same list works from TypeScript sources and from a build).
 import { Migration20261121000000_initial } from './Migration20261121000000_initial.ts';
+import { Migration20261121010000_clients_secrets } from './Migration20261121010000_clients_secrets.ts';
 
-export const migrationsList = [{ name: 'Migration20261121000000_initial', class: Migration20261121000000_initial }];
+export const migrationsList = [
+  { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
+  { name: 'Migration20261121010000_clients_secrets', class: Migration20261121010000_clients_secrets },
+];

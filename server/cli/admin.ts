@@ -1,0 +1,156 @@
+// The admin CLI: `npm run admin -- <command> [options]` (DESIGN.md, "Admin CLI").
+//
+// Output contract
+// - Success: exactly one JSON object on stdout (one line), exit status 0.
+// - Failure: exactly one `{"error": code, "error_description": text}` object on stderr (one line),
+//   nothing on stdout, and a non-zero exit status:
+//     2  usage error (`usage_error`): no or unknown command, unknown option, a required option missing,
+//        an option without its value, a single-valued option given twice, a value outside its fixed
+//        syntax (a choice such as --role, a whole number such as --ssh-port, an ISO time), a stray
+//        argument. Found before the database is opened.
+//     1  refused (the domain's code, e.g. `invalid_request`, `not_found`): the line was well formed but
+//        the operation was refused (bad email, unknown user, duplicate name, pool clash, past expiry,
+//        ...). Nothing was written.
+//     3  failure (`configuration_error` or `server_error`): bad environment, an unusable stored
+//        secret, the database unreachable, or a bug. Safe to retry once fixed.
+// - `--help` (or `-h`, or `help`) prints usage text on stdout and exits 0; after a command it prints
+//   that command's usage.
+// - Progress of long work (`node add` with a large pool) goes to stderr, and only when stderr is a
+//   terminal, so a script reading stdout and stderr sees only the JSON.
+//
+// The database is the gateway's: the same DATABASE_URL (or the embedded one under DATA_DIR), migrated
+// on open. Server secrets (needed by `client ...` and `node add`) follow the gateway's rules in
+// server/secrets.ts: run the CLI with the same secret variables as the gateway, if it has any.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { ConstraintViolationException } from '@mikro-orm/core';
+import { ConfigError, loadConfig } from '../config.ts';
+import type { Database } from '../db/database.ts';
+import { ApiError } from '../domain/errors.ts';
+import { loadSecrets, SecretsError, type ServerSecrets } from '../secrets.ts';
+import { openDatabase } from '../services.ts';
+import { formatUsage, parseOptions, UsageError } from './args.ts';
+import { COMMANDS, type Command } from './commands.ts';
+
+export const EXIT = { ok: 0, refused: 1, usage: 2, failed: 3 } as const;
+
+export interface Io {
+  stdout(text: string): void;
+  stderr(text: string): void;
+  /** Whether progress lines are wanted on stderr. */
+  progress: boolean;
+}
+
+const processIo: Io = {
+  stdout: (t) => process.stdout.write(t),
+  stderr: (t) => process.stderr.write(t),
+  progress: process.stderr.isTTY === true,
+};
+
+const GROUPS = [...new Set(COMMANDS.map((c) => c.name.split(' ')[0]!))];
+
+function globalUsage(): string {
+  const width = Math.max(...COMMANDS.map((c) => c.name.length));
+  return [
+    'Tunnelgate admin CLI: operates on the gateway database (same DATABASE_URL / DATA_DIR as the gateway).',
+    '',
+    'Usage: npm run admin -- <command> [options]      npm run admin -- <command> --help',
+    '',
+    'Commands:',
+    ...COMMANDS.map((c) => `  ${c.name.padEnd(width)}  prints ${c.prints}`),
+    '',
+    'Success: one JSON object on stdout, exit 0. Failure: {"error", "error_description"} on stderr and',
+    'exit 2 (usage error: the command line is wrong), 1 (refused: nothing was written) or 3 (failure:',
+    'environment, database or a bug). Money amounts are decimal strings such as 25.50.',
+    '',
+  ].join('\n');
+}
+
+function commandUsage(c: Command): string {
+  return `${formatUsage(c.name, c.summary, c.options)}\nPrints: ${c.prints}\n`;
+}
+
+interface Failure {
+  status: number;
+  error: string;
+  description: string;
+}
+
+function classify(e: unknown): Failure {
+  if (e instanceof UsageError) return { status: EXIT.usage, error: 'usage_error', description: e.message };
+  if (e instanceof ApiError) return { status: EXIT.refused, error: e.code, description: e.message };
+  // A race another process won (e.g. the same email registered at the same moment): refused, nothing written.
+  if (e instanceof ConstraintViolationException) {
+    return { status: EXIT.refused, error: 'invalid_request', description: `refused by the database: ${firstLine(e.message)}` };
+  }
+  if (e instanceof ConfigError || e instanceof SecretsError) return { status: EXIT.failed, error: 'configuration_error', description: e.message };
+  return { status: EXIT.failed, error: 'server_error', description: firstLine(e instanceof Error ? e.message : String(e)) || 'unexpected failure' };
+}
+
+const firstLine = (s: string) => s.split('\n')[0]!.trim();
+
+/** Runs one CLI invocation and returns its exit status. Writes only through `io`. */
+export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: Io = processIo): Promise<number> {
+  const fail = (f: Failure) => {
+    io.stderr(JSON.stringify({ error: f.error, error_description: f.description }) + '\n');
+    return f.status;
+  };
+  const [first, second] = argv;
+  if (first === undefined) return fail(classify(new UsageError('no command given; run with --help for the list.')));
+  if (first === '--help' || first === '-h' || first === 'help') {
+    io.stdout(globalUsage());
+    return EXIT.ok;
+  }
+  const command = COMMANDS.find((c) => c.name === `${first} ${second}`);
+  if (!command) {
+    if (GROUPS.includes(first) && (second === '--help' || second === '-h')) {
+      io.stdout(COMMANDS.filter((c) => c.name.startsWith(`${first} `)).map(commandUsage).join('\n'));
+      return EXIT.ok;
+    }
+    const what = GROUPS.includes(first)
+      ? `${first} takes one of: ${COMMANDS.filter((c) => c.name.startsWith(`${first} `)).map((c) => c.name.split(' ')[1]).join(', ')}; got ${second === undefined ? 'nothing' : JSON.stringify(second)}.`
+      : `unknown command ${JSON.stringify(first)}; commands: ${COMMANDS.map((c) => c.name).join(', ')}.`;
+    return fail(classify(new UsageError(what)));
+  }
+
+  let options;
+  try {
+    options = parseOptions(command.name, command.options, argv.slice(2));
+    if (options === null) {
+      io.stdout(commandUsage(command));
+      return EXIT.ok;
+    }
+    command.check?.(options);
+  } catch (e) {
+    return fail(classify(e));
+  }
+
+  let db: Database | undefined;
+  try {
+    const config = loadConfig(env);
+    db = await openDatabase(config, { poolMax: 2 });
+    const opened = db;
+    let secrets: Promise<ServerSecrets> | undefined;
+    const result = await command.run(
+      {
+        db: opened,
+        secrets: () => (secrets ??= loadSecrets(opened, env).then((l) => l.secrets)),
+        progress: (line) => {
+          if (io.progress) io.stderr(`${line}\n`);
+        },
+      },
+      options,
+    );
+    io.stdout(JSON.stringify(result) + '\n');
+    return EXIT.ok;
+  } catch (e) {
+    return fail(classify(e));
+  } finally {
+    await db?.close().catch(() => {});
+  }
+}
+
+const entry = process.argv[1] ? path.resolve(process.argv[1]) : '';
+if (entry === fileURLToPath(import.meta.url)) {
+  process.exitCode = await main(process.argv.slice(2));
+}

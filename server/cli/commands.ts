@@ -1,0 +1,229 @@
+// The admin CLI's commands: DESIGN.md, "Admin CLI", one entry per row, each a thin adapter over the
+// same domain functions the REST routes and GraphQL call.
+import { createApiKey, revokeApiKey } from '../auth/api-keys.ts';
+import type { Database } from '../db/database.ts';
+import { PERMISSIONS, ROLES, type Permission } from '../db/entities.ts';
+import { addBalance, createUser, findUserByEmail } from '../domain/accounts.ts';
+import { clientExists, createClient, MAX_REDIRECT_URIS, rotateClientSecret, validateClientName, validateRedirectUris } from '../domain/clients.ts';
+import { ApiError } from '../domain/errors.ts';
+import { MoneyError, parseRate, rateToNumber } from '../domain/money.ts';
+import { addNode } from '../domain/nodes.ts';
+import { createPromocode } from '../domain/promocodes.ts';
+import { setRate } from '../domain/settings.ts';
+import type { ServerSecrets } from '../secrets.ts';
+import { intOption, isoOption, UsageError, type OptionSpec, type ParsedOptions } from './args.ts';
+
+export interface CommandContext {
+  db: Database;
+  /** Loads (and on first use generates) the server secrets; only the commands that need them call it. */
+  secrets(): Promise<ServerSecrets>;
+  /** Progress for long work: goes to stderr, never stdout. */
+  progress(line: string): void;
+}
+
+export interface Command {
+  /** The two command words, e.g. `user create`. */
+  name: string;
+  summary: string;
+  /** Printed keys, for the help text. */
+  prints: string;
+  options: readonly OptionSpec[];
+  /** Checks of the command line that need no database; a failure is a usage error (exit 2). */
+  check?(o: ParsedOptions): void;
+  run(ctx: CommandContext, o: ParsedOptions): Promise<Record<string, unknown>>;
+}
+
+const str = (o: ParsedOptions, name: string): string => o[name] as string;
+const opt = (o: ParsedOptions, name: string): string | undefined => o[name] as string | undefined;
+const list = (o: ParsedOptions, name: string): string[] => (o[name] as string[] | undefined) ?? [];
+
+export const COMMANDS: readonly Command[] = [
+  {
+    name: 'user create',
+    summary: 'Create a user with their own account (and optionally an opening balance).',
+    prints: '{user_id, account_id}',
+    options: [
+      { name: 'email', value: 'EMAIL', help: 'login name, stored lower-cased', required: true },
+      { name: 'name', value: 'NAME', help: 'display name', required: true },
+      { name: 'password', value: 'PASSWORD', help: 'at least 8 characters', required: true },
+      { name: 'balance-usd', value: 'USD', help: 'opening balance, a decimal such as 25.50 (default 0); written to the ledger' },
+      { name: 'role', value: 'owner|viewer', help: 'owner may write, viewer only read (default owner)', choices: ROLES },
+      { name: 'picture', value: 'URL', help: 'avatar, an absolute http(s) URL' },
+    ],
+    run: ({ db }, o) =>
+      createUser(db, {
+        email: str(o, 'email'),
+        name: str(o, 'name'),
+        password: str(o, 'password'),
+        balanceUsd: opt(o, 'balance-usd') ?? null,
+        role: opt(o, 'role') ?? null,
+        picture: opt(o, 'picture') ?? null,
+      }),
+  },
+  {
+    name: 'balance add',
+    summary: "Credit a user's account (a negative amount, written --usd=-5, debits it; the balance never goes below zero).",
+    prints: '{balance}',
+    options: [
+      { name: 'email', value: 'EMAIL', help: "the user whose account is credited", required: true },
+      { name: 'usd', value: 'USD', help: 'amount, a decimal with at most 2 places', required: true },
+    ],
+    run: ({ db }, o) => addBalance(db, str(o, 'email'), str(o, 'usd')),
+  },
+  {
+    name: 'apikey create',
+    summary: "Create an svc_ API key for a user's account. The key is shown once; only its hash is stored.",
+    prints: '{id, key}',
+    options: [
+      { name: 'email', value: 'EMAIL', help: 'the user the key belongs to', required: true },
+      { name: 'permission', value: 'read|write', help: 'write is needed to buy, provision and delete', required: true, choices: PERMISSIONS },
+    ],
+    async run({ db }, o) {
+      const email = str(o, 'email');
+      const user = await findUserByEmail(db, email);
+      if (!user) throw new ApiError('not_found', `no user with email ${email}.`);
+      return createApiKey(db, user.account_id, user.id, str(o, 'permission') as Permission);
+    },
+  },
+  {
+    name: 'apikey revoke',
+    summary: 'Revoke an API key at once (revoking a revoked key again is not an error).',
+    prints: '{id, revoked: true}',
+    options: [{ name: 'id', value: 'ID', help: 'the key id printed by apikey create (a UUID)', required: true }],
+    async run({ db }, o) {
+      const id = str(o, 'id').toLowerCase();
+      if (!(await revokeApiKey(db, id))) throw new ApiError('not_found', `no API key with id ${str(o, 'id')}.`);
+      return { id, revoked: true };
+    },
+  },
+  {
+    name: 'client create',
+    summary: 'Register an OAuth client of the identity provider. The secret is shown once and stored encrypted.',
+    prints: '{client_id, client_secret}',
+    options: [
+      { name: 'name', value: 'NAME', help: 'shown on the consent page', required: true },
+      {
+        name: 'redirect-uri',
+        value: 'URI',
+        help: `an absolute http(s) URL without a fragment, matched exactly; repeat for more (at most ${MAX_REDIRECT_URIS})`,
+        required: true,
+        multiple: true,
+      },
+    ],
+    async run({ db, secrets }, o) {
+      // Refuse bad input before the secrets are loaded (and, on a fresh database, generated).
+      validateClientName(str(o, 'name'));
+      validateRedirectUris(list(o, 'redirect-uri'));
+      const { secretEncryptionKey } = await secrets();
+      return createClient(db, secretEncryptionKey, { name: str(o, 'name'), redirectUris: list(o, 'redirect-uri') });
+    },
+  },
+  {
+    name: 'client rotate-secret',
+    summary: "Replace a client's secret; the old one stops working at once.",
+    prints: '{client_id, client_secret}',
+    options: [{ name: 'client-id', value: 'ID', help: 'the client id printed by client create', required: true }],
+    async run({ db, secrets }, o) {
+      const clientId = str(o, 'client-id');
+      if (!(await clientExists(db, clientId))) throw new ApiError('not_found', `no OAuth client ${JSON.stringify(clientId)}.`);
+      const { secretEncryptionKey } = await secrets();
+      return rotateClientSecret(db, secretEncryptionKey, str(o, 'client-id'));
+    },
+  },
+  {
+    name: 'node add',
+    summary:
+      'Add an edge router with its pool of protected IPs. Prints what the operator installs on its agent: ' +
+      'gateway_ssh_public_key is AGENT_AUTHORIZED_KEY (OpenSSH form), gateway_job_public_key is AGENT_JOB_KEY ' +
+      '(an Ed25519 public JWK object; pass it as its JSON text).',
+    prints: '{node_id, pool_size, gateway_ssh_public_key, gateway_job_public_key}',
+    options: [
+      { name: 'name', value: 'NAME', help: 'unique; letters, digits, ".", "_", "-"', required: true },
+      { name: 'public-ip', value: 'IP', help: "the router's public IPv4 (the GRE underlay address on the edge)", required: true },
+      { name: 'ssh-host', value: 'HOST', help: "where the gateway reaches the agent's SSH server", required: true },
+      { name: 'ssh-port', value: 'PORT', help: "the agent's SSH port (default 52222)" },
+      { name: 'pool', value: 'CIDR', help: 'protected IPs routed to this router, at most a /16', required: true },
+      { name: 'host-key', value: 'FPR', help: "the agent's host-key fingerprint as it prints it (SHA256:...), pinned by the gateway" },
+    ],
+    check(o) {
+      const port = opt(o, 'ssh-port');
+      if (port !== undefined) intOption('node add', 'ssh-port', port, 1, 65535);
+    },
+    async run({ db, secrets, progress }, o) {
+      // Secrets first: if they cannot be loaded, nothing is written.
+      const { gatewaySshKey, jobSigningKey } = await secrets();
+      const port = opt(o, 'ssh-port');
+      const started = Date.now();
+      progress(`adding node ${str(o, 'name')} with pool ${str(o, 'pool')}...`);
+      const node = await addNode(db, {
+        name: str(o, 'name'),
+        publicIp: str(o, 'public-ip'),
+        sshHost: str(o, 'ssh-host'),
+        sshPort: port === undefined ? undefined : Number(port),
+        pool: str(o, 'pool'),
+        hostKey: opt(o, 'host-key') ?? null,
+      });
+      progress(`added ${node.pool_size} protected IPs in ${Date.now() - started} ms`);
+      return {
+        node_id: node.node_id,
+        pool_size: node.pool_size,
+        gateway_ssh_public_key: gatewaySshKey.publicKey,
+        gateway_job_public_key: jobSigningKey.publicJwk,
+      };
+    },
+  },
+  {
+    name: 'rate set',
+    summary: 'Set the USD/RUB rate used to price tunnels (RUB per USD, at most 4 decimals).',
+    prints: '{usd_rub_rate}',
+    options: [{ name: 'usd-rub', value: 'RATE', help: 'e.g. 92.5', required: true }],
+    async run({ db }, o) {
+      let rate: bigint;
+      try {
+        rate = parseRate(str(o, 'usd-rub'));
+      } catch (e) {
+        if (e instanceof MoneyError) throw new ApiError('invalid_request', e.message);
+        throw e;
+      }
+      // Stored in one canonical spelling ("92.5", not " 092.50").
+      const usdRubRate = rateToNumber(rate);
+      await setRate(db, String(usdRubRate));
+      return { usd_rub_rate: usdRubRate };
+    },
+  },
+  {
+    name: 'promocode create',
+    summary: 'Create a promocode: a percentage or a fixed RUB amount off the price, optionally limited in uses and time.',
+    prints: '{code}',
+    options: [
+      { name: 'code', value: 'CODE', help: 'letters, digits, "_", "-"; stored upper-case, matched case-insensitively', required: true },
+      { name: 'percent', value: 'P', help: 'percent off, 1-100 (give this or --amount-rub)' },
+      { name: 'amount-rub', value: 'A', help: 'RUB off, a decimal with at most 2 places (give this or --percent)' },
+      { name: 'max-uses', value: 'N', help: 'how many purchases may use it (default unlimited)' },
+      { name: 'expires', value: 'ISO', help: 'expiry, e.g. 2027-01-31 (midnight UTC) or 2027-01-31T12:00:00+03:00' },
+    ],
+    check(o) {
+      const has = (n: string) => opt(o, n) !== undefined;
+      if (has('percent') === has('amount-rub')) throw new UsageError('promocode create: give exactly one of --percent and --amount-rub.');
+      if (has('percent')) intOption('promocode create', 'percent', str(o, 'percent'), 1, 100);
+      if (has('max-uses')) intOption('promocode create', 'max-uses', str(o, 'max-uses'), 1, 2_147_483_647);
+      if (has('expires')) isoOption('promocode create', 'expires', str(o, 'expires'));
+    },
+    async run({ db }, o) {
+      const expires = opt(o, 'expires');
+      const expiresAt = expires === undefined ? null : isoOption('promocode create', 'expires', expires);
+      if (expiresAt && expiresAt.getTime() <= Date.now()) {
+        throw new ApiError('invalid_request', `expires ${expires} is already in the past.`);
+      }
+      const percent = opt(o, 'percent');
+      const maxUses = opt(o, 'max-uses');
+      return createPromocode(db, {
+        code: str(o, 'code'),
+        percent: percent === undefined ? null : Number(percent),
+        amountRub: opt(o, 'amount-rub') ?? null,
+        maxUses: maxUses === undefined ? null : Number(maxUses),
+        expiresAt,
+      });
+    },
+  },
+];

@@ -1,0 +1,165 @@
+// OAuth clients of the identity provider, registered with the admin CLI.
+//
+// A client secret is 32 random bytes (base64url) and is stored encrypted (AES-256-GCM under the
+// server's secret-encryption key, bound to the client id): ID tokens are HS256-signed with the client
+// secret (OIDC Core 10.1), so the issuer needs the plaintext back; a hash would not do.
+import { randomBytes } from 'node:crypto';
+import type { Database, Sql } from '../db/database.ts';
+import { decryptSecret, encryptSecret } from '../secrets.ts';
+import { ApiError } from './errors.ts';
+
+export interface OAuthClientRecord {
+  client_id: string;
+  name: string;
+  redirect_uris: string[];
+  /** The plaintext secret, decrypted. */
+  client_secret: string;
+  secret_rotated_at: Date;
+  created_at: Date;
+}
+
+export interface CreateClient {
+  name: string;
+  redirectUris: readonly string[];
+}
+
+export const MAX_REDIRECT_URIS = 20;
+const MAX_URI_LENGTH = 2048;
+const CLIENT_ID_RE = /^cl_[a-z2-7]{16}$/;
+
+/** RFC 4648 base32, lower case, no padding: 10 random bytes give exactly 16 characters (80 bits). */
+function base32(bytes: Buffer): string {
+  const alphabet = 'abcdefghijklmnopqrstuvwxyz234567';
+  let bits = 0;
+  let value = 0;
+  let out = '';
+  for (const b of bytes) {
+    value = (value << 8) | b;
+    bits += 8;
+    while (bits >= 5) {
+      out += alphabet[(value >>> (bits - 5)) & 31];
+      bits -= 5;
+    }
+  }
+  if (bits > 0) out += alphabet[(value << (5 - bits)) & 31];
+  return out;
+}
+
+export const newClientId = () => `cl_${base32(randomBytes(10))}`;
+export const newClientSecret = () => randomBytes(32).toString('base64url');
+
+/**
+ * Redirect URIs are compared by exact string match at the authorize endpoint, so they are stored as
+ * given, after these checks: absolute http(s) URLs (http is allowed for lab setups), no fragment
+ * (RFC 6749 3.1.2), no user name or password, no whitespace, at most 2048 characters each.
+ */
+export function validateRedirectUris(uris: readonly string[]): string[] {
+  if (uris.length === 0) throw new ApiError('invalid_request', 'at least one redirect URI is required.');
+  if (uris.length > MAX_REDIRECT_URIS) throw new ApiError('invalid_request', `at most ${MAX_REDIRECT_URIS} redirect URIs.`);
+  const out: string[] = [];
+  for (const uri of uris) {
+    const bad = (why: string) => new ApiError('invalid_request', `redirect URI ${JSON.stringify(uri)} ${why}.`);
+    if (uri.length > MAX_URI_LENGTH) throw bad(`is longer than ${MAX_URI_LENGTH} characters`);
+    if (/[\s\u0000-\u001f\u007f]/.test(uri)) throw bad('contains whitespace or control characters');
+    let u: URL;
+    try {
+      u = new URL(uri);
+    } catch {
+      throw bad('is not an absolute URL');
+    }
+    if (u.protocol !== 'https:' && u.protocol !== 'http:') throw bad('must use https (or http for lab setups)');
+    if (uri.includes('#')) throw bad('must not contain a fragment');
+    if (u.username || u.password) throw bad('must not contain a user name or password');
+    if (!u.hostname) throw bad('has no host');
+    if (out.includes(uri)) throw bad('is given twice');
+    out.push(uri);
+  }
+  return out;
+}
+
+export function validateClientName(name: string): string {
+  const n = name.trim();
+  if (!n || n.length > 200) throw new ApiError('invalid_request', 'name must be 1-200 characters.');
+  if (/[\u0000-\u001f\u007f]/.test(n)) throw new ApiError('invalid_request', 'name must not contain control characters.');
+  return n;
+}
+
+export async function createClient(db: Database, encryptionKey: Buffer, c: CreateClient): Promise<{ client_id: string; client_secret: string }> {
+  const name = validateClientName(c.name);
+  const redirectUris = validateRedirectUris(c.redirectUris);
+  const clientSecret = newClientSecret();
+  // 80 random bits make a collision practically impossible; the primary key would refuse one anyway.
+  const clientId = newClientId();
+  await db.query('insert into oauth_client (client_id, name, redirect_uris, secret_ciphertext) values (?, ?, ?::jsonb, ?)', [
+    clientId,
+    name,
+    JSON.stringify(redirectUris),
+    encryptSecret(encryptionKey, clientSecret, clientId),
+  ]);
+  return { client_id: clientId, client_secret: clientSecret };
+}
+
+/**
+ * Invalidation point for everything issued to a client under its previous secret: authorization codes,
+ * refresh and access tokens, grants and sessions. It runs inside the rotation transaction, in whichever
+ * process rotates the secret. The admin CLI is a separate process from the gateway, so this has to be
+ * database work: an in-memory callback registered by the gateway would never run for a CLI rotation.
+ *
+ * Today nothing is stored per client besides the `oauth_client` row, so there is nothing to delete
+ * yet. The identity-provider issue adds the tables of its oidc-provider adapter and must delete (or
+ * mark revoked) this client's rows here. Until then `secret_rotated_at` is the durable record: a
+ * token whose `iat` is before it was issued under the old secret.
+ */
+async function invalidateClientArtifacts(sql: Sql, clientId: string): Promise<void> {
+  void sql;
+  void clientId;
+}
+
+/** A new secret for the client; everything issued under the old one is invalidated in the same transaction. */
+export async function rotateClientSecret(db: Database, encryptionKey: Buffer, clientId: string): Promise<{ client_id: string; client_secret: string }> {
+  if (!CLIENT_ID_RE.test(clientId)) throw new ApiError('not_found', `no OAuth client ${JSON.stringify(clientId)}.`);
+  const clientSecret = newClientSecret();
+  return db.transaction(async (sql) => {
+    const rows = await sql.query(
+      'update oauth_client set secret_ciphertext = ?, secret_rotated_at = clock_timestamp() where client_id = ? returning client_id',
+      [encryptSecret(encryptionKey, clientSecret, clientId), clientId],
+    );
+    if (rows.length === 0) throw new ApiError('not_found', `no OAuth client ${JSON.stringify(clientId)}.`);
+    await invalidateClientArtifacts(sql, clientId);
+    return { client_id: clientId, client_secret: clientSecret };
+  });
+}
+
+export async function clientExists(db: Pick<Database, 'query'>, clientId: string): Promise<boolean> {
+  if (!CLIENT_ID_RE.test(clientId)) return false;
+  return (await db.query('select 1 from oauth_client where client_id = ?', [clientId])).length > 0;
+}
+
+interface ClientRow {
+  client_id: string;
+  name: string;
+  redirect_uris: string[] | string;
+  secret_ciphertext: string;
+  secret_rotated_at: Date | string;
+  created_at: Date | string;
+}
+
+const asDate = (v: Date | string) => (v instanceof Date ? v : new Date(v));
+
+/** The client with its decrypted secret, or null when there is none with this id. */
+export async function getClient(db: Pick<Database, 'query'> | Sql, encryptionKey: Buffer, clientId: string): Promise<OAuthClientRecord | null> {
+  if (!CLIENT_ID_RE.test(clientId)) return null;
+  const [row] = await db.query<ClientRow>(
+    'select client_id, name, redirect_uris, secret_ciphertext, secret_rotated_at, created_at from oauth_client where client_id = ?',
+    [clientId],
+  );
+  if (!row) return null;
+  return {
+    client_id: row.client_id,
+    name: row.name,
+    redirect_uris: typeof row.redirect_uris === 'string' ? (JSON.parse(row.redirect_uris) as string[]) : row.redirect_uris,
+    client_secret: decryptSecret(encryptionKey, row.secret_ciphertext, row.client_id),
+    secret_rotated_at: asDate(row.secret_rotated_at),
+    created_at: asDate(row.created_at),
+  };
+}
