@@ -1,0 +1,68 @@
+// How errors leave GraphQL. A domain ApiError keeps its REST code and status (DESIGN.md, "REST
+// errors") in `extensions.code` and `extensions.status`; anything unexpected is logged once here and
+// reaches the client as `server_error` with no internals. Apollo's own codes for requests that never
+// ran (GRAPHQL_PARSE_FAILED, GRAPHQL_VALIDATION_FAILED, BAD_USER_INPUT, BAD_REQUEST ...) pass through.
+//
+// HTTP status policy: resolver errors are part of a normal GraphQL response, so the status stays 200
+// (partial data stays usable), with one exception: when the response has no data at all and every
+// error is invalid_token, it is 401 with the WWW-Authenticate challenge, like REST. A panel can then
+// refresh its token on the status alone, and no data is lost because there is none. (Root fields are
+// non-null, so `{ pricing me }` without a credential has no data either and is 401; any other error
+// in the response, or any data, keeps 200.)
+import { unwrapResolverError } from '@apollo/server/errors';
+import type { ApolloServerPlugin } from '@apollo/server';
+import type { GraphQLFormattedError } from 'graphql';
+import { ApiError } from '../domain/errors.ts';
+import type { Logger } from '../log.ts';
+import type { GraphqlContext } from './context.ts';
+
+/** True for errors that are bugs rather than refusals: they become server_error. */
+function isUnexpected(original: unknown, code: unknown): boolean {
+  return !(original instanceof ApiError) && (code === undefined || code === null || code === 'INTERNAL_SERVER_ERROR');
+}
+
+export function formatGraphqlError(formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError {
+  const original = unwrapResolverError(error);
+  const where = { ...(formatted.locations ? { locations: formatted.locations } : {}), ...(formatted.path ? { path: formatted.path } : {}) };
+  if (original instanceof ApiError) {
+    return { message: original.message, ...where, extensions: { code: original.code, status: original.status } };
+  }
+  if (isUnexpected(original, formatted.extensions?.code)) {
+    return {
+      message: 'Internal error; quote the X-Request-Id of this response to support.',
+      ...where,
+      extensions: { code: 'server_error', status: 500 },
+    };
+  }
+  return formatted;
+}
+
+/** Logs unexpected errors (with the request id) and applies the 401 policy above. */
+export function errorPlugin(log: Logger): ApolloServerPlugin<GraphqlContext> {
+  return {
+    async requestDidStart() {
+      return {
+        async didEncounterErrors({ errors, contextValue, operationName }) {
+          for (const err of errors) {
+            const original = unwrapResolverError(err);
+            if (!isUnexpected(original, err.extensions?.code)) continue;
+            log.error('graphql error', {
+              request_id: contextValue.requestId,
+              operation: operationName ?? null,
+              path: err.path?.join('.') ?? null,
+              err: original instanceof Error ? original : err,
+            });
+          }
+        },
+        async willSendResponse({ response, contextValue }) {
+          if (response.body.kind !== 'single') return;
+          const { data, errors } = response.body.singleResult;
+          if (data == null && errors?.length && errors.every((e) => e.extensions?.code === 'invalid_token')) {
+            response.http.status = 401;
+            response.http.headers.set('www-authenticate', contextValue.auth.error?.headers['WWW-Authenticate'] ?? 'Bearer');
+          }
+        },
+      };
+    },
+  };
+}

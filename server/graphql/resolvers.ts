@@ -1,0 +1,115 @@
+// Thin adapters over the domain services: authenticate, validate with the same functions REST uses,
+// call the service, map the REST wire shape to the GraphQL type. Errors are ApiErrors from the domain;
+// errors.ts turns them into GraphQL errors carrying the REST code.
+import 'reflect-metadata';
+import { Arg, Ctx, ID, Int, Mutation, Query, Resolver } from 'type-graphql';
+import { getAccount } from '../domain/accounts.ts';
+import { validateIdempotencyKey, validatePurchase, type TunnelView } from '../domain/tunnels.ts';
+import type { GraphqlContext } from './context.ts';
+import { TUNNELS_DEFAULT_LIMIT, TUNNELS_MAX_LIMIT } from './limits.ts';
+import {
+  Account,
+  Pricing,
+  PurchaseResult,
+  PurchaseTunnelInput,
+  Tunnel,
+  TunnelPage,
+  TunnelSetup,
+  toAccount,
+  toPricing,
+  toPurchase,
+  toSetup,
+  toTunnel,
+  toTunnelPage,
+} from './types.ts';
+
+
+/**
+ * provision and activate refuse with invalid_state until the edge agent is wired (their return type
+ * is `never` today); once they answer `{status, body: {tunnel}}` like delete, this maps the tunnel.
+ */
+function tunnelOf(result: unknown): Tunnel {
+  const tunnel = (result as { body?: { tunnel?: TunnelView } } | null)?.body?.tunnel;
+  if (!tunnel) throw new Error('tunnel service returned no tunnel');
+  return toTunnel(tunnel);
+}
+
+@Resolver()
+export class PricingResolver {
+  @Query(() => Pricing, { description: 'The price list and live stock. Needs no credential.' })
+  async pricing(@Ctx() ctx: GraphqlContext): Promise<Pricing> {
+    return toPricing(await ctx.services.pricing.get());
+  }
+}
+
+@Resolver()
+export class AccountResolver {
+  @Query(() => Account, { description: 'The account of this credential, with its balance.' })
+  async me(@Ctx() ctx: GraphqlContext): Promise<Account> {
+    const principal = await ctx.principal();
+    return toAccount(await getAccount(ctx.services.db, principal.accountId, principal.userId), principal.permission);
+  }
+}
+
+@Resolver()
+export class TunnelResolver {
+  @Query(() => TunnelPage, { description: 'Tunnels of this account, newest first, without deleted ones.' })
+  async tunnels(
+    @Ctx() ctx: GraphqlContext,
+    @Arg('limit', () => Int, { defaultValue: TUNNELS_DEFAULT_LIMIT, description: `1 to ${TUNNELS_MAX_LIMIT}.` }) limit: number,
+    @Arg('cursor', () => String, { nullable: true, description: '`nextCursor` of the previous page.' }) cursor: string | null,
+  ): Promise<TunnelPage> {
+    const principal = await ctx.principal();
+    return toTunnelPage(await ctx.services.tunnels.list(principal, { limit, cursor }));
+  }
+
+  @Query(() => Tunnel, { description: "One tunnel of this account; another account's tunnel is not_found." })
+  async tunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
+    const principal = await ctx.principal();
+    return toTunnel(await ctx.services.tunnels.get(principal, id));
+  }
+
+  @Query(() => TunnelSetup, { description: "The origin scripts of a tunnel, filled with this tunnel's values." })
+  async tunnelSetup(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<TunnelSetup> {
+    const principal = await ctx.principal();
+    return toSetup(await ctx.services.tunnels.setup(principal, id));
+  }
+
+  @Mutation(() => PurchaseResult, {
+    description:
+      'Buys a tunnel: debits the price, takes a protected IP. With an idempotencyKey, a retry with the same input replays the first outcome without charging again; the same key with other input is invalid_request. Keys are shared with the REST Idempotency-Key header of the same account.',
+  })
+  async purchaseTunnel(
+    @Ctx() ctx: GraphqlContext,
+    @Arg('input', () => PurchaseTunnelInput) input: PurchaseTunnelInput,
+    @Arg('idempotencyKey', () => String, { nullable: true, description: '1 to 255 visible ASCII characters.' }) idempotencyKey: string | null,
+  ): Promise<PurchaseResult> {
+    const principal = await ctx.principal();
+    const { tunnels } = ctx.services;
+    const purchase = validatePurchase({ name: input.name, origin_ip: input.originIp, promocode: input.promocode }, tunnels.allowPrivateOrigins);
+    const key = validateIdempotencyKey(idempotencyKey);
+    const { body } = await tunnels.purchase(principal, purchase, key);
+    return toPurchase(body);
+  }
+
+  @Mutation(() => Tunnel, { description: 'Applies the tunnel on its edge router (GRE plus NAT).' })
+  async provisionTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
+    const principal = await ctx.principal();
+    return tunnelOf(await ctx.services.tunnels.provision(principal, id));
+  }
+
+  @Mutation(() => Tunnel, { description: 'Marks a provisioned tunnel active once the origin answers through it.' })
+  async activateTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
+    const principal = await ctx.principal();
+    return tunnelOf(await ctx.services.tunnels.activate(principal, id));
+  }
+
+  @Mutation(() => Tunnel, { description: 'Deletes a tunnel that never reached the edge; its protected IP returns to the pool. Not refunded.' })
+  async deleteTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
+    const principal = await ctx.principal();
+    const { body } = await ctx.services.tunnels.delete(principal, id);
+    return toTunnel(body.tunnel);
+  }
+}
+
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver] as const;

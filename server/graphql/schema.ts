@@ -1,0 +1,21 @@
+// The GraphQL schema, built from the type-graphql classes. Decorator metadata needs reflect-metadata
+// loaded first and a transpiler that emits it (@oxc-node/core, vitest's oxc, tsc; not tsx).
+import 'reflect-metadata';
+import { lexicographicSortSchema, printSchema, type GraphQLSchema } from 'graphql';
+import { buildSchema } from 'type-graphql';
+import { resolvers } from './resolvers.ts';
+
+export async function buildGraphqlSchema(): Promise<GraphQLSchema> {
+  return buildSchema({
+    resolvers,
+    // Inputs are validated by the domain's own functions (validatePurchase ...), as for REST.
+    validate: false,
+  });
+}
+
+export const SCHEMA_HEADER = '# Generated from server/graphql by `npm run schema:graphql`; do not edit by hand.\n\n';
+
+/** The text of schema/schema.graphql: sorted, so the file only changes when the schema does. */
+export function printGraphqlSchema(schema: GraphQLSchema): string {
+  return SCHEMA_HEADER + printSchema(lexicographicSortSchema(schema)) + '\n';
+}

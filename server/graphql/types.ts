@@ -1,0 +1,280 @@
+// GraphQL object types. The domain returns the REST wire shapes (snake_case, DESIGN.md "REST
+// shapes"); the `to*` functions below map them to these camelCase types, field for field, so the two
+// APIs show the same values. Money is Float here: the domain already rounded it exactly (cents for
+// USD, kopecks for RUB) and hands over the JSON number REST sends.
+import 'reflect-metadata';
+import { Field, Float, ID, InputType, Int, ObjectType, registerEnumType, GraphQLISODateTime } from 'type-graphql';
+import type { Pricing as PricingView } from '../domain/pricing.ts';
+import type { PurchaseResult as PurchaseView, SetupView, TunnelPage as TunnelPageView, TunnelView } from '../domain/tunnels.ts';
+import type { AccountView } from '../domain/accounts.ts';
+import type { Permission as PermissionValue, Role as RoleValue, TunnelStatus as TunnelStatusValue } from '../db/entities.ts';
+
+// GraphQL enum names are upper case; their internal values are the REST literals.
+export enum TunnelStatus {
+  PENDING = 'pending',
+  PROVISIONING = 'provisioning',
+  PROVISIONED = 'provisioned',
+  ACTIVE = 'active',
+  FAILED = 'failed',
+  DELETING = 'deleting',
+  DELETED = 'deleted',
+}
+registerEnumType(TunnelStatus, {
+  name: 'TunnelStatus',
+  description: 'Lifecycle of a tunnel: PENDING after purchase, then PROVISIONING, PROVISIONED, ACTIVE; FAILED when the edge gave up; DELETING, DELETED.',
+});
+
+export enum Role {
+  OWNER = 'owner',
+  VIEWER = 'viewer',
+}
+registerEnumType(Role, { name: 'Role', description: "A panel user's role in the account." });
+
+export enum Permission {
+  READ = 'read',
+  WRITE = 'write',
+}
+registerEnumType(Permission, { name: 'Permission', description: 'What the credential of this request may do: READ, or WRITE (purchase, provision, activate, delete).' });
+
+// Compile-time checks that the enums cover the domain's literals exactly.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : never;
+const _statusCovered: Same<`${TunnelStatus}`, TunnelStatusValue> = true;
+const _roleCovered: Same<`${Role}`, RoleValue> = true;
+const _permissionCovered: Same<`${Permission}`, PermissionValue> = true;
+void _statusCovered;
+void _roleCovered;
+void _permissionCovered;
+
+@ObjectType({ description: 'Protected IPs in stock, counted live from the edge pools.' })
+export class Availability {
+  @Field(() => Int, { description: 'Protected IPs in all pools.' })
+  total!: number;
+
+  @Field(() => Int, { description: 'Protected IPs not given to a tunnel.' })
+  available!: number;
+
+  @Field({ description: 'Whether a purchase can get a protected IP right now.' })
+  inStock!: boolean;
+}
+
+@ObjectType({ description: 'The price list (GET /api/dedicated/pricing).' })
+export class Pricing {
+  @Field(() => Float, { description: 'One-time price in `currency` (RUB).' })
+  price!: number;
+
+  @Field({ description: 'Always RUB.' })
+  currency!: string;
+
+  @Field(() => Float, { description: 'The price in USD at the current rate, rounded to the cent; this is what a purchase debits.' })
+  priceUsd!: number;
+
+  @Field(() => Float, { description: 'RUB per USD used for the conversion.' })
+  usdRubRate!: number;
+
+  @Field({ description: 'Always one_time.' })
+  billing!: string;
+
+  @Field(() => [String], { description: 'dedicated_public_ip, full_tcp_udp_nat, gre_tunnel.' })
+  includes!: string[];
+
+  @Field(() => Int, { description: 'Administrative SSH port of the edge.' })
+  adminSshPort!: number;
+
+  @Field(() => Availability)
+  availability!: Availability;
+}
+
+@ObjectType({ description: 'A dedicated tunnel: a protected IPv4 on an edge router, carried over GRE to the origin.' })
+export class Tunnel {
+  @Field(() => ID)
+  id!: string;
+
+  @Field(() => String, { nullable: true, description: 'The label given at purchase.' })
+  name!: string | null;
+
+  @Field({ description: 'The public protected IPv4 address.' })
+  protectedIp!: string;
+
+  @Field({ description: 'The hidden origin server given at purchase.' })
+  originIp!: string;
+
+  @Field({ description: 'Always * (every port is forwarded).' })
+  ports!: string;
+
+  @Field({ description: 'Always both (TCP and UDP).' })
+  protocol!: string;
+
+  @Field({ description: 'Name of the GRE interface on both ends (a valid Linux interface name).' })
+  tunnelName!: string;
+
+  @Field(() => TunnelStatus)
+  status!: TunnelStatus;
+
+  @Field(() => Int)
+  adminSshPort!: number;
+
+  @Field({ description: "The edge router's public address: the GRE peer of the origin." })
+  edgeIp!: string;
+
+  @Field(() => GraphQLISODateTime)
+  createdAt!: Date;
+
+  @Field(() => GraphQLISODateTime)
+  updatedAt!: Date;
+}
+
+@ObjectType({ description: 'One page of tunnels, newest first; deleted tunnels are left out.' })
+export class TunnelPage {
+  @Field(() => [Tunnel])
+  tunnels!: Tunnel[];
+
+  @Field(() => String, { nullable: true, description: 'Pass as `cursor` for the next page; null on the last page.' })
+  nextCursor!: string | null;
+}
+
+@ObjectType({ description: "Scripts to run on the origin server, filled with this tunnel's values." })
+export class OriginScripts {
+  @Field({ description: 'Idempotent bash script: GRE link, inner address, policy route, MSS clamp.' })
+  origin!: string;
+
+  @Field({ description: 'A systemd unit that re-applies the origin script at boot.' })
+  systemdOrigin!: string;
+}
+
+@ObjectType()
+export class TunnelSetup {
+  @Field(() => ID)
+  tunnelId!: string;
+
+  @Field(() => OriginScripts)
+  scripts!: OriginScripts;
+}
+
+@ObjectType({ description: 'REST paths of the next steps for a new tunnel.' })
+export class NextSteps {
+  @Field({ description: '/api/dedicated/{id}/setup' })
+  setup!: string;
+
+  @Field({ description: '/api/dedicated/{id}/provision' })
+  provision!: string;
+}
+
+@ObjectType()
+export class PurchaseResult {
+  @Field(() => Tunnel)
+  tunnel!: Tunnel;
+
+  @Field(() => Float, { description: 'Amount debited in `currency` (RUB), after any promocode.' })
+  charged!: number;
+
+  @Field(() => Float, { description: 'Amount debited in USD.' })
+  chargedUsd!: number;
+
+  @Field({ description: 'Always RUB.' })
+  currency!: string;
+
+  @Field(() => Float, { description: 'Account balance in USD after the debit: the previous balance minus chargedUsd, exactly.' })
+  balanceAfter!: number;
+
+  @Field(() => NextSteps)
+  nextSteps!: NextSteps;
+}
+
+@ObjectType({ description: 'The account of the credential that made this request.' })
+export class Account {
+  @Field(() => ID)
+  accountId!: string;
+
+  @Field(() => ID, { nullable: true, description: 'The user the credential belongs to, if any.' })
+  userId!: string | null;
+
+  @Field(() => String, { nullable: true })
+  email!: string | null;
+
+  @Field(() => String, { nullable: true })
+  name!: string | null;
+
+  @Field(() => Role, { nullable: true })
+  role!: Role | null;
+
+  @Field(() => Permission)
+  permission!: Permission;
+
+  @Field(() => Float, { description: 'Balance in USD.' })
+  balanceUsd!: number;
+}
+
+@InputType()
+export class PurchaseTunnelInput {
+  @Field(() => String, { nullable: true, description: 'A label, at most 100 characters.' })
+  name?: string | null;
+
+  @Field({ description: 'Public unicast IPv4 of the origin server, dotted quad.' })
+  originIp!: string;
+
+  @Field(() => String, { nullable: true })
+  promocode?: string | null;
+}
+
+// --- REST wire shape -> GraphQL ---------------------------------------------------------------------
+
+export function toPricing(p: PricingView): Pricing {
+  return {
+    price: p.price,
+    currency: p.currency,
+    priceUsd: p.price_usd,
+    usdRubRate: p.usd_rub_rate,
+    billing: p.billing,
+    includes: p.includes,
+    adminSshPort: p.admin_ssh_port,
+    availability: { total: p.availability.total, available: p.availability.available, inStock: p.availability.in_stock },
+  };
+}
+
+export function toTunnel(t: TunnelView): Tunnel {
+  return {
+    id: t.id,
+    name: t.name,
+    protectedIp: t.protected_ip,
+    originIp: t.origin_ip,
+    ports: t.ports,
+    protocol: t.protocol,
+    tunnelName: t.tunnel_name,
+    status: t.status as TunnelStatus,
+    adminSshPort: t.admin_ssh_port,
+    edgeIp: t.edge_ip,
+    createdAt: new Date(t.created_at),
+    updatedAt: new Date(t.updated_at),
+  };
+}
+
+export function toTunnelPage(p: TunnelPageView): TunnelPage {
+  return { tunnels: p.tunnels.map(toTunnel), nextCursor: p.next_cursor };
+}
+
+export function toSetup(s: SetupView): TunnelSetup {
+  return { tunnelId: s.tunnel_id, scripts: { origin: s.scripts.origin, systemdOrigin: s.scripts.systemd_origin } };
+}
+
+export function toPurchase(p: PurchaseView): PurchaseResult {
+  return {
+    tunnel: toTunnel(p.tunnel),
+    charged: p.charged,
+    chargedUsd: p.charged_usd,
+    currency: p.currency,
+    balanceAfter: p.balance_after,
+    nextSteps: { setup: p.next_steps.setup, provision: p.next_steps.provision },
+  };
+}
+
+export function toAccount(a: AccountView, permission: PermissionValue): Account {
+  return {
+    accountId: a.account_id,
+    userId: a.user_id,
+    email: a.email,
+    name: a.name,
+    role: a.role as Role | null,
+    permission: permission as Permission,
+    balanceUsd: a.balance_usd,
+  };
+}

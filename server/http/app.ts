@@ -1,0 +1,186 @@
+// The gateway's one Koa app: health and metrics, the REST routes under /api, GraphQL at /graphql.
+// Middleware order matters: request context (id, logs, metrics) wraps the error mapper, which wraps
+// everything that can throw an ApiError.
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import type http from 'node:http';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Koa, { type Context, type Next } from 'koa';
+import YAML from 'yaml';
+import type { Services } from '../services.ts';
+import type { Logger } from '../log.ts';
+import { ApiError } from '../domain/errors.ts';
+import { migrationsPending } from '../db/orm.ts';
+import { createMetrics, type Metrics } from './metrics.ts';
+import { RateLimiter, rateLimit } from './middleware/rate-limit.ts';
+import { readJsonBody } from './middleware/body.ts';
+import { restRouter } from './rest/routes.ts';
+import { createGraphql } from '../graphql/index.ts';
+
+declare module 'koa' {
+  interface Request {
+    /** Parsed JSON body, set for /graphql before Apollo's middleware reads it. */
+    body?: unknown;
+  }
+}
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const OPENAPI_PATH = path.join(ROOT, 'schema/openapi.yaml');
+
+export interface Gateway {
+  app: Koa;
+  metrics: Metrics;
+  /** Flips /readyz to 503 while the process drains. */
+  setDraining(): void;
+  stop(): Promise<void>;
+}
+
+function requestContext(log: Logger, metrics: Metrics) {
+  return async (ctx: Context, next: Next) => {
+    const start = process.hrtime.bigint();
+    const incoming = ctx.get('x-request-id');
+    const id = /^[\w.-]{1,64}$/.test(incoming) ? incoming : randomUUID();
+    ctx.state.requestId = id;
+    ctx.set('X-Request-Id', id);
+    try {
+      await next();
+    } finally {
+      const route = typeof ctx._matchedRoute === 'string' ? ctx._matchedRoute : ctx.path.startsWith('/graphql') ? '/graphql' : 'unmatched';
+      const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+      metrics.requests.inc({ method: ctx.method, route, status: String(ctx.status) });
+      metrics.duration.observe({ method: ctx.method, route }, seconds);
+      log.info('request', { request_id: id, method: ctx.method, route, status: ctx.status, ms: Math.round(seconds * 1e4) / 10 });
+    }
+  };
+}
+
+function errorMapper(log: Logger) {
+  return async (ctx: Context, next: Next) => {
+    try {
+      await next();
+    } catch (e) {
+      const err = e instanceof ApiError ? e : fromKoaError(e);
+      if (err) {
+        ctx.status = err.status;
+        ctx.set(err.headers);
+        ctx.body = err.body;
+        return;
+      }
+      log.error('unhandled error', { request_id: ctx.state.requestId, method: ctx.method, path: ctx.path, err: e });
+      ctx.status = 500;
+      ctx.body = { error: 'server_error', error_description: `Internal error; quote request id ${ctx.state.requestId} to support.` };
+    }
+  };
+}
+
+/** Errors thrown by Koa or the router themselves (a bad URI encoding, for example). */
+function fromKoaError(e: unknown): ApiError | null {
+  const status = (e as { status?: number }).status;
+  if (status === 400 || status === 414 || status === 431) return new ApiError('invalid_request', (e as Error).message || 'Bad request.');
+  return null;
+}
+
+export async function createGateway(services: Services, log: Logger, server: http.Server): Promise<Gateway> {
+  const metrics = createMetrics();
+  const app = new Koa({ proxy: process.env.TRUST_PROXY === '1' });
+  // Koa would print every error to stderr; ours are logged once, as JSON, by errorMapper.
+  app.silent = true;
+  let draining = false;
+
+  let openapiJson: string | null = null;
+  const openapi = () => (openapiJson ??= JSON.stringify(YAML.parse(fs.readFileSync(OPENAPI_PATH, 'utf8'))));
+
+  app.use(requestContext(log, metrics));
+  app.use(errorMapper(log));
+
+  app.use(async (ctx, next) => {
+    if (ctx.method !== 'GET' && ctx.method !== 'HEAD') return next();
+    switch (ctx.path) {
+      case '/healthz':
+        ctx.body = { status: 'ok' };
+        return;
+      case '/readyz': {
+        let pending = -1;
+        try {
+          pending = await migrationsPending(services.db.orm);
+        } catch {
+          pending = -1;
+        }
+        const ok = pending === 0 && !draining;
+        ctx.status = ok ? 200 : 503;
+        ctx.body = { status: ok ? 'ready' : 'not_ready', database: pending >= 0 ? 'ok' : 'unreachable', migrations_pending: Math.max(pending, 0), draining };
+        return;
+      }
+      case '/metrics':
+        ctx.type = metrics.registry.contentType;
+        ctx.body = await metrics.registry.metrics();
+        return;
+      default:
+        return next();
+    }
+  });
+
+  const { rateLimitPerMinute, rateLimitBurst } = services.config;
+  const limiter = new RateLimiter({ perMinute: rateLimitPerMinute, burst: rateLimitBurst });
+  const limited = rateLimit(limiter);
+  // Each garbage token would get a fresh bucket of its own, so failed authentications are also
+  // counted per client address: guessing keys stays slow while valid keys from there are unaffected.
+  const failures = new RateLimiter({ perMinute: Math.max(20, rateLimitPerMinute / 10), burst: Math.max(20, rateLimitBurst / 5) });
+  const countFailures = async (ctx: Context, next: Next) => {
+    try {
+      await next();
+    } catch (e) {
+      if (e instanceof ApiError && e.code === 'invalid_token') {
+        const wait = failures.take(`fail:${ctx.ip}`);
+        if (wait > 0) throw new ApiError('rate_limited', `Too many failed authentications from this address; retry in ${wait} s.`, { 'Retry-After': String(wait) });
+      }
+      throw e;
+    }
+  };
+
+  const router = restRouter(services, metrics, openapi);
+  // The router's context type carries route params; at this boundary a plain Koa middleware is enough.
+  const routes = router.routes() as unknown as Koa.Middleware;
+  const methods = router.allowedMethods({ throw: false }) as unknown as Koa.Middleware;
+  app.use(async (ctx, next) => {
+    if (ctx.path !== '/api' && !ctx.path.startsWith('/api/')) return next();
+    // Pricing and the API description are public and cheap; everything else spends the caller's budget.
+    const path = ctx.path.replace(/\/+$/, '');
+    if (!((ctx.method === 'GET' || ctx.method === 'HEAD') && (path === '/api/dedicated/pricing' || path === '/api/openapi.json'))) {
+      await limited(ctx, async () => {});
+    }
+    await countFailures(ctx, () =>
+      routes(ctx, async () => {
+        await methods(ctx, async () => {});
+      }),
+    );
+    if (ctx.status === 405) {
+      throw new ApiError('method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}; allowed: ${ctx.response.get('Allow')}.`, { Allow: ctx.response.get('Allow') });
+    }
+    if (ctx.body === undefined && ctx.status === 404) throw new ApiError('not_found', `No route ${ctx.method} ${ctx.path}.`);
+  });
+
+  const graphql = await createGraphql(services, server, log);
+  app.use(async (ctx, next) => {
+    if (ctx.path !== '/graphql') return next();
+    if (ctx.method === 'POST') {
+      await limited(ctx, async () => {});
+      ctx.request.body = await readJsonBody(ctx, services.config.bodyLimitBytes, { required: true });
+    }
+    await graphql.middleware(ctx, next);
+  });
+
+  app.use((ctx) => {
+    throw new ApiError('not_found', `No route ${ctx.method} ${ctx.path}.`);
+  });
+
+  return {
+    app,
+    metrics,
+    setDraining: () => {
+      draining = true;
+    },
+    stop: () => graphql.stop(),
+  };
+}

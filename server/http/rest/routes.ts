@@ -1,0 +1,90 @@
+// The tunnel API under /api: thin adapters from HTTP to the domain services. Paths and field names
+// are the tunnel API document's; shapes and errors are DESIGN.md's.
+import Router from '@koa/router';
+import type { Context } from 'koa';
+import type { Services } from '../../services.ts';
+import type { Principal } from '../../auth/principal.ts';
+import { ApiError } from '../../domain/errors.ts';
+import { validateIdempotencyKey, validatePurchase } from '../../domain/tunnels.ts';
+import { expectObject, readJsonBody } from '../middleware/body.ts';
+import type { Metrics } from '../metrics.ts';
+
+const PURCHASE_FIELDS = ['name', 'origin_ip', 'promocode'] as const;
+
+export function restRouter(services: Services, metrics: Metrics, openapiJson: () => string): Router {
+  const router = new Router({ prefix: '/api' });
+  const { tunnels, pricing, auth, config } = services;
+  const principal = (ctx: Context): Promise<Principal> => auth.authenticate(ctx.get('authorization') || undefined);
+
+  /** For routes that take no body: a stray body is tolerated only if it is empty JSON. */
+  const noBody = async (ctx: Context) => {
+    const body = await readJsonBody(ctx, config.bodyLimitBytes, { required: false });
+    if (body !== undefined) expectObject(body, []);
+  };
+
+  router.get('/openapi.json', (ctx) => {
+    ctx.type = 'application/json';
+    ctx.body = openapiJson();
+  });
+
+  router.get('/dedicated/pricing', async (ctx) => {
+    ctx.body = await pricing.get();
+  });
+
+  router.post('/dedicated', async (ctx) => {
+    const who = await principal(ctx);
+    const key = validateIdempotencyKey(ctx.get('idempotency-key') || null);
+    const body = expectObject(await readJsonBody(ctx, config.bodyLimitBytes, { required: true }), PURCHASE_FIELDS);
+    const input = validatePurchase(body, tunnels.allowPrivateOrigins);
+    try {
+      const res = await tunnels.purchase(who, input, key);
+      metrics.purchases.inc({ outcome: 'created' });
+      ctx.status = res.status;
+      ctx.body = res.body;
+    } catch (e) {
+      if (e instanceof ApiError) metrics.purchases.inc({ outcome: e.code });
+      throw e;
+    }
+  });
+
+  router.get('/dedicated', async (ctx) => {
+    const who = await principal(ctx);
+    const allowed = ['limit', 'cursor'];
+    const extra = Object.keys(ctx.query).filter((k) => !allowed.includes(k));
+    if (extra.length) throw new ApiError('invalid_request', `Unknown query parameter: ${extra.join(', ')}.`);
+    const { limit, cursor } = ctx.query;
+    if (Array.isArray(limit) || Array.isArray(cursor)) throw new ApiError('invalid_request', 'limit and cursor may be given once.');
+    if (limit !== undefined && !/^\d{1,3}$/.test(limit)) throw new ApiError('invalid_request', 'limit must be an integer from 1 to 100.');
+    ctx.body = await tunnels.list(who, { limit: limit === undefined ? undefined : Number(limit), cursor: cursor ?? null });
+  });
+
+  router.get('/dedicated/:id', async (ctx) => {
+    ctx.body = { tunnel: await tunnels.get(await principal(ctx), ctx.params.id!) };
+  });
+
+  router.get('/dedicated/:id/setup', async (ctx) => {
+    ctx.body = await tunnels.setup(await principal(ctx), ctx.params.id!);
+  });
+
+  router.post('/dedicated/:id/provision', async (ctx) => {
+    const who = await principal(ctx);
+    await noBody(ctx);
+    await tunnels.provision(who, ctx.params.id!);
+  });
+
+  router.post('/dedicated/:id/activate', async (ctx) => {
+    const who = await principal(ctx);
+    await noBody(ctx);
+    await tunnels.activate(who, ctx.params.id!);
+  });
+
+  router.delete('/dedicated/:id', async (ctx) => {
+    const who = await principal(ctx);
+    await noBody(ctx);
+    const res = await tunnels.delete(who, ctx.params.id!);
+    ctx.status = res.status;
+    ctx.body = res.body;
+  });
+
+  return router;
+}

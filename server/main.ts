@@ -1,0 +1,68 @@
+// `npm start`: the gateway. Config -> database (migrated) -> one HTTP server -> listen. SIGTERM and
+// SIGINT drain: /readyz turns 503, the listener closes, in-flight requests finish, then the
+// database closes.
+import 'reflect-metadata';
+import http from 'node:http';
+import { ConfigError, loadConfig } from './config.ts';
+import { createLogger } from './log.ts';
+import { buildServices, openDatabase } from './services.ts';
+import { createGateway } from './http/app.ts';
+
+const DRAIN_TIMEOUT_MS = 10_000;
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig();
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`${JSON.stringify({ error: 'invalid_config', error_description: e.message })}\n`);
+      process.exit(2);
+    }
+    throw e;
+  }
+  const log = createLogger(config.logLevel, { service: 'gateway' });
+  const started = Date.now();
+  const db = await openDatabase(config);
+  log.info('database ready', { driver: config.databaseUrl ? 'postgresql' : 'pglite', data_dir: config.databaseUrl ? undefined : config.dataDir, ms: Date.now() - started });
+  const services = buildServices(config, db);
+
+  const server = http.createServer();
+  server.keepAliveTimeout = 65_000;
+  const gateway = await createGateway(services, log, server);
+  // Attach the handler only now: app.callback() freezes the middleware list it is called with.
+  server.on('request', gateway.app.callback());
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.port, config.host, resolve);
+  });
+  const addr = server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : config.port;
+  log.info('listening', { url: `http://${config.host}:${port}`, public_url: config.publicUrl, ms: Date.now() - started });
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info('shutting down', { signal });
+    gateway.setDraining();
+    const force = setTimeout(() => {
+      log.warn('drain timeout; closing remaining connections');
+      server.closeAllConnections();
+    }, DRAIN_TIMEOUT_MS);
+    force.unref();
+    server.closeIdleConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await gateway.stop();
+    await db.close();
+    clearTimeout(force);
+    log.info('stopped');
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`${JSON.stringify({ level: 'error', msg: 'gateway failed to start', err: e instanceof Error ? { name: e.name, message: e.message, stack: e.stack } : String(e) })}\n`);
+  process.exit(1);
+});

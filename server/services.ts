@@ -1,0 +1,34 @@
+// Builds the domain services once per process. REST routes, GraphQL resolvers and the admin CLI all
+// receive this object, so they call the same code.
+import type { Config } from './config.ts';
+import { Database } from './db/database.ts';
+import { migrate, openOrm } from './db/orm.ts';
+import { Authenticator } from './auth/authenticate.ts';
+import { PricingService } from './domain/pricing.ts';
+import { TunnelService } from './domain/tunnels.ts';
+
+export interface Services {
+  config: Config;
+  db: Database;
+  auth: Authenticator;
+  pricing: PricingService;
+  tunnels: TunnelService;
+}
+
+export function buildServices(config: Config, db: Database): Services {
+  const pricing = new PricingService(db, config.adminSshPort);
+  return {
+    config,
+    db,
+    auth: new Authenticator(db),
+    pricing,
+    tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins }),
+  };
+}
+
+/** Opens the database named by the config and applies pending migrations. */
+export async function openDatabase(config: Config, opts: { poolMax?: number } = {}): Promise<Database> {
+  const orm = await openOrm({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolMax: opts.poolMax });
+  await migrate(orm);
+  return new Database(orm);
+}

@@ -1,0 +1,65 @@
+// The real gateway on a real http.Server on 127.0.0.1, against a per-file PostgreSQL database.
+import 'reflect-metadata';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { loadConfig, type Config } from '../../server/config.ts';
+import { createLogger } from '../../server/log.ts';
+import { buildServices, type Services } from '../../server/services.ts';
+import { createGateway } from '../../server/http/app.ts';
+import { createTestDatabase, type TestDatabase } from './db.ts';
+
+export interface RunningGateway {
+  url: string;
+  services: Services;
+  testDb: TestDatabase;
+  close(): Promise<void>;
+}
+
+export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase } = {}): Promise<RunningGateway> {
+  const testDb = opts.testDb ?? (await createTestDatabase());
+  const config: Config = {
+    ...loadConfig({}),
+    // Generous by default so functional tests never trip the limiter; the rate-limit test lowers it.
+    rateLimitPerMinute: 1_000_000,
+    rateLimitBurst: 100_000,
+    logLevel: 'silent',
+    ...opts.config,
+  };
+  const services = buildServices(config, testDb.db);
+  const server = http.createServer();
+  const gateway = await createGateway(services, createLogger(config.logLevel), server);
+  server.on('request', gateway.app.callback());
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url,
+    services,
+    testDb,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await gateway.stop();
+      if (!opts.testDb) await testDb.drop();
+    },
+  };
+}
+
+/** fetch with JSON in and out; returns status, headers and the parsed body (or text). */
+export async function call(base: string, method: string, path: string, opts: { token?: string; body?: unknown; headers?: Record<string, string>; raw?: string | Uint8Array } = {}) {
+  const headers: Record<string, string> = { ...opts.headers };
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+  let body: string | Uint8Array | undefined = opts.raw;
+  if (opts.body !== undefined) {
+    body = JSON.stringify(opts.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(base + path, { method, headers, body });
+  const text = await res.text();
+  let json: unknown = undefined;
+  try {
+    json = text ? JSON.parse(text) : undefined;
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, body: json as any, text };
+}

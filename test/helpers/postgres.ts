@@ -1,0 +1,34 @@
+// Finds the local PostgreSQL for tests and benchmarks: starts the Debian cluster if it is down and
+// makes a password role that may create databases.
+import { execFileSync } from 'node:child_process';
+
+const ROLE = 'tunnelgate_test';
+
+function sh(cmd: string, args: string[]): string {
+  return execFileSync(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+/** Starts the Debian cluster if it is down and makes a password role for the tests. */
+export function ensureLocalPostgres(): string {
+  try {
+    const clusters = sh('pg_lsclusters', ['--no-header']).trim().split('\n').filter(Boolean);
+    for (const line of clusters) {
+      const [version, name, , status] = line.split(/\s+/);
+      if (status !== 'online') sh('pg_ctlcluster', [version!, name!, 'start']);
+    }
+  } catch (e) {
+    throw new Error(`PostgreSQL is not reachable: set TEST_DATABASE_URL, or install postgresql (pg_lsclusters failed: ${(e as Error).message})`);
+  }
+  const password = process.env.TEST_DATABASE_PASSWORD ?? 'tunnelgate-test-only';
+  const psql = (sqlText: string) => sh('runuser', ['-u', 'postgres', '--', 'psql', '-v', 'ON_ERROR_STOP=1', '-qtAc', sqlText]);
+  const exists = psql(`select 1 from pg_roles where rolname = '${ROLE}'`).trim() === '1';
+  psql(`${exists ? 'alter' : 'create'} role ${ROLE} login createdb password '${password}'`);
+  const port = sh('pg_lsclusters', ['--no-header']).trim().split(/\s+/)[2] ?? '5432';
+  return `postgresql://${ROLE}:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+}
+
+export function withDatabase(url: string, db: string): string {
+  const u = new URL(url);
+  u.pathname = `/${db}`;
+  return u.toString();
+}

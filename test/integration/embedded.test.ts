@@ -1,0 +1,102 @@
+// The embedded default: with no DATABASE_URL the gateway runs on PGlite under DATA_DIR, migrated on
+// start. A smoke run of the purchase path on it, data surviving a restart, and `npm start`'s entry
+// point started as a real process that drains on SIGTERM.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { afterAll, expect, it } from 'vitest';
+import { loadConfig } from '../../server/config.ts';
+import { createLogger } from '../../server/log.ts';
+import { buildServices, openDatabase } from '../../server/services.ts';
+import { createGateway } from '../../server/http/app.ts';
+import { seedNode, seedUser } from '../helpers/fixtures.ts';
+import { call } from '../helpers/gateway.ts';
+
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-embedded-'));
+afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
+
+async function boot() {
+  const config = { ...loadConfig({ DATA_DIR: dataDir }), logLevel: 'silent' as const };
+  const db = await openDatabase(config);
+  const services = buildServices(config, db);
+  const server = http.createServer();
+  const gateway = await createGateway(services, createLogger('silent'), server);
+  server.on('request', gateway.app.callback());
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    db,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await gateway.stop();
+      await db.close();
+    },
+  };
+}
+
+it('buys a tunnel on PGlite and keeps it across a restart', async () => {
+  const first = await boot();
+  await seedNode(first.db, '198.18.9.0/30');
+  const user = await seedUser(first.db, { balanceUsd: '5.00' });
+  const bought = await call(first.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name: 'embedded', origin_ip: '8.8.4.4' }, headers: { 'idempotency-key': 'k1' } });
+  expect(bought.status).toBe(201);
+  expect(bought.body.charged_usd).toBe(1.11);
+  expect(bought.body.balance_after).toBe(3.89);
+  const replay = await call(first.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name: 'embedded', origin_ip: '8.8.4.4' }, headers: { 'idempotency-key': 'k1' } });
+  expect(replay.body).toEqual(bought.body);
+  await first.close();
+
+  const second = await boot();
+  try {
+    const got = await call(second.url, 'GET', `/api/dedicated/${bought.body.tunnel.id}`, { token: user.readKey });
+    expect(got.status).toBe(200);
+    expect(got.body.tunnel.status).toBe('pending');
+    const pricing = await call(second.url, 'GET', '/api/dedicated/pricing');
+    expect(pricing.body.availability).toEqual({ total: 2, available: 1, in_stock: true });
+  } finally {
+    await second.close();
+  }
+});
+
+it('`npm start` entry point: embedded database, /readyz, graceful SIGTERM', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-start-'));
+  const root = path.resolve(import.meta.dirname, '../..');
+  const child = spawn(process.execPath, ['--import', './loader/register.mjs', 'server/main.ts'], {
+    cwd: root,
+    env: { ...process.env, DATABASE_URL: '', DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no listening line in time:\n${out}`)), 60_000);
+      child.stdout.on('data', () => {
+        const m = /"msg":"listening".*?"url":"(http:\/\/[^"]+)"/.exec(out);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1]!);
+        }
+      });
+      child.once('exit', (code) => reject(new Error(`exited ${code}:\n${out}`)));
+    });
+    const ready = await call(url, 'GET', '/readyz');
+    expect(ready.status).toBe(200);
+    expect((await call(url, 'GET', '/api/dedicated/pricing')).body.currency).toBe('RUB');
+    // Every log line is one JSON object.
+    for (const line of out.trim().split('\n')) expect(() => JSON.parse(line), line).not.toThrow();
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(out).toContain('"msg":"stopped"');
+    expect(fs.existsSync(path.join(dir, 'pg'))).toBe(true);
+  } finally {
+    child.kill('SIGKILL');
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}, 90_000);
