@@ -1,0 +1,117 @@
+// `npm run bench`: the gateway's hot routes beside a bare node:http JSON handler, in the same run,
+// each server in its own process and autocannon in this one. Prints requests/s, p99 latency and the
+// ratio to the baseline, then checks the purchase invariants held under load.
+//
+// Needs PostgreSQL (BENCH_DATABASE_URL, or the local cluster the tests use). BENCH_SECONDS sets the
+// length of each run (default 8).
+import autocannon from 'autocannon';
+import type { Result } from 'autocannon';
+import pg from 'pg';
+import { randomBytes } from 'node:crypto';
+import { ensureLocalPostgres, withDatabase } from '../test/helpers/postgres.ts';
+import { Database } from '../server/db/database.ts';
+import { migrate, openOrm } from '../server/db/orm.ts';
+import { addNode } from '../server/domain/nodes.ts';
+import { createUser } from '../server/domain/accounts.ts';
+import { createApiKey } from '../server/auth/api-keys.ts';
+import { setRate } from '../server/domain/settings.ts';
+import { startTs } from './lib/process.ts';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
+const CONNECTIONS = 50;
+
+async function run(name: string, opts: Parameters<typeof autocannon>[0]): Promise<Result> {
+  // One second of warm-up (JIT, pool connections), then the measured run.
+  await autocannon({ ...opts, duration: 1, connections: CONNECTIONS });
+  const r = await autocannon({ ...opts, duration: SECONDS, connections: CONNECTIONS });
+  process.stderr.write(`  ${name}: ${Math.round(r.requests.average)} req/s, p99 ${r.latency.p99} ms, non-2xx ${r.non2xx}, errors ${r.errors}\n`);
+  return r;
+}
+
+async function main(): Promise<void> {
+  const adminUrl = process.env.BENCH_DATABASE_URL ?? ensureLocalPostgres();
+  const dbName = `tg_bench_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`create database ${dbName}`);
+  const url = withDatabase(adminUrl, dbName);
+  const orm = await openOrm({ databaseUrl: url, dataDir: '' });
+  await migrate(orm);
+  const db = new Database(orm);
+  process.stderr.write('seeding: a /16 pool, one account, 50 tunnels to list\n');
+  await addNode(db, { name: 'bench-edge', publicIp: '192.0.2.1', sshHost: '127.0.0.1', pool: '198.18.0.0/16' });
+  await setRate(db, '90');
+  const user = await createUser(db, { email: 'bench@example.test', name: 'Bench', password: 'bench password', balanceUsd: '1000000' });
+  const writeKey = (await createApiKey(db, user.account_id, user.user_id, 'write')).key;
+  const readKey = (await createApiKey(db, user.account_id, user.user_id, 'read')).key;
+
+  const bare = await startTs('bench/bare-server.ts', {});
+  const gw = await startTs('server/main.ts', {
+    DATABASE_URL: url, PORT: '0', LOG_LEVEL: 'warn', RATE_LIMIT_PER_MINUTE: '100000000', RATE_LIMIT_BURST: '100000000',
+  });
+  try {
+    for (let i = 0; i < 50; i++) {
+      const res = await fetch(`${gw.url}/api/dedicated`, { method: 'POST', headers: { authorization: `Bearer ${writeKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: `list-${i}`, origin_ip: '8.8.4.4' }) });
+      if (res.status !== 201) throw new Error(`seeding purchase failed: ${res.status} ${await res.text()}`);
+    }
+    process.stderr.write(`running ${SECONDS} s per scenario, ${CONNECTIONS} connections\n`);
+    const baseline = await run('bare node:http', { url: `${bare.url}/` });
+    const pricing = await run('GET /api/dedicated/pricing', { url: `${gw.url}/api/dedicated/pricing` });
+    const list = await run('GET /api/dedicated (svc_ key, 20 tunnels)', { url: `${gw.url}/api/dedicated`, headers: { authorization: `Bearer ${readKey}` } });
+    const before = await admin.query('select 1'); // keep the admin connection alive across the runs
+    void before;
+    const purchase = await run('POST /api/dedicated', {
+      url: `${gw.url}/api/dedicated`,
+      method: 'POST',
+      headers: { authorization: `Bearer ${writeKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'bench', origin_ip: '8.8.4.4' }),
+    });
+
+    // Invariants after the load: one tunnel per 201, every IP sold once, ledger = balance, balance >= 0.
+    const check = new pg.Client({ connectionString: url });
+    await check.connect();
+    const { rows: [inv] } = await check.query(`
+      select (select count(*) from tunnel)::int as tunnels,
+             (select count(*) from protected_ip where tunnel_id is not null)::int as ips_taken,
+             (select count(distinct protected_ip) from tunnel where status <> 'deleted')::int as distinct_ips,
+             (select balance_usd from account where id = $1) as balance,
+             (select sum(amount_usd) from ledger_entry where account_id = $1)::numeric(14,2) as ledger,
+             (select count(*) from ledger_entry where kind = 'purchase')::int as purchase_rows`, [user.account_id]);
+    await check.end();
+    const created2xx = purchase['2xx'] + 50;
+    const invariants = {
+      tunnels_equal_201s: inv.tunnels === created2xx,
+      ips_sold_once: inv.ips_taken === inv.tunnels && inv.distinct_ips === inv.tunnels,
+      ledger_equals_balance: inv.ledger === inv.balance,
+      one_ledger_row_per_purchase: inv.purchase_rows === inv.tunnels,
+      balance_not_negative: Number(inv.balance) >= 0,
+    };
+
+    const ratio = (r: Result) => r.requests.average / baseline.requests.average;
+    const rows = [
+      ['bare node:http (baseline)', baseline, 1, '-'],
+      ['GET /api/dedicated/pricing', pricing, ratio(pricing), '>= 0.35'],
+      ['GET /api/dedicated (authenticated list)', list, ratio(list), '>= 0.10'],
+      ['POST /api/dedicated (purchase)', purchase, ratio(purchase), '>= 500 req/s'],
+    ] as const;
+    console.log(`\n| scenario | req/s | p99 ms | ratio to bare | target |\n|---|---|---|---|---|`);
+    for (const [name, r, q, target] of rows) {
+      console.log(`| ${name} | ${Math.round(r.requests.average)} | ${r.latency.p99} | ${q.toFixed(3)} | ${target} |`);
+    }
+    console.log(`\npurchase: ${purchase['2xx']} created in ${SECONDS} s, non-2xx ${purchase.non2xx}; invariants: ${JSON.stringify(invariants)}`);
+    const ok = ratio(pricing) >= 0.35 && ratio(list) >= 0.1 && purchase.requests.average >= 500 && Object.values(invariants).every(Boolean);
+    console.log(ok ? 'all targets met' : 'TARGETS MISSED');
+    if (!Object.values(invariants).every(Boolean)) process.exitCode = 1;
+  } finally {
+    await gw.stop();
+    await bare.stop();
+    await orm.close();
+    await admin.query(`drop database if exists ${dbName} with (force)`);
+    await admin.end();
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
