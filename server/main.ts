@@ -7,6 +7,9 @@ import { ConfigError, loadConfig } from './config.ts';
 import { createLogger } from './log.ts';
 import { buildServices, openDatabase } from './services.ts';
 import { createGateway } from './http/app.ts';
+import { loadSecrets, startupWarning } from './secrets.ts';
+import { adminSocketPath, assertNoLiveGateway, serveAdminSocket } from './cli/admin-socket.ts';
+import { main as runAdminCommand } from './cli/admin.ts';
 
 const DRAIN_TIMEOUT_MS = 10_000;
 
@@ -23,9 +26,24 @@ async function main(): Promise<void> {
   }
   const log = createLogger(config.logLevel, { service: 'gateway' });
   const started = Date.now();
+  if (!config.databaseUrl) await assertNoLiveGateway(adminSocketPath(config.dataDir));
   const db = await openDatabase(config);
   log.info('database ready', { driver: config.databaseUrl ? 'postgresql' : 'pglite', data_dir: config.databaseUrl ? undefined : config.dataDir, ms: Date.now() - started });
+  const loaded = await loadSecrets(db, process.env);
+  const warning = startupWarning(loaded);
+  if (warning) log.warn(warning);
   const services = buildServices(config, db);
+  // On the embedded database the admin CLI cannot open the cluster this process holds; it sends its
+  // command line here instead (server/cli/admin-socket.ts).
+  const admin = config.databaseUrl
+    ? null
+    : await serveAdminSocket(adminSocketPath(config.dataDir), async (argv) => {
+        let stdout = '';
+        let stderr = '';
+        const status = await runAdminCommand(argv, process.env, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), progress: false }, { db });
+        log.info('admin command', { command: argv.slice(0, 2).join(' '), status });
+        return { status, stdout, stderr };
+      });
 
   const server = http.createServer();
   server.keepAliveTimeout = 65_000;
@@ -53,6 +71,7 @@ async function main(): Promise<void> {
     force.unref();
     server.closeIdleConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
+    admin?.close();
     await gateway.stop();
     await db.close();
     clearTimeout(force);

@@ -31,6 +31,7 @@ import { loadSecrets, SecretsError, type ServerSecrets } from '../secrets.ts';
 import { openDatabase } from '../services.ts';
 import { formatUsage, parseOptions, UsageError } from './args.ts';
 import { COMMANDS, type Command } from './commands.ts';
+import { adminSocketPath, forwardToGateway } from './admin-socket.ts';
 
 export const EXIT = { ok: 0, refused: 1, usage: 2, failed: 3 } as const;
 
@@ -90,7 +91,7 @@ function classify(e: unknown): Failure {
 const firstLine = (s: string) => s.split('\n')[0]!.trim();
 
 /** Runs one CLI invocation and returns its exit status. Writes only through `io`. */
-export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: Io = processIo): Promise<number> {
+export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: Io = processIo, deps: { db?: Database } = {}): Promise<number> {
   const fail = (f: Failure) => {
     io.stderr(JSON.stringify({ error: f.error, error_description: f.description }) + '\n');
     return f.status;
@@ -128,7 +129,16 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   let db: Database | undefined;
   try {
     const config = loadConfig(env);
-    db = await openDatabase(config, { poolMax: 2 });
+    if (!deps.db && !config.databaseUrl) {
+      // A gateway running on the embedded database owns it: let that process run the command.
+      const reply = await forwardToGateway(adminSocketPath(config.dataDir), argv);
+      if (reply) {
+        if (reply.stdout) io.stdout(reply.stdout);
+        if (reply.stderr) io.stderr(reply.stderr);
+        return reply.status;
+      }
+    }
+    db = deps.db ?? (await openDatabase(config, { poolMax: 2 }));
     const opened = db;
     let secrets: Promise<ServerSecrets> | undefined;
     const result = await command.run(
@@ -146,7 +156,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   } catch (e) {
     return fail(classify(e));
   } finally {
-    await db?.close().catch(() => {});
+    if (!deps.db) await db?.close().catch(() => {});
   }
 }
 

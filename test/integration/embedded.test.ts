@@ -15,6 +15,15 @@ import { createGateway } from '../../server/http/app.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';
 import { call } from '../helpers/gateway.ts';
 
+function runAdmin(cwd: string, env: Record<string, string>, args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args], { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  return new Promise((resolve) => child.once('exit', (status) => resolve({ status, stdout, stderr })));
+}
+
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-embedded-'));
 afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
@@ -88,6 +97,31 @@ it('`npm start` entry point: embedded database, /readyz, graceful SIGTERM', asyn
     const ready = await call(url, 'GET', '/readyz');
     expect(ready.status).toBe(200);
     expect((await call(url, 'GET', '/api/dedicated/pricing')).body.currency).toBe('RUB');
+
+    // The admin CLI works while the gateway holds the embedded database: it hands its command over.
+    const admin = (...args: string[]) => runAdmin(root, { DATABASE_URL: '', DATA_DIR: dir }, args);
+    const node = await admin('node', 'add', '--name', 'edge-1', '--public-ip', '192.0.2.1', '--ssh-host', '192.0.2.1', '--pool', '198.18.7.0/30');
+    expect(node.status, node.stderr).toBe(0);
+    expect(JSON.parse(node.stdout)).toMatchObject({ pool_size: 2, gateway_ssh_public_key: expect.stringMatching(/^ssh-ed25519 /) });
+    expect((await admin('user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', 'long enough pw', '--balance-usd', '3')).status).toBe(0);
+    const key = await admin('apikey', 'create', '--email', 'e@example.test', '--permission', 'write');
+    expect(key.status).toBe(0);
+    const refused = await admin('user', 'create', '--email', 'not-an-email', '--name', 'E', '--password', 'long enough pw');
+    expect(refused.status).toBe(1);
+    expect(JSON.parse(refused.stderr).error).toBe('invalid_request');
+    const bought = await call(url, 'POST', '/api/dedicated', { token: JSON.parse(key.stdout).key, body: { origin_ip: '8.8.4.4' } });
+    expect(bought.status).toBe(201);
+    expect(bought.body.balance_after).toBe(1.89);
+    // A second gateway on the same data directory refuses to start instead of corrupting it.
+    const second = spawn(process.execPath, ['--import', './loader/register.mjs', 'server/main.ts'], {
+      cwd: root,
+      env: { ...process.env, DATABASE_URL: '', DATA_DIR: dir, PORT: '0', LOG_LEVEL: 'silent' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let secondErr = '';
+    second.stderr.on('data', (d) => (secondErr += d));
+    expect(await new Promise((r) => second.once('exit', r))).toBe(1);
+    expect(secondErr).toContain('another gateway is already running');
     // Every log line is one JSON object.
     for (const line of out.trim().split('\n')) expect(() => JSON.parse(line), line).not.toThrow();
     const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
