@@ -36,6 +36,8 @@ export async function openOrm(opts: OpenOptions): Promise<Orm> {
     const orm = await PgORM.init({
       ...common,
       clientUrl: opts.databaseUrl,
+      // A mistyped DATABASE_URL must fail loudly, not create and migrate a new empty database.
+      ensureDatabase: false,
       pool: { min: 0, max: opts.poolMax ?? 20 },
       debug: opts.debug ?? false,
     });

@@ -1,0 +1,16 @@
+# One image for the gateway and the edge agent (the command picks which).
+FROM node:24-bookworm-slim
+WORKDIR /app
+# The agent drives the kernel through netlink; the CLI tools are there for operators and the probe.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends iproute2 nftables conntrack iputils-ping ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY package.json package-lock.json .npmrc ./
+RUN npm ci --omit=dev --no-audit --no-fund
+COPY loader ./loader
+COPY server ./server
+COPY agent ./agent
+COPY schema ./schema
+ENV HOST=0.0.0.0 PORT=4000 NODE_ENV=production
+EXPOSE 4000
+CMD ["npm", "start"]
