@@ -19,6 +19,8 @@ export interface Config {
   /** Maximum JSON body accepted on the REST routes and GraphQL, in bytes. */
   bodyLimitBytes: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  /** One log line per HTTP request (errors are always logged). */
+  accessLog: boolean;
 }
 
 export class ConfigError extends Error {
@@ -72,5 +74,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     rateLimitBurst: int(env, 'RATE_LIMIT_BURST', 100, 1, 100_000_000),
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 64 * 1024, 1024, 16 * 1024 * 1024),
     logLevel: level,
+    accessLog: env.ACCESS_LOG === undefined || env.ACCESS_LOG === '' ? true : bool(env, 'ACCESS_LOG'),
   };
 }

@@ -2,7 +2,7 @@
 // tokens from the identity provider plug in here as another `BearerVerifier`.
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../domain/errors.ts';
-import { authenticateApiKey } from './api-keys.ts';
+import { ApiKeyVerifier } from './api-keys.ts';
 import type { Principal } from './principal.ts';
 
 export type BearerVerifier = (token: string) => Promise<Principal>;
@@ -12,8 +12,16 @@ const challenge = { 'WWW-Authenticate': 'Bearer' };
 export class Authenticator {
   private readonly verifiers: Array<{ accepts: (token: string) => boolean; verify: BearerVerifier }> = [];
 
-  constructor(db: Database) {
-    this.verifiers.push({ accepts: (t) => t.startsWith('svc_'), verify: (t) => authenticateApiKey(db, t) });
+  readonly apiKeys: ApiKeyVerifier;
+
+  constructor(db: Database, opts: { apiKeyCacheMs?: number } = {}) {
+    this.apiKeys = new ApiKeyVerifier(db, opts.apiKeyCacheMs);
+    this.verifiers.push({ accepts: (t) => t.startsWith('svc_'), verify: (t) => this.apiKeys.verify(t) });
+  }
+
+  /** Starts listening for revocations so cached credentials are dropped at once. */
+  start(): Promise<void> {
+    return this.apiKeys.start();
   }
 
   /** Registers another credential kind (e.g. JWT access tokens), tried when no earlier one accepts the token. */

@@ -1,5 +1,7 @@
 // A thin handle over the ORM for the services: raw parameterised SQL (`?` placeholders) for hot and
 // locking paths, a forked EntityManager for everything else, and transactions that give both.
+import { EventEmitter } from 'node:events';
+import pg from 'pg';
 import type { Em, Orm } from './orm.ts';
 
 export interface Sql {
@@ -17,11 +19,76 @@ class EmSql implements Sql {
 }
 
 export class Database {
-  constructor(readonly orm: Orm) {}
+  /** Notifications raised by this process, delivered at once without a round trip. */
+  private readonly local = new EventEmitter();
+  private readonly listeners: pg.Client[] = [];
+  /** Hot reads on PostgreSQL go through plain pg with named prepared statements (parsed and planned once per connection). */
+  private hotPool: pg.Pool | null = null;
+  private readonly hotText = new Map<string, string>();
+
+  constructor(readonly orm: Orm) {
+    this.local.setMaxListeners(0);
+  }
+
+  /** The PostgreSQL URL, or null on the embedded database. */
+  private get url(): string | null {
+    // PGlite reports a default clientUrl too, so ask the driver which database this is.
+    if (this.orm.config.getDriver().constructor.name === 'PgliteDriver') return null;
+    return (this.orm.config.get('clientUrl') as string | undefined) ?? null;
+  }
+
+  /**
+   * Tells every process on this database (and this one at once) that something changed, through
+   * PostgreSQL NOTIFY. Used to drop caches, never to carry state.
+   */
+  async notify(channel: string, payload: string): Promise<void> {
+    this.local.emit(channel, payload);
+    if (this.url) await this.query('select pg_notify(?, ?)', [channel, payload]);
+  }
+
+  /**
+   * Calls `handler` for every notification on `channel`, from any process. On PostgreSQL this holds
+   * one dedicated connection; on the embedded database every writer is this process, so local
+   * delivery is complete.
+   */
+  async listen(channel: string, handler: (payload: string) => void): Promise<void> {
+    if (!/^[a-z_]{1,63}$/.test(channel)) throw new Error(`bad channel name ${channel}`);
+    this.local.on(channel, handler);
+    if (!this.url) return;
+    const client = new pg.Client({ connectionString: this.url });
+    client.on('error', () => {
+      // A lost listener connection only means caches expire by age instead of by notice.
+    });
+    await client.connect();
+    client.on('notification', (n) => {
+      if (n.channel === channel && n.payload !== undefined) handler(n.payload);
+    });
+    await client.query(`listen ${channel}`);
+    this.listeners.push(client);
+  }
 
   /** Outside any transaction; each call gets its own forked EntityManager. */
   query<T extends object = Record<string, unknown>>(text: string, params: readonly unknown[] = []): Promise<T[]> {
     return (this.orm.em.fork() as Em).execute<T[]>(text, [...params], 'all');
+  }
+
+  /**
+   * A read on a hot path (authentication, listing, reading a tunnel): same `?` SQL as query(), but on
+   * PostgreSQL a named prepared statement on a lean pool, which measured about twice the throughput
+   * of going through the ORM. `name` must identify `text` uniquely. Type parsing matches query() for
+   * the types these statements return (text, uuid, int4, bool, numeric as string).
+   */
+  hot<T extends object = Record<string, unknown>>(name: string, text: string, params: readonly unknown[] = []): Promise<T[]> {
+    const url = this.url;
+    if (!url) return this.query<T>(text, params);
+    let pgText = this.hotText.get(name);
+    if (pgText === undefined) {
+      let n = 0;
+      pgText = text.replace(/\?/g, () => `$${++n}`);
+      this.hotText.set(name, pgText);
+    }
+    this.hotPool ??= new pg.Pool({ connectionString: url, max: 10 });
+    return this.hotPool.query<T>({ name, text: pgText, values: [...params] }).then((r) => r.rows);
   }
 
   em(): Em {
@@ -34,7 +101,11 @@ export class Database {
     return em.transactional((tx) => fn(new EmSql(tx)));
   }
 
-  close(): Promise<void> {
-    return this.orm.close();
+  async close(): Promise<void> {
+    await Promise.all(this.listeners.splice(0).map((c) => c.end().catch(() => {})));
+    await this.hotPool?.end().catch(() => {});
+    this.hotPool = null;
+    this.local.removeAllListeners();
+    await this.orm.close();
   }
 }

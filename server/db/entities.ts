@@ -87,7 +87,8 @@ export const ProtectedIpSchema = defineEntity({
     tunnelId: p.uuid().nullable().unique(),
   },
   uniques: [{ properties: ['node', 'innerIndex'] }],
-  indexes: [{ name: 'protected_ip_free_idx', properties: ['node'], expression: 'create index "protected_ip_free_idx" on "protected_ip" ("node_id") where "tunnel_id" is null' }],
+  // Only free IPs, in the order the purchase takes them: finding one stays O(1) however full the pool.
+  indexes: [{ name: 'protected_ip_free_idx', properties: ['innerIndex', 'ip'], expression: 'create index "protected_ip_free_idx" on "protected_ip" ("inner_index", "ip") where "tunnel_id" is null' }],
 });
 export type ProtectedIp = InferEntity<typeof ProtectedIpSchema>;
 

@@ -1,7 +1,7 @@
 // Buying, listing, reading and deleting tunnels. REST, GraphQL and tests all call this service; the
 // views it returns are the REST wire shapes of DESIGN.md, "REST shapes".
 import { createHash, randomUUID } from 'node:crypto';
-import type { Database, Sql } from '../db/database.ts';
+import { Database, type Sql } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { Principal } from '../auth/principal.ts';
 import { requireWrite } from '../auth/principal.ts';
@@ -65,14 +65,17 @@ interface TunnelRow {
   gre_key: string | null;
   created_at: string;
   updated_at: string;
+  cursor_at: string;
   edge_ip: string;
   inner_pool: string;
 }
 
-const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key,
-  to_json(t.created_at) #>> '{}' as created_at, to_json(t.updated_at) #>> '{}' as updated_at, n.public_ip as edge_ip, n.inner_pool`;
-
-const isoTime = (pgText: string) => new Date(pgText).toISOString();
+// Times are formatted by PostgreSQL (ISO 8601, UTC, milliseconds) so the hot paths parse no dates;
+// `cursor_at` keeps the full microsecond value for pagination.
+const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
+const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
+  to_char(t.created_at at time zone 'UTC', ${ISO}) as created_at, to_char(t.updated_at at time zone 'UTC', ${ISO}) as updated_at,
+  to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool`;
 
 // --- input validation, shared by REST and GraphQL -------------------------------------------------
 
@@ -178,18 +181,18 @@ export class TunnelService {
       status: r.status,
       admin_ssh_port: this.opts.adminSshPort,
       edge_ip: r.edge_ip,
-      created_at: isoTime(r.created_at),
-      updated_at: isoTime(r.updated_at),
+      created_at: r.created_at,
+      updated_at: r.updated_at,
     };
   }
 
   private async row(sql: Pick<Sql, 'query'> | Database, principal: Principal, id: string, lock = false): Promise<TunnelRow> {
     if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) throw notFound();
-    const rows = await sql.query<TunnelRow>(
-      `select ${TUNNEL_COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
-        where t.id = ? and t.account_id = ?${lock ? ' for update of t' : ''}`,
-      [id.toLowerCase(), principal.accountId],
-    );
+    const text = `select ${TUNNEL_COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
+        where t.id = ? and t.account_id = ?${lock ? ' for update of t' : ''}`;
+    const params = [id.toLowerCase(), principal.accountId];
+    // Plain reads outside a transaction take the prepared-statement path.
+    const rows = sql instanceof Database && !lock ? await sql.hot<TunnelRow>('tunnel_get', text, params) : await sql.query<TunnelRow>(text, params);
     // Another account's tunnel is indistinguishable from a missing one.
     if (!rows[0]) throw notFound();
     return rows[0];
@@ -330,7 +333,8 @@ export class TunnelService {
       params.push(c.createdAt, c.id);
     }
     params.push(limit + 1);
-    const rows = await this.db.query<TunnelRow>(
+    const rows = await this.db.hot<TunnelRow>(
+      after ? 'tunnel_list_after' : 'tunnel_list',
       `select ${TUNNEL_COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
         where t.account_id = ? and t.status <> 'deleted'${after}
         order by t.created_at desc, t.id desc limit ?`,
@@ -340,7 +344,7 @@ export class TunnelService {
     const last = page[page.length - 1];
     return {
       tunnels: page.map((r) => this.view(r)),
-      next_cursor: rows.length > limit && last ? encodeCursor(last.created_at, last.id) : null,
+      next_cursor: rows.length > limit && last ? encodeCursor(last.cursor_at, last.id) : null,
     };
   }
 

@@ -36,7 +36,7 @@ export interface Gateway {
   stop(): Promise<void>;
 }
 
-function requestContext(log: Logger, metrics: Metrics) {
+function requestContext(log: Logger, metrics: Metrics, accessLog: boolean) {
   return async (ctx: Context, next: Next) => {
     const start = process.hrtime.bigint();
     const incoming = ctx.get('x-request-id');
@@ -50,7 +50,7 @@ function requestContext(log: Logger, metrics: Metrics) {
       const seconds = Number(process.hrtime.bigint() - start) / 1e9;
       metrics.requests.inc({ method: ctx.method, route, status: String(ctx.status) });
       metrics.duration.observe({ method: ctx.method, route }, seconds);
-      log.info('request', { request_id: id, method: ctx.method, route, status: ctx.status, ms: Math.round(seconds * 1e4) / 10 });
+      if (accessLog || ctx.status >= 500) log.info('request', { request_id: id, method: ctx.method, route, status: ctx.status, ms: Math.round(seconds * 1e4) / 10 });
     }
   };
 }
@@ -83,6 +83,7 @@ function fromKoaError(e: unknown): ApiError | null {
 
 export async function createGateway(services: Services, log: Logger, server: http.Server): Promise<Gateway> {
   const metrics = createMetrics();
+  await services.auth.start();
   const app = new Koa({ proxy: process.env.TRUST_PROXY === '1' });
   // Koa would print every error to stderr; ours are logged once, as JSON, by errorMapper.
   app.silent = true;
@@ -91,7 +92,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
   let openapiJson: string | null = null;
   const openapi = () => (openapiJson ??= JSON.stringify(YAML.parse(fs.readFileSync(OPENAPI_PATH, 'utf8'))));
 
-  app.use(requestContext(log, metrics));
+  app.use(requestContext(log, metrics, services.config.accessLog));
   app.use(errorMapper(log));
 
   app.use(async (ctx, next) => {

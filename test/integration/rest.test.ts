@@ -7,6 +7,8 @@ import { setRate } from '../../server/domain/settings.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { revokeApiKey } from '../../server/auth/api-keys.ts';
 import { addBalance } from '../../server/domain/accounts.ts';
+import { Database } from '../../server/db/database.ts';
+import { openOrm } from '../../server/db/orm.ts';
 
 let gw: RunningGateway;
 let alice: SeededUser;
@@ -119,6 +121,25 @@ describe('POST /api/dedicated', () => {
     const revoked = await buy(u.writeKey);
     expect(revoked.status).toBe(401);
     expect(revoked.body.error).toBe('invalid_token');
+  });
+
+  it('a key revoked by another process (the admin CLI) stops working at once, despite the verification cache', async () => {
+    const u = await seedUser(gw.testDb.db);
+    expect((await call(gw.url, 'GET', '/api/dedicated', { token: u.readKey })).status).toBe(200); // now cached
+    const other = new Database(await openOrm({ databaseUrl: gw.testDb.url, dataDir: '' }));
+    try {
+      const id = (await gw.testDb.raw.query('select id from api_key where account_id = $1 and permission = $2', [u.accountId, 'read'])).rows[0].id;
+      expect(await revokeApiKey(other, id)).toBe(true);
+    } finally {
+      await other.close();
+    }
+    // The notice travels through PostgreSQL; give it a few round trips, far below the cache's age limit.
+    let status = 0;
+    for (let i = 0; i < 50 && status !== 401; i++) {
+      status = (await call(gw.url, 'GET', '/api/dedicated', { token: u.readKey })).status;
+      if (status !== 401) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(status).toBe(401);
   });
 
   it('403 insufficient_scope for a read-only key, and nothing is charged', async () => {

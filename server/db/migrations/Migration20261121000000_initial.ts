@@ -19,7 +19,7 @@ export class Migration20261121000000_initial extends Migration {
     this.addSql(`create table "protected_ip" ("ip" varchar(15) not null, "node_id" uuid not null, "inner_index" int not null, "tunnel_id" uuid null, primary key ("ip"));`);
     this.addSql(`create index "protected_ip_node_id_index" on "protected_ip" ("node_id");`);
     this.addSql(`alter table "protected_ip" add constraint "protected_ip_tunnel_id_unique" unique ("tunnel_id");`);
-    this.addSql(`create index "protected_ip_free_idx" on "protected_ip" ("node_id") where "tunnel_id" is null;`);
+    this.addSql(`create index "protected_ip_free_idx" on "protected_ip" ("inner_index", "ip") where "tunnel_id" is null;`);
     this.addSql(`alter table "protected_ip" add constraint "protected_ip_node_id_inner_index_unique" unique ("node_id", "inner_index");`);
     this.addSql(`create table "setting" ("key" varchar(100) not null, "value" text not null, "updated_at" timestamptz not null default now(), primary key ("key"));`);
     this.addSql(`create table "tunnel" ("id" uuid not null, "account_id" uuid not null, "node_id" uuid not null, "name" varchar(100) null, "protected_ip" varchar(15) not null, "origin_ip" varchar(15) not null, "tunnel_name" varchar(15) not null, "inner_index" int not null, "gre_key" bigint null, "status" text not null default 'pending', "charged_usd" numeric(14,2) not null, "charged_rub" numeric(14,2) not null, "created_at" timestamptz not null default now(), "updated_at" timestamptz not null default now(), primary key ("id"));`);

@@ -1,0 +1,225 @@
+// Edge agent dataplane benchmark: apply and remove N tunnels (default 10,000) through our netlink layer,
+// beside `ip -batch` + `nft -f` doing the same kernel work in the same run, each in a fresh namespace.
+// This kernel has no GRE, so BOTH sides create veth pairs (the dataplane's 'veth-standin' link kind)
+// instead of GRE links: the figures compare the two paths over the same link type, not GRE itself.
+//
+//   node --import ./loader/register.mjs bench/agent.ts          (root; TG_BENCH_N=2000 for a quicker run)
+import { execFileSync, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createDataplane, standinPeerName, type TunnelSpec } from '../agent/dataplane/index.ts';
+
+const N = Number(process.env.TG_BENCH_N ?? 10_000);
+const SAMPLE_JOBS = Number(process.env.TG_BENCH_JOBS ?? 50);
+const EDGE = '192.0.2.2';
+const TABLE = 'tunnelgate';
+
+if (process.getuid?.() !== 0) {
+  console.error('bench/agent.ts needs root (network namespaces)');
+  process.exit(2);
+}
+
+function tun(i: number): TunnelSpec {
+  const base = 4 * i;
+  const inner = (off: number): string => `100.${64 + (base >> 16)}.${(base >> 8) & 255}.${(base & 255) + off}/30`;
+  return {
+    id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+    tunnel_name: `tg-b${i}`,
+    protected_ip: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
+    origin_ip: `198.18.${(i >> 8) & 255}.${i & 255}`,
+    edge_ip: EDGE,
+    edge_inner: inner(1),
+    origin_inner: inner(2),
+    mtu: 1476,
+  };
+}
+
+class Netns {
+  readonly name = `tg-bench-${randomBytes(4).toString('hex')}`;
+  constructor() {
+    execFileSync('ip', ['netns', 'add', this.name]);
+    this.run('ip', 'link', 'set', 'lo', 'up');
+    this.run('ip', 'addr', 'add', `${EDGE}/32`, 'dev', 'lo');
+  }
+  run(cmd: string, ...args: string[]): string {
+    return execFileSync('ip', ['netns', 'exec', this.name, cmd, ...args], { encoding: 'utf8', maxBuffer: 1 << 30 });
+  }
+  /** Wall time of one command (process start included, as an operator's script would pay it). */
+  timed(cmd: string, ...args: string[]): number {
+    const t = performance.now();
+    const r = spawnSync('ip', ['netns', 'exec', this.name, cmd, ...args], { encoding: 'utf8', maxBuffer: 1 << 30 });
+    const ms = performance.now() - t;
+    if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${r.stderr}`);
+    return ms;
+  }
+  ruleCount(): number {
+    return (JSON.parse(this.run('nft', '-j', 'list', 'ruleset')) as { nftables: Record<string, unknown>[] }).nftables.filter((o) => o.rule).length;
+  }
+  delete(): void {
+    spawnSync('ip', ['netns', 'del', this.name]);
+  }
+}
+
+const RULESET = (prefix: string): string => `table ip ${TABLE} {
+  map protected {
+    type ipv4_addr : ipv4_addr
+  }
+  map tunnel_counters {
+    type ipv4_addr : counter
+  }
+  chain prerouting {
+    type nat hook prerouting priority dstnat; policy accept;
+    counter name ip daddr map @tunnel_counters
+    meta l4proto { tcp, udp } counter dnat to ip daddr map @protected
+  }
+  chain forward {
+    type filter hook forward priority mangle; policy accept;
+    oifname "${prefix}*" tcp flags syn tcp option maxseg size set rt mtu
+  }
+}
+`;
+
+const fmt = (ms: number): string => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);
+const mb = (b: number): string => `${(b / 1048576).toFixed(1)} MB`;
+
+async function main(): Promise<void> {
+  const tunnels = Array.from({ length: N }, (_, i) => tun(i + 1));
+  const out: Record<string, unknown> = { n: N, link: 'veth-standin (no GRE on this kernel; both sides use veth pairs)' };
+  console.log(`edge agent dataplane benchmark: ${N} tunnels, veth pairs standing in for GRE on BOTH sides (this kernel has no GRE)`);
+
+  // --- command line: ip -batch + nft -f ------------------------------------------------------------
+  const cli = new Netns();
+  const dir = mkdtempSync(join(tmpdir(), 'tg-bench-'));
+  let cliApply: number;
+  let cliRemove: number;
+  try {
+    writeFileSync(join(dir, 'ruleset.nft'), RULESET('tg-'));
+    cli.run('nft', '-f', join(dir, 'ruleset.nft'));
+    const ipAdd = tunnels.flatMap((t) => [
+      `link add ${t.tunnel_name} type veth peer name ${standinPeerName(t.tunnel_name)}`,
+      `link set ${t.tunnel_name} mtu ${t.mtu}`,
+      `addr add ${t.edge_inner} dev ${t.tunnel_name}`,
+      `link set ${t.tunnel_name} up`,
+    ]);
+    writeFileSync(join(dir, 'add.ip'), ipAdd.join('\n') + '\n');
+    const nftAdd = [
+      ...tunnels.map((t) => `add counter ip ${TABLE} ${t.tunnel_name}`),
+      `add element ip ${TABLE} protected { ${tunnels.map((t) => `${t.protected_ip} : ${t.origin_inner.split('/')[0]}`).join(', ')} }`,
+      `add element ip ${TABLE} tunnel_counters { ${tunnels.map((t) => `${t.protected_ip} : "${t.tunnel_name}"`).join(', ')} }`,
+    ];
+    writeFileSync(join(dir, 'add.nft'), nftAdd.join('\n') + '\n');
+    const ipDel = tunnels.map((t) => `link del ${t.tunnel_name}`);
+    writeFileSync(join(dir, 'del.ip'), ipDel.join('\n') + '\n');
+    const nftDel = [
+      `delete element ip ${TABLE} tunnel_counters { ${tunnels.map((t) => t.protected_ip).join(', ')} }`,
+      `delete element ip ${TABLE} protected { ${tunnels.map((t) => t.protected_ip).join(', ')} }`,
+      ...tunnels.map((t) => `delete counter ip ${TABLE} ${t.tunnel_name}`),
+    ];
+    writeFileSync(join(dir, 'del.nft'), nftDel.join('\n') + '\n');
+
+    const a1 = cli.timed('ip', '-batch', join(dir, 'add.ip'));
+    const a2 = cli.timed('nft', '-f', join(dir, 'add.nft'));
+    cliApply = a1 + a2;
+    out.cli_rules_at_n = cli.ruleCount();
+    console.log(`cli   apply  ${N}: ${fmt(cliApply)} (ip -batch ${fmt(a1)}, nft -f ${fmt(a2)})`);
+    const r1 = cli.timed('nft', '-f', join(dir, 'del.nft'));
+    const r2 = cli.timed('ip', '-batch', join(dir, 'del.ip'));
+    cliRemove = r1 + r2;
+    console.log(`cli   remove ${N}: ${fmt(cliRemove)} (nft -f ${fmt(r1)}, ip -batch ${fmt(r2)})`);
+  } finally {
+    cli.delete();
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  // --- ours: the dataplane through our netlink layer -------------------------------------------------
+  const ns = new Netns();
+  const stateDir = mkdtempSync(join(tmpdir(), 'tg-bench-state-'));
+  try {
+    const dp = await createDataplane({ edgeIp: EDGE, nftTable: TABLE, stateDir, netns: ns.name, linkKind: 'veth-standin' });
+    await dp.reconcile([tunnels[0]!]);
+    const rules1 = ns.ruleCount();
+    await dp.reconcile([]);
+
+    let t = performance.now();
+    const applied = await dp.reconcile(tunnels);
+    const ourApply = performance.now() - t;
+    if (applied.added !== N) throw new Error(`expected ${N} added, got ${JSON.stringify(applied)}`);
+    const rulesN = ns.ruleCount();
+    const rssApplied = process.memoryUsage().rss;
+    console.log(`ours  apply  ${N}: ${fmt(ourApply)} (one reconcile job)`);
+
+    t = performance.now();
+    const same = await dp.reconcile(tunnels);
+    const reconcileNoop = performance.now() - t;
+    if (same.unchanged !== N) throw new Error(`no-op reconcile changed something: ${JSON.stringify(same)}`);
+
+    // 1% drift by hand: half the drifted tunnels lose their link, half their map element.
+    const drift = Math.max(2, Math.floor(N / 100));
+    const victims = tunnels.filter((_, i) => i % Math.floor(N / drift) === 0).slice(0, drift);
+    const half = victims.slice(0, drift / 2);
+    const other = victims.slice(drift / 2);
+    const d = mkdtempSync(join(tmpdir(), 'tg-drift-'));
+    writeFileSync(join(d, 'drift.ip'), half.map((v) => `link del ${v.tunnel_name}`).join('\n') + '\n');
+    writeFileSync(join(d, 'drift.nft'), `delete element ip ${TABLE} protected { ${other.map((v) => v.protected_ip).join(', ')} }\n`);
+    ns.run('ip', '-batch', join(d, 'drift.ip'));
+    ns.run('nft', '-f', join(d, 'drift.nft'));
+    rmSync(d, { recursive: true, force: true });
+    t = performance.now();
+    const repaired = await dp.reconcile(tunnels);
+    const reconcileDrift = performance.now() - t;
+    if (repaired.changed !== victims.length) throw new Error(`drift repair: ${JSON.stringify(repaired)}`);
+    const rssReconciled = process.memoryUsage().rss;
+
+    // One-tunnel jobs at this scale (each reads the map and the tunnel's link back, as a job does).
+    const extra = Array.from({ length: SAMPLE_JOBS }, (_, i) => tun(N + 1 + i));
+    t = performance.now();
+    for (const x of extra) await dp.apply(x);
+    const jobApply = (performance.now() - t) / SAMPLE_JOBS;
+    t = performance.now();
+    for (const x of extra) await dp.remove(x);
+    const jobRemove = (performance.now() - t) / SAMPLE_JOBS;
+
+    t = performance.now();
+    const removed = await dp.reconcile([]);
+    const ourRemove = performance.now() - t;
+    if (removed.removed !== N) throw new Error(`expected ${N} removed, got ${JSON.stringify(removed)}`);
+    console.log(`ours  remove ${N}: ${fmt(ourRemove)} (one reconcile job)`);
+    await dp.close();
+
+    Object.assign(out, {
+      cli_apply_ms: Math.round(cliApply),
+      cli_remove_ms: Math.round(cliRemove),
+      ours_apply_ms: Math.round(ourApply),
+      ours_remove_ms: Math.round(ourRemove),
+      per_tunnel_apply_us: { ours: Math.round((ourApply / N) * 1000), cli: Math.round((cliApply / N) * 1000) },
+      per_tunnel_remove_us: { ours: Math.round((ourRemove / N) * 1000), cli: Math.round((cliRemove / N) * 1000) },
+      ratio_apply_vs_cli: +(ourApply / cliApply).toFixed(2),
+      ratio_remove_vs_cli: +(ourRemove / cliRemove).toFixed(2),
+      rules_at_1: rules1,
+      rules_at_n: rulesN,
+      reconcile_noop_ms: Math.round(reconcileNoop),
+      reconcile_1pct_drift_ms: Math.round(reconcileDrift),
+      drift_repaired: repaired.changed,
+      single_job_apply_ms_at_n: +jobApply.toFixed(1),
+      single_job_remove_ms_at_n: +jobRemove.toFixed(1),
+      rss_after_apply: mb(rssApplied),
+      rss_after_reconciles: mb(rssReconciled),
+      max_rss: mb(process.resourceUsage().maxRSS * 1024),
+    });
+    console.log('');
+    console.log(`per tunnel apply      ours ${(ourApply / N).toFixed(3)} ms   cli ${(cliApply / N).toFixed(3)} ms   ratio ${(ourApply / cliApply).toFixed(2)}x (target <= 1.5x)`);
+    console.log(`per tunnel remove     ours ${(ourRemove / N).toFixed(3)} ms   cli ${(cliRemove / N).toFixed(3)} ms   ratio ${(ourRemove / cliRemove).toFixed(2)}x (target <= 1.5x)`);
+    console.log(`nft rules             ${rules1} at 1 tunnel, ${rulesN} at ${N} (command line: ${String(out.cli_rules_at_n)})`);
+    console.log(`reconcile ${N}        no change ${fmt(reconcileNoop)}, 1% drift (${victims.length} repaired) ${fmt(reconcileDrift)} (target < 5 s)`);
+    console.log(`one-tunnel job at ${N}: apply ${jobApply.toFixed(1)} ms, remove ${jobRemove.toFixed(1)} ms (mean of ${SAMPLE_JOBS})`);
+    console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, max ${String(out.max_rss)} (target < 150 MB)`);
+    console.log(JSON.stringify(out));
+  } finally {
+    ns.delete();
+    rmSync(stateDir, { recursive: true, force: true });
+  }
+}
+
+await main();

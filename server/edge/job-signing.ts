@@ -1,0 +1,57 @@
+// The gateway side of DESIGN.md 3.6 "Edge jobs": signs one job for one edge node as the agent expects
+// it: compact JWS, alg EdDSA (Ed25519), header {alg, typ: "tunnel-job+jwt", kid}, claims iss "tunnelgate",
+// aud the node id, a fresh jti (UUID), iat now, exp at most 60 s later, v 1, op and the op's body.
+// Pure apart from the clock and the random jti (both injectable). The body is checked with the agent's own
+// shape rules (agent/jobs/contract.ts) first, so the gateway never signs a job an agent calls malformed.
+import { createPrivateKey, randomUUID, type KeyObject } from 'node:crypto';
+import { CompactSign, type CryptoKey, type JWK } from 'jose';
+import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION, MAX_LIFETIME_S, checkBody, isOp, isUuid, type JobBodies, type JobClaims, type Op } from '../../agent/jobs/contract.ts';
+
+export type { JobBodies, JobClaims, Op, ResultLine } from '../../agent/jobs/contract.ts';
+
+/** jose 6 has no KeyLike any more: a node:crypto KeyObject or a WebCrypto CryptoKey. */
+export type KeyLike = KeyObject | CryptoKey;
+
+export class JobSigningError extends Error {
+  override name = 'JobSigningError';
+}
+
+export interface SignJobOptions {
+  /** Seconds since the epoch; defaults to the clock. `iat` is its whole part. */
+  now?: number;
+  /** exp - iat, 1 to 60 seconds (default 60). */
+  ttlSeconds?: number;
+  /** Defaults to a random UUID: a job is never signed twice with one jti. */
+  jti?: string;
+}
+
+function toKey(privateKey: KeyLike | JWK): KeyLike {
+  if (typeof (privateKey as JWK).kty === 'string') {
+    const jwk = privateKey as JWK;
+    if (jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || typeof jwk.d !== 'string') throw new JobSigningError('the job-signing JWK must be an Ed25519 private key (kty OKP, crv Ed25519, d)');
+    return createPrivateKey({ key: jwk as import('node:crypto').JsonWebKey, format: 'jwk' });
+  }
+  const key = privateKey as KeyLike;
+  const type = 'asymmetricKeyType' in key ? key.asymmetricKeyType : (key as CryptoKey).algorithm.name.toLowerCase();
+  if (type !== 'ed25519' || key.type !== 'private') throw new JobSigningError('the job-signing key must be an Ed25519 private key');
+  return key;
+}
+
+/** One signed job: the compact JWS to write to the agent's `tunnel-agent job`. */
+export async function signJob<O extends Op>(privateKey: KeyLike | JWK, kid: string, nodeId: string, op: O, body: JobBodies[O], opts: SignJobOptions = {}): Promise<string> {
+  if (typeof kid !== 'string' || kid === '') throw new JobSigningError('kid must be a non-empty string');
+  if (!isUuid(nodeId)) throw new JobSigningError(`node id must be a UUID, got ${JSON.stringify(nodeId)}`);
+  if (!isOp(op)) throw new JobSigningError(`op must be one of apply, remove, reconcile, probe; got ${JSON.stringify(op)}`);
+  const ttl = opts.ttlSeconds ?? MAX_LIFETIME_S;
+  if (!Number.isInteger(ttl) || ttl < 1 || ttl > MAX_LIFETIME_S) throw new JobSigningError(`ttlSeconds must be an integer from 1 to ${MAX_LIFETIME_S}`);
+  const jti = opts.jti ?? randomUUID();
+  if (!isUuid(jti)) throw new JobSigningError('jti must be a UUID');
+  const bodyKey = op === 'reconcile' ? 'tunnels' : 'tunnel';
+  const keys = body && typeof body === 'object' ? Object.keys(body) : [];
+  if (keys.length !== 1 || keys[0] !== bodyKey) throw new JobSigningError(`the ${op} body must be exactly {${bodyKey}}`);
+  const iat = Math.floor(opts.now ?? Date.now() / 1000);
+  const claims = { iss: JOB_ISS, aud: nodeId.toLowerCase(), jti, iat, exp: iat + ttl, v: JOB_VERSION, op, ...body } as JobClaims;
+  const why = checkBody(op, claims as unknown as Record<string, unknown>);
+  if (why) throw new JobSigningError(`the ${op} body does not match the job contract: ${why}`);
+  return new CompactSign(Buffer.from(JSON.stringify(claims), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
+}
