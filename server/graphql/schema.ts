@@ -1,5 +1,5 @@
 // The GraphQL schema, built from the type-graphql classes. Decorator metadata needs reflect-metadata
-// loaded first and a transpiler that emits it (@oxc-node/core, vitest's oxc, tsc; not tsx).
+// loaded first and a transpiler that emits it (loader/register.mjs, vitest's oxc, tsc; not tsx).
 import 'reflect-metadata';
 import { lexicographicSortSchema, printSchema, type GraphQLSchema } from 'graphql';
 import { buildSchema } from 'type-graphql';

@@ -30,7 +30,7 @@ function cli(url: string, args: string[], env: Record<string, string> = {}): Pro
   return new Promise((resolve, reject) => {
     execFile(
       NODE,
-      ['--import', '@oxc-node/core/register', 'server/cli/admin.ts', ...args],
+      ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args],
       { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', DATABASE_URL: url, ...env }, timeout: 60_000 },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
