@@ -1,0 +1,174 @@
+// Agent configuration (DESIGN.md 3.6 "Agent configuration"): from the environment, or from a file named
+// by `--config`, whose keys are the same names in lower case.
+//
+// File format: one `key = value` per line; blank lines and lines starting with `#` are ignored; the
+// value is everything after the first `=`, trimmed, and may be wrapped in double quotes. Unknown and
+// repeated keys are errors. A PEM value must be on one line with `\n` escapes (a JWK fits on one line
+// as it is). An environment variable that is set (and not empty) overrides the file's value.
+// See agent/deploy/agent.conf.example.
+import { isIP } from 'node:net';
+import { isAbsolute, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { isUuid, parseIPv4 } from './jobs/contract.ts';
+import { JobKeyError, parseJobKey, type JobKey } from './jobs/job-key.ts';
+import { SshKeyError, parseAuthorizedKey, type AuthorizedKey } from './ssh/keys.ts';
+
+export const CONFIG_KEYS = [
+  'AGENT_NODE_ID',
+  'AGENT_LISTEN',
+  'AGENT_STATE_DIR',
+  'AGENT_AUTHORIZED_KEY',
+  'AGENT_JOB_KEY',
+  'AGENT_EDGE_IP',
+  'AGENT_NFT_TABLE',
+  'AGENT_LOG_LEVEL',
+] as const;
+export type ConfigKey = (typeof CONFIG_KEYS)[number];
+
+export const DEFAULT_LISTEN = '0.0.0.0:52222';
+export const DEFAULT_NFT_TABLE = 'tunnelgate';
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
+
+export interface AgentConfig {
+  /** This node's id (lower case UUID): every job's `aud`. */
+  nodeId: string;
+  listen: { host: string; port: number };
+  /** Absolute path: host key and replay cache. */
+  stateDir: string;
+  authorizedKey: AuthorizedKey;
+  jobKey: JobKey;
+  /** This router's GRE underlay address; every job's `edge_ip`. */
+  edgeIp: string;
+  nftTable: string;
+  logLevel: (typeof LOG_LEVELS)[number];
+  /** Where each key came from, for the start-up log line. */
+  sources: Partial<Record<ConfigKey, 'env' | 'file' | 'default'>>;
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Parses the `key = value` file text; keys are returned upper-cased (AGENT_…). */
+export function parseConfigFile(text: string, path = 'config file'): Partial<Record<ConfigKey, string>> {
+  const out: Partial<Record<ConfigKey, string>> = {};
+  const lines = text.split(/\r?\n/);
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    const eq = line.indexOf('=');
+    if (eq < 0) throw new ConfigError(`${path}:${i + 1}: expected "key = value"`);
+    const rawKey = line.slice(0, eq).trim();
+    if (rawKey !== rawKey.toLowerCase()) throw new ConfigError(`${path}:${i + 1}: keys are lower case (${rawKey.toLowerCase()})`);
+    const key = rawKey.toUpperCase() as ConfigKey;
+    if (!CONFIG_KEYS.includes(key)) throw new ConfigError(`${path}:${i + 1}: unknown key "${rawKey}" (known: ${CONFIG_KEYS.map((k) => k.toLowerCase()).join(', ')})`);
+    if (key in out) throw new ConfigError(`${path}:${i + 1}: "${rawKey}" is set twice`);
+    let value = line.slice(eq + 1).trim();
+    if (value.length >= 2 && value.startsWith('"') && value.endsWith('"')) value = value.slice(1, -1);
+    out[key] = value;
+  }
+  return out;
+}
+
+function parseListen(v: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(v);
+  const host = m?.[1] ?? m?.[2];
+  const port = Number(m?.[3]);
+  if (!m || !host || isIP(host) === 0 || !(port >= 0 && port <= 65535)) {
+    throw new ConfigError(`AGENT_LISTEN must be ADDRESS:PORT (an IPv4 address, or [IPv6]), e.g. ${DEFAULT_LISTEN}; got "${v}"`);
+  }
+  return { host, port };
+}
+
+/**
+ * The agent's configuration from `env`, or from the file at `configPath` with `env` overriding it.
+ * Throws ConfigError naming every missing or invalid key.
+ */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: string): AgentConfig {
+  let file: Partial<Record<ConfigKey, string>> = {};
+  if (configPath !== undefined) {
+    let text: string;
+    try {
+      text = readFileSync(configPath, 'utf8');
+    } catch (e) {
+      throw new ConfigError(`cannot read the config file ${configPath}: ${(e as Error).message}`);
+    }
+    file = parseConfigFile(text, configPath);
+  }
+  const sources: AgentConfig['sources'] = {};
+  const get = (key: ConfigKey, fallback?: string): string | undefined => {
+    const fromEnv = env[key]?.trim();
+    if (fromEnv) return (sources[key] = 'env'), fromEnv;
+    const fromFile = file[key];
+    if (fromFile) return (sources[key] = 'file'), fromFile;
+    if (fallback !== undefined) return (sources[key] = 'default'), fallback;
+    return undefined;
+  };
+
+  const problems: string[] = [];
+  const need = <T>(key: ConfigKey, parse: (v: string) => T, fallback?: string): T | undefined => {
+    const v = get(key, fallback);
+    if (v === undefined) {
+      problems.push(`${key} is not set`);
+      return undefined;
+    }
+    try {
+      return parse(v);
+    } catch (e) {
+      problems.push(e instanceof ConfigError ? e.message : `${key}: ${(e as Error).message}`);
+      return undefined;
+    }
+  };
+
+  const nodeId = need('AGENT_NODE_ID', (v) => {
+    if (!isUuid(v)) throw new ConfigError(`AGENT_NODE_ID must be the node's UUID (from node add), got "${v}"`);
+    return v.toLowerCase();
+  });
+  const listen = need('AGENT_LISTEN', parseListen, DEFAULT_LISTEN);
+  const stateDir = need('AGENT_STATE_DIR', (v) => {
+    if (!isAbsolute(v)) throw new ConfigError(`AGENT_STATE_DIR must be an absolute path, got "${v}"`);
+    return resolve(v);
+  });
+  const authorizedKey = need('AGENT_AUTHORIZED_KEY', (v) => {
+    try {
+      return parseAuthorizedKey(v);
+    } catch (e) {
+      if (e instanceof SshKeyError) throw new ConfigError(`AGENT_AUTHORIZED_KEY (the gateway's SSH public key, "ssh-ed25519 AAAA…") ${e.message}`);
+      throw e;
+    }
+  });
+  const jobKey = need('AGENT_JOB_KEY', (v) => {
+    try {
+      return parseJobKey(v);
+    } catch (e) {
+      if (e instanceof JobKeyError) throw new ConfigError(`AGENT_JOB_KEY (the gateway's job-signing public key, a JWK or SPKI PEM): ${e.message}`);
+      throw e;
+    }
+  });
+  const edgeIp = need('AGENT_EDGE_IP', (v) => {
+    if (parseIPv4(v) === null) throw new ConfigError(`AGENT_EDGE_IP must be this router's IPv4 underlay address, got "${v}"`);
+    return v;
+  });
+  const nftTable = need(
+    'AGENT_NFT_TABLE',
+    (v) => {
+      if (!/^[A-Za-z][A-Za-z0-9_-]{0,63}$/.test(v)) throw new ConfigError(`AGENT_NFT_TABLE must be a plain nftables table name (letters, digits, _ and -, at most 64), got "${v}"`);
+      return v;
+    },
+    DEFAULT_NFT_TABLE,
+  );
+  const logLevel = need(
+    'AGENT_LOG_LEVEL',
+    (v) => {
+      if (!(LOG_LEVELS as readonly string[]).includes(v)) throw new ConfigError(`AGENT_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${v}"`);
+      return v as AgentConfig['logLevel'];
+    },
+    'info',
+  );
+
+  if (problems.length > 0) {
+    const where = configPath ? ` (environment, or ${configPath} with the keys in lower case)` : ' (environment, or a file named by --config)';
+    throw new ConfigError(`invalid agent configuration${where}:\n  - ${problems.join('\n  - ')}`);
+  }
+  return { nodeId: nodeId!, listen: listen!, stateDir: stateDir!, authorizedKey: authorizedKey!, jobKey: jobKey!, edgeIp: edgeIp!, nftTable: nftTable!, logLevel: logLevel!, sources };
+}

@@ -1,0 +1,126 @@
+// Runs one job read from the SSH channel: verify (agent/jobs/verify.ts), then the dataplane, and turns
+// the outcome into the single result line of DESIGN.md 3.6. Every refusal is logged with its code
+// before anything touches the kernel. Changing jobs (apply, remove, reconcile) run one at a time; a probe
+// changes nothing and waits on the network, so it does not hold them up.
+//
+// Errors from the dataplane: a tunnel it finds unusable before touching the kernel (InvalidTunnel, e.g. a
+// tunnel_name without the agent's link prefix) is `malformed`; anything else is `kernel_error`.
+import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult } from '../dataplane/types.ts';
+import type { JobErrorCode, ResultLine } from './contract.ts';
+import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
+
+/** The slice of a structured logger this module needs (server/log.ts's Logger fits). */
+export interface JobLog {
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  error(msg: string, fields?: Record<string, unknown>): void;
+}
+
+/** How long a kernel error text may be in the result line. */
+const MAX_DESCRIPTION = 1000;
+
+const count = (n: unknown): number => (typeof n === 'number' && Number.isInteger(n) && n >= 0 ? n : 0);
+
+function counts(c: ChangeCounts): ChangeCounts {
+  return { added: count(c?.added), changed: count(c?.changed), removed: count(c?.removed), unchanged: count(c?.unchanged) };
+}
+
+function probeResult(p: ProbeResult): ProbeResult {
+  const out: ProbeResult = { reachable: p?.reachable === true };
+  if (typeof p?.rtt_ms === 'number' && Number.isFinite(p.rtt_ms) && p.rtt_ms >= 0) out.rtt_ms = p.rtt_ms;
+  return out;
+}
+
+/** The dataplane's InvalidTunnel, recognised by name (importing agent/dataplane/index.ts would load netlink). */
+const isInvalidTunnel = (e: unknown): boolean => e instanceof Error && e.name === 'InvalidTunnel';
+
+export function exitCodeFor(line: ResultLine): 0 | 1 {
+  return line.ok ? 0 : 1;
+}
+
+export class JobHandler {
+  private chain: Promise<unknown> = Promise.resolve();
+  private inFlight = 0;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(
+    private readonly ctx: VerifyContext,
+    private readonly dataplane: Dataplane,
+    private readonly log: JobLog,
+  ) {}
+
+  /** A refusal decided outside the verifier (the SSH layer: another command, oversize input); logged here. */
+  refuse(error: JobErrorCode, error_description: string, fields: Record<string, unknown> = {}, jti?: string): ResultLine {
+    this.log.warn('job refused', { code: error, reason: error_description, ...(jti ? { jti } : {}), ...fields });
+    return jti ? { ok: false, jti, error, error_description } : { ok: false, error, error_description };
+  }
+
+  /** Verifies and runs one job; never throws. `fields` (e.g. the peer address) go into the log lines. */
+  async handle(input: string | Uint8Array, fields: Record<string, unknown> = {}): Promise<ResultLine> {
+    this.inFlight++;
+    try {
+      let outcome;
+      try {
+        outcome = await verifyJob(input, this.ctx);
+      } catch (e) {
+        // The replay cache could not record the jti: refuse rather than run a job a restart could replay.
+        this.log.error('job refused: replay cache write failed', { ...fields, err: e });
+        return { ok: false, error: 'kernel_error', error_description: `the agent could not record the job id: ${(e as Error).message}` };
+      }
+      if (!outcome.ok) return this.refuse(outcome.error, outcome.error_description, fields, outcome.jti);
+      const job = outcome.job;
+      return await (job.op === 'probe' ? this.run(job, fields) : this.serial(() => this.run(job, fields)));
+    } finally {
+      if (--this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
+    }
+  }
+
+  /** Resolves when no job is being handled (for a graceful shutdown). */
+  idle(): Promise<void> {
+    return this.inFlight === 0 ? Promise.resolve() : new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn, fn);
+    this.chain = run.catch(() => undefined);
+    return run;
+  }
+
+  private async run(job: VerifiedJob, fields: Record<string, unknown>): Promise<ResultLine> {
+    const { jti, op } = job;
+    const started = performance.now();
+    const tunnelId = op === 'reconcile' ? undefined : job.tunnel.id;
+    const logFields = { ...fields, jti, op, ...(tunnelId ? { tunnel_id: tunnelId } : { tunnels: job.op === 'reconcile' ? job.tunnels.length : 0 }) };
+    try {
+      let result: ChangeCounts | ProbeResult;
+      switch (job.op) {
+        case 'apply':
+          result = counts(await this.dataplane.apply(job.tunnel));
+          break;
+        case 'remove':
+          result = counts(await this.dataplane.remove(job.tunnel));
+          break;
+        case 'reconcile':
+          result = counts(await this.dataplane.reconcile(job.tunnels));
+          break;
+        case 'probe':
+          if (!(await this.dataplane.has(job.tunnel.id))) {
+            return this.refuse('unknown_tunnel', `this node has no tunnel ${job.tunnel.id}`, logFields, jti);
+          }
+          result = probeResult(await this.dataplane.probe(job.tunnel));
+          break;
+      }
+      this.log.info('job done', { ...logFields, result, ms: Math.round(performance.now() - started) });
+      return { ok: true, jti, op, result };
+    } catch (e) {
+      const err = e as Error & { cause?: unknown };
+      if (isInvalidTunnel(err) || isInvalidTunnel(err?.cause)) {
+        const inner = (isInvalidTunnel(err) ? err : err.cause) as Error;
+        return this.refuse('malformed', `the dataplane refused the tunnel: ${inner.message}`.slice(0, MAX_DESCRIPTION), logFields, jti);
+      }
+      const text = `${err instanceof KernelError ? '' : `${err?.name ?? 'Error'}: `}${err?.message ?? String(e)}`;
+      this.log.error('job failed', { ...logFields, code: 'kernel_error', err: e });
+      return { ok: false, jti, error: 'kernel_error', error_description: text.slice(0, MAX_DESCRIPTION) };
+    }
+  }
+}

@@ -1,0 +1,155 @@
+// The edge agent: `npm run agent -- [--config FILE]` or `tunnel-agent [--config FILE]`.
+//   config -> dataplane -> replay cache -> host key -> SSH server; prints the host-key fingerprint.
+// SIGTERM/SIGINT stop accepting jobs, let a running job finish, and exit without touching the dataplane:
+// traffic keeps flowing while the agent is down (DESIGN.md 3.7).
+//
+// `tunnel-agent fingerprint [--config FILE]` prints the host-key fingerprint (generating the key on
+// first use) and exits: what the operator records with `node add --host-key`.
+import { createLogger, type Logger } from '../server/log.ts';
+import { ConfigError, loadConfig, type AgentConfig } from './config.ts';
+import type { Dataplane } from './dataplane/types.ts';
+import { JobHandler } from './jobs/handle.ts';
+import { ReplayCache } from './jobs/replay-cache.ts';
+import { loadOrCreateHostKey, type HostKey } from './ssh/keys.ts';
+import { AgentSshServer } from './ssh/server.ts';
+
+export interface RunningAgent {
+  address: { host: string; port: number };
+  hostKey: HostKey;
+  /** Stops the SSH server and closes the replay cache; the dataplane is the caller's. */
+  stop(drainMs?: number): Promise<void>;
+}
+
+export interface StartOptions {
+  dataplane: Dataplane;
+  log: Logger;
+  /** Seconds since the epoch (tests move it). */
+  now?: () => number;
+  /** Per-job stdin timeout (default 30 s). */
+  inputTimeoutMs?: number;
+}
+
+/** Starts the job endpoint over an open dataplane. */
+export async function startAgent(config: AgentConfig, opts: StartOptions): Promise<RunningAgent> {
+  const { log } = opts;
+  const now = opts.now ?? (() => Date.now() / 1000);
+  const replay = await ReplayCache.open(config.stateDir, { now, warn: (m, f) => log.warn(m, f) });
+  const hostKey = await loadOrCreateHostKey(config.stateDir);
+  const jobs = new JobHandler({ nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now }, opts.dataplane, log);
+  const server = new AgentSshServer({
+    host: config.listen.host,
+    port: config.listen.port,
+    hostKey,
+    authorizedKey: config.authorizedKey,
+    jobs,
+    log,
+    ...(opts.inputTimeoutMs !== undefined ? { inputTimeoutMs: opts.inputTimeoutMs } : {}),
+  });
+  let address: { host: string; port: number };
+  try {
+    address = await server.listen();
+  } catch (e) {
+    await replay.close();
+    throw e;
+  }
+  return {
+    address,
+    hostKey,
+    async stop(drainMs) {
+      await server.close(drainMs);
+      await replay.close();
+    },
+  };
+}
+
+function parseArgs(argv: string[]): { command: 'run' | 'fingerprint'; configPath?: string } {
+  let command: 'run' | 'fingerprint' = 'run';
+  let configPath: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--config') {
+      configPath = argv[++i];
+      if (!configPath) throw new ConfigError('--config needs a file name');
+    } else if (a.startsWith('--config=')) {
+      configPath = a.slice('--config='.length);
+    } else if (a === 'fingerprint' && i === 0) {
+      command = 'fingerprint';
+    } else if (a === '--help' || a === '-h') {
+      process.stdout.write('usage: tunnel-agent [fingerprint] [--config FILE]\n');
+      process.exit(0);
+    } else {
+      throw new ConfigError(`unknown argument "${a}" (usage: tunnel-agent [fingerprint] [--config FILE])`);
+    }
+  }
+  return { command, ...(configPath !== undefined ? { configPath } : {}) };
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const config = loadConfig(process.env, args.configPath);
+  if (args.command === 'fingerprint') {
+    process.stdout.write(`${(await loadOrCreateHostKey(config.stateDir)).fingerprint}\n`);
+    return;
+  }
+  const log = createLogger(config.logLevel, { service: 'tunnel-agent', node_id: config.nodeId });
+  log.info('starting', {
+    listen: `${config.listen.host}:${config.listen.port}`,
+    state_dir: config.stateDir,
+    edge_ip: config.edgeIp,
+    nft_table: config.nftTable,
+    gateway_key: config.authorizedKey.fingerprint,
+    job_key: config.jobKey.kid ?? config.jobKey.thumbprint,
+    sources: config.sources,
+  });
+  // Loaded here rather than at the top so `tunnel-agent fingerprint` needs no netlink.
+  const { createDataplane } = await import('./dataplane/index.ts');
+  const dpLog = log.child({ component: 'dataplane' });
+  const dataplane: Dataplane = await createDataplane({
+    stateDir: config.stateDir,
+    edgeIp: config.edgeIp,
+    nftTable: config.nftTable,
+    log: (event, fields) => (event.endsWith('.error') ? dpLog.warn(event, fields) : dpLog.info(event, fields)),
+  });
+  let agent: RunningAgent;
+  try {
+    agent = await startAgent(config, { dataplane, log });
+  } catch (e) {
+    await dataplane.close();
+    throw e;
+  }
+  const { hostKey, address } = agent;
+  log.info('listening', { listen: `${address.host}:${address.port}`, host_key_fingerprint: hostKey.fingerprint, host_key_created: hostKey.created });
+  process.stderr.write(`tunnel-agent: host key fingerprint ${hostKey.fingerprint} (ED25519); record it at the gateway with node add --host-key\n`);
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info('shutting down; the dataplane stays as it is', { signal });
+    try {
+      await agent.stop();
+      await dataplane.close();
+      log.info('stopped');
+    } catch (e) {
+      log.error('shutdown failed', { err: e });
+      process.exitCode = 1;
+    }
+    // Nothing is left to wait for; do not let a stray handle keep the process (and systemd's stop) waiting.
+    process.exit();
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+/** The command line: runs the agent, or prints the fingerprint; on a start-up error exits 1 with the reason. */
+export async function runCli(): Promise<void> {
+  try {
+    await main();
+  } catch (e) {
+    const msg = e instanceof ConfigError ? e.message : e instanceof Error ? (e.stack ?? e.message) : String(e);
+    process.stderr.write(`tunnel-agent: ${msg}\n`);
+    process.exit(1);
+  }
+}
+
+if (import.meta.main) void runCli();

@@ -1,0 +1,222 @@
+// The agent's SSH endpoint (DESIGN.md 3.6 "Transport"): ssh2 Server on AGENT_LISTEN with the agent's
+// host key. Only user `tunnelgate` with the gateway's public key gets in; only session channels, and in
+// them only exec. `tunnel-agent job` reads one JWS from stdin and answers one JSON line on stdout with
+// exit status 0 (ok) or 1 (refused or failed); any other command gets exit status 127 and an
+// `unsupported_command` line. Shells, subsystems, ptys, env, X11, agent and port forwarding are refused.
+import { timingSafeEqual } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import ssh2 from 'ssh2';
+import type { AuthContext, Connection, ServerChannel } from 'ssh2';
+import { JOB_COMMAND, MAX_INPUT_BYTES, SSH_USER, type JobErrorCode, type ResultLine } from '../jobs/contract.ts';
+import { exitCodeFor, type JobLog } from '../jobs/handle.ts';
+import type { AuthorizedKey, HostKey } from './keys.ts';
+
+/** What the server needs from the job handler (agent/jobs/handle.ts's JobHandler). */
+export interface JobSink {
+  handle(input: Uint8Array, fields?: Record<string, unknown>): Promise<ResultLine>;
+  refuse(error: JobErrorCode, description: string, fields?: Record<string, unknown>): ResultLine;
+  idle(): Promise<void>;
+}
+
+export interface AgentSshServerOptions {
+  host: string;
+  port: number;
+  hostKey: HostKey;
+  authorizedKey: AuthorizedKey;
+  jobs: JobSink;
+  log: JobLog;
+  /** A job's stdin must reach EOF within this time (default 30 s), else `malformed`. */
+  inputTimeoutMs?: number;
+  /** A connection must authenticate within this time (default 20 s). */
+  authTimeoutMs?: number;
+  /** Failed authentication attempts before the connection is dropped (default 10). */
+  maxAuthFailures?: number;
+  /** Concurrent connections (default 64). */
+  maxConnections?: number;
+}
+
+/** Session-channel requests that are always refused. */
+const REFUSED_SESSION_REQUESTS = ['pty', 'shell', 'subsystem', 'sftp', 'x11', 'auth-agent', 'env', 'signal', 'window-change'] as const;
+/** The exit status for an exec command other than `tunnel-agent job`. */
+export const EXIT_UNSUPPORTED_COMMAND = 127;
+
+function sameKey(a: Buffer, b: Buffer): boolean {
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+export class AgentSshServer {
+  private readonly server: ssh2.Server;
+  private readonly connections = new Set<Connection>();
+  private closing = false;
+  private readonly opts: Required<Omit<AgentSshServerOptions, 'host' | 'port'>> & Pick<AgentSshServerOptions, 'host' | 'port'>;
+
+  constructor(opts: AgentSshServerOptions) {
+    this.opts = { inputTimeoutMs: 30_000, authTimeoutMs: 20_000, maxAuthFailures: 10, maxConnections: 64, ...opts };
+    // Keepalives find a gateway that vanished without closing its connection.
+    this.server = new ssh2.Server({ hostKeys: [opts.hostKey.privateKey], ident: 'tunnelgate-agent', keepaliveInterval: 15_000, keepaliveCountMax: 4 }, (client, info) =>
+      this.onConnection(client, { peer: `${info.ip}:${info.port}` }),
+    );
+    (this.server as unknown as { maxConnections: number }).maxConnections = this.opts.maxConnections;
+    this.server.on('error', (err: Error) => this.opts.log.error('ssh server error', { err }));
+  }
+
+  /** Starts listening; resolves with the bound address (port 0 picks a free port). */
+  listen(): Promise<{ host: string; port: number }> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error) => reject(err);
+      this.server.once('error', onError);
+      this.server.listen(this.opts.port, this.opts.host, () => {
+        this.server.off('error', onError);
+        const addr = this.server.address() as AddressInfo;
+        resolve({ host: addr.address, port: addr.port });
+      });
+    });
+  }
+
+  /**
+   * Stops accepting connections, lets jobs already running finish (up to `drainMs`), then ends every
+   * connection. The dataplane is left as it is.
+   */
+  async close(drainMs = 10_000): Promise<void> {
+    this.closing = true;
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.opts.jobs.idle(), new Promise<void>((resolve) => (timer = setTimeout(resolve, drainMs)))]);
+    clearTimeout(timer);
+    for (const c of this.connections) c.end();
+    await closed;
+  }
+
+  private onConnection(client: Connection, fields: { peer: string }): void {
+    const { log } = this.opts;
+    this.connections.add(client);
+    // Jobs are a few small packets each way: without TCP_NODELAY every round trip waits out delayed ACKs.
+    (client as Connection & { setNoDelay(on: boolean): void }).setNoDelay(true); // ssh2 has it; @types/ssh2 lacks it
+    let failures = 0;
+    const authTimer = setTimeout(() => {
+      log.warn('ssh connection dropped: not authenticated in time', fields);
+      client.end();
+    }, this.opts.authTimeoutMs);
+    client.on('authentication', (ctx) => {
+      if (this.authenticate(ctx, fields)) return;
+      if (++failures >= this.opts.maxAuthFailures) {
+        log.warn('ssh connection dropped: too many failed authentications', fields);
+        client.end();
+      }
+    });
+    client.on('ready', () => {
+      clearTimeout(authTimer);
+      log.info('ssh client authenticated', fields);
+    });
+    client.on('session', (accept) => this.onSession(accept(), fields));
+    // Port forwarding of every kind, refused (ssh2 would refuse them too without a listener; explicit here).
+    client.on('tcpip', (_accept, reject, info) => {
+      log.warn('ssh request refused', { ...fields, request: 'direct-tcpip', dest: `${info.destIP}:${info.destPort}` });
+      reject();
+    });
+    client.on('openssh.streamlocal', (_accept, reject) => {
+      log.warn('ssh request refused', { ...fields, request: 'direct-streamlocal' });
+      reject();
+    });
+    client.on('request', (_accept, reject, name) => {
+      log.warn('ssh request refused', { ...fields, request: name });
+      reject?.();
+    });
+    client.on('error', (err: Error) => log.warn('ssh connection error', { ...fields, err: err.message }));
+    client.on('close', () => {
+      clearTimeout(authTimer);
+      this.connections.delete(client);
+    });
+  }
+
+  /** Accepts or rejects one authentication attempt; true when accepted (or the key was only being queried). */
+  private authenticate(ctx: AuthContext, fields: { peer: string }): boolean {
+    const { log, authorizedKey } = this.opts;
+    const refuse = (reason: string) => {
+      log.warn('ssh authentication refused', { ...fields, user: ctx.username, method: ctx.method, reason });
+      ctx.reject(['publickey']);
+      return false;
+    };
+    if (ctx.method !== 'publickey') return ctx.method === 'none' ? (ctx.reject(['publickey']), false) : refuse('only public-key authentication is accepted');
+    if (ctx.username !== SSH_USER) return refuse(`only user ${SSH_USER} is accepted`);
+    if (!sameKey(ctx.key.data, authorizedKey.blob)) return refuse('not the gateway\'s key');
+    if (!ctx.signature || !ctx.blob) {
+      ctx.accept(); // "this key would do": the client then signs.
+      return true;
+    }
+    let valid = false;
+    try {
+      valid = authorizedKey.key.verify(ctx.blob, ctx.signature, ctx.hashAlgo) === true;
+    } catch {
+      valid = false;
+    }
+    if (!valid) return refuse('bad signature');
+    ctx.accept();
+    return true;
+  }
+
+  private onSession(session: ssh2.Session, fields: { peer: string }): void {
+    const { log } = this.opts;
+    for (const request of REFUSED_SESSION_REQUESTS) {
+      (session as unknown as NodeJS.EventEmitter).on(request, (_accept: unknown, reject?: () => void) => {
+        log.warn('ssh request refused', { ...fields, request });
+        reject?.();
+      });
+    }
+    session.on('exec', (accept, reject, info) => {
+      // Shutting down: the exec request fails, so the gateway sees a transport error and retries elsewhere/later.
+      if (this.closing) return reject();
+      this.onExec(accept(), info.command, fields);
+    });
+  }
+
+  private onExec(stream: ServerChannel, command: string, fields: { peer: string }): void {
+    const { jobs, inputTimeoutMs } = this.opts;
+    let finished = false;
+    const finish = (line: ResultLine, status: number) => {
+      if (finished) return;
+      finished = true;
+      clearTimeout(timer);
+      if (stream.destroyed || stream.writableEnded) return;
+      stream.write(`${JSON.stringify(line)}\n`);
+      stream.exit(status);
+      stream.end();
+    };
+    let timer: NodeJS.Timeout | undefined;
+    if (command !== JOB_COMMAND) {
+      const shown = command.length > 200 ? `${command.slice(0, 200)}…` : command;
+      finish(jobs.refuse('unsupported_command', `only "${JOB_COMMAND}" is accepted`, { ...fields, command: shown }), EXIT_UNSUPPORTED_COMMAND);
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    timer = setTimeout(() => {
+      finish(jobs.refuse('malformed', `no end of input within ${inputTimeoutMs} ms`, fields), 1);
+    }, inputTimeoutMs);
+    stream.on('data', (data: Buffer) => {
+      if (finished) return;
+      size += data.length;
+      if (size > MAX_INPUT_BYTES) {
+        chunks.length = 0;
+        finish(jobs.refuse('malformed', `input is larger than ${MAX_INPUT_BYTES} bytes`, fields), 1);
+        return;
+      }
+      chunks.push(data);
+    });
+    stream.on('end', () => {
+      if (finished) return;
+      clearTimeout(timer);
+      jobs.handle(Buffer.concat(chunks), fields).then(
+        (line) => finish(line, exitCodeFor(line)),
+        (err: unknown) => finish(jobs.refuse('kernel_error', `internal error: ${(err as Error)?.message ?? String(err)}`, fields), 1),
+      );
+    });
+    stream.on('error', () => undefined);
+    stream.on('close', () => {
+      if (!finished) {
+        finished = true;
+        clearTimeout(timer);
+      }
+    });
+  }
+}
