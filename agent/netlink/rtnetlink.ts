@@ -244,8 +244,12 @@ export function encodeGetLink(target: { name: string } | { index: number }, seq:
   });
 }
 
-export function encodeDumpLinks(seq: number): Buffer {
-  return message(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, seq, (w) => ifinfomsg(w));
+/** `extMask` (IFLA_EXT_MASK, e.g. RTEXT_FILTER_SKIP_STATS) is only sent when given. */
+export function encodeDumpLinks(seq: number, extMask?: number): Buffer {
+  return message(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, seq, (w) => {
+    ifinfomsg(w);
+    if (extMask !== undefined) w.attrU32(IFLA_EXT_MASK, extMask);
+  });
 }
 
 export interface LinkStats64 {

@@ -1,0 +1,124 @@
+// Flushing a protected IP's conntrack entries over NETLINK_NETFILTER (ctnetlink), the way `conntrack -D
+// -d IP` does it: dump the entries whose original destination is the IP (filtered in the kernel with
+// CTA_FILTER where it can, and always again here), then IPCTNL_MSG_CT_DELETE each by its original tuple,
+// sent back exactly as the kernel dumped it. No child process, no dependency on conntrack-tools, and it
+// runs in whatever namespace the agent's sockets live in.
+import { AttrTable, NlWriter, bytesToIpv4, ipv4ToBytes, parseAttrs } from '../netlink/attrs.ts';
+import { NETLINK_NETFILTER, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkError, beginMessage, endMessage, errnoName, type NlMsg } from '../netlink/message.ts';
+import { NetlinkSocket } from '../netlink/socket.ts';
+
+// include/uapi/linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h
+const NFNL_SUBSYS_CTNETLINK = 1;
+const IPCTNL_MSG_CT_NEW = 0;
+const IPCTNL_MSG_CT_GET = 1;
+const IPCTNL_MSG_CT_DELETE = 2;
+const CTA_TUPLE_ORIG = 1;
+const CTA_ZONE = 18;
+const CTA_FILTER = 25;
+const CTA_TUPLE_IP = 1;
+const CTA_IP_V4_DST = 2;
+const CTA_FILTER_ORIG_FLAGS = 1;
+const CTA_FILTER_FLAG_CTA_IP_DST = 1 << 1;
+const AF_INET = 2;
+
+const ctType = (m: number): number => (NFNL_SUBSYS_CTNETLINK << 8) | m;
+
+function nfgenmsg(w: NlWriter): void {
+  w.u8(AF_INET).u8(0).u16be(0);
+}
+
+/** IPCTNL_MSG_CT_GET dump; with `dst`, a kernel-side filter on the original destination. */
+export function encodeCtDump(seq: number, dst?: string): Buffer {
+  const w = new NlWriter(128);
+  const s = beginMessage(w, ctType(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, seq);
+  nfgenmsg(w);
+  if (dst !== undefined) {
+    w.nest(CTA_TUPLE_ORIG, (t) => t.nest(CTA_TUPLE_IP, (ip) => ip.attrBytes(CTA_IP_V4_DST, ipv4ToBytes(dst))));
+    w.nest(CTA_FILTER, (f) => f.attrU32(CTA_FILTER_ORIG_FLAGS, CTA_FILTER_FLAG_CTA_IP_DST));
+  }
+  endMessage(w, s);
+  return w.toBuffer();
+}
+
+export interface CtEntry {
+  origDst: string;
+  /** CTA_TUPLE_ORIG's payload as dumped (ip + proto + zone nests). */
+  tuple: Buffer;
+  zone?: Buffer;
+}
+
+export function decodeCtEntry(m: NlMsg): CtEntry | undefined {
+  if (m.type !== ctType(IPCTNL_MSG_CT_NEW) || m.payload.length < 4) return undefined;
+  const t = new AttrTable(m.payload.subarray(4));
+  const tuple = t.get(CTA_TUPLE_ORIG);
+  if (!tuple) return undefined;
+  const dst = new AttrTable(tuple).nested(CTA_TUPLE_IP)?.get(CTA_IP_V4_DST);
+  if (!dst || dst.length !== 4) return undefined;
+  const e: CtEntry = { origDst: bytesToIpv4(dst), tuple: Buffer.from(tuple) };
+  const z = t.get(CTA_ZONE);
+  if (z) e.zone = Buffer.from(z);
+  return e;
+}
+
+export function encodeCtDelete(e: CtEntry, seq: number): Buffer {
+  const w = new NlWriter(256);
+  const s = beginMessage(w, ctType(IPCTNL_MSG_CT_DELETE), NLM_F_REQUEST | NLM_F_ACK, seq);
+  nfgenmsg(w);
+  w.nest(CTA_TUPLE_ORIG, (t) => {
+    for (const a of parseAttrs(e.tuple)) t.nest(a.type, (x) => x.bytes(a.data));
+  });
+  if (e.zone) w.attrBytes(CTA_ZONE, e.zone);
+  endMessage(w, s);
+  return w.toBuffer();
+}
+
+/** Above this many IPs, one unfiltered dump is cheaper than one filtered dump per IP. */
+const PER_IP_DUMP_LIMIT = 8;
+
+export class Conntrack {
+  private readonly sock: NetlinkSocket;
+
+  private constructor(sock: NetlinkSocket) {
+    this.sock = sock;
+  }
+
+  static open(netns?: string): Conntrack {
+    return new Conntrack(NetlinkSocket.open(NETLINK_NETFILTER, { netns, rcvbuf: 8 * 1024 * 1024, sndbuf: 1024 * 1024 }));
+  }
+
+  private async dump(dst?: string): Promise<CtEntry[]> {
+    const seq = this.sock.allocSeq();
+    const res = await this.sock.request({ data: encodeCtDump(seq, dst), seqs: [seq], dump: true });
+    const r = res.replies.get(seq);
+    if (!r) throw new NetlinkError({ errno: 5, operation: 'conntrack dump: no reply' });
+    // ENOENT: nf_conntrack is not loaded in this namespace, so there is nothing to flush.
+    if (r.errno !== 0 && errnoName(r.errno) !== 'ENOENT') throw new NetlinkError({ errno: r.errno, extack: r.extack, operation: 'conntrack dump' });
+    return r.messages.map(decodeCtEntry).filter((e): e is CtEntry => e !== undefined);
+  }
+
+  /** Deletes every entry whose original destination is one of `ips`; returns how many went. */
+  async flushDestinations(ips: readonly string[]): Promise<number> {
+    if (ips.length === 0) return 0;
+    const want = new Set(ips);
+    const entries = ips.length <= PER_IP_DUMP_LIMIT ? (await Promise.all(ips.map((ip) => this.dump(ip)))).flat() : await this.dump();
+    const doomed = entries.filter((e) => want.has(e.origDst));
+    let deleted = 0;
+    await Promise.all(
+      doomed.map(async (e) => {
+        const seq = this.sock.allocSeq();
+        const res = await this.sock.request({ data: encodeCtDelete(e, seq), seqs: [seq] });
+        const r = res.replies.get(seq);
+        if (r && r.errno !== 0) {
+          if (errnoName(r.errno) === 'ENOENT') return; // gone meanwhile (timed out, or closed)
+          throw new NetlinkError({ errno: r.errno, extack: r.extack, operation: `conntrack delete (dst ${e.origDst})` });
+        }
+        deleted++;
+      }),
+    );
+    return deleted;
+  }
+
+  close(): void {
+    this.sock.close();
+  }
+}

@@ -1,0 +1,213 @@
+// The edge dataplane (DESIGN.md 3.7): createDataplane() wires the pure diff, the state journal, the link
+// driver (GRE, or the veth stand-in on kernels without GRE), the netlink clients, conntrack and the probe.
+//
+// Every operation is: validate → read the kernel back → diff against the desired state → record intent →
+// apply (links, one atomic nft batch, removed links, conntrack) → record the result. Operations run one
+// at a time. Neither creating nor closing the dataplane tears anything down.
+import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
+import { Conntrack } from './conntrack.ts';
+import { PlanConflict, diff, ipOf, type OwnedTunnel } from './diff.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, type KernelContext } from './kernel.ts';
+import { linkDriver, type LinkKind } from './links.ts';
+import { netnsPath, writeSysctls } from './netns.ts';
+import { probeEcho } from './probe.ts';
+import { StateStore } from './state.ts';
+import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type TunnelRef, type TunnelSpec } from './types.ts';
+import { InvalidTunnel, normalise, validateRef, validateSpec } from './validate.ts';
+
+export { KernelError } from './types.ts';
+export type { ChangeCounts, Dataplane, ProbeResult, TunnelRef, TunnelSpec } from './types.ts';
+export type { LinkKind } from './links.ts';
+export { standinPeerName } from './links.ts';
+
+export interface DataplaneOptions {
+  /** This router's GRE underlay address (AGENT_EDGE_IP): every tunnel's edge_ip must be this. */
+  edgeIp: string;
+  /** The agent's nftables table (ip family), AGENT_NFT_TABLE. */
+  nftTable: string;
+  /** AGENT_STATE_DIR: the journal of links and tunnels the agent created lives here. */
+  stateDir: string;
+  /** Run in this network namespace (name under /run/netns, or a path); default: the agent's own. */
+  netns?: string;
+  /** Tunnel link names start with this (the MSS clamp matches it); default "tg-". */
+  linkPrefix?: string;
+  /**
+   * 'gre' in production. 'veth-standin' creates a veth pair per tunnel instead, for kernels without GRE
+   * (this development machine): tests and benchmarks only, never a real edge.
+   */
+  linkKind?: LinkKind;
+  /** Probe timeout. */
+  probeTimeoutMs?: number;
+  /** Diagnostics (one line per event). */
+  log?: (event: string, fields?: Record<string, unknown>) => void;
+}
+
+export interface DataplaneHandle extends Dataplane {
+  /** What start did to the table. */
+  readonly table: 'created' | 'present' | 'rebuilt';
+  /** The tunnels the agent has on record. */
+  tunnels(): TunnelSpec[];
+}
+
+function kernelError(op: string, e: unknown): KernelError {
+  if (e instanceof KernelError) return e;
+  const text = e instanceof Error ? e.message : String(e);
+  const err = new KernelError(`${op}: ${text}`);
+  (err as { cause?: unknown }).cause = e;
+  return err;
+}
+
+export async function createDataplane(opts: DataplaneOptions): Promise<DataplaneHandle> {
+  const netns = opts.netns ? netnsPath(opts.netns) : undefined;
+  const linkPrefix = opts.linkPrefix ?? 'tg-';
+  const log = opts.log ?? (() => undefined);
+  let rtnl: Rtnl | undefined;
+  let nft: Nft | undefined;
+  const ct: { sock?: Conntrack } = {};
+  let state: StateStore | undefined;
+  try {
+    rtnl = Rtnl.open({ netns });
+    nft = Nft.open({ netns });
+    state = StateStore.open(opts.stateDir);
+    const k: KernelContext = {
+      rtnl,
+      nft,
+      conntrack: () => (ct.sock ??= Conntrack.open(netns)),
+      table: opts.nftTable,
+      linkPrefix,
+      driver: linkDriver(opts.linkKind ?? 'gre'),
+      netns,
+    };
+    // Forwarding on; loose rp_filter on the links we own (new ones get it when created).
+    writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);
+    const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
+    const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
+    if (present) writeSysctls(netns, [...present.links.keys()].map((n) => [['net', 'ipv4', 'conf', n, 'rp_filter'], '2'] as const));
+    const table = await ensureTable(k);
+    log('dataplane.start', { table: opts.nftTable, tableState: table, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
+    return new EdgeDataplane(k, state, opts, table, log, ct);
+  } catch (e) {
+    ct.sock?.close();
+    nft?.close();
+    rtnl?.close();
+    state?.close();
+    throw kernelError('dataplane start', e);
+  }
+}
+
+class EdgeDataplane implements DataplaneHandle {
+  private queue: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  constructor(
+    private readonly k: KernelContext,
+    private readonly state: StateStore,
+    private readonly opts: DataplaneOptions,
+    readonly table: 'created' | 'present' | 'rebuilt',
+    private readonly log: (event: string, fields?: Record<string, unknown>) => void,
+    private readonly ct: { sock?: Conntrack },
+  ) {}
+
+  /** One operation at a time; errors surface as KernelError. */
+  private serial<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    const run = async (): Promise<T> => {
+      if (this.closed) throw new KernelError(`${op}: dataplane is closed`);
+      try {
+        return await fn();
+      } catch (e) {
+        this.log('dataplane.error', { op, error: e instanceof Error ? e.message : String(e) });
+        throw kernelError(op, e);
+      }
+    };
+    const p = this.queue.then(run, run);
+    this.queue = p.catch(() => undefined);
+    return p;
+  }
+
+  private checkSpec(t: TunnelSpec): TunnelSpec {
+    validateSpec(t, this.k.linkPrefix);
+    if (t.edge_ip !== this.opts.edgeIp) throw new InvalidTunnel(`edge_ip ${t.edge_ip} is not this router's ${this.opts.edgeIp}`);
+    return normalise(t);
+  }
+
+  private async run(desired: TunnelSpec[], scope: 'all' | Set<string>, orphans: string[] = []): Promise<ChangeCounts> {
+    const owned = this.state.tunnels;
+    const names = new Set<string>();
+    for (const o of owned.values()) if (scope === 'all' || scope.has(o.spec.id)) names.add(o.spec.tunnel_name);
+    for (const t of desired) names.add(t.tunnel_name);
+    for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
+    const view = await readView(this.k, [...names], owned);
+    const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans });
+    // Intent first: a link the agent is about to create is on record before it exists.
+    const intents: OwnedTunnel[] = [];
+    for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push({ spec: t, pending: true });
+    this.state.commit(intents, []);
+    const { flushed } = await applyPlan(this.k, plan, view);
+    const puts = desired.filter((t) => plan.actions.get(t.id) !== 'unchanged').map((t) => ({ spec: t }));
+    const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id).filter((id) => !plan.owned.has(id));
+    this.state.commit(puts, dels);
+    this.log('dataplane.applied', { ...plan.counts, links: plan.linkSteps.length + plan.linkDeletes.length, conntrackFlushed: flushed });
+    return plan.counts;
+  }
+
+  apply(tunnel: TunnelSpec): Promise<ChangeCounts> {
+    return this.serial('apply', async () => {
+      const t = this.checkSpec(tunnel);
+      return this.run([t], new Set([t.id]));
+    });
+  }
+
+  remove(tunnel: TunnelRef): Promise<ChangeCounts> {
+    return this.serial('remove', async () => {
+      validateRef(tunnel, this.k.linkPrefix);
+      const known = this.state.tunnels.has(tunnel.id);
+      return this.run([], new Set([tunnel.id]), known ? [] : [tunnel.protected_ip]);
+    });
+  }
+
+  reconcile(tunnels: TunnelSpec[]): Promise<ChangeCounts> {
+    return this.serial('reconcile', async () => {
+      const desired = tunnels.map((t) => this.checkSpec(t));
+      return this.run(desired, 'all');
+    });
+  }
+
+  probe(tunnel: TunnelSpec): Promise<ProbeResult> {
+    // Not serialised: a probe waits on the network, not the kernel's configuration, and changes nothing.
+    return (async () => {
+      try {
+        const t = this.checkSpec(tunnel);
+        const link = await this.k.rtnl.findLink(t.tunnel_name);
+        if (!link || !link.up) return { reachable: false };
+        return await probeEcho({ netns: this.k.netns, link: t.tunnel_name, source: t.edge_ip, target: ipOf(t.origin_inner), timeoutMs: this.opts.probeTimeoutMs });
+      } catch (e) {
+        throw kernelError('probe', e);
+      }
+    })();
+  }
+
+  async has(id: string): Promise<boolean> {
+    const o = this.state.tunnels.get(id);
+    return o !== undefined && !o.pending;
+  }
+
+  tunnels(): TunnelSpec[] {
+    return [...this.state.tunnels.values()].map((o) => o.spec);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.queue;
+    this.closed = true;
+    // Sockets and the journal only: the kernel state stays, traffic keeps flowing.
+    this.k.rtnl.close();
+    this.k.nft.close();
+    this.ct.sock?.close();
+    this.state.close();
+  }
+}
+
+// Re-exported for the job layer's error mapping and for tests.
+export { InvalidTunnel } from './validate.ts';
+export { PlanConflict } from './diff.ts';
+export { NetlinkError };

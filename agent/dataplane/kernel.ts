@@ -1,0 +1,177 @@
+// The kernel side of the dataplane: reading back what is there (links, addresses, map elements, counters)
+// into a KernelView, building the agent's table once, and carrying out a Plan through our netlink client.
+import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
+import { NFPROTO_IPV4 } from '../netlink/nftables.ts';
+import { RULESET_DEFAULTS } from '../netlink/ruleset.ts';
+import type { LinkInfo } from '../netlink/rtnetlink.ts';
+import type { Conntrack } from './conntrack.ts';
+import type { KernelView, ObservedLink, OwnedTunnel, Plan } from './diff.ts';
+import type { LinkDriver } from './links.ts';
+import { writeSysctls } from './netns.ts';
+
+export const DNAT_MAP = RULESET_DEFAULTS.dnatMap;
+export const COUNTER_MAP = RULESET_DEFAULTS.counterMap;
+
+/** Links that loading ip_gre creates in every namespace: never ours, never looked at. */
+export const FALLBACK_TUNNEL_LINKS: ReadonlySet<string> = new Set(['gre0', 'gretap0', 'erspan0']);
+
+/** The rules of a correctly built table, per chain, as expression-name lists (what listRules decodes). */
+export const EXPECTED_RULES = [
+  'prerouting: payload objref',
+  'prerouting: meta lookup counter payload lookup nat',
+  'forward: meta cmp meta cmp payload bitwise cmp rt byteorder exthdr',
+];
+
+export interface KernelContext {
+  rtnl: Rtnl;
+  nft: Nft;
+  conntrack: () => Conntrack;
+  table: string;
+  linkPrefix: string;
+  driver: LinkDriver;
+  netns?: string;
+}
+
+/**
+ * Builds the table when it is missing; leaves it alone when it has the expected rules; rebuilds it in one
+ * atomic batch, keeping every element and counter value, when its rules were tampered with.
+ */
+export async function ensureTable(k: KernelContext): Promise<'created' | 'present' | 'rebuilt'> {
+  const tables = await k.nft.listTables();
+  const exists = tables.some((t) => t.name === k.table && t.family === NFPROTO_IPV4);
+  if (exists) {
+    const rules = (await k.nft.listRules(k.table)).map((r) => `${r.chain}: ${r.exprs.join(' ')}`);
+    if (rules.length === EXPECTED_RULES.length && rules.every((r, i) => r === EXPECTED_RULES[i])) return 'present';
+  }
+  const b = new NftBatch();
+  let elements: { dnat: Map<string, string>; ctrMap: Map<string, string>; counters: { name: string; bytes?: bigint; packets?: bigint }[] } | undefined;
+  if (exists) {
+    elements = {
+      dnat: await k.nft.listIpv4Map(k.table, DNAT_MAP).catch(() => new Map<string, string>()),
+      ctrMap: await counterMap(k).catch(() => new Map<string, string>()),
+      counters: await k.nft.listCounters(k.table),
+    };
+    b.deleteTable(k.table);
+  }
+  addTunnelgateRuleset(b, { table: k.table, ifnamePrefix: k.linkPrefix });
+  if (elements) {
+    for (const c of elements.counters) b.addCounter({ table: k.table, name: c.name, bytes: c.bytes, packets: c.packets });
+    if (elements.dnat.size) b.addElements({ table: k.table, set: DNAT_MAP, elements: [...elements.dnat].map(([a, v]) => ipv4MapElement(a, v)) });
+    const names = new Set(elements.counters.map((c) => c.name));
+    const refs = [...elements.ctrMap].filter(([, n]) => names.has(n));
+    if (refs.length) b.addElements({ table: k.table, set: COUNTER_MAP, elements: refs.map(([a, n]) => ipv4ObjElement(a, n)) });
+  }
+  await k.nft.commit(b);
+  return exists ? 'rebuilt' : 'created';
+}
+
+async function counterMap(k: KernelContext): Promise<Map<string, string>> {
+  const els = await k.nft.listSetElements(k.table, COUNTER_MAP);
+  const out = new Map<string, string>();
+  for (const e of els) if (e.objref !== undefined) out.set(`${e.key[0]}.${e.key[1]}.${e.key[2]}.${e.key[3]}`, e.objref);
+  return out;
+}
+
+/** Lists fewer links than this one by one; more with one dump. */
+const LINK_GET_LIMIT = 16;
+
+async function getLinks(k: KernelContext, names: readonly string[]): Promise<Map<string, LinkInfo>> {
+  const want = new Set(names.filter((n) => !FALLBACK_TUNNEL_LINKS.has(n)));
+  const out = new Map<string, LinkInfo>();
+  if (want.size === 0) return out;
+  if (want.size < LINK_GET_LIMIT) {
+    const found = await Promise.all([...want].map((n) => k.rtnl.findLink(n)));
+    for (const l of found) if (l) out.set(l.name, l);
+  } else {
+    for (const l of await k.rtnl.listLinks({ skipStats: true })) if (want.has(l.name)) out.set(l.name, l);
+  }
+  return out;
+}
+
+/** What the kernel has for these link names (owned or wanted) and the whole of the agent's table. */
+export async function readView(k: KernelContext, names: readonly string[], owned: ReadonlyMap<string, OwnedTunnel>): Promise<KernelView> {
+  const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
+  const [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounters(k.table)]);
+  const addrs = new Map<number, string[]>();
+  if (links.size > 0) {
+    const indexes = new Set([...links.values()].map((l) => l.index));
+    for (const a of await k.rtnl.listAddresses()) {
+      if (!indexes.has(a.index) || !a.local) continue;
+      let list = addrs.get(a.index);
+      if (!list) addrs.set(a.index, (list = []));
+      list.push(`${a.local}/${a.prefixLen}`);
+    }
+  }
+  const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters: new Set(counters.map((c) => c.name)) };
+  for (const l of links.values()) {
+    const o: ObservedLink = { name: l.name, index: l.index, up: l.up, mtu: l.mtu ?? 0, addresses: addrs.get(l.index) ?? [] };
+    const p = k.driver.params(l, recordedByName.get(l.name));
+    if (p) o.params = p;
+    view.links.set(l.name, o);
+  }
+  return view;
+}
+
+const ignoreCode =
+  (...codes: string[]) =>
+  (e: unknown): void => {
+    if (e instanceof NetlinkError && codes.includes(e.code)) return;
+    throw e;
+  };
+
+/** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
+export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number }> {
+  const steps = plan.linkSteps;
+  // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
+  await Promise.all(steps.filter((s) => s.op === 'delete').map((s) => k.rtnl.deleteLink(s.name).catch(ignoreCode('ENODEV'))));
+  const creates = steps.filter((s) => s.op === 'create');
+  await Promise.all(creates.map((s) => k.driver.create(k.rtnl, s.spec)));
+  const index = new Map([...view.links.values()].map((l) => [l.name, l.index]));
+  if (creates.length > 0) {
+    const fresh = await getLinks(k, creates.map((c) => c.name));
+    for (const c of creates) {
+      const l = fresh.get(c.name);
+      if (!l) throw new NetlinkError({ errno: 19, operation: `link ${c.name} vanished right after its creation` });
+      index.set(c.name, l.index);
+    }
+    // Loose reverse-path filtering on the tunnel link: clients' source addresses route out the upstream.
+    writeSysctls(
+      k.netns,
+      creates.map((c) => [['net', 'ipv4', 'conf', c.name, 'rp_filter'], '2'] as const),
+    );
+  }
+  const idx = (name: string): number => {
+    const i = index.get(name);
+    if (i === undefined) throw new NetlinkError({ errno: 19, operation: `link ${name} not found` });
+    return i;
+  };
+  // 2. MTU, addresses, up: independent of each other.
+  const later: Promise<void>[] = [];
+  for (const s of steps) {
+    if (s.op === 'create' && !k.driver.mtuAtCreate) later.push(k.rtnl.setMtu(idx(s.name), s.spec.mtu));
+    else if (s.op === 'mtu') later.push(k.rtnl.setMtu(idx(s.name), s.mtu));
+    else if (s.op === 'addr-del') later.push(k.rtnl.deleteAddress(idx(s.name), s.cidr).catch(ignoreCode('EADDRNOTAVAIL')));
+    else if (s.op === 'addr-add') later.push(k.rtnl.addAddress(idx(s.name), s.cidr).catch(ignoreCode('EEXIST')));
+    else if (s.op === 'up') later.push(k.rtnl.setLinkUp(idx(s.name)));
+  }
+  await Promise.all(later);
+
+  // 3. One atomic nft batch; a changed element is delete + add in it.
+  const n = plan.nft;
+  const b = new NftBatch();
+  const t = k.table;
+  if (n.delCounterMap.length) b.deleteElements({ table: t, set: COUNTER_MAP, elements: n.delCounterMap.map((a) => ipv4ObjElement(a, '')) });
+  if (n.delDnat.length) b.deleteElements({ table: t, set: DNAT_MAP, elements: n.delDnat.map((a) => ipv4MapElement(a, '0.0.0.0')) });
+  for (const c of n.delCounters) b.deleteCounter(t, c);
+  for (const c of n.addCounters) b.addCounter({ table: t, name: c });
+  if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
+  if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
+  await k.nft.commit(b);
+
+  // 4. Links of removed tunnels: traffic no longer goes to them.
+  await Promise.all(plan.linkDeletes.map((name) => k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV'))));
+
+  // 5. Conntrack of every protected IP whose mapping appeared, changed or went.
+  const flushed = await k.conntrack().flushDestinations(plan.flush);
+  return { flushed };
+}

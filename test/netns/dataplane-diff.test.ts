@@ -1,0 +1,108 @@
+// The dataplane's pure diff (no kernel, no root): what a plan does for each shape of drift and scope.
+// It lives beside the namespace tests of the dataplane it drives.
+import { describe, expect, it } from 'vitest';
+import { PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../agent/dataplane/diff.ts';
+import type { TunnelSpec } from '../../agent/dataplane/types.ts';
+
+const t = (i: number, over: Partial<TunnelSpec> = {}): TunnelSpec => ({
+  id: `id${i}`,
+  tunnel_name: `tg-${i}`,
+  protected_ip: `203.0.113.${i}`,
+  origin_ip: `198.18.0.${i}`,
+  edge_ip: '192.0.2.2',
+  edge_inner: `100.64.0.${4 * i + 1}/30`,
+  origin_inner: `100.64.0.${4 * i + 2}/30`,
+  mtu: 1476,
+  ...over,
+});
+
+function linkOf(s: TunnelSpec, index: number, over: Partial<ObservedLink> = {}): ObservedLink {
+  return { name: s.tunnel_name, index, up: true, mtu: s.mtu, params: { local: s.edge_ip, remote: s.origin_ip, ttl: 255, key: s.gre_key }, addresses: [s.edge_inner], ...over };
+}
+
+/** A kernel that has exactly these tunnels. */
+function viewOf(specs: TunnelSpec[]): KernelView {
+  return {
+    links: new Map(specs.map((s, i) => [s.tunnel_name, linkOf(s, 10 + i)])),
+    dnat: new Map(specs.map((s) => [s.protected_ip, s.origin_inner.split('/')[0]!])),
+    counterMap: new Map(specs.map((s) => [s.protected_ip, s.tunnel_name])),
+    counters: new Set(specs.map((s) => s.tunnel_name)),
+  };
+}
+const ownedOf = (specs: TunnelSpec[]): Map<string, OwnedTunnel> => new Map(specs.map((s) => [s.id, { spec: s }]));
+
+describe('dataplane diff', () => {
+  it('nothing to do when the kernel matches: unchanged, no steps, no flush', () => {
+    const specs = [t(1), t(2)];
+    const p = diff({ desired: specs, owned: ownedOf(specs), view: viewOf(specs), scope: 'all' });
+    expect(p.counts).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 2 });
+    expect(p.linkSteps).toEqual([]);
+    expect(p.linkDeletes).toEqual([]);
+    expect(p.flush).toEqual([]);
+    expect(Object.values(p.nft).every((a) => a.length === 0)).toBe(true);
+  });
+
+  it('a new tunnel: create, address, up, counter and both elements; its IP is flushed', () => {
+    const p = diff({ desired: [t(1)], owned: new Map(), view: viewOf([]), scope: new Set(['id1']) });
+    expect(p.counts.added).toBe(1);
+    expect(p.linkSteps.map((s) => s.op)).toEqual(['create', 'addr-add', 'up']);
+    expect(p.nft).toMatchObject({ addDnat: [['203.0.113.1', '100.64.0.6']], addCounterMap: [['203.0.113.1', 'tg-1']], addCounters: ['tg-1'] });
+    expect(p.flush).toEqual(['203.0.113.1']);
+  });
+
+  it('a new origin recreates the link; a new inner subnet changes element (delete + add) and address only', () => {
+    const old = t(1);
+    let p = diff({ desired: [t(1, { origin_ip: '198.18.9.9' })], owned: ownedOf([old]), view: viewOf([old]), scope: new Set(['id1']) });
+    expect(p.counts.changed).toBe(1);
+    expect(p.linkSteps.map((s) => s.op)).toEqual(['delete', 'create', 'addr-add', 'up']);
+    expect(p.flush).toEqual(['203.0.113.1']);
+    p = diff({ desired: [t(1, { edge_inner: '100.64.9.1/30', origin_inner: '100.64.9.2/30' })], owned: ownedOf([old]), view: viewOf([old]), scope: new Set(['id1']) });
+    expect(p.linkSteps).toEqual([
+      { op: 'addr-del', name: 'tg-1', cidr: old.edge_inner },
+      { op: 'addr-add', name: 'tg-1', cidr: '100.64.9.1/30' },
+    ]);
+    expect(p.nft.delDnat).toEqual(['203.0.113.1']);
+    expect(p.nft.addDnat).toEqual([['203.0.113.1', '100.64.9.2']]);
+    expect(p.flush).toEqual(['203.0.113.1']);
+  });
+
+  it('a GRE key set on one direction only never equals the wanted key', () => {
+    const s = t(1, { gre_key: 7 });
+    const view = viewOf([s]);
+    view.links.set('tg-1', linkOf(s, 10, { params: { local: s.edge_ip, remote: s.origin_ip, ttl: 255, key: Number.NaN } }));
+    const p = diff({ desired: [s], owned: ownedOf([s]), view, scope: 'all' });
+    expect(p.linkSteps[0]).toEqual({ op: 'delete', name: 'tg-1' });
+  });
+
+  it('scoped operations leave other tunnels and stray elements alone; reconcile removes strays', () => {
+    const specs = [t(1), t(2)];
+    const view = viewOf(specs);
+    view.dnat.set('203.0.113.99', '100.127.0.2');
+    view.counters.add('stray');
+    const scoped = diff({ desired: [t(1)], owned: ownedOf(specs), view, scope: new Set(['id1']) });
+    expect(scoped.counts).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1 });
+    expect(scoped.nft.delDnat).toEqual([]);
+    const all = diff({ desired: [t(1)], owned: ownedOf(specs), view, scope: 'all' });
+    expect(all.counts).toEqual({ added: 0, changed: 0, removed: 1, unchanged: 1 });
+    expect(all.linkDeletes).toEqual(['tg-2']);
+    expect(all.nft.delDnat.sort()).toEqual(['203.0.113.2', '203.0.113.99']);
+    expect(all.nft.delCounters.sort()).toEqual(['stray', 'tg-2']);
+    expect(all.flush).toEqual(['203.0.113.2']);
+    expect([...all.owned.keys()]).toEqual(['id1']);
+  });
+
+  it('refuses a link it does not own and conflicting claims', () => {
+    const view = viewOf([]);
+    view.links.set('tg-1', linkOf(t(1), 3));
+    expect(() => diff({ desired: [t(1)], owned: new Map(), view, scope: 'all' })).toThrow(PlanConflict);
+    expect(() => diff({ desired: [t(1), t(2, { tunnel_name: 'tg-1' })], owned: new Map(), view: viewOf([]), scope: 'all' })).toThrow(/share tunnel_name/);
+    // apply of a new tunnel onto a protected IP another recorded tunnel maps
+    expect(() => diff({ desired: [t(3, { protected_ip: '203.0.113.1' })], owned: ownedOf([t(1)]), view: viewOf([t(1)]), scope: new Set(['id3']) })).toThrow(/mapped by tunnel id1/);
+  });
+
+  it('remove of a tunnel with no record cleans its elements only if there are any', () => {
+    const view = viewOf([t(1)]);
+    expect(diff({ desired: [], owned: new Map(), view, scope: new Set(['idX']), orphanProtectedIps: ['203.0.113.1'] }).counts.removed).toBe(1);
+    expect(diff({ desired: [], owned: new Map(), view, scope: new Set(['idX']), orphanProtectedIps: ['203.0.113.50'] }).counts.removed).toBe(0);
+  });
+});
