@@ -106,7 +106,7 @@ async function main(): Promise<void> {
   } finally {
     await gw.stop();
     await bare.stop();
-    await orm.close();
+    await db.close();
     await admin.query(`drop database if exists ${dbName} with (force)`);
     await admin.end();
   }

@@ -87,7 +87,12 @@ export class Database {
       pgText = text.replace(/\?/g, () => `$${++n}`);
       this.hotText.set(name, pgText);
     }
-    this.hotPool ??= new pg.Pool({ connectionString: url, max: 10 });
+    if (!this.hotPool) {
+      this.hotPool = new pg.Pool({ connectionString: url, max: 10 });
+      // An idle connection dropped by the server (restart, failover) must not crash the process:
+      // the pool discards it and the next query opens a new one.
+      this.hotPool.on('error', () => {});
+    }
     return this.hotPool.query<T>({ name, text: pgText, values: [...params] }).then((r) => r.rows);
   }
 

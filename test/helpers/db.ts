@@ -35,14 +35,15 @@ export async function createTestDatabase(opts: { poolMax?: number } = {}): Promi
   const url = withDatabase(adminUrl, name);
   const orm = await openOrm({ databaseUrl: url, dataDir: '', poolMax: opts.poolMax });
   const raw = new pg.Pool({ connectionString: url, max: 4 });
+  const database = new Database(orm);
   return {
     url,
     name,
-    db: new Database(orm),
+    db: database,
     raw,
     async drop() {
       await raw.end();
-      await orm.close();
+      await database.close();
       const a = new pg.Client({ connectionString: adminUrl });
       await a.connect();
       await a.query(`drop database if exists ${name} with (force)`);
