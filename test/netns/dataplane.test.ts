@@ -1,0 +1,290 @@
+// The dataplane against this machine's kernel, in fresh network namespaces, with `nft -j` and `ip -j -d`
+// as oracles. This kernel has no GRE: links are the veth stand-in (linkKind 'veth-standin'); the GRE path
+// runs in the VM (grevm). Everything else (nftables table, map elements, counters, conntrack, state,
+// drift repair) is the production code path.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KernelError, createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
+import { STATE_FILE } from '../../agent/dataplane/state.ts';
+import { isRoot, TestNetns } from './netns.ts';
+
+const T = 'tunnelgate';
+const EDGE = '192.0.2.2';
+
+/** Tunnel i: protected 203.0.(112+i/256).(i%256), inner /30 number i of 100.64.0.0/10. */
+function tun(i: number, over: Partial<TunnelSpec> = {}): TunnelSpec {
+  const base = 4 * i;
+  const inner = (off: number): string => `100.${64 + (base >> 16)}.${(base >> 8) & 255}.${(base & 255) + off}/30`;
+  return {
+    id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+    tunnel_name: `tg-t${i}`,
+    protected_ip: `203.0.${112 + (i >> 8)}.${i & 255}`,
+    origin_ip: `198.18.${i >> 8}.${i & 255}`,
+    edge_ip: EDGE,
+    edge_inner: inner(1),
+    origin_inner: inner(2),
+    mtu: 1476,
+    ...over,
+  };
+}
+
+interface IpLink {
+  ifname: string;
+  ifindex: number;
+  mtu: number;
+  flags: string[];
+  linkinfo?: { info_kind: string };
+}
+interface IpAddr {
+  ifname: string;
+  addr_info: { family: string; local: string; prefixlen: number }[];
+}
+type NftObj = Record<string, Record<string, unknown>>;
+
+async function kernelError(p: Promise<unknown>): Promise<KernelError> {
+  const e = await p.then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(e).toBeInstanceOf(KernelError);
+  return e as KernelError;
+}
+
+describe.skipIf(!isRoot)('dataplane in a fresh namespace (veth stand-in for GRE)', () => {
+  let edge: TestNetns;
+  let client: TestNetns;
+  let stateDir: string;
+  let dp: DataplaneHandle;
+
+  const open = (): Promise<DataplaneHandle> => createDataplane({ edgeIp: EDGE, nftTable: T, stateDir, netns: edge.name, linkKind: 'veth-standin' });
+  const ruleset = (): NftObj[] => (JSON.parse(edge.run('nft', '-j', 'list', 'ruleset')) as { nftables: NftObj[] }).nftables;
+  const rules = (): NftObj[] => ruleset().filter((o) => o.rule);
+  const mapElems = (name: string): Map<string, unknown> => {
+    const m = ruleset().find((o) => o.map?.name === name)!.map as { elem?: [string, unknown][] };
+    return new Map((m.elem ?? []).map(([k, v]) => [k, v]));
+  };
+  const counters = (): Map<string, number> => new Map(ruleset().filter((o) => o.counter).map((o) => [o.counter!.name as string, o.counter!.handle as number]));
+  const links = (): Map<string, IpLink> => new Map(edge.ipJson<IpLink[]>('-d', 'link', 'show').map((l) => [l.ifname, l]));
+  const addrs = (name: string): string[] =>
+    edge
+      .ipJson<IpAddr[]>('-4', 'addr', 'show', 'dev', name)
+      .flatMap((a) => a.addr_info)
+      .map((a) => `${a.local}/${a.prefixlen}`);
+  const tgLinks = (): string[] => [...links().keys()].filter((n) => n.startsWith('tg-t')).sort();
+  const conntrackDst = (ip: string): number => {
+    const out = edge.run('bash', '-c', `conntrack -L -d ${ip} 2>/dev/null || true`);
+    return out.split('\n').filter((l) => l.includes(`dst=${ip}`)).length;
+  };
+
+  beforeAll(async () => {
+    edge = new TestNetns();
+    client = new TestNetns();
+    stateDir = mkdtempSync(join(tmpdir(), 'tg-dp-'));
+    edge.run('ip', 'link', 'set', 'lo', 'up');
+    edge.run('ip', 'addr', 'add', `${EDGE}/32`, 'dev', 'lo');
+    // A client on an "upstream" link, so packets to protected IPs cross the edge's prerouting hook.
+    edge.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', client.name);
+    edge.run('ip', 'addr', 'add', '198.51.100.1/24', 'dev', 'up0');
+    edge.run('ip', 'link', 'set', 'up0', 'up');
+    client.run('ip', 'addr', 'add', '198.51.100.10/24', 'dev', 'c0');
+    client.run('ip', 'link', 'set', 'c0', 'up');
+    client.run('ip', 'route', 'add', 'default', 'via', '198.51.100.1');
+    // Links the agent did not create, one of them even with the agent's prefix.
+    edge.run('ip', 'link', 'add', 'tg-foreign', 'type', 'veth', 'peer', 'name', 'foreignp');
+    edge.run('ip', 'link', 'add', 'other0', 'type', 'veth', 'peer', 'name', 'other0p');
+    dp = await open();
+  });
+  afterAll(async () => {
+    await dp?.close();
+    edge?.delete();
+    client?.delete();
+    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  it('start builds the table once, enables forwarding; no tunnel yet', () => {
+    expect(dp.table).toBe('created');
+    expect(edge.run('cat', '/proc/sys/net/ipv4/ip_forward').trim()).toBe('1');
+    expect(rules()).toHaveLength(3);
+    expect(ruleset().filter((o) => o.table).map((o) => o.table!.name)).toEqual([T]);
+    expect(mapElems('protected').size).toBe(0);
+  });
+
+  it('apply: a link (kind, MTU, up, inner address, loose rp_filter) and map elements + counter; no rule', async () => {
+    const t = tun(1);
+    expect(await dp.apply(t)).toEqual({ added: 1, changed: 0, removed: 0, unchanged: 0 });
+    const l = links().get('tg-t1')!;
+    expect(l.linkinfo?.info_kind).toBe('veth');
+    expect(l.mtu).toBe(1476);
+    expect(l.flags).toContain('UP');
+    expect(links().has(standinPeerName('tg-t1'))).toBe(true);
+    expect(addrs('tg-t1')).toEqual(['100.64.0.5/30']);
+    expect(edge.run('cat', '/proc/sys/net/ipv4/conf/tg-t1/rp_filter').trim()).toBe('2');
+    expect(mapElems('protected')).toEqual(new Map([['203.0.112.1', '100.64.0.6']]));
+    expect(mapElems('tunnel_counters')).toEqual(new Map([['203.0.112.1', 'tg-t1']]));
+    expect([...counters().keys()]).toEqual(['tg-t1']);
+    expect(rules()).toHaveLength(3);
+    expect(await dp.has(t.id)).toBe(true);
+  });
+
+  it('apply is idempotent: the second apply changes nothing (same ifindex, same counter handle)', async () => {
+    const before = { l: links().get('tg-t1')!.ifindex, c: counters().get('tg-t1'), rs: edge.run('nft', 'list', 'ruleset') };
+    expect(await dp.apply(tun(1))).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1 });
+    expect(links().get('tg-t1')!.ifindex).toBe(before.l);
+    expect(counters().get('tg-t1')).toBe(before.c);
+    expect(edge.run('nft', 'list', 'ruleset')).toBe(before.rs);
+  });
+
+  it('change (new origin, new inner subnet): link and elements updated, counted as changed', async () => {
+    const t = tun(1, { origin_ip: '198.18.9.9', edge_inner: '100.64.9.1/30', origin_inner: '100.64.9.2/30', mtu: 1400 });
+    expect(await dp.apply(t)).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    expect(addrs('tg-t1')).toEqual(['100.64.9.1/30']);
+    expect(links().get('tg-t1')!.mtu).toBe(1400);
+    expect(mapElems('protected')).toEqual(new Map([['203.0.112.1', '100.64.9.2']]));
+    expect(await dp.apply(t)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1 });
+    // only an inner-subnet change keeps the link (same ifindex) and moves the address
+    const idx = links().get('tg-t1')!.ifindex;
+    const t2 = { ...t, edge_inner: '100.64.10.1/30', origin_inner: '100.64.10.2/30' };
+    expect(await dp.apply(t2)).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    expect(links().get('tg-t1')!.ifindex).toBe(idx);
+    expect(addrs('tg-t1')).toEqual(['100.64.10.1/30']);
+    expect(mapElems('protected').get('203.0.112.1')).toBe('100.64.10.2');
+  });
+
+  it('remove: link, elements and counter go; removing again is removed: 0', async () => {
+    expect(await dp.remove(tun(1))).toEqual({ added: 0, changed: 0, removed: 1, unchanged: 0 });
+    expect(links().has('tg-t1')).toBe(false);
+    expect(links().has(standinPeerName('tg-t1'))).toBe(false);
+    expect(mapElems('protected').size).toBe(0);
+    expect(mapElems('tunnel_counters').size).toBe(0);
+    expect(counters().size).toBe(0);
+    expect(await dp.has(tun(1).id)).toBe(false);
+    expect(await dp.remove(tun(1))).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 0 });
+    expect(rules()).toHaveLength(3);
+  });
+
+  it('refuses what it must not do, as KernelError, before touching the kernel', async () => {
+    const foreign = links().get('tg-foreign')!;
+    const e = await kernelError(dp.apply(tun(5, { tunnel_name: 'tg-foreign' })));
+    expect(e.message).toContain('not created by this agent');
+    expect(links().get('tg-foreign')!.ifindex).toBe(foreign.ifindex);
+    expect(mapElems('protected').size).toBe(0);
+    expect((await kernelError(dp.apply(tun(5, { edge_ip: '192.0.2.99' })))).message).toContain('edge_ip');
+    expect((await kernelError(dp.apply(tun(5, { tunnel_name: 'eth5' })))).message).toContain('prefix');
+    expect((await kernelError(dp.reconcile([tun(5), tun(6, { protected_ip: tun(5).protected_ip })]))).message).toContain('share protected_ip');
+    expect(tgLinks()).toEqual([]);
+  });
+
+  it('reconcile: adds, changes and removes; untouched tunnels keep their link (ifindex) and counter', async () => {
+    expect(await dp.reconcile([tun(1), tun(2), tun(3), tun(4)])).toEqual({ added: 4, changed: 0, removed: 0, unchanged: 0 });
+    const before = links();
+    const ctr = counters();
+    const res = await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)]);
+    expect(res).toEqual({ added: 1, changed: 1, removed: 1, unchanged: 2 });
+    const after = links();
+    expect(after.get('tg-t1')!.ifindex).toBe(before.get('tg-t1')!.ifindex);
+    expect(after.get('tg-t4')!.ifindex).toBe(before.get('tg-t4')!.ifindex);
+    expect(after.get('tg-t2')!.ifindex).not.toBe(before.get('tg-t2')!.ifindex); // new origin: new link
+    expect(counters().get('tg-t1')).toBe(ctr.get('tg-t1'));
+    expect(counters().get('tg-t4')).toBe(ctr.get('tg-t4'));
+    expect(tgLinks()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
+    expect([...mapElems('protected').keys()].sort()).toEqual(['203.0.112.1', '203.0.112.2', '203.0.112.4', '203.0.112.7']);
+    expect(mapElems('protected').get('203.0.112.2')).toBe('100.64.0.10');
+    expect([...counters().keys()].sort()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
+    expect(await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)])).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4 });
+  });
+
+  it('drift: a link deleted, an element deleted, a link set down, a stray element: reconcile fixes only those', async () => {
+    const desired = [tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)];
+    const before = links();
+    edge.run('ip', 'link', 'del', 'tg-t4');
+    edge.run('nft', 'delete', 'element', 'ip', T, 'protected', '{ 203.0.112.7 }');
+    edge.run('ip', 'link', 'set', 'tg-t2', 'down');
+    edge.run('nft', 'add', 'element', 'ip', T, 'protected', '{ 203.0.113.250 : 100.127.0.2 }');
+    expect(await dp.reconcile(desired)).toEqual({ added: 0, changed: 3, removed: 0, unchanged: 1 });
+    const after = links();
+    expect(after.get('tg-t1')!.ifindex).toBe(before.get('tg-t1')!.ifindex);
+    expect(after.get('tg-t2')!.ifindex).toBe(before.get('tg-t2')!.ifindex);
+    expect(after.get('tg-t7')!.ifindex).toBe(before.get('tg-t7')!.ifindex);
+    expect(after.get('tg-t4')!.ifindex).not.toBe(before.get('tg-t4')!.ifindex);
+    expect(after.get('tg-t2')!.flags).toContain('UP');
+    expect(addrs('tg-t4')).toEqual([tun(4).edge_inner]);
+    const m = mapElems('protected');
+    expect(m.get('203.0.112.7')).toBe('100.64.0.30');
+    expect(m.has('203.0.113.250')).toBe(false);
+    expect(m.size).toBe(4);
+    expect(await dp.reconcile(desired)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4 });
+  });
+
+  it('state survives re-creating the dataplane (agent restart) without touching the kernel', async () => {
+    const rs = edge.run('nft', '-a', 'list', 'ruleset');
+    const before = links();
+    await dp.close();
+    expect(readFileSync(join(stateDir, STATE_FILE), 'utf8')).toContain('tg-t7');
+    dp = await open();
+    expect(dp.table).toBe('present');
+    expect(edge.run('nft', '-a', 'list', 'ruleset')).toBe(rs);
+    for (const n of ['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']) expect(links().get(n)!.ifindex).toBe(before.get(n)!.ifindex);
+    expect(await dp.has(tun(7).id)).toBe(true);
+    expect(dp.tunnels().map((t) => t.tunnel_name).sort()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
+    expect(await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)])).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4 });
+  });
+
+  it('a tampered table is rebuilt at start with its elements and counters kept', async () => {
+    await dp.close();
+    const handle = ruleset().find((o) => o.rule && (o.rule.chain as string) === 'forward')!.rule!.handle as number;
+    edge.run('nft', 'delete', 'rule', 'ip', T, 'forward', 'handle', String(handle));
+    expect(rules()).toHaveLength(2);
+    dp = await open();
+    expect(dp.table).toBe('rebuilt');
+    expect(rules()).toHaveLength(3);
+    expect(mapElems('protected').size).toBe(4);
+    expect([...counters().keys()].sort()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
+  });
+
+  it('conntrack entries of a changed and of a removed protected IP are flushed, others kept', async () => {
+    // Real flows from the client to three protected IPs: the entries exist once the packets were forwarded.
+    for (const ip of ['203.0.112.1', '203.0.112.4', '203.0.112.7']) client.run('bash', '-c', `echo probe > /dev/udp/${ip}/5353`);
+    client.run('bash', '-c', 'timeout 2 bash -c "exec 3<>/dev/tcp/203.0.112.4/80" 2>/dev/null || true');
+    expect(conntrackDst('203.0.112.1')).toBe(1);
+    expect(conntrackDst('203.0.112.4')).toBeGreaterThanOrEqual(2);
+    expect(conntrackDst('203.0.112.7')).toBe(1);
+    // The counters count per tunnel: traffic to .4 was counted on tg-t4 only.
+    const ctr = ruleset().filter((o) => o.counter).map((o) => o.counter!) as { name: string; packets: number }[];
+    expect(ctr.find((c) => c.name === 'tg-t4')!.packets).toBeGreaterThanOrEqual(2);
+    expect(ctr.find((c) => c.name === 'tg-t2')!.packets).toBe(0);
+
+    expect(await dp.remove(tun(4))).toEqual({ added: 0, changed: 0, removed: 1, unchanged: 0 });
+    expect(conntrackDst('203.0.112.4')).toBe(0);
+    expect(conntrackDst('203.0.112.1')).toBe(1);
+    expect(await dp.apply(tun(7, { origin_inner: '100.64.0.29/30', edge_inner: '100.64.0.30/30' }))).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    expect(conntrackDst('203.0.112.7')).toBe(0);
+    expect(conntrackDst('203.0.112.1')).toBe(1);
+  });
+
+  it('rule count is the same at 1 and at 1,000 tunnels', async () => {
+    expect(await dp.reconcile([tun(1)])).toMatchObject({ unchanged: 1, removed: 2 });
+    expect(rules()).toHaveLength(3);
+    const many = Array.from({ length: 1000 }, (_, i) => tun(i + 1));
+    expect(await dp.reconcile(many)).toEqual({ added: 999, changed: 0, removed: 0, unchanged: 1 });
+    expect(rules()).toHaveLength(3);
+    expect(mapElems('protected').size).toBe(1000);
+    expect(counters().size).toBe(1000);
+    expect(tgLinks()).toHaveLength(1000);
+    expect(await dp.reconcile(many)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1000 });
+  }, 120_000);
+
+  it('links the agent did not create are never touched, even by a reconcile to nothing', async () => {
+    const foreign = links().get('tg-foreign')!;
+    const other = links().get('other0')!;
+    expect(await dp.reconcile([])).toEqual({ added: 0, changed: 0, removed: 1000, unchanged: 0 });
+    expect(tgLinks()).toEqual([]);
+    expect(links().get('tg-foreign')!.ifindex).toBe(foreign.ifindex);
+    expect(links().get('other0')!.ifindex).toBe(other.ifindex);
+    expect(links().has('foreignp')).toBe(true);
+    expect(mapElems('protected').size).toBe(0);
+    expect(counters().size).toBe(0);
+    expect(rules()).toHaveLength(3);
+  }, 120_000);
+});
