@@ -20,6 +20,7 @@ import { startAgent, type RunningAgent } from '../../agent/main.ts';
 import { HOST_KEY_FILE } from '../../agent/ssh/keys.ts';
 import { MAX_INPUT_BYTES } from '../../agent/jobs/contract.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
+import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 
 /** FAKE dataplane (test double, no kernel): records every call, keeps tunnels in a map. */
 class RecordingDataplane implements Dataplane {
@@ -50,7 +51,6 @@ class RecordingDataplane implements Dataplane {
 }
 
 const NODE = randomUUID();
-const EDGE_IP = '198.51.100.7';
 const dirs: string[] = [];
 const tmp = () => {
   const d = mkdtempSync(join(tmpdir(), 'tg-agent-ssh-'));
@@ -74,17 +74,7 @@ function configFor(stateDir: string): AgentConfig {
   });
 }
 
-const tunnel = (over: Partial<TunnelSpec> = {}): TunnelSpec => ({
-  id: randomUUID(),
-  tunnel_name: 'tg-abcdefghij',
-  protected_ip: '203.0.113.10',
-  origin_ip: '192.0.2.50',
-  edge_ip: EDGE_IP,
-  edge_inner: '100.64.0.1/30',
-  origin_inner: '100.64.0.2/30',
-  mtu: 1476,
-  ...over,
-});
+const tunnel = tunnelSpec;
 
 const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never);
 

@@ -16,6 +16,7 @@ import { parseJobKey, type JobKey } from '../../agent/jobs/job-key.ts';
 import { REPLAY_FILE, ReplayCache } from '../../agent/jobs/replay-cache.ts';
 import { verifyJob, type ReplayGuard, type VerifyContext } from '../../agent/jobs/verify.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/types.ts';
+import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 import { JobSigningError, signJob } from '../../server/edge/job-signing.ts';
 
 // ---------------------------------------------------------------------------------------------------
@@ -23,7 +24,6 @@ import { JobSigningError, signJob } from '../../server/edge/job-signing.ts';
 
 const NODE = randomUUID();
 const OTHER_NODE = randomUUID();
-const EDGE_IP = '198.51.100.7';
 const T0 = 1_900_000_000; // the test clock, seconds
 
 const gateway = generateKeyPairSync('ed25519');
@@ -32,17 +32,7 @@ const KID = createHash('sha256').update(`{"crv":"Ed25519","kty":"OKP","x":"${gat
 const jobKey: JobKey = parseJobKey(JSON.stringify({ ...gatewayJwk, kid: KID, alg: 'EdDSA', use: 'sig' }));
 const intruder = generateKeyPairSync('ed25519');
 
-const tunnel = (over: Partial<TunnelSpec> = {}): TunnelSpec => ({
-  id: randomUUID(),
-  tunnel_name: 'tg-abcdefghij',
-  protected_ip: '203.0.113.10',
-  origin_ip: '192.0.2.50',
-  edge_ip: EDGE_IP,
-  edge_inner: '100.64.0.1/30',
-  origin_inner: '100.64.0.2/30',
-  mtu: 1476,
-  ...over,
-});
+const tunnel = tunnelSpec;
 
 const b64 = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v)).toString('base64url');
 
