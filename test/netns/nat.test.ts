@@ -139,6 +139,10 @@ describe.skipIf(!isRoot)('NAT through the edge dataplane (veth stand-in for GRE)
     o.run('ip', 'rule', 'add', 'from', '100.64.0.2', 'lookup', '100');
     o.run('sysctl', '-q', '-w', `net.ipv4.conf.${tunnel.tunnel_name}.rp_filter=2`);
 
+    // Every link on the path was just made; wait until each hop actually carries packets (see waitForPing).
+    await c.waitForPing('192.0.2.2'); // client → router → edge underlay
+    await e.waitForPing('100.64.0.2'); // edge ⇄ origin over the tunnel link, both directions
+
     server = spawn('ip', ['netns', 'exec', o.name, NODE, '-e', SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((resolve, reject) => {
       const t = setTimeout(() => reject(new Error('origin server did not start')), 10_000);

@@ -23,6 +23,25 @@ export class TestNetns {
     return (out === '' ? [] : JSON.parse(out)) as T;
   }
 
+  /**
+   * Waits until `ping` from this namespace gets an answer from `target`. A link that was just moved,
+   * renamed or brought up can drop everything for seconds: its qdisc is only attached when the kernel's
+   * linkwatch work runs, and that work waits for the RTNL lock, which other namespace tests on the same
+   * host may hold for a long time. Tests wait for the path instead of timing out on the first packet.
+   */
+  async waitForPing(target: string, deadlineMs = 30_000): Promise<void> {
+    const until = Date.now() + deadlineMs;
+    for (;;) {
+      try {
+        this.run('ping', '-n', '-q', '-c', '1', '-W', '1', target);
+        return;
+      } catch (e) {
+        if (Date.now() > until) throw new Error(`${this.name}: no answer from ${target} within ${deadlineMs} ms`, { cause: e });
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  }
+
   delete(): void {
     try {
       execFileSync('ip', ['netns', 'del', this.name]);
