@@ -218,6 +218,34 @@ export const OAuthClientSchema = defineEntity({
 });
 export type OAuthClient = InferEntity<typeof OAuthClientSchema>;
 
+// --- The identity provider's artifacts (server/oidc/adapter.ts) ---
+
+export const OidcPayloadSchema = defineEntity({
+  name: 'OidcPayload',
+  tableName: 'oidc_payload',
+  properties: {
+    // oidc-provider's model name (AuthorizationCode, RefreshToken, Grant, Session, Interaction, ...) and its id.
+    kind: p.string().length(40).primary(),
+    id: p.string().length(255).primary(),
+    payload: p.json<Record<string, unknown>>(),
+    // Copied out of the payload so lookups, grant revocation and per-client invalidation use an index.
+    grantId: p.string().length(255).nullable(),
+    clientId: p.text().nullable(),
+    uid: p.string().length(255).nullable(),
+    expiresAt: p.datetime().nullable(),
+    // Set once by the conditional update in consume(); a second consume changes no row.
+    consumedAt: p.datetime().nullable(),
+  },
+  primaryKeys: ['kind', 'id'],
+  indexes: [
+    { name: 'oidc_payload_grant_idx', expression: 'create index "oidc_payload_grant_idx" on "oidc_payload" ("grant_id") where "grant_id" is not null' },
+    { name: 'oidc_payload_client_idx', expression: 'create index "oidc_payload_client_idx" on "oidc_payload" ("client_id") where "client_id" is not null' },
+    { name: 'oidc_payload_uid_idx', expression: 'create index "oidc_payload_uid_idx" on "oidc_payload" ("uid") where "uid" is not null' },
+    { name: 'oidc_payload_expires_idx', expression: 'create index "oidc_payload_expires_idx" on "oidc_payload" ("expires_at") where "expires_at" is not null' },
+  ],
+});
+export type OidcPayload = InferEntity<typeof OidcPayloadSchema>;
+
 export const entities = [
   AccountSchema,
   UserSchema,
@@ -231,4 +259,5 @@ export const entities = [
   SettingSchema,
   ServerSecretSchema,
   OAuthClientSchema,
+  OidcPayloadSchema,
 ];

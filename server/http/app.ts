@@ -17,6 +17,8 @@ import { RateLimiter, rateLimit } from './middleware/rate-limit.ts';
 import { readJsonBody } from './middleware/body.ts';
 import { restRouter } from './rest/routes.ts';
 import { createGraphql } from '../graphql/index.ts';
+import { createIssuer, looksLikeJwt } from '../oidc/index.ts';
+import { loadSecrets } from '../secrets.ts';
 
 declare module 'koa' {
   interface Request {
@@ -123,6 +125,24 @@ export async function createGateway(services: Services, log: Logger, server: htt
   });
 
   const { rateLimitPerMinute, rateLimitBurst } = services.config;
+
+  // The OIDC issuer (server/oidc): its endpoints, login and consent pages, and its access tokens as
+  // API credentials. oidc-provider reads its own request bodies, so no body parser runs before it.
+  const { secrets } = await loadSecrets(services.db, process.env);
+  app.keys = secrets.cookieKeys;
+  const issuer = createIssuer({
+    issuerUrl: services.config.issuerUrl,
+    audience: `${services.config.publicUrl}/api`,
+    db: services.db,
+    log,
+    accessTokenKey: secrets.accessTokenKey,
+    cookieKeys: secrets.cookieKeys,
+    secretEncryptionKey: secrets.secretEncryptionKey,
+    rateLimitPerMinute,
+    rateLimitBurst,
+  });
+  services.auth.use(looksLikeJwt, (token) => issuer.accessTokens.principal(token));
+  app.use(issuer.middleware);
   const limiter = new RateLimiter({ perMinute: rateLimitPerMinute, burst: rateLimitBurst });
   const limited = rateLimit(limiter);
   // Each garbage token would get a fresh bucket of its own, so failed authentications are also
@@ -182,6 +202,9 @@ export async function createGateway(services: Services, log: Logger, server: htt
     setDraining: () => {
       draining = true;
     },
-    stop: () => graphql.stop(),
+    stop: () => {
+      issuer.stop();
+      return graphql.stop();
+    },
   };
 }

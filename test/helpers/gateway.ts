@@ -17,20 +17,22 @@ export interface RunningGateway {
 
 export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase } = {}): Promise<RunningGateway> {
   const testDb = opts.testDb ?? (await createTestDatabase());
+  // Listen first: the issuer URL (ISSUER_URL) must be the address clients really reach.
+  const server = http.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const config: Config = {
     ...loadConfig({}),
     // Generous by default so functional tests never trip the limiter; the rate-limit test lowers it.
     rateLimitPerMinute: 1_000_000,
     rateLimitBurst: 100_000,
     logLevel: 'silent',
+    issuerUrl: url,
     ...opts.config,
   };
   const services = buildServices(config, testDb.db);
-  const server = http.createServer();
   const gateway = await createGateway(services, createLogger(config.logLevel), server);
   server.on('request', gateway.app.callback());
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
     url,
     services,

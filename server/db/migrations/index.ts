@@ -2,8 +2,10 @@
 // (the same list works from TypeScript sources and from a build).
 import { Migration20261121000000_initial } from './Migration20261121000000_initial.ts';
 import { Migration20261121010000_clients_secrets } from './Migration20261121010000_clients_secrets.ts';
+import { Migration20261121020000_oidc_payload } from './Migration20261121020000_oidc_payload.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
   { name: 'Migration20261121010000_clients_secrets', class: Migration20261121010000_clients_secrets },
+  { name: 'Migration20261121020000_oidc_payload', class: Migration20261121020000_oidc_payload },
 ];

@@ -1,0 +1,80 @@
+// The issuer's access tokens are HS256 JWTs that oidc-provider does not store. This module verifies
+// them for the API (through the Authenticator), for userinfo and for revocation: the signature, iss,
+// aud and exp, and then that the token's grant (the `gid` claim) still exists, so revoking a grant,
+// rotating a client secret or reusing a refresh token ends every access token of that grant at once.
+import { errors as joseErrors, jwtVerify, type JWTPayload } from 'jose';
+import type { Database } from '../db/database.ts';
+import type { Permission, Role } from '../db/entities.ts';
+import { ApiError } from '../domain/errors.ts';
+import type { Principal } from '../auth/principal.ts';
+
+export interface AccessTokenClaims extends JWTPayload {
+  sub: string;
+  client_id: string;
+  scope: string;
+  gid: string;
+}
+
+export interface LiveAccessToken {
+  claims: AccessTokenClaims;
+  accountId: string;
+  role: Role;
+}
+
+const JWT_RE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
+
+/** True for anything shaped like a compact JWS: the Authenticator routes those here. */
+export const looksLikeJwt = (token: string) => token.startsWith('eyJ') && JWT_RE.test(token);
+
+export const invalidToken = (why: string) => new ApiError('invalid_token', why, { 'WWW-Authenticate': `Bearer error="invalid_token", error_description="${why.replace(/["\\]/g, '')}"` });
+
+export class AccessTokenVerifier {
+  constructor(
+    private readonly db: Database,
+    private readonly opts: { key: Buffer; issuer: string; audience: string },
+  ) {}
+
+  /** Signature and claims only (no database): what revocation needs, where an expired token is still recognised. */
+  async decode(token: string, { ignoreExpiration = false } = {}): Promise<AccessTokenClaims | null> {
+    if (!looksLikeJwt(token)) return null;
+    try {
+      const { payload } = await jwtVerify(token, this.opts.key, {
+        algorithms: ['HS256'],
+        issuer: this.opts.issuer,
+        audience: this.opts.audience,
+        // A revoked-then-expired token is still recognised for revocation; everywhere else exp counts.
+        currentDate: ignoreExpiration ? new Date(0) : undefined,
+        typ: 'at+jwt',
+      });
+      const p = payload as Partial<AccessTokenClaims>;
+      if (typeof p.sub !== 'string' || typeof p.gid !== 'string' || typeof p.client_id !== 'string' || typeof p.scope !== 'string') return null;
+      return p as AccessTokenClaims;
+    } catch (e) {
+      if (e instanceof joseErrors.JOSEError) return null;
+      throw e;
+    }
+  }
+
+  /** A current token whose grant still exists, with the user's account and role; else invalid_token (401). */
+  async verify(token: string): Promise<LiveAccessToken> {
+    const claims = await this.decode(token);
+    if (!claims) throw invalidToken('The access token is malformed, expired or not issued here.');
+    const [row] = await this.db.hot<{ account_id: string; role: Role }>(
+      'oidc_access_grant',
+      `select u.account_id, u.role
+         from oidc_payload g join app_user u on u.id::text = g.payload->>'accountId'
+        where g.kind = 'Grant' and g.id = ? and g.client_id = ? and u.id::text = ?
+          and (g.expires_at is null or g.expires_at > now())`,
+      [claims.gid, claims.client_id, claims.sub],
+    );
+    if (!row) throw invalidToken('The access token was revoked.');
+    return { claims, accountId: row.account_id, role: row.role };
+  }
+
+  /** The Authenticator's view: role owner may write, viewer may read. */
+  async principal(token: string): Promise<Principal> {
+    const t = await this.verify(token);
+    const permission: Permission = t.role === 'owner' ? 'write' : 'read';
+    return { accountId: t.accountId, userId: t.claims.sub, permission, credential: { kind: 'session', id: t.claims.gid } };
+  }
+}

@@ -1,0 +1,56 @@
+// The issuer's view of app_user: password sign-in for the login page and the profile claims for
+// ID tokens and userinfo. `sub` is the user's id.
+import type { Database } from '../db/database.ts';
+import type { Role } from '../db/entities.ts';
+import { hashPassword, verifyPassword } from '../auth/passwords.ts';
+
+export interface UserClaims {
+  sub: string;
+  name: string;
+  picture?: string;
+  email: string;
+  /** Accounts are created by the operator with the admin CLI, who vouches for the address. */
+  email_verified: boolean;
+  [claim: string]: unknown;
+}
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export async function findUserClaims(db: Database, sub: string): Promise<UserClaims | null> {
+  if (!UUID_RE.test(sub)) return null;
+  const [row] = await db.hot<{ id: string; name: string; picture: string | null; email: string }>(
+    'oidc_user_claims',
+    'select id, name, picture, email from app_user where id = ?',
+    [sub],
+  );
+  if (!row) return null;
+  return { sub: row.id, name: row.name, ...(row.picture ? { picture: row.picture } : {}), email: row.email, email_verified: true };
+}
+
+/** The claims a set of granted scopes releases (OIDC Core 5.4). */
+export function claimsForScopes(user: UserClaims, scopes: ReadonlySet<string>): Record<string, unknown> {
+  const out: Record<string, unknown> = { sub: user.sub };
+  if (scopes.has('profile')) {
+    out.name = user.name;
+    if (user.picture) out.picture = user.picture;
+  }
+  if (scopes.has('email')) {
+    out.email = user.email;
+    out.email_verified = user.email_verified;
+  }
+  return out;
+}
+
+// A hash of a random password: checking against it when the email is unknown costs the same scrypt
+// time as a real check, so response timing does not reveal which emails have accounts.
+let decoy: Promise<string> | null = null;
+
+/** The user id when the email and password match, else null. */
+export async function checkPassword(db: Database, email: string, password: string): Promise<{ userId: string; role: Role } | null> {
+  const [row] = await db.query<{ id: string; password_hash: string; role: Role }>('select id, password_hash, role from app_user where email = ?', [
+    email.trim().toLowerCase(),
+  ]);
+  decoy ??= hashPassword(`decoy-${Math.random()}`);
+  const ok = await verifyPassword(password, row?.password_hash ?? (await decoy));
+  return ok && row ? { userId: row.id, role: row.role } : null;
+}

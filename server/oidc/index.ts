@@ -1,0 +1,138 @@
+// The OIDC issuer inside the gateway's one Koa app. Only the document's endpoints reach
+// oidc-provider; the login and consent pages and userinfo are ours; token and revoke are rate
+// limited per client address. Expired artifacts are purged at start and every few minutes.
+import type { Context, Middleware, Next } from 'koa';
+import type { KoaContextWithOIDC } from 'oidc-provider';
+import type { Database } from '../db/database.ts';
+import { ApiError } from '../domain/errors.ts';
+import { RateLimiter } from '../http/middleware/rate-limit.ts';
+import type { Logger } from '../log.ts';
+import { AccessTokenVerifier, looksLikeJwt } from './access-tokens.ts';
+import { purgeExpired } from './adapter.ts';
+import { revokeJwtAfterProvider, userinfo } from './endpoints.ts';
+import { interactionRoutes } from './interactions.ts';
+import { LoginLimiter, type Limit } from './login-limits.ts';
+import { createProvider } from './provider.ts';
+
+export const PURGE_INTERVAL_MS = 10 * 60_000;
+
+export interface IssuerConfig {
+  issuerUrl: string;
+  /** The access tokens' audience: `<PUBLIC_URL>/api`. */
+  audience: string;
+  db: Database;
+  log: Logger;
+  accessTokenKey: Buffer;
+  cookieKeys: string[];
+  secretEncryptionKey: Buffer;
+  /** Token and revoke requests per client address. */
+  rateLimitPerMinute: number;
+  rateLimitBurst: number;
+  loginLimits?: { accountAddress: Limit; address: Limit };
+}
+
+export interface Issuer {
+  middleware: Middleware;
+  /** For the Authenticator: API calls with the issuer's access tokens. */
+  accessTokens: AccessTokenVerifier;
+  stop(): void;
+}
+
+/** Paths (below the issuer's own path) that oidc-provider answers. */
+const PROVIDER_PATHS = /^\/(?:\.well-known\/openid-configuration|oauth\/(?:authorize(?:\/[A-Za-z0-9_-]{1,64})?|token|revoke|jwks))$/;
+
+export function createIssuer(c: IssuerConfig): Issuer {
+  const issuer = new URL(c.issuerUrl);
+  const prefix = issuer.pathname.replace(/\/+$/, '');
+  const interactionBase = `${prefix}/interaction`;
+  const accessTokens = new AccessTokenVerifier(c.db, { key: c.accessTokenKey, issuer: c.issuerUrl, audience: c.audience });
+  const provider = createProvider({
+    issuer: c.issuerUrl,
+    audience: c.audience,
+    db: c.db,
+    accessTokenKey: c.accessTokenKey,
+    cookieKeys: c.cookieKeys,
+    secretEncryptionKey: c.secretEncryptionKey,
+    interactionPath: interactionBase,
+  });
+  const pages = interactionRoutes({
+    provider,
+    db: c.db,
+    cookieKeys: c.cookieKeys,
+    basePath: interactionBase,
+    issuerOrigin: issuer.origin,
+    limiter: new LoginLimiter(c.loginLimits),
+  });
+  const requests = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst });
+  // Failed client authentications per address: guessing secrets stays slow, real clients elsewhere are unaffected.
+  const clientFailures = new RateLimiter({ perMinute: Math.max(20, c.rateLimitPerMinute / 10), burst: Math.max(20, c.rateLimitBurst / 5) });
+  const providerStack = provider.middleware as Middleware[];
+
+  /** oidc-provider as a mounted Koa app: it sees the path below the issuer's path. */
+  async function runProvider(ctx: Context, rest: string, next: Next): Promise<void> {
+    const original = ctx.path;
+    if (prefix) {
+      ctx.mountPath = prefix;
+      ctx.path = rest;
+    }
+    const dispatch = async (i: number): Promise<void> => {
+      const mw = providerStack[i];
+      if (!mw) {
+        ctx.path = original;
+        await next();
+        ctx.path = rest;
+        return;
+      }
+      await mw(ctx, () => dispatch(i + 1));
+    };
+    try {
+      await dispatch(0);
+    } finally {
+      ctx.path = original;
+    }
+  }
+
+  const middleware: Middleware = async (ctx, next) => {
+    if (prefix && ctx.path !== prefix && !ctx.path.startsWith(`${prefix}/`)) return next();
+    const rest = ctx.path.slice(prefix.length) || '/';
+    if (rest.startsWith('/interaction/')) {
+      if (await pages(ctx, rest.slice('/interaction/'.length))) return;
+      return next();
+    }
+    if (rest === '/oauth/userinfo') return userinfo(ctx, accessTokens, c.db);
+    if (!PROVIDER_PATHS.test(rest)) return next();
+    const clientCall = rest === '/oauth/token' || rest === '/oauth/revoke';
+    if (clientCall && ctx.method === 'POST') {
+      const wait = Math.max(requests.take(`oauth:${ctx.ip}`), 0);
+      if (wait > 0) throw new ApiError('rate_limited', `Too many requests from this address; retry in ${wait} s.`, { 'Retry-After': String(wait) });
+    }
+    await runProvider(ctx, rest, next);
+    if (clientCall && ctx.status === 401) {
+      const wait = clientFailures.take(`oauth-fail:${ctx.ip}`);
+      if (wait > 0) {
+        ctx.status = 429;
+        ctx.set('Retry-After', String(wait));
+        ctx.body = { error: 'rate_limited', error_description: `Too many failed client authentications from this address; retry in ${wait} s.` };
+      }
+    }
+    if (rest === '/oauth/revoke') await revokeJwtAfterProvider(ctx as KoaContextWithOIDC, accessTokens, c.db);
+  };
+
+  const purge = () =>
+    purgeExpired(c.db)
+      .then((n) => {
+        if (n > 0) c.log.info('oidc purge', { deleted: n });
+      })
+      .catch((e: unknown) => c.log.warn('oidc purge failed', { err: e }));
+  void purge();
+  const timer = setInterval(purge, PURGE_INTERVAL_MS);
+  timer.unref();
+
+  return {
+    middleware,
+    accessTokens,
+    stop: () => clearInterval(timer),
+  };
+}
+
+export { looksLikeJwt };

@@ -1,0 +1,92 @@
+// Brute-force limits for the login form. Only failures spend tokens, in two buckets:
+//  - per (account, client address): a handful of guesses at one account from one place;
+//  - per client address: password spraying across many accounts from one place.
+// There is deliberately no bucket per account alone: an attacker elsewhere could then lock the real
+// user out just by failing on purpose. The real user, from their own address, keeps their own
+// (account, address) bucket. In memory, so each replica counts on its own (documented in README).
+export interface Limit {
+  /** Failures allowed at once. */
+  burst: number;
+  /** One more failure allowed every this many seconds. */
+  refillSeconds: number;
+}
+
+export const DEFAULT_LIMITS = {
+  accountAddress: { burst: 5, refillSeconds: 60 },
+  address: { burst: 30, refillSeconds: 10 },
+} as const satisfies Record<string, Limit>;
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+class Buckets {
+  private readonly map = new Map<string, Bucket>();
+
+  constructor(
+    private readonly limit: Limit,
+    private readonly max = 100_000,
+  ) {}
+
+  private current(key: string, now: number): Bucket {
+    const b = this.map.get(key);
+    if (!b) return { tokens: this.limit.burst, at: now };
+    const tokens = Math.min(this.limit.burst, b.tokens + (now - b.at) / 1000 / this.limit.refillSeconds);
+    return { tokens, at: now };
+  }
+
+  /** Seconds until one more failure is allowed; 0 when one is allowed now. */
+  wait(key: string, now: number): number {
+    const b = this.current(key, now);
+    return b.tokens >= 1 ? 0 : Math.max(1, Math.ceil((1 - b.tokens) * this.limit.refillSeconds));
+  }
+
+  spend(key: string, now: number): void {
+    const b = this.current(key, now);
+    b.tokens = Math.max(0, b.tokens - 1);
+    this.map.delete(key);
+    if (this.map.size >= this.max) {
+      // Drop the oldest tenth; a dropped bucket only forgets old failures.
+      let n = Math.ceil(this.max / 10);
+      for (const k of this.map.keys()) {
+        this.map.delete(k);
+        if (--n <= 0) break;
+      }
+    }
+    this.map.set(key, b);
+  }
+
+  reset(key: string): void {
+    this.map.delete(key);
+  }
+}
+
+export class LoginLimiter {
+  private readonly pair: Buckets;
+  private readonly address: Buckets;
+
+  constructor(limits: { accountAddress: Limit; address: Limit } = DEFAULT_LIMITS) {
+    this.pair = new Buckets(limits.accountAddress);
+    this.address = new Buckets(limits.address);
+  }
+
+  private static pairKey(email: string, ip: string): string {
+    return `${email.trim().toLowerCase()}\u0000${ip}`;
+  }
+
+  /** Seconds to wait before this address may try this account again (0: go ahead). */
+  blocked(email: string, ip: string, now = Date.now()): number {
+    return Math.max(this.pair.wait(LoginLimiter.pairKey(email, ip), now), this.address.wait(ip, now));
+  }
+
+  failed(email: string, ip: string, now = Date.now()): void {
+    this.pair.spend(LoginLimiter.pairKey(email, ip), now);
+    this.address.spend(ip, now);
+  }
+
+  /** A successful sign-in clears that account's failures from that address. */
+  succeeded(email: string, ip: string): void {
+    this.pair.reset(LoginLimiter.pairKey(email, ip));
+  }
+}

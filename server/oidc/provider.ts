@@ -1,0 +1,147 @@
+// oidc-provider 9 configured to the identity-provider document and nothing more: authorization code
+// with PKCE S256 (required for every client) and refresh tokens; access tokens are HS256 JWTs for the
+// API (resource indicators with the API as the one, default resource); ID tokens are HS256 under the
+// client secret; every feature version 9 switches on by default that the document does not list
+// (dev interactions, DPoP, PAR, RP-initiated logout) is off.
+import Provider, { errors, type Configuration, type KoaContextWithOIDC } from 'oidc-provider';
+import type { Database } from '../db/database.ts';
+import { clientSource, postgresAdapter } from './adapter.ts';
+import { findUserClaims } from './accounts.ts';
+import { renderErrorPage } from './pages.ts';
+
+export const OIDC_SCOPES = ['openid', 'profile', 'email'] as const;
+
+/** Lifetimes, in seconds. Grants outlive refresh tokens, so a live refresh token always has its grant. */
+export const TTL = {
+  AuthorizationCode: 300,
+  AccessToken: 900,
+  IdToken: 900,
+  RefreshToken: 14 * 24 * 3600,
+  Grant: 30 * 24 * 3600,
+  Session: 14 * 24 * 3600,
+  Interaction: 3600,
+} as const;
+
+export const ROUTES = {
+  authorization: '/oauth/authorize',
+  token: '/oauth/token',
+  userinfo: '/oauth/userinfo',
+  revocation: '/oauth/revoke',
+  jwks: '/oauth/jwks',
+} as const;
+
+export interface IssuerOptions {
+  issuer: string;
+  /** The access tokens' audience: the REST API and GraphQL of this gateway. */
+  audience: string;
+  db: Database;
+  accessTokenKey: Buffer;
+  cookieKeys: string[];
+  secretEncryptionKey: Buffer;
+  /** Path under which the login and consent pages are served (the issuer's path + /interaction). */
+  interactionPath: string;
+  onGrantRevoked?: (grantId: string) => void;
+}
+
+/** oidc-provider's errors carry the detail outside error_description; clients only see error_description. */
+function describe(err: { error?: string; error_description?: string; error_detail?: string; message?: string; cause?: unknown }): string | undefined {
+  const cause = err.cause instanceof Error ? err.cause.message : undefined;
+  if (err.error === 'invalid_grant' && cause) return `PKCE verification failed: ${cause}.`;
+  return err.error_detail ?? err.error_description;
+}
+
+export function createProvider(o: IssuerOptions): Provider {
+  const clients = clientSource(o.db, o.secretEncryptionKey);
+  const configuration: Configuration = {
+    adapter: postgresAdapter({ db: o.db, clients, onGrantRevoked: o.onGrantRevoked }),
+    clients: [],
+    async findAccount(_ctx, sub) {
+      const user = await findUserClaims(o.db, sub);
+      if (!user) return undefined;
+      return {
+        accountId: sub,
+        claims: () => user,
+      };
+    },
+    claims: { openid: ['sub'], profile: ['name', 'picture'], email: ['email', 'email_verified'] },
+    scopes: [...OIDC_SCOPES],
+    responseTypes: ['code'],
+    clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
+    clientDefaults: {
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'client_secret_basic',
+      id_token_signed_response_alg: 'HS256',
+    },
+    enabledJWA: {
+      idTokenSigningAlgValues: ['HS256'],
+    },
+    // ID tokens use the client secret, access tokens the server's HMAC key: nothing to publish.
+    jwks: { keys: [] },
+    cookies: { keys: o.cookieKeys },
+    pkce: { required: () => true },
+    // The contract requires redirect_uri at the token endpoint even with one registered URI.
+    allowOmittingSingleRegisteredRedirectUri: false,
+    rotateRefreshToken: true,
+    issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
+    // Refresh tokens live on their own lifetime, not the browser session's.
+    expiresWithSession: async () => false,
+    extraTokenClaims: async (_ctx, token) => (token.kind === 'AccessToken' ? { gid: token.grantId } : undefined),
+    ttl: { ...TTL },
+    routes: { ...ROUTES },
+    features: {
+      devInteractions: { enabled: false },
+      dPoP: { enabled: false },
+      pushedAuthorizationRequests: { enabled: false },
+      rpInitiatedLogout: { enabled: false },
+      revocation: { enabled: true },
+      userinfo: { enabled: true },
+      claimsParameter: { enabled: false },
+      introspection: { enabled: false },
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => o.audience,
+        useGrantedResource: () => true,
+        getResourceServerInfo: (_ctx, resource) => {
+          if (resource !== o.audience) throw new errors.InvalidTarget();
+          return {
+            scope: OIDC_SCOPES.join(' '),
+            audience: o.audience,
+            accessTokenTTL: TTL.AccessToken,
+            accessTokenFormat: 'jwt',
+            jwt: { sign: { alg: 'HS256', key: o.accessTokenKey } },
+          };
+        },
+      },
+    },
+    interactions: {
+      url: (_ctx, interaction) => `${o.interactionPath}/${interaction.uid}`,
+    },
+    renderError: async (ctx, out) => {
+      renderErrorPage(ctx, out);
+    },
+  };
+  const provider = new Provider(o.issuer, configuration);
+
+  // Refresh tokens are recognisable at a glance: `rt_` + 256 random bits.
+  const rt = provider.RefreshToken.prototype as unknown as { generateTokenId(): string };
+  const generate = rt.generateTokenId;
+  rt.generateTokenId = function prefixed(this: unknown) {
+    return `rt_${generate.call(this)}`;
+  };
+
+  // oidc-provider puts the detail of invalid_grant in error_detail, which clients never see.
+  provider.on('grant.error', (ctx: KoaContextWithOIDC, err: Parameters<typeof describe>[0]) => {
+    const body = ctx.body as Record<string, unknown> | undefined;
+    if (!body || typeof body !== 'object') return;
+    // A malformed code_verifier is still a failed PKCE verification for the client (section 7).
+    if (err.error === 'invalid_request' && /code_verifier/.test(err.error_description ?? '')) {
+      body.error = 'invalid_grant';
+      body.error_description = `PKCE verification failed: ${err.error_description}.`;
+      return;
+    }
+    const description = describe(err);
+    if (description) body.error_description = description;
+  });
+  return provider;
+}
