@@ -100,19 +100,23 @@ export async function createClient(db: Database, encryptionKey: Buffer, c: Creat
 }
 
 /**
- * Invalidation point for everything issued to a client under its previous secret: authorization codes,
- * refresh and access tokens, grants and sessions. It runs inside the rotation transaction, in whichever
- * process rotates the secret. The admin CLI is a separate process from the gateway, so this has to be
- * database work: an in-memory callback registered by the gateway would never run for a CLI rotation.
- *
- * Today nothing is stored per client besides the `oauth_client` row, so there is nothing to delete
- * yet. The identity-provider issue adds the tables of its oidc-provider adapter and must delete (or
- * mark revoked) this client's rows here. Until then `secret_rotated_at` is the durable record: a
- * token whose `iat` is before it was issued under the old secret.
+ * Invalidates everything issued to a client under its previous secret, inside the rotation
+ * transaction, in whichever process rotates (the admin CLI is a separate process from the gateway, so
+ * this is database work, not an in-memory callback):
+ *  - every oidc_payload row of the client: authorization codes, refresh tokens, grants, interactions;
+ *  - the client's entry in every browser session, so the next authorize asks for consent again.
+ * Access tokens are JWTs that are not stored, but each names its grant (`gid`) and the API, userinfo
+ * and revocation check that the grant still exists: deleting the grants ends them at once. The
+ * gateway keeps no in-memory copy of clients or grants (oidc-provider re-reads the client row on
+ * every request), so there is no cache to drop.
  */
 async function invalidateClientArtifacts(sql: Sql, clientId: string): Promise<void> {
-  void sql;
-  void clientId;
+  await sql.query('delete from oidc_payload where client_id = ?', [clientId]);
+  await sql.query(
+    `update oidc_payload set payload = payload #- array['authorizations', ?]::text[]
+      where kind = 'Session' and jsonb_exists(payload->'authorizations', ?)`,
+    [clientId, clientId],
+  );
 }
 
 /** A new secret for the client; everything issued under the old one is invalidated in the same transaction. */

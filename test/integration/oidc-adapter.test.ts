@@ -1,0 +1,124 @@
+// The oidc-provider adapter on PostgreSQL (server/oidc/adapter.ts): the atomic consume under real
+// concurrency through the real token endpoint, and the adapter's own contract (find, consume,
+// destroy, revokeByGrantId, purge of expired rows) checked through a plain pg pool.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { errors } from 'oidc-provider';
+import { postgresAdapter, purgeExpired } from '../../server/oidc/adapter.ts';
+import { TTL } from '../../server/oidc/provider.ts';
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { exchange, newClient, newUser, signIn, token } from '../helpers/oidc-login.ts';
+
+let gw: RunningGateway;
+beforeAll(async () => {
+  gw = await startGateway();
+});
+afterAll(async () => {
+  await gw?.close();
+});
+
+describe('consume is atomic', () => {
+  it('one authorization code redeemed 10 times at once succeeds exactly once', async () => {
+    const c = await newClient(gw.testDb.db);
+    const u = await newUser(gw.testDb.db);
+    const { code, verifier } = await signIn(gw.url, c, u);
+    const results = await Promise.all(Array.from({ length: 10 }, () => exchange(gw.url, c, code, verifier)));
+    const ok = results.filter((r) => r.status === 200);
+    expect(ok).toHaveLength(1);
+    for (const r of results.filter((x) => x.status !== 200)) {
+      expect(r.status).toBe(400);
+      expect(r.body.error).toBe('invalid_grant');
+    }
+    // Exactly one refresh token came out of the code.
+    const { rows } = await gw.testDb.raw.query(`select count(*)::int as n from oidc_payload where kind = 'RefreshToken' and client_id = $1`, [c.id]);
+    expect(rows[0].n).toBe(1);
+  });
+
+  it('one refresh token redeemed 10 times at once succeeds exactly once', async () => {
+    const c = await newClient(gw.testDb.db);
+    const u = await newUser(gw.testDb.db);
+    const { code, verifier } = await signIn(gw.url, c, u);
+    const first = await exchange(gw.url, c, code, verifier);
+    expect(first.status).toBe(200);
+    const rt = first.body.refresh_token!;
+    const results = await Promise.all(Array.from({ length: 10 }, () => token(gw.url, c, { grant_type: 'refresh_token', refresh_token: rt })));
+    const ok = results.filter((r) => r.status === 200);
+    expect(ok).toHaveLength(1);
+    expect(ok[0]!.body.refresh_token).toMatch(/^rt_/);
+    expect(ok[0]!.body.refresh_token).not.toBe(rt);
+    for (const r of results.filter((x) => x.status !== 200)) expect(r.body.error).toBe('invalid_grant');
+  });
+});
+
+describe('adapter contract', () => {
+  const Adapter = () => postgresAdapter({ db: gw.testDb.db, clients: { find: async () => undefined } });
+
+  it('stores, finds, consumes once, destroys', async () => {
+    const A = Adapter();
+    const codes = new A('AuthorizationCode');
+    await codes.upsert('code-1', { grantId: 'g-1', clientId: 'cl_x', exp: Math.floor(Date.now() / 1000) + 60 }, 60);
+    expect((await codes.find('code-1'))?.grantId).toBe('g-1');
+    expect((await codes.find('code-1'))?.consumed).toBeUndefined();
+    await codes.consume('code-1');
+    expect(typeof (await codes.find('code-1'))?.consumed).toBe('number');
+    await expect(codes.consume('code-1')).rejects.toBeInstanceOf(errors.InvalidGrant);
+    // Another model with the same id is another row.
+    expect(await new A('RefreshToken').find('code-1')).toBeUndefined();
+    await codes.destroy('code-1');
+    expect(await codes.find('code-1')).toBeUndefined();
+  });
+
+  it('revokeByGrantId removes that grant\'s rows of that model only', async () => {
+    const A = Adapter();
+    const rts = new A('RefreshToken');
+    const grants = new A('Grant');
+    await rts.upsert('rt-a', { grantId: 'g-2', clientId: 'cl_x' }, 60);
+    await rts.upsert('rt-b', { grantId: 'g-3', clientId: 'cl_x' }, 60);
+    await grants.upsert('g-2', { clientId: 'cl_x', accountId: 'a' }, 60);
+    await rts.revokeByGrantId('g-2');
+    expect(await rts.find('rt-a')).toBeUndefined();
+    expect(await rts.find('rt-b')).toBeDefined();
+    expect(await grants.find('g-2')).toBeDefined();
+    await grants.destroy('g-2');
+    expect(await grants.find('g-2')).toBeUndefined();
+  });
+
+  it('findByUid finds sessions by uid', async () => {
+    const A = Adapter();
+    const sessions = new A('Session');
+    await sessions.upsert('sess-1', { uid: 'uid-1', accountId: 'a' }, 60);
+    expect((await sessions.findByUid('uid-1'))?.accountId).toBe('a');
+    expect(await sessions.findByUid('uid-2')).toBeUndefined();
+  });
+
+  it('purge deletes expired rows and keeps live ones (consumed refresh tokens stay until they expire)', async () => {
+    const A = Adapter();
+    const rts = new A('RefreshToken');
+    await rts.upsert('rt-live', { grantId: 'g-4' }, 3600);
+    await rts.consume('rt-live');
+    await rts.upsert('rt-dead', { grantId: 'g-4' }, 3600);
+    await gw.testDb.raw.query(`update oidc_payload set expires_at = now() - interval '1 second' where id = 'rt-dead'`);
+    const deleted = await purgeExpired(gw.testDb.db);
+    expect(deleted).toBeGreaterThanOrEqual(1);
+    expect(await rts.find('rt-dead')).toBeUndefined();
+    expect(await rts.find('rt-live')).toBeDefined();
+  });
+
+  it('grants outlive refresh tokens, which outlive codes', () => {
+    expect(TTL.Grant).toBeGreaterThan(TTL.RefreshToken);
+    expect(TTL.RefreshToken).toBeGreaterThan(TTL.AuthorizationCode);
+    expect(TTL.AuthorizationCode).toBe(300);
+  });
+
+  it('a stored grant row expires later than the refresh token issued with it', async () => {
+    const c = await newClient(gw.testDb.db);
+    const u = await newUser(gw.testDb.db);
+    const { code, verifier } = await signIn(gw.url, c, u);
+    expect((await exchange(gw.url, c, code, verifier)).status).toBe(200);
+    const { rows } = await gw.testDb.raw.query(
+      `select kind, expires_at from oidc_payload where client_id = $1 and kind in ('Grant', 'RefreshToken')`,
+      [c.id],
+    );
+    const at = (k: string) => new Date(rows.find((r) => r.kind === k).expires_at).getTime();
+    expect(at('Grant')).toBeGreaterThan(at('RefreshToken'));
+  });
+});
