@@ -21,6 +21,15 @@ export interface Config {
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** One log line per HTTP request (errors are always logged). */
   accessLog: boolean;
+  /** Provisioning (server/provisioning): wait for the agent before 202, per-job timeout, retries, worker. */
+  edgeWaitMs: number;
+  edgeJobTimeoutMs: number;
+  edgeRetryLimit: number;
+  /** Whether this process runs the edge worker (an API-only replica sets EDGE_WORKER=false). */
+  edgeWorker: boolean;
+  edgeWorkerConcurrency: number;
+  edgeSweepSeconds: number;
+  edgeJobExpireSeconds: number;
 }
 
 export class ConfigError extends Error {
@@ -75,5 +84,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     bodyLimitBytes: int(env, 'BODY_LIMIT_BYTES', 64 * 1024, 1024, 16 * 1024 * 1024),
     logLevel: level,
     accessLog: env.ACCESS_LOG === undefined || env.ACCESS_LOG === '' ? true : bool(env, 'ACCESS_LOG'),
+    edgeWaitMs: int(env, 'EDGE_WAIT_MS', 5000, 0, 60_000),
+    edgeJobTimeoutMs: int(env, 'EDGE_JOB_TIMEOUT_MS', 10_000, 100, 120_000),
+    edgeRetryLimit: int(env, 'EDGE_RETRY_LIMIT', 10, 0, 1000),
+    edgeWorker: env.EDGE_WORKER === undefined || env.EDGE_WORKER === '' ? true : bool(env, 'EDGE_WORKER'),
+    edgeWorkerConcurrency: int(env, 'EDGE_WORKER_CONCURRENCY', 8, 1, 256),
+    edgeSweepSeconds: int(env, 'EDGE_SWEEP_SECONDS', 30, 1, 3600),
+    edgeJobExpireSeconds: int(env, 'EDGE_JOB_EXPIRE_SECONDS', 60, 1, 3600),
   };
 }

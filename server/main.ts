@@ -32,7 +32,10 @@ async function main(): Promise<void> {
   const loaded = await loadSecrets(db, process.env);
   const warning = startupWarning(loaded);
   if (warning) log.warn(warning);
-  const services = buildServices(config, db);
+  const services = buildServices(config, db, log);
+  // The edge side: warm SSH to the agents, and (unless EDGE_WORKER=false) the queue worker.
+  await services.provisioning.start(loaded.secrets, { worker: config.edgeWorker });
+  log.info('provisioning ready', { worker: config.edgeWorker, job_key: loaded.secrets.jobSigningKey.kid });
   // On the embedded database the admin CLI cannot open the cluster this process holds; it sends its
   // command line here instead (server/cli/admin-socket.ts).
   const admin = config.databaseUrl
@@ -73,6 +76,7 @@ async function main(): Promise<void> {
     await new Promise<void>((resolve) => server.close(() => resolve()));
     admin?.close();
     await gateway.stop();
+    await services.provisioning.stop();
     await db.close();
     clearTimeout(force);
     log.info('stopped');

@@ -6,6 +6,8 @@ import { migrate, openOrm } from './db/orm.ts';
 import { Authenticator } from './auth/authenticate.ts';
 import { PricingService } from './domain/pricing.ts';
 import { TunnelService } from './domain/tunnels.ts';
+import { createLogger, type Logger } from './log.ts';
+import { ProvisioningService } from './provisioning/service.ts';
 
 export interface Services {
   config: Config;
@@ -13,16 +15,20 @@ export interface Services {
   auth: Authenticator;
   pricing: PricingService;
   tunnels: TunnelService;
+  /** Edge work: the queue, the status bus, and (once started with the secrets) the worker. */
+  provisioning: ProvisioningService;
 }
 
-export function buildServices(config: Config, db: Database): Services {
+export function buildServices(config: Config, db: Database, log: Logger = createLogger('silent')): Services {
   const pricing = new PricingService(db, config.adminSshPort);
+  const provisioning = new ProvisioningService(db, config, log, () => pricing.invalidate());
   return {
     config,
     db,
     auth: new Authenticator(db),
     pricing,
-    tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins }),
+    tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins }, provisioning),
+    provisioning,
   };
 }
 

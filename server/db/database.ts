@@ -31,7 +31,7 @@ export class Database {
   }
 
   /** The PostgreSQL URL, or null on the embedded database. */
-  private get url(): string | null {
+  get url(): string | null {
     // PGlite reports a default clientUrl too, so ask the driver which database this is.
     if (this.orm.config.getDriver().constructor.name === 'PgliteDriver') return null;
     return (this.orm.config.get('clientUrl') as string | undefined) ?? null;

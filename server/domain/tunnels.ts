@@ -49,6 +49,20 @@ export interface SetupView {
   scripts: OriginScripts;
 }
 
+/** provision, activate and delete: the HTTP status (200 final, 202 still with the agent) and `{tunnel}`. */
+export interface TunnelOutcome {
+  status: 200 | 202;
+  body: { tunnel: TunnelView };
+}
+
+/** What the tunnel service needs from provisioning (server/provisioning/service.ts). */
+export interface EdgeDispatch {
+  readonly bus: { publish(id: string, status: TunnelStatus): Promise<void> };
+  readonly transitions: { move(id: string, from: readonly TunnelStatus[], to: TunnelStatus): Promise<boolean> };
+  dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<void>): Promise<void>;
+  probe(tunnelId: string): Promise<{ reachable: boolean; rtt_ms?: number }>;
+}
+
 export interface TunnelPage {
   tunnels: TunnelView[];
   next_cursor: string | null;
@@ -68,6 +82,7 @@ interface TunnelRow {
   cursor_at: string;
   edge_ip: string;
   inner_pool: string;
+  node_id: string;
 }
 
 // Times are formatted by PostgreSQL (ISO 8601, UTC, milliseconds) so the hot paths parse no dates;
@@ -75,7 +90,7 @@ interface TunnelRow {
 const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
   to_char(t.created_at at time zone 'UTC', ${ISO}) as created_at, to_char(t.updated_at at time zone 'UTC', ${ISO}) as updated_at,
-  to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool`;
+  to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool, t.node_id`;
 
 // --- input validation, shared by REST and GraphQL -------------------------------------------------
 
@@ -163,6 +178,7 @@ export class TunnelService {
     private readonly db: Database,
     private readonly pricing: PricingService,
     private readonly opts: { adminSshPort: number; allowPrivateOrigins: boolean },
+    private readonly edge: EdgeDispatch,
   ) {}
 
   get allowPrivateOrigins(): boolean {
@@ -371,37 +387,92 @@ export class TunnelService {
     };
   }
 
-  /** Provisioning needs the edge agent, which is not wired yet: refuse honestly rather than pretend. */
-  async provision(principal: Principal, id: string): Promise<never> {
+  /**
+   * pending or failed -> provisioning, then the edge job is queued; waits a few seconds for the agent.
+   * 200 with the final status when it answered in time, 202 with `provisioning` while the job keeps
+   * retrying. A repeated call on a tunnel still provisioning waits again; any other status is 409.
+   */
+  async provision(principal: Principal, id: string): Promise<TunnelOutcome> {
     requireWrite(principal);
     const r = await this.row(this.db, principal, id);
-    throw new ApiError('invalid_state', `Tunnel ${r.id} is ${r.status}; provisioning through the edge agent is not available on this gateway yet.`);
-  }
-
-  async activate(principal: Principal, id: string): Promise<never> {
-    requireWrite(principal);
-    const r = await this.row(this.db, principal, id);
-    throw new ApiError('invalid_state', `Tunnel ${r.id} is ${r.status}; only a provisioned tunnel can be activated, and provisioning through the edge agent is not available on this gateway yet.`);
+    if (!['pending', 'failed', 'provisioning'].includes(r.status)) {
+      throw new ApiError('invalid_state', `Tunnel ${r.id} is ${r.status}; only a pending or failed tunnel can be provisioned.`);
+    }
+    await this.edge.dispatch(r.id, r.node_id, 'provisioning', async () => {
+      if (r.status === 'provisioning') return;
+      const moved = await this.edge.transitions.move(r.id, ['pending', 'failed'], 'provisioning');
+      if (!moved) {
+        // Someone else moved it first (a concurrent provision or delete): answer from what it is now.
+        const now = await this.row(this.db, principal, id);
+        if (now.status !== 'provisioning') throw new ApiError('invalid_state', `Tunnel ${r.id} is ${now.status}; only a pending or failed tunnel can be provisioned.`);
+      }
+    });
+    return this.outcome(principal, id, 'provisioning');
   }
 
   /**
-   * A tunnel that never reached the edge is deleted at once and its IP returns to the pool. The
-   * purchase is one-time and not refunded.
+   * provisioned -> active when the agent's probe sees the origin answer through the tunnel. No answer:
+   * 409 invalid_state telling the buyer to run the origin script. The agent unreachable: 503.
    */
-  async delete(principal: Principal, id: string): Promise<{ status: number; body: { tunnel: TunnelView } }> {
+  async activate(principal: Principal, id: string): Promise<TunnelOutcome> {
     requireWrite(principal);
-    const row = await this.db.transaction(async (sql) => {
+    const r = await this.row(this.db, principal, id);
+    if (r.status !== 'provisioned') {
+      throw new ApiError(
+        'invalid_state',
+        r.status === 'active' ? `Tunnel ${r.id} is already active.` : `Tunnel ${r.id} is ${r.status}; only a provisioned tunnel can be activated (provision it first).`,
+      );
+    }
+    const probe = await this.edge.probe(r.id);
+    if (!probe.reachable) {
+      throw new ApiError(
+        'invalid_state',
+        `Tunnel ${r.id}: the origin ${r.origin_ip} did not answer through the tunnel. Run the origin script (GET /api/dedicated/${r.id}/setup, scripts.origin) on the origin server as root, then activate again.`,
+      );
+    }
+    const moved = await this.edge.transitions.move(r.id, ['provisioned'], 'active');
+    const now = await this.row(this.db, principal, id);
+    if (!moved && now.status !== 'active') throw new ApiError('invalid_state', `Tunnel ${r.id} is ${now.status}; only a provisioned tunnel can be activated.`);
+    return { status: 200, body: { tunnel: this.view(now) } };
+  }
+
+  /**
+   * A tunnel that never reached the edge (pending) is deleted at once and its IP returns to the pool.
+   * Any other live tunnel goes to `deleting` and the agent removes it; the IP returns to the pool only
+   * once the agent confirmed (200 `deleted` in time, else 202 `deleting`). The purchase is one-time
+   * and not refunded.
+   */
+  async delete(principal: Principal, id: string): Promise<TunnelOutcome> {
+    requireWrite(principal);
+    const immediate = await this.db.transaction(async (sql) => {
       const r = await this.row(sql, principal, id, true);
       if (r.status === 'deleted') throw new ApiError('invalid_state', `Tunnel ${r.id} is already deleted.`);
-      if (r.status !== 'pending') {
-        throw new ApiError('invalid_state', `Tunnel ${r.id} is ${r.status}; removing it from the edge is not available on this gateway yet.`);
-      }
+      if (r.status !== 'pending') return { row: r, done: false };
       await sql.query(`update tunnel set status = 'deleted', updated_at = now() where id = ?`, [r.id]);
       await sql.query('update protected_ip set tunnel_id = null where tunnel_id = ?', [r.id]);
-      return this.row(sql, principal, id);
+      return { row: await this.row(sql, principal, id), done: true };
     });
-    this.pricing.invalidate();
-    return { status: 200, body: { tunnel: this.view(row) } };
+    if (immediate.done) {
+      this.pricing.invalidate();
+      await this.edge.bus.publish(immediate.row.id, 'deleted');
+      return { status: 200, body: { tunnel: this.view(immediate.row) } };
+    }
+    const r = immediate.row;
+    await this.edge.dispatch(r.id, r.node_id, 'deleting', async () => {
+      if (r.status === 'deleting') return;
+      const moved = await this.edge.transitions.move(r.id, ['provisioning', 'provisioned', 'active', 'failed'], 'deleting');
+      if (!moved) {
+        const now = await this.row(this.db, principal, id);
+        if (now.status !== 'deleting') throw new ApiError('invalid_state', `Tunnel ${r.id} is ${now.status}; try again.`);
+      }
+    });
+    return this.outcome(principal, id, 'deleting');
+  }
+
+  /** 202 while the tunnel is still in `waiting` (the job keeps retrying), 200 with its status otherwise. */
+  private async outcome(principal: Principal, id: string, waiting: TunnelStatus): Promise<TunnelOutcome> {
+    const now = await this.row(this.db, principal, id);
+    return { status: now.status === waiting ? 202 : 200, body: { tunnel: this.view(now) } };
   }
 }
 

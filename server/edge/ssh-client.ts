@@ -43,11 +43,12 @@ export class EdgeSshError extends Error {
 }
 
 /** Most bytes of stdout accepted from an agent (a result line is small). */
-const MAX_OUTPUT = 1024 * 1024;
+export const MAX_OUTPUT = 1024 * 1024;
 
-const normalizeFingerprint = (f: string) => f.trim().replace(/=+$/, '');
+export const normalizeFingerprint = (f: string) => f.trim().replace(/=+$/, '');
 
-function parseResultLine(stdout: string, exitCode: number | undefined): ResultLine {
+/** One result line from an agent's stdout, checked against its exit status (shared with connections.ts). */
+export function parseResultLine(stdout: string, exitCode: number | undefined): ResultLine {
   if (!stdout.endsWith('\n') || stdout.indexOf('\n') !== stdout.length - 1) {
     throw new EdgeSshError('protocol', `the agent did not answer exactly one line (exit status ${exitCode ?? 'none'}): ${JSON.stringify(stdout.slice(0, 200))}`);
   }

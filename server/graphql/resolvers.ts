@@ -24,14 +24,9 @@ import {
 } from './types.ts';
 
 
-/**
- * provision and activate refuse with invalid_state until the edge agent is wired (their return type
- * is `never` today); once they answer `{status, body: {tunnel}}` like delete, this maps the tunnel.
- */
-function tunnelOf(result: unknown): Tunnel {
-  const tunnel = (result as { body?: { tunnel?: TunnelView } } | null)?.body?.tunnel;
-  if (!tunnel) throw new Error('tunnel service returned no tunnel');
-  return toTunnel(tunnel);
+/** provision, activate and delete answer `{status, body: {tunnel}}`; GraphQL returns the tunnel, whose status tells 200 from 202. */
+function tunnelOf(result: { body: { tunnel: TunnelView } }): Tunnel {
+  return toTunnel(result.body.tunnel);
 }
 
 @Resolver()
@@ -92,7 +87,9 @@ export class TunnelResolver {
     return toPurchase(body);
   }
 
-  @Mutation(() => Tunnel, { description: 'Applies the tunnel on its edge router (GRE plus NAT).' })
+  @Mutation(() => Tunnel, {
+    description: 'Applies the tunnel on its edge router (GRE plus NAT); waits a few seconds for the agent. The status is PROVISIONED when it answered, PROVISIONING while the job keeps retrying.',
+  })
   async provisionTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
     const principal = await ctx.principal();
     return tunnelOf(await ctx.services.tunnels.provision(principal, id));
@@ -104,11 +101,12 @@ export class TunnelResolver {
     return tunnelOf(await ctx.services.tunnels.activate(principal, id));
   }
 
-  @Mutation(() => Tunnel, { description: 'Deletes a tunnel that never reached the edge; its protected IP returns to the pool. Not refunded.' })
+  @Mutation(() => Tunnel, {
+    description: 'Deletes a tunnel: removed from its edge router, then its protected IP returns to the pool (DELETED); DELETING while the agent has not answered yet. Not refunded.',
+  })
   async deleteTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
     const principal = await ctx.principal();
-    const { body } = await ctx.services.tunnels.delete(principal, id);
-    return toTunnel(body.tunnel);
+    return tunnelOf(await ctx.services.tunnels.delete(principal, id));
   }
 }
 

@@ -69,13 +69,17 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
   router.post('/dedicated/:id/provision', async (ctx) => {
     const who = await principal(ctx);
     await noBody(ctx);
-    await tunnels.provision(who, ctx.params.id!);
+    const res = await tunnels.provision(who, ctx.params.id!);
+    ctx.status = res.status;
+    ctx.body = res.body;
   });
 
   router.post('/dedicated/:id/activate', async (ctx) => {
     const who = await principal(ctx);
     await noBody(ctx);
-    await tunnels.activate(who, ctx.params.id!);
+    const res = await tunnels.activate(who, ctx.params.id!);
+    ctx.status = res.status;
+    ctx.body = res.body;
   });
 
   router.delete('/dedicated/:id', async (ctx) => {

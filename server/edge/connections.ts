@@ -1,0 +1,177 @@
+// Warm SSH connections from the gateway to its agents: one authenticated connection per node, kept open,
+// with one session channel per job (DESIGN.md 3.6 "Transport" allows any number of sessions). Opening an
+// SSH connection costs a key exchange and an authentication, several round trips and milliseconds of
+// CPU; a channel on a warm connection costs one round trip. runJob() in ssh-client.ts stays the one-shot
+// form. The host key is pinned exactly as there; a connection that drops is forgotten and reported
+// through `onLost`, so the worker can reconcile the node on its next contact.
+import ssh2 from 'ssh2';
+import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../agent/jobs/contract.ts';
+import { sshFingerprint } from '../secrets.ts';
+import { EdgeSshError, MAX_OUTPUT, normalizeFingerprint, parseResultLine, type EdgeNodeAddress } from './ssh-client.ts';
+
+export interface EdgeNode extends EdgeNodeAddress {
+  id: string;
+}
+
+interface Entry {
+  key: string;
+  ready: Promise<ssh2.Client>;
+  client: ssh2.Client;
+}
+
+export class EdgeConnections {
+  private readonly entries = new Map<string, Entry>();
+  private closed = false;
+
+  constructor(
+    private readonly privateKey: string,
+    private readonly opts: { connectTimeoutMs: number; onLost?: (nodeId: string, why: string) => void },
+  ) {}
+
+  /** Runs one signed job on the node over its warm connection (opened on first use). */
+  async run(node: EdgeNode, jws: string, timeoutMs: number): Promise<ResultLine> {
+    const entry = this.entry(node);
+    const client = await entry.ready;
+    return new Promise<ResultLine>((resolve, reject) => {
+      let settled = false;
+      const settle = (fn: () => void) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        client.off('close', onClose);
+        fn();
+      };
+      const onClose = () => settle(() => reject(new EdgeSshError('connect_failed', `the connection to ${node.host}:${node.port} closed before the agent answered`)));
+      client.once('close', onClose);
+      const timer = setTimeout(() => {
+        // The job may or may not have run; the connection is in an unknown state, so it goes.
+        settle(() => reject(new EdgeSshError('timeout', `no answer from ${node.host}:${node.port} within ${timeoutMs} ms`)));
+        this.drop(entry, 'job timeout');
+      }, timeoutMs);
+      client.exec(JOB_COMMAND, (err, stream) => {
+        if (err) {
+          settle(() => reject(new EdgeSshError('connect_failed', `exec refused: ${err.message}`)));
+          return;
+        }
+        const out: Buffer[] = [];
+        let size = 0;
+        let exitCode: number | undefined;
+        stream.on('data', (d: Buffer) => {
+          size += d.length;
+          if (size > MAX_OUTPUT) {
+            settle(() => reject(new EdgeSshError('protocol', 'the agent answered more than 1 MiB')));
+            stream.destroy();
+            return;
+          }
+          out.push(d);
+        });
+        stream.stderr.on('data', () => undefined);
+        stream.on('error', () => undefined);
+        stream.on('exit', (code: number | null) => {
+          if (typeof code === 'number') exitCode = code;
+        });
+        stream.on('close', () => {
+          try {
+            const line = parseResultLine(Buffer.concat(out).toString('utf8'), exitCode);
+            settle(() => resolve(line));
+          } catch (e) {
+            settle(() => reject(e as EdgeSshError));
+          }
+        });
+        stream.end(jws);
+      });
+    });
+  }
+
+  /** Whether a connection to this node is open (or opening) right now. */
+  isOpen(nodeId: string): boolean {
+    return this.entries.has(nodeId);
+  }
+
+  /** Drops the node's connection (tests use it to cut a connection mid-job). */
+  disconnect(nodeId: string): void {
+    const e = this.entries.get(nodeId);
+    if (e) this.drop(e, 'disconnect requested');
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const e of [...this.entries.values()]) this.drop(e, 'closing');
+  }
+
+  private drop(entry: Entry, why: string): void {
+    for (const [id, e] of this.entries) {
+      if (e === entry) {
+        this.entries.delete(id);
+        this.opts.onLost?.(id, why);
+      }
+    }
+    entry.client.destroy();
+  }
+
+  private entry(node: EdgeNode): Entry {
+    if (this.closed) throw new EdgeSshError('connect_failed', 'the edge connection pool is closed');
+    // An address or pinned key changed by the operator invalidates the old connection.
+    const key = `${node.host}|${node.port}|${normalizeFingerprint(node.hostKeyFingerprint)}`;
+    const existing = this.entries.get(node.id);
+    if (existing && existing.key === key) return existing;
+    if (existing) this.drop(existing, 'node address changed');
+
+    const pinned = normalizeFingerprint(node.hostKeyFingerprint);
+    const client = new ssh2.Client();
+    const entry: Entry = { key, client, ready: null as unknown as Promise<ssh2.Client> };
+    entry.ready = new Promise<ssh2.Client>((resolve, reject) => {
+      let presented: string | undefined;
+      let hostKeyRefused = false;
+      let isReady = false;
+      client.on('ready', () => {
+        isReady = true;
+        resolve(client);
+      });
+      client.on('error', (err: Error & { level?: string }) => {
+        let e: EdgeSshError;
+        if (hostKeyRefused) e = new EdgeSshError('host_key_mismatch', `${node.host}:${node.port} presented host key ${presented}, pinned ${pinned}; nothing was sent`, presented);
+        else if (err.level === 'client-authentication') e = new EdgeSshError('auth_failed', `the agent at ${node.host}:${node.port} refused the gateway's key`);
+        else if (err.level === 'client-timeout') e = new EdgeSshError('timeout', `SSH handshake with ${node.host}:${node.port} timed out`);
+        else e = new EdgeSshError('connect_failed', `${node.host}:${node.port}: ${err.message}`);
+        if (!isReady) reject(e);
+      });
+      client.on('close', () => {
+        if (!isReady) reject(new EdgeSshError('connect_failed', `the connection to ${node.host}:${node.port} closed during the handshake`));
+        if (this.entries.get(node.id) === entry) {
+          this.entries.delete(node.id);
+          this.opts.onLost?.(node.id, 'connection closed');
+        }
+      });
+      try {
+        client.connect({
+          host: node.host,
+          port: node.port,
+          username: SSH_USER,
+          privateKey: this.privateKey,
+          authHandler: ['publickey'],
+          readyTimeout: this.opts.connectTimeoutMs,
+          // A dead peer (agent host gone without a FIN) is noticed within about a minute.
+          keepaliveInterval: 15_000,
+          keepaliveCountMax: 4,
+          hostVerifier: (blob: Buffer) => {
+            presented = sshFingerprint(blob);
+            hostKeyRefused = presented !== pinned;
+            return !hostKeyRefused;
+          },
+        });
+        // A job is a few small packets each way: without TCP_NODELAY each round trip waits for delayed ACKs.
+        client.setNoDelay(true);
+      } catch (e) {
+        reject(new EdgeSshError('connect_failed', `cannot connect to ${node.host}:${node.port}: ${(e as Error).message}`));
+      }
+    });
+    // A failed connect must not leave a rejected promise cached or unhandled.
+    entry.ready.catch(() => {
+      if (this.entries.get(node.id) === entry) this.entries.delete(node.id);
+      client.destroy();
+    });
+    this.entries.set(node.id, entry);
+    return entry;
+  }
+}

@@ -1,0 +1,78 @@
+// What the edge should hold, read from the database: one tunnel as a job body, a node's address and
+// pinned host key, and a node's whole desired set (for `reconcile`). Pure reads; no transitions here.
+import type { Database } from '../db/database.ts';
+import type { TunnelStatus } from '../db/entities.ts';
+import type { TunnelSpec } from '../../agent/dataplane/types.ts';
+import { innerSubnet, parseCidr } from '../domain/ip.ts';
+import { GRE_MTU } from '../domain/tunnels.ts';
+import type { EdgeNode } from '../edge/connections.ts';
+
+/** Statuses whose tunnel must exist on its edge. `failed` is left out: a reconcile clears its leftovers. */
+export const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active'];
+
+export interface EdgeTunnel {
+  spec: TunnelSpec;
+  status: TunnelStatus;
+  accountId: string;
+  node: EdgeNode | null;
+  nodeId: string;
+}
+
+interface Row {
+  id: string;
+  account_id: string;
+  status: TunnelStatus;
+  tunnel_name: string;
+  protected_ip: string;
+  origin_ip: string;
+  inner_index: number;
+  gre_key: string | null;
+  node_id: string;
+  public_ip: string;
+  inner_pool: string;
+  ssh_host: string;
+  ssh_port: number;
+  host_key: string | null;
+}
+
+const COLUMNS = `t.id, t.account_id, t.status, t.tunnel_name, t.protected_ip, t.origin_ip, t.inner_index, t.gre_key::text as gre_key,
+  t.node_id, n.public_ip, n.inner_pool, n.ssh_host, n.ssh_port, n.host_key`;
+
+function specOf(r: Row): TunnelSpec {
+  const inner = innerSubnet(parseCidr(r.inner_pool), r.inner_index);
+  const spec: TunnelSpec = {
+    id: r.id,
+    tunnel_name: r.tunnel_name,
+    protected_ip: r.protected_ip,
+    origin_ip: r.origin_ip,
+    edge_ip: r.public_ip,
+    edge_inner: inner.edgeInner,
+    origin_inner: inner.originInner,
+    mtu: GRE_MTU,
+  };
+  // The job contract has gre_key optional, never null.
+  if (r.gre_key !== null) spec.gre_key = Number(r.gre_key);
+  return spec;
+}
+
+function nodeOf(r: Row): EdgeNode | null {
+  // A node without a pinned host key is never contacted: anyone could answer in its name.
+  if (!r.host_key) return null;
+  return { id: r.node_id, host: r.ssh_host, port: r.ssh_port, hostKeyFingerprint: r.host_key };
+}
+
+export async function edgeTunnel(db: Database, tunnelId: string): Promise<EdgeTunnel | null> {
+  const [r] = await db.query<Row>(`select ${COLUMNS} from tunnel t join edge_node n on n.id = t.node_id where t.id = ?`, [tunnelId]);
+  if (!r) return null;
+  return { spec: specOf(r), status: r.status, accountId: r.account_id, node: nodeOf(r), nodeId: r.node_id };
+}
+
+/** Every tunnel node `nodeId` should carry right now. */
+export async function desiredSet(db: Database, nodeId: string): Promise<TunnelSpec[]> {
+  const rows = await db.query<Row>(
+    `select ${COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
+      where t.node_id = ? and t.status in (${ON_EDGE.map(() => '?').join(', ')}) order by t.inner_index`,
+    [nodeId, ...ON_EDGE],
+  );
+  return rows.map(specOf);
+}

@@ -1,0 +1,68 @@
+// Tunnel status changes, from whichever replica made them, to whoever waits in this one: the REST and
+// GraphQL handlers that wait a few seconds for the agent, and graphql-ws subscriptions. Carried by
+// PostgreSQL NOTIFY through Database.listen (delivered at once in this process, by LISTEN in the
+// others). A notice is only a hint: waiters re-read the tunnel row before they answer.
+import { EventEmitter } from 'node:events';
+import type { Database } from '../db/database.ts';
+import type { TunnelStatus } from '../db/entities.ts';
+
+export const STATUS_CHANNEL = 'tunnel_status';
+
+export interface StatusChange {
+  id: string;
+  status: TunnelStatus;
+}
+
+export class TunnelStatusBus {
+  private readonly events = new EventEmitter();
+  private started: Promise<void> | null = null;
+
+  constructor(private readonly db: Database) {
+    this.events.setMaxListeners(0);
+  }
+
+  /** Starts listening (idempotent). */
+  start(): Promise<void> {
+    this.started ??= this.db.listen(STATUS_CHANNEL, (payload) => {
+      try {
+        const c = JSON.parse(payload) as StatusChange;
+        if (typeof c.id === 'string' && typeof c.status === 'string') this.events.emit(c.id, c);
+      } catch {
+        // Not ours; ignore.
+      }
+    });
+    return this.started;
+  }
+
+  /** Tells every replica that tunnel `id` is now `status`. */
+  async publish(id: string, status: TunnelStatus): Promise<void> {
+    await this.db.notify(STATUS_CHANNEL, JSON.stringify({ id, status } satisfies StatusChange));
+  }
+
+  /** Calls `fn` for each change of tunnel `id`; returns the unsubscribe function. */
+  on(id: string, fn: (c: StatusChange) => void): () => void {
+    this.events.on(id, fn);
+    return () => this.events.off(id, fn);
+  }
+
+  /**
+   * Resolves with the first status of `id` that `done` accepts, or null after `ms`. Subscribe with
+   * this *before* causing the change, or the notice can come first.
+   */
+  waiter(id: string, done: (s: TunnelStatus) => boolean, ms: number): { promise: Promise<TunnelStatus | null>; cancel(): void } {
+    let off = () => {};
+    let timer: NodeJS.Timeout | undefined;
+    let resolveFn: (s: TunnelStatus | null) => void = () => {};
+    const promise = new Promise<TunnelStatus | null>((resolve) => {
+      resolveFn = resolve;
+      timer = setTimeout(() => resolve(null), ms);
+      off = this.on(id, (c) => {
+        if (done(c.status)) resolve(c.status);
+      });
+    }).finally(() => {
+      clearTimeout(timer);
+      off();
+    });
+    return { promise, cancel: () => resolveFn(null) };
+  }
+}

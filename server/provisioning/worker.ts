@@ -1,0 +1,110 @@
+// The edge worker: takes jobs from the queue, signs them (EdDSA, the persisted job-signing key), runs
+// them on the node's agent over the warm, host-key-pinned SSH connection, and moves the tunnel through
+// the lifecycle. A job names a tunnel; what to do comes from the tunnel's status at that moment
+// (provisioning -> apply, deleting -> remove, anything else -> nothing), so replays are harmless.
+//
+// Reconciliation: the worker sends a node a full `reconcile` (its whole desired set) before the first
+// job after it started, and again after any failed contact or dropped connection. So a node that comes
+// back (agent restarted, network healed, edge rebuilt) is brought to the desired state at its next
+// contact, before anything else runs on it; jobs are one at a time per node, so nothing interleaves.
+import type { Database } from '../db/database.ts';
+import type { Logger } from '../log.ts';
+import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
+import { signJob } from '../edge/job-signing.ts';
+import type { EdgeConnections, EdgeNode } from '../edge/connections.ts';
+import type { JobSigningKey } from '../secrets.ts';
+import type { ProbeResult, TunnelSpec } from '../../agent/dataplane/types.ts';
+import { desiredSet, edgeTunnel } from './edge-state.ts';
+import type { EdgeJob } from './queue.ts';
+import type { Transitions } from './transitions.ts';
+
+/** The agent answered `ok: false`: delivered, but refused or failed on the kernel. */
+export class AgentRefused extends Error {
+  override name = 'AgentRefused';
+  constructor(
+    readonly code: string,
+    description: string,
+  ) {
+    super(`${code}: ${description}`);
+  }
+}
+
+export interface EdgeWorkerOptions {
+  db: Database;
+  connections: EdgeConnections;
+  signingKey: JobSigningKey;
+  transitions: Transitions;
+  log: Logger;
+  /** Per job on the agent (connect included). */
+  jobTimeoutMs: number;
+}
+
+export class EdgeWorker {
+  /** Nodes this process has reconciled since its last failed contact with them. */
+  private readonly inSync = new Set<string>();
+
+  constructor(private readonly o: EdgeWorkerOptions) {}
+
+  /** The connection pool reports a lost connection: the next contact reconciles first. */
+  nodeLost(nodeId: string): void {
+    this.inSync.delete(nodeId);
+  }
+
+  /** Signs and runs one job on a node; transport failures throw EdgeSshError, `ok: false` throws AgentRefused. */
+  async run<O extends Op>(node: EdgeNode, op: O, body: JobBodies[O]): Promise<ResultLine & { ok: true }> {
+    const { privateKey, kid } = this.o.signingKey;
+    const jws = await signJob(privateKey, kid, node.id, op, body);
+    let line: ResultLine;
+    try {
+      line = await this.o.connections.run(node, jws, this.o.jobTimeoutMs);
+    } catch (e) {
+      this.inSync.delete(node.id);
+      throw e;
+    }
+    if (!line.ok) {
+      this.inSync.delete(node.id);
+      throw new AgentRefused(line.error, line.error_description);
+    }
+    return line;
+  }
+
+  /** Sends the node its whole desired set unless this process knows it is in sync. */
+  async ensureReconciled(node: EdgeNode): Promise<void> {
+    if (this.inSync.has(node.id)) return;
+    const tunnels = await desiredSet(this.o.db, node.id);
+    const line = await this.run(node, 'reconcile', { tunnels });
+    this.o.log.info('edge reconciled', { node_id: node.id, tunnels: tunnels.length, result: line.result });
+    this.inSync.add(node.id);
+  }
+
+  /** The queue handler. Throwing fails the attempt; pg-boss retries it with backoff. */
+  async handle(job: EdgeJob): Promise<void> {
+    const t = await edgeTunnel(this.o.db, job.data.tunnelId);
+    if (!t) return;
+    const op = t.status === 'provisioning' ? 'apply' : t.status === 'deleting' ? 'remove' : null;
+    if (op === null) return;
+    const started = Date.now();
+    try {
+      if (!t.node) throw new AgentRefused('no_host_key', `edge node ${t.nodeId} has no pinned host key (node add --host-key); it is never contacted`);
+      await this.ensureReconciled(t.node);
+      const line = await this.run(t.node, op, { tunnel: t.spec });
+      if (op === 'apply') await this.o.transitions.move(t.spec.id, ['provisioning'], 'provisioned');
+      else await this.o.transitions.finishDelete(t.spec.id);
+      this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
+    } catch (e) {
+      const last = job.retryCount >= job.retryLimit;
+      this.o.log.warn('edge job failed', { tunnel_id: t.spec.id, op, attempt: job.retryCount + 1, last, err: (e as Error).message });
+      // Retries spent: a provision ends `failed` (the buyer may provision again). A delete stays
+      // `deleting`; the sweeper queues it again, so the IP is never handed out while the edge may
+      // still route it.
+      if (last && op === 'apply') await this.o.transitions.move(t.spec.id, ['provisioning'], 'failed');
+      throw e;
+    }
+  }
+
+  /** Asks the agent whether the origin answers through the tunnel (not queued: it changes nothing). */
+  async probe(node: EdgeNode, spec: TunnelSpec): Promise<ProbeResult> {
+    const line = await this.run(node, 'probe', { tunnel: spec });
+    return line.result as ProbeResult;
+  }
+}

@@ -1,0 +1,35 @@
+// A real agent process for the provisioning tests and the provisioning benchmark: the production
+// startAgent() and createDataplane(), configured from the environment like `npm run agent`, except
+// that the dataplane lives in the network namespace TG_TEST_NETNS with the veth stand-in for GRE (this
+// kernel has no GRE) while the SSH port stays on the host's loopback. Each dataplane call that reaches
+// the kernel is reported as one JSON line on stdout ({"call": op, "ids": [...]}) so tests can count
+// how many times a job was applied. The first line is {"ready": true, "port", "fingerprint"}.
+import { loadConfig } from '../../agent/config.ts';
+import { startAgent } from '../../agent/main.ts';
+import { createDataplane, type Dataplane, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/index.ts';
+import { createLogger } from '../../server/log.ts';
+
+const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
+
+const config = loadConfig(process.env);
+const netns = process.env.TG_TEST_NETNS;
+if (!netns) throw new Error('TG_TEST_NETNS is required');
+const inner = await createDataplane({ edgeIp: config.edgeIp, nftTable: config.nftTable, stateDir: config.stateDir, netns, linkKind: 'veth-standin' });
+const dataplane: Dataplane = {
+  apply: (t: TunnelSpec) => (say({ call: 'apply', ids: [t.id] }), inner.apply(t)),
+  remove: (t: TunnelRef) => (say({ call: 'remove', ids: [t.id] }), inner.remove(t)),
+  reconcile: (ts: TunnelSpec[]) => (say({ call: 'reconcile', ids: ts.map((t) => t.id) }), inner.reconcile(ts)),
+  probe: (t: TunnelSpec) => (say({ call: 'probe', ids: [t.id] }), inner.probe(t)),
+  has: (id: string) => inner.has(id),
+  close: () => inner.close(),
+};
+const log = createLogger((process.env.AGENT_LOG_LEVEL as 'silent' | undefined) ?? 'silent', { service: 'agent' }, (l) => process.stderr.write(l));
+const agent = await startAgent(config, { dataplane, log });
+say({ ready: true, port: agent.address.port, fingerprint: agent.hostKey.fingerprint });
+const stop = async () => {
+  await agent.stop();
+  await dataplane.close();
+  process.exit(0);
+};
+process.on('SIGTERM', () => void stop());
+process.on('SIGINT', () => void stop());

@@ -1,0 +1,149 @@
+// One edge router for provisioning tests: a fresh network namespace, a node row whose pinned host key
+// is the agent's, and the real agent as a child process (test/helpers/agent-process.ts) listening on
+// 127.0.0.1 with its dataplane in the namespace (veth stand-in for GRE). The agent can be killed and
+// started again on the same port with the same host key and state, like a restarted edge daemon.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { Database } from '../../server/db/database.ts';
+import { addNode } from '../../server/domain/nodes.ts';
+import type { ServerSecrets } from '../../server/secrets.ts';
+import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
+import { TestNetns } from '../netns/netns.ts';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const NODE_BIN = join(ROOT, 'node_modules/.bin/node');
+export const EDGE_PUBLIC_IP = '192.0.2.1';
+
+export interface AgentCall {
+  call: 'apply' | 'remove' | 'reconcile' | 'probe';
+  ids: string[];
+}
+
+async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+export class TestEdge {
+  readonly calls: AgentCall[] = [];
+  private child: ChildProcess | null = null;
+  private readonly callWaiters: (() => void)[] = [];
+
+  private constructor(
+    readonly netns: TestNetns,
+    readonly nodeId: string,
+    readonly port: number,
+    readonly stateDir: string,
+    readonly fingerprint: string,
+    private readonly secrets: Pick<ServerSecrets, 'jobSigningKey' | 'gatewaySshKey'>,
+  ) {}
+
+  /** Adds a node (pool `pool`) with the agent's host key pinned; the agent is not started yet. */
+  static async create(db: Database, secrets: Pick<ServerSecrets, 'jobSigningKey' | 'gatewaySshKey'>, pool: string): Promise<TestEdge> {
+    const netns = new TestNetns();
+    // The router's underlay address exists on the edge (the probe sends from it).
+    netns.run('ip', 'link', 'set', 'lo', 'up');
+    netns.run('ip', 'addr', 'add', `${EDGE_PUBLIC_IP}/32`, 'dev', 'lo');
+    const stateDir = mkdtempSync(join(tmpdir(), 'tg-edge-'));
+    const hostKey = await loadOrCreateHostKey(stateDir);
+    const port = await freePort();
+    const name = `edge-${netns.name.slice(-8)}`;
+    const node = await addNode(db, { name, publicIp: EDGE_PUBLIC_IP, sshHost: '127.0.0.1', sshPort: port, pool, hostKey: hostKey.fingerprint });
+    return new TestEdge(netns, node.node_id, port, stateDir, hostKey.fingerprint, secrets);
+  }
+
+  get running(): boolean {
+    return this.child !== null;
+  }
+
+  /** Starts the agent process and waits until it listens. */
+  async start(): Promise<void> {
+    if (this.child) return;
+    const child = spawn(NODE_BIN, ['--import', join(ROOT, 'loader/register.mjs'), join(ROOT, 'test/helpers/agent-process.ts')], {
+      cwd: ROOT,
+      env: {
+        PATH: process.env.PATH,
+        AGENT_NODE_ID: this.nodeId,
+        AGENT_LISTEN: `127.0.0.1:${this.port}`,
+        AGENT_STATE_DIR: this.stateDir,
+        AGENT_AUTHORIZED_KEY: this.secrets.gatewaySshKey.publicKey,
+        AGENT_JOB_KEY: JSON.stringify(this.secrets.jobSigningKey.publicJwk),
+        AGENT_EDGE_IP: EDGE_PUBLIC_IP,
+        AGENT_LOG_LEVEL: 'silent',
+        TG_TEST_NETNS: this.netns.name,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.child = child;
+    let stderr = '';
+    child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
+    const ready = new Promise<void>((resolveReady, reject) => {
+      child.once('exit', (code) => reject(new Error(`agent exited (${code}) before it was ready: ${stderr}`)));
+      createInterface({ input: child.stdout! }).on('line', (line) => {
+        const o = JSON.parse(line) as { ready?: boolean } & Partial<AgentCall>;
+        if (o.ready) return resolveReady();
+        if (o.call) {
+          this.calls.push({ call: o.call, ids: o.ids ?? [] });
+          for (const w of this.callWaiters.splice(0)) w();
+        }
+      });
+    });
+    child.once('exit', () => {
+      if (this.child === child) this.child = null;
+    });
+    await ready;
+  }
+
+  /** Resolves at the next dataplane call the agent reports. */
+  nextCall(): Promise<void> {
+    return new Promise((r) => this.callWaiters.push(r));
+  }
+
+  /** Kills the agent (SIGKILL: no drain, like a crash) and waits for it to be gone. */
+  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+    const c = this.child;
+    if (!c) return;
+    const gone = new Promise<void>((r) => c.once('exit', () => r()));
+    c.kill(signal);
+    await gone;
+    this.child = null;
+  }
+
+  /** How many times the agent ran `call` for tunnel `id` (reconciles counted when they list it). */
+  count(call: AgentCall['call'], id: string): number {
+    return this.calls.filter((c) => c.call === call && c.ids.includes(id)).length;
+  }
+
+  /** The veth stand-in links and dnat map elements the agent owns in the namespace. */
+  links(): string[] {
+    const all = JSON.parse(this.netns.run('ip', '-j', 'link', 'show')) as { ifname: string }[];
+    return all.map((l) => l.ifname).filter((n) => n.startsWith('tg-'));
+  }
+
+  mapElements(): string[] {
+    const out = JSON.parse(this.netns.run('nft', '-j', 'list', 'ruleset')) as { nftables: Record<string, { name?: string; elem?: unknown[] }>[] };
+    const keys: string[] = [];
+    for (const o of out.nftables) {
+      const elems = o.map?.elem;
+      if (!elems) continue;
+      for (const e of elems) {
+        const k = Array.isArray(e) ? e[0] : (e as { elem?: { val?: unknown } }).elem?.val;
+        keys.push(typeof k === 'string' ? k : JSON.stringify(k));
+      }
+    }
+    return keys;
+  }
+
+  async close(): Promise<void> {
+    await this.kill();
+    this.netns.delete();
+    rmSync(this.stateDir, { recursive: true, force: true });
+  }
+}
