@@ -6,6 +6,7 @@ import type { Database } from '../db/database.ts';
 import { ApiError } from '../domain/errors.ts';
 import { claimsForScopes, findUserClaims } from './accounts.ts';
 import { invalidToken, looksLikeJwt, type AccessTokenVerifier } from './access-tokens.ts';
+import { NOT_YOURS } from './provider.ts';
 
 /** GET or POST /oauth/userinfo with `Authorization: Bearer <access token>`. */
 export async function userinfo(ctx: Context, verifier: AccessTokenVerifier, db: Database): Promise<void> {
@@ -25,8 +26,9 @@ export async function userinfo(ctx: Context, verifier: AccessTokenVerifier, db: 
 /**
  * Runs after oidc-provider's revocation endpoint. oidc-provider has already authenticated the client
  * and answered a JWT with `unsupported_token_type`; for our own access tokens we revoke the grant
- * (every token of it) and answer 200 like RFC 7009 does. A token of another client, or a JWT that is
- * not ours, is treated as unknown: 200 and nothing happens.
+ * (every token of it) and answer 200 like RFC 7009 does. A JWT that is not ours (bad signature,
+ * issuer or audience) is unknown: 200 and nothing happens. A token of another client is refused
+ * with 400 invalid_request, as oidc-provider refuses another client's refresh token.
  */
 export async function revokeJwtAfterProvider(ctx: KoaContextWithOIDC, verifier: AccessTokenVerifier, db: Database, onRevoked?: (grantId: string) => void): Promise<void> {
   const body = ctx.body as { error?: string } | undefined;
@@ -35,7 +37,12 @@ export async function revokeJwtAfterProvider(ctx: KoaContextWithOIDC, verifier: 
   const client = ctx.oidc?.client;
   if (typeof token !== 'string' || !client || !looksLikeJwt(token)) return;
   const claims = await verifier.decode(token, { ignoreExpiration: true });
-  if (claims && claims.client_id === client.clientId) {
+  if (claims && claims.client_id !== client.clientId) {
+    // Left as oidc-provider answers a refresh token of another client (RFC 7009 2.1).
+    ctx.body = { error: 'invalid_request', error_description: NOT_YOURS };
+    return;
+  }
+  if (claims) {
     await db.query('delete from oidc_payload where grant_id = ?', [claims.gid]);
     onRevoked?.(claims.gid);
   }

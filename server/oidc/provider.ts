@@ -9,6 +9,8 @@ import { clientSource, postgresAdapter } from './adapter.ts';
 import { findUserClaims } from './accounts.ts';
 import { renderErrorPage } from './pages.ts';
 
+export const NOT_YOURS = 'client is not authorized to revoke the presented token';
+
 export const OIDC_SCOPES = ['openid', 'profile', 'email'] as const;
 
 /** Lifetimes, in seconds. Grants outlive refresh tokens, so a live refresh token always has its grant. */
@@ -94,7 +96,14 @@ export function createProvider(o: IssuerOptions): Provider {
       dPoP: { enabled: false },
       pushedAuthorizationRequests: { enabled: false },
       rpInitiatedLogout: { enabled: false },
-      revocation: { enabled: true },
+      revocation: {
+        enabled: true,
+        // RFC 7009 2.1: a token issued to another client is refused (the same rule as for JWTs in endpoints.ts).
+        allowedPolicy: async (_ctx, client, token) => {
+          if (token.clientId !== client.clientId) throw new errors.InvalidRequest(NOT_YOURS);
+          return true;
+        },
+      },
       userinfo: { enabled: true },
       claimsParameter: { enabled: false },
       introspection: { enabled: false },

@@ -115,14 +115,14 @@ export function authorizeUrl(issuer: string, c: Client, challenge: string, extra
 }
 
 /** authorize → login → consent → the callback URL (with code and state). */
-export async function signIn(issuer: string, c: Client, user: { email: string; password: string }, jar = new Jar()) {
+export async function signIn(issuer: string, c: Client, user: { email: string; password: string }, jar = new Jar(), extra: Record<string, string> = {}) {
   const pkce = pkcePair();
-  let step = await follow(await get(authorizeUrl(issuer, c, pkce.challenge), jar), issuer, jar);
+  let step = await follow(await get(authorizeUrl(issuer, c, pkce.challenge, extra), jar), issuer, jar);
   for (let i = 0; i < 4 && step.page; i++) {
     const html = step.page.html;
     const action = new URL(formAction(html), issuer).href;
     const csrf = hidden(html, 'csrf');
-    const form = html.includes('name="password"') ? { csrf, email: user.email, password: user.password } : { csrf, decision: 'allow' };
+    const form: Record<string, string> = html.includes('name="password"') ? { csrf, email: user.email, password: user.password } : { csrf, decision: 'allow' };
     step = await follow(await post(action, jar, form, { origin: new URL(issuer).origin }), issuer, jar);
   }
   if (!step.location) throw new Error(`sign-in did not reach the client: ${step.page?.status} ${step.page?.html.slice(0, 500)}`);

@@ -21,6 +21,8 @@ function rotate(databaseUrl: string, clientId: string): Promise<{ client_id: str
   });
 }
 
+/** A JSON response body, loosely typed for assertions. */
+const body = async (r: Response) => (await r.json()) as Record<string, any>;
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
 
 let gw: RunningGateway;
@@ -51,7 +53,7 @@ it('rotate-secret invalidates every token, code, grant and session of the client
     headers: { ...bearer(tokens.body.access_token!), 'content-type': 'application/json' },
     body: JSON.stringify({ query: '{ me { accountId } }' }),
   });
-  expect((await me.json()).data.me.accountId).toBe(u.accountId);
+  expect((await body(me)).data.me.accountId).toBe(u.accountId);
 
   const rotated = await rotate(gw.testDb.url, c.id);
   expect(rotated.client_id).toBe(c.id);
@@ -61,7 +63,7 @@ it('rotate-secret invalidates every token, code, grant and session of the client
   // The old access token: 401 at the API, at GraphQL and at userinfo.
   const api = await fetch(`${gw.url}/api/dedicated`, { headers: bearer(tokens.body.access_token!) });
   expect(api.status).toBe(401);
-  expect((await api.json()).error).toBe('invalid_token');
+  expect((await body(api)).error).toBe('invalid_token');
   const gql = await fetch(`${gw.url}/graphql`, {
     method: 'POST',
     headers: { ...bearer(tokens.body.access_token!), 'content-type': 'application/json' },
@@ -70,7 +72,7 @@ it('rotate-secret invalidates every token, code, grant and session of the client
   expect(gql.status).toBe(401);
   const ui = await fetch(`${gw.url}/oauth/userinfo`, { headers: bearer(tokens.body.access_token!) });
   expect(ui.status).toBe(401);
-  expect((await ui.json()).error).toBe('invalid_token');
+  expect((await body(ui)).error).toBe('invalid_token');
 
   // The old refresh token and the pending code: invalid_grant, even with the new secret.
   const refresh = await token(gw.url, fresh, { grant_type: 'refresh_token', refresh_token: tokens.body.refresh_token! });
