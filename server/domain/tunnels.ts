@@ -57,7 +57,11 @@ export interface TunnelOutcome {
 
 /** What the tunnel service needs from provisioning (server/provisioning/service.ts). */
 export interface EdgeDispatch {
-  readonly bus: { publish(id: string, status: TunnelStatus): Promise<void> };
+  readonly bus: {
+    publish(id: string, status: TunnelStatus): Promise<void>;
+    on(id: string, fn: (c: { status: TunnelStatus }) => void): () => void;
+    start(): Promise<void>;
+  };
   readonly transitions: { move(id: string, from: readonly TunnelStatus[], to: TunnelStatus): Promise<boolean> };
   dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<void>): Promise<void>;
   probe(tunnelId: string): Promise<{ reachable: boolean; rtt_ms?: number }>;
@@ -349,19 +353,39 @@ export class TunnelService {
       params.push(c.createdAt, c.id);
     }
     params.push(limit + 1);
-    const rows = await this.db.hot<TunnelRow>(
-      after ? 'tunnel_list_after' : 'tunnel_list',
-      `select ${TUNNEL_COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
+    // Only the columns a view shows, each row as an array, times as PostgreSQL's plain text output:
+    // to_char() cost the database more than the rest of this query (measured), so the reshaping to
+    // ISO 8601 happens here (utcText), with the same millisecond truncation as TUNNEL_COLUMNS.
+    const rows = (await this.db.hotRows(
+      after ? 'tunnel_list_rows_after' : 'tunnel_list_rows',
+      `select t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
+              (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip
+         from tunnel t join edge_node n on n.id = t.node_id
         where t.account_id = ? and t.status <> 'deleted'${after}
         order by t.created_at desc, t.id desc limit ?`,
       params,
-    );
-    const page = rows.slice(0, limit);
-    const last = page[page.length - 1];
-    return {
-      tunnels: page.map((r) => this.view(r)),
-      next_cursor: rows.length > limit && last ? encodeCursor(last.cursor_at, last.id) : null,
-    };
+    )) as ListRow[];
+    const n = Math.min(rows.length, limit);
+    const tunnels: TunnelView[] = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const r = rows[i]!;
+      tunnels[i] = {
+        id: r[0],
+        name: r[1],
+        protected_ip: r[2],
+        origin_ip: r[3],
+        ports: '*',
+        protocol: 'both',
+        tunnel_name: r[4],
+        status: r[5],
+        admin_ssh_port: this.opts.adminSshPort,
+        edge_ip: r[8],
+        created_at: utcText(r[6]).millis,
+        updated_at: utcText(r[7]).millis,
+      };
+    }
+    const last = rows.length > limit ? rows[limit - 1] : undefined;
+    return { tunnels, next_cursor: last ? encodeCursor(utcText(last[6]).micros, last[0]) : null };
   }
 
   async setup(principal: Principal, id: string): Promise<SetupView> {
@@ -469,11 +493,61 @@ export class TunnelService {
     return this.outcome(principal, id, 'deleting');
   }
 
+  /**
+   * The tunnel now, then again each time its status changes (from any replica), until it is deleted or
+   * the consumer stops. Access is checked once, up front, like get().
+   */
+  async *watch(principal: Principal, id: string): AsyncGenerator<TunnelView> {
+    await this.edge.bus.start();
+    const pending: TunnelStatus[] = [];
+    let wake: (() => void) | null = null;
+    // Subscribe before the first read, so a change between the two is not lost.
+    const off = this.edge.bus.on(id.toLowerCase(), (c) => {
+      pending.push(c.status);
+      wake?.();
+    });
+    try {
+      let last = this.view(await this.row(this.db, principal, id));
+      yield last;
+      while (last.status !== 'deleted') {
+        if (pending.length === 0) await new Promise<void>((r) => (wake = r));
+        wake = null;
+        // Every change in the order it happened, even when two came before this loop woke up: the row
+        // is read fresh for the other fields, the status is the one each notice announced.
+        const fresh = this.view(await this.row(this.db, principal, id));
+        for (const status of pending.splice(0)) {
+          if (status === last.status) continue;
+          last = { ...fresh, status };
+          yield last;
+        }
+      }
+    } finally {
+      off();
+    }
+  }
+
   /** 202 while the tunnel is still in `waiting` (the job keeps retrying), 200 with its status otherwise. */
   private async outcome(principal: Principal, id: string, waiting: TunnelStatus): Promise<TunnelOutcome> {
     const now = await this.row(this.db, principal, id);
     return { status: now.status === waiting ? 202 : 200, body: { tunnel: this.view(now) } };
   }
+}
+
+/** A list row: id, name, protected_ip, origin_ip, tunnel_name, status, created_at, updated_at (UTC text), edge_ip. */
+type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string];
+
+const UTC_TEXT = /^(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?$/;
+
+/**
+ * `timestamp::text` in DateStyle ISO ("2026-11-21 02:25:01.1234", fraction trimmed) as ISO 8601 UTC:
+ * milliseconds (truncated, as to_char's MS) for views, microseconds for cursors.
+ */
+export function utcText(text: string): { millis: string; micros: string } {
+  const m = UTC_TEXT.exec(text);
+  if (!m) throw new Error(`unexpected timestamp text from the database: ${text}`);
+  const frac = (m[3] ?? '').padEnd(6, '0');
+  const head = `${m[1]}T${m[2]}.`;
+  return { millis: `${head}${frac.slice(0, 3)}Z`, micros: `${head}${frac}Z` };
 }
 
 function encodeCursor(createdAt: string, id: string): string {

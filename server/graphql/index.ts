@@ -7,6 +7,9 @@ import { ApolloServer } from '@apollo/server';
 import { ApolloServerPluginDrainHttpServer } from '@apollo/server/plugin/drainHttpServer';
 import { ApolloServerPluginLandingPageDisabled } from '@apollo/server/plugin/disabled';
 import { koaMiddleware } from '@as-integrations/koa';
+import { GraphQLError, specifiedRules, validate } from 'graphql';
+import { useServer } from 'graphql-ws/use/ws';
+import { WebSocketServer } from 'ws';
 import type { Logger } from '../log.ts';
 import type { Services } from '../services.ts';
 import { createContext, type GraphqlContext } from './context.ts';
@@ -33,8 +36,9 @@ export async function createGraphql(
   log: Logger,
 ): Promise<{ middleware: Koa.Middleware; stop(): Promise<void> }> {
   const glog = log.child({ component: 'graphql' });
+  const schema = await buildGraphqlSchema();
   const apollo = new ApolloServer<GraphqlContext>({
-    schema: await buildGraphqlSchema(),
+    schema,
     // Integrators generate clients from it; it is counted in the depth and cost limits like any query.
     introspection: true,
     csrfPrevention: true,
@@ -72,5 +76,55 @@ export async function createGraphql(
     await apolloMiddleware(ctx, async () => {});
   };
 
-  return { middleware, stop: () => apollo.stop() };
+  const ws = subscriptionServer(services, httpServer, schema, glog);
+
+  return {
+    middleware,
+    stop: async () => {
+      await ws.stop();
+      await apollo.stop();
+    },
+  };
+}
+
+/** The credential of a graphql-ws connection: connectionParams.Authorization (any case), like the HTTP header. */
+function authorizationOf(params: Readonly<Record<string, unknown>> | undefined): string | undefined {
+  if (!params) return undefined;
+  for (const [k, v] of Object.entries(params)) if (k.toLowerCase() === 'authorization' && typeof v === 'string') return v;
+  return undefined;
+}
+
+/**
+ * Subscriptions (graphql-ws) on the same HTTP server and path. The connection authenticates once, at
+ * connection_init, with the same Authenticator as HTTP (a bad credential closes it with 4403); each
+ * operation is validated with the same query limits and its errors carry the REST codes.
+ */
+function subscriptionServer(services: Services, httpServer: http.Server, schema: Awaited<ReturnType<typeof buildGraphqlSchema>>, log: Logger) {
+  const wss = new WebSocketServer({ server: httpServer, path: '/graphql' });
+  const server = useServer(
+    {
+      schema,
+      validate: (s, doc) => validate(s, doc, [...specifiedRules, queryLimitsRule()]),
+      onConnect: async (ctx) => {
+        try {
+          await services.auth.authenticate(authorizationOf(ctx.connectionParams));
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      context: (ctx) => createContext(services, log, authorizationOf(ctx.connectionParams), null),
+      onNext: (_ctx, _id, _payload, _args, result) =>
+        result.errors ? { ...result, errors: result.errors.map((e) => formatGraphqlError(e.toJSON(), e) as unknown as GraphQLError) } : result,
+      onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatGraphqlError(e.toJSON(), e) as unknown as GraphQLError),
+    },
+    wss,
+  );
+  return {
+    stop: async () => {
+      for (const c of wss.clients) c.terminate();
+      await server.dispose();
+      await new Promise<void>((r) => wss.close(() => r()));
+    },
+  };
 }

@@ -2,7 +2,7 @@
 // call the service, map the REST wire shape to the GraphQL type. Errors are ApiErrors from the domain;
 // errors.ts turns them into GraphQL errors carrying the REST code.
 import 'reflect-metadata';
-import { Arg, Ctx, ID, Int, Mutation, Query, Resolver } from 'type-graphql';
+import { Arg, Ctx, ID, Int, Mutation, Query, Resolver, Root, Subscription, type SubscribeResolverData } from 'type-graphql';
 import { getAccount } from '../domain/accounts.ts';
 import { validateIdempotencyKey, validatePurchase, type TunnelView } from '../domain/tunnels.ts';
 import type { GraphqlContext } from './context.ts';
@@ -110,4 +110,21 @@ export class TunnelResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver] as const;
+@Resolver()
+export class TunnelStatusResolver {
+  @Subscription(() => Tunnel, {
+    description:
+      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...), from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization.',
+    subscribe: async ({ args, context }: SubscribeResolverData<unknown, { id: string }, GraphqlContext>) => {
+      const principal = await context.principal();
+      // Refuse another account's or a missing tunnel now, as a subscription error, not mid-stream.
+      await context.services.tunnels.get(principal, args.id);
+      return context.services.tunnels.watch(principal, args.id);
+    },
+  })
+  tunnelStatus(@Root() tunnel: TunnelView, @Arg('id', () => ID) _id: string): Tunnel {
+    return toTunnel(tunnel);
+  }
+}
+
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver] as const;

@@ -10,6 +10,14 @@ export async function buildGraphqlSchema(): Promise<GraphQLSchema> {
     resolvers,
     // Inputs are validated by the domain's own functions (validatePurchase ...), as for REST.
     validate: false,
+    // Every subscription brings its own `subscribe` (fed by the tunnel status bus, across replicas);
+    // type-graphql insists on a PubSub anyway, so this one refuses topic-based use.
+    pubSub: {
+      publish: () => undefined,
+      subscribe: () => {
+        throw new Error('topic subscriptions are not used; give the @Subscription a subscribe function');
+      },
+    },
   });
 }
 

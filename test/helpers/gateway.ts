@@ -26,6 +26,8 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
     // Generous by default so functional tests never trip the limiter; the rate-limit test lowers it.
     rateLimitPerMinute: 1_000_000,
     rateLimitBurst: 100_000,
+    // Most test gateways have no agent to wait for: answer 202 quickly. Provisioning tests set their own.
+    edgeWaitMs: 300,
     logLevel: 'silent',
     issuerUrl: url,
     ...opts.config,

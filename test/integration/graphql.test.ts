@@ -264,15 +264,20 @@ describe('provisionTunnel, activateTunnel, deleteTunnel', () => {
     id = (await buy(alice.writeKey, { name: 'short-lived', originIp: ORIGIN })).body.data.purchaseTunnel.tunnel.id;
   });
 
-  it('provision and activate refuse honestly with invalid_state until the edge agent is wired', async () => {
+  it('activate of a pending tunnel is invalid_state; provision with no agent answering returns it PROVISIONING; read keys are refused', async () => {
     for (const m of ['provisionTunnel', 'activateTunnel']) {
-      const res = await gql(`mutation M($id: ID!) { ${m}(id: $id) { id status } }`, { id }, alice.writeKey);
-      const err = onlyError(res);
-      expect(err.extensions).toEqual({ code: 'invalid_state', status: 409 });
-      expect(err.message).toMatch(/not available/);
       const readOnly = await gql(`mutation M($id: ID!) { ${m}(id: $id) { id } }`, { id }, alice.readKey);
       expect(onlyError(readOnly).extensions?.code).toBe('insufficient_scope');
     }
+    const early = await gql('mutation M($id: ID!) { activateTunnel(id: $id) { id status } }', { id }, alice.writeKey);
+    const err = onlyError(early);
+    expect(err.extensions).toEqual({ code: 'invalid_state', status: 409 });
+    expect(err.message).toMatch(/provision it first/);
+    // A second tunnel: this gateway runs no worker, so the queued job is not taken and the answer is PROVISIONING.
+    const other = (await buy(alice.writeKey, { name: 'queued', originIp: ORIGIN })).body.data.purchaseTunnel.tunnel.id as string;
+    const p = await gql('mutation M($id: ID!) { provisionTunnel(id: $id) { id status } }', { id: other }, alice.writeKey);
+    expect(p.body.errors).toBeUndefined();
+    expect(p.body.data.provisionTunnel).toEqual({ id: other, status: 'PROVISIONING' });
   });
 
   it("another account's tunnel is not_found everywhere", async () => {

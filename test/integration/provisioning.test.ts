@@ -3,6 +3,8 @@
 // agent's dataplane is the production one in a fresh network namespace, with the veth stand-in for GRE
 // (this kernel has no GRE; the VM test covers real GRE). Kernel state is read back with `ip -j` and
 // `nft -j`; the database with a plain pg pool.
+import { createClient, type Client } from 'graphql-ws';
+import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadSecrets, type ServerSecrets } from '../../server/secrets.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
@@ -106,4 +108,50 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
     const firstAfterRestart = edge.calls.find((c) => c.ids.includes(t.id));
     expect(firstAfterRestart?.call).toBe('reconcile');
   }, 90_000);
+
+  it('a graphql-ws subscription streams provisioning -> provisioned (then deleting -> deleted); a bad credential is refused', async () => {
+    const t = await buy('watched');
+    const ws = (token: string): Client =>
+      createClient({ url: gw.url.replace('http', 'ws') + '/graphql', webSocketImpl: WebSocket, connectionParams: { Authorization: `Bearer ${token}` }, retryAttempts: 0, lazy: true });
+    const client = ws(user.readKey);
+    const seen: string[] = [];
+    let first!: () => void;
+    const subscribed = new Promise<void>((r) => (first = r));
+    const done = new Promise<void>((resolve, reject) => {
+      client.subscribe<{ tunnelStatus: { id: string; status: string } }>(
+        { query: 'subscription S($id: ID!) { tunnelStatus(id: $id) { id status } }', variables: { id: t.id } },
+        {
+          next: (m) => {
+            if (m.errors) return reject(new Error(JSON.stringify(m.errors)));
+            seen.push(m.data!.tunnelStatus.status);
+            first();
+          },
+          error: reject,
+          complete: resolve,
+        },
+      );
+    });
+    await subscribed;
+    expect((await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey })).status).toBe(200);
+    expect((await call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey })).status).toBe(200);
+    // The stream ends by itself once the tunnel is deleted.
+    await done;
+    expect(seen).toEqual(['PENDING', 'PROVISIONING', 'PROVISIONED', 'DELETING', 'DELETED']);
+    await client.dispose();
+
+    // Another account's tunnel is not_found; a garbage credential never gets a connection.
+    const stranger = await seedUser(gw.testDb.db);
+    const other = ws(stranger.readKey);
+    const refused = await new Promise<unknown>((resolve) => {
+      other.subscribe({ query: 'subscription S($id: ID!) { tunnelStatus(id: $id) { id } }', variables: { id: t.id } }, { next: resolve, error: resolve, complete: () => resolve('complete') });
+    });
+    expect(JSON.stringify(refused)).toMatch(/not_found/);
+    await other.dispose();
+    const bad = ws('svc_garbage');
+    const closed = await new Promise<unknown>((resolve) => {
+      bad.subscribe({ query: 'subscription S($id: ID!) { tunnelStatus(id: $id) { id } }', variables: { id: t.id } }, { next: resolve, error: resolve, complete: () => resolve('complete') });
+    });
+    expect((closed as { code?: number }).code).toBe(4403);
+    await bad.dispose();
+  }, 60_000);
 });

@@ -332,6 +332,18 @@ describe('reading tunnels', () => {
     expect(all.body.next_cursor).toBeNull();
   });
 
+  it('lists each tunnel exactly as GET /api/dedicated/{id} shows it (same fields, order and times)', async () => {
+    const u = await seedUser(gw.testDb.db);
+    for (let i = 0; i < 3; i++) await buy(u.writeKey, { name: `same-${i}`, origin_ip: ORIGIN });
+    const list = await call(gw.url, 'GET', '/api/dedicated', { token: u.readKey });
+    expect(list.body.tunnels).toHaveLength(3);
+    for (const t of list.body.tunnels) {
+      const one = await call(gw.url, 'GET', `/api/dedicated/${t.id}`, { token: u.readKey });
+      expect(JSON.stringify(t)).toBe(JSON.stringify(one.body.tunnel));
+      expect(t.created_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    }
+  });
+
   it('rejects bad list parameters with 400 invalid_request', async () => {
     for (const q of ['?limit=0', '?limit=101', '?limit=abc', '?cursor=nonsense', '?limit=1&limit=2', '?colour=red']) {
       const res = await call(gw.url, 'GET', `/api/dedicated${q}`, { token: alice.readKey });
@@ -366,18 +378,33 @@ describe('reading tunnels', () => {
   });
 });
 
-describe('lifecycle before the edge agent is wired', () => {
-  it('provision and activate are 409 invalid_state, 403 for a read key, 404 for another account', async () => {
+describe('lifecycle with no edge agent answering (this gateway runs no worker)', () => {
+  it('activate of a pending tunnel is 409; provision and delete queue durable jobs and answer 202; 403 read key, 404 other account', async () => {
     const t = (await buy(alice.writeKey)).body.tunnel;
     for (const op of ['provision', 'activate']) {
-      const res = await call(gw.url, 'POST', `/api/dedicated/${t.id}/${op}`, { token: alice.writeKey });
-      expect(res.status).toBe(409);
-      expect(res.body.error).toBe('invalid_state');
       expect((await call(gw.url, 'POST', `/api/dedicated/${t.id}/${op}`, { token: alice.readKey })).status).toBe(403);
       expect((await call(gw.url, 'POST', `/api/dedicated/${t.id}/${op}`, { token: bob.writeKey })).status).toBe(404);
     }
-    const after = await call(gw.url, 'GET', `/api/dedicated/${t.id}`, { token: alice.readKey });
-    expect(after.body.tunnel.status).toBe('pending');
+    const early = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: alice.writeKey });
+    expect([early.status, early.body.error]).toEqual([409, 'invalid_state']);
+    expect((await call(gw.url, 'GET', `/api/dedicated/${t.id}`, { token: alice.readKey })).body.tunnel.status).toBe('pending');
+
+    const p = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: alice.writeKey });
+    expect(p.status).toBe(202);
+    expect(p.body.tunnel).toMatchObject({ id: t.id, status: 'provisioning' });
+    // Still not provisioned: activate stays refused.
+    const a = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: alice.writeKey });
+    expect([a.status, a.body.error]).toEqual([409, 'invalid_state']);
+    // The job sits in the durable queue until a worker takes it.
+    const jobs = await gw.testDb.raw.query(`select state from pgboss.job where name = 'edge-job' and data->>'tunnelId' = $1`, [t.id]);
+    expect(jobs.rows.map((r) => r.state)).toEqual(['created']);
+
+    const d = await call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: alice.writeKey });
+    expect(d.status).toBe(202);
+    expect(d.body.tunnel).toMatchObject({ id: t.id, status: 'deleting' });
+    // The IP stays taken until the edge confirms the removal.
+    const { rows } = await gw.testDb.raw.query('select tunnel_id from protected_ip where ip = $1', [t.protected_ip]);
+    expect(rows[0].tunnel_id).toBe(t.id);
   });
 
   it('DELETE of a pending tunnel is immediate and returns its IP to the pool', async () => {
