@@ -106,9 +106,8 @@ export async function createClient(db: Database, encryptionKey: Buffer, c: Creat
  *  - every oidc_payload row of the client: authorization codes, refresh tokens, grants, interactions;
  *  - the client's entry in every browser session, so the next authorize asks for consent again.
  * Access tokens are JWTs that are not stored, but each names its grant (`gid`) and the API, userinfo
- * and revocation check that the grant still exists: deleting the grants ends them at once. The
- * gateway keeps no in-memory copy of clients or grants (oidc-provider re-reads the client row on
- * every request), so there is no cache to drop.
+ * and revocation check that the grant still exists: deleting the grants ends them at once. Grants
+ * are never cached; the gateways' few-second client caches are dropped by NOTIFY after the commit.
  */
 async function invalidateClientArtifacts(sql: Sql, clientId: string): Promise<void> {
   await sql.query('delete from oidc_payload where client_id = ?', [clientId]);
@@ -119,11 +118,14 @@ async function invalidateClientArtifacts(sql: Sql, clientId: string): Promise<vo
   );
 }
 
+/** Gateways drop a client from their short-lived client caches (server/oidc/adapter.ts) when told on this channel. */
+export const CLIENT_CHANGED_CHANNEL = 'tunnelgate_oauth_client_changed';
+
 /** A new secret for the client; everything issued under the old one is invalidated in the same transaction. */
 export async function rotateClientSecret(db: Database, encryptionKey: Buffer, clientId: string): Promise<{ client_id: string; client_secret: string }> {
   if (!CLIENT_ID_RE.test(clientId)) throw new ApiError('not_found', `no OAuth client ${JSON.stringify(clientId)}.`);
   const clientSecret = newClientSecret();
-  return db.transaction(async (sql) => {
+  const rotated = await db.transaction(async (sql) => {
     const rows = await sql.query(
       'update oauth_client set secret_ciphertext = ?, secret_rotated_at = clock_timestamp() where client_id = ? returning client_id',
       [encryptSecret(encryptionKey, clientSecret, clientId), clientId],
@@ -132,6 +134,9 @@ export async function rotateClientSecret(db: Database, encryptionKey: Buffer, cl
     await invalidateClientArtifacts(sql, clientId);
     return { client_id: clientId, client_secret: clientSecret };
   });
+  // After the commit, so a gateway that drops its cached copy can only read the new secret.
+  await db.notify(CLIENT_CHANGED_CHANNEL, clientId);
+  return rotated;
 }
 
 export async function clientExists(db: Pick<Database, 'query'>, clientId: string): Promise<boolean> {

@@ -130,7 +130,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
   // API credentials. oidc-provider reads its own request bodies, so no body parser runs before it.
   const { secrets } = await loadSecrets(services.db, process.env);
   app.keys = secrets.cookieKeys;
-  const issuer = createIssuer({
+  const issuer = await createIssuer({
     issuerUrl: services.config.issuerUrl,
     audience: `${services.config.publicUrl}/api`,
     db: services.db,

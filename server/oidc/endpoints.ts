@@ -30,7 +30,7 @@ export async function userinfo(ctx: Context, verifier: AccessTokenVerifier, db: 
  * issuer or audience) is unknown: 200 and nothing happens. A token of another client is refused
  * with 400 invalid_request, as oidc-provider refuses another client's refresh token.
  */
-export async function revokeJwtAfterProvider(ctx: KoaContextWithOIDC, verifier: AccessTokenVerifier, db: Database, onRevoked?: (grantId: string) => void): Promise<void> {
+export async function revokeJwtAfterProvider(ctx: KoaContextWithOIDC, verifier: AccessTokenVerifier, db: Database): Promise<void> {
   const body = ctx.body as { error?: string } | undefined;
   if (ctx.status !== 400 || body?.error !== 'unsupported_token_type') return;
   const token = ctx.oidc?.params?.token;
@@ -44,7 +44,6 @@ export async function revokeJwtAfterProvider(ctx: KoaContextWithOIDC, verifier: 
   }
   if (claims) {
     await db.query('delete from oidc_payload where grant_id = ?', [claims.gid]);
-    onRevoked?.(claims.gid);
   }
   ctx.status = 200;
   ctx.body = '';

@@ -8,7 +8,7 @@ import { ApiError } from '../domain/errors.ts';
 import { RateLimiter } from '../http/middleware/rate-limit.ts';
 import type { Logger } from '../log.ts';
 import { AccessTokenVerifier, looksLikeJwt } from './access-tokens.ts';
-import { purgeExpired } from './adapter.ts';
+import { CachedClientSource, purgeExpired } from './adapter.ts';
 import { revokeJwtAfterProvider, userinfo } from './endpoints.ts';
 import { interactionRoutes } from './interactions.ts';
 import { LoginLimiter, type Limit } from './login-limits.ts';
@@ -41,19 +41,25 @@ export interface Issuer {
 /** Paths (below the issuer's own path) that oidc-provider answers. */
 const PROVIDER_PATHS = /^\/(?:\.well-known\/openid-configuration|oauth\/(?:authorize(?:\/[A-Za-z0-9_-]{1,64})?|token|revoke|jwks))$/;
 
-export function createIssuer(c: IssuerConfig): Issuer {
+export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   const issuer = new URL(c.issuerUrl);
   const prefix = issuer.pathname.replace(/\/+$/, '');
   const interactionBase = `${prefix}/interaction`;
   const accessTokens = new AccessTokenVerifier(c.db, { key: c.accessTokenKey, issuer: c.issuerUrl, audience: c.audience });
+  const clients = new CachedClientSource(c.db, c.secretEncryptionKey);
+  await clients.start();
   const provider = createProvider({
     issuer: c.issuerUrl,
     audience: c.audience,
     db: c.db,
     accessTokenKey: c.accessTokenKey,
     cookieKeys: c.cookieKeys,
-    secretEncryptionKey: c.secretEncryptionKey,
+    clients,
     interactionPath: interactionBase,
+  });
+  // oidc-provider answers its own failures with server_error; the cause goes to our log (never the token values).
+  provider.on('server_error', (ctx: Context, err: unknown) => {
+    c.log.error('oidc server_error', { request_id: ctx.state.requestId, path: ctx.path, err });
   });
   const pages = interactionRoutes({
     provider,

@@ -5,8 +5,8 @@
 // (dev interactions, DPoP, PAR, RP-initiated logout) is off.
 import Provider, { errors, type Configuration, type KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
-import { clientSource, postgresAdapter } from './adapter.ts';
-import { findUserClaims } from './accounts.ts';
+import { postgresAdapter, type ClientSource } from './adapter.ts';
+import { UserClaimsSource } from './accounts.ts';
 import { renderErrorPage } from './pages.ts';
 
 export const NOT_YOURS = 'client is not authorized to revoke the presented token';
@@ -39,10 +39,10 @@ export interface IssuerOptions {
   db: Database;
   accessTokenKey: Buffer;
   cookieKeys: string[];
-  secretEncryptionKey: Buffer;
+  /** Where oidc-provider's Client model reads clients (the oauth_client table). */
+  clients: ClientSource;
   /** Path under which the login and consent pages are served (the issuer's path + /interaction). */
   interactionPath: string;
-  onGrantRevoked?: (grantId: string) => void;
 }
 
 /** oidc-provider's errors carry the detail outside error_description; clients only see error_description. */
@@ -53,12 +53,13 @@ function describe(err: { error?: string; error_description?: string; error_detai
 }
 
 export function createProvider(o: IssuerOptions): Provider {
-  const clients = clientSource(o.db, o.secretEncryptionKey);
+  const clients = o.clients;
+  const users = new UserClaimsSource(o.db);
   const configuration: Configuration = {
-    adapter: postgresAdapter({ db: o.db, clients, onGrantRevoked: o.onGrantRevoked }),
+    adapter: postgresAdapter({ db: o.db, clients, users }),
     clients: [],
     async findAccount(_ctx, sub) {
-      const user = await findUserClaims(o.db, sub);
+      const user = await users.find(sub);
       if (!user) return undefined;
       return {
         accountId: sub,
