@@ -1,5 +1,5 @@
-// The one authentication interface: an Authorization header in, a Principal out. Panel access
-// tokens from the identity provider plug in here as another `BearerVerifier`.
+// The one authentication interface: an Authorization header in, a Principal out. The issuer's access
+// tokens (server/oidc/access-tokens.ts) plug in through use() in server/http/app.ts.
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../domain/errors.ts';
 import { ApiKeyVerifier } from './api-keys.ts';

@@ -1,4 +1,4 @@
-// Who is calling. Every credential kind (svc_ API keys now, panel access tokens later) resolves to
+// Who is calling. Every credential kind (svc_ API keys, the issuer's access tokens) resolves to
 // one Principal, so services never care how the caller authenticated.
 import type { Permission } from '../db/entities.ts';
 import { ApiError } from '../domain/errors.ts';

@@ -124,6 +124,8 @@ export function createProvider(o: IssuerOptions): Provider {
         },
       },
     },
+    // Browser calls to the token and userinfo endpoints only from the origins of a client's own redirect URIs.
+    clientBasedCORS: (_ctx, origin, client) => (client.redirectUris ?? []).some((uri) => URL.parse(uri)?.origin === origin),
     interactions: {
       url: (_ctx, interaction) => `${o.interactionPath}/${interaction.uid}`,
     },
