@@ -2,7 +2,7 @@
 // oidc-provider; the login and consent pages and userinfo are ours; token and revoke are rate
 // limited per client address. Expired artifacts are purged at start and every few minutes.
 import type { Context, Middleware, Next } from 'koa';
-import type { KoaContextWithOIDC } from 'oidc-provider';
+import { errors, type KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../domain/errors.ts';
 import { RateLimiter } from '../http/middleware/rate-limit.ts';
@@ -70,6 +70,25 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     limiter: new LoginLimiter(c.loginLimits),
   });
   const requests = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst });
+  // The same budget per client, spent once oidc-provider has authenticated it (so a stolen secret used
+  // from many addresses is still limited, and nobody can spend a client's budget with its public id
+  // alone). oidc-provider announces the authenticated client on the request's own OIDC context, which
+  // is created inside its router: the hook goes on that context's `entity`, and the error thrown there
+  // is answered by the endpoint's own error handling like any other token-endpoint error.
+  const perClient = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst });
+  const oidcContext = (provider as unknown as { OIDCContext: { prototype: { entity(key: string, value: unknown): void } } }).OIDCContext.prototype;
+  const assign = oidcContext.entity;
+  oidcContext.entity = function limited(this: { ctx: KoaContextWithOIDC; route: string }, key: string, value: unknown) {
+    assign.call(this, key, value);
+    if (key !== 'Client' || (this.route !== 'token' && this.route !== 'revocation')) return;
+    const wait = perClient.take(`client:${(value as { clientId: string }).clientId}`);
+    if (wait > 0) {
+      this.ctx.set('Retry-After', String(wait));
+      const e = new errors.CustomOIDCProviderError('rate_limited', `Too many requests for this client; retry in ${wait} s.`);
+      Object.assign(e, { status: 429, statusCode: 429 });
+      throw e;
+    }
+  };
   // Failed client authentications per address: guessing secrets stays slow, real clients elsewhere are unaffected.
   const clientFailures = new RateLimiter({ perMinute: Math.max(20, c.rateLimitPerMinute / 10), burst: Math.max(20, c.rateLimitBurst / 5) });
   const providerStack = provider.middleware as Middleware[];

@@ -347,4 +347,37 @@ describe('rate limits on the token endpoint', () => {
       await small.close();
     }
   });
+
+  it('per client: the same budget once the client is authenticated, from whatever address', async () => {
+    const saved = process.env.TRUST_PROXY;
+    process.env.TRUST_PROXY = '1';
+    const small = await startGateway({ config: { rateLimitPerMinute: 60, rateLimitBurst: 3 } });
+    try {
+      const client = await newClient(small.testDb.db);
+      const other = await newClient(small.testDb.db);
+      const call = (cl: Client, i: number) =>
+        fetch(`${small.url}/oauth/token`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-for': `198.51.100.${i + 1}` },
+          body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: 'rt_nothing', client_id: cl.id, client_secret: cl.secret }).toString(),
+        });
+      const statuses: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const r = await call(client, i);
+        statuses.push(r.status);
+        const b = await body(r);
+        if (r.status === 429) {
+          expect(b.error).toBe('rate_limited');
+          expect(Number(r.headers.get('retry-after'))).toBeGreaterThan(0);
+        }
+      }
+      expect(statuses).toEqual([400, 400, 400, 429, 429]);
+      // Another client is unaffected.
+      expect((await call(other, 10)).status).toBe(400);
+    } finally {
+      await small.close();
+      if (saved === undefined) delete process.env.TRUST_PROXY;
+      else process.env.TRUST_PROXY = saved;
+    }
+  });
 });
