@@ -12,6 +12,7 @@ import type { Database } from '../../server/db/database.ts';
 import { addNode } from '../../server/domain/nodes.ts';
 import type { ServerSecrets } from '../../server/secrets.ts';
 import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
+import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
 import { TestNetns } from '../netns/netns.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -127,11 +128,13 @@ export class TestEdge {
     return all.map((l) => l.ifname).filter((n) => n.startsWith('tg-'));
   }
 
+  /** Keys of the agent's dnat map (protected IP -> origin inner IP). */
   mapElements(): string[] {
     const out = JSON.parse(this.netns.run('nft', '-j', 'list', 'ruleset')) as { nftables: Record<string, { name?: string; elem?: unknown[] }>[] };
     const keys: string[] = [];
     for (const o of out.nftables) {
-      const elems = o.map?.elem;
+      if (o.map?.name !== DNAT_MAP) continue;
+      const elems = o.map.elem;
       if (!elems) continue;
       for (const e of elems) {
         const k = Array.isArray(e) ? e[0] : (e as { elem?: { val?: unknown } }).elem?.val;
