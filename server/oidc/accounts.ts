@@ -3,6 +3,7 @@
 import type { Database } from '../db/database.ts';
 import type { Role } from '../db/entities.ts';
 import { hashPassword, verifyPassword } from '../auth/passwords.ts';
+import { Prefetched } from './prefetch.ts';
 
 export interface UserClaims {
   sub: string;
@@ -43,26 +44,20 @@ export const toClaims = (row: UserRow): UserClaims => ({
 
 /**
  * Users for oidc-provider's findAccount. A token lookup in the adapter reads the token's user in the
- * same query and leaves it here (`prefetched`); the findAccount that follows in the same request
- * takes it instead of querying again. Taken once, and only within a second.
+ * same query and hands it over here; the findAccount that follows in the same request takes it
+ * instead of querying again (see prefetch.ts).
  */
 export class UserClaimsSource {
-  private readonly prefetched = new Map<string, { claims: UserClaims; at: number }>();
+  private readonly prefetched = new Prefetched<UserClaims>();
 
   constructor(private readonly db: Database) {}
 
   prefetch(row: UserRow): void {
-    if (this.prefetched.size >= 10_000) this.prefetched.clear();
-    this.prefetched.set(row.id, { claims: toClaims(row), at: Date.now() });
+    this.prefetched.put(row.id, toClaims(row));
   }
 
   async find(sub: string): Promise<UserClaims | null> {
-    const hit = this.prefetched.get(sub);
-    if (hit) {
-      this.prefetched.delete(sub);
-      if (Date.now() - hit.at < 1_000) return hit.claims;
-    }
-    return findUserClaims(this.db, sub);
+    return this.prefetched.take(sub) ?? findUserClaims(this.db, sub);
   }
 }
 

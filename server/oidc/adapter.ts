@@ -10,6 +10,7 @@ import { errors, type Adapter, type AdapterPayload } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
 import { CLIENT_CHANGED_CHANNEL, getClient } from '../domain/clients.ts';
 import type { UserClaimsSource } from './accounts.ts';
+import { Prefetched } from './prefetch.ts';
 
 /** The models whose rows carry a grant id; revoking a grant deletes them. */
 type Kind = string;
@@ -88,12 +89,9 @@ export interface AdapterOptions {
 /** The adapter class oidc-provider instantiates once per model name. */
 export function postgresAdapter(opts: AdapterOptions): new (name: string) => Adapter {
   const { db, clients, users } = opts;
-  // Every redemption of a code or refresh token looks up its grant right after the token itself.
-  // Token lookups fetch the grant row (and the user, for findAccount) in the same query and leave
-  // the grant here for that next Grant.find, which saves two round trips on each token request. An
-  // entry is taken once and only within a second, so it is never older than the request using it.
-  const prefetched = new Map<string, { payload: AdapterPayload; at: number }>();
-  const PREFETCH_MS = 1_000;
+  // Every redemption of a code or refresh token looks up its grant right after the token itself:
+  // token lookups read the grant (and the user, for findAccount) in the same query and hand them over.
+  const grants = new Prefetched<AdapterPayload>();
 
   return class PostgresAdapter implements Adapter {
     constructor(private readonly kind: Kind) {}
@@ -117,11 +115,8 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
     async find(id: string): Promise<AdapterPayload | undefined> {
       if (this.kind === 'Client') return clients.find(id);
       if (this.kind === 'Grant') {
-        const hit = prefetched.get(id);
-        if (hit) {
-          prefetched.delete(id);
-          if (Date.now() - hit.at < PREFETCH_MS) return hit.payload;
-        }
+        const hit = grants.take(id);
+        if (hit) return hit;
       }
       if (this.kind === 'AuthorizationCode' || this.kind === 'RefreshToken') {
         const [row] = await db.hot<Row & { grant_payload: AdapterPayload | string | null; user_id: string | null; name: string; picture: string | null; email: string }>(
@@ -134,10 +129,7 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
           [this.kind, id],
         );
         const grant = row?.grant_payload ? toPayload({ payload: row.grant_payload, consumed_at: null }) : undefined;
-        if (grant?.jti) {
-          if (prefetched.size >= 10_000) prefetched.clear();
-          prefetched.set(grant.jti, { payload: grant, at: Date.now() });
-        }
+        if (grant?.jti) grants.put(grant.jti, grant);
         if (row?.user_id) users?.prefetch({ id: row.user_id, name: row.name, picture: row.picture, email: row.email });
         return toPayload(row);
       }
