@@ -4,9 +4,11 @@
 // generator (bench/lib/load.ts) runs in this one. Two scenarios:
 //
 // - code exchange: authorization codes are minted before the measurement, the same way on both
-//   sides: one sign-in (the gateway's login and consent pages; the baseline consents at once), then
-//   N authorize requests over that session, each answered by a redirect carrying a fresh code (same
-//   client, scopes and PKCE S256 challenge). The measurement exchanges every code exactly once.
+//   sides: BENCH_SESSIONS (default 32) browser sessions sign in (the gateway's login and consent
+//   pages; the baseline consents at once), then N authorize requests over those sessions in turn, each
+//   answered by a redirect carrying a fresh code (same client, scopes and PKCE S256 challenge), so
+//   concurrent exchanges spread over 32 grants as different users' would. The measurement exchanges
+//   every code exactly once.
 // - refresh: one rotation chain per worker; each request presents the refresh token the previous
 //   response of that worker returned.
 //
@@ -33,6 +35,7 @@ const CODES = Number(process.env.BENCH_CODES ?? 4000);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 32);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WARMUP_CODES = 400;
+const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 32);
 const REDIRECT_URI = 'http://127.0.0.1:9/bench/callback';
 const SCOPE = 'openid profile email';
 
@@ -42,7 +45,8 @@ interface Side {
   tokenPath: string;
   basic: string;
   creds: Credentials | null;
-  jar: CookieJar;
+  /** One browser session per jar: each has its own grant, as different users' logins would. */
+  jars: CookieJar[];
   clientId: string;
 }
 
@@ -64,16 +68,16 @@ const basicHeader = (id: string, secret: string) => {
 
 const challenge = pkce();
 
-/** `count` codes over the side's signed-in session, `concurrency` authorize requests at a time. */
+/** `count` codes over the side's signed-in sessions in turn, `concurrency` authorize requests at a time. */
 async function mintCodes(side: Side, count: number, concurrency = 16): Promise<string[]> {
   const codes: string[] = [];
   let started = 0;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (started < count) {
-        started++;
+        const jar = side.jars[started++ % side.jars.length]!;
         const url = authorizeUrl(`${side.issuer}/oauth/authorize`, { clientId: side.clientId, redirectUri: REDIRECT_URI, scope: SCOPE, state: randomBytes(8).toString('hex'), challenge: challenge.challenge, method: 'S256' });
-        const r = await driveAuthorize(url, side.creds, { jar: side.jar });
+        const r = await driveAuthorize(url, side.creds, { jar });
         const code = r.callback?.searchParams.get('code');
         if (!code) throw new Error(`${side.name}: authorize gave no code: ${r.callback?.href ?? `${r.last?.status} ${r.last?.body.slice(0, 300)}`}`);
         codes.push(code);
@@ -171,8 +175,8 @@ async function main(): Promise<void> {
       return new URL(d.token_endpoint).pathname;
     };
     const basic = basicHeader(client.client_id, client.client_secret);
-    const gateway: Side = { name: 'gateway (PostgreSQL)', issuer: gwUrl, tokenPath: await discover(gwUrl), basic, creds: { email, password }, jar: new CookieJar(), clientId: client.client_id };
-    const memory: Side = { name: 'oidc-provider (in-memory)', issuer: mem.url, tokenPath: await discover(mem.url), basic, creds: null, jar: new CookieJar(), clientId: client.client_id };
+    const gateway: Side = { name: 'gateway (PostgreSQL)', issuer: gwUrl, tokenPath: await discover(gwUrl), basic, creds: { email, password }, jars: Array.from({ length: SESSIONS }, () => new CookieJar()), clientId: client.client_id };
+    const memory: Side = { name: 'oidc-provider (in-memory)', issuer: mem.url, tokenPath: await discover(mem.url), basic, creds: null, jars: Array.from({ length: SESSIONS }, () => new CookieJar()), clientId: client.client_id };
 
     const results: Record<string, { gateway: LoadResult; memory: LoadResult }> = {};
     // Codes are minted and exchanged in rounds of BATCH: oidc-provider's in-memory adapter is an LRU of
@@ -181,9 +185,9 @@ async function main(): Promise<void> {
     const BATCH = 400;
     process.stderr.write(`code exchange: ${CODES} codes per side in rounds of ${BATCH}, ${WORKERS} workers (after ${WARMUP_CODES} warm-up exchanges)\n`);
     for (const side of [memory, gateway]) {
-      // Sign in once (one code), so the concurrent authorize requests share one session; then warm up.
-      const first = await mintCodes(side, 1, 1);
-      const warm = await exchangeAll(side, [...first, ...(await mintCodes(side, WARMUP_CODES - 1))]);
+      // Sign in on every session first (one code each, one at a time), then warm up.
+      const first = await mintCodes(side, SESSIONS, 1);
+      const warm = await exchangeAll(side, [...first, ...(await mintCodes(side, WARMUP_CODES - SESSIONS))]);
       if (warm.failed) throw new Error(`${side.name}: warm-up exchanges failed: ${JSON.stringify(warm.failures)}`);
     }
     const runs = { memory: [] as LoadResult[], gateway: [] as LoadResult[] };
