@@ -89,8 +89,11 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
       throw e;
     }
   };
-  // Failed client authentications per address: guessing secrets stays slow, real clients elsewhere are unaffected.
+  // Failed client authentications per address: once an address has spent its budget of failures it is
+  // refused before any secret is checked, until the bucket refills, so guessing secrets stays slow;
+  // clients at other addresses are unaffected.
   const clientFailures = new RateLimiter({ perMinute: Math.max(20, c.rateLimitPerMinute / 10), burst: Math.max(20, c.rateLimitBurst / 5) });
+  const blockedUntil = new Map<string, number>();
   const providerStack = provider.middleware as Middleware[];
 
   /** oidc-provider as a mounted Koa app: it sees the path below the issuer's path. */
@@ -128,16 +131,21 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     if (!PROVIDER_PATHS.test(rest)) return next();
     const clientCall = rest === '/oauth/token' || rest === '/oauth/revoke';
     if (clientCall && ctx.method === 'POST') {
-      const wait = Math.max(requests.take(`oauth:${ctx.ip}`), 0);
+      const until = blockedUntil.get(ctx.ip);
+      if (until !== undefined) {
+        const left = Math.ceil((until - Date.now()) / 1000);
+        if (left > 0) throw new ApiError('rate_limited', `Too many failed client authentications from this address; retry in ${left} s.`, { 'Retry-After': String(left) });
+        blockedUntil.delete(ctx.ip);
+      }
+      const wait = requests.take(`oauth:${ctx.ip}`);
       if (wait > 0) throw new ApiError('rate_limited', `Too many requests from this address; retry in ${wait} s.`, { 'Retry-After': String(wait) });
     }
     await runProvider(ctx, rest, next);
     if (clientCall && ctx.status === 401) {
       const wait = clientFailures.take(`oauth-fail:${ctx.ip}`);
       if (wait > 0) {
-        ctx.status = 429;
-        ctx.set('Retry-After', String(wait));
-        ctx.body = { error: 'rate_limited', error_description: `Too many failed client authentications from this address; retry in ${wait} s.` };
+        if (blockedUntil.size >= 100_000) blockedUntil.clear();
+        blockedUntil.set(ctx.ip, Date.now() + wait * 1000);
       }
     }
     if (rest === '/oauth/revoke') await revokeJwtAfterProvider(ctx as KoaContextWithOIDC, accessTokens, c.db);

@@ -120,6 +120,7 @@ export async function signIn(issuer: string, c: Client, user: { email: string; p
   let step = await follow(await get(authorizeUrl(issuer, c, pkce.challenge, extra), jar), issuer, jar);
   for (let i = 0; i < 4 && step.page; i++) {
     const html = step.page.html;
+    if (!formAction(html)) throw new Error(`sign-in stopped at a page without a form: ${step.page.status} ${html.slice(0, 2000)}`);
     const action = new URL(formAction(html), issuer).href;
     const csrf = hidden(html, 'csrf');
     const form: Record<string, string> = html.includes('name="password"') ? { csrf, email: user.email, password: user.password } : { csrf, decision: 'allow' };

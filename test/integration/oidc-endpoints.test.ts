@@ -348,6 +348,37 @@ describe('rate limits on the token endpoint', () => {
     }
   });
 
+  it('failed client authentications: an address that keeps failing is refused before any secret is checked', async () => {
+    const saved = process.env.TRUST_PROXY;
+    process.env.TRUST_PROXY = '1';
+    // Failures allowed per address: max(20, burst / 5) = 20 here.
+    const small = await startGateway({ config: { rateLimitPerMinute: 60, rateLimitBurst: 100 } });
+    try {
+      const client = await newClient(small.testDb.db);
+      const call = (secret: string, ip: string) =>
+        fetch(`${small.url}/oauth/token`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-for': ip },
+          body: new URLSearchParams({ grant_type: 'refresh_token', refresh_token: 'rt_nothing', client_id: client.id, client_secret: secret }).toString(),
+        });
+      const statuses: number[] = [];
+      for (let i = 0; i < 23; i++) statuses.push((await call(`guess-${i}`, '198.51.100.9')).status);
+      // 20 failures spend the budget; the 21st (still answered 401) blocks the address.
+      expect(statuses.slice(0, 21).every((x) => x === 401)).toBe(true);
+      expect(statuses.slice(21)).toEqual([429, 429]);
+      // Even the right secret is refused from there now (the guess is not evaluated)...
+      const right = await call(client.secret, '198.51.100.9');
+      expect(right.status).toBe(429);
+      expect(Number(right.headers.get('retry-after'))).toBeGreaterThan(0);
+      // ...while the real client from its own address goes on.
+      expect((await call(client.secret, '192.0.2.9')).status).toBe(400);
+    } finally {
+      await small.close();
+      if (saved === undefined) delete process.env.TRUST_PROXY;
+      else process.env.TRUST_PROXY = saved;
+    }
+  });
+
   it('per client: the same budget once the client is authenticated, from whatever address', async () => {
     const saved = process.env.TRUST_PROXY;
     process.env.TRUST_PROXY = '1';
