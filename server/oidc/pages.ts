@@ -43,7 +43,8 @@ function send(ctx: Context, status: number, html: string, headers: Record<string
     'Content-Security-Policy': "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
     'X-Frame-Options': 'DENY',
     'Cache-Control': 'no-store',
-    'Referrer-Policy': 'no-referrer',
+    // same-origin, not no-referrer: with no-referrer browsers send `Origin: null` on the form POST, which the Origin check refuses.
+    'Referrer-Policy': 'same-origin',
     'X-Content-Type-Options': 'nosniff',
     ...headers,
   });
