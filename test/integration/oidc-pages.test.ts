@@ -69,6 +69,11 @@ describe('login page', () => {
     const p = await loginPage();
     const cross = await submit(p, { email: u.email, password: u.password, csrf: p.csrf }, { origin: 'https://evil.example' });
     expect(cross.status).toBe(403);
+    // A sandboxed frame posts with Origin: null; refused too. (Hence the pages' Referrer-Policy is not
+    // no-referrer, which would make browsers send Origin: null on our own form.)
+    const opaque = await submit(p, { email: u.email, password: u.password, csrf: p.csrf }, { origin: 'null' });
+    expect(opaque.status).toBe(403);
+    expect(p.headers.get('referrer-policy')).toBe('same-origin');
     // A forged form from elsewhere arrives without the SameSite=Lax interaction cookie.
     const noCookie = await post(p.action, new Jar(), { email: u.email, password: u.password, csrf: p.csrf }, { 'x-forwarded-for': p.ip });
     expect(noCookie.status).toBe(400);
