@@ -41,6 +41,21 @@ export interface Issuer {
 /** Paths (below the issuer's own path) that oidc-provider answers. */
 const PROVIDER_PATHS = /^\/(?:\.well-known\/openid-configuration|oauth\/(?:authorize(?:\/[A-Za-z0-9_-]{1,64})?|token|revoke|jwks))$/;
 
+/**
+ * RFC 6749 5.2 counts "no client authentication included" as invalid_client (401). oidc-provider
+ * answers a request without credentials, or with HTTP Basic and an empty secret, with 400
+ * invalid_request, while the same empty secret in the body is already 401 invalid_client.
+ */
+const NO_CREDENTIALS = new Set(['no client authentication mechanism provided', 'client_secret must be provided in the Authorization header']);
+
+function missingCredentialsAreInvalidClient(ctx: Context): void {
+  const body = ctx.body as { error?: string; error_description?: string } | undefined;
+  if (ctx.status !== 400 || body?.error !== 'invalid_request' || !NO_CREDENTIALS.has(body.error_description ?? '')) return;
+  ctx.status = 401;
+  ctx.body = { error: 'invalid_client', error_description: 'client authentication failed: send client_id and client_secret in the body or as HTTP Basic.' };
+  ctx.set('WWW-Authenticate', 'Basic realm="oauth", error="invalid_client"');
+}
+
 export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   const issuer = new URL(c.issuerUrl);
   const prefix = issuer.pathname.replace(/\/+$/, '');
@@ -141,6 +156,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
       if (wait > 0) throw new ApiError('rate_limited', `Too many requests from this address; retry in ${wait} s.`, { 'Retry-After': String(wait) });
     }
     await runProvider(ctx, rest, next);
+    if (clientCall) missingCredentialsAreInvalidClient(ctx);
     if (clientCall && ctx.status === 401) {
       const wait = clientFailures.take(`oauth-fail:${ctx.ip}`);
       if (wait > 0) {

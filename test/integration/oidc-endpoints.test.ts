@@ -179,6 +179,24 @@ describe('token endpoint errors (section 7)', () => {
     expect([res.status, (await body(res)).error]).toEqual([401, 'invalid_client']);
   });
 
+  it('invalid_client (401) when no credentials are sent, or Basic with an empty secret (RFC 6749 5.2)', async () => {
+    const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: 'rt_x' }).toString();
+    for (const [path, headers] of [
+      ['/oauth/token', {}],
+      ['/oauth/token', basic(c.id, '')],
+      ['/oauth/revoke', {}],
+      ['/oauth/revoke', basic(c.id, '')],
+    ] as const) {
+      const res = await fetch(`${gw.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+        body: path === '/oauth/revoke' ? new URLSearchParams({ token: 'rt_x' }).toString() : form,
+      });
+      expect([path, res.status, (await body(res)).error]).toEqual([path, 401, 'invalid_client']);
+      expect(res.headers.get('www-authenticate')).toMatch(/^Basic/);
+    }
+  });
+
   it('unsupported_grant_type and invalid_request', async () => {
     for (const gt of ['client_credentials', 'password', 'urn:ietf:params:oauth:grant-type:device_code', 'implicit']) {
       const r = await token(gw.url, c, { grant_type: gt });

@@ -502,8 +502,8 @@ describe('section 7: every invalid_client condition (401)', () => {
   });
 
   // B2 in /work/notes/oidc-bugs.md: Basic with an empty secret answers 400 invalid_request (the body form is 401).
-  // `it.fails` until the issuer is fixed: then this fails and must become `it`.
-  it.fails('empty secret: code exchange and refresh, in the body and as Basic (B2)', async () => {
+  // Fixed: missing credentials are now 401 invalid_client.
+  it('empty secret: code exchange and refresh, in the body and as Basic (B2)', async () => {
     const forms = [
       { grant_type: 'authorization_code', code: code.code, code_verifier: code.verifier, redirect_uri: code.redirectUri },
       { grant_type: 'refresh_token', refresh_token: rt },
@@ -515,8 +515,8 @@ describe('section 7: every invalid_client condition (401)', () => {
   });
 
   // B1 in /work/notes/oidc-bugs.md: RFC 6749 5.2 names "no client authentication included" as invalid_client
-  // (401); the issuer answers 400 invalid_request. `it.fails` until fixed: then this fails and must become `it`.
-  it.fails('no client authentication at all is invalid_client (401) (B1)', async () => {
+  // (401); fixed in the issuer.
+  it('no client authentication at all is invalid_client (401) (B1)', async () => {
     expectError(await postForm(ep('token'), { grant_type: 'refresh_token', refresh_token: rt }), 401, 'invalid_client');
   });
 
