@@ -28,6 +28,15 @@ const toPayload = (row: Row | undefined): AdapterPayload | undefined => {
   return payload;
 };
 
+/**
+ * The row's expiry in epoch seconds: the payload's own `exp` when it has one (the instant oidc-provider
+ * itself checks), else now + expiresIn; null for rows without a lifetime.
+ */
+function expiresAt(payload: AdapterPayload, expiresIn: number | undefined): number | null {
+  if (typeof payload.exp === 'number') return payload.exp;
+  return expiresIn === undefined ? null : Math.floor(Date.now() / 1000) + expiresIn;
+}
+
 /** Client metadata as oidc-provider wants it, from an `oauth_client` row. */
 export interface ClientSource {
   find(clientId: string): Promise<AdapterPayload | undefined>;
@@ -104,11 +113,11 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
       const grantId = this.kind === 'Grant' ? id : (payload.grantId ?? null);
       await db.query(
         `insert into oidc_payload (kind, id, payload, grant_id, client_id, uid, expires_at)
-         values (?, ?, ?::jsonb, ?, ?, ?, case when ?::int is null then null else now() + ?::int * interval '1 second' end)
+         values (?, ?, ?::jsonb, ?, ?, ?, to_timestamp(?::bigint))
          on conflict (kind, id) do update
            set payload = excluded.payload, grant_id = excluded.grant_id, client_id = excluded.client_id,
                uid = excluded.uid, expires_at = excluded.expires_at`,
-        [this.kind, id, JSON.stringify(payload), grantId, clientId, payload.uid ?? null, expiresIn ?? null, expiresIn ?? null],
+        [this.kind, id, JSON.stringify(payload), grantId, clientId, payload.uid ?? null, expiresAt(payload, expiresIn)],
       );
     }
 

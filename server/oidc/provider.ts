@@ -90,7 +90,16 @@ export function createProvider(o: IssuerOptions): Provider {
     // Refresh tokens live on their own lifetime, not the browser session's.
     expiresWithSession: async () => false,
     extraTokenClaims: async (_ctx, token) => (token.kind === 'AccessToken' ? { gid: token.grantId } : undefined),
-    ttl: { ...TTL },
+    ttl: {
+      ...TTL,
+      // A rotated refresh token never outlives its grant: at most 14 days, and never past the grant's
+      // expiry (so a chain ends when its grant does, 30 days after sign-in, with invalid_grant).
+      RefreshToken: (ctx, _token, _client) => {
+        const grant = (ctx?.oidc?.entities as { Grant?: { exp?: number } } | undefined)?.Grant;
+        if (!grant?.exp) return TTL.RefreshToken;
+        return Math.max(1, Math.min(TTL.RefreshToken, grant.exp - Math.floor(Date.now() / 1000) - 1));
+      },
+    },
     routes: { ...ROUTES },
     features: {
       devInteractions: { enabled: false },

@@ -120,4 +120,27 @@ describe('adapter contract', () => {
     const at = (k: string) => new Date(rows.find((r) => r.kind === k).expires_at).getTime();
     expect(at('Grant')).toBeGreaterThan(at('RefreshToken'));
   });
+
+  it('a refresh token rotated near the end of its grant expires before the grant', async () => {
+    const c = await newClient(gw.testDb.db);
+    const u = await newUser(gw.testDb.db);
+    const { code, verifier } = await signIn(gw.url, c, u);
+    const first = await exchange(gw.url, c, code, verifier);
+    // The grant has 100 s left (as if signed in 30 days ago).
+    await gw.testDb.raw.query(
+      `update oidc_payload set payload = jsonb_set(payload, '{exp}', to_jsonb(extract(epoch from now())::int + 100)),
+              expires_at = to_timestamp(extract(epoch from now())::int + 100)
+        where kind = 'Grant' and client_id = $1`,
+      [c.id],
+    );
+    const next = await token(gw.url, c, { grant_type: 'refresh_token', refresh_token: first.body.refresh_token! });
+    expect(next.status).toBe(200);
+    const { rows } = await gw.testDb.raw.query(
+      `select (select expires_at from oidc_payload where kind = 'RefreshToken' and id = $2) as rt,
+              (select expires_at from oidc_payload where kind = 'Grant' and client_id = $1) as grant`,
+      [c.id, next.body.refresh_token],
+    );
+    expect(new Date(rows[0].rt).getTime()).toBeLessThan(new Date(rows[0].grant).getTime());
+    expect(new Date(rows[0].grant).getTime() - new Date(rows[0].rt).getTime()).toBeLessThan(10_000);
+  });
 });
