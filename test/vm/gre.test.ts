@@ -8,6 +8,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TunnelSpec } from '../../agent/dataplane/types.ts';
 import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
 import { routeTableFor } from '../../server/domain/tunnels.ts';
+import { addNode } from '../../server/domain/nodes.ts';
+import { loadSecrets } from '../../server/secrets.ts';
+import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
+import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { LAB } from './protocol.ts';
 import { TestVm, buildAssets, vmRequired, vmUnavailable } from './vm.ts';
 
@@ -72,20 +76,23 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
   };
 
   /**
-   * One exchange from the client: bash's /dev/tcp and /dev/udp (a connected socket either way), with a
-   * short timeout and up to three fresh attempts (new source port, new conntrack entry), so one slow
-   * moment of an emulated CPU on a busy host is not a failure; a broken path fails all three. TCP
+   * One exchange from the client: bash's /dev/tcp and /dev/udp (a connected socket either way), up to
+   * three fresh attempts (new source port, new conntrack entry); a broken path fails all three. TCP
    * connects to the protected IP, so an answer came from it; the connected UDP socket gets from the
-   * kernel only datagrams whose source is the protected IP.
+   * kernel only datagrams whose source is the protected IP. The wait for the answer starts once the
+   * request is sent: on a loaded host the emulated guest can take seconds just to start a process, and
+   * that must not count against the network. `killAfterMs` bounds a connect that never completes.
    */
-  const client = async (proto: 'tcp' | 'udp', ip: string, attempts = 3, waitS = 10): Promise<string> => {
+  const client = async (proto: 'tcp' | 'udp', ip: string, attempts = 3, killAfterMs = 90_000): Promise<string> => {
     const port = proto === 'tcp' ? TCP_PORT : UDP_PORT;
     let out = '';
     for (let i = 0; i < attempts && !out.includes('peer='); i++) {
       // One read of up to 4 KiB takes the whole datagram (bash's `read` takes a byte, and UDP drops the rest).
-      const answer = proto === 'tcp' ? `read -t ${waitS} -r l <&3 && echo "$l"` : `timeout ${waitS} dd bs=4096 count=1 status=none <&3`;
+      const answer = proto === 'tcp' ? 'read -t 10 -r l <&3 && echo "$l"' : 'timeout 10 dd bs=4096 count=1 status=none <&3';
       const script = `exec 3<>/dev/${proto}/${ip}/${port} && echo hello-${proto}-${i} >&3 && ${answer}`;
-      out = (await vm.exec({ ns: 'client', argv: ['timeout', String(waitS + 5), 'bash', '-c', script], timeoutMs: (waitS + 15) * 1000 })).stdout.trim();
+      const r = await vm.exec({ ns: 'client', argv: ['bash', '-c', script], timeoutMs: killAfterMs });
+      out = r.stdout.trim();
+      if (!out.includes('peer=')) process.stderr.write(`test/vm: ${proto} ${ip} attempt ${i + 1}: no answer after ${r.ms} ms (exit ${r.code ?? r.signal}) ${r.stderr.trim()}\n`);
     }
     return out;
   };
@@ -124,6 +131,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
 
     afterAll(async () => {
       await vm?.dataplane({ op: 'close' }).catch(() => undefined);
+      await vm?.stop('tcp-server').catch(() => undefined);
     });
 
     it('apply creates a GRE link edge → origin; the probe says unreachable while the origin is not set up', async () => {
@@ -210,7 +218,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
       const ct = await vm.exec({ ns: 'edge', argv: ['conntrack', '-L', '-d', plain.protected_ip] });
       expect(ct.stdout).not.toContain(`dst=${plain.protected_ip}`);
 
-      expect(await client('tcp', plain.protected_ip, 1, 4)).not.toContain('peer=');
+      expect(await client('tcp', plain.protected_ip, 1, 30_000)).not.toContain('peer=');
       expect(await client('tcp', keyed.protected_ip)).toContain(`peer=${LAB.client}`);
 
       expect((await vm.dataplane({ op: 'remove', tunnel: keyed })).removed).toBe(1);
@@ -219,6 +227,136 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
       expect(await vm.run('origin', ['ip', '-o', 'link', 'show', 'type', 'gre'])).not.toMatch(/tg-vm/);
       for (const p of ['udp-plain', 'udp-keyed']) await vm.stop(p);
       await vm.run('edge', ['nft', 'delete', 'table', 'ip', 'tg_vm']);
+    });
+  });
+  // The whole product: the gateway and PostgreSQL here on the host (the test's own database), the real
+  // agent (agent/main.ts, GRE) in the guest's edge namespace. The gateway's worker dials the agent's SSH
+  // port through the port QEMU forwards from 127.0.0.1 — as it would dial a router over the internet.
+  describe('the product: REST API → gateway worker → SSH → real agent → GRE, origin script on the origin', () => {
+    let gw: RunningGateway;
+    let user: SeededUser;
+    let tunnel: { id: string; protected_ip: string; tunnel_name: string; status: string };
+    let script: string;
+    let stockBefore: number;
+    let originInner: string;
+
+    const api = (method: string, path: string, body?: unknown) => call(gw.url, method, path, { token: user.writeKey, ...(body === undefined ? {} : { body }) });
+    const stock = async () => ((await call(gw.url, 'GET', '/api/dedicated/pricing')).body as { availability: { available: number } }).availability.available;
+    const status = async () => ((await api('GET', `/api/dedicated/${tunnel.id}`)).body as { tunnel: { status: string } }).tunnel.status;
+    /** 200 with the final status, or 202 while the worker keeps trying: then wait for the final one. */
+    const settle = async (r: { status: number; body: { tunnel?: { status: string } } }, final: string): Promise<string> => {
+      if (r.status === 202) {
+        for (let i = 0; i < 120 && (await status()) !== final; i++) await new Promise((res) => setTimeout(res, 500));
+        return status();
+      }
+      expect(r.status).toBe(200);
+      return r.body.tunnel!.status;
+    };
+
+    beforeAll(async () => {
+      await timed('productSetup', async () => {
+        // Slow guest: the gateway waits longer for the agent before answering 202, and each job may take longer.
+        gw = await startGateway({ config: { allowPrivateOrigins: true, edgeWaitMs: 30_000, edgeJobTimeoutMs: 45_000, edgeRetryLimit: 20 } });
+        const secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
+        await gw.services.provisioning.start(secrets, { worker: true });
+        const env = {
+          AGENT_LISTEN: `0.0.0.0:${LAB.agentPort}`,
+          AGENT_STATE_DIR: '/run/tg-agent',
+          AGENT_AUTHORIZED_KEY: secrets.gatewaySshKey.publicKey,
+          AGENT_JOB_KEY: JSON.stringify(secrets.jobSigningKey.publicJwk),
+          AGENT_EDGE_IP: LAB.edge,
+          AGENT_LOG_LEVEL: 'info',
+        };
+        const agentArgv = ['node_modules/.bin/node', '--enable-source-maps', '--import', './loader/register.mjs', 'agent/main.ts'];
+        // The operator's order: the agent's host key first (`tunnel-agent fingerprint`; the node id is not known
+        // yet and not needed for it), then `node add` with that key pinned, then the agent with the node's id.
+        const fp = await vm.exec({ ns: 'edge', argv: [...agentArgv, 'fingerprint'], env: { ...env, AGENT_NODE_ID: '00000000-0000-4000-8000-000000000000' }, timeoutMs: 120_000 });
+        expect(fp.stdout.trim(), fp.stderr).toMatch(/^SHA256:/);
+        const node = await addNode(gw.testDb.db, { name: 'vm-edge', publicIp: LAB.edge, sshHost: '127.0.0.1', sshPort: vm.agentPort, pool: '203.0.113.32/28', hostKey: fp.stdout.trim() });
+        await vm.spawn({ name: 'agent', ns: 'edge', argv: agentArgv, env: { ...env, AGENT_NODE_ID: node.node_id }, readyText: 'host key fingerprint', readyTimeoutMs: 180_000 });
+        user = await seedUser(gw.testDb.db);
+        await serve('tcp-product', 'tcp');
+      });
+    }, 300_000);
+
+    afterAll(async () => {
+      const agent = await vm?.output('agent').catch(() => undefined);
+      if (agent && process.env.TUNNELGATE_VM_CONSOLE === '1') process.stderr.write(`--- agent log ---\n${agent.output}\n`);
+      await vm?.stop('agent').catch(() => undefined);
+      await gw?.close();
+    }, 60_000);
+
+    it('buy through the API: the IP leaves stock; the setup scripts are there; activate before provision is 409', async () => {
+      stockBefore = await stock();
+      const r = await api('POST', '/api/dedicated', { name: 'vm-e2e', origin_ip: LAB.origin });
+      expect(r.status, r.text).toBe(201);
+      tunnel = r.body.tunnel;
+      expect(tunnel.status).toBe('pending');
+      expect(tunnel.protected_ip).toMatch(/^203\.0\.113\.(3[3-9]|4[0-6])$/);
+      expect(await stock()).toBe(stockBefore - 1);
+
+      const setup = await api('GET', `/api/dedicated/${tunnel.id}/setup`);
+      expect(setup.status, setup.text).toBe(200);
+      script = (setup.body as { scripts: { origin: string } }).scripts.origin;
+      expect(script).toContain(`readonly TUNNEL_NAME='${tunnel.tunnel_name}'`);
+
+      const early = await api('POST', `/api/dedicated/${tunnel.id}/activate`);
+      expect(early.status).toBe(409);
+      expect(early.body.error).toBe('invalid_state');
+    });
+
+    it('provision puts a GRE link and the map element into the edge; activate before the origin script is 409', async () => {
+      const p = await timed('provision', () => api('POST', `/api/dedicated/${tunnel.id}/provision`));
+      expect(await settle(p, 'provisioned')).toBe('provisioned');
+      const [link] = JSON.parse(await vm.run('edge', ['ip', '-d', '-j', 'link', 'show', 'dev', tunnel.tunnel_name])) as {
+        linkinfo: { info_kind: string; info_data: { local: string; remote: string } };
+      }[];
+      expect(link!.linkinfo).toMatchObject({ info_kind: 'gre', info_data: { local: LAB.edge, remote: LAB.origin } });
+      expect(await vm.run('edge', ['nft', 'list', 'map', 'ip', 'tunnelgate', 'protected'])).toContain(tunnel.protected_ip);
+
+      const a = await timed('activateRefused', () => api('POST', `/api/dedicated/${tunnel.id}/activate`));
+      expect(a.status, a.text).toBe(409);
+      expect(a.body.error).toBe('invalid_state');
+      expect(a.body.error_description).toMatch(/origin script/);
+      expect(await status()).toBe('provisioned');
+    });
+
+    it('after the origin script ran on the origin, activate is 200 active', async () => {
+      const out = await timed('productOriginScript', () => vm.run('origin', ['bash', '-s'], script));
+      expect(out).toContain(`GRE tunnel ${tunnel.tunnel_name} is up`);
+      const a = await timed('activate', () => api('POST', `/api/dedicated/${tunnel.id}/activate`));
+      expect(a.status, a.text).toBe(200);
+      expect(a.body.tunnel.status).toBe('active');
+      expect(await status()).toBe('active');
+    });
+
+    it('TCP and UDP from the client reach the origin, which sees the client; replies come from the protected IP', async () => {
+      const addrs = JSON.parse(await vm.run('origin', ['ip', '-4', '-j', 'addr', 'show', 'dev', tunnel.tunnel_name])) as { addr_info: { local: string }[] }[];
+      originInner = addrs[0]!.addr_info[0]!.local;
+      await serve('udp-product', 'udp', originInner);
+      const tcp = await timed('productTcp', () => client('tcp', tunnel.protected_ip));
+      expect(tcp).toMatch(new RegExp(`^peer=${LAB.client} local=${originInner} got=hello-tcp-\\d$`));
+      const udp = await timed('productUdp', () => client('udp', tunnel.protected_ip));
+      expect(udp).toMatch(new RegExp(`^peer=${LAB.client} local= got=hello-udp-\\d$`));
+      const ct = await vm.run('edge', ['conntrack', '-L', '-d', tunnel.protected_ip]);
+      expect(ct).toMatch(new RegExp(`tcp .*src=${LAB.client} dst=${tunnel.protected_ip} .* src=${originInner} dst=${LAB.client}`));
+      expect(ct).toMatch(new RegExp(`udp .*src=${LAB.client} dst=${tunnel.protected_ip} .* src=${originInner} dst=${LAB.client}`));
+    });
+
+    it('delete removes the GRE link, the map element and the conntrack entries, and the IP returns to stock', async () => {
+      expect(await client('tcp', tunnel.protected_ip)).toContain(`peer=${LAB.client}`);
+      expect(await vm.run('edge', ['conntrack', '-L', '-d', tunnel.protected_ip])).toContain(`dst=${tunnel.protected_ip}`);
+
+      const d = await timed('delete', () => api('DELETE', `/api/dedicated/${tunnel.id}`));
+      expect(await settle(d, 'deleted')).toBe('deleted');
+      expect((await vm.exec({ ns: 'edge', argv: ['ip', 'link', 'show', 'dev', tunnel.tunnel_name] })).code).not.toBe(0);
+      expect(await vm.run('edge', ['nft', 'list', 'map', 'ip', 'tunnelgate', 'protected'])).not.toContain(tunnel.protected_ip);
+      expect((await vm.exec({ ns: 'edge', argv: ['conntrack', '-L', '-d', tunnel.protected_ip] })).stdout).not.toContain(`dst=${tunnel.protected_ip}`);
+      expect(await stock()).toBe(stockBefore);
+      expect(await client('tcp', tunnel.protected_ip, 1, 30_000)).not.toContain('peer=');
+
+      await vm.run('origin', ['bash', '-s', '--', '--remove'], script);
+      await vm.stop('udp-product');
     });
   });
 });
