@@ -11,7 +11,7 @@ import { AccessTokenVerifier, looksLikeJwt } from './access-tokens.ts';
 import { CachedClientSource, purgeExpired } from './adapter.ts';
 import { revokeJwtAfterProvider, userinfo } from './endpoints.ts';
 import { interactionRoutes } from './interactions.ts';
-import { LoginLimiter, type Limit } from './login-limits.ts';
+import { addressKey, LoginLimiter, type Limit } from './login-limits.ts';
 import { createProvider } from './provider.ts';
 
 export const PURGE_INTERVAL_MS = 10 * 60_000;
@@ -145,23 +145,24 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     if (rest === '/oauth/userinfo') return userinfo(ctx, accessTokens, c.db);
     if (!PROVIDER_PATHS.test(rest)) return next();
     const clientCall = rest === '/oauth/token' || rest === '/oauth/revoke';
+    const address = addressKey(ctx.ip);
     if (clientCall && ctx.method === 'POST') {
-      const until = blockedUntil.get(ctx.ip);
+      const until = blockedUntil.get(address);
       if (until !== undefined) {
         const left = Math.ceil((until - Date.now()) / 1000);
         if (left > 0) throw new ApiError('rate_limited', `Too many failed client authentications from this address; retry in ${left} s.`, { 'Retry-After': String(left) });
-        blockedUntil.delete(ctx.ip);
+        blockedUntil.delete(address);
       }
-      const wait = requests.take(`oauth:${ctx.ip}`);
+      const wait = requests.take(`oauth:${address}`);
       if (wait > 0) throw new ApiError('rate_limited', `Too many requests from this address; retry in ${wait} s.`, { 'Retry-After': String(wait) });
     }
     await runProvider(ctx, rest, next);
     if (clientCall) missingCredentialsAreInvalidClient(ctx);
     if (clientCall && ctx.status === 401) {
-      const wait = clientFailures.take(`oauth-fail:${ctx.ip}`);
+      const wait = clientFailures.take(`oauth-fail:${address}`);
       if (wait > 0) {
         if (blockedUntil.size >= 100_000) blockedUntil.clear();
-        blockedUntil.set(ctx.ip, Date.now() + wait * 1000);
+        blockedUntil.set(address, Date.now() + wait * 1000);
       }
     }
     if (rest === '/oauth/revoke') await revokeJwtAfterProvider(ctx as KoaContextWithOIDC, accessTokens, c.db);

@@ -62,6 +62,21 @@ class Buckets {
   }
 }
 
+/**
+ * The address a limit counts: IPv4 as is, IPv6 by its /64 (one subscriber usually holds a whole /64,
+ * so counting single IPv6 addresses would give an attacker billions of fresh buckets).
+ */
+export function addressKey(ip: string): string {
+  const v4mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (v4mapped) return v4mapped[1]!;
+  if (!ip.includes(':')) return ip;
+  const [head = '', tail = ''] = ip.split('::');
+  const left = head ? head.split(':') : [];
+  const right = tail ? tail.split(':') : [];
+  const groups = ip.includes('::') ? [...left, ...Array<string>(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right] : left;
+  return `${groups.slice(0, 4).map((g) => (parseInt(g, 16) || 0).toString(16)).join(':')}::/64`;
+}
+
 export class LoginLimiter {
   private readonly pair: Buckets;
   private readonly address: Buckets;
@@ -77,16 +92,18 @@ export class LoginLimiter {
 
   /** Seconds to wait before this address may try this account again (0: go ahead). */
   blocked(email: string, ip: string, now = Date.now()): number {
-    return Math.max(this.pair.wait(LoginLimiter.pairKey(email, ip), now), this.address.wait(ip, now));
+    const a = addressKey(ip);
+    return Math.max(this.pair.wait(LoginLimiter.pairKey(email, a), now), this.address.wait(a, now));
   }
 
   failed(email: string, ip: string, now = Date.now()): void {
-    this.pair.spend(LoginLimiter.pairKey(email, ip), now);
-    this.address.spend(ip, now);
+    const a = addressKey(ip);
+    this.pair.spend(LoginLimiter.pairKey(email, a), now);
+    this.address.spend(a, now);
   }
 
   /** A successful sign-in clears that account's failures from that address. */
   succeeded(email: string, ip: string): void {
-    this.pair.reset(LoginLimiter.pairKey(email, ip));
+    this.pair.reset(LoginLimiter.pairKey(email, addressKey(ip)));
   }
 }
