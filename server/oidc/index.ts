@@ -83,6 +83,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     basePath: interactionBase,
     issuerOrigin: issuer.origin,
     limiter: new LoginLimiter(c.loginLimits),
+    log: c.log,
   });
   const requests = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst });
   // The same budget per client, spent once oidc-provider has authenticated it (so a stolen secret used

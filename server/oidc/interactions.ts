@@ -12,6 +12,7 @@ import type { Database } from '../db/database.ts';
 import { checkPassword, findUserClaims } from './accounts.ts';
 import { LoginLimiter } from './login-limits.ts';
 import { renderConsent, renderLogin, renderMessage } from './pages.ts';
+import type { Logger } from '../log.ts';
 
 const FORM_LIMIT = 8 * 1024;
 
@@ -36,6 +37,8 @@ export interface InteractionOptions {
   basePath: string;
   issuerOrigin: string;
   limiter?: LoginLimiter;
+  /** Sign-in outcomes for the security record: ids and addresses, never an email or a password. */
+  log?: Logger;
 }
 
 export function interactionRoutes(o: InteractionOptions) {
@@ -96,7 +99,9 @@ export function interactionRoutes(o: InteractionOptions) {
       return renderLogin(ctx, { action, csrf: csrfFor(uid), clientName: name, email, error: 'Enter your email address and your password.' }, 400);
     }
     const wait = limiter.blocked(email, ctx.ip);
+    const event = { request_id: ctx.state.requestId, client_id: d.params.client_id, address: ctx.ip };
     if (wait > 0) {
+      o.log?.warn('sign-in rate limited', { ...event, retry_after: wait });
       return renderLogin(
         ctx,
         { action, csrf: csrfFor(uid), clientName: name, email, error: `Too many failed sign-in attempts. Try again in ${wait} seconds.` },
@@ -107,9 +112,11 @@ export function interactionRoutes(o: InteractionOptions) {
     const user = await checkPassword(o.db, email, password);
     if (!user) {
       limiter.failed(email, ctx.ip);
+      o.log?.info('sign-in failed', event);
       return renderLogin(ctx, { action, csrf: csrfFor(uid), clientName: name, email, error: 'The email address or password is incorrect.' }, 401);
     }
     limiter.succeeded(email, ctx.ip);
+    o.log?.info('sign-in', { ...event, user_id: user.userId });
     const returnTo = await o.provider.interactionResult(ctx.req, ctx.res, { login: { accountId: user.userId } }, { mergeWithLastSubmission: false });
     ctx.status = 303;
     ctx.redirect(returnTo);
