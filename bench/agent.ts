@@ -9,7 +9,12 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createDataplane, standinPeerName, type TunnelSpec } from '../agent/dataplane/index.ts';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { standinPeerName, type ChangeCounts, type TunnelSpec } from '../agent/dataplane/index.ts';
+import { AGENT_LOADER, AGENT_NODE_FLAGS } from '../agent/bin/runtime.mjs';
+import { ROOT } from './lib/process.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 10_000);
 const SAMPLE_JOBS = Number(process.env.TG_BENCH_JOBS ?? 50);
@@ -69,9 +74,12 @@ const RULESET = (prefix: string): string => `table ip ${TABLE} {
   map tunnel_counters {
     type ipv4_addr : counter
   }
+  chain count {
+    type filter hook prerouting priority mangle; policy accept;
+    counter name ip daddr map @tunnel_counters
+  }
   chain prerouting {
     type nat hook prerouting priority dstnat; policy accept;
-    counter name ip daddr map @tunnel_counters
     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected
   }
   chain forward {
@@ -80,6 +88,50 @@ const RULESET = (prefix: string): string => `table ip ${TABLE} {
   }
 }
 `;
+
+interface Answer {
+  ok: boolean;
+  result: ChangeCounts;
+  ms: number;
+  rss: number;
+  peak: number;
+  error?: string;
+}
+
+/** The measured agent: bench/lib/agent-dataplane.ts started with the agent's own flags and loader. */
+class AgentProcess {
+  private readonly proc: ChildProcess;
+  private readonly answers: ((a: Answer) => void)[] = [];
+  readonly ready: Promise<void>;
+
+  constructor(env: Record<string, string>) {
+    this.proc = spawn(process.execPath, [...AGENT_NODE_FLAGS, '--import', fileURLToPath(AGENT_LOADER), 'bench/lib/agent-dataplane.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    this.ready = new Promise((resolve, reject) => {
+      this.answers.push(() => resolve());
+      this.proc.once('exit', (code) => reject(new Error(`agent process exited ${code}`)));
+    });
+    createInterface({ input: this.proc.stdout! }).on('line', (line) => this.answers.shift()?.(JSON.parse(line) as Answer));
+  }
+
+  call(cmd: object): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      this.answers.push((a) => (a.ok ? resolve(a) : reject(new Error(`agent: ${a.error}`))));
+      this.proc.stdin!.write(`${JSON.stringify(cmd)}\n`);
+    });
+  }
+
+  stop(): Promise<void> {
+    if (this.proc.exitCode !== null) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.proc.once('exit', () => resolve());
+      this.proc.stdin!.end();
+    });
+  }
+}
 
 const fmt = (ms: number): string => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);
 const mb = (b: number): string => `${(b / 1048576).toFixed(1)} MB`;
@@ -133,27 +185,26 @@ async function main(): Promise<void> {
     rmSync(dir, { recursive: true, force: true });
   }
 
-  // --- ours: the dataplane through our netlink layer -------------------------------------------------
+  // --- ours: the dataplane through our netlink layer, in a process started as the agent is ---------------
   const ns = new Netns();
   const stateDir = mkdtempSync(join(tmpdir(), 'tg-bench-state-'));
+  const agent = new AgentProcess({ TG_BENCH_NETNS: ns.name, TG_BENCH_STATE: stateDir, TG_BENCH_EDGE: EDGE, TG_BENCH_TABLE: TABLE });
   try {
-    const dp = await createDataplane({ edgeIp: EDGE, nftTable: TABLE, stateDir, netns: ns.name, linkKind: 'veth-standin' });
-    await dp.reconcile([tunnels[0]!]);
+    await agent.ready;
+    await agent.call({ op: 'reconcile', tunnels: [tunnels[0]!] });
     const rules1 = ns.ruleCount();
-    await dp.reconcile([]);
+    await agent.call({ op: 'reconcile', tunnels: [] });
 
-    let t = performance.now();
-    const applied = await dp.reconcile(tunnels);
-    const ourApply = performance.now() - t;
-    if (applied.added !== N) throw new Error(`expected ${N} added, got ${JSON.stringify(applied)}`);
+    const applied = await agent.call({ op: 'reconcile', tunnels });
+    const ourApply = applied.ms;
+    if (applied.result.added !== N) throw new Error(`expected ${N} added, got ${JSON.stringify(applied.result)}`);
     const rulesN = ns.ruleCount();
-    const rssApplied = process.memoryUsage().rss;
+    const rssApplied = applied.rss;
     console.log(`ours  apply  ${N}: ${fmt(ourApply)} (one reconcile job)`);
 
-    t = performance.now();
-    const same = await dp.reconcile(tunnels);
-    const reconcileNoop = performance.now() - t;
-    if (same.unchanged !== N) throw new Error(`no-op reconcile changed something: ${JSON.stringify(same)}`);
+    const same = await agent.call({ op: 'reconcile', tunnels });
+    const reconcileNoop = same.ms;
+    if (same.result.unchanged !== N) throw new Error(`no-op reconcile changed something: ${JSON.stringify(same.result)}`);
 
     // 1% drift by hand: half the drifted tunnels lose their link, half their map element.
     const drift = Math.max(2, Math.floor(N / 100));
@@ -166,27 +217,24 @@ async function main(): Promise<void> {
     ns.run('ip', '-batch', join(d, 'drift.ip'));
     ns.run('nft', '-f', join(d, 'drift.nft'));
     rmSync(d, { recursive: true, force: true });
-    t = performance.now();
-    const repaired = await dp.reconcile(tunnels);
-    const reconcileDrift = performance.now() - t;
-    if (repaired.changed !== victims.length) throw new Error(`drift repair: ${JSON.stringify(repaired)}`);
-    const rssReconciled = process.memoryUsage().rss;
+    const repaired = await agent.call({ op: 'reconcile', tunnels });
+    const reconcileDrift = repaired.ms;
+    if (repaired.result.changed !== victims.length) throw new Error(`drift repair: ${JSON.stringify(repaired.result)}`);
+    const rssReconciled = repaired.rss;
 
     // One-tunnel jobs at this scale (each reads the map and the tunnel's link back, as a job does).
     const extra = Array.from({ length: SAMPLE_JOBS }, (_, i) => tun(N + 1 + i));
-    t = performance.now();
-    for (const x of extra) await dp.apply(x);
-    const jobApply = (performance.now() - t) / SAMPLE_JOBS;
-    t = performance.now();
-    for (const x of extra) await dp.remove(x);
-    const jobRemove = (performance.now() - t) / SAMPLE_JOBS;
+    let jobApply = 0;
+    for (const x of extra) jobApply += (await agent.call({ op: 'apply', tunnel: x })).ms / SAMPLE_JOBS;
+    let jobRemove = 0;
+    for (const x of extra) jobRemove += (await agent.call({ op: 'remove', tunnel: x })).ms / SAMPLE_JOBS;
+    const rssJobs = (await agent.call({ op: 'stats' })).rss;
 
-    t = performance.now();
-    const removed = await dp.reconcile([]);
-    const ourRemove = performance.now() - t;
-    if (removed.removed !== N) throw new Error(`expected ${N} removed, got ${JSON.stringify(removed)}`);
+    const removed = await agent.call({ op: 'reconcile', tunnels: [] });
+    const ourRemove = removed.ms;
+    if (removed.result.removed !== N) throw new Error(`expected ${N} removed, got ${JSON.stringify(removed.result)}`);
     console.log(`ours  remove ${N}: ${fmt(ourRemove)} (one reconcile job)`);
-    await dp.close();
+    const peak = removed.peak;
 
     Object.assign(out, {
       cli_apply_ms: Math.round(cliApply),
@@ -201,12 +249,14 @@ async function main(): Promise<void> {
       rules_at_n: rulesN,
       reconcile_noop_ms: Math.round(reconcileNoop),
       reconcile_1pct_drift_ms: Math.round(reconcileDrift),
-      drift_repaired: repaired.changed,
+      drift_repaired: repaired.result.changed,
       single_job_apply_ms_at_n: +jobApply.toFixed(1),
       single_job_remove_ms_at_n: +jobRemove.toFixed(1),
+      agent_node_flags: AGENT_NODE_FLAGS.join(' '),
       rss_after_apply: mb(rssApplied),
       rss_after_reconciles: mb(rssReconciled),
-      max_rss: mb(process.resourceUsage().maxRSS * 1024),
+      rss_after_single_jobs: mb(rssJobs),
+      peak_rss: mb(peak),
     });
     console.log('');
     console.log(`per tunnel apply      ours ${(ourApply / N).toFixed(3)} ms   cli ${(cliApply / N).toFixed(3)} ms   ratio ${(ourApply / cliApply).toFixed(2)}x (target <= 1.5x)`);
@@ -214,9 +264,10 @@ async function main(): Promise<void> {
     console.log(`nft rules             ${rules1} at 1 tunnel, ${rulesN} at ${N} (command line: ${String(out.cli_rules_at_n)})`);
     console.log(`reconcile ${N}        no change ${fmt(reconcileNoop)}, 1% drift (${victims.length} repaired) ${fmt(reconcileDrift)} (target < 5 s)`);
     console.log(`one-tunnel job at ${N}: apply ${jobApply.toFixed(1)} ms, remove ${jobRemove.toFixed(1)} ms (mean of ${SAMPLE_JOBS})`);
-    console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, max ${String(out.max_rss)} (target < 150 MB)`);
+    console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, ${mb(rssJobs)} after single jobs, peak ${mb(peak)} during removal of all (target < 150 MB; node ${AGENT_NODE_FLAGS.join(' ')})`);
     console.log(JSON.stringify(out));
   } finally {
+    await agent.stop();
     ns.delete();
     rmSync(stateDir, { recursive: true, force: true });
   }

@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { transformSync } from 'rolldown/utils';
 
-const OPTIONS = {
+export const OPTIONS = {
   lang: 'ts',
   sourceType: 'module',
   sourcemap: true,

@@ -1,25 +1,27 @@
 #!/usr/bin/env node
 // `tunnel-agent [fingerprint] [--config FILE]`: the edge agent (agent/main.ts) run from its TypeScript
-// sources through the repo's loader (loader/register.mjs: rolldown's oxc transform).
+// sources, transpiled in this thread (loader/register-inline.mjs: rolldown's oxc transform).
 //
-// The agent needs Node 24. Started by an older `node` (the shebang takes whatever is first on PATH), this
-// script re-executes itself with the project's own Node 24 (node_modules/node/bin/node, installed by the
-// `node` package) when it is there, forwarding signals and the exit status. Under Node 24 it registers
-// the loader in this process and runs the agent here, so systemd's main PID is the agent itself.
+// The agent needs Node 24 and the V8 flags of runtime.mjs (they keep its memory under 150 MB with 10,000
+// tunnels). The systemd unit and `npm run agent` start Node with those flags, so systemd's main PID is
+// the agent itself. Started any other way (an older `node` first on PATH, or Node 24 without the flags),
+// this script re-executes itself with the project's own Node 24 (node_modules/node/bin/node, installed by
+// the `node` package) when needed and the flags, forwarding signals and the exit status.
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { register } from 'node:module';
 import { fileURLToPath } from 'node:url';
+import { AGENT_LOADER, AGENT_NODE_FLAGS, hasAgentFlags } from './runtime.mjs';
 
 const major = Number(process.versions.node.split('.')[0]);
 const localNode = fileURLToPath(new URL('../../node_modules/node/bin/node', import.meta.url));
 
-if (major < 24) {
-  if (!existsSync(localNode)) {
+if (major < 24 || !hasAgentFlags()) {
+  const node = major < 24 ? localNode : process.execPath;
+  if (!existsSync(node)) {
     process.stderr.write(`tunnel-agent: needs Node 24, this is ${process.version}; run npm install in the checkout (it installs Node 24 under node_modules)\n`);
     process.exit(1);
   }
-  const child = spawn(localNode, [fileURLToPath(import.meta.url), ...process.argv.slice(2)], { stdio: 'inherit' });
+  const child = spawn(node, [...AGENT_NODE_FLAGS, fileURLToPath(import.meta.url), ...process.argv.slice(2)], { stdio: 'inherit' });
   for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(sig, () => child.kill(sig));
   child.on('exit', (code, signal) => {
     if (signal) {
@@ -29,8 +31,9 @@ if (major < 24) {
     else process.exit(code ?? 1);
   });
 } else {
-  process.setSourceMapsEnabled(true);
-  register('../../loader/hooks.mjs', import.meta.url);
+  // Source maps cost ~8 MB of resident memory here; TUNNEL_AGENT_SOURCE_MAPS=1 turns them on for debugging.
+  if (process.env.TUNNEL_AGENT_SOURCE_MAPS === '1') process.setSourceMapsEnabled(true);
+  await import(AGENT_LOADER.href);
   const { runCli } = await import('../main.ts');
   await runCli();
 }

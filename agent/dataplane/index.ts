@@ -12,6 +12,7 @@ import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
 import { StateStore } from './state.ts';
+import { releaseMemory } from './memory.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, normalise, validateRef, validateSpec } from './validate.ts';
 
@@ -95,9 +96,17 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
   }
 }
 
+/** Operations over at least this many tunnels release memory as soon as they finish. */
+const LARGE_OPERATION = 256;
+/** Otherwise memory is released once no operation has run for this long. */
+const IDLE_RELEASE_MS = 2_000;
+
 class EdgeDataplane implements DataplaneHandle {
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
+  /** Set by run() when the operation it carried out was large enough to release memory right after. */
+  private largeOperation = false;
+  private idleRelease: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly k: KernelContext,
@@ -121,7 +130,31 @@ class EdgeDataplane implements DataplaneHandle {
     };
     const p = this.queue.then(run, run);
     this.queue = p.catch(() => undefined);
+    void p.then(
+      () => this.afterOperation(),
+      () => this.afterOperation(),
+    );
     return p;
+  }
+
+  /**
+   * Memory goes back to the OS right after an operation that read or changed many tunnels (a reconcile,
+   * a big diff), and otherwise once the agent has been idle for a moment (see memory.ts).
+   */
+  private afterOperation(): void {
+    if (this.idleRelease) clearTimeout(this.idleRelease);
+    this.idleRelease = undefined;
+    if (this.closed) return;
+    if (this.largeOperation) {
+      this.largeOperation = false;
+      releaseMemory();
+      return;
+    }
+    this.idleRelease = setTimeout(() => {
+      this.idleRelease = undefined;
+      if (!this.closed) releaseMemory();
+    }, IDLE_RELEASE_MS);
+    this.idleRelease.unref();
   }
 
   private checkSpec(t: TunnelSpec): TunnelSpec {
@@ -138,6 +171,8 @@ class EdgeDataplane implements DataplaneHandle {
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
     const view = await readView(this.k, [...names], owned);
     const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans });
+    const c = plan.counts;
+    if (names.size >= LARGE_OPERATION || c.added + c.changed + c.removed >= LARGE_OPERATION) this.largeOperation = true;
     // Intent first: a link the agent is about to create is on record before it exists.
     const intents: OwnedTunnel[] = [];
     for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push({ spec: t, pending: true });
@@ -199,6 +234,7 @@ class EdgeDataplane implements DataplaneHandle {
     if (this.closed) return;
     await this.queue;
     this.closed = true;
+    if (this.idleRelease) clearTimeout(this.idleRelease);
     // Sockets and the journal only: the kernel state stays, traffic keeps flowing.
     this.k.rtnl.close();
     this.k.nft.close();

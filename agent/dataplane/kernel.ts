@@ -17,7 +17,7 @@ export const FALLBACK_TUNNEL_LINKS: ReadonlySet<string> = new Set(['gre0', 'gret
 
 /** The rules of a correctly built table, per chain, as expression-name lists (what listRules decodes). */
 export const EXPECTED_RULES = [
-  'prerouting: payload objref',
+  'count: payload objref',
   'prerouting: meta lookup counter payload lookup nat',
   'forward: meta cmp meta cmp payload bitwise cmp rt byteorder exthdr',
 ];
@@ -83,7 +83,7 @@ async function getLinks(k: KernelContext, names: readonly string[]): Promise<Map
     const found = await Promise.all([...want].map((n) => k.rtnl.findLink(n)));
     for (const l of found) if (l) out.set(l.name, l);
   } else {
-    for (const l of await k.rtnl.listLinks({ skipStats: true })) if (want.has(l.name)) out.set(l.name, l);
+    for (const l of await k.rtnl.listLinks({ skipStats: true, keep: (x) => want.has(x.name) })) out.set(l.name, l);
   }
   return out;
 }
@@ -117,7 +117,7 @@ export async function readView(k: KernelContext, names: readonly string[], owned
  * requests per sendto() anyway; keeping tens of thousands of promises (and their reply buffers) alive at
  * once only grows the heap (measured: ~150 MB of transient garbage at 10,000 tunnels) for no speed.
  */
-const CHUNK = 1024;
+const CHUNK = 256;
 async function inChunks<T>(items: readonly T[], fn: (x: T) => Promise<unknown>): Promise<void> {
   for (let i = 0; i < items.length; i += CHUNK) await Promise.all(items.slice(i, i + CHUNK).map(fn));
 }

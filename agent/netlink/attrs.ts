@@ -214,49 +214,78 @@ export function parseAttrs(buf: Buffer): RawAttr[] {
  * attributes (nft expressions, set elements) are read with parseAttrs instead.
  */
 export class AttrTable {
-  private readonly map = new Map<number, Buffer>();
+  /**
+   * type -> where its payload is in `buf`: start * 65536 + length (an attribute's length fits in u16).
+   * Offsets rather than Buffer views: a 10,000-link dump carries ~40 attributes per link, and a view
+   * per attribute was most of the garbage (and of the heap growth) of reading the kernel back.
+   */
+  private readonly at = new Map<number, number>();
 
-  constructor(buf: Buffer) {
-    for (const a of parseAttrs(buf)) this.map.set(a.type, a.data);
+  constructor(private readonly buf: Buffer) {
+    let off = 0;
+    while (off + NLA_HDRLEN <= buf.length) {
+      const len = HOST_LE ? buf.readUInt16LE(off) : buf.readUInt16BE(off);
+      const rawType = HOST_LE ? buf.readUInt16LE(off + 2) : buf.readUInt16BE(off + 2);
+      if (len < NLA_HDRLEN || off + len > buf.length) {
+        throw new NetlinkParseError(`bad attribute length ${len} at offset ${off} of ${buf.length}`);
+      }
+      this.at.set(rawType & NLA_TYPE_MASK, (off + NLA_HDRLEN) * 65536 + (len - NLA_HDRLEN));
+      off += nlaAlign(len);
+    }
   }
 
   has(type: number): boolean {
-    return this.map.has(type);
+    return this.at.has(type);
   }
   get(type: number): Buffer | undefined {
-    return this.map.get(type);
+    const v = this.at.get(type);
+    if (v === undefined) return undefined;
+    const start = Math.floor(v / 65536);
+    return this.buf.subarray(start, start + (v % 65536));
   }
   nested(type: number): AttrTable | undefined {
-    const b = this.map.get(type);
+    const b = this.get(type);
     return b === undefined ? undefined : new AttrTable(b);
   }
+  /** Offset of the payload in the table's buffer, after checking it has at least `n` bytes. */
+  private offset(type: number, n: number, what: string): number | undefined {
+    const v = this.at.get(type);
+    if (v === undefined) return undefined;
+    const len = v % 65536;
+    if (len < n) throw new NetlinkParseError(`${what}: attribute has ${len} bytes, needs ${n}`);
+    return Math.floor(v / 65536);
+  }
   u8(type: number): number | undefined {
-    const b = this.map.get(type);
-    return b === undefined ? undefined : readU8(b);
+    const o = this.offset(type, 1, 'u8');
+    return o === undefined ? undefined : this.buf.readUInt8(o);
   }
   u16(type: number): number | undefined {
-    const b = this.map.get(type);
-    return b === undefined ? undefined : readU16(b);
+    const o = this.offset(type, 2, 'u16');
+    return o === undefined ? undefined : HOST_LE ? this.buf.readUInt16LE(o) : this.buf.readUInt16BE(o);
   }
   u32(type: number): number | undefined {
-    const b = this.map.get(type);
-    return b === undefined ? undefined : readU32(b);
+    const o = this.offset(type, 4, 'u32');
+    return o === undefined ? undefined : HOST_LE ? this.buf.readUInt32LE(o) : this.buf.readUInt32BE(o);
   }
   u16be(type: number): number | undefined {
-    const b = this.map.get(type);
-    return b === undefined ? undefined : readU16be(b);
+    const o = this.offset(type, 2, 'be16');
+    return o === undefined ? undefined : this.buf.readUInt16BE(o);
   }
   u32be(type: number): number | undefined {
-    const b = this.map.get(type);
-    return b === undefined ? undefined : readU32be(b);
+    const o = this.offset(type, 4, 'be32');
+    return o === undefined ? undefined : this.buf.readUInt32BE(o);
   }
   u64be(type: number): bigint | undefined {
-    const b = this.map.get(type);
-    return b === undefined ? undefined : readU64be(b);
+    const o = this.offset(type, 8, 'be64');
+    return o === undefined ? undefined : this.buf.readBigUInt64BE(o);
   }
   string(type: number): string | undefined {
-    const b = this.map.get(type);
-    return b === undefined ? undefined : readString(b);
+    const v = this.at.get(type);
+    if (v === undefined) return undefined;
+    const start = Math.floor(v / 65536);
+    const end = start + (v % 65536);
+    const nul = this.buf.indexOf(0, start);
+    return this.buf.toString('utf8', start, nul === -1 || nul > end ? end : nul);
   }
 }
 

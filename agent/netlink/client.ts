@@ -40,6 +40,13 @@ abstract class Client {
     const res = await this.sock.request({ data: encode(seq), seqs: [seq], dump: true });
     return check(res.replies.get(seq), operation, requestType).messages;
   }
+
+  /** A dump decoded message by message as it arrives (nothing of it is held): for dumps that grow with the tunnels. */
+  protected async dumpEach(encode: (seq: number) => Buffer, operation: string, requestType: number, onMessage: (m: NlMsg) => void): Promise<void> {
+    const seq = this.sock.allocSeq();
+    const res = await this.sock.request({ data: encode(seq), seqs: [seq], dump: true, onMessage });
+    check(res.replies.get(seq), operation, requestType);
+  }
 }
 
 export class Rtnl extends Client {
@@ -78,10 +85,16 @@ export class Rtnl extends Client {
     }
   }
 
-  /** skipStats: no stats64 in the answer (a third of the bytes of a big dump). */
-  async listLinks(opts: { skipStats?: boolean } = {}): Promise<rt.LinkInfo[]> {
+  /** skipStats: no stats64 in the answer (a third of the bytes of a big dump). `keep`: only links it accepts are returned. */
+  async listLinks(opts: { skipStats?: boolean; keep?: (l: rt.LinkInfo) => boolean } = {}): Promise<rt.LinkInfo[]> {
     const mask = opts.skipStats ? rt.RTEXT_FILTER_SKIP_STATS : undefined;
-    return (await this.dump((s) => rt.encodeDumpLinks(s, mask), 'list links', rt.RTM_GETLINK)).filter((m) => m.type === rt.RTM_NEWLINK).map(rt.decodeLink);
+    const out: rt.LinkInfo[] = [];
+    await this.dumpEach((s) => rt.encodeDumpLinks(s, mask), 'list links', rt.RTM_GETLINK, (m) => {
+      if (m.type !== rt.RTM_NEWLINK) return;
+      const l = rt.decodeLink(m);
+      if (!opts.keep || opts.keep(l)) out.push(l);
+    });
+    return out;
   }
 
   async setLinkUp(dev: Dev, up = true): Promise<void> {
@@ -113,8 +126,13 @@ export class Rtnl extends Client {
 
   async listAddresses(dev?: Dev): Promise<rt.AddressInfo[]> {
     const index = dev === undefined ? undefined : await this.index(dev);
-    const all = (await this.dump((s) => rt.encodeDumpAddresses(s), 'list addresses', rt.RTM_GETADDR)).filter((m) => m.type === rt.RTM_NEWADDR).map(rt.decodeAddress);
-    return index === undefined ? all : all.filter((a) => a.index === index);
+    const out: rt.AddressInfo[] = [];
+    await this.dumpEach((s) => rt.encodeDumpAddresses(s), 'list addresses', rt.RTM_GETADDR, (m) => {
+      if (m.type !== rt.RTM_NEWADDR) return;
+      const a = rt.decodeAddress(m);
+      if (index === undefined || a.index === index) out.push(a);
+    });
+    return out;
   }
 
   private async routeSpec(r: RouteArgs): Promise<rt.RouteSpec> {
@@ -234,20 +252,34 @@ export class Nft extends Client {
   }
 
   async listSetElements(table: string, set: string, family = nft.NFPROTO_IPV4): Promise<nft.DecodedElement[]> {
-    const msgs = await this.dump((s) => nft.encodeGetSetElements(table, set, s, family), `list set ${table}/${set}`, nft.nftType(nft.NFT_MSG_GETSETELEM));
-    return msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWSETELEM)).flatMap((m) => nft.decodeSetElements(m).elements);
+    const out: nft.DecodedElement[] = [];
+    const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
+    await this.dumpEach((s) => nft.encodeGetSetElements(table, set, s, family), `list set ${table}/${set}`, nft.nftType(nft.NFT_MSG_GETSETELEM), (m) => {
+      if (m.type === type) for (const e of nft.decodeSetElements(m).elements) out.push(e);
+    });
+    return out;
   }
 
   /** An ipv4_addr : ipv4_addr map as key → value strings. */
   async listIpv4Map(table: string, map: string): Promise<Map<string, string>> {
-    const msgs = await this.dump((s) => nft.encodeGetSetElements(table, map, s), `list map ${table}/${map}`, nft.nftType(nft.NFT_MSG_GETSETELEM));
-    return nft.decodeIpv4MapElements(msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWSETELEM)));
+    const out = new Map<string, string>();
+    const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
+    await this.dumpEach((s) => nft.encodeGetSetElements(table, map, s), `list map ${table}/${map}`, nft.nftType(nft.NFT_MSG_GETSETELEM), (m) => {
+      if (m.type === type) for (const [k, v] of nft.decodeIpv4MapElements([m])) out.set(k, v);
+    });
+    return out;
   }
 
   /** Named counters of a table; reset = read and zero atomically. */
   async listCounters(table: string, opts: { reset?: boolean; family?: number } = {}): Promise<nft.DecodedCounter[]> {
-    const msgs = await this.dump((s) => nft.encodeGetObjects(table, s, { type: nft.NFT_OBJECT_COUNTER, ...opts }), `list counters ${table}`, nft.nftType(nft.NFT_MSG_GETOBJ));
-    return msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWOBJ)).map(nft.decodeObject).filter((o) => o.table === table);
+    const out: nft.DecodedCounter[] = [];
+    const type = nft.nftType(nft.NFT_MSG_NEWOBJ);
+    await this.dumpEach((s) => nft.encodeGetObjects(table, s, { type: nft.NFT_OBJECT_COUNTER, ...opts }), `list counters ${table}`, nft.nftType(nft.NFT_MSG_GETOBJ), (m) => {
+      if (m.type !== type) return;
+      const o = nft.decodeObject(m);
+      if (o.table === table) out.push(o);
+    });
+    return out;
   }
 
   async listRules(table: string, family = nft.NFPROTO_IPV4): Promise<nft.DecodedRule[]> {

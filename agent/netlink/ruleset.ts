@@ -43,6 +43,8 @@ export interface RulesetOptions {
   /** protected ip → named counter */
   counterMap?: string;
   preroutingChain?: string;
+  /** The filter chain (prerouting hook, before DNAT) that counts every packet to a protected IP. */
+  countChain?: string;
   forwardChain?: string;
   /** MSS clamp applies to packets leaving through links whose name starts with this. */
   ifnamePrefix: string;
@@ -50,7 +52,7 @@ export interface RulesetOptions {
   counters?: readonly string[];
 }
 
-export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', preroutingChain: 'prerouting', forwardChain: 'forward' } as const;
+export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', countChain: 'count', preroutingChain: 'prerouting', forwardChain: 'forward' } as const;
 
 // Byte offsets in the headers the rules read: IPv4 destination address, TCP flags byte, MSS option value.
 const IPV4_DADDR_OFFSET = 16;
@@ -61,29 +63,34 @@ const TCPOPT_MAXSEG_VALUE_OFFSET = 2;
  * table ip T {
  *   map protected { type ipv4_addr : ipv4_addr }
  *   map tunnel_counters { type ipv4_addr : counter }
+ *   chain count { type filter hook prerouting priority mangle; policy accept;
+ *     counter name ip daddr map @tunnel_counters }
  *   chain prerouting { type nat hook prerouting priority dstnat; policy accept;
- *     counter name ip daddr map @tunnel_counters
  *     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected }
  *   chain forward { type filter hook forward priority mangle; policy accept;
  *     oifname "PREFIX*" tcp flags syn tcp option maxseg size set rt mtu }
  * }
- * The per-tunnel counter gets its own rule ahead of the dnat one: an object-map miss ends the rule it is
- * in, and a missing counter must never cost a tunnel its NAT.
+ * The per-tunnel counter sits in a filter chain of its own: a nat chain sees only the first packet of
+ * each connection, a filter chain sees every packet, and at mangle priority (-150) it runs before DNAT
+ * (-100), while `ip daddr` is still the protected IP. Its own chain and rule also mean an object-map miss
+ * (which ends the rule it is in) never costs a tunnel its NAT. Client-to-origin direction only.
  */
 export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const dnatMap = o.dnatMap ?? RULESET_DEFAULTS.dnatMap;
   const counterMap = o.counterMap ?? RULESET_DEFAULTS.counterMap;
   const pre = o.preroutingChain ?? RULESET_DEFAULTS.preroutingChain;
+  const count = o.countChain ?? RULESET_DEFAULTS.countChain;
   const fwd = o.forwardChain ?? RULESET_DEFAULTS.forwardChain;
   const t = o.table;
   b.addTable(t);
+  b.addChain({ table: t, name: count, type: 'filter', hook: NF_INET_PRE_ROUTING, priority: NF_IP_PRI_MANGLE, policy: NF_ACCEPT });
   b.addChain({ table: t, name: pre, type: 'nat', hook: NF_INET_PRE_ROUTING, priority: NF_IP_PRI_NAT_DST, policy: NF_ACCEPT });
   b.addChain({ table: t, name: fwd, type: 'filter', hook: NF_INET_FORWARD, priority: NF_IP_PRI_MANGLE, policy: NF_ACCEPT });
   for (const c of o.counters ?? []) b.addCounter({ table: t, name: c });
   const mapId = b.addSet({ table: t, name: dnatMap, flags: NFT_SET_MAP, keyType: NFT_TYPE_IPADDR, keyLen: 4, dataType: NFT_TYPE_IPADDR, dataLen: 4, userdata: mapUserdata() });
   const ctrId = b.addSet({ table: t, name: counterMap, flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IPADDR, keyLen: 4, objType: NFT_OBJECT_COUNTER, userdata: objMapUserdata() });
 
-  b.addRule({ table: t, chain: pre, exprs: [expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_DADDR_OFFSET, 4), expr.objrefMap({ name: counterMap, id: ctrId })] });
+  b.addRule({ table: t, chain: count, exprs: [expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_DADDR_OFFSET, 4), expr.objrefMap({ name: counterMap, id: ctrId })] });
 
   // `{ tcp, udp }` is an anonymous constant set; the kernel names it (__set0...) from the "%d" template.
   const anonId = b.addSet({

@@ -131,6 +131,12 @@ export interface RequestSpec {
   dump?: boolean;
   /** nfnetlink batches must be alone in their datagram. */
   exclusive?: boolean;
+  /**
+   * Data messages are handed here as they arrive instead of being collected in SeqReply.messages, so a
+   * 10,000-entry dump is decoded datagram by datagram and never held whole. The message (a view of a
+   * datagram) must not be kept.
+   */
+  onMessage?: (m: NlMsg) => void;
   timeoutMs?: number;
 }
 
@@ -387,7 +393,8 @@ export class NetlinkSocket {
         this.settle(p, m.seq, true);
       } else {
         // Data (dump parts, GET answers): final state comes from NLMSG_ERROR (requests carry NLM_F_ACK) or NLMSG_DONE.
-        r.messages.push(m);
+        if (p.spec.onMessage) p.spec.onMessage(m);
+        else r.messages.push(m);
       }
     }
   }

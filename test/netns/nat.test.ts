@@ -56,6 +56,25 @@ if (mode === 'tcp') {
   s.on('end', () => done({ ok: true, data, remote: s.remoteAddress }));
   s.on('timeout', () => { s.destroy(); done({ ok: false, error: 'timeout' }); });
   s.on('error', (e) => done({ ok: false, error: e.code }));
+} else if (mode === 'udp-many') {
+  // Ten datagrams on ONE connected socket (one conntrack entry), each answered before the next; a lost
+  // one is sent again on the same socket. Reports how many datagrams went out in all.
+  const u = dgram.createSocket('udp4');
+  u.connect(5353, host, async () => {
+    let sent = 0;
+    for (let i = 1; i <= 10; i++) {
+      let got = false;
+      for (let t = 0; t < 5 && !got; t++) {
+        u.send('many-' + i); sent++;
+        got = await new Promise((res) => {
+          const timer = setTimeout(() => { u.removeAllListeners('message'); res(false); }, 400);
+          u.on('message', (m) => { if (String(m).endsWith('echo=many-' + i)) { clearTimeout(timer); u.removeAllListeners('message'); res(true); } });
+        });
+      }
+      if (!got) done({ ok: false, error: 'no reply to many-' + i, sent });
+    }
+    done({ ok: true, sent, port: u.address().port });
+  });
 } else {
   const u = dgram.createSocket('udp4');
   u.connect(5353, host, () => {
@@ -69,6 +88,8 @@ if (mode === 'tcp') {
 
 interface ClientResult {
   ok: boolean;
+  sent?: number;
+  port?: number;
   data?: string;
   remote?: string;
   from?: string;
@@ -84,7 +105,7 @@ describe.skipIf(!isRoot)('NAT through the edge dataplane (veth stand-in for GRE)
   // Each attempt is a new process, so a new source port and a new conntrack entry. A busy 2-core
   // CI host has seen one exchange miss its short timeout; three fresh attempts tell a slow moment
   // from a broken path (which fails all three).
-  const client = async (mode: 'tcp' | 'udp'): Promise<ClientResult> => {
+  const client = async (mode: 'tcp' | 'udp' | 'udp-many'): Promise<ClientResult> => {
     let last: ClientResult | undefined;
     for (let attempt = 0; attempt < 3; attempt++) {
       const { stdout } = await execFileP('ip', ['netns', 'exec', ns.client.name, NODE, '-e', CLIENT, tunnel.protected_ip, mode], { timeout: 8000 });
@@ -174,6 +195,24 @@ describe.skipIf(!isRoot)('NAT through the edge dataplane (veth stand-in for GRE)
     const r = await client('udp');
     expect(r).toMatchObject({ ok: true, from: tunnel.protected_ip });
     expect(r.data).toMatch(/^peer=198\.51\.100\.10 echo=hello-\d$/);
+  });
+
+  it("the tunnel's named counter counts every packet of a connection, not only its first", async () => {
+    const counter = () => {
+      const text = ns.edge.run('nft', 'list', 'counter', 'ip', 'tunnelgate', tunnel.tunnel_name);
+      return { packets: Number(/packets (\d+)/.exec(text)![1]), bytes: Number(/bytes (\d+)/.exec(text)![1]) };
+    };
+    const before = counter();
+    const r = await client('udp-many');
+    expect(r).toMatchObject({ ok: true });
+    const after = counter();
+    // One conntrack entry for the whole exchange: a nat chain would have counted its first packet only.
+    expect(ns.edge.run('conntrack', '-L', '-p', 'udp', '-d', tunnel.protected_ip, '--sport', String(r.port)).trim().split('\n')).toHaveLength(1);
+    // Every datagram that got its answer passed the edge: at least ten counted, never more than were sent.
+    expect(after.packets - before.packets).toBeGreaterThanOrEqual(10);
+    expect(after.packets - before.packets).toBeLessThanOrEqual(r.sent!);
+    // 20-byte IPv4 + 8-byte UDP header + "many-N" per datagram.
+    expect(after.bytes - before.bytes).toBeGreaterThanOrEqual(9 * (28 + 6) + (28 + 7));
   });
 
   it('the traffic crossed the tunnel link and was DNATed by the one map rule (no SNAT)', () => {

@@ -52,6 +52,8 @@ describe.skipIf(!isRoot)('nftables in a fresh namespace', () => {
       expect.objectContaining({ family: 'ip', name: 'tunnel_counters', table: T, type: 'ipv4_addr', map: 'counter' }),
     ]);
     expect(json.filter((o) => o.chain).map((o) => o.chain)).toEqual([
+      // per-tunnel counters in a filter chain (every packet), before DNAT (the protected IP is still daddr)
+      expect.objectContaining({ name: 'count', type: 'filter', hook: 'prerouting', prio: -150, policy: 'accept' }),
       expect.objectContaining({ name: 'prerouting', type: 'nat', hook: 'prerouting', prio: -100, policy: 'accept' }),
       expect.objectContaining({ name: 'forward', type: 'filter', hook: 'forward', prio: -150, policy: 'accept' }),
     ]);

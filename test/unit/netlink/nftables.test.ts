@@ -35,7 +35,7 @@ function capturedBatch(name: string): Buffer {
 const encodeLikeNft = (b: NftBatch): Buffer => b.encode({ firstSeq: 0, ack: false }).data;
 
 describe('nft batches, byte for byte', () => {
-  it('the whole table: maps, chains, counter, dnat rule with { tcp, udp }, objref counter rule, MSS clamp', () => {
+  it('the whole table: maps, chains, counter, objref counter rule in its own filter chain, dnat rule with { tcp, udp }, MSS clamp', () => {
     const b = new NftBatch();
     addTunnelgateRuleset(b, { table: 'tunnelgate', ifnamePrefix: 'tg-', counters: ['tun-1'] });
     const ours = parseMessages(encodeLikeNft(b));

@@ -1,0 +1,28 @@
+// Giving memory back after a large operation. Reading and changing 10,000 tunnels grows V8's heap to a
+// peak several times the ~15 MB it holds afterwards, and V8 keeps the pages it freed pooled and resident;
+// glibc keeps freed native memory (reply datagrams) in its arenas. A last-resort collection (V8's
+// CollectAllAvailableGarbage: full collections until nothing more is freed, then the page pool is
+// released) followed by malloc_trim(0) returns both to the OS. Measured at 10,000 tunnels: RSS 178 MB
+// after a reconcile, 91 MB after this. It costs one full collection of a small heap (tens of ms), so it
+// runs after large operations only, and once when the agent goes idle after smaller ones.
+import koffi from 'koffi';
+
+type GcFn = (opts: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void;
+
+let trim: ((pad: number) => number) | undefined;
+
+/** True when the process was started with --expose-gc (the agent's runtime flags include it). */
+export function canCollect(): boolean {
+  return typeof (globalThis as { gc?: unknown }).gc === 'function';
+}
+
+/** Collects all garbage and returns freed memory to the OS; a no-op for the V8 part without --expose-gc. */
+export function releaseMemory(): void {
+  const gc = (globalThis as { gc?: GcFn }).gc;
+  if (typeof gc === 'function') gc({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+  if (!trim) {
+    const f = koffi.load('libc.so.6').func('int malloc_trim(size_t pad)');
+    trim = (pad) => f(pad) as number;
+  }
+  trim(0);
+}

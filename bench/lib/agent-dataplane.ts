@@ -1,0 +1,40 @@
+// The agent benchmark's measured process. Started as the agent is (agent/bin/runtime.mjs: the same V8
+// flags and in-thread loader as the entry, the npm script and the systemd unit), it loads the agent's
+// modules (agent/main.ts: SSH server and job handling, not started here) and runs the production
+// dataplane in the benchmark's namespace with veth stand-ins (this kernel has no GRE).
+//
+// One JSON command per stdin line: {"op":"reconcile","tunnels":[...]}, {"op":"apply"|"remove","tunnel":{...}}
+// or {"op":"stats"}; one JSON answer per stdout line with the result, the time it took and this
+// process's resident memory right after.
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import '../../agent/main.ts';
+import { createDataplane, type TunnelSpec } from '../../agent/dataplane/index.ts';
+
+const { TG_BENCH_NETNS: netns, TG_BENCH_STATE: stateDir, TG_BENCH_EDGE: edgeIp, TG_BENCH_TABLE: nftTable } = process.env;
+if (!netns || !stateDir || !edgeIp || !nftTable) throw new Error('TG_BENCH_NETNS, TG_BENCH_STATE, TG_BENCH_EDGE and TG_BENCH_TABLE are required');
+
+/** VmRSS and VmHWM (peak) of this process, in bytes. */
+function memory(): { rss: number; peak: number } {
+  const s = readFileSync('/proc/self/status', 'utf8');
+  const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(s)?.[1] ?? 0) * 1024;
+  return { rss: kb('VmRSS'), peak: kb('VmHWM') };
+}
+
+const dp = await createDataplane({ edgeIp, nftTable, stateDir, netns, linkKind: 'veth-standin' });
+const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
+say({ ready: true, ...memory() });
+
+type Command = { op: 'reconcile'; tunnels: TunnelSpec[] } | { op: 'apply' | 'remove'; tunnel: TunnelSpec } | { op: 'stats' };
+for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+  const cmd = JSON.parse(line) as Command;
+  const t = performance.now();
+  try {
+    const result =
+      cmd.op === 'reconcile' ? await dp.reconcile(cmd.tunnels) : cmd.op === 'apply' ? await dp.apply(cmd.tunnel) : cmd.op === 'remove' ? await dp.remove(cmd.tunnel) : null;
+    say({ ok: true, result, ms: performance.now() - t, ...memory() });
+  } catch (e) {
+    say({ ok: false, error: e instanceof Error ? e.message : String(e) });
+  }
+}
+await dp.close();
