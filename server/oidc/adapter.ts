@@ -12,7 +12,7 @@ import { CLIENT_CHANGED_CHANNEL, getClient } from '../domain/clients.ts';
 import type { UserClaimsSource } from './accounts.ts';
 import { Prefetched } from './prefetch.ts';
 
-/** The models whose rows carry a grant id; revoking a grant deletes them. */
+/** oidc-provider's model name (AuthorizationCode, RefreshToken, Grant, Session, Interaction, Client, ...). */
 type Kind = string;
 
 interface Row {
