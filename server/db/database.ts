@@ -22,9 +22,12 @@ export class Database {
   /** Notifications raised by this process, delivered at once without a round trip. */
   private readonly local = new EventEmitter();
   private readonly listeners: pg.Client[] = [];
+  private closing = false;
   /** Hot reads on PostgreSQL go through plain pg with named prepared statements (parsed and planned once per connection). */
   private hotPool: pg.Pool | null = null;
   private readonly hotText = new Map<string, string>();
+  /** hotRowsShared() queries not yet sent, by statement and parameters. */
+  private readonly unsent = new Map<string, Promise<unknown[][]>>();
 
   constructor(readonly orm: Orm) {
     this.local.setMaxListeners(0);
@@ -54,17 +57,43 @@ export class Database {
   async listen(channel: string, handler: (payload: string) => void): Promise<void> {
     if (!/^[a-z_]{1,63}$/.test(channel)) throw new Error(`bad channel name ${channel}`);
     this.local.on(channel, handler);
-    if (!this.url) return;
-    const client = new pg.Client({ connectionString: this.url });
-    client.on('error', () => {
-      // A lost listener connection only means caches expire by age instead of by notice.
-    });
-    await client.connect();
-    client.on('notification', (n) => {
-      if (n.channel === channel && n.payload !== undefined) handler(n.payload);
-    });
-    await client.query(`listen ${channel}`);
-    this.listeners.push(client);
+    const url = this.url;
+    if (!url) return;
+    // A listener connection lost to a server restart or failover is replaced (after a short pause), so
+    // notices from other replicas resume; what was sent while it was down is missed, which callers
+    // tolerate (caches expire by age, status waiters re-read the row).
+    const connect = async (): Promise<void> => {
+      const client = new pg.Client({ connectionString: url });
+      let lost = false;
+      const onLost = () => {
+        if (lost) return;
+        lost = true;
+        const i = this.listeners.indexOf(client);
+        if (i >= 0) this.listeners.splice(i, 1);
+        client.end().catch(() => {});
+        if (this.closing) return;
+        const retry = () => {
+          if (this.closing) return;
+          connect().catch(() => setTimeout(retry, 1000).unref());
+        };
+        setTimeout(retry, 500).unref();
+      };
+      client.on('error', onLost);
+      client.on('end', onLost);
+      client.on('notification', (n) => {
+        if (n.channel === channel && n.payload !== undefined) handler(n.payload);
+      });
+      try {
+        await client.connect();
+        await client.query(`listen ${channel}`);
+      } catch (e) {
+        client.removeAllListeners('end');
+        client.end().catch(() => {});
+        throw e;
+      }
+      this.listeners.push(client);
+    };
+    await connect();
   }
 
   /** Outside any transaction; each call gets its own forked EntityManager. */
@@ -93,6 +122,44 @@ export class Database {
     const url = this.url;
     if (!url) return this.query(text, params).then((rows) => rows.map((r) => Object.values(r)));
     return this.pool(url).query<unknown[]>({ name, text: this.pgText(name, text), values: [...params], rowMode: 'array' }).then((r) => r.rows);
+  }
+
+  /**
+   * hotRows() for reads that identical concurrent callers may share: a caller joins a query for the same
+   * statement and parameters that is still waiting for a pooled connection, i.e. not yet sent, so every
+   * caller's answer still comes from a snapshot taken after it asked (what it would get alone). Under
+   * load, when callers queue for connections anyway, many of them share one round trip. Callers must not
+   * modify the rows.
+   */
+  hotRowsShared(name: string, text: string, params: readonly unknown[] = []): Promise<unknown[][]> {
+    const url = this.url;
+    if (!url) return this.hotRows(name, text, params);
+    const key = `${name}\u0000${JSON.stringify(params)}`;
+    const waiting = this.unsent.get(key);
+    if (waiting) return waiting;
+    const pool = this.pool(url);
+    const query = { name, text: this.pgText(name, text), values: [...params], rowMode: 'array' as const };
+    const flight = pool.connect().then(
+      async (client) => {
+        // Sent from here on: later callers start a query of their own.
+        if (this.unsent.get(key) === flight) this.unsent.delete(key);
+        try {
+          const res = await client.query<unknown[]>(query);
+          client.release();
+          return res.rows;
+        } catch (e) {
+          // As pg.Pool.query does: a connection that failed a query is discarded, not reused.
+          client.release(e instanceof Error ? e : new Error(String(e)));
+          throw e;
+        }
+      },
+      (e: unknown) => {
+        if (this.unsent.get(key) === flight) this.unsent.delete(key);
+        throw e;
+      },
+    );
+    this.unsent.set(key, flight);
+    return flight;
   }
 
   /** `?` placeholders numbered for PostgreSQL, once per statement name. */
@@ -128,10 +195,15 @@ export class Database {
   }
 
   async close(): Promise<void> {
-    await Promise.all(this.listeners.splice(0).map((c) => c.end().catch(() => {})));
+    this.closing = true;
+    // end() of a connection the server already dropped can wait forever: do not hold the close on it.
+    const ended = (c: pg.Client) => Promise.race([c.end().catch(() => {}), new Promise<void>((r) => setTimeout(r, 1000).unref())]);
+    await Promise.all(this.listeners.splice(0).map(ended));
     await this.hotPool?.end().catch(() => {});
     this.hotPool = null;
     this.local.removeAllListeners();
-    await this.orm.close();
+    // The driver's pool waits for every checked-out connection; one orphaned by a connection lost in
+    // the middle of a transaction (a PostgreSQL restart) would hold shutdown forever.
+    await Promise.race([this.orm.close(), new Promise<void>((r) => setTimeout(r, 5000).unref())]);
   }
 }

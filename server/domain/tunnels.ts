@@ -227,6 +227,10 @@ export class TunnelService {
     requireWrite(principal);
     const hash = requestHash(input);
     const outcome = await this.db.transaction(async (sql): Promise<StoredOutcome> => {
+      // The account row is locked first: the idempotency insert below takes a FOR KEY SHARE lock on it
+      // (foreign key), and two purchases that each held that and then asked for FOR UPDATE deadlocked
+      // (seen with concurrent keyed retries after a PostgreSQL restart).
+      await sql.query('select 1 from account where id = ? for update', [principal.accountId]);
       if (idempotencyKey !== null) {
         // A concurrent twin blocks here until the first commits or rolls back.
         const claimed = await sql.query(
@@ -356,7 +360,9 @@ export class TunnelService {
     // Only the columns a view shows, each row as an array, times as PostgreSQL's plain text output:
     // to_char() cost the database more than the rest of this query (measured), so the reshaping to
     // ISO 8601 happens here (utcText), with the same millisecond truncation as TUNNEL_COLUMNS.
-    const rows = (await this.db.hotRows(
+    // Shared with identical list requests still waiting for a connection (see hotRowsShared): each
+    // caller is authenticated and rate-limited on its own, and still reads a snapshot from after it asked.
+    const rows = (await this.db.hotRowsShared(
       after ? 'tunnel_list_rows_after' : 'tunnel_list_rows',
       `select t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
               (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip
@@ -365,6 +371,15 @@ export class TunnelService {
         order by t.created_at desc, t.id desc limit ?`,
       params,
     )) as ListRow[];
+    // Callers that shared the rows share the page built from them too (callers must not modify it).
+    let page = this.pages.get(rows);
+    if (!page) this.pages.set(rows, (page = this.listPage(rows, limit)));
+    return page;
+  }
+
+  private readonly pages = new WeakMap<ListRow[], TunnelPage>();
+
+  private listPage(rows: ListRow[], limit: number): TunnelPage {
     const n = Math.min(rows.length, limit);
     const tunnels: TunnelView[] = new Array(n);
     for (let i = 0; i < n; i++) {

@@ -157,7 +157,16 @@ describe.skipIf(!isRoot || !canRunPrivatePostgres)('faults: PostgreSQL restarted
     const db = await openDatabase({ ...loadConfig({ DATABASE_URL: url }) });
     const raw = new pg.Pool({ connectionString: url, max: 4 });
     raw.on('error', () => {});
-    const testDb: TestDatabase = { url, name: 'tg', db, raw, drop: async () => { await raw.end(); await db.close(); } };
+    const testDb: TestDatabase = {
+      url,
+      name: 'tg',
+      db,
+      raw,
+      drop: async () => {
+        await raw.end();
+        await db.close();
+      },
+    };
     gw = await startGateway({ testDb, config: { edgeWaitMs: 2000, edgeJobTimeoutMs: 4000, edgeRetryLimit: 30 } });
     const secrets = (await loadSecrets(db, {})).secrets;
     await gw.services.provisioning.start(secrets, { worker: true });
