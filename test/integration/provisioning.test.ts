@@ -7,6 +7,8 @@ import { createClient, type Client } from 'graphql-ws';
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadSecrets, type ServerSecrets } from '../../server/secrets.ts';
+import { Database } from '../../server/db/database.ts';
+import { openOrm } from '../../server/db/orm.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { TestEdge } from '../helpers/edge.ts';
@@ -154,4 +156,36 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
     expect((closed as { code?: number }).code).toBe(4403);
     await bad.dispose();
   }, 60_000);
+
+  it('two gateway replicas with a worker each, on one database, never apply one job twice', async () => {
+    // A second gateway process's worth: its own pools on the same database, its own queue worker and SSH connections.
+    const db2 = new Database(await openOrm({ databaseUrl: gw.testDb.url, dataDir: '' }));
+    const gw2 = await startGateway({ testDb: { ...gw.testDb, db: db2 }, config: { edgeWaitMs: 3000, edgeJobTimeoutMs: 5000, edgeRetryLimit: 20 } });
+    try {
+      await gw2.services.provisioning.start(secrets, { worker: true });
+      const bought: Awaited<ReturnType<typeof buy>>[] = [];
+      for (let i = 0; i < 8; i++) bought.push(await buy(`replica-${i}`));
+      const applyBefore = edge.calls.filter((c) => c.call === 'apply').length;
+      // Every tunnel is provisioned through both gateways at once.
+      const answers = await Promise.all(
+        bought.flatMap((t) => [gw, gw2].map((g) => call(g.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey }))),
+      );
+      for (const a of answers) {
+        if (a.status === 409) expect(a.body.error_description).toMatch(/provisioned/);
+        else expect([200, 202]).toContain(a.status);
+      }
+      await until('all provisioned', async () => {
+        for (const t of bought) if ((await status(t.id)) !== 'provisioned') return false;
+        return true;
+      });
+      for (const t of bought) {
+        expect(edge.count('apply', t.id), t.id).toBe(1);
+        expect(edge.links()).toContain(t.tunnel_name);
+      }
+      expect(edge.calls.filter((c) => c.call === 'apply').length - applyBefore).toBe(bought.length);
+    } finally {
+      await gw2.close();
+      await db2.close();
+    }
+  }, 90_000);
 });
