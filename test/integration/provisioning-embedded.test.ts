@@ -1,0 +1,84 @@
+// Embedded mode (no DATABASE_URL): the same pg-boss queue and worker on PGlite, through pg-boss's own
+// PGlite adapter, drive the real agent process (namespace, veth stand-in for GRE). A job queued while
+// the agent is down survives a gateway restart and completes after it.
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { afterAll, expect, it } from 'vitest';
+import { loadConfig } from '../../server/config.ts';
+import { createLogger } from '../../server/log.ts';
+import { loadSecrets } from '../../server/secrets.ts';
+import { buildServices, openDatabase } from '../../server/services.ts';
+import { createGateway } from '../../server/http/app.ts';
+import { seedUser } from '../helpers/fixtures.ts';
+import { call } from '../helpers/gateway.ts';
+import { TestEdge } from '../helpers/edge.ts';
+import { isRoot } from '../netns/netns.ts';
+
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-embedded-prov-'));
+let edge: TestEdge | undefined;
+afterAll(async () => {
+  await edge?.close();
+  fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+async function boot() {
+  const config = { ...loadConfig({ DATA_DIR: dataDir }), logLevel: 'silent' as const, edgeWaitMs: 3000, edgeJobTimeoutMs: 4000 };
+  const db = await openDatabase(config);
+  const services = buildServices(config, db);
+  const { secrets } = await loadSecrets(db, {});
+  await services.provisioning.start(secrets, { worker: true });
+  const server = http.createServer();
+  const gateway = await createGateway(services, createLogger('silent'), server);
+  server.on('request', gateway.app.callback());
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    db,
+    secrets,
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      await gateway.stop();
+      await services.provisioning.stop();
+      await db.close();
+    },
+  };
+}
+
+it.skipIf(!isRoot)('provisions through pg-boss on PGlite, and a job queued before a restart completes after it', async () => {
+  const first = await boot();
+  edge = await TestEdge.create(first.db, first.secrets, '203.0.113.48/28');
+  await edge.start();
+  const user = await seedUser(first.db);
+  const buy = async (url: string) => (await call(url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name: 'embedded', origin_ip: '8.8.4.4' } })).body.tunnel;
+  const t1 = await buy(first.url);
+  const p1 = await call(first.url, 'POST', `/api/dedicated/${t1.id}/provision`, { token: user.writeKey });
+  expect([p1.status, p1.body.tunnel.status]).toEqual([200, 'provisioned']);
+  expect(edge.links()).toContain(t1.tunnel_name);
+
+  await edge.kill();
+  const t2 = await buy(first.url);
+  const p2 = await call(first.url, 'POST', `/api/dedicated/${t2.id}/provision`, { token: user.writeKey });
+  expect([p2.status, p2.body.tunnel.status]).toEqual([202, 'provisioning']);
+  await first.close();
+
+  await edge.start();
+  const second = await boot();
+  try {
+    const end = Date.now() + 60_000;
+    let status = '';
+    while (Date.now() < end) {
+      status = (await call(second.url, 'GET', `/api/dedicated/${t2.id}`, { token: user.readKey })).body.tunnel.status;
+      if (status === 'provisioned') break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(status).toBe('provisioned');
+    expect(edge.links()).toContain(t2.tunnel_name);
+    expect(edge.mapElements()).toContain(t2.protected_ip);
+  } finally {
+    await second.close();
+  }
+}, 120_000);
