@@ -78,7 +78,7 @@ export function adminCli(databaseUrl: string, args: string[]): Promise<Record<st
     execFile(
       path.join(ROOT, 'node_modules/.bin/node'),
       ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args],
-      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', DATABASE_URL: databaseUrl }, timeout: 60_000 },
+      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', DATABASE_URL: databaseUrl }, timeout: 100_000 },
       (err, stdout, stderr) => {
         if (err) return reject(new Error(`admin ${args.join(' ')} failed: ${stderr || err.message}`));
         resolve(JSON.parse(stdout) as Record<string, unknown>);

@@ -190,5 +190,6 @@ describe('client rotate-secret (admin CLI) as an independent client sees it', ()
     // The bystander client was not touched.
     expect(await apiStatus(kept.access_token)).toEqual({ status: 200, error: undefined });
     expect((await oidc.refreshTokenGrant(bystanderConfig, kept.refresh_token!)).refresh_token).toMatch(/^rt_/);
-  });
+    // A CLI process starts (TypeScript through the loader) inside this test: slow on a busy machine.
+  }, 120_000);
 });
