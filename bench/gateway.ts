@@ -3,7 +3,8 @@
 // ratio to the baseline, then checks the purchase invariants held under load.
 //
 // Needs PostgreSQL (BENCH_DATABASE_URL, or the local cluster the tests use). BENCH_SECONDS sets the
-// length of each run (default 8). BENCH_ONLY=list (or pricing, purchase; comma-separated) runs the
+// length of each run (default 8), BENCH_ROUNDS how many times the baseline and the read scenarios
+// run, interleaved (default 1; the table shows each one's median). BENCH_ONLY=list (or pricing, purchase; comma-separated) runs the
 // baseline and those scenarios only. BENCH_CPU_PROF=DIR starts the gateway with --cpu-prof into DIR;
 // `node bench/profile-summary.ts DIR/*.cpuprofile` prints where its time went.
 import autocannon from 'autocannon';
@@ -25,6 +26,7 @@ const CONNECTIONS = 50;
 const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',')) : null;
 const wanted = (name: string): boolean => !ONLY || ONLY.has(name);
 const PROFILE_DIR = process.env.BENCH_CPU_PROF;
+const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 1));
 
 let warmup2xx = 0;
 /** Which processes' CPU time a run is charged: the server's own, and its database backends'. */
@@ -75,9 +77,29 @@ async function main(): Promise<void> {
       if (res.status !== 201) throw new Error(`seeding purchase failed: ${res.status} ${await res.text()}`);
     }
     process.stderr.write(`running ${SECONDS} s per scenario, ${CONNECTIONS} connections\n`);
-    const baseline = await run('bare node:http', { url: `${bare.url}/` }, { server: () => [bare.proc.pid!], database: async () => [] });
-    const pricing = wanted('pricing') ? await run('GET /api/dedicated/pricing', { url: `${gw.url}/api/dedicated/pricing` }) : null;
-    const list = wanted('list') ? await run('GET /api/dedicated (svc_ key, 20 tunnels)', { url: `${gw.url}/api/dedicated`, headers: { authorization: `Bearer ${readKey}` } }) : null;
+    // BENCH_ROUNDS > 1 interleaves the baseline with the read scenarios and keeps each one's median
+    // round: on a machine shared with other work the load moves between runs, and ratios of adjacent
+    // runs are steadier than one long run each.
+    const rounds: { baseline: Result; pricing: Result | null; list: Result | null }[] = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      if (ROUNDS > 1) process.stderr.write(`round ${i + 1} of ${ROUNDS}\n`);
+      rounds.push({
+        baseline: await run('bare node:http', { url: `${bare.url}/` }, { server: () => [bare.proc.pid!], database: async () => [] }),
+        pricing: wanted('pricing') ? await run('GET /api/dedicated/pricing', { url: `${gw.url}/api/dedicated/pricing` }) : null,
+        list: wanted('list') ? await run('GET /api/dedicated (svc_ key, 20 tunnels)', { url: `${gw.url}/api/dedicated`, headers: { authorization: `Bearer ${readKey}` } }) : null,
+      });
+    }
+    const median = (rs: Result[]): Result => [...rs].sort((a, b) => a.requests.average - b.requests.average)[Math.floor((rs.length - 1) / 2)]!;
+    const baseline = median(rounds.map((r) => r.baseline));
+    const pricing = wanted('pricing') ? median(rounds.map((r) => r.pricing!)) : null;
+    const list = wanted('list') ? median(rounds.map((r) => r.list!)) : null;
+    if (ROUNDS > 1) {
+      for (const key of ['pricing', 'list'] as const) {
+        if (!wanted(key)) continue;
+        const per = rounds.map((r) => (r[key]!.requests.average / r.baseline.requests.average).toFixed(3));
+        process.stderr.write(`  ${key}: ratio per round ${per.join(', ')}\n`);
+      }
+    }
     const purchase = wanted('purchase')
       ? await run('POST /api/dedicated (one account)', {
           url: `${gw.url}/api/dedicated`,

@@ -11,6 +11,8 @@ import type { Metrics } from '../metrics.ts';
 
 const PURCHASE_FIELDS = ['name', 'origin_ip', 'promocode'] as const;
 
+const pageJson = new WeakMap<object, string>();
+
 export function restRouter(services: Services, metrics: Metrics, openapiJson: () => string): Router {
   const router = new Router({ prefix: '/api' });
   const { tunnels, pricing, auth, config } = services;
@@ -55,7 +57,12 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     const { limit, cursor } = ctx.query;
     if (Array.isArray(limit) || Array.isArray(cursor)) throw new ApiError('invalid_request', 'limit and cursor may be given once.');
     if (limit !== undefined && !/^\d{1,3}$/.test(limit)) throw new ApiError('invalid_request', 'limit must be an integer from 1 to 100.');
-    ctx.body = await tunnels.list(who, { limit: limit === undefined ? undefined : Number(limit), cursor: cursor ?? null });
+    const page = await tunnels.list(who, { limit: limit === undefined ? undefined : Number(limit), cursor: cursor ?? null });
+    // Concurrent identical lists share one page object (TunnelService.list), so its JSON is made once.
+    let json = pageJson.get(page);
+    if (json === undefined) pageJson.set(page, (json = JSON.stringify(page)));
+    ctx.type = 'application/json';
+    ctx.body = json;
   });
 
   router.get('/dedicated/:id', async (ctx) => {
