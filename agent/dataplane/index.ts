@@ -98,8 +98,10 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
 
 /** Operations over at least this many tunnels release memory as soon as they finish. */
 const LARGE_OPERATION = 256;
-/** Otherwise memory is released once no operation has run for this long. */
+/** Otherwise memory is released once no operation has run for this long, */
 const IDLE_RELEASE_MS = 2_000;
+/** or at once when the process's resident memory is above this (the agent idles at ~85-100 MB). */
+const RELEASE_ABOVE_BYTES = 120 * 1024 * 1024;
 
 class EdgeDataplane implements DataplaneHandle {
   private queue: Promise<unknown> = Promise.resolve();
@@ -145,7 +147,9 @@ class EdgeDataplane implements DataplaneHandle {
     if (this.idleRelease) clearTimeout(this.idleRelease);
     this.idleRelease = undefined;
     if (this.closed) return;
-    if (this.largeOperation) {
+    // A one-tunnel job still reads the whole map back, so at 10,000 tunnels a run of them grows the heap
+    // too: resident memory above RELEASE_ABOVE_BYTES is handed back at once as well.
+    if (this.largeOperation || process.memoryUsage.rss() > RELEASE_ABOVE_BYTES) {
       this.largeOperation = false;
       releaseMemory();
       return;
