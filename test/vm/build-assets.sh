@@ -29,6 +29,9 @@ for p in busybox-static cpio kmod; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || { say "missing Debian package $p"; exit 1; }
 done
 mkdir -p "$CACHE"
+# One builder at a time (two test runs starting together share the cache).
+exec 9>"$CACHE/.lock"
+flock 9
 
 # linux-image-amd64 is a meta package; the real one is linux-image-<kver>.
 kernel_package() { apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1; }

@@ -76,21 +76,21 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
   };
 
   /**
-   * One exchange from the client: bash's /dev/tcp and /dev/udp (a connected socket either way), up to
-   * three fresh attempts (new source port, new conntrack entry); a broken path fails all three. TCP
-   * connects to the protected IP, so an answer came from it; the connected UDP socket gets from the
-   * kernel only datagrams whose source is the protected IP. The wait for the answer starts once the
-   * request is sent: on a loaded host the emulated guest can take seconds just to start a process, and
-   * that must not count against the network. `killAfterMs` bounds a connect that never completes.
+   * One exchange from the client, up to three fresh attempts (new source port, new conntrack entry); a
+   * broken path fails all three. TCP: socat connects to the protected IP, so an answer came from it.
+   * UDP: bash's /dev/udp is a connected socket, which the kernel hands only datagrams whose source is the
+   * protected IP; one `dd` read takes the whole datagram (bash's `read` would take one byte of it). Every
+   * wait starts at the network step itself (socat's connect-timeout, -t and -T; `timeout dd` after the
+   * send): on a loaded host the emulated guest can take seconds just to start a process.
    */
-  const client = async (proto: 'tcp' | 'udp', ip: string, attempts = 3, killAfterMs = 90_000): Promise<string> => {
-    const port = proto === 'tcp' ? TCP_PORT : UDP_PORT;
+  const client = async (proto: 'tcp' | 'udp', ip: string, attempts = 3): Promise<string> => {
     let out = '';
     for (let i = 0; i < attempts && !out.includes('peer='); i++) {
-      // One read of up to 4 KiB takes the whole datagram (bash's `read` takes a byte, and UDP drops the rest).
-      const answer = proto === 'tcp' ? 'read -t 10 -r l <&3 && echo "$l"' : 'timeout 10 dd bs=4096 count=1 status=none <&3';
-      const script = `exec 3<>/dev/${proto}/${ip}/${port} && echo hello-${proto}-${i} >&3 && ${answer}`;
-      const r = await vm.exec({ ns: 'client', argv: ['bash', '-c', script], timeoutMs: killAfterMs });
+      const argv =
+        proto === 'tcp'
+          ? ['socat', '-t10', '-T10', '-', `TCP4:${ip}:${TCP_PORT},connect-timeout=10`]
+          : ['bash', '-c', `exec 3<>/dev/udp/${ip}/${UDP_PORT} && echo hello-udp-${i} >&3 && timeout 10 dd bs=4096 count=1 status=none <&3`];
+      const r = await vm.exec({ ns: 'client', argv, input: `hello-tcp-${i}\n`, timeoutMs: 120_000 });
       out = r.stdout.trim();
       if (!out.includes('peer=')) process.stderr.write(`test/vm: ${proto} ${ip} attempt ${i + 1}: no answer after ${r.ms} ms (exit ${r.code ?? r.signal}) ${r.stderr.trim()}\n`);
     }
@@ -218,7 +218,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
       const ct = await vm.exec({ ns: 'edge', argv: ['conntrack', '-L', '-d', plain.protected_ip] });
       expect(ct.stdout).not.toContain(`dst=${plain.protected_ip}`);
 
-      expect(await client('tcp', plain.protected_ip, 1, 30_000)).not.toContain('peer=');
+      expect(await client('tcp', plain.protected_ip, 1)).not.toContain('peer=');
       expect(await client('tcp', keyed.protected_ip)).toContain(`peer=${LAB.client}`);
 
       expect((await vm.dataplane({ op: 'remove', tunnel: keyed })).removed).toBe(1);
@@ -353,7 +353,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
       expect(await vm.run('edge', ['nft', 'list', 'map', 'ip', 'tunnelgate', 'protected'])).not.toContain(tunnel.protected_ip);
       expect((await vm.exec({ ns: 'edge', argv: ['conntrack', '-L', '-d', tunnel.protected_ip] })).stdout).not.toContain(`dst=${tunnel.protected_ip}`);
       expect(await stock()).toBe(stockBefore);
-      expect(await client('tcp', tunnel.protected_ip, 1, 30_000)).not.toContain('peer=');
+      expect(await client('tcp', tunnel.protected_ip, 1)).not.toContain('peer=');
 
       await vm.run('origin', ['bash', '-s', '--', '--remove'], script);
       await vm.stop('udp-product');

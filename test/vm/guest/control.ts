@@ -113,7 +113,13 @@ function reply(res: ServerResponse, status: number, value: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(value));
 }
 
+// If the host's test dies without shutting the VM down (a killed test worker), nobody talks to this
+// server again: stop after a long silence, and init powers the guest off, so no orphaned QEMU lingers.
+const IDLE_EXIT_MS = 10 * 60_000;
+const idle = setTimeout(() => process.exit(3), IDLE_EXIT_MS);
+
 const server = createServer((req, res) => {
+  idle.refresh();
   void (async () => {
     const url = new URL(req.url ?? '/', 'http://guest');
     try {
