@@ -46,7 +46,17 @@ export async function createTestDatabase(opts: { poolMax?: number } = {}): Promi
       await database.close();
       const a = new pg.Client({ connectionString: adminUrl });
       await a.connect();
-      await a.query(`drop database if exists ${name} with (force)`);
+      // FORCE refuses to end a session it may not signal: an autovacuum worker (no role) busy on the
+      // database, common after the job queue's churn. It is gone a moment later, so try again.
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await a.query(`drop database if exists ${name} with (force)`);
+          break;
+        } catch (e) {
+          if (attempt > 50 || !/pg_signal_backend/.test((e as Error).message)) throw e;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
       await a.end();
     },
   };
