@@ -12,7 +12,10 @@ import { openOrm } from '../../server/db/orm.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { TestEdge } from '../helpers/edge.ts';
-import { isRoot } from '../netns/netns.ts';
+import { isRoot, TestNetns } from '../netns/netns.ts';
+import { standinPeerName } from '../../agent/dataplane/index.ts';
+import { innerSubnet, parseCidr } from '../../server/domain/ip.ts';
+import { expectMatchesOpenApi } from '../helpers/openapi.ts';
 
 async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 30_000): Promise<T> {
   const end = Date.now() + ms;
@@ -59,6 +62,7 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
     const p = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
     expect(p.status).toBe(200);
     expect(p.body.tunnel.status).toBe('provisioned');
+    expectMatchesOpenApi('post', '/api/dedicated/{id}/provision', p.status, p.body, p.headers);
     expect(edge.links()).toContain(t.tunnel_name);
     expect(edge.mapElements()).toContain(t.protected_ip);
     expect(edge.count('apply', t.id)).toBe(1);
@@ -73,15 +77,57 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
     expect(a.body.error_description).toMatch(/origin script/);
     expect(a.status).toBe(409);
     expect(a.body.error).toBe('invalid_state');
+    expectMatchesOpenApi('post', '/api/dedicated/{id}/activate', a.status, a.body, a.headers);
     expect(edge.count('probe', t.id)).toBe(1);
     expect(await status(t.id)).toBe('provisioned');
 
     const d = await call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey });
     expect(d.status).toBe(200);
     expect(d.body.tunnel.status).toBe('deleted');
+    expectMatchesOpenApi('delete', '/api/dedicated/{id}', d.status, d.body, d.headers);
     expect(edge.links()).not.toContain(t.tunnel_name);
     expect(edge.mapElements()).not.toContain(t.protected_ip);
     expect(await ipOwner(t.protected_ip)).toBeNull();
+  }, 60_000);
+
+  it('once the origin answers through the tunnel, activate is 200 active (the agent probed it); again is 409', async () => {
+    const t = await buy('with-origin');
+    expect((await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey })).status).toBe(200);
+    const { rows } = await gw.testDb.raw.query<{ inner_index: number; inner_pool: string }>(
+      'select t.inner_index, n.inner_pool from tunnel t join edge_node n on n.id = t.node_id where t.id = $1',
+      [t.id],
+    );
+    const inner = innerSubnet(parseCidr(rows[0]!.inner_pool), rows[0]!.inner_index);
+    const originInnerIp = inner.originInner.split('/')[0]!;
+    // The origin: the stand-in's far end becomes its tunnel link, set up as the origin script does
+    // (inner address, replies from the inner address routed into the tunnel), point-to-point like GRE.
+    const origin = new TestNetns();
+    try {
+      const peer = standinPeerName(t.tunnel_name);
+      const mac = (edge.netns.ipJson<{ address: string }[]>('link', 'show', 'dev', t.tunnel_name)[0]!).address;
+      edge.netns.run('ip', 'link', 'set', 'dev', t.tunnel_name, 'arp', 'off');
+      edge.netns.run('ip', 'link', 'set', 'dev', peer, 'address', mac, 'arp', 'off', 'netns', origin.name);
+      origin.run('ip', 'link', 'set', 'lo', 'up');
+      origin.run('ip', 'link', 'set', 'dev', peer, 'name', t.tunnel_name);
+      origin.run('ip', 'link', 'set', 'dev', t.tunnel_name, 'mtu', '1476', 'up');
+      origin.run('ip', 'addr', 'replace', inner.originInner, 'dev', t.tunnel_name);
+      origin.run('ip', 'route', 'replace', 'default', 'dev', t.tunnel_name, 'table', '100');
+      origin.run('ip', 'rule', 'add', 'from', originInnerIp, 'lookup', '100');
+      await edge.netns.waitForPing(originInnerIp);
+
+      const a = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey });
+      expect(a.status).toBe(200);
+      expect(a.body.tunnel.status).toBe('active');
+      expectMatchesOpenApi('post', '/api/dedicated/{id}/activate', a.status, a.body, a.headers);
+      expect(await status(t.id)).toBe('active');
+      const again = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey });
+      expect([again.status, again.body.error]).toEqual([409, 'invalid_state']);
+      const d = await call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey });
+      expect([d.status, d.body.tunnel.status]).toEqual([200, 'deleted']);
+      expect(edge.links()).not.toContain(t.tunnel_name);
+    } finally {
+      origin.delete();
+    }
   }, 60_000);
 
   it('activate before provision is 409; a read key cannot provision', async () => {
@@ -100,6 +146,7 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
     const p = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
     expect(p.status).toBe(202);
     expect(p.body.tunnel.status).toBe('provisioning');
+    expectMatchesOpenApi('post', '/api/dedicated/{id}/provision', p.status, p.body, p.headers);
     expect(edge.links()).not.toContain(t.tunnel_name);
 
     await edge.start();
