@@ -65,7 +65,8 @@ export class EdgeQueue {
 
   /** Whether a job for this tunnel is queued, retrying or running. */
   async hasLiveJob(tunnelId: string): Promise<boolean> {
-    const jobs = await this.boss.findJobs<TunnelJobData>(EDGE_QUEUE, { data: { tunnelId }, queued: true });
+    // `queued: true` would leave out active jobs; a tunnel has few jobs, so filter here.
+    const jobs = await this.boss.findJobs<TunnelJobData>(EDGE_QUEUE, { data: { tunnelId } });
     return jobs.some((j) => j.state === 'created' || j.state === 'retry' || j.state === 'active');
   }
 

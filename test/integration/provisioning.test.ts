@@ -130,6 +130,18 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
     }
   }, 60_000);
 
+  it('a tunnel left provisioning with no job (a crash between commit and enqueue) is queued by the sweeper', async () => {
+    const t = await buy('orphan');
+    await gw.testDb.raw.query(`update tunnel set status = 'provisioning' where id = $1`, [t.id]);
+    expect(await gw.services.provisioning.sweep(0)).toBeGreaterThanOrEqual(1);
+    // Its job is live now: a second sweep does not queue it again.
+    const again = await gw.services.provisioning.sweep(0);
+    await until('provisioned', async () => (await status(t.id)) === 'provisioned');
+    expect(again).toBe(0);
+    expect(edge.count('apply', t.id)).toBe(1);
+    expect(edge.links()).toContain(t.tunnel_name);
+  }, 60_000);
+
   it('activate before provision is 409; a read key cannot provision', async () => {
     const t = await buy('early');
     const a = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey });
