@@ -60,7 +60,15 @@ export class EdgeQueue {
 
   /** Queues work for one tunnel; resolves with the job id. */
   async send(data: TunnelJobData): Promise<string | null> {
-    return this.boss.send(EDGE_QUEUE, data, { singletonKey: data.nodeId });
+    // Retry settings go on each job too: the queue's own were fixed by whichever replica created it.
+    return this.boss.send(EDGE_QUEUE, data, {
+      singletonKey: data.nodeId,
+      retryLimit: this.opts.retryLimit,
+      retryDelay: 1,
+      retryBackoff: true,
+      retryDelayMax: 60,
+      expireInSeconds: this.opts.expireInSeconds,
+    });
   }
 
   /** Whether a job for this tunnel is queued, retrying or running. */

@@ -141,6 +141,32 @@ describe.skipIf(!isRoot)('faults: agent killed and SSH cut mid-job', () => {
   }, 120_000);
 });
 
+describe.skipIf(!isRoot)('faults: an edge that stays down', () => {
+  it('retries spent: the tunnel ends failed, keeps its IP and its one charge, and provisions again once the agent is up', async () => {
+    const gw = await startGateway({ config: { edgeWaitMs: 500, edgeJobTimeoutMs: 2000, edgeRetryLimit: 1 } });
+    const secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
+    await gw.services.provisioning.start(secrets, { worker: true });
+    const edge = await TestEdge.create(gw.testDb.db, secrets, '203.0.113.64/28');
+    try {
+      const user = await seedUser(gw.testDb.db);
+      const t = (await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name: 'down', origin_ip: '8.8.4.4' } })).body.tunnel as Bought;
+      const p = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
+      expect([p.status, p.body.tunnel.status]).toEqual([202, 'provisioning']);
+      const status = async () => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [t.id])).rows[0]!.status;
+      await until('failed', async () => (await status()) === 'failed');
+      const activate = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey });
+      expect([activate.status, activate.body.error]).toEqual([409, 'invalid_state']);
+      await edge.start();
+      const again = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
+      expect([again.status, again.body.tunnel.status]).toEqual([200, 'provisioned']);
+      await expectConsistent(gw.testDb.raw, user.accountId, [t], edge, 'provisioned');
+    } finally {
+      await gw.close();
+      await edge.close();
+    }
+  }, 120_000);
+});
+
 describe.skipIf(!isRoot || !canRunPrivatePostgres)('faults: PostgreSQL restarted under load', () => {
   let cluster: PrivatePostgres;
   let gw: RunningGateway;
