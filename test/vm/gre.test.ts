@@ -18,14 +18,15 @@ import { TestVm, buildAssets, vmRequired, vmUnavailable } from './vm.ts';
 const unavailable = vmUnavailable();
 if (unavailable) process.stderr.write(`test/vm: ${vmRequired ? 'REQUIRED (TUNNELGATE_VM=require or CI) but cannot run' : 'skipping the GRE VM test'}: ${unavailable}\n`);
 
+// Inner subnets from the top of 100.64.0.0/10: the gateway in the product tests allocates from its bottom.
 const plain: TunnelSpec = {
   id: '0a1b2c3d-0000-4000-8000-000000000001',
   tunnel_name: 'tg-vmplain',
   protected_ip: '203.0.113.10',
   origin_ip: LAB.origin,
   edge_ip: LAB.edge,
-  edge_inner: '100.64.0.1/30',
-  origin_inner: '100.64.0.2/30',
+  edge_inner: '100.127.0.1/30',
+  origin_inner: '100.127.0.2/30',
   mtu: 1476,
 };
 // With a GRE key the header grows by 4 bytes: MTU 1472.
@@ -35,8 +36,8 @@ const keyed: TunnelSpec = {
   protected_ip: '203.0.113.11',
   origin_ip: LAB.origin,
   edge_ip: LAB.edge,
-  edge_inner: '100.64.0.5/30',
-  origin_inner: '100.64.0.6/30',
+  edge_inner: '100.127.0.5/30',
+  origin_inner: '100.127.0.6/30',
   mtu: 1472,
   gre_key: 4242,
 };
@@ -129,10 +130,16 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
       await serve('tcp-server', 'tcp');
     }, 120_000);
 
+    // Whatever the tests above left (they stop at the first failed assertion), the product tests start clean.
     afterAll(async () => {
-      await vm?.dataplane({ op: 'close' }).catch(() => undefined);
-      await vm?.stop('tcp-server').catch(() => undefined);
-    });
+      if (!vm) return;
+      const quiet = () => undefined;
+      for (const t of [plain, keyed]) await vm.dataplane({ op: 'remove', tunnel: t }).catch(quiet);
+      await vm.dataplane({ op: 'close' }).catch(quiet);
+      await vm.exec({ ns: 'edge', argv: ['nft', 'delete', 'table', 'ip', 'tg_vm'] }).catch(quiet);
+      for (const t of [plain, keyed]) await vm.exec({ ns: 'origin', argv: ['bash', '-s', '--', '--remove'], input: originScript(t) }).catch(quiet);
+      for (const p of ['tcp-server', 'udp-plain', 'udp-keyed']) await vm.stop(p).catch(quiet);
+    }, 120_000);
 
     it('apply creates a GRE link edge → origin; the probe says unreachable while the origin is not set up', async () => {
       expect(await timed('apply', () => vm.dataplane({ op: 'apply', tunnel: plain }))).toEqual({ added: 1, changed: 0, removed: 0, unchanged: 0 });
