@@ -11,6 +11,7 @@ import type { Database } from '../db/database.ts';
 import { CLIENT_CHANGED_CHANNEL, getClient } from '../domain/clients.ts';
 import type { UserClaimsSource } from './accounts.ts';
 import { Prefetched } from './prefetch.ts';
+import { requestScope } from './request-scope.ts';
 
 /** oidc-provider's model name (AuthorizationCode, RefreshToken, Grant, Session, Interaction, Client, ...). */
 type Kind = string;
@@ -111,13 +112,31 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
       const clientId = payload.clientId ?? (typeof params?.client_id === 'string' ? params.client_id : null);
       // A Grant row carries its own id as grant id, so revoking a grant removes it with its tokens.
       const grantId = this.kind === 'Grant' ? id : (payload.grantId ?? null);
+      const row = [this.kind, id, JSON.stringify(payload), grantId, clientId, payload.uid ?? null, expiresAt(payload, expiresIn)];
+      const scope = requestScope.getStore();
+      const pending = this.kind === 'RefreshToken' ? scope?.pendingConsume : undefined;
+      if (scope && pending) {
+        // The refresh token issued for a redeemed code or refresh token: mark that one used and store
+        // this one in one statement. The same conditional update as consume(): when another request
+        // consumed it first, nothing is stored and this request fails with invalid_grant.
+        scope.pendingConsume = undefined;
+        const stored = await db.query(
+          `with used as (update oidc_payload set consumed_at = now() where kind = ? and id = ? and consumed_at is null returning 1)
+           insert into oidc_payload (kind, id, payload, grant_id, client_id, uid, expires_at)
+           select ?, ?, ?::jsonb, ?, ?, ?, to_timestamp(?::bigint) where exists (select 1 from used)
+           returning 1`,
+          [pending.kind, pending.id, ...row],
+        );
+        if (stored.length === 0) throw alreadyConsumed(pending.kind);
+        return;
+      }
       await db.query(
         `insert into oidc_payload (kind, id, payload, grant_id, client_id, uid, expires_at)
          values (?, ?, ?::jsonb, ?, ?, ?, to_timestamp(?::bigint))
          on conflict (kind, id) do update
            set payload = excluded.payload, grant_id = excluded.grant_id, client_id = excluded.client_id,
                uid = excluded.uid, expires_at = excluded.expires_at`,
-        [this.kind, id, JSON.stringify(payload), grantId, clientId, payload.uid ?? null, expiresAt(payload, expiresIn)],
+        row,
       );
     }
 
@@ -161,8 +180,14 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
      * refresh token exactly one changes the row; the others fail with invalid_grant.
      */
     async consume(id: string): Promise<void> {
-      const rows = await db.query('update oidc_payload set consumed_at = now() where kind = ? and id = ? and consumed_at is null returning id', [this.kind, id]);
-      if (rows.length === 0) throw new errors.InvalidGrant(`${this.kind === 'RefreshToken' ? 'refresh token' : 'authorization code'} already consumed`);
+      const scope = requestScope.getStore();
+      if (scope && !scope.pendingConsume && (this.kind === 'AuthorizationCode' || this.kind === 'RefreshToken')) {
+        // Done together with storing the refresh token this request issues (see upsert), or when the
+        // request ends (consumePending), whichever comes first; never after the response is sent.
+        scope.pendingConsume = { kind: this.kind, id };
+        return;
+      }
+      await consumeNow(db, this.kind, id);
     }
 
     async destroy(id: string): Promise<void> {
@@ -173,6 +198,31 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
       await db.query('delete from oidc_payload where kind = ? and grant_id = ?', [this.kind, grantId]);
     }
   };
+}
+
+const alreadyConsumed = (kind: string) => new errors.InvalidGrant(`${kind === 'RefreshToken' ? 'refresh token' : 'authorization code'} already consumed`);
+
+/** The conditional update: exactly one of several concurrent calls for one artifact succeeds. */
+async function consumeNow(db: Database, kind: string, id: string): Promise<void> {
+  const rows = await db.query('update oidc_payload set consumed_at = now() where kind = ? and id = ? and consumed_at is null returning id', [kind, id]);
+  if (rows.length === 0) throw alreadyConsumed(kind);
+}
+
+/**
+ * Consumes what the request left pending (it issued no refresh token). Returns the invalid_grant error
+ * when another request consumed it first; the caller must then answer that instead of the tokens.
+ */
+export async function consumePending(db: Database, scope: { pendingConsume?: { kind: string; id: string } }): Promise<errors.InvalidGrant | null> {
+  const pending = scope.pendingConsume;
+  if (!pending) return null;
+  scope.pendingConsume = undefined;
+  try {
+    await consumeNow(db, pending.kind, pending.id);
+    return null;
+  } catch (e) {
+    if (e instanceof errors.InvalidGrant) return e;
+    throw e;
+  }
 }
 
 /** Deletes expired artifacts. Consumed refresh tokens stay until they expire, so a reuse is still recognised. */

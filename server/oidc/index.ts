@@ -8,7 +8,8 @@ import { ApiError } from '../domain/errors.ts';
 import { RateLimiter } from '../http/middleware/rate-limit.ts';
 import type { Logger } from '../log.ts';
 import { AccessTokenVerifier, looksLikeJwt } from './access-tokens.ts';
-import { CachedClientSource, purgeExpired } from './adapter.ts';
+import { CachedClientSource, consumePending, purgeExpired } from './adapter.ts';
+import { requestScope, type RequestScope } from './request-scope.ts';
 import { revokeJwtAfterProvider, userinfo } from './endpoints.ts';
 import { interactionRoutes } from './interactions.ts';
 import { addressKey, LoginLimiter, type Limit } from './login-limits.ts';
@@ -129,10 +130,18 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
       }
       await mw(ctx, () => dispatch(i + 1));
     };
+    const scope: RequestScope = {};
     try {
-      await dispatch(0);
+      await requestScope.run(scope, () => dispatch(0));
     } finally {
       ctx.path = original;
+    }
+    // A redemption whose consume was deferred but that stored no refresh token: consume it now, before
+    // the response leaves; if another request won the race, the tokens in this response are withdrawn.
+    const lost = await consumePending(c.db, scope);
+    if (lost) {
+      ctx.status = 400;
+      ctx.body = { error: 'invalid_grant', error_description: lost.error_detail ?? 'grant request is invalid' };
     }
   }
 

@@ -3,7 +3,8 @@
 // destroy, revokeByGrantId, purge of expired rows) checked through a plain pg pool.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errors } from 'oidc-provider';
-import { postgresAdapter, purgeExpired } from '../../server/oidc/adapter.ts';
+import { consumePending, postgresAdapter, purgeExpired } from '../../server/oidc/adapter.ts';
+import { requestScope, type RequestScope } from '../../server/oidc/request-scope.ts';
 import { TTL } from '../../server/oidc/provider.ts';
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { exchange, newClient, newUser, signIn, token } from '../helpers/oidc-login.ts';
@@ -64,6 +65,43 @@ describe('adapter contract', () => {
     expect(await new A('RefreshToken').find('code-1')).toBeUndefined();
     await codes.destroy('code-1');
     expect(await codes.find('code-1')).toBeUndefined();
+  });
+
+  it('in a request, consume is done with the refresh-token insert, once; a loser stores nothing', async () => {
+    const A = Adapter();
+    const codes = new A('AuthorizationCode');
+    const rts = new A('RefreshToken');
+    await codes.upsert('code-2', { grantId: 'g-5' }, 60);
+    const redeem = (rtId: string) => {
+      const scope: RequestScope = {};
+      return requestScope.run(scope, async () => {
+        await codes.consume('code-2');
+        // Deferred: nothing written yet.
+        expect((await codes.find('code-2'))?.consumed).toBeUndefined();
+        await rts.upsert(rtId, { grantId: 'g-5', clientId: 'cl_x' }, 60);
+        return scope;
+      });
+    };
+    const [a, b] = await Promise.allSettled([redeem('rt-win-1'), redeem('rt-win-2')]);
+    const won = [a, b].filter((r) => r.status === 'fulfilled');
+    expect(won).toHaveLength(1);
+    const lost = [a, b].find((r) => r.status === 'rejected') as PromiseRejectedResult;
+    expect(lost.reason).toBeInstanceOf(errors.InvalidGrant);
+    expect(typeof (await codes.find('code-2'))?.consumed).toBe('number');
+    const stored = [await rts.find('rt-win-1'), await rts.find('rt-win-2')].filter(Boolean);
+    expect(stored).toHaveLength(1);
+  });
+
+  it('what a request left pending is consumed when it ends; a second time it is invalid_grant', async () => {
+    const A = Adapter();
+    const codes = new A('AuthorizationCode');
+    await codes.upsert('code-3', { grantId: 'g-6' }, 60);
+    const scopes: RequestScope[] = [{}, {}];
+    for (const scope of scopes) await requestScope.run(scope, () => codes.consume('code-3'));
+    expect(scopes.every((x) => x.pendingConsume?.id === 'code-3')).toBe(true);
+    expect(await consumePending(gw.testDb.db, scopes[0]!)).toBeNull();
+    expect(await consumePending(gw.testDb.db, scopes[1]!)).toBeInstanceOf(errors.InvalidGrant);
+    expect(await consumePending(gw.testDb.db, {})).toBeNull();
   });
 
   it('revokeByGrantId removes that grant\'s rows of that model only', async () => {
