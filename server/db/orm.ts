@@ -9,6 +9,7 @@ import type { MikroORM } from '@mikro-orm/core';
 import type { AbstractSqlDriver, EntityManager } from '@mikro-orm/sql';
 import { entities } from './entities.ts';
 import { migrationsList } from './migrations/index.ts';
+import './release-on-failed-rollback.ts';
 
 /** Both drivers are PostgreSQL-flavoured SQL drivers; code above this module sees only that. */
 export type Orm = MikroORM<AbstractSqlDriver>;
