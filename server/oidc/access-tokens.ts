@@ -21,6 +21,7 @@ export interface LiveAccessToken {
   role: Role;
 }
 
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const JWT_RE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
 /** True for anything shaped like a compact JWS: the Authenticator routes those here. */
@@ -58,14 +59,15 @@ export class AccessTokenVerifier {
   /** A current token whose grant still exists, with the user's account and role; else invalid_token (401). */
   async verify(token: string): Promise<LiveAccessToken> {
     const claims = await this.decode(token);
-    if (!claims) throw invalidToken('The access token is malformed, expired or not issued here.');
+    if (!claims || !UUID_RE.test(claims.sub)) throw invalidToken('The access token is malformed, expired or not issued here.');
+    // Both lookups by primary key: the grant by (kind, id), the user by id.
     const [row] = await this.db.hot<{ account_id: string; role: Role }>(
       'oidc_access_grant',
       `select u.account_id, u.role
-         from oidc_payload g join app_user u on u.id::text = g.payload->>'accountId'
-        where g.kind = 'Grant' and g.id = ? and g.client_id = ? and u.id::text = ?
+         from oidc_payload g join app_user u on u.id = ?::uuid
+        where g.kind = 'Grant' and g.id = ? and g.client_id = ? and g.payload->>'accountId' = ?
           and (g.expires_at is null or g.expires_at > now())`,
-      [claims.gid, claims.client_id, claims.sub],
+      [claims.sub, claims.gid, claims.client_id, claims.sub],
     );
     if (!row) throw invalidToken('The access token was revoked.');
     return { claims, accountId: row.account_id, role: row.role };

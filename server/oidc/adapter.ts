@@ -152,7 +152,8 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
           `select t.payload, t.consumed_at, g.payload as grant_payload, u.id as user_id, u.name, u.picture, u.email
              from oidc_payload t
              left join oidc_payload g on g.kind = 'Grant' and g.id = t.grant_id
-             left join app_user u on u.id::text = t.payload->>'accountId'
+             left join app_user u on u.id = case when t.payload->>'accountId' ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                                                 then (t.payload->>'accountId')::uuid end
             where t.kind = ? and t.id = ?`,
           [this.kind, id],
         );
