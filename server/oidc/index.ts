@@ -148,12 +148,21 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   const middleware: Middleware = async (ctx, next) => {
     if (prefix && ctx.path !== prefix && !ctx.path.startsWith(`${prefix}/`)) return next();
     const rest = ctx.path.slice(prefix.length) || '/';
+    // The route label of the request metrics (server/http/app.ts), with uids folded.
+    const label = (route: string) => {
+      ctx._matchedRoute = route;
+    };
     if (rest.startsWith('/interaction/')) {
-      if (await pages(ctx, rest.slice('/interaction/'.length))) return;
+      // Labelled only once handled: the pages accept `<uid>` and `<uid>/(login|consent)`, so the label set stays small.
+      if (await pages(ctx, rest.slice('/interaction/'.length))) return label(rest.replace(/^\/interaction\/[^/]+/, '/interaction/:uid'));
       return next();
     }
-    if (rest === '/oauth/userinfo') return userinfo(ctx, accessTokens, c.db);
+    if (rest === '/oauth/userinfo') {
+      label(rest);
+      return userinfo(ctx, accessTokens, c.db);
+    }
     if (!PROVIDER_PATHS.test(rest)) return next();
+    label(rest.replace(/^\/oauth\/authorize\/.+$/, '/oauth/authorize/:uid'));
     const clientCall = rest === '/oauth/token' || rest === '/oauth/revoke';
     const address = addressKey(ctx.ip);
     if (clientCall && ctx.method === 'POST') {

@@ -347,6 +347,17 @@ describe('access tokens at the API', () => {
   });
 });
 
+describe('metrics', () => {
+  it('label issuer requests by route, with uids folded', async () => {
+    await tokens();
+    const text = await (await fetch(`${gw.url}/metrics`)).text();
+    for (const route of ['/oauth/authorize', '/oauth/authorize/:uid', '/interaction/:uid', '/interaction/:uid/login', '/interaction/:uid/consent', '/oauth/token']) {
+      expect(text).toContain(`route="${route}"`);
+    }
+    expect(text).not.toMatch(/route="\/interaction\/[A-Za-z0-9_-]{20,}/);
+  });
+});
+
 describe('rate limits on the token endpoint', () => {
   it('per client address: 429 with Retry-After once the budget is spent', async () => {
     const small = await startGateway({ config: { rateLimitPerMinute: 1, rateLimitBurst: 3 } });
