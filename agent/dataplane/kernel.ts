@@ -8,6 +8,7 @@ import type { Conntrack } from './conntrack.ts';
 import type { KernelView, ObservedLink, OwnedTunnel, Plan } from './diff.ts';
 import type { LinkDriver } from './links.ts';
 import { writeSysctls } from './netns.ts';
+import { collectBetweenPhases } from './memory.ts';
 
 export const DNAT_MAP = RULESET_DEFAULTS.dnatMap;
 export const COUNTER_MAP = RULESET_DEFAULTS.counterMap;
@@ -129,6 +130,9 @@ const ignoreCode =
     throw e;
   };
 
+/** Plans with at least this many link steps collect garbage between their phases. */
+const LARGE_PLAN = 2048;
+
 /** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
 export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number }> {
   const steps = plan.linkSteps;
@@ -138,7 +142,11 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
     (s) => k.rtnl.deleteLink(s.name).catch(ignoreCode('ENODEV')),
   );
   const creates = steps.filter((s) => s.op === 'create');
+  // Large plans collect between phases (memory.ts): a lower peak for ~2% of the time.
+  const between = steps.length + plan.linkDeletes.length >= LARGE_PLAN ? collectBetweenPhases : () => undefined;
+  between();
   await inChunks(creates, (s) => k.driver.create(k.rtnl, s.spec));
+  between();
   const index = new Map([...view.links.values()].map((l) => [l.name, l.index]));
   if (creates.length > 0) {
     const fresh = await getLinks(k, creates.map((c) => c.name));
@@ -168,6 +176,7 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
     else if (s.op === 'up') later.push(() => k.rtnl.setLinkUp(idx(s.name)));
   }
   await inChunks(later, (f) => f());
+  between();
 
   // 3. One atomic nft batch; a changed element is delete + add in it.
   const n = plan.nft;
