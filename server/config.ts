@@ -90,6 +90,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     edgeWorker: env.EDGE_WORKER === undefined || env.EDGE_WORKER === '' ? true : bool(env, 'EDGE_WORKER'),
     edgeWorkerConcurrency: int(env, 'EDGE_WORKER_CONCURRENCY', 8, 1, 256),
     edgeSweepSeconds: int(env, 'EDGE_SWEEP_SECONDS', 30, 1, 3600),
-    edgeJobExpireSeconds: int(env, 'EDGE_JOB_EXPIRE_SECONDS', 60, 1, 3600),
+    edgeJobExpireSeconds: int(env, 'EDGE_JOB_EXPIRE_SECONDS', 30, 1, 3600),
   };
 }

@@ -37,11 +37,15 @@ export class EdgeQueue {
 
   static async open(db: Database, opts: QueueOptions, log: Logger): Promise<EdgeQueue> {
     let boss: PgBoss;
+    // A job left `active` by a worker that died (or whose completion was lost to a database restart)
+    // holds its node's singleton slot until pg-boss expires it, which its monitor pass does; the default
+    // pass every 60 s would stall that node for minutes, so it runs every 10 s (one cheap, try-locked query).
+    const timing = { superviseIntervalSeconds: 10, monitorIntervalSeconds: 10 };
     if (db.url) {
-      boss = new PgBoss({ connectionString: db.url, schema: BOSS_SCHEMA, max: 5, useListenNotify: true, application_name: 'tunnelgate-queue' });
+      boss = new PgBoss({ connectionString: db.url, schema: BOSS_SCHEMA, max: 5, useListenNotify: true, application_name: 'tunnelgate-queue', ...timing });
     } else {
       const conn = db.orm.em.getConnection() as unknown as { getNativeClient(): Promise<PGliteLike> };
-      boss = new PgBoss({ db: fromPglite(await conn.getNativeClient()), backend: 'pglite', schema: BOSS_SCHEMA, useListenNotify: true });
+      boss = new PgBoss({ db: fromPglite(await conn.getNativeClient()), backend: 'pglite', schema: BOSS_SCHEMA, useListenNotify: true, ...timing });
     }
     // pg-boss reports connection trouble (a restarting PostgreSQL) here and carries on; never crash on it.
     boss.on('error', (err: Error) => log.warn('queue error', { err: err.message }));

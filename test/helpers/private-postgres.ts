@@ -1,7 +1,7 @@
 // A throw-away PostgreSQL cluster of its own (initdb + pg_ctl as the postgres user, in a temp dir, on a
 // free loopback port) for tests that restart or stop the server: the shared test cluster serves every
 // other test file in parallel and must never be restarted.
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -35,8 +35,11 @@ export interface PrivatePostgres {
   /** Superuser URL of database `postgres`. */
   url: string;
   urlFor(database: string): string;
-  /** pg_ctl restart -m fast: every connection is cut, the server is back when this returns. */
-  restart(): void;
+  /**
+   * pg_ctl restart -m fast: every connection is cut, the server is back when this resolves. Run
+   * asynchronously so the gateway under test (in this process) keeps running through it.
+   */
+  restart(): Promise<void>;
   stop(): void;
 }
 
@@ -59,7 +62,12 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   return {
     url: urlFor('postgres'),
     urlFor,
-    restart: () => ctl('-m', 'fast', '-o', opts, '-l', join(dir, 'log'), 'restart'),
+    restart: () =>
+      new Promise<void>((resolve, reject) => {
+        execFile('runuser', ['-u', 'postgres', '--', join(bin, 'pg_ctl'), '-D', data, '-w', '-t', '120', '-m', 'fast', '-o', opts, '-l', join(dir, 'log'), 'restart'], (err, _out, stderr) =>
+          err ? reject(new Error(`pg_ctl restart: ${err.message} ${stderr}`)) : resolve(),
+        );
+      }),
     stop: () => {
       try {
         ctl('-m', 'immediate', 'stop');

@@ -29,7 +29,7 @@ it.skipIf(!canRunPrivatePostgres)('transactions cut by a restart fail, and every
   // As many as the pool holds, all in the middle of a transaction when the server restarts.
   const cut = Array.from({ length: 4 }, () => tx().catch((e: Error) => e.message));
   await new Promise((r) => setTimeout(r, 100));
-  cluster.restart();
+  await cluster.restart();
   for (const r of await Promise.all(cut)) expect(r).not.toBe('ok');
   const timeout = () => new Promise((r) => setTimeout(() => r('no connection within 5 s'), 5000));
   for (let i = 0; i < 8; i++) expect(await Promise.race([tx(), timeout()])).toBe('ok');
