@@ -56,7 +56,10 @@ if [[ $(cat "$KDIR/ready" 2>/dev/null) != "$BUILDER" ]]; then
     say "download failed: apt-get update and retry"
     apt-get update -q >&2
     PKG=$(kernel_package) KVER=${PKG#linux-image-}
-    rm -rf "$KDIR" && KDIR=$CACHE/$KVER && mkdir -p "$KDIR/deb" && chown _apt "$KDIR/deb" 2>/dev/null || true
+    rm -rf "$KDIR"
+    KDIR=$CACHE/$KVER
+    mkdir -p "$KDIR/deb"
+    chown _apt "$KDIR/deb" 2>/dev/null || true
     (cd "$KDIR/deb" && apt-get download -q "$PKG" >&2)
   fi
   say "unpacking $PKG ($((SECONDS - t0)) s so far)"
@@ -83,7 +86,7 @@ if [[ $(cat "$KDIR/ready" 2>/dev/null) != "$BUILDER" ]]; then
   say "building the modules archive"
   depmod -b "$X" "$KVER"
   MD=$X/lib/modules/$KVER
-  MODULES+=($(find "$MD/kernel/net" -name 'nft_*.ko*' -printf '%f\n' | sed 's/\.ko.*//'))
+  mapfile -t -O "${#MODULES[@]}" MODULES < <(find "$MD/kernel/net" -name 'nft_*.ko*' -printf '%f\n' | sed 's/\.ko.*//')
   S=$KDIR/stage
   mkdir -p "$S"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,host,upper,newroot,etc,lib/modules/"$KVER"}
   cp /bin/busybox "$S/bin/busybox"

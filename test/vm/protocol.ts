@@ -1,6 +1,6 @@
 // What the host's test and the guest's control server (test/vm/guest/control.ts) say to each other,
 // as JSON over HTTP through a port QEMU forwards from the host's loopback into the guest.
-import type { ChangeCounts, ProbeResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
+import type { TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
 
 /** The lab's fixed addresses (test/vm/guest/start.sh wires them). */
 export const LAB = {
@@ -57,9 +57,3 @@ export type DataplaneRequest =
   | { op: 'remove'; tunnel: TunnelRef }
   | { op: 'probe'; tunnel: TunnelSpec }
   | { op: 'close' };
-export type DataplaneResult = ChangeCounts | ProbeResult | { ok: true };
-
-export interface ErrorBody {
-  error: string;
-  error_description: string;
-}
