@@ -4,6 +4,8 @@
 // Everything is observed from here, through the guest's control server. See test/vm/vm.ts.
 //
 // Skips (saying why) where QEMU cannot run; with TUNNELGATE_VM=require or CI set, that is a failure instead.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TunnelSpec } from '../../agent/dataplane/types.ts';
 import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
@@ -58,6 +60,13 @@ function originScript(t: TunnelSpec): string {
 }
 
 const inner = (cidr: string) => cidr.split('/')[0]!;
+
+// The guest console and the agent's log are kept in test-results/ (git-ignored) for a failed run.
+const ARTIFACTS = resolve(import.meta.dirname, '../../test-results');
+function writeArtifact(name: string, text: string): void {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  writeFileSync(join(ARTIFACTS, name), text);
+}
 // The origin's services answer with the peer address they saw and their own (post-DNAT) address.
 const ANSWER = `read -r l; echo "peer=$SOCAT_PEERADDR local=$SOCAT_SOCKADDR got=$l"`;
 const TCP_PORT = 8080;
@@ -121,6 +130,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
   afterAll(async () => {
     const code = await vm?.shutdown();
     process.stderr.write(`test/vm timings (ms): ${JSON.stringify({ ...timings, kernelBootS: vm?.kernelBootSeconds, guestExit: code })}\n`);
+    if (vm) writeArtifact('vm-console.log', vm.console);
   }, 60_000);
 
   describe('agent/dataplane with GRE links, the origin set up by the real origin script', () => {
@@ -288,7 +298,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
 
     afterAll(async () => {
       const agent = await vm?.output('agent').catch(() => undefined);
-      if (agent && process.env.TUNNELGATE_VM_CONSOLE === '1') process.stderr.write(`--- agent log ---\n${agent.output}\n`);
+      if (agent) writeArtifact('vm-agent.log', agent.output);
       await vm?.stop('agent').catch(() => undefined);
       await gw?.close();
     }, 60_000);
