@@ -273,6 +273,7 @@ async function main(): Promise<void> {
       rss_after_reconciles: mb(rssReconciled),
       rss_after_single_jobs: mb(rssJobs),
       peak_rss_during_apply: mb(peakApply),
+      peak_rss_by_step: { noop_reconcile: mb(same.peak), drift_reconcile: mb(repaired.peak), single_jobs: mb(peak) },
       peak_rss_before_removal: mb(peak),
     });
     console.log('');
