@@ -231,7 +231,16 @@ async function main(): Promise<void> {
     await gw.stop();
     await mem.stop();
     await db.close();
-    await admin.query(`drop database if exists ${dbName} with (force)`);
+    // FORCE cannot end an autovacuum worker that is busy on the database; it is gone a moment later.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await admin.query(`drop database if exists ${dbName} with (force)`);
+        break;
+      } catch (e) {
+        if (attempt > 50 || !/pg_signal_backend/.test((e as Error).message)) throw e;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
     await admin.end();
   }
 }
