@@ -36,6 +36,8 @@ const WORKERS = Number(process.env.BENCH_WORKERS ?? 32);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const WARMUP_CODES = 400;
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 32);
+/** BENCH_CPU_PROF=DIR: both servers write a V8 CPU profile there (summarise with bench/profile-summary.ts). */
+const PROF_ARGS = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
 const REDIRECT_URI = 'http://127.0.0.1:9/bench/callback';
 const SCOPE = 'openid profile email';
 
@@ -156,7 +158,7 @@ async function main(): Promise<void> {
   const gw = await startTs('server/main.ts', {
     DATABASE_URL: url, PORT: String(gwPort), PUBLIC_URL: gwUrl, ISSUER_URL: gwUrl, ACCESS_LOG: 'false',
     RATE_LIMIT_PER_MINUTE: '100000000', RATE_LIMIT_BURST: '100000000',
-  });
+  }, PROF_ARGS);
   // The gateway's error log lines, shown when a request failed (a 500 says nothing by itself).
   const gatewayErrors: string[] = [];
   const collect = (d: Buffer) => {
@@ -167,7 +169,7 @@ async function main(): Promise<void> {
   const mem = await startTs('bench/oidc-memory-server.ts', {
     BENCH_CLIENT_ID: client.client_id, BENCH_CLIENT_SECRET: client.client_secret, BENCH_REDIRECT_URI: REDIRECT_URI,
     BENCH_ACCESS_TOKEN_KEY: secrets.accessTokenKey.toString('base64url'), BENCH_PORT: String(memPort),
-  });
+  }, process.env.BENCH_CPU_PROF_MEMORY ? PROF_ARGS : []);
   try {
     const discover = async (issuer: string) => {
       const d = (await (await fetch(`${issuer}/.well-known/openid-configuration`)).json()) as { issuer: string; token_endpoint: string };

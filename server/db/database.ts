@@ -115,6 +115,20 @@ export class Database {
   }
 
   /**
+   * A statement on a hot write path (the token endpoint's consume-and-issue): same `?` SQL as query(),
+   * run through a forked EntityManager on MikroORM's own connection pool, but on PostgreSQL as a named
+   * prepared statement on that pool's pg client (parsed and planned once per connection) instead of
+   * MikroORM's query pipeline. `name` must identify `text` uniquely. Rows come back as pg parses them:
+   * use it for statements whose results are counted, not read (`returning 1`).
+   */
+  async prepared<T extends object = Record<string, unknown>>(name: string, text: string, params: readonly unknown[] = []): Promise<T[]> {
+    const em = this.orm.em.fork() as Em;
+    if (!this.url) return em.execute<T[]>(text, [...params], 'all');
+    const pool = await (em.getConnection() as unknown as { getNativeClient(): Promise<pg.Pool> }).getNativeClient();
+    return pool.query<T>({ name, text: this.pgText(name, text), values: [...params] }).then((r) => r.rows);
+  }
+
+  /**
    * hot() with each row as an array of its columns in select order: no object with named keys is
    * built per row, which is most of what reading a page of rows costs this process.
    */

@@ -120,7 +120,8 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
         // this one in one statement. The same conditional update as consume(): when another request
         // consumed it first, nothing is stored and this request fails with invalid_grant.
         scope.pendingConsume = undefined;
-        const stored = await db.query(
+        const stored = await db.prepared(
+          'oidc_consume_and_store',
           `with used as (update oidc_payload set consumed_at = now() where kind = ? and id = ? and consumed_at is null returning 1)
            insert into oidc_payload (kind, id, payload, grant_id, client_id, uid, expires_at)
            select ?, ?, ?::jsonb, ?, ?, ?, to_timestamp(?::bigint) where exists (select 1 from used)
