@@ -12,7 +12,7 @@ import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
 import { StateStore } from './state.ts';
-import { releaseMemory } from './memory.ts';
+import { collectBetweenPhases, releaseMemory } from './memory.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, normalise, validateRef, validateSpec } from './validate.ts';
 
@@ -174,7 +174,12 @@ class EdgeDataplane implements DataplaneHandle {
     for (const t of desired) names.add(t.tunnel_name);
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
     const view = await readView(this.k, [...names], owned);
+    // A large operation collects between read-back, diff and apply (memory.ts): each phase's garbage
+    // (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
+    const large = names.size >= LARGE_OPERATION;
+    if (large) collectBetweenPhases();
     const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans });
+    if (large) collectBetweenPhases();
     const c = plan.counts;
     if (names.size >= LARGE_OPERATION || c.added + c.changed + c.removed >= LARGE_OPERATION) this.largeOperation = true;
     // Intent first: a link the agent is about to create is on record before it exists.

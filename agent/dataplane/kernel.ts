@@ -5,7 +5,7 @@ import { NFPROTO_IPV4 } from '../netlink/nftables.ts';
 import { RULESET_DEFAULTS } from '../netlink/ruleset.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import type { Conntrack } from './conntrack.ts';
-import type { KernelView, ObservedLink, OwnedTunnel, Plan } from './diff.ts';
+import { nftChangeCount, type KernelView, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
 import type { LinkDriver } from './links.ts';
 import { writeSysctls } from './netns.ts';
 import { collectBetweenPhases } from './memory.ts';
@@ -66,11 +66,8 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
   return exists ? 'rebuilt' : 'created';
 }
 
-async function counterMap(k: KernelContext): Promise<Map<string, string>> {
-  const els = await k.nft.listSetElements(k.table, COUNTER_MAP);
-  const out = new Map<string, string>();
-  for (const e of els) if (e.objref !== undefined) out.set(`${e.key[0]}.${e.key[1]}.${e.key[2]}.${e.key[3]}`, e.objref);
-  return out;
+function counterMap(k: KernelContext): Promise<Map<string, string>> {
+  return k.nft.listIpv4ObjMap(k.table, COUNTER_MAP);
 }
 
 /** Lists fewer links than this one by one; more with one dump. */
@@ -84,26 +81,48 @@ async function getLinks(k: KernelContext, names: readonly string[]): Promise<Map
     const found = await Promise.all([...want].map((n) => k.rtnl.findLink(n)));
     for (const l of found) if (l) out.set(l.name, l);
   } else {
-    for (const l of await k.rtnl.listLinks({ skipStats: true, keep: (x) => want.has(x.name) })) out.set(l.name, l);
+    // keepName: the other links (a veth stand-in's peers, the host's own) are skipped before decoding.
+    for (const l of await k.rtnl.listLinks({ skipStats: true, keepName: (n) => want.has(n) })) out.set(l.name, l);
   }
   return out;
 }
 
+/** Reads of at least this many tunnels go dump by dump (see readView). */
+const LARGE_READ = 2048;
+
 /** What the kernel has for these link names (owned or wanted) and the whole of the agent's table. */
 export async function readView(k: KernelContext, names: readonly string[], owned: ReadonlyMap<string, OwnedTunnel>): Promise<KernelView> {
   const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
-  const [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounters(k.table)]);
+  // Names, strings and Sets only: at 10,000 tunnels every decoded object per element is megabytes of heap.
+  // A large read goes one dump at a time with a collection after each (memory.ts): the four dumps in
+  // parallel, each promoting its partial results past young collections, made the heap grow to twice
+  // what the view holds (the peak of the agent's memory at 10,000 tunnels); one at a time is still fast.
+  let links: Map<string, LinkInfo>, dnat: Map<string, string>, ctrMap: Map<string, string>, counters: Set<string>;
+  if (names.length + owned.size >= LARGE_READ) {
+    collectBetweenPhases();
+    links = await getLinks(k, names);
+    collectBetweenPhases();
+    dnat = await k.nft.listIpv4Map(k.table, DNAT_MAP);
+    collectBetweenPhases();
+    ctrMap = await counterMap(k);
+    collectBetweenPhases();
+    counters = await k.nft.listCounterNames(k.table);
+    collectBetweenPhases();
+  } else {
+    [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounterNames(k.table)]);
+  }
   const addrs = new Map<number, string[]>();
   if (links.size > 0) {
     const indexes = new Set([...links.values()].map((l) => l.index));
-    for (const a of await k.rtnl.listAddresses()) {
-      if (!indexes.has(a.index) || !a.local) continue;
+    for (const a of await k.rtnl.listAddresses(undefined, { keepIndex: (i) => indexes.has(i) })) {
+      if (!a.local) continue;
       let list = addrs.get(a.index);
       if (!list) addrs.set(a.index, (list = []));
       list.push(`${a.local}/${a.prefixLen}`);
     }
   }
-  const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters: new Set(counters.map((c) => c.name)) };
+  if (names.length + owned.size >= LARGE_READ) collectBetweenPhases();
+  const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters };
   for (const l of links.values()) {
     const o: ObservedLink = { name: l.name, index: l.index, up: l.up, mtu: l.mtu ?? 0, addresses: addrs.get(l.index) ?? [] };
     const p = k.driver.params(l, recordedByName.get(l.name));
@@ -177,6 +196,7 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   }
   await inChunks(later, (f) => f());
   between();
+  if (nftChangeCount(plan.nft) >= LARGE_PLAN) collectBetweenPhases();
 
   // 3. One atomic nft batch; a changed element is delete + add in it.
   const n = plan.nft;
@@ -189,6 +209,7 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
   if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
   await k.nft.commit(b);
+  if (nftChangeCount(plan.nft) >= LARGE_PLAN) collectBetweenPhases();
 
   // 4. Links of removed tunnels: traffic no longer goes to them.
   await inChunks(plan.linkDeletes, (name) => k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV')));

@@ -11,6 +11,20 @@ type Line = { v: 1; put: TunnelSpec; pending?: true } | { v: 1; del: string };
 
 export const STATE_FILE = 'dataplane-state.jsonl';
 
+const putLine = (p: OwnedTunnel): Line => (p.pending ? { v: 1, put: p.spec, pending: true } : { v: 1, put: p.spec });
+
+/** Lines per write(): 10,000 records as one string were ~5 MB of transient heap at the agent's peak. */
+const WRITE_CHUNK = 512;
+
+/** Appends the lines (fsync is the caller's); a crash between writes leaves a torn tail that replay skips. */
+function writeLines(fd: number, lines: readonly Line[]): void {
+  for (let i = 0; i < lines.length; i += WRITE_CHUNK) {
+    let text = '';
+    for (const l of lines.slice(i, i + WRITE_CHUNK)) text += `${JSON.stringify(l)}\n`;
+    writeSync(fd, text);
+  }
+}
+
 export class StateStore {
   readonly path: string;
   private readonly records = new Map<string, OwnedTunnel>();
@@ -58,8 +72,7 @@ export class StateStore {
       this.snapshot();
       return;
     }
-    const text = [...puts.map((p) => JSON.stringify(p.pending ? { v: 1, put: p.spec, pending: true } : { v: 1, put: p.spec })), ...dels.map((d) => JSON.stringify({ v: 1, del: d }))].join('\n') + '\n';
-    writeSync(this.fd, text);
+    writeLines(this.fd, [...puts.map(putLine), ...dels.map((d) => ({ v: 1, del: d }) as Line)]);
     fdatasyncSync(this.fd);
     this.lines += puts.length + dels.length;
   }
@@ -69,8 +82,7 @@ export class StateStore {
     const tmp = `${this.path}.tmp`;
     const fd = openSync(tmp, 'w', 0o600);
     try {
-      const lines = [...this.records.values()].map((p) => JSON.stringify(p.pending ? { v: 1, put: p.spec, pending: true } : { v: 1, put: p.spec }));
-      writeSync(fd, lines.length ? lines.join('\n') + '\n' : '');
+      writeLines(fd, [...this.records.values()].map(putLine));
       fdatasyncSync(fd);
     } finally {
       closeSync(fd);

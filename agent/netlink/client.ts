@@ -6,6 +6,7 @@ import { NetlinkError, NETLINK_NETFILTER, NETLINK_ROUTE, errnoName, type Netlink
 import { NetlinkSocket, type NetlinkSocketOptions, type SeqReply } from './socket.ts';
 import * as rt from './rtnetlink.ts';
 import * as nft from './nftables.ts';
+import { bytesToIpv4 } from './attrs.ts';
 
 const E = osConstants.errno;
 
@@ -85,12 +86,16 @@ export class Rtnl extends Client {
     }
   }
 
-  /** skipStats: no stats64 in the answer (a third of the bytes of a big dump). `keep`: only links it accepts are returned. */
-  async listLinks(opts: { skipStats?: boolean; keep?: (l: rt.LinkInfo) => boolean } = {}): Promise<rt.LinkInfo[]> {
+  /**
+   * skipStats: no stats64 in the answer (a third of the bytes of a big dump). `keep`: only links it accepts
+   * are returned. `keepName`: links whose name it refuses are not even decoded (cheaper than `keep`).
+   */
+  async listLinks(opts: { skipStats?: boolean; keep?: (l: rt.LinkInfo) => boolean; keepName?: (name: string) => boolean } = {}): Promise<rt.LinkInfo[]> {
     const mask = opts.skipStats ? rt.RTEXT_FILTER_SKIP_STATS : undefined;
     const out: rt.LinkInfo[] = [];
     await this.dumpEach((s) => rt.encodeDumpLinks(s, mask), 'list links', rt.RTM_GETLINK, (m) => {
       if (m.type !== rt.RTM_NEWLINK) return;
+      if (opts.keepName && !opts.keepName(rt.linkName(m) ?? '')) return;
       const l = rt.decodeLink(m);
       if (!opts.keep || opts.keep(l)) out.push(l);
     });
@@ -124,11 +129,13 @@ export class Rtnl extends Client {
     await this.call((s) => rt.encodeDelAddress({ index, address: address!, prefixLen: Number(len ?? 32) }, s), `delete address ${cidr} dev ${dev}`, rt.RTM_DELADDR);
   }
 
-  async listAddresses(dev?: Dev): Promise<rt.AddressInfo[]> {
+  /** Addresses of one link, or of all; `keepIndex`: only those of links whose index it accepts (no objects for the rest). */
+  async listAddresses(dev?: Dev, opts: { keepIndex?: (index: number) => boolean } = {}): Promise<rt.AddressInfo[]> {
     const index = dev === undefined ? undefined : await this.index(dev);
     const out: rt.AddressInfo[] = [];
     await this.dumpEach((s) => rt.encodeDumpAddresses(s), 'list addresses', rt.RTM_GETADDR, (m) => {
       if (m.type !== rt.RTM_NEWADDR) return;
+      if (opts.keepIndex && !opts.keepIndex(rt.addressIndex(m))) return;
       const a = rt.decodeAddress(m);
       if (index === undefined || a.index === index) out.push(a);
     });
@@ -265,7 +272,32 @@ export class Nft extends Client {
     const out = new Map<string, string>();
     const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
     await this.dumpEach((s) => nft.encodeGetSetElements(table, map, s), `list map ${table}/${map}`, nft.nftType(nft.NFT_MSG_GETSETELEM), (m) => {
-      if (m.type === type) for (const [k, v] of nft.decodeIpv4MapElements([m])) out.set(k, v);
+      if (m.type === type) nft.decodeIpv4MapElements([m], out);
+    });
+    return out;
+  }
+
+  /** An ipv4_addr : counter map as key → counter name (elements without an object reference are left out). */
+  async listIpv4ObjMap(table: string, map: string): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
+    await this.dumpEach((s) => nft.encodeGetSetElements(table, map, s), `list map ${table}/${map}`, nft.nftType(nft.NFT_MSG_GETSETELEM), (m) => {
+      if (m.type !== type) return;
+      nft.eachSetElement(m, (key, _data, objref) => {
+        if (objref !== undefined) out.set(bytesToIpv4(key), objref);
+      });
+    });
+    return out;
+  }
+
+  /** The names of a table's named counters, without their values. */
+  async listCounterNames(table: string, family = nft.NFPROTO_IPV4): Promise<Set<string>> {
+    const out = new Set<string>();
+    const type = nft.nftType(nft.NFT_MSG_NEWOBJ);
+    await this.dumpEach((s) => nft.encodeGetObjects(table, s, { type: nft.NFT_OBJECT_COUNTER, family }), `list counters ${table}`, nft.nftType(nft.NFT_MSG_GETOBJ), (m) => {
+      if (m.type !== type) return;
+      const o = nft.decodeObjectName(m);
+      if (o.table === table) out.add(o.name);
     });
     return out;
   }

@@ -713,16 +713,38 @@ export function decodeSetElements(msg: NlMsg): DecodedElements {
   return out;
 }
 
+/**
+ * Visits the elements of one NFT_MSG_NEWSETELEM without building DecodedElements: `key` and `data` are
+ * views into the message, valid only during the call. For dumps of 10,000 elements, where a copied
+ * Buffer and an object per element were the bulk of the transient heap of reading the table back.
+ */
+export function eachSetElement(msg: NlMsg, visit: (key: Buffer, data: Buffer | undefined, objref: string | undefined) => void): void {
+  const list = nftAttrs(msg, NFT_MSG_NEWSETELEM).get(NFTA_SET_ELEM_LIST_ELEMENTS);
+  if (!list) return;
+  for (const entry of parseAttrs(list)) {
+    const e = new AttrTable(entry.data);
+    const key = e.nested(NFTA_SET_ELEM_KEY)?.get(NFTA_DATA_VALUE);
+    if (!key) throw new NetlinkParseError('set element without a key');
+    const obj = e.get(NFTA_SET_ELEM_OBJREF);
+    visit(key, e.nested(NFTA_SET_ELEM_DATA)?.get(NFTA_DATA_VALUE), obj ? readString(obj) : undefined);
+  }
+}
+
 /** An `ipv4_addr : ipv4_addr` map's elements as strings. */
-export function decodeIpv4MapElements(msgs: readonly NlMsg[]): Map<string, string> {
-  const out = new Map<string, string>();
+export function decodeIpv4MapElements(msgs: readonly NlMsg[], out = new Map<string, string>()): Map<string, string> {
   for (const m of msgs) {
-    for (const el of decodeSetElements(m).elements) {
-      if (!el.data) throw new NetlinkParseError('map element without data');
-      out.set(bytesToIpv4(el.key), bytesToIpv4(el.data));
-    }
+    eachSetElement(m, (key, data) => {
+      if (!data) throw new NetlinkParseError('map element without data');
+      out.set(bytesToIpv4(key), bytesToIpv4(data));
+    });
   }
   return out;
+}
+
+/** The table and name of one NFT_MSG_NEWOBJ, nothing else (no counter values, no BigInts). */
+export function decodeObjectName(msg: NlMsg): { table: string; name: string } {
+  const t = nftAttrs(msg, NFT_MSG_NEWOBJ);
+  return { table: t.string(NFTA_OBJ_TABLE) ?? '', name: t.string(NFTA_OBJ_NAME) ?? '' };
 }
 
 export interface DecodedCounter {

@@ -2,7 +2,7 @@
 // Pure: every encoder returns the bytes of one request message for a given seq; no I/O here.
 // Attribute order and defaults follow what iproute2 6.1 sends for the same command, so our requests are
 // byte-for-byte the ones the kernel already sees from `ip` (test/unit/netlink checks it against strace).
-import { AttrTable, NetlinkParseError, NlWriter, bytesToIpv4, ipv4ToBytes, readU32, readU64 } from './attrs.ts';
+import { AttrTable, HOST_LE, NLA_HDRLEN, NLA_TYPE_MASK, NetlinkParseError, NlWriter, bytesToIpv4, ipv4ToBytes, readString, readU32, readU64 } from './attrs.ts';
 import { NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST, beginMessage, endMessage, type NlMsg } from './message.ts';
 
 // include/uapi/linux/rtnetlink.h: message types
@@ -291,6 +291,23 @@ export interface LinkInfo {
 // include/uapi/linux/if_link.h: struct rtnl_link_stats64, the first ten u64 fields in order
 const STATS64_FIELDS: (keyof LinkStats64)[] = ['rxPackets', 'txPackets', 'rxBytes', 'txBytes', 'rxErrors', 'txErrors', 'rxDropped', 'txDropped', 'multicast', 'collisions'];
 
+/**
+ * Only the name of an RTM_NEWLINK (undefined without IFLA_IFNAME): a scan of the top-level attributes
+ * without the attribute table decodeLink builds, so a dump can skip the links it does not want cheaply.
+ */
+export function linkName(msg: NlMsg): string | undefined {
+  const p = msg.payload;
+  let off = IFINFOMSG_LEN;
+  while (off + NLA_HDRLEN <= p.length) {
+    const len = HOST_LE ? p.readUInt16LE(off) : p.readUInt16BE(off);
+    const type = (HOST_LE ? p.readUInt16LE(off + 2) : p.readUInt16BE(off + 2)) & NLA_TYPE_MASK;
+    if (len < NLA_HDRLEN || off + len > p.length) return undefined;
+    if (type === IFLA_IFNAME) return readString(p.subarray(off + NLA_HDRLEN, off + len));
+    off += (len + 3) & ~3;
+  }
+  return undefined;
+}
+
 export function decodeLink(msg: NlMsg): LinkInfo {
   if (msg.type !== RTM_NEWLINK) throw new NetlinkParseError(`expected RTM_NEWLINK, got type ${msg.type}`);
   const p = msg.payload;
@@ -376,6 +393,13 @@ export interface AddressInfo {
   address?: string;
   local?: string;
   label?: string;
+}
+
+/** The link index of an RTM_NEWADDR (struct ifaddrmsg's ifa_index), without decoding the rest. */
+export function addressIndex(msg: NlMsg): number {
+  const p = msg.payload;
+  if (p.length < IFADDRMSG_LEN) throw new NetlinkParseError('short ifaddrmsg');
+  return HOST_LE ? p.readUInt32LE(4) : p.readUInt32BE(4);
 }
 
 export function decodeAddress(msg: NlMsg): AddressInfo {

@@ -83,6 +83,11 @@ describe.skipIf(!isRoot)('nftables in a fresh namespace', () => {
     const objmap = await nft.listSetElements(T, 'tunnel_counters');
     expect(objmap).toHaveLength(1000);
     expect(new Set(objmap.map((e) => e.objref))).toEqual(new Set(Array.from({ length: 1000 }, (_, i) => `tun-${i}`)));
+    // The lean listings the dataplane reads back with agree with the full ones.
+    const objByIp = await nft.listIpv4ObjMap(T, 'tunnel_counters');
+    expect(objByIp.size).toBe(1000);
+    for (let i = 0; i < 1000; i++) expect(objByIp.get(protectedIp(i))).toBe(`tun-${i}`);
+    expect(await nft.listCounterNames(T)).toEqual(new Set(counters.map((c) => c.name)));
     expect(listJson('counters', 'table', 'ip', T).nftables.filter((o) => o.counter)).toHaveLength(1000);
     // the rule count does not grow with tunnels
     expect(await nft.listRules(T)).toHaveLength(3);

@@ -152,6 +152,12 @@ describe.skipIf(!isRoot)('rtnetlink in a fresh namespace', () => {
     expect(rejected).toHaveLength(1);
     expect((rejected[0]!.reason as NetlinkError).code).toBe('EEXIST');
     expect((await rtnl.listAddresses('tgv1')).filter((a) => a.local?.startsWith('10.9.'))).toHaveLength(1500);
+    // Filters applied before decoding: only tgv1's addresses, only the wanted link.
+    const tgv1 = await rtnl.getLink('tgv1');
+    const filtered = await rtnl.listAddresses(undefined, { keepIndex: (i) => i === tgv1.index });
+    expect(filtered.length).toBeGreaterThanOrEqual(1500);
+    expect(filtered.every((a) => a.index === tgv1.index)).toBe(true);
+    expect((await rtnl.listLinks({ keepName: (n) => n === 'tgv1' })).map((l) => [l.name, l.index])).toEqual([['tgv1', tgv1.index]]);
     const ipCount = ns.run('ip', '-4', '-o', 'addr', 'show', 'dev', 'tgv1').trim().split('\n').length;
     expect(ipCount).toBe(1500);
   });
