@@ -10,6 +10,7 @@ import { errors, type Adapter, type AdapterPayload } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
 import { CLIENT_CHANGED_CHANNEL, getClient } from '../domain/clients.ts';
 import type { UserClaimsSource } from './accounts.ts';
+import { Coalescer } from '../db/coalesce.ts';
 import { Prefetched } from './prefetch.ts';
 import { requestScope } from './request-scope.ts';
 
@@ -102,6 +103,10 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
   // Every redemption of a code or refresh token looks up its grant right after the token itself:
   // token lookups read the grant (and the user, for findAccount) in the same query and hand them over.
   const grants = new Prefetched<AdapterPayload>();
+  // The token endpoint's two statements, coalesced across concurrent requests (server/db/coalesce.ts):
+  // under load one round trip and one commit serve a batch of token requests.
+  const findTokens = new Coalescer<{ kind: string; id: string }, TokenRow | undefined>((items) => findTokenRows(db, items), 2);
+  const consumeAndStore = new Coalescer<Redemption, boolean>((items) => consumeAndStoreRows(db, items), 2);
 
   return class PostgresAdapter implements Adapter {
     constructor(private readonly kind: Kind) {}
@@ -120,15 +125,8 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
         // this one in one statement. The same conditional update as consume(): when another request
         // consumed it first, nothing is stored and this request fails with invalid_grant.
         scope.pendingConsume = undefined;
-        const stored = await db.prepared(
-          'oidc_consume_and_store',
-          `with used as (update oidc_payload set consumed_at = now() where kind = ? and id = ? and consumed_at is null returning 1)
-           insert into oidc_payload (kind, id, payload, grant_id, client_id, uid, expires_at)
-           select ?, ?, ?::jsonb, ?, ?, ?, to_timestamp(?::bigint) where exists (select 1 from used)
-           returning 1`,
-          [pending.kind, pending.id, ...row],
-        );
-        if (stored.length === 0) throw alreadyConsumed(pending.kind);
+        const stored = await consumeAndStore.call({ usedKind: pending.kind, usedId: pending.id, row });
+        if (!stored) throw alreadyConsumed(pending.kind);
         return;
       }
       await db.query(
@@ -148,16 +146,7 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
         if (hit) return hit;
       }
       if (this.kind === 'AuthorizationCode' || this.kind === 'RefreshToken') {
-        const [row] = await db.hot<Row & { grant_payload: AdapterPayload | string | null; user_id: string | null; name: string; picture: string | null; email: string }>(
-          'oidc_find_with_grant',
-          `select t.payload, t.consumed_at, g.payload as grant_payload, u.id as user_id, u.name, u.picture, u.email
-             from oidc_payload t
-             left join oidc_payload g on g.kind = 'Grant' and g.id = t.grant_id
-             left join app_user u on u.id = case when t.payload->>'accountId' ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-                                                 then (t.payload->>'accountId')::uuid end
-            where t.kind = ? and t.id = ?`,
-          [this.kind, id],
-        );
+        const row = await findTokens.call({ kind: this.kind, id });
         const grant = row?.grant_payload ? toPayload({ payload: row.grant_payload, consumed_at: null }) : undefined;
         if (grant?.jti) grants.put(grant.jti, grant);
         if (row?.user_id) users?.prefetch({ id: row.user_id, name: row.name, picture: row.picture, email: row.email });
@@ -200,6 +189,98 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
       await db.query('delete from oidc_payload where kind = ? and grant_id = ?', [this.kind, grantId]);
     }
   };
+}
+
+/** A code or refresh token with its grant and user; `from oidc_payload t` is where the keys join in. */
+const FIND_TOKEN = `select t.payload, t.consumed_at, g.payload as grant_payload, u.id as user_id, u.name, u.picture, u.email
+  from oidc_payload t
+  left join oidc_payload g on g.kind = 'Grant' and g.id = t.grant_id
+  left join app_user u on u.id = case when t.payload->>'accountId' ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                                      then (t.payload->>'accountId')::uuid end`;
+
+type TokenRow = Row & { grant_payload: AdapterPayload | string | null; user_id: string | null; name: string; picture: string | null; email: string };
+
+/**
+ * Codes or refresh tokens by key, each with its grant and its user (for findAccount), one result per
+ * key in order (undefined when not found); one statement for the whole batch.
+ */
+async function findTokenRows(db: Database, items: Array<{ kind: string; id: string }>): Promise<Array<TokenRow | undefined>> {
+  // The embedded database has one session and no round trips to save: one plain statement per key.
+  if (!db.url) return Promise.all(items.map(async (i) => (await db.query<TokenRow>(`${FIND_TOKEN} where t.kind = ? and t.id = ?`, [i.kind, i.id]))[0]));
+  const rows = await db.hot<TokenRow & { n: string }>(
+    'oidc_find_tokens_with_grant',
+    `${FIND_TOKEN.replace('select ', 'select i.n, ').replace('from oidc_payload t', 'from unnest(?::text[], ?::text[]) with ordinality as i(kind, id, n) join oidc_payload t on t.kind = i.kind and t.id = i.id')}`,
+    [items.map((i) => i.kind), items.map((i) => i.id)],
+  );
+  const out = new Array<TokenRow | undefined>(items.length).fill(undefined);
+  for (const r of rows) out[Number(r.n) - 1] = r;
+  return out;
+}
+
+/** A redeemed code or refresh token to mark used, and the row of the refresh token issued for it. */
+interface Redemption {
+  usedKind: string;
+  usedId: string;
+  /** kind, id, payload (JSON text), grant_id, client_id, uid, expires_at (epoch seconds). */
+  row: unknown[];
+}
+
+/**
+ * For each redemption, the conditional update of consume() and the insert of the new refresh token,
+ * which happens only when that update changed the row: true for the redemptions that won. One
+ * statement (one transaction) for the batch; two redemptions of the same token in one batch update
+ * the row once, so exactly one of them wins, as across batches. Items go in key order so concurrent
+ * batches lock rows in the same order; a deadlock (which rolls the whole statement back) is retried.
+ */
+async function consumeAndStoreRows(db: Database, items: Redemption[]): Promise<boolean[]> {
+  const order = items.map((_, i) => i).sort((a, b) => {
+    const x = items[a]!;
+    const y = items[b]!;
+    return x.usedKind < y.usedKind ? -1 : x.usedKind > y.usedKind ? 1 : x.usedId < y.usedId ? -1 : x.usedId > y.usedId ? 1 : 0;
+  });
+  const sorted = order.map((i) => items[i]!);
+  if (!db.url) {
+    // The embedded database: one statement per redemption, in the same order.
+    const won = new Array<boolean>(items.length).fill(false);
+    for (const i of order) {
+      const r = items[i]!;
+      const stored = await db.query(
+        `with used as (update oidc_payload set consumed_at = now() where kind = ? and id = ? and consumed_at is null returning 1)
+         insert into oidc_payload (kind, id, payload, grant_id, client_id, uid, expires_at)
+         select ?, ?, ?::jsonb, ?, ?, ?, to_timestamp(?::bigint) where exists (select 1 from used)
+         returning 1`,
+        [r.usedKind, r.usedId, ...r.row],
+      );
+      won[i] = stored.length > 0;
+    }
+    return won;
+  }
+  const column = (k: number) => sorted.map((r) => r.row[k] ?? null);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const rows = await db.prepared<{ n: string }>(
+        'oidc_consume_and_store_batch',
+        `with i as (
+           select * from unnest(?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::bigint[])
+             with ordinality as i(used_kind, used_id, kind, id, payload, grant_id, client_id, uid, exp, n)
+         ), used as (
+           update oidc_payload p set consumed_at = now() from i
+            where p.kind = i.used_kind and p.id = i.used_id and p.consumed_at is null
+           returning i.n, i.kind, i.id, i.payload, i.grant_id, i.client_id, i.uid, i.exp
+         ), stored as (
+           insert into oidc_payload (kind, id, payload, grant_id, client_id, uid, expires_at)
+           select kind, id, payload::jsonb, grant_id, client_id, uid, to_timestamp(exp) from used
+         )
+         select n from used`,
+        [sorted.map((r) => r.usedKind), sorted.map((r) => r.usedId), column(0), column(1), column(2), column(3), column(4), column(5), column(6)],
+      );
+      const won = new Array<boolean>(items.length).fill(false);
+      for (const r of rows) won[order[Number(r.n) - 1]!] = true;
+      return won;
+    } catch (e) {
+      if ((e as { code?: string }).code !== '40P01' || attempt >= 3) throw e;
+    }
+  }
 }
 
 const alreadyConsumed = (kind: string) => new errors.InvalidGrant(`${kind === 'RefreshToken' ? 'refresh token' : 'authorization code'} already consumed`);

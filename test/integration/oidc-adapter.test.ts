@@ -92,6 +92,33 @@ describe('adapter contract', () => {
     expect(stored).toHaveLength(1);
   });
 
+  it('redemptions coalesced into one batch: each code wins once, every winner stores its refresh token', async () => {
+    const A = Adapter();
+    const codes = new A('AuthorizationCode');
+    const rts = new A('RefreshToken');
+    await codes.upsert('code-b1', { grantId: 'g-b' }, 60);
+    await codes.upsert('code-b2', { grantId: 'g-b' }, 60);
+    await codes.upsert('code-b3', { grantId: 'g-b' }, 60);
+    // 15 at once: at most two statements are in flight, so most of these leave together in one batch,
+    // several of them for the same code.
+    const attempts = Array.from({ length: 15 }, (_, i) => ({ code: `code-b${(i % 3) + 1}`, rt: `rt-b-${i}` }));
+    const redeem = (code: string, rtId: string) =>
+      requestScope.run({} as RequestScope, async () => {
+        await codes.consume(code);
+        await rts.upsert(rtId, { grantId: 'g-b', clientId: 'cl_x' }, 60);
+      });
+    const results = await Promise.allSettled(attempts.map((a) => redeem(a.code, a.rt)));
+    for (const code of ['code-b1', 'code-b2', 'code-b3']) {
+      const mine = attempts.map((a, i) => ({ ...a, r: results[i]! })).filter((a) => a.code === code);
+      const won = mine.filter((a) => a.r.status === 'fulfilled');
+      expect(won).toHaveLength(1);
+      for (const lost of mine.filter((a) => a.r.status === 'rejected')) expect((lost.r as PromiseRejectedResult).reason).toBeInstanceOf(errors.InvalidGrant);
+      const stored = await Promise.all(mine.map((a) => rts.find(a.rt)));
+      expect(stored.filter(Boolean)).toHaveLength(1);
+      expect(await rts.find(won[0]!.rt)).toBeDefined();
+    }
+  });
+
   it('what a request left pending is consumed when it ends; a second time it is invalid_grant', async () => {
     const A = Adapter();
     const codes = new A('AuthorizationCode');
