@@ -104,9 +104,10 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
   // token lookups read the grant (and the user, for findAccount) in the same query and hand them over.
   const grants = new Prefetched<AdapterPayload>();
   // The token endpoint's two statements, coalesced across concurrent requests (server/db/coalesce.ts):
-  // under load one round trip and one commit serve a batch of token requests.
-  const findTokens = new Coalescer<{ kind: string; id: string }, TokenRow | undefined>((items) => findTokenRows(db, items), 2);
-  const consumeAndStore = new Coalescer<Redemption, boolean>((items) => consumeAndStoreRows(db, items), 2);
+  // under load one round trip and one commit serve a batch of token requests. One batch in flight per
+  // statement measured best (larger batches; batches of writes never wait on each other's row locks).
+  const findTokens = new Coalescer<{ kind: string; id: string }, TokenRow | undefined>((items) => findTokenRows(db, items), 1);
+  const consumeAndStore = new Coalescer<Redemption, boolean>((items) => consumeAndStoreRows(db, items), 1);
 
   return class PostgresAdapter implements Adapter {
     constructor(private readonly kind: Kind) {}

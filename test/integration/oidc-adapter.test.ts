@@ -99,7 +99,7 @@ describe('adapter contract', () => {
     await codes.upsert('code-b1', { grantId: 'g-b' }, 60);
     await codes.upsert('code-b2', { grantId: 'g-b' }, 60);
     await codes.upsert('code-b3', { grantId: 'g-b' }, 60);
-    // 15 at once: at most two statements are in flight, so most of these leave together in one batch,
+    // 15 at once: one statement is in flight at a time, so most of these leave together in one batch,
     // several of them for the same code.
     const attempts = Array.from({ length: 15 }, (_, i) => ({ code: `code-b${(i % 3) + 1}`, rt: `rt-b-${i}` }));
     const redeem = (code: string, rtId: string) =>
