@@ -4,9 +4,9 @@
 // dataplane in the benchmark's namespace with veth stand-ins (this kernel has no GRE).
 //
 // One JSON command per stdin line: {"op":"reconcile","tunnels":[...]}, {"op":"apply"|"remove","tunnel":{...}}
-// or {"op":"stats"}; one JSON answer per stdout line with the result, the time it took and this
-// process's resident memory right after.
-import { readFileSync } from 'node:fs';
+// or {"op":"stats"}; one JSON answer per stdout line with the result, the time it took, this process's
+// resident memory right after and its peak during the command (VmHWM, reset before each command).
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import '../../agent/main.ts';
 import { createDataplane, type TunnelSpec } from '../../agent/dataplane/index.ts';
@@ -27,6 +27,8 @@ say({ ready: true, ...memory() });
 
 type Command = { op: 'reconcile'; tunnels: TunnelSpec[] } | { op: 'apply' | 'remove'; tunnel: TunnelSpec } | { op: 'stats' };
 for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
+  // "5" resets VmHWM to the current RSS (proc(5), clear_refs): the peak answered is this command's own.
+  writeFileSync('/proc/self/clear_refs', '5');
   const cmd = JSON.parse(line) as Command;
   const t = performance.now();
   try {
