@@ -99,15 +99,15 @@ export async function readView(k: KernelContext, names: readonly string[], owned
   // what the view holds (the peak of the agent's memory at 10,000 tunnels); one at a time is still fast.
   let links: Map<string, LinkInfo>, dnat: Map<string, string>, ctrMap: Map<string, string>, counters: Set<string>;
   if (names.length + owned.size >= LARGE_READ) {
-    collectBetweenPhases();
+    collectBetweenPhases({ ifGrown: true });
     links = await getLinks(k, names);
-    collectBetweenPhases();
+    collectBetweenPhases({ ifGrown: true });
     dnat = await k.nft.listIpv4Map(k.table, DNAT_MAP);
-    collectBetweenPhases();
+    collectBetweenPhases({ ifGrown: true });
     ctrMap = await counterMap(k);
-    collectBetweenPhases();
+    collectBetweenPhases({ ifGrown: true });
     counters = await k.nft.listCounterNames(k.table);
-    collectBetweenPhases();
+    collectBetweenPhases({ ifGrown: true });
   } else {
     [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounterNames(k.table)]);
   }
@@ -121,7 +121,7 @@ export async function readView(k: KernelContext, names: readonly string[], owned
       list.push(`${a.local}/${a.prefixLen}`);
     }
   }
-  if (names.length + owned.size >= LARGE_READ) collectBetweenPhases();
+  if (names.length + owned.size >= LARGE_READ) collectBetweenPhases({ ifGrown: true });
   const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters };
   for (const l of links.values()) {
     const o: ObservedLink = { name: l.name, index: l.index, up: l.up, mtu: l.mtu ?? 0, addresses: addrs.get(l.index) ?? [] };
