@@ -21,7 +21,7 @@
 import { createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { ensureLocalPostgres, withDatabase } from '../test/helpers/postgres.ts';
+import { dropDatabase, ensureLocalPostgres, withDatabase } from '../test/helpers/postgres.ts';
 import { authorizeUrl, CookieJar, driveAuthorize, pkce, type Credentials } from '../test/helpers/oidc.ts';
 import { Database } from '../server/db/database.ts';
 import { migrate, openOrm } from '../server/db/orm.ts';
@@ -233,16 +233,7 @@ async function main(): Promise<void> {
     await gw.stop();
     await mem.stop();
     await db.close();
-    // FORCE cannot end an autovacuum worker that is busy on the database; it is gone a moment later.
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await admin.query(`drop database if exists ${dbName} with (force)`);
-        break;
-      } catch (e) {
-        if (attempt > 50 || !/pg_signal_backend/.test((e as Error).message)) throw e;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+    await dropDatabase(admin, dbName);
     await admin.end();
   }
 }

@@ -5,6 +5,7 @@ import pg from 'pg';
 import { Database } from '../../server/db/database.ts';
 import { openOrm } from '../../server/db/orm.ts';
 import { withDatabase } from './global-setup.ts';
+import { dropDatabase } from './postgres.ts';
 
 export interface TestDatabase {
   url: string;
@@ -46,17 +47,7 @@ export async function createTestDatabase(opts: { poolMax?: number } = {}): Promi
       await database.close();
       const a = new pg.Client({ connectionString: adminUrl });
       await a.connect();
-      // FORCE refuses to end a session it may not signal: an autovacuum worker (no role) busy on the
-      // database, common after the job queue's churn. It is gone a moment later, so try again.
-      for (let attempt = 0; ; attempt++) {
-        try {
-          await a.query(`drop database if exists ${name} with (force)`);
-          break;
-        } catch (e) {
-          if (attempt > 50 || !/pg_signal_backend/.test((e as Error).message)) throw e;
-          await new Promise((r) => setTimeout(r, 100));
-        }
-      }
+      await dropDatabase(a, name);
       await a.end();
     },
   };

@@ -32,3 +32,25 @@ export function withDatabase(url: string, db: string): string {
   u.pathname = `/${db}`;
   return u.toString();
 }
+
+/** What `dropDatabase` needs of a client: pg's Client or Pool. */
+interface Queryable {
+  query(text: string): Promise<unknown>;
+}
+
+/**
+ * DROP DATABASE ... WITH (FORCE), retried: FORCE refuses to end a session it may not signal, such as an
+ * autovacuum worker (no role) busy on the database, common after the job queue's churn. It is gone a
+ * moment later, so try again.
+ */
+export async function dropDatabase(admin: Queryable, name: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await admin.query(`drop database if exists ${name} with (force)`);
+      return;
+    } catch (e) {
+      if (attempt > 50 || !/pg_signal_backend/.test((e as Error).message)) throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
