@@ -10,10 +10,13 @@ import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Database } from '../../server/db/database.ts';
 import { addNode } from '../../server/domain/nodes.ts';
-import type { ServerSecrets } from '../../server/secrets.ts';
+import type { Config } from '../../server/config.ts';
+import { loadSecrets, type ServerSecrets } from '../../server/secrets.ts';
 import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
 import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
 import { TestNetns } from '../netns/netns.ts';
+import type { TestDatabase } from './db.ts';
+import { startGateway, type RunningGateway } from './gateway.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const NODE_BIN = join(ROOT, 'node_modules/.bin/node');
@@ -149,4 +152,24 @@ export class TestEdge {
     this.netns.delete();
     rmSync(this.stateDir, { recursive: true, force: true });
   }
+}
+
+/** A test gateway whose provisioning worker drives a TestEdge: the setup every provisioning test shares. */
+export interface ProvisioningRig {
+  gw: RunningGateway;
+  secrets: ServerSecrets;
+  edge: TestEdge;
+}
+
+/**
+ * Starts a gateway (on `testDb` if given), its worker, and a TestEdge with the protected pool `pool`; the
+ * agent itself is started unless `startAgent` is false (a test of an edge that is down starts it later).
+ */
+export async function startProvisioningRig(opts: { config: Partial<Config>; pool: string; testDb?: TestDatabase; startAgent?: boolean }): Promise<ProvisioningRig> {
+  const gw = await startGateway({ config: opts.config, testDb: opts.testDb });
+  const secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
+  await gw.services.provisioning.start(secrets, { worker: true });
+  const edge = await TestEdge.create(gw.testDb.db, secrets, opts.pool);
+  if (opts.startAgent !== false) await edge.start();
+  return { gw, secrets, edge };
 }

@@ -5,11 +5,10 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../server/config.ts';
-import { loadSecrets, type ServerSecrets } from '../../server/secrets.ts';
 import { openDatabase } from '../../server/services.ts';
-import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
-import { TestEdge } from '../helpers/edge.ts';
+import { startProvisioningRig, TestEdge } from '../helpers/edge.ts';
 import { canRunPrivatePostgres, startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
 import type { TestDatabase } from '../helpers/db.ts';
 import { isRoot } from '../netns/netns.ts';
@@ -60,7 +59,6 @@ async function expectConsistent(raw: pg.Pool, accountId: string, tunnels: Bought
 
 describe.skipIf(!isRoot)('faults: agent killed and SSH cut mid-job', () => {
   let gw: RunningGateway;
-  let secrets: ServerSecrets;
   let edge: TestEdge;
   let user: SeededUser;
   const buy = async (name: string): Promise<Bought> => {
@@ -71,11 +69,7 @@ describe.skipIf(!isRoot)('faults: agent killed and SSH cut mid-job', () => {
   const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
 
   beforeAll(async () => {
-    gw = await startGateway({ config: { edgeWaitMs: 2000, edgeJobTimeoutMs: 4000, edgeRetryLimit: 30 } });
-    secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
-    await gw.services.provisioning.start(secrets, { worker: true });
-    edge = await TestEdge.create(gw.testDb.db, secrets, '203.0.113.16/28');
-    await edge.start();
+    ({ gw, edge } = await startProvisioningRig({ config: { edgeWaitMs: 2000, edgeJobTimeoutMs: 4000, edgeRetryLimit: 30 }, pool: '203.0.113.16/28' }));
     user = await seedUser(gw.testDb.db);
   }, 60_000);
 
@@ -143,10 +137,7 @@ describe.skipIf(!isRoot)('faults: agent killed and SSH cut mid-job', () => {
 
 describe.skipIf(!isRoot)('faults: an edge that stays down', () => {
   it('retries spent: the tunnel ends failed, keeps its IP and its one charge, and provisions again once the agent is up', async () => {
-    const gw = await startGateway({ config: { edgeWaitMs: 500, edgeJobTimeoutMs: 2000, edgeRetryLimit: 1 } });
-    const secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
-    await gw.services.provisioning.start(secrets, { worker: true });
-    const edge = await TestEdge.create(gw.testDb.db, secrets, '203.0.113.64/28');
+    const { gw, edge } = await startProvisioningRig({ config: { edgeWaitMs: 500, edgeJobTimeoutMs: 2000, edgeRetryLimit: 1 }, pool: '203.0.113.64/28', startAgent: false });
     try {
       const user = await seedUser(gw.testDb.db);
       const t = (await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name: 'down', origin_ip: '8.8.4.4' } })).body.tunnel as Bought;
@@ -195,11 +186,7 @@ describe.skipIf(!isRoot || !canRunPrivatePostgres)('faults: PostgreSQL restarted
         await db.close();
       },
     };
-    gw = await startGateway({ testDb, config: { edgeWaitMs: 2000, edgeJobTimeoutMs: 4000, edgeRetryLimit: 30, edgeJobExpireSeconds: 10 } });
-    const secrets = (await loadSecrets(db, {})).secrets;
-    await gw.services.provisioning.start(secrets, { worker: true });
-    edge = await TestEdge.create(db, secrets, '203.0.113.32/28');
-    await edge.start();
+    ({ gw, edge } = await startProvisioningRig({ testDb, config: { edgeWaitMs: 2000, edgeJobTimeoutMs: 4000, edgeRetryLimit: 30, edgeJobExpireSeconds: 10 }, pool: '203.0.113.32/28' }));
     user = await seedUser(db, { balanceUsd: '50.00' });
   }, 120_000);
 

@@ -6,12 +6,12 @@
 import { createClient, type Client } from 'graphql-ws';
 import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadSecrets, type ServerSecrets } from '../../server/secrets.ts';
+import type { ServerSecrets } from '../../server/secrets.ts';
 import { Database } from '../../server/db/database.ts';
 import { openOrm } from '../../server/db/orm.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
-import { TestEdge } from '../helpers/edge.ts';
+import { startProvisioningRig, TestEdge } from '../helpers/edge.ts';
 import { isRoot, TestNetns } from '../netns/netns.ts';
 import { standinPeerName } from '../../agent/dataplane/index.ts';
 import { innerSubnet, parseCidr } from '../../server/domain/ip.ts';
@@ -42,11 +42,7 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
   const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
 
   beforeAll(async () => {
-    gw = await startGateway({ config: { edgeWaitMs: 3000, edgeJobTimeoutMs: 5000, edgeRetryLimit: 20 } });
-    secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
-    await gw.services.provisioning.start(secrets, { worker: true });
-    edge = await TestEdge.create(gw.testDb.db, secrets, '203.0.113.0/28');
-    await edge.start();
+    ({ gw, secrets, edge } = await startProvisioningRig({ config: { edgeWaitMs: 3000, edgeJobTimeoutMs: 5000, edgeRetryLimit: 20 }, pool: '203.0.113.0/28' }));
     user = await seedUser(gw.testDb.db);
   }, 60_000);
 
