@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { standinPeerName, type ChangeCounts, type TunnelSpec } from '../agent/dataplane/index.ts';
 import { AGENT_LOADER, AGENT_NODE_FLAGS } from '../agent/bin/runtime.mjs';
 import { ROOT } from './lib/process.ts';
+import { rulesetNftText } from '../test/netns/ruleset-text.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 10_000);
 const SAMPLE_JOBS = Number(process.env.TG_BENCH_JOBS ?? 50);
@@ -73,27 +74,7 @@ class Netns {
   }
 }
 
-const RULESET = (prefix: string): string => `table ip ${TABLE} {
-  map protected {
-    type ipv4_addr : ipv4_addr
-  }
-  map tunnel_counters {
-    type ipv4_addr : counter
-  }
-  chain count {
-    type filter hook prerouting priority mangle; policy accept;
-    counter name ip daddr map @tunnel_counters
-  }
-  chain prerouting {
-    type nat hook prerouting priority dstnat; policy accept;
-    meta l4proto { tcp, udp } counter dnat to ip daddr map @protected
-  }
-  chain forward {
-    type filter hook forward priority mangle; policy accept;
-    oifname "${prefix}*" tcp flags syn tcp option maxseg size set rt mtu
-  }
-}
-`;
+const RULESET = (prefix: string): string => rulesetNftText({ table: TABLE, ifnamePrefix: prefix });
 
 interface Answer {
   ok: boolean;

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KernelError, createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { isRoot, TestNetns } from './netns.ts';
+import { rulesetNftText } from './ruleset-text.ts';
 
 const T = 'tunnelgate';
 const EDGE = '192.0.2.2';
@@ -24,27 +25,7 @@ const tun = (i: number): TunnelSpec => ({
 });
 
 /** The agent's table as nft would print it, with the protected map optionally capped. */
-const table = (mapSize?: number): string => `table ip ${T} {
-  map protected {
-    type ipv4_addr : ipv4_addr${mapSize ? `\n    size ${mapSize}` : ''}
-  }
-  map tunnel_counters {
-    type ipv4_addr : counter
-  }
-  chain count {
-    type filter hook prerouting priority mangle; policy accept;
-    counter name ip daddr map @tunnel_counters
-  }
-  chain prerouting {
-    type nat hook prerouting priority dstnat; policy accept;
-    meta l4proto { tcp, udp } counter dnat to ip daddr map @protected
-  }
-  chain forward {
-    type filter hook forward priority mangle; policy accept;
-    oifname "tg-*" tcp flags syn tcp option maxseg size set rt mtu
-  }
-}
-`;
+const table = (mapSize?: number): string => rulesetNftText({ table: T, ifnamePrefix: 'tg-', mapSize });
 
 describe.skipIf(!isRoot)('a half-done apply (link created, nft batch refused)', () => {
   let edge: TestNetns;
