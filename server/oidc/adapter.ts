@@ -183,10 +183,15 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
     }
 
     async destroy(id: string): Promise<void> {
+      // Issue 8 item 9: a refresh token looked up at /oauth/revoke reads its grant ahead, and revocation
+      // never takes it; left there, the next sign-in's Grant.find got the deleted grant back, skipped
+      // consent and issued a code for it ("grant not found" at the exchange).
+      if (this.kind === 'Grant') grants.drop(id);
       await db.query('delete from oidc_payload where kind = ? and id = ?', [this.kind, id]);
     }
 
     async revokeByGrantId(grantId: string): Promise<void> {
+      grants.drop(grantId);
       await db.query('delete from oidc_payload where kind = ? and grant_id = ?', [this.kind, grantId]);
     }
   };
