@@ -9,6 +9,8 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Context } from 'koa';
 import type Provider from 'oidc-provider';
 import type { Database } from '../db/database.ts';
+import { clientApiAccess } from '../domain/clients.ts';
+import type { ApiAccess, Role } from '../db/entities.ts';
 import { checkPassword, findUserClaims } from './accounts.ts';
 import { LoginLimiter } from './login-limits.ts';
 import { renderConsent, renderLogin, renderMessage } from './pages.ts';
@@ -78,7 +80,13 @@ export function interactionRoutes(o: InteractionOptions) {
       const user = d.session?.accountId ? await findUserClaims(o.db, d.session.accountId) : null;
       if (!user) return expired(ctx);
       const scopes = String(d.params.scope ?? '').split(' ').filter(Boolean);
-      return renderConsent(ctx, { action: `${action}/consent`, csrf: csrfFor(uid), clientName: await clientName(d.params.client_id), userEmail: user.email, scopes });
+      const [access, [row]] = await Promise.all([
+        clientApiAccess(o.db, String(d.params.client_id)),
+        o.db.query<{ role: Role }>('select role from app_user where id = ?', [user.sub]),
+      ]);
+      // What the tokens will really be allowed (server/oidc/access-tokens.ts): the client's access, capped by the role.
+      const apiAccess: ApiAccess = access === 'write' && row?.role !== 'owner' ? 'read' : (access ?? 'none');
+      return renderConsent(ctx, { action: `${action}/consent`, csrf: csrfFor(uid), clientName: await clientName(d.params.client_id), userEmail: user.email, scopes, apiAccess });
     }
     return renderMessage(ctx, 400, 'Sign-in not possible', `This sign-in step (${d.prompt.name}) is not supported.`);
   }

@@ -136,7 +136,9 @@ describe('admin CLI, every command against PostgreSQL', () => {
   it('client create stores the secret encrypted; client rotate-secret replaces it', async () => {
     const uris = ['https://app.example/callback', 'http://localhost:3000/cb?x=1'];
     const created = ok(await cli(t.url, ['client', 'create', '--name', 'Panel', '--redirect-uri', uris[0]!, '--redirect-uri', uris[1]!]));
-    expect(Object.keys(created).sort()).toEqual(['client_id', 'client_secret']);
+    expect(Object.keys(created).sort()).toEqual(['api_access', 'client_id', 'client_secret']);
+    // DESIGN 3.2: without --api-access a client's tokens get no access to the tunnel API.
+    expect(created.api_access).toBe('none');
     const clientId = created.client_id as string;
     const secret = created.client_secret as string;
     expect(clientId).toMatch(/^cl_[a-z2-7]{16}$/);
