@@ -39,7 +39,7 @@ export const UserSchema = defineEntity({
     picture: p.string().length(2048).nullable(),
     // The generated avatar's public URL is keyed by this random value, not by the user id or email
     // (DESIGN 3.3): the URL tells nothing about its owner and cannot be derived from `sub`.
-    avatarKey: p.string().length(32).defaultRaw(`replace((gen_random_uuid())::text, '-'::text, ''::text)`),
+    avatarKey: p.string().length(32).unique().defaultRaw(`replace((gen_random_uuid())::text, '-'::text, ''::text)`),
     passwordHash: p.string().length(255),
     role: p.enum(ROLES),
     createdAt: createdAt(),

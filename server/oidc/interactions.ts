@@ -39,6 +39,8 @@ export interface InteractionOptions {
   basePath: string;
   issuerOrigin: string;
   limiter?: LoginLimiter;
+  /** avatarBase(PUBLIC_URL) (server/oidc/avatars.ts). */
+  avatars: string;
   /** Sign-in outcomes for the security record: ids and addresses, never an email or a password. */
   log?: Logger;
 }
@@ -77,7 +79,7 @@ export function interactionRoutes(o: InteractionOptions) {
       return renderLogin(ctx, { action: `${action}/login`, csrf: csrfFor(uid), clientName: await clientName(d.params.client_id) });
     }
     if (d.prompt.name === 'consent') {
-      const user = d.session?.accountId ? await findUserClaims(o.db, d.session.accountId) : null;
+      const user = d.session?.accountId ? await findUserClaims(o.db, d.session.accountId, o.avatars) : null;
       if (!user) return expired(ctx);
       const scopes = String(d.params.scope ?? '').split(' ').filter(Boolean);
       const [access, [row]] = await Promise.all([

@@ -13,5 +13,6 @@ export class Migration20261125020000_identity extends Migration {
     this.addSql(`alter table "oauth_client" add column "api_access" text not null default 'none';`);
     this.addSql(`alter table "oauth_client" add constraint "oauth_client_api_access_check" check ("api_access" in ('none', 'read', 'write'));`);
     this.addSql(`alter table "app_user" add column "avatar_key" varchar(32) not null default replace((gen_random_uuid())::text, '-'::text, ''::text);`);
+    this.addSql(`alter table "app_user" add constraint "app_user_avatar_key_unique" unique ("avatar_key");`);
   }
 }
