@@ -108,7 +108,9 @@ export function interactionRoutes(o: InteractionOptions) {
     if (!email || !password) {
       return renderLogin(ctx, { action, csrf: csrfFor(uid), clientName: name, email, error: 'Enter your email address and your password.' }, 400);
     }
-    const wait = limiter.blocked(email, ctx.ip);
+    // Charged before the password is checked (issue 8 item 11): parallel posts each take a token
+    // synchronously here, so no more of them reach the KDF than the buckets allow.
+    const wait = limiter.attempt(email, ctx.ip);
     const event = { request_id: ctx.state.requestId, client_id: d.params.client_id, address: ctx.ip };
     if (wait > 0) {
       o.log?.warn('sign-in rate limited', { ...event, retry_after: wait });
@@ -121,7 +123,7 @@ export function interactionRoutes(o: InteractionOptions) {
     }
     const user = await checkPassword(o.db, email, password);
     if (!user) {
-      limiter.failed(email, ctx.ip);
+      // Already charged by attempt().
       o.log?.info('sign-in failed', event);
       return renderLogin(ctx, { action, csrf: csrfFor(uid), clientName: name, email, error: 'The email address or password is incorrect.' }, 401);
     }
