@@ -2,7 +2,7 @@
 // ID tokens and userinfo. `sub` is the user's id.
 import type { Database } from '../db/database.ts';
 import type { Role } from '../db/entities.ts';
-import { hashPassword, verifyPassword } from '../auth/passwords.ts';
+import { hashPassword, needsRehash, verifyPassword } from '../auth/passwords.ts';
 import { Prefetched } from './prefetch.ts';
 import { avatarUrl } from './avatars.ts';
 
@@ -89,5 +89,22 @@ export async function checkPassword(db: Database, email: string, password: strin
   ]);
   decoy ??= hashPassword(`decoy-${Math.random()}`);
   const ok = await verifyPassword(password, row?.password_hash ?? (await decoy));
-  return ok && row ? { userId: row.id, role: row.role } : null;
+  if (!ok || !row) return null;
+  if (needsRehash(row.password_hash)) await upgradeHash(db, row.id, row.password_hash, password);
+  return { userId: row.id, role: row.role };
+}
+
+/**
+ * Stores a hash with today's parameters (server/auth/passwords.ts) the first time an older one is
+ * used successfully: the only moment the password is known. Conditional on the old hash, so a password
+ * changed meanwhile is not overwritten. A failure here does not fail the sign-in: the old hash still
+ * works and the upgrade is tried again at the next one.
+ */
+async function upgradeHash(db: Database, userId: string, old: string, password: string): Promise<void> {
+  try {
+    const fresh = await hashPassword(password);
+    await db.query('update app_user set password_hash = ? where id = ? and password_hash = ?', [fresh, userId, old]);
+  } catch {
+    // See above: best effort, retried at the next sign-in.
+  }
 }
