@@ -29,7 +29,7 @@ import type { Database } from '../db/database.ts';
 import { ApiError } from '../domain/errors.ts';
 import { loadSecrets, SecretsError, type ServerSecrets } from '../secrets.ts';
 import { openDatabase } from '../services.ts';
-import { formatUsage, parseOptions, UsageError } from './args.ts';
+import { formatUsage, parseOptions, UsageError, type ParsedOptions } from './args.ts';
 import { COMMANDS, type Command } from './commands.ts';
 import { adminSocketPath, forwardToGateway } from './admin-socket.ts';
 
@@ -40,13 +40,56 @@ export interface Io {
   stderr(text: string): void;
   /** Whether progress lines are wanted on stderr. */
   progress: boolean;
+  /** The first line of standard input, for `--password -`; absent where there is none (the admin socket). */
+  readLine?: () => Promise<string>;
+}
+
+const STDIN_LIMIT = 64 * 1024;
+
+/** Reads standard input up to its first newline (or its end), without the line break. */
+async function firstLineOfStdin(): Promise<string> {
+  // Bytes first, decoded once: a chunk boundary may split a multi-byte character.
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of process.stdin) {
+    const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(String(chunk), 'utf8');
+    chunks.push(b);
+    size += b.length;
+    if (b.includes(0x0a) || size > STDIN_LIMIT) break;
+  }
+  const all = Buffer.concat(chunks);
+  const nl = all.indexOf(0x0a);
+  if (nl === -1 ? all.length > STDIN_LIMIT : nl > STDIN_LIMIT) throw new UsageError('the first line of standard input is too long.');
+  return all.subarray(0, nl === -1 ? all.length : nl).toString('utf8').replace(/\r$/, '');
 }
 
 const processIo: Io = {
   stdout: (t) => process.stdout.write(t),
   stderr: (t) => process.stderr.write(t),
   progress: process.stderr.isTTY === true,
+  readLine: firstLineOfStdin,
 };
+
+/**
+ * Replaces each `--name -` of a stdin option by the first line of standard input (DESIGN 3.2), in the
+ * parsed options and in the command line handed to a gateway (which has no terminal of the caller's;
+ * the admin socket is private to the gateway's user, never argv of any process).
+ */
+async function readStdinOptions(command: Command, options: ParsedOptions, argv: readonly string[], io: Io): Promise<string[]> {
+  const out = [...argv];
+  for (const spec of command.options) {
+    if (!spec.stdin || options[spec.name] !== '-') continue;
+    if (!io.readLine) throw new UsageError(`${command.name}: --${spec.name} - needs standard input, which this invocation does not have.`);
+    const value = await io.readLine();
+    if (value === '') throw new UsageError(`${command.name}: --${spec.name} -: the first line of standard input is empty.`);
+    options[spec.name] = value;
+    for (let i = 2; i < out.length; i++) {
+      if (out[i] === `--${spec.name}` && out[i + 1] === '-') out[i + 1] = value;
+      else if (out[i] === `--${spec.name}=-`) out[i] = `--${spec.name}=${value}`;
+    }
+  }
+  return out;
+}
 
 const GROUPS = [...new Set(COMMANDS.map((c) => c.name.split(' ')[0]!))];
 
@@ -126,12 +169,19 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     return fail(classify(e));
   }
 
+  let forwarded: string[];
+  try {
+    forwarded = await readStdinOptions(command, options, argv, io);
+  } catch (e) {
+    return fail(classify(e));
+  }
+
   let db: Database | undefined;
   try {
     const config = loadConfig(env);
     if (!deps.db && !config.databaseUrl) {
       // A gateway running on the embedded database owns it: let that process run the command.
-      const reply = await forwardToGateway(adminSocketPath(config.dataDir), argv);
+      const reply = await forwardToGateway(adminSocketPath(config.dataDir), forwarded);
       if (reply) {
         if (reply.stdout) io.stdout(reply.stdout);
         if (reply.stderr) io.stderr(reply.stderr);

@@ -17,6 +17,8 @@ export interface OptionSpec {
   /** May be given more than once (collected in order). */
   multiple?: boolean;
   choices?: readonly string[];
+  /** `-` means: the first line of standard input (DESIGN 3.2; keeps secrets out of ps and shell history). */
+  stdin?: boolean;
 }
 
 export type ParsedOptions = Record<string, string | string[] | undefined>;

@@ -2,9 +2,9 @@
 // same domain functions the REST routes and GraphQL call.
 import { createApiKey, revokeApiKey } from '../auth/api-keys.ts';
 import type { Database } from '../db/database.ts';
-import { PERMISSIONS, ROLES, type Permission } from '../db/entities.ts';
+import { API_ACCESS, PERMISSIONS, ROLES, type ApiAccess, type Permission } from '../db/entities.ts';
 import { addBalance, createUser, findUserByEmail } from '../domain/accounts.ts';
-import { clientExists, createClient, MAX_REDIRECT_URIS, rotateClientSecret, validateClientName, validateRedirectUris } from '../domain/clients.ts';
+import { clientExists, createClient, listClients, MAX_REDIRECT_URIS, rotateClientSecret, setClientApiAccess, validateClientName, validateRedirectUris } from '../domain/clients.ts';
 import { ApiError } from '../domain/errors.ts';
 import { MoneyError, parseRate, rateToNumber } from '../domain/money.ts';
 import { addNode } from '../domain/nodes.ts';
@@ -45,7 +45,7 @@ export const COMMANDS: readonly Command[] = [
     options: [
       { name: 'email', value: 'EMAIL', help: 'login name, stored lower-cased', required: true },
       { name: 'name', value: 'NAME', help: 'display name', required: true },
-      { name: 'password', value: 'PASSWORD', help: 'at least 8 characters', required: true },
+      { name: 'password', value: 'PASSWORD|-', help: 'at least 8 characters; - reads it from the first line of standard input', required: true, stdin: true },
       { name: 'balance-usd', value: 'USD', help: 'opening balance, a decimal such as 25.50 (default 0); written to the ledger' },
       { name: 'role', value: 'owner|viewer', help: 'owner may write, viewer only read (default owner)', choices: ROLES },
       { name: 'picture', value: 'URL', help: 'avatar, an absolute http(s) URL' },
@@ -99,7 +99,7 @@ export const COMMANDS: readonly Command[] = [
   {
     name: 'client create',
     summary: 'Register an OAuth client of the identity provider. The secret is shown once and stored encrypted.',
-    prints: '{client_id, client_secret}',
+    prints: '{client_id, client_secret, api_access}',
     options: [
       { name: 'name', value: 'NAME', help: 'shown on the consent page', required: true },
       {
@@ -109,13 +109,50 @@ export const COMMANDS: readonly Command[] = [
         required: true,
         multiple: true,
       },
+      {
+        name: 'api-access',
+        value: 'none|read|write',
+        help: "what the client's access tokens may do on the tunnel API and GraphQL, never more than the user's role (default none: sign-in only)",
+        choices: API_ACCESS,
+      },
     ],
     async run({ db, secrets }, o) {
       // Refuse bad input before the secrets are loaded (and, on a fresh database, generated).
       validateClientName(str(o, 'name'));
       validateRedirectUris(list(o, 'redirect-uri'));
       const { secretEncryptionKey } = await secrets();
-      return createClient(db, secretEncryptionKey, { name: str(o, 'name'), redirectUris: list(o, 'redirect-uri') });
+      return createClient(db, secretEncryptionKey, {
+        name: str(o, 'name'),
+        redirectUris: list(o, 'redirect-uri'),
+        apiAccess: (opt(o, 'api-access') ?? 'none') as ApiAccess,
+      });
+    },
+  },
+  {
+    name: 'client update',
+    summary: "Change what a client's access tokens may do on the tunnel API; applies at once to tokens already issued.",
+    prints: '{client_id, api_access}',
+    options: [
+      { name: 'client-id', value: 'ID', help: 'the client id printed by client create', required: true },
+      { name: 'api-access', value: 'none|read|write', help: 'the new API access', required: true, choices: API_ACCESS },
+    ],
+    run: ({ db }, o) => setClientApiAccess(db, str(o, 'client-id'), str(o, 'api-access')),
+  },
+  {
+    name: 'client list',
+    summary: 'List the OAuth clients with their redirect URIs and API access (never their secrets).',
+    prints: '{items: [{client_id, name, redirect_uris, api_access, created_at, secret_rotated_at}], next_cursor}',
+    options: [
+      { name: 'limit', value: 'N', help: 'at most this many (1-1000, default 100)' },
+      { name: 'cursor', value: 'CURSOR', help: 'next_cursor of the previous page' },
+    ],
+    check(o) {
+      const limit = opt(o, 'limit');
+      if (limit !== undefined) intOption('client list', 'limit', limit, 1, 1000);
+    },
+    run: ({ db }, o) => {
+      const limit = opt(o, 'limit');
+      return listClients(db, { limit: limit === undefined ? 100 : Number(limit), cursor: opt(o, 'cursor') ?? null });
     },
   },
   {

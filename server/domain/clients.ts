@@ -5,6 +5,7 @@
 // secret (OIDC Core 10.1), so the issuer needs the plaintext back; a hash would not do.
 import { randomBytes } from 'node:crypto';
 import type { Database, Sql } from '../db/database.ts';
+import { API_ACCESS, type ApiAccess } from '../db/entities.ts';
 import { decryptSecret, encryptSecret } from '../secrets.ts';
 import { ApiError } from './errors.ts';
 
@@ -14,6 +15,8 @@ export interface OAuthClientRecord {
   redirect_uris: string[];
   /** The plaintext secret, decrypted. */
   client_secret: string;
+  /** What the client's access tokens may do on the tunnel API and GraphQL (DESIGN 3.2). */
+  api_access: ApiAccess;
   secret_rotated_at: Date;
   created_at: Date;
 }
@@ -21,6 +24,13 @@ export interface OAuthClientRecord {
 export interface CreateClient {
   name: string;
   redirectUris: readonly string[];
+  /** DESIGN 3.2: `none` unless the operator says otherwise. */
+  apiAccess?: ApiAccess;
+}
+
+export function validateApiAccess(value: string): ApiAccess {
+  if (!(API_ACCESS as readonly string[]).includes(value)) throw new ApiError('invalid_request', `api-access must be one of ${API_ACCESS.join(', ')}.`);
+  return value as ApiAccess;
 }
 
 export const MAX_REDIRECT_URIS = 20;
@@ -84,19 +94,73 @@ export function validateClientName(name: string): string {
   return n;
 }
 
-export async function createClient(db: Database, encryptionKey: Buffer, c: CreateClient): Promise<{ client_id: string; client_secret: string }> {
+export async function createClient(db: Database, encryptionKey: Buffer, c: CreateClient): Promise<{ client_id: string; client_secret: string; api_access: ApiAccess }> {
   const name = validateClientName(c.name);
   const redirectUris = validateRedirectUris(c.redirectUris);
+  const apiAccess = validateApiAccess(c.apiAccess ?? 'none');
   const clientSecret = newClientSecret();
   // 80 random bits make a collision practically impossible; the primary key would refuse one anyway.
   const clientId = newClientId();
-  await db.query('insert into oauth_client (client_id, name, redirect_uris, secret_ciphertext) values (?, ?, ?::jsonb, ?)', [
+  await db.query('insert into oauth_client (client_id, name, redirect_uris, secret_ciphertext, api_access) values (?, ?, ?::jsonb, ?, ?)', [
     clientId,
     name,
     JSON.stringify(redirectUris),
     encryptSecret(encryptionKey, clientSecret, clientId),
+    apiAccess,
   ]);
-  return { client_id: clientId, client_secret: clientSecret };
+  return { client_id: clientId, client_secret: clientSecret, api_access: apiAccess };
+}
+
+/**
+ * Changes what a client's tokens may do. Takes effect on the next API call of every token already
+ * issued (the access-token check reads it with the grant, server/oidc/access-tokens.ts); the consent
+ * given under the old value is not asked again.
+ */
+export async function setClientApiAccess(db: Database, clientId: string, access: string): Promise<{ client_id: string; api_access: ApiAccess }> {
+  const apiAccess = validateApiAccess(access);
+  if (!CLIENT_ID_RE.test(clientId)) throw new ApiError('not_found', `no OAuth client ${JSON.stringify(clientId)}.`);
+  const rows = await db.query('update oauth_client set api_access = ? where client_id = ? returning client_id', [apiAccess, clientId]);
+  if (rows.length === 0) throw new ApiError('not_found', `no OAuth client ${JSON.stringify(clientId)}.`);
+  await db.notify(CLIENT_CHANGED_CHANNEL, clientId);
+  return { client_id: clientId, api_access: apiAccess };
+}
+
+/** The client's API access for the consent page; null for an unknown client. */
+export async function clientApiAccess(db: Pick<Database, 'query'>, clientId: string): Promise<ApiAccess | null> {
+  if (!CLIENT_ID_RE.test(clientId)) return null;
+  const [row] = await db.query<{ api_access: ApiAccess }>('select api_access from oauth_client where client_id = ?', [clientId]);
+  return row?.api_access ?? null;
+}
+
+export interface ClientListItem {
+  client_id: string;
+  name: string;
+  redirect_uris: string[];
+  api_access: ApiAccess;
+  created_at: string;
+  secret_rotated_at: string;
+}
+
+/** Clients in client_id order, without secrets; `cursor` is the last client_id of the previous page. */
+export async function listClients(db: Pick<Database, 'query'>, o: { limit: number; cursor?: string | null }): Promise<{ items: ClientListItem[]; next_cursor: string | null }> {
+  if (o.cursor != null && !CLIENT_ID_RE.test(o.cursor)) throw new ApiError('invalid_request', 'cursor is not one this command printed.');
+  const rows = await db.query<{ client_id: string; name: string; redirect_uris: string[] | string; api_access: ApiAccess; created_at: Date | string; secret_rotated_at: Date | string }>(
+    `select client_id, name, redirect_uris, api_access, created_at, secret_rotated_at from oauth_client
+      where (?::text is null or client_id > ?) order by client_id limit ?`,
+    [o.cursor ?? null, o.cursor ?? null, o.limit + 1],
+  );
+  const page = rows.slice(0, o.limit);
+  return {
+    items: page.map((r) => ({
+      client_id: r.client_id,
+      name: r.name,
+      redirect_uris: typeof r.redirect_uris === 'string' ? (JSON.parse(r.redirect_uris) as string[]) : r.redirect_uris,
+      api_access: r.api_access,
+      created_at: asDate(r.created_at).toISOString(),
+      secret_rotated_at: asDate(r.secret_rotated_at).toISOString(),
+    })),
+    next_cursor: rows.length > o.limit ? page[page.length - 1]!.client_id : null,
+  };
 }
 
 /**
@@ -147,6 +211,7 @@ export async function clientExists(db: Pick<Database, 'query'>, clientId: string
 interface ClientRow {
   client_id: string;
   name: string;
+  api_access: ApiAccess;
   redirect_uris: string[] | string;
   secret_ciphertext: string;
   secret_rotated_at: Date | string;
@@ -159,7 +224,7 @@ const asDate = (v: Date | string) => (v instanceof Date ? v : new Date(v));
 export async function getClient(db: Pick<Database, 'query'> | Sql, encryptionKey: Buffer, clientId: string): Promise<OAuthClientRecord | null> {
   if (!CLIENT_ID_RE.test(clientId)) return null;
   const [row] = await db.query<ClientRow>(
-    'select client_id, name, redirect_uris, secret_ciphertext, secret_rotated_at, created_at from oauth_client where client_id = ?',
+    'select client_id, name, redirect_uris, api_access, secret_ciphertext, secret_rotated_at, created_at from oauth_client where client_id = ?',
     [clientId],
   );
   if (!row) return null;
@@ -168,6 +233,7 @@ export async function getClient(db: Pick<Database, 'query'> | Sql, encryptionKey
     name: row.name,
     redirect_uris: typeof row.redirect_uris === 'string' ? (JSON.parse(row.redirect_uris) as string[]) : row.redirect_uris,
     client_secret: decryptSecret(encryptionKey, row.secret_ciphertext, row.client_id),
+    api_access: row.api_access,
     secret_rotated_at: asDate(row.secret_rotated_at),
     created_at: asDate(row.created_at),
   };

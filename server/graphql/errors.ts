@@ -61,6 +61,13 @@ export function errorPlugin(log: Logger): ApolloServerPlugin<GraphqlContext> {
             response.http.status = 401;
             response.http.headers.set('www-authenticate', contextValue.auth.error?.headers['WWW-Authenticate'] ?? 'Bearer');
           }
+          // Likewise 403 when the credential itself was refused as a whole: a token of a client registered
+          // without API access (DESIGN 3.2). A viewer's refused mutation is not this case (auth succeeded).
+          const refused = contextValue.auth.error;
+          if (data == null && errors?.length && refused?.code === 'insufficient_scope' && errors.every((e) => e.extensions?.code === 'insufficient_scope')) {
+            response.http.status = 403;
+            response.http.headers.set('www-authenticate', refused.headers['WWW-Authenticate'] ?? 'Bearer error="insufficient_scope"');
+          }
         },
       };
     },

@@ -140,6 +140,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     secretEncryptionKey: secrets.secretEncryptionKey,
     rateLimitPerMinute,
     rateLimitBurst,
+    publicUrl: services.config.publicUrl,
   });
   services.auth.use(looksLikeJwt, (token) => issuer.accessTokens.principal(token));
   app.use(issuer.middleware);

@@ -4,7 +4,7 @@
 // rotating a client secret or reusing a refresh token ends every access token of that grant at once.
 import { errors as joseErrors, jwtVerify, type JWTPayload } from 'jose';
 import type { Database } from '../db/database.ts';
-import type { Permission, Role } from '../db/entities.ts';
+import type { ApiAccess, Permission, Role } from '../db/entities.ts';
 import { ApiError } from '../domain/errors.ts';
 import type { Principal } from '../auth/principal.ts';
 
@@ -19,6 +19,8 @@ export interface LiveAccessToken {
   claims: AccessTokenClaims;
   accountId: string;
   role: Role;
+  /** The client's API access (DESIGN 3.2), read with the grant so a change applies to live tokens at once. */
+  apiAccess: ApiAccess;
 }
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -61,22 +63,33 @@ export class AccessTokenVerifier {
     const claims = await this.decode(token);
     if (!claims || !UUID_RE.test(claims.sub)) throw invalidToken('The access token is malformed, expired or not issued here.');
     // Both lookups by primary key: the grant by (kind, id), the user by id.
-    const [row] = await this.db.hot<{ account_id: string; role: Role }>(
-      'oidc_access_grant',
-      `select u.account_id, u.role
-         from oidc_payload g join app_user u on u.id = ?::uuid
+    const [row] = await this.db.hot<{ account_id: string; role: Role; api_access: ApiAccess }>(
+      'oidc_access_grant_client',
+      `select u.account_id, u.role, c.api_access
+         from oidc_payload g join app_user u on u.id = ?::uuid join oauth_client c on c.client_id = g.client_id
         where g.kind = 'Grant' and g.id = ? and g.client_id = ? and g.payload->>'accountId' = ?
           and (g.expires_at is null or g.expires_at > now())`,
       [claims.sub, claims.gid, claims.client_id, claims.sub],
     );
     if (!row) throw invalidToken('The access token was revoked.');
-    return { claims, accountId: row.account_id, role: row.role };
+    return { claims, accountId: row.account_id, role: row.role, apiAccess: row.api_access };
   }
 
-  /** The Authenticator's view: role owner may write, viewer may read. */
+  /**
+   * The Authenticator's view (the tunnel API and GraphQL, not userinfo): the client's API access caps
+   * the user's role (DESIGN 3.2). A `none` client's token is valid but may not use the API at all
+   * (403 insufficient_scope); `read` never writes; `write` writes only for an owner.
+   */
   async principal(token: string): Promise<Principal> {
     const t = await this.verify(token);
-    const permission: Permission = t.role === 'owner' ? 'write' : 'read';
+    if (t.apiAccess === 'none') {
+      throw new ApiError(
+        'insufficient_scope',
+        'This application was registered without access to the tunnel API; its tokens only identify the user (ask the operator for read or write access).',
+        { 'WWW-Authenticate': 'Bearer error="insufficient_scope"' },
+      );
+    }
+    const permission: Permission = t.role === 'owner' && t.apiAccess === 'write' ? 'write' : 'read';
     return { accountId: t.accountId, userId: t.claims.sub, permission, credential: { kind: 'session', id: t.claims.gid } };
   }
 }

@@ -2,13 +2,15 @@
 // ID tokens and userinfo. `sub` is the user's id.
 import type { Database } from '../db/database.ts';
 import type { Role } from '../db/entities.ts';
-import { hashPassword, verifyPassword } from '../auth/passwords.ts';
+import { hashPassword, needsRehash, verifyPassword } from '../auth/passwords.ts';
 import { Prefetched } from './prefetch.ts';
+import { avatarUrl } from './avatars.ts';
 
 export interface UserClaims {
   sub: string;
   name: string;
-  picture?: string;
+  /** The user's own picture, else the generated avatar (DESIGN 3.3: always an absolute URL). */
+  picture: string;
   email: string;
   /** Accounts are created by the operator with the admin CLI, who vouches for the address. */
   email_verified: boolean;
@@ -17,27 +19,25 @@ export interface UserClaims {
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-export async function findUserClaims(db: Database, sub: string): Promise<UserClaims | null> {
+/** `avatars` is avatarBase(PUBLIC_URL): where the generated avatars are served (server/oidc/avatars.ts). */
+export async function findUserClaims(db: Database, sub: string, avatars: string): Promise<UserClaims | null> {
   if (!UUID_RE.test(sub)) return null;
-  const [row] = await db.hot<{ id: string; name: string; picture: string | null; email: string }>(
-    'oidc_user_claims',
-    'select id, name, picture, email from app_user where id = ?',
-    [sub],
-  );
-  return row ? toClaims(row) : null;
+  const [row] = await db.hot<UserRow>('oidc_user_claims_avatar', 'select id, name, picture, email, avatar_key from app_user where id = ?', [sub]);
+  return row ? toClaims(row, avatars) : null;
 }
 
-interface UserRow {
+export interface UserRow {
   id: string;
   name: string;
   picture: string | null;
   email: string;
+  avatar_key: string;
 }
 
-export const toClaims = (row: UserRow): UserClaims => ({
+export const toClaims = (row: UserRow, avatars: string): UserClaims => ({
   sub: row.id,
   name: row.name,
-  ...(row.picture ? { picture: row.picture } : {}),
+  picture: row.picture || avatarUrl(avatars, row.avatar_key),
   email: row.email,
   email_verified: true,
 });
@@ -50,14 +50,17 @@ export const toClaims = (row: UserRow): UserClaims => ({
 export class UserClaimsSource {
   private readonly prefetched = new Prefetched<UserClaims>();
 
-  constructor(private readonly db: Database) {}
+  constructor(
+    private readonly db: Database,
+    private readonly avatars: string,
+  ) {}
 
   prefetch(row: UserRow): void {
-    this.prefetched.put(row.id, toClaims(row));
+    this.prefetched.put(row.id, toClaims(row, this.avatars));
   }
 
   async find(sub: string): Promise<UserClaims | null> {
-    return this.prefetched.take(sub) ?? findUserClaims(this.db, sub);
+    return this.prefetched.take(sub) ?? findUserClaims(this.db, sub, this.avatars);
   }
 }
 
@@ -66,7 +69,7 @@ export function claimsForScopes(user: UserClaims, scopes: ReadonlySet<string>): 
   const out: Record<string, unknown> = { sub: user.sub };
   if (scopes.has('profile')) {
     out.name = user.name;
-    if (user.picture) out.picture = user.picture;
+    out.picture = user.picture;
   }
   if (scopes.has('email')) {
     out.email = user.email;
@@ -86,5 +89,22 @@ export async function checkPassword(db: Database, email: string, password: strin
   ]);
   decoy ??= hashPassword(`decoy-${Math.random()}`);
   const ok = await verifyPassword(password, row?.password_hash ?? (await decoy));
-  return ok && row ? { userId: row.id, role: row.role } : null;
+  if (!ok || !row) return null;
+  if (needsRehash(row.password_hash)) await upgradeHash(db, row.id, row.password_hash, password);
+  return { userId: row.id, role: row.role };
+}
+
+/**
+ * Stores a hash with today's parameters (server/auth/passwords.ts) the first time an older one is
+ * used successfully: the only moment the password is known. Conditional on the old hash, so a password
+ * changed meanwhile is not overwritten. A failure here does not fail the sign-in: the old hash still
+ * works and the upgrade is tried again at the next one.
+ */
+async function upgradeHash(db: Database, userId: string, old: string, password: string): Promise<void> {
+  try {
+    const fresh = await hashPassword(password);
+    await db.query('update app_user set password_hash = ? where id = ? and password_hash = ?', [fresh, userId, old]);
+  } catch {
+    // See above: best effort, retried at the next sign-in.
+  }
 }

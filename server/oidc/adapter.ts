@@ -150,7 +150,7 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
         const row = await findTokens.call({ kind: this.kind, id });
         const grant = row?.grant_payload ? toPayload({ payload: row.grant_payload, consumed_at: null }) : undefined;
         if (grant?.jti) grants.put(grant.jti, grant);
-        if (row?.user_id) users?.prefetch({ id: row.user_id, name: row.name, picture: row.picture, email: row.email });
+        if (row?.user_id) users?.prefetch({ id: row.user_id, name: row.name, picture: row.picture, email: row.email, avatar_key: row.avatar_key });
         return toPayload(row);
       }
       const [row] = await db.hot<Row>('oidc_find', 'select payload, consumed_at from oidc_payload where kind = ? and id = ?', [this.kind, id]);
@@ -183,23 +183,28 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
     }
 
     async destroy(id: string): Promise<void> {
+      // Issue 8 item 9: a refresh token looked up at /oauth/revoke reads its grant ahead, and revocation
+      // never takes it; left there, the next sign-in's Grant.find got the deleted grant back, skipped
+      // consent and issued a code for it ("grant not found" at the exchange).
+      if (this.kind === 'Grant') grants.drop(id);
       await db.query('delete from oidc_payload where kind = ? and id = ?', [this.kind, id]);
     }
 
     async revokeByGrantId(grantId: string): Promise<void> {
+      grants.drop(grantId);
       await db.query('delete from oidc_payload where kind = ? and grant_id = ?', [this.kind, grantId]);
     }
   };
 }
 
 /** A code or refresh token with its grant and user; `from oidc_payload t` is where the keys join in. */
-const FIND_TOKEN = `select t.payload, t.consumed_at, g.payload as grant_payload, u.id as user_id, u.name, u.picture, u.email
+const FIND_TOKEN = `select t.payload, t.consumed_at, g.payload as grant_payload, u.id as user_id, u.name, u.picture, u.email, u.avatar_key
   from oidc_payload t
   left join oidc_payload g on g.kind = 'Grant' and g.id = t.grant_id
   left join app_user u on u.id = case when t.payload->>'accountId' ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
                                       then (t.payload->>'accountId')::uuid end`;
 
-type TokenRow = Row & { grant_payload: AdapterPayload | string | null; user_id: string | null; name: string; picture: string | null; email: string };
+type TokenRow = Row & { grant_payload: AdapterPayload | string | null; user_id: string | null; name: string; picture: string | null; email: string; avatar_key: string };
 
 /**
  * Codes or refresh tokens by key, each with its grant and its user (for findAccount), one result per

@@ -9,7 +9,7 @@ import { invalidToken, looksLikeJwt, type AccessTokenVerifier } from './access-t
 import { NOT_YOURS } from './provider.ts';
 
 /** GET or POST /oauth/userinfo with `Authorization: Bearer <access token>`. */
-export async function userinfo(ctx: Context, verifier: AccessTokenVerifier, db: Database): Promise<void> {
+export async function userinfo(ctx: Context, verifier: AccessTokenVerifier, db: Database, avatars: string): Promise<void> {
   if (ctx.method !== 'GET' && ctx.method !== 'POST') {
     throw new ApiError('method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}; allowed: GET, POST.`, { Allow: 'GET, POST' });
   }
@@ -17,7 +17,7 @@ export async function userinfo(ctx: Context, verifier: AccessTokenVerifier, db: 
   const m = /^Bearer +([\x21-\x7e]{1,4096})$/i.exec(ctx.get('authorization').trim());
   if (!m) throw invalidToken('Send Authorization: Bearer <access token>.');
   const live = await verifier.verify(m[1]!);
-  const user = await findUserClaims(db, live.claims.sub);
+  const user = await findUserClaims(db, live.claims.sub, avatars);
   if (!user) throw invalidToken('The access token belongs to a user that no longer exists.');
   ctx.status = 200;
   ctx.body = claimsForScopes(user, new Set(live.claims.scope.split(' ')));

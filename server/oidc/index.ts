@@ -14,6 +14,7 @@ import { revokeJwtAfterProvider, userinfo } from './endpoints.ts';
 import { interactionRoutes } from './interactions.ts';
 import { addressKey, LoginLimiter, type Limit } from './login-limits.ts';
 import { createProvider } from './provider.ts';
+import { avatarBase, avatarRoute } from './avatars.ts';
 
 export const PURGE_INTERVAL_MS = 10 * 60_000;
 
@@ -30,6 +31,8 @@ export interface IssuerConfig {
   rateLimitPerMinute: number;
   rateLimitBurst: number;
   loginLimits?: { accountAddress: Limit; address: Limit };
+  /** PUBLIC_URL: the generated avatars are served under it (DESIGN 3.3); defaults to the issuer URL. */
+  publicUrl?: string;
 }
 
 export interface Issuer {
@@ -62,6 +65,8 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   const prefix = issuer.pathname.replace(/\/+$/, '');
   const interactionBase = `${prefix}/interaction`;
   const accessTokens = new AccessTokenVerifier(c.db, { key: c.accessTokenKey, issuer: c.issuerUrl, audience: c.audience });
+  const avatars = avatarBase(c.publicUrl ?? c.issuerUrl);
+  const serveAvatar = avatarRoute(c.db, new URL(avatars).pathname);
   const clients = new CachedClientSource(c.db, c.secretEncryptionKey);
   await clients.start();
   const provider = createProvider({
@@ -72,6 +77,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     cookieKeys: c.cookieKeys,
     clients,
     interactionPath: interactionBase,
+    avatars,
   });
   // oidc-provider answers its own failures with server_error; the cause goes to our log (never the token values).
   provider.on('server_error', (ctx: Context, err: unknown) => {
@@ -85,6 +91,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     issuerOrigin: issuer.origin,
     limiter: new LoginLimiter(c.loginLimits),
     log: c.log,
+    avatars,
   });
   const requests = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst });
   // The same budget per client, spent once oidc-provider has authenticated it (so a stolen secret used
@@ -146,6 +153,10 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   }
 
   const middleware: Middleware = async (ctx, next) => {
+    if (await serveAvatar(ctx)) {
+      ctx._matchedRoute = '/avatars/:key';
+      return;
+    }
     if (prefix && ctx.path !== prefix && !ctx.path.startsWith(`${prefix}/`)) return next();
     const rest = ctx.path.slice(prefix.length) || '/';
     // The route label of the request metrics (server/http/app.ts), with uids folded.
@@ -159,7 +170,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     }
     if (rest === '/oauth/userinfo') {
       label(rest);
-      return userinfo(ctx, accessTokens, c.db);
+      return userinfo(ctx, accessTokens, c.db, avatars);
     }
     if (!PROVIDER_PATHS.test(rest)) return next();
     label(rest.replace(/^\/oauth\/authorize\/.+$/, '/oauth/authorize/:uid'));

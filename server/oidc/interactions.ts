@@ -9,6 +9,8 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Context } from 'koa';
 import type Provider from 'oidc-provider';
 import type { Database } from '../db/database.ts';
+import { clientApiAccess } from '../domain/clients.ts';
+import type { ApiAccess, Role } from '../db/entities.ts';
 import { checkPassword, findUserClaims } from './accounts.ts';
 import { LoginLimiter } from './login-limits.ts';
 import { renderConsent, renderLogin, renderMessage } from './pages.ts';
@@ -37,6 +39,8 @@ export interface InteractionOptions {
   basePath: string;
   issuerOrigin: string;
   limiter?: LoginLimiter;
+  /** avatarBase(PUBLIC_URL) (server/oidc/avatars.ts). */
+  avatars: string;
   /** Sign-in outcomes for the security record: ids and addresses, never an email or a password. */
   log?: Logger;
 }
@@ -75,10 +79,16 @@ export function interactionRoutes(o: InteractionOptions) {
       return renderLogin(ctx, { action: `${action}/login`, csrf: csrfFor(uid), clientName: await clientName(d.params.client_id) });
     }
     if (d.prompt.name === 'consent') {
-      const user = d.session?.accountId ? await findUserClaims(o.db, d.session.accountId) : null;
+      const user = d.session?.accountId ? await findUserClaims(o.db, d.session.accountId, o.avatars) : null;
       if (!user) return expired(ctx);
       const scopes = String(d.params.scope ?? '').split(' ').filter(Boolean);
-      return renderConsent(ctx, { action: `${action}/consent`, csrf: csrfFor(uid), clientName: await clientName(d.params.client_id), userEmail: user.email, scopes });
+      const [access, [row]] = await Promise.all([
+        clientApiAccess(o.db, String(d.params.client_id)),
+        o.db.query<{ role: Role }>('select role from app_user where id = ?', [user.sub]),
+      ]);
+      // What the tokens will really be allowed (server/oidc/access-tokens.ts): the client's access, capped by the role.
+      const apiAccess: ApiAccess = access === 'write' && row?.role !== 'owner' ? 'read' : (access ?? 'none');
+      return renderConsent(ctx, { action: `${action}/consent`, csrf: csrfFor(uid), clientName: await clientName(d.params.client_id), userEmail: user.email, scopes, apiAccess });
     }
     return renderMessage(ctx, 400, 'Sign-in not possible', `This sign-in step (${d.prompt.name}) is not supported.`);
   }
@@ -98,7 +108,9 @@ export function interactionRoutes(o: InteractionOptions) {
     if (!email || !password) {
       return renderLogin(ctx, { action, csrf: csrfFor(uid), clientName: name, email, error: 'Enter your email address and your password.' }, 400);
     }
-    const wait = limiter.blocked(email, ctx.ip);
+    // Charged before the password is checked (issue 8 item 11): parallel posts each take a token
+    // synchronously here, so no more of them reach the KDF than the buckets allow.
+    const wait = limiter.attempt(email, ctx.ip);
     const event = { request_id: ctx.state.requestId, client_id: d.params.client_id, address: ctx.ip };
     if (wait > 0) {
       o.log?.warn('sign-in rate limited', { ...event, retry_after: wait });
@@ -111,7 +123,7 @@ export function interactionRoutes(o: InteractionOptions) {
     }
     const user = await checkPassword(o.db, email, password);
     if (!user) {
-      limiter.failed(email, ctx.ip);
+      // Already charged by attempt().
       o.log?.info('sign-in failed', event);
       return renderLogin(ctx, { action, csrf: csrfFor(uid), clientName: name, email, error: 'The email address or password is incorrect.' }, 401);
     }

@@ -1,4 +1,7 @@
-// Brute-force limits for the login form. Only failures spend tokens, in two buckets:
+// Brute-force limits for the login form. Every attempt is charged before its password is checked
+// (attempt()), so concurrent posts cannot all pass a check that the first failures have not yet paid
+// for (issue 8 item 11); a success gives its charge back and clears the account's failures from that
+// address (succeeded()), so in effect only failures spend tokens, in two buckets:
 //  - per (account, client address): a handful of guesses at one account from one place;
 //  - per client address: password spraying across many accounts from one place.
 // There is deliberately no bucket per account alone: an attacker elsewhere could then lock the real
@@ -57,6 +60,15 @@ class Buckets {
     this.map.set(key, b);
   }
 
+  /** Gives one token back (an attempt charged up front that turned out not to be a failure). */
+  refund(key: string, now: number): void {
+    const b = this.map.get(key);
+    if (!b) return;
+    const c = this.current(key, now);
+    if (c.tokens + 1 >= this.limit.burst) this.map.delete(key);
+    else this.map.set(key, { tokens: c.tokens + 1, at: now });
+  }
+
   reset(key: string): void {
     this.map.delete(key);
   }
@@ -102,8 +114,25 @@ export class LoginLimiter {
     this.address.spend(a, now);
   }
 
-  /** A successful sign-in clears that account's failures from that address. */
-  succeeded(email: string, ip: string): void {
-    this.pair.reset(LoginLimiter.pairKey(email, addressKey(ip)));
+  /**
+   * Checks and charges one attempt in the same synchronous step: 0 when the attempt may go on to the
+   * password check (and has been charged to both buckets), else the seconds to wait (nothing charged).
+   * Call before the KDF runs; call succeeded() when the password was right.
+   */
+  attempt(email: string, ip: string, now = Date.now()): number {
+    const wait = this.blocked(email, ip, now);
+    if (wait > 0) return wait;
+    this.failed(email, ip, now);
+    return 0;
+  }
+
+  /**
+   * A successful sign-in clears that account's failures from that address, and gives back the
+   * address bucket's token that attempt() charged for it.
+   */
+  succeeded(email: string, ip: string, now = Date.now()): void {
+    const a = addressKey(ip);
+    this.pair.reset(LoginLimiter.pairKey(email, a));
+    this.address.refund(a, now);
   }
 }

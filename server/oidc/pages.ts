@@ -1,6 +1,7 @@
 // Server-rendered HTML for the login, consent and error pages. Self-contained: inline CSS, no
 // scripts, no external assets; a Content-Security-Policy that allows nothing else.
 import type { Context } from 'koa';
+import type { ApiAccess } from '../db/entities.ts';
 
 export const esc = (s: string) =>
   s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
@@ -90,8 +91,17 @@ export interface ConsentPage {
   clientName: string;
   userEmail: string;
   scopes: string[];
+  /** What the application's tokens may do with the tunnel API, after the user's role caps it (DESIGN 3.2). */
+  apiAccess: ApiAccess;
   error?: string;
 }
+
+/** The plain-words line for the application's API access: the line a user must not miss, so it says money. */
+export const API_ACCESS_TEXT: Record<ApiAccess, string> = {
+  none: 'No access to your tunnels or your balance',
+  read: 'View your tunnels and your balance (it cannot buy, change or delete anything)',
+  write: 'Buy, change and delete tunnels and spend your balance',
+};
 
 const SCOPE_TEXT: Record<string, string> = {
   openid: 'Know who you are (your user id)',
@@ -100,7 +110,9 @@ const SCOPE_TEXT: Record<string, string> = {
 };
 
 export function renderConsent(ctx: Context, p: ConsentPage, status = 200): void {
-  const items = p.scopes.map((s) => `<li>${esc(SCOPE_TEXT[s] ?? s)}</li>`).join('\n');
+  const items = [...p.scopes.map((s) => esc(SCOPE_TEXT[s] ?? s)), `<strong>${esc(API_ACCESS_TEXT[p.apiAccess])}</strong>`]
+    .map((line) => `<li>${line}</li>`)
+    .join('\n');
   send(
     ctx,
     status,

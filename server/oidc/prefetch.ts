@@ -32,4 +32,12 @@ export class Prefetched<T> {
     if (queue.length === 0) this.entries.delete(key);
     return hit && now - hit.at < this.maxAgeMs ? hit.value : undefined;
   }
+
+  /**
+   * Forgets every entry of `key`: a row that was read ahead and then deleted (a revoked grant) must not
+   * be handed to a later lookup, which would otherwise see a grant that no longer exists.
+   */
+  drop(key: string): void {
+    this.entries.delete(key);
+  }
 }

@@ -43,6 +43,8 @@ export interface IssuerOptions {
   clients: ClientSource;
   /** Path under which the login and consent pages are served (the issuer's path + /interaction). */
   interactionPath: string;
+  /** avatarBase(PUBLIC_URL): the generated avatars behind `picture` (server/oidc/avatars.ts). */
+  avatars: string;
 }
 
 /** oidc-provider's errors carry the detail outside error_description; clients only see error_description. */
@@ -54,7 +56,7 @@ function describe(err: { error?: string; error_description?: string; error_detai
 
 export function createProvider(o: IssuerOptions): Provider {
   const clients = o.clients;
-  const users = new UserClaimsSource(o.db);
+  const users = new UserClaimsSource(o.db, o.avatars);
   const configuration: Configuration = {
     adapter: postgresAdapter({ db: o.db, clients, users }),
     clients: [],

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createUser } from '../../server/domain/accounts.ts';
 import { createClient } from '../../server/domain/clients.ts';
+import type { ApiAccess } from '../../server/db/entities.ts';
 import { setRate } from '../../server/domain/settings.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import { seedNode } from './fixtures.ts';
@@ -35,7 +36,8 @@ export interface OidcWorld {
   owner: TestUser;
   viewer: TestUser;
   newUser(role?: 'owner' | 'viewer'): Promise<TestUser>;
-  newClient(redirectUris?: string[]): Promise<TestClient>;
+  /** apiAccess defaults to write here (the API tests need it); the product's default is none (DESIGN 3.2). */
+  newClient(redirectUris?: string[], apiAccess?: ApiAccess): Promise<TestClient>;
   /** The HS256 key of the gateway's access tokens, read from the database as the gateway reads it. */
   accessTokenKey(): Promise<Buffer>;
   close(): Promise<void>;
@@ -54,10 +56,10 @@ export async function startOidcWorld(): Promise<OidcWorld> {
     const u = await createUser(db, { email, name, password, role, picture, balanceUsd: '50.00' });
     return { userId: u.user_id, accountId: u.account_id, email, password, name, picture };
   };
-  const newClient = async (redirectUris?: string[]): Promise<TestClient> => {
+  const newClient = async (redirectUris?: string[], apiAccess: ApiAccess = 'write'): Promise<TestClient> => {
     const uris = redirectUris ?? [`http://127.0.0.1:9/cb/${randomBytes(3).toString('hex')}`, `http://127.0.0.1:9/other/${randomBytes(3).toString('hex')}`];
     const { secretEncryptionKey } = (await loadSecrets(db, {})).secrets;
-    const c = await createClient(db, secretEncryptionKey, { name: 'Independent client', redirectUris: uris });
+    const c = await createClient(db, secretEncryptionKey, { name: 'Independent client', redirectUris: uris, apiAccess });
     return { id: c.client_id, secret: c.client_secret, redirectUris: uris };
   };
   return {

@@ -6,6 +6,7 @@ import { createUser } from '../../server/domain/accounts.ts';
 import { createClient } from '../../server/domain/clients.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import type { Database } from '../../server/db/database.ts';
+import type { ApiAccess } from '../../server/db/entities.ts';
 
 export class Jar {
   private readonly cookies = new Map<string, string>();
@@ -85,10 +86,11 @@ export interface Client {
   redirectUri: string;
 }
 
-export async function newClient(db: Database): Promise<Client> {
+/** apiAccess defaults to write here (the API tests need it); the product's default is none (DESIGN 3.2). */
+export async function newClient(db: Database, apiAccess: ApiAccess = 'write'): Promise<Client> {
   const { secretEncryptionKey } = (await loadSecrets(db, {})).secrets;
   const redirectUri = `http://127.0.0.1:9/cb/${randomBytes(3).toString('hex')}`;
-  const c = await createClient(db, secretEncryptionKey, { name: 'Focused test app', redirectUris: [redirectUri] });
+  const c = await createClient(db, secretEncryptionKey, { name: 'Focused test app', redirectUris: [redirectUri], apiAccess });
   return { id: c.client_id, secret: c.client_secret, redirectUri };
 }
 

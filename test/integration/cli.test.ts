@@ -2,7 +2,8 @@
 // PostgreSQL database, checked by its stdout JSON, its exit status and, through a plain pg pool, what
 // it wrote. Plus loadSecrets against the database (race-safety, never regenerating, env override) and
 // the exhaustive usage-error matrix run in-process through main() (no database needed for those).
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createHash, generateKeyPairSync } from 'node:crypto';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authenticateApiKey } from '../../server/auth/api-keys.ts';
 import { main } from '../../server/cli/admin.ts';
 import { getClient } from '../../server/domain/clients.ts';
+import { verifyPassword } from '../../server/auth/passwords.ts';
 import { ApiError } from '../../server/domain/errors.ts';
 import { ENV_MARK, loadSecrets, SECRET_ENV, SECRET_NAMES, SecretsError } from '../../server/secrets.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
@@ -100,7 +102,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
     accountId = created.account_id as string;
     const { rows: users } = await t.raw.query('select account_id, email, name, role, picture, password_hash from app_user where id = $1', [userId]);
     expect(users[0]).toMatchObject({ account_id: accountId, email: 'operator.one@example.test', name: 'Operator One', role: 'viewer', picture: 'https://img.example/a.png' });
-    expect(users[0].password_hash).toMatch(/^scrypt\$/);
+    expect(users[0].password_hash).toMatch(/^\$argon2id\$v=19\$m=19456,t=2,p=1\$/);
     expect(users[0].password_hash).not.toContain('correct horse');
 
     const added = ok(await cli(t.url, ['balance', 'add', '--email', 'operator.one@example.test', '--usd', '4.75']));
@@ -136,7 +138,9 @@ describe('admin CLI, every command against PostgreSQL', () => {
   it('client create stores the secret encrypted; client rotate-secret replaces it', async () => {
     const uris = ['https://app.example/callback', 'http://localhost:3000/cb?x=1'];
     const created = ok(await cli(t.url, ['client', 'create', '--name', 'Panel', '--redirect-uri', uris[0]!, '--redirect-uri', uris[1]!]));
-    expect(Object.keys(created).sort()).toEqual(['client_id', 'client_secret']);
+    expect(Object.keys(created).sort()).toEqual(['api_access', 'client_id', 'client_secret']);
+    // DESIGN 3.2: without --api-access a client's tokens get no access to the tunnel API.
+    expect(created.api_access).toBe('none');
     const clientId = created.client_id as string;
     const secret = created.client_secret as string;
     expect(clientId).toMatch(/^cl_[a-z2-7]{16}$/);
@@ -252,6 +256,61 @@ describe('admin CLI, every command against PostgreSQL', () => {
     // Fourteen CLI processes start at once (each loads the whole gateway); on a loaded 2-core host that
     // alone took over 30 s. A bound, not a timing assertion.
   }, 120_000);
+});
+
+describe('--password - (DESIGN 3.2)', () => {
+  /** Starts the CLI with stdin open; `feed` is written only after the process's argv has been read from /proc. */
+  function cliWithStdin(args: string[], feed: string) {
+    const child = spawn(NODE, ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', DATABASE_URL: t.url },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const done = new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+    return { child, done, feed: () => child.stdin.end(feed) };
+  }
+
+  /** The process's argv and environment as `ps` and /proc show them, once it runs the CLI. */
+  async function processView(pid: number): Promise<string> {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (cmdline.includes('admin.ts')) return `${cmdline}\n${readFileSync(`/proc/${pid}/environ`, 'utf8')}`;
+      if (Date.now() > deadline) throw new Error('the CLI process did not start');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  it('user create --password - reads the first line of stdin; the password is in neither argv nor the environment', async () => {
+    const password = `stdin pw ${Date.now()} ünïcode`;
+    const email = `stdin-${Date.now()}@example.test`;
+    const run = cliWithStdin(['user', 'create', '--email', email, '--name', 'Stdin User', '--password', '-'], `${password}\nsecond line is ignored\n`);
+    const view = await processView(run.child.pid!);
+    expect(view).not.toContain(password);
+    run.feed();
+    const r = await run.done;
+    expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
+    const created = JSON.parse(r.stdout) as { user_id: string };
+    const { rows } = await t.raw.query('select password_hash from app_user where id = $1', [created.user_id]);
+    expect(await verifyPassword(password, rows[0].password_hash)).toBe(true);
+    expect(await verifyPassword('-', rows[0].password_hash)).toBe(false);
+    expect(await verifyPassword('second line is ignored', rows[0].password_hash)).toBe(false);
+  }, 60_000);
+
+  it('an empty first line is a usage error and writes nothing', async () => {
+    const before = await snapshot(t);
+    const run = cliWithStdin(['user', 'create', '--email', `empty-${Date.now()}@example.test`, '--name', 'E', '--password', '-'], '\n');
+    run.feed();
+    const r = await run.done;
+    expect(r.code).toBe(2);
+    expect(JSON.parse(r.stderr).error).toBe('usage_error');
+    expect(r.stdout).toBe('');
+    expect(await snapshot(t)).toEqual(before);
+  }, 60_000);
 });
 
 describe('help and environment failures', () => {

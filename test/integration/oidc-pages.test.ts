@@ -162,6 +162,41 @@ describe('brute-force limits', () => {
     const elsewhere = await loginPage('192.0.2.45');
     expect((await submit(elsewhere, { email: u.email, password: u.password, csrf: elsewhere.csrf })).status).toBe(303);
   }, 60_000);
+
+  // Issue 8 item 11: attempts are charged before the password check, so a burst of parallel posts
+  // cannot all pass a limit that only the finished failures would have paid for.
+  it('50 parallel wrong posts from one address: at most the allowed 5 reach the password check', async () => {
+    const u = await newUser(gw.testDb.db);
+    const attacker = await loginPage('198.51.100.88');
+    const started = Date.now();
+    const responses = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => submit(attacker, { email: u.email, password: `parallel guess ${i}`, csrf: attacker.csrf })),
+    );
+    const statuses = await Promise.all(responses.map(async (r) => (await r.arrayBuffer(), r.status)));
+    const evaluated = statuses.filter((st) => st !== 429);
+    // The (account, address) bucket: 5 at once, then one a minute (a refill only if this took that long).
+    const allowed = 5 + Math.floor((Date.now() - started) / 60_000);
+    expect(evaluated.every((st) => st === 401)).toBe(true);
+    expect(evaluated.length).toBeGreaterThanOrEqual(1);
+    expect(evaluated.length).toBeLessThanOrEqual(allowed);
+    expect(statuses.filter((st) => st === 429).length).toBe(50 - evaluated.length);
+  }, 60_000);
+
+  it('a success gives its charge back: failures then a success then more failures stay within the same limits', async () => {
+    const u = await newUser(gw.testDb.db);
+    const p = await loginPage('198.51.100.99');
+    for (let i = 0; i < 4; i++) expect((await submit(p, { email: u.email, password: `wrong ${i}`, csrf: p.csrf }).then(async (r) => (await r.arrayBuffer(), r))).status).toBe(401);
+    expect((await submit(p, { email: u.email, password: u.password, csrf: p.csrf })).status).toBe(303);
+    // The success cleared the pair's failures: five more guesses are answered 401 before a 429.
+    const again = await loginPage('198.51.100.99');
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await submit(again, { email: u.email, password: `wrong again ${i}`, csrf: again.csrf });
+      await r.arrayBuffer();
+      statuses.push(r.status);
+    }
+    expect(statuses).toEqual([401, 401, 401, 401, 401, 429]);
+  });
 });
 
 describe('consent page', () => {

@@ -148,13 +148,14 @@ describe('openapi.yaml as a document', () => {
   it('documents the error statuses of DESIGN.md 3.4 where the routes can produce them', () => {
     const statuses = (m: string, p: string) => documentedStatuses(m, p).sort();
     expect(statuses('post', '/api/dedicated')).toEqual(['201', '400', '401', '402', '403', '409', '413', '415', '422', '429', '500']);
-    expect(statuses('get', '/api/dedicated')).toEqual(['200', '400', '401', '429', '500']);
-    expect(statuses('get', '/api/dedicated/{id}')).toEqual(['200', '401', '404', '429', '500']);
-    expect(statuses('get', '/api/dedicated/{id}/setup')).toEqual(['200', '401', '404', '409', '429', '500']);
+    expect(statuses('get', '/api/dedicated')).toEqual(['200', '400', '401', '403', '429', '500']);
+    expect(statuses('get', '/api/dedicated/{id}')).toEqual(['200', '401', '403', '404', '429', '500']);
+    expect(statuses('get', '/api/dedicated/{id}/setup')).toEqual(['200', '401', '403', '404', '409', '429', '500']);
     expect(statuses('post', '/api/dedicated/{id}/provision')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
     expect(statuses('delete', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('get', '/api/dedicated/pricing')).toEqual(['200', '500']);
+    // Reads are 403 too for an access token of a client without API access (DESIGN 3.2).
     // The error code enum is the one of DESIGN.md 3.4.
     expect(doc.components.schemas.Error.properties.error.enum.sort()).toEqual(
       [

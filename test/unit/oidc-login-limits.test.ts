@@ -40,3 +40,23 @@ it('a success clears that account\'s failures from that address', () => {
   l.succeeded('a@x.test', '198.51.100.1');
   expect(l.blocked('a@x.test', '198.51.100.1', 0)).toBe(0);
 });
+
+it('attempt() checks and charges in one step: of many attempts started together only the burst goes on (issue 8 item 11)', () => {
+  const l = new LoginLimiter({ accountAddress: { burst: 3, refillSeconds: 60 }, address: { burst: 100, refillSeconds: 1 } });
+  // Every attempt is decided before any password check finishes: nothing is reported back in between.
+  const waits = Array.from({ length: 10 }, () => l.attempt('a@x.test', '198.51.100.1', 0));
+  expect(waits.filter((w) => w === 0)).toHaveLength(3);
+  expect(waits.slice(3).every((w) => w === 60)).toBe(true);
+});
+
+it('a successful attempt gives the address its token back and clears the pair', () => {
+  const l = new LoginLimiter({ accountAddress: { burst: 100, refillSeconds: 60 }, address: { burst: 2, refillSeconds: 60 } });
+  expect(l.attempt('a@x.test', '198.51.100.1', 0)).toBe(0);
+  l.succeeded('a@x.test', '198.51.100.1', 0);
+  expect(l.attempt('b@x.test', '198.51.100.1', 0)).toBe(0);
+  l.succeeded('b@x.test', '198.51.100.1', 0);
+  // Two successes cost nothing: two failures still fit in the burst of 2.
+  expect(l.attempt('c@x.test', '198.51.100.1', 0)).toBe(0);
+  expect(l.attempt('d@x.test', '198.51.100.1', 0)).toBe(0);
+  expect(l.attempt('e@x.test', '198.51.100.1', 0)).toBe(60);
+});
