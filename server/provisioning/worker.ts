@@ -134,18 +134,28 @@ export class EdgeWorker {
       this.o.log.info('edge reconcile job done', { node_id: node.id, reason: data.reason, ms: Date.now() - started });
       return;
     }
-    const t = await edgeTunnel(this.o.db, data.tunnelId);
-    if (!t) return;
+    // One live job per tunnel (service.ts) means a delete (or a new provision) that arrives while this
+    // job runs adds no job of its own: when the status moved under this job, it does what the new
+    // status asks before it ends. A tunnel can change direction at most twice in a row that way.
+    for (let pass = 0; pass < 3; pass++) {
+      if (!(await this.step(job, data.tunnelId))) return;
+    }
+  }
+
+  /** Does what the tunnel's status asks; true when the status changed under it and asks for more. */
+  private async step(job: EdgeJob, tunnelId: string): Promise<boolean> {
+    const t = await edgeTunnel(this.o.db, tunnelId);
+    if (!t) return false;
     const op = t.status === 'provisioning' ? 'apply' : t.status === 'deleting' ? 'remove' : null;
-    if (op === null) return;
+    if (op === null) return false;
     const started = Date.now();
     try {
       if (!t.node) throw new AgentRefused('no_host_key', `edge node ${t.nodeId} has no pinned host key (node add --host-key); it is never contacted`);
       await this.ensureReconciled(t.node);
       const line = await this.run(t.node, op, { tunnel: t.spec });
-      if (op === 'apply') await this.o.transitions.move(t.spec.id, ['provisioning'], 'provisioned');
-      else await this.o.transitions.finishDelete(t.spec.id);
+      const moved = op === 'apply' ? await this.o.transitions.move(t.spec.id, ['provisioning'], 'provisioned') : await this.o.transitions.finishDelete(t.spec.id);
       this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
+      return !moved;
     } catch (e) {
       const last = job.retryCount >= job.retryLimit;
       this.o.log.warn('edge job failed', { tunnel_id: t.spec.id, op, attempt: job.retryCount + 1, last, err: (e as Error).message });

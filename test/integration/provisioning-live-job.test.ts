@@ -103,6 +103,35 @@ describe.skipIf(!isRoot)('one live edge job per tunnel, one probe in flight per 
     expect(edge.links()).toContain(t.tunnel_name);
   }, 60_000);
 
+  it("a delete that arrives while the tunnel's apply is running on the agent adds no job: that job removes it next", async () => {
+    await edge.start();
+    // Warm the connection, so the job below goes straight to its channel.
+    const warm = await buy('warm');
+    expect((await call(gw.url, 'POST', `/api/dedicated/${warm.id}/provision`, { token: user.writeKey })).status).toBe(200);
+    const t = await buy('changes-mind');
+    const appliesBefore = edge.count('apply', t.id);
+    edge.signal('SIGSTOP');
+    try {
+      const provision = call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
+      // The worker read `provisioning` and sent the job: its bytes wait, unread, at the frozen agent.
+      await until('the job sent to the frozen agent', async () => edge.unreadBytes() > 0, 4000);
+      const del = call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey });
+      await until('deleting', async () => (await status(t.id)) === 'deleting', 4000);
+      edge.signal('SIGCONT');
+      expect([200, 202]).toContain((await provision).status);
+      expect([200, 202]).toContain((await del).status);
+    } finally {
+      edge.signal('SIGCONT');
+    }
+    // The running job applied, saw the status moved to deleting, and removed the tunnel itself (the
+    // sweeper would only look after EDGE_SWEEP_SECONDS, 30 s here).
+    await until('deleted', async () => (await status(t.id)) === 'deleted', 15_000);
+    expect(await jobsFor(t.id)).toBe(1);
+    expect(edge.count('apply', t.id) - appliesBefore).toBe(1);
+    expect(edge.count('remove', t.id)).toBe(1);
+    expect(edge.links()).not.toContain(t.tunnel_name);
+  }, 60_000);
+
   it('concurrent activates share one probe (one per replica across two); all get the same answer', async () => {
     await edge.start();
     const t = await buy('probed');
