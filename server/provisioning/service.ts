@@ -16,7 +16,7 @@ import { EdgeConnections } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/ssh-client.ts';
 import { contactableNodes, edgeTunnel } from './edge-state.ts';
 import { KeyedLocks, LockTimeout } from './locks.ts';
-import { EdgeQueue, type ReconcileJobData } from './queue.ts';
+import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.ts';
 import { TunnelStatusBus } from './status-bus.ts';
 import { Transitions } from './transitions.ts';
 import { AgentRefused, EdgeWorker } from './worker.ts';
@@ -83,8 +83,9 @@ export class ProvisioningService {
         worker?.nodeLost(nodeId);
         // A connection that drops (agent restarted, router rebooted, network cut) gets a reconcile job,
         // which retries until the node answers again: every reconnect is followed by a reconcile,
-        // with no tunnel job needed (issue 8 item 2). Only replicas that run the worker queue it.
-        if (opts.worker && !this.stopped) void this.queueReconcile(nodeId, 'reconnect').catch((e: unknown) => this.log.warn('could not queue a reconcile', { node_id: nodeId, why, err: (e as Error).message }));
+        // with no tunnel job needed (issue 8 item 2). Any replica may queue it (an API-only one notices
+        // through its probe connections); whichever worker is free runs it.
+        if (!this.stopped) void this.queueReconcile(nodeId, 'reconnect').catch((e: unknown) => this.log.warn('could not queue a reconcile', { node_id: nodeId, why, err: (e as Error).message }));
       },
     });
     worker = new EdgeWorker({
@@ -106,8 +107,11 @@ export class ProvisioningService {
     this.scheduleReconcileRound();
   }
 
-  /** Queues a reconcile of one node unless one is live (or, for the periodic round, recent). */
-  async queueReconcile(nodeId: string, reason: ReconcileJobData['reason']): Promise<boolean> {
+  /**
+   * Queues a reconcile of one node unless one is live (or, for the periodic round, recent). The result
+   * names the live job either way (what `node reconcile` of DESIGN 3.2 prints).
+   */
+  async queueReconcile(nodeId: string, reason: ReconcileJobData['reason']): Promise<SendOnceResult> {
     const queue = await this.queue();
     const period = this.config.edgeReconcileSeconds;
     const periodic = reason === 'periodic';
@@ -117,7 +121,7 @@ export class ProvisioningService {
       // replicas together reconcile each node about once a period, spread over a fifth of it.
       periodic ? { freshSeconds: period / 2, delaySeconds: Math.random() * period * RECONCILE_JITTER } : {},
     );
-    return r.queued;
+    return r;
   }
 
   /** One periodic round: a reconcile job for every node the gateway may contact. */
@@ -125,7 +129,7 @@ export class ProvisioningService {
     let queued = 0;
     for (const nodeId of await contactableNodes(this.db)) {
       if (this.stopped) break;
-      if (await this.queueReconcile(nodeId, 'periodic')) queued++;
+      if ((await this.queueReconcile(nodeId, 'periodic')).queued) queued++;
     }
     if (queued) this.log.info('periodic reconcile queued', { nodes: queued });
     return queued;
