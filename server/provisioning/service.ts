@@ -117,7 +117,7 @@ export class ProvisioningService {
     const periodic = reason === 'periodic';
     const r = await queue.sendOnce(
       { kind: 'reconcile', nodeId, reason },
-      // Every replica runs the round; a node reconciled within half a period is skipped, so the
+      // Every replica runs the round; a node whose reconcile was queued within half a period is skipped, so the
       // replicas together reconcile each node about once a period, spread over a fifth of it.
       periodic ? { freshSeconds: period / 2, delaySeconds: Math.random() * period * RECONCILE_JITTER } : {},
     );
