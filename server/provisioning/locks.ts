@@ -34,7 +34,24 @@ export class KeyedLocks {
    * `fn` gets the lock's connection, inside its transaction, or null on the embedded database.
    */
   withLock<T>(key: string, waitMs: number, fn: (sql: LockedSql | null) => Promise<T>): Promise<T> {
-    return this.inLine(key, () => (this.url ? this.advisory(this.url, key, waitMs, fn) : fn(null)));
+    return this.inLine(key, async () => {
+      if (!this.url) return fn(null);
+      const r = await this.advisory(this.url, key, waitMs, fn);
+      if (!r.acquired) throw new LockTimeout(`another replica holds ${key}`);
+      return r.value;
+    });
+  }
+
+  /**
+   * Like withLock(), but when another replica holds `key` it does not wait: `{acquired: false}` at once.
+   * (In this process, callers of one key still run one after the other.)
+   */
+  tryLock<T>(key: string, fn: (sql: LockedSql | null) => Promise<T>): Promise<{ acquired: true; value: T } | { acquired: false }> {
+    return this.inLine(key, async () => {
+      if (!this.url) return { acquired: true as const, value: await fn(null) };
+      const r = await this.advisory(this.url, key, null, fn);
+      return r;
+    });
   }
 
   async close(): Promise<void> {
@@ -57,7 +74,8 @@ export class KeyedLocks {
     return run;
   }
 
-  private async advisory<T>(url: string, key: string, waitMs: number, fn: (sql: LockedSql) => Promise<T>): Promise<T> {
+  /** `waitMs` null: try once, never wait. */
+  private async advisory<T>(url: string, key: string, waitMs: number | null, fn: (sql: LockedSql) => Promise<T>): Promise<{ acquired: true; value: T } | { acquired: false }> {
     if (!this.pool) {
       this.pool = new pg.Pool({ connectionString: url, max: this.opts.maxConnections, idleTimeoutMillis: 10_000, application_name: this.opts.application });
       // A connection the server dropped (restart, failover) is discarded; the next lock opens another.
@@ -67,19 +85,31 @@ export class KeyedLocks {
     let broken: Error | undefined;
     try {
       await client.query('begin');
-      // lock_timeout bounds the wait for another replica's holder; it covers advisory lock waits too.
-      await client.query(`select set_config('lock_timeout', $1, true)`, [`${Math.max(1, Math.round(waitMs))}ms`]);
-      try {
-        await client.query('select pg_advisory_xact_lock(hashtextextended($1, 0))', [`tunnelgate:${key}`]);
-      } catch (e) {
-        if ((e as { code?: string }).code === '55P03') throw new LockTimeout(`another replica holds ${key}`);
-        throw e;
+      const lockKey = `tunnelgate:${key}`;
+      if (waitMs === null) {
+        const { rows } = await client.query<{ ok: boolean }>('select pg_try_advisory_xact_lock(hashtextextended($1, 0)) as ok', [lockKey]);
+        if (!rows[0]?.ok) {
+          await client.query('rollback');
+          return { acquired: false };
+        }
+      } else {
+        // lock_timeout bounds the wait for another replica's holder; it covers advisory lock waits too.
+        await client.query(`select set_config('lock_timeout', $1, true)`, [`${Math.max(1, Math.round(waitMs))}ms`]);
+        try {
+          await client.query('select pg_advisory_xact_lock(hashtextextended($1, 0))', [lockKey]);
+        } catch (e) {
+          if ((e as { code?: string }).code === '55P03') {
+            await client.query('rollback');
+            return { acquired: false };
+          }
+          throw e;
+        }
+        await client.query(`select set_config('lock_timeout', '0', true)`);
       }
-      await client.query(`select set_config('lock_timeout', '0', true)`);
       const sql: LockedSql = { executeSql: (text, values) => client.query(text, values) };
       const value = await fn(sql);
       await client.query('commit');
-      return value;
+      return { acquired: true, value };
     } catch (e) {
       await client.query('rollback').catch((err: unknown) => (broken = err as Error));
       throw e;

@@ -4,8 +4,7 @@
 //
 // One live edge job per tunnel (DESIGN.md 3.5): dispatch() and the sweeper queue through sendOnce(), so a
 // repeated or concurrent provision/delete while a job is live queues nothing and answers at once; one
-// probe per tunnel at a time (in this process callers share the answer; across replicas an advisory
-// lock lines them up).
+// probe per tunnel at a time across replicas, its answer shared (probes.ts).
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { Logger } from '../log.ts';
@@ -15,7 +14,8 @@ import { ApiError } from '../domain/errors.ts';
 import { EdgeConnections } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/ssh-client.ts';
 import { contactableNodes, edgeTunnel } from './edge-state.ts';
-import { KeyedLocks, LockTimeout } from './locks.ts';
+import { KeyedLocks } from './locks.ts';
+import { ProbeCoordinator } from './probes.ts';
 import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.ts';
 import { TunnelStatusBus } from './status-bus.ts';
 import { Transitions } from './transitions.ts';
@@ -49,9 +49,8 @@ export class ProvisioningService {
   private sweepTimer: NodeJS.Timeout | null = null;
   private reconcileTimer: NodeJS.Timeout | null = null;
   private stopped = false;
-  /** Probes running in this process, by tunnel: concurrent activates share one. */
-  private readonly probes = new Map<string, Promise<ProbeResult>>();
   private readonly probeLocks: KeyedLocks;
+  private readonly probes: ProbeCoordinator;
 
   constructor(
     private readonly db: Database,
@@ -62,6 +61,7 @@ export class ProvisioningService {
     this.bus = new TunnelStatusBus(db);
     this.transitions = new Transitions(db, this.bus, onStockChange);
     this.probeLocks = new KeyedLocks(db.url, { maxConnections: 8, application: 'tunnelgate-probe-lock' });
+    this.probes = new ProbeCoordinator(db, this.probeLocks, config.edgeJobTimeoutMs + 2000);
   }
 
   /** The queue, opened on first use (an API-only replica needs no SSH keys for it). */
@@ -175,22 +175,11 @@ export class ProvisioningService {
   /** The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. */
   /**
    * The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. At most one per
-   * tunnel at a time: callers in this process while one runs get its answer; another replica's callers
-   * wait for the tunnel's lock (at most a job timeout and a bit) and then probe in turn.
+   * tunnel at a time across replicas, its answer shared with every activate that asked meanwhile (probes.ts).
    */
   probe(tunnelId: string): Promise<ProbeResult> {
-    const key = tunnelId.toLowerCase();
-    const running = this.probes.get(key);
-    if (running) return running;
-    const p = this.probeLocks
-      .withLock(`probe:${key}`, this.config.edgeJobTimeoutMs + 2000, () => this.probeNow(key))
-      .catch((e: unknown) => {
-        if (e instanceof LockTimeout) throw new ApiError('edge_unavailable', 'Another probe of this tunnel is still running; try again shortly.');
-        throw e;
-      })
-      .finally(() => this.probes.delete(key));
-    this.probes.set(key, p);
-    return p;
+    const id = tunnelId.toLowerCase();
+    return this.probes.probe(id, () => this.probeNow(id));
   }
 
   private async probeNow(tunnelId: string): Promise<ProbeResult> {
