@@ -30,6 +30,8 @@ export interface Config {
   edgeWorkerConcurrency: number;
   edgeSweepSeconds: number;
   edgeJobExpireSeconds: number;
+  /** Every node is reconciled about this often (jittered ±20%), besides on every reconnect (DESIGN 3.7 drift). */
+  edgeReconcileSeconds: number;
 }
 
 export class ConfigError extends Error {
@@ -91,5 +93,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     edgeWorkerConcurrency: int(env, 'EDGE_WORKER_CONCURRENCY', 8, 1, 256),
     edgeSweepSeconds: int(env, 'EDGE_SWEEP_SECONDS', 30, 1, 3600),
     edgeJobExpireSeconds: int(env, 'EDGE_JOB_EXPIRE_SECONDS', 30, 1, 3600),
+    edgeReconcileSeconds: int(env, 'EDGE_RECONCILE_SECONDS', 300, 1, 86_400),
   };
 }

@@ -63,7 +63,8 @@ export interface EdgeDispatch {
     start(): Promise<void>;
   };
   readonly transitions: { move(id: string, from: readonly TunnelStatus[], to: TunnelStatus): Promise<boolean> };
-  dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<void>): Promise<void>;
+  /** `change` makes the status move and says whether this call moved it (a repeat did not). */
+  dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<boolean>): Promise<void>;
   probe(tunnelId: string): Promise<{ reachable: boolean; rtt_ms?: number }>;
 }
 
@@ -429,7 +430,8 @@ export class TunnelService {
   /**
    * pending or failed -> provisioning, then the edge job is queued; waits a few seconds for the agent.
    * 200 with the final status when it answered in time, 202 with `provisioning` while the job keeps
-   * retrying. A repeated call on a tunnel still provisioning waits again; any other status is 409.
+   * retrying. A repeated call on a tunnel still provisioning queues nothing while its job is live and
+   * answers the current state (DESIGN.md 3.5); any other status is 409.
    */
   async provision(principal: Principal, id: string): Promise<TunnelOutcome> {
     requireWrite(principal);
@@ -438,13 +440,14 @@ export class TunnelService {
       throw new ApiError('invalid_state', `Tunnel ${r.id} is ${r.status}; only a pending or failed tunnel can be provisioned.`);
     }
     await this.edge.dispatch(r.id, r.node_id, 'provisioning', async () => {
-      if (r.status === 'provisioning') return;
+      if (r.status === 'provisioning') return false;
       const moved = await this.edge.transitions.move(r.id, ['pending', 'failed'], 'provisioning');
       if (!moved) {
         // Someone else moved it first (a concurrent provision or delete): answer from what it is now.
         const now = await this.row(this.db, principal, id);
         if (now.status !== 'provisioning') throw new ApiError('invalid_state', `Tunnel ${r.id} is ${now.status}; only a pending or failed tunnel can be provisioned.`);
       }
+      return moved;
     });
     return this.outcome(principal, id, 'provisioning');
   }
@@ -498,12 +501,13 @@ export class TunnelService {
     }
     const r = immediate.row;
     await this.edge.dispatch(r.id, r.node_id, 'deleting', async () => {
-      if (r.status === 'deleting') return;
+      if (r.status === 'deleting') return false;
       const moved = await this.edge.transitions.move(r.id, ['provisioning', 'provisioned', 'active', 'failed'], 'deleting');
       if (!moved) {
         const now = await this.row(this.db, principal, id);
         if (now.status !== 'deleting') throw new ApiError('invalid_state', `Tunnel ${r.id} is ${now.status}; try again.`);
       }
+      return moved;
     });
     return this.outcome(principal, id, 'deleting');
   }

@@ -140,7 +140,8 @@ export class EdgeConnections {
         if (!isReady) reject(new EdgeSshError('connect_failed', `the connection to ${node.host}:${node.port} closed during the handshake`));
         if (this.entries.get(node.id) === entry) {
           this.entries.delete(node.id);
-          this.opts.onLost?.(node.id, 'connection closed');
+          // Only a connection that was up is "lost"; a failed connect is reported to its caller.
+          if (isReady) this.opts.onLost?.(node.id, 'connection closed');
         }
       });
       try {

@@ -55,7 +55,7 @@ function specOf(r: Row): TunnelSpec {
   return spec;
 }
 
-function nodeOf(r: Row): EdgeNode | null {
+function nodeOf(r: Pick<Row, 'node_id' | 'ssh_host' | 'ssh_port' | 'host_key'>): EdgeNode | null {
   // A node without a pinned host key is never contacted: anyone could answer in its name.
   if (!r.host_key) return null;
   return { id: r.node_id, host: r.ssh_host, port: r.ssh_port, hostKeyFingerprint: r.host_key };
@@ -65,6 +65,21 @@ export async function edgeTunnel(db: Database, tunnelId: string): Promise<EdgeTu
   const [r] = await db.query<Row>(`select ${COLUMNS} from tunnel t join edge_node n on n.id = t.node_id where t.id = ?`, [tunnelId]);
   if (!r) return null;
   return { spec: specOf(r), status: r.status, accountId: r.account_id, node: nodeOf(r), nodeId: r.node_id };
+}
+
+/** A node's address and pinned host key; null when there is no such node or it has no host key. */
+export async function edgeNode(db: Database, nodeId: string): Promise<EdgeNode | null> {
+  const [r] = await db.query<Pick<Row, 'node_id' | 'ssh_host' | 'ssh_port' | 'host_key'>>(
+    'select n.id as node_id, n.ssh_host, n.ssh_port, n.host_key from edge_node n where n.id = ?',
+    [nodeId],
+  );
+  return r ? nodeOf(r) : null;
+}
+
+/** Ids of every node the gateway may contact (a pinned host key): the periodic reconcile's round. */
+export async function contactableNodes(db: Database): Promise<string[]> {
+  const rows = await db.query<{ id: string }>('select id from edge_node where host_key is not null order by id');
+  return rows.map((r) => r.id);
 }
 
 /** Every tunnel node `nodeId` should carry right now. */

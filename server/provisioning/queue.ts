@@ -7,9 +7,15 @@
 // of one of its tunnels. Fetching uses SKIP LOCKED, so one delivery goes to one worker; a worker that
 // dies holding a job loses it to expiry and pg-boss hands it out again. Jobs carry only ids: the worker
 // reads the tunnel's status and does what that status asks, so a duplicate or stale job is a no-op.
+//
+// Two kinds of job share the queue (and so the per-node slot): a tunnel job, and a node `reconcile`
+// (periodic, or after the connection to the node came back). sendOnce() queues a job only when none
+// for the same tunnel (or the same node's reconcile) is live, under a per-key lock that spans every
+// replica (locks.ts), so repeated or concurrent requests never pile up jobs (DESIGN.md 3.5; issue 8 item 4).
 import { PgBoss, fromPglite, type JobWithMetadata, type PGliteLike } from 'pg-boss';
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../log.ts';
+import { KeyedLocks, type LockedSql } from './locks.ts';
 
 export const EDGE_QUEUE = 'edge-job';
 export const BOSS_SCHEMA = 'pgboss';
@@ -20,6 +26,38 @@ export interface TunnelJobData {
   nodeId: string;
 }
 
+/** A node job: send the node its whole desired set. */
+export interface ReconcileJobData {
+  kind: 'reconcile';
+  nodeId: string;
+  /** Why it was queued (logged): the periodic pass, a connection that came back, or an operator. */
+  reason: 'periodic' | 'reconnect' | 'operator';
+}
+
+export type EdgeJobData = TunnelJobData | ReconcileJobData;
+
+export function isReconcileJob(d: EdgeJobData): d is ReconcileJobData {
+  return (d as Partial<ReconcileJobData>).kind === 'reconcile';
+}
+
+/** The part of a job's data that says which live job it duplicates (jsonb containment). */
+function liveMatch(d: EdgeJobData): Record<string, string> {
+  return isReconcileJob(d) ? { kind: 'reconcile', nodeId: d.nodeId } : { tunnelId: d.tunnelId };
+}
+
+export interface SendOnceOptions {
+  /** A job of the same key created this recently counts as live even when it already ended (0: only live ones). */
+  freshSeconds?: number;
+  /** Do not start it before this many seconds from now (jitter). */
+  delaySeconds?: number;
+}
+
+export interface SendOnceResult {
+  /** The job now live for this key: the one just queued, or the one that already was. */
+  jobId: string | null;
+  queued: boolean;
+}
+
 export interface QueueOptions {
   /** Attempts after the first before a provisioning tunnel is marked failed. */
   retryLimit: number;
@@ -27,16 +65,20 @@ export interface QueueOptions {
   expireInSeconds: number;
 }
 
-export type EdgeJob = JobWithMetadata<TunnelJobData>;
+export type EdgeJob = JobWithMetadata<EdgeJobData>;
 
 export class EdgeQueue {
   private constructor(
     readonly boss: PgBoss,
     private readonly opts: QueueOptions,
+    private readonly locks: KeyedLocks,
+    /** The embedded database's connection as pg-boss uses it (null on PostgreSQL: the lock's connection is used). */
+    private readonly embedded: LockedSql | null,
   ) {}
 
   static async open(db: Database, opts: QueueOptions, log: Logger): Promise<EdgeQueue> {
     let boss: PgBoss;
+    let embedded: LockedSql | null = null;
     // A job left `active` by a worker that died (or whose completion was lost to a database restart)
     // holds its node's singleton slot until pg-boss expires it, which its monitor pass does; the default
     // pass every 60 s would stall that node for minutes, so it runs every 10 s (one cheap, try-locked query).
@@ -45,7 +87,9 @@ export class EdgeQueue {
       boss = new PgBoss({ connectionString: db.url, schema: BOSS_SCHEMA, max: 5, useListenNotify: true, application_name: 'tunnelgate-queue', ...timing });
     } else {
       const conn = db.orm.em.getConnection() as unknown as { getNativeClient(): Promise<PGliteLike> };
-      boss = new PgBoss({ db: fromPglite(await conn.getNativeClient()), backend: 'pglite', schema: BOSS_SCHEMA, useListenNotify: true, ...timing });
+      const adapter = fromPglite(await conn.getNativeClient());
+      embedded = adapter as unknown as LockedSql;
+      boss = new PgBoss({ db: adapter, backend: 'pglite', schema: BOSS_SCHEMA, useListenNotify: true, ...timing });
     }
     // pg-boss reports connection trouble (a restarting PostgreSQL) here and carries on; never crash on it.
     boss.on('error', (err: Error) => log.warn('queue error', { err: err.message }));
@@ -59,33 +103,50 @@ export class EdgeQueue {
       retryDelayMax: 60,
       expireInSeconds: opts.expireInSeconds,
     });
-    return new EdgeQueue(boss, opts);
+    const locks = new KeyedLocks(db.url, { maxConnections: 4, application: 'tunnelgate-queue-lock' });
+    return new EdgeQueue(boss, opts, locks, embedded);
   }
 
-  /** Queues work for one tunnel; resolves with the job id. */
-  async send(data: TunnelJobData): Promise<string | null> {
-    // Retry settings go on each job too: the queue's own were fixed by whichever replica created it.
-    return this.boss.send(EDGE_QUEUE, data, {
-      singletonKey: data.nodeId,
-      retryLimit: this.opts.retryLimit,
-      retryDelay: 1,
-      retryBackoff: true,
-      retryDelayMax: 60,
-      expireInSeconds: this.opts.expireInSeconds,
+  /**
+   * Queues `data` unless a job for the same tunnel (or the same node's reconcile) is queued, retrying or
+   * running, or (with `freshSeconds`) was created that recently. Check and insert happen under one lock
+   * per key across replicas, so concurrent callers queue exactly one job between them.
+   */
+  async sendOnce(data: EdgeJobData, o: SendOnceOptions = {}): Promise<SendOnceResult> {
+    const match = liveMatch(data);
+    const key = `edge-job:${JSON.stringify(match)}`;
+    // The wait bound only matters when another replica's holder is stuck on a dead connection.
+    return this.locks.withLock(key, 10_000, async (locked) => {
+      // PostgreSQL: the lock's connection, so the check and the insert commit together under the lock.
+      const sql = locked ?? this.embedded;
+      if (!sql) throw new Error('edge queue: no connection to check live jobs on');
+      // pg-boss's own findJobs() reads a key's whole history (completed jobs are kept for days); this
+      // reads pg-boss's table (pinned version, schema `pgboss`) for the few live or fresh ones.
+      const text = `select id::text as id from ${BOSS_SCHEMA}.job
+         where name = $1 and data @> $2::jsonb and (state < 'completed' or created_on > now() - make_interval(secs => $3::float8))
+         order by created_on desc limit 1`;
+      const values = [EDGE_QUEUE, JSON.stringify(match), o.freshSeconds ?? 0];
+      const live = (await sql.executeSql(text, values)).rows[0]?.id;
+      if (typeof live === 'string') return { jobId: live, queued: false };
+      const jobId = await this.boss.send(EDGE_QUEUE, data, {
+        singletonKey: data.nodeId,
+        // Retry settings go on each job too: the queue's own were fixed by whichever replica created it.
+        retryLimit: this.opts.retryLimit,
+        retryDelay: 1,
+        retryBackoff: true,
+        retryDelayMax: 60,
+        expireInSeconds: this.opts.expireInSeconds,
+        ...(o.delaySeconds ? { startAfter: new Date(Date.now() + o.delaySeconds * 1000) } : {}),
+        db: sql,
+      });
+      return { jobId, queued: jobId !== null };
     });
-  }
-
-  /** Whether a job for this tunnel is queued, retrying or running. */
-  async hasLiveJob(tunnelId: string): Promise<boolean> {
-    // `queued: true` would leave out active jobs; a tunnel has few jobs, so filter here.
-    const jobs = await this.boss.findJobs<TunnelJobData>(EDGE_QUEUE, { data: { tunnelId } });
-    return jobs.some((j) => j.state === 'created' || j.state === 'retry' || j.state === 'active');
   }
 
   /** Runs `handler` for each job, `concurrency` at a time in this process; a throw fails (and retries) the job. */
   async work(concurrency: number, handler: (job: EdgeJob) => Promise<void>): Promise<void> {
     const options = { batchSize: 1, includeMetadata: true as const, localConcurrency: concurrency, pollingIntervalSeconds: 1, notifyPollingIntervalSeconds: 1 };
-    await this.boss.work<TunnelJobData, void, typeof options>(
+    await this.boss.work<EdgeJobData, void, typeof options>(
       EDGE_QUEUE,
       options,
       async (jobs: EdgeJob[]) => {
@@ -100,5 +161,6 @@ export class EdgeQueue {
 
   async stop(): Promise<void> {
     await this.boss.stop({ graceful: true, timeout: 5000 });
+    await this.locks.close();
   }
 }

@@ -1,6 +1,10 @@
 // Provisioning as the domain sees it: queue a tunnel's edge work and wait a few seconds for the
-// outcome, ask the agent for a probe, and (on replicas that run it) the worker with its sweeper.
-// REST and GraphQL reach this only through TunnelService.
+// outcome, ask the agent for a probe, and (on replicas that run it) the worker with its sweeper and
+// its reconcile rounds. REST and GraphQL reach this only through TunnelService.
+//
+// One live edge job per tunnel (DESIGN.md 3.5): dispatch() and the sweeper queue through sendOnce(), so a
+// repeated or concurrent provision/delete while a job is live queues nothing and answers at once; one
+// probe per tunnel at a time across replicas, its answer shared (probes.ts).
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { Logger } from '../log.ts';
@@ -9,8 +13,10 @@ import type { ProbeResult } from '../../agent/dataplane/types.ts';
 import { ApiError } from '../domain/errors.ts';
 import { EdgeConnections } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/ssh-client.ts';
-import { edgeTunnel } from './edge-state.ts';
-import { EdgeQueue } from './queue.ts';
+import { contactableNodes, edgeTunnel } from './edge-state.ts';
+import { KeyedLocks } from './locks.ts';
+import { ProbeCoordinator } from './probes.ts';
+import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.ts';
 import { TunnelStatusBus } from './status-bus.ts';
 import { Transitions } from './transitions.ts';
 import { AgentRefused, EdgeWorker } from './worker.ts';
@@ -28,7 +34,12 @@ export interface ProvisioningConfig {
   edgeSweepSeconds: number;
   /** A job held longer than this by a worker that died is handed out again. */
   edgeJobExpireSeconds: number;
+  /** Every node is reconciled about this often (jittered), besides after its connection came back. */
+  edgeReconcileSeconds: number;
 }
+
+/** The periodic reconcile's spread: each round comes after 80-120% of the period, each node's job within 20% of it. */
+const RECONCILE_JITTER = 0.2;
 
 export class ProvisioningService {
   readonly bus: TunnelStatusBus;
@@ -36,7 +47,10 @@ export class ProvisioningService {
   private queueP: Promise<EdgeQueue> | null = null;
   private edge: { worker: EdgeWorker; connections: EdgeConnections } | null = null;
   private sweepTimer: NodeJS.Timeout | null = null;
+  private reconcileTimer: NodeJS.Timeout | null = null;
   private stopped = false;
+  private readonly probeLocks: KeyedLocks;
+  private readonly probes: ProbeCoordinator;
 
   constructor(
     private readonly db: Database,
@@ -46,6 +60,8 @@ export class ProvisioningService {
   ) {
     this.bus = new TunnelStatusBus(db);
     this.transitions = new Transitions(db, this.bus, onStockChange);
+    this.probeLocks = new KeyedLocks(db.url, { maxConnections: 8, application: 'tunnelgate-probe-lock' });
+    this.probes = new ProbeCoordinator(db, this.probeLocks, config.edgeJobTimeoutMs + 2000);
   }
 
   /** The queue, opened on first use (an API-only replica needs no SSH keys for it). */
@@ -63,7 +79,14 @@ export class ProvisioningService {
     let worker: EdgeWorker | null = null;
     const connections = new EdgeConnections(secrets.gatewaySshKey.privateKey, {
       connectTimeoutMs: this.config.edgeJobTimeoutMs,
-      onLost: (nodeId) => worker?.nodeLost(nodeId),
+      onLost: (nodeId, why) => {
+        worker?.nodeLost(nodeId);
+        // A connection that drops (agent restarted, router rebooted, network cut) gets a reconcile job,
+        // which retries until the node answers again: every reconnect is followed by a reconcile,
+        // with no tunnel job needed (issue 8 item 2). Any replica may queue it (an API-only one notices
+        // through its probe connections); whichever worker is free runs it.
+        if (!this.stopped) void this.queueReconcile(nodeId, 'reconnect').catch((e: unknown) => this.log.warn('could not queue a reconcile', { node_id: nodeId, why, err: (e as Error).message }));
+      },
     });
     worker = new EdgeWorker({
       db: this.db,
@@ -81,6 +104,46 @@ export class ProvisioningService {
     await this.sweep(0);
     this.sweepTimer = setInterval(() => void this.sweep(this.config.edgeSweepSeconds).catch(() => {}), this.config.edgeSweepSeconds * 1000);
     this.sweepTimer.unref();
+    this.scheduleReconcileRound();
+  }
+
+  /**
+   * Queues a reconcile of one node unless one is live (or, for the periodic round, recent). The result
+   * names the live job either way (what `node reconcile` of DESIGN 3.2 prints).
+   */
+  async queueReconcile(nodeId: string, reason: ReconcileJobData['reason']): Promise<SendOnceResult> {
+    const queue = await this.queue();
+    const period = this.config.edgeReconcileSeconds;
+    const periodic = reason === 'periodic';
+    const r = await queue.sendOnce(
+      { kind: 'reconcile', nodeId, reason },
+      // Every replica runs the round; a node whose reconcile was queued within half a period is skipped, so the
+      // replicas together reconcile each node about once a period, spread over a fifth of it.
+      periodic ? { freshSeconds: period / 2, delaySeconds: Math.random() * period * RECONCILE_JITTER } : {},
+    );
+    return r;
+  }
+
+  /** One periodic round: a reconcile job for every node the gateway may contact. */
+  async reconcileRound(): Promise<number> {
+    let queued = 0;
+    for (const nodeId of await contactableNodes(this.db)) {
+      if (this.stopped) break;
+      if ((await this.queueReconcile(nodeId, 'periodic')).queued) queued++;
+    }
+    if (queued) this.log.info('periodic reconcile queued', { nodes: queued });
+    return queued;
+  }
+
+  private scheduleReconcileRound(): void {
+    if (this.stopped) return;
+    const ms = this.config.edgeReconcileSeconds * 1000 * (1 - RECONCILE_JITTER + 2 * RECONCILE_JITTER * Math.random());
+    this.reconcileTimer = setTimeout(() => {
+      void this.reconcileRound()
+        .catch((e: unknown) => this.log.warn('periodic reconcile round failed', { err: (e as Error).message }))
+        .finally(() => this.scheduleReconcileRound());
+    }, ms);
+    this.reconcileTimer.unref();
   }
 
   /** Test hook: the warm connections of this process. */
@@ -92,13 +155,16 @@ export class ProvisioningService {
    * Queues the edge work for a tunnel whose status was just set, and waits up to edgeWaitMs for a
    * status other than `waitingIn`. Resolves either way; the caller re-reads the row.
    */
-  async dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<void>): Promise<void> {
+  async dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<boolean>): Promise<void> {
     const w = this.bus.waiter(tunnelId, (s) => s !== waitingIn, this.config.edgeWaitMs);
     try {
       await this.bus.start();
-      await change();
+      const moved = await change();
       const queue = await this.queue();
-      await queue.send({ tunnelId, nodeId });
+      const sent = await queue.sendOnce({ tunnelId, nodeId });
+      // A repeat while the tunnel's job is already live (this call neither moved the tunnel nor queued
+      // anything) answers the current state at once instead of holding a request open (DESIGN.md 3.5).
+      if (!moved && !sent.queued) w.cancel();
     } catch (e) {
       w.cancel();
       throw e;
@@ -107,7 +173,16 @@ export class ProvisioningService {
   }
 
   /** The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. */
-  async probe(tunnelId: string): Promise<ProbeResult> {
+  /**
+   * The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. At most one per
+   * tunnel at a time across replicas, its answer shared with every activate that asked meanwhile (probes.ts).
+   */
+  probe(tunnelId: string): Promise<ProbeResult> {
+    const id = tunnelId.toLowerCase();
+    return this.probes.probe(id, () => this.probeNow(id));
+  }
+
+  private async probeNow(tunnelId: string): Promise<ProbeResult> {
     const t = await edgeTunnel(this.db, tunnelId);
     if (!t) throw new ApiError('not_found', 'No such tunnel for this account.');
     if (!this.edge || !t.node) throw new ApiError('edge_unavailable', 'The edge router cannot be reached from this gateway right now; try again shortly.');
@@ -133,9 +208,8 @@ export class ProvisioningService {
     const queue = await this.queue();
     let sent = 0;
     for (const t of stuck) {
-      if (await queue.hasLiveJob(t.id)) continue;
-      await queue.send({ tunnelId: t.id, nodeId: t.node_id });
-      sent++;
+      // Under the tunnel's lock: a provision or delete request racing the sweeper cannot add a second job.
+      if ((await queue.sendOnce({ tunnelId: t.id, nodeId: t.node_id })).queued) sent++;
     }
     if (sent) this.log.info('sweeper queued stuck tunnels', { count: sent });
     return sent;
@@ -144,10 +218,12 @@ export class ProvisioningService {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
+    if (this.reconcileTimer) clearTimeout(this.reconcileTimer);
     const q = this.queueP;
     this.queueP = null;
     if (q) await (await q.catch(() => null))?.stop();
     await this.edge?.connections.close();
     this.edge = null;
+    await this.probeLocks.close();
   }
 }

@@ -7,6 +7,10 @@
 // job after it started, and again after any failed contact or dropped connection. So a node that comes
 // back (agent restarted, network healed, edge rebuilt) is brought to the desired state at its next
 // contact, before anything else runs on it; jobs are one at a time per node, so nothing interleaves.
+// Reconcile jobs (queued periodically and when a node's connection drops; service.ts) do the same
+// without waiting for a tunnel job. A reconcile that fails for some tunnels never blocks the node
+// (issue 8 item 3): the failures are logged, the node counts as reconciled, and each broken tunnel's
+// own job fails and retries until that tunnel alone ends `failed`.
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../log.ts';
 import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
@@ -14,8 +18,8 @@ import { signJob } from '../edge/job-signing.ts';
 import type { EdgeConnections, EdgeNode } from '../edge/connections.ts';
 import type { JobSigningKey } from '../secrets.ts';
 import type { ProbeResult, TunnelSpec } from '../../agent/dataplane/types.ts';
-import { desiredSet, edgeTunnel } from './edge-state.ts';
-import type { EdgeJob } from './queue.ts';
+import { desiredSet, edgeNode, edgeTunnel } from './edge-state.ts';
+import { isReconcileJob, type EdgeJob } from './queue.ts';
 import type { Transitions } from './transitions.ts';
 
 /** The agent answered `ok: false`: delivered, but refused or failed on the kernel. */
@@ -27,6 +31,27 @@ export class AgentRefused extends Error {
   ) {
     super(`${code}: ${description}`);
   }
+}
+
+/** One tunnel a reconcile could not apply, as the agent reports it (`failed` in the reconcile result). */
+export interface ReconcileFailure {
+  id: string;
+  error: string;
+  error_description: string;
+}
+
+/**
+ * The `failed` list of a reconcile result: `[{id, error, error_description}]`; agents from before it
+ * existed leave it out (none). Entries of another shape are kept with what can be read of them.
+ */
+export function reconcileFailures(result: unknown): ReconcileFailure[] {
+  const failed = (result as { failed?: unknown } | null)?.failed;
+  if (!Array.isArray(failed)) return [];
+  return failed.map((f: unknown) => {
+    const o = (typeof f === 'object' && f !== null ? f : {}) as Record<string, unknown>;
+    const text = (v: unknown, fallback: string) => (typeof v === 'string' ? v.slice(0, 500) : fallback);
+    return { id: text(o.id, 'unknown'), error: text(o.error, 'kernel_error'), error_description: text(o.error_description, '') };
+  });
 }
 
 export interface EdgeWorkerOptions {
@@ -62,35 +87,75 @@ export class EdgeWorker {
       throw e;
     }
     if (!line.ok) {
-      this.inSync.delete(node.id);
+      // A kernel failure is about the tunnels of that job, not about the node being out of step with
+      // this process; any other refusal (key, clock, version) makes the next contact reconcile first.
+      if (line.error !== 'kernel_error') this.inSync.delete(node.id);
       throw new AgentRefused(line.error, line.error_description);
     }
     return line;
   }
 
-  /** Sends the node its whole desired set unless this process knows it is in sync. */
-  async ensureReconciled(node: EdgeNode): Promise<void> {
-    if (this.inSync.has(node.id)) return;
+  /** Sends the node its whole desired set unless this process knows it is in sync (or `force`). */
+  async ensureReconciled(node: EdgeNode, force = false): Promise<void> {
+    if (this.inSync.has(node.id) && !force) return;
     const tunnels = await desiredSet(this.o.db, node.id);
-    const line = await this.run(node, 'reconcile', { tunnels });
-    this.o.log.info('edge reconciled', { node_id: node.id, tunnels: tunnels.length, result: line.result });
+    try {
+      const line = await this.run(node, 'reconcile', { tunnels });
+      const failed = reconcileFailures(line.result);
+      if (failed.length === 0) {
+        this.o.log.info('edge reconciled', { node_id: node.id, tunnels: tunnels.length, result: line.result });
+      } else {
+        // Everything else was applied; the broken tunnels' own jobs keep failing until they end `failed`.
+        this.o.log.warn('edge reconciled with failures', { node_id: node.id, tunnels: tunnels.length, failed: failed.length, failures: failed.slice(0, 20) });
+      }
+    } catch (e) {
+      // An agent that reports kernel failures as a failed reconcile (before `failed` existed) must not
+      // hold every other tenant's job on the node: carry on, and let each job's own result decide.
+      if (!(e instanceof AgentRefused && e.code === 'kernel_error')) throw e;
+      this.o.log.warn('edge reconcile failed in the kernel; carrying on with the node', { node_id: node.id, tunnels: tunnels.length, err: e.message });
+    }
     this.inSync.add(node.id);
   }
 
   /** The queue handler. Throwing fails the attempt; pg-boss retries it with backoff. */
   async handle(job: EdgeJob): Promise<void> {
-    const t = await edgeTunnel(this.o.db, job.data.tunnelId);
-    if (!t) return;
+    const data = job.data;
+    if (isReconcileJob(data)) {
+      const node = await edgeNode(this.o.db, data.nodeId);
+      // A node deleted or without a pinned host key: nothing to contact.
+      if (!node) return;
+      const started = Date.now();
+      try {
+        await this.ensureReconciled(node, true);
+      } catch (e) {
+        this.o.log.warn('edge reconcile job failed', { node_id: node.id, reason: data.reason, attempt: job.retryCount + 1, last: job.retryCount >= job.retryLimit, err: (e as Error).message });
+        throw e;
+      }
+      this.o.log.info('edge reconcile job done', { node_id: node.id, reason: data.reason, ms: Date.now() - started });
+      return;
+    }
+    // One live job per tunnel (service.ts) means a delete (or a new provision) that arrives while this
+    // job runs adds no job of its own: when the status moved under this job, it does what the new
+    // status asks before it ends. A tunnel can change direction at most twice in a row that way.
+    for (let pass = 0; pass < 3; pass++) {
+      if (!(await this.step(job, data.tunnelId))) return;
+    }
+  }
+
+  /** Does what the tunnel's status asks; true when the status changed under it and asks for more. */
+  private async step(job: EdgeJob, tunnelId: string): Promise<boolean> {
+    const t = await edgeTunnel(this.o.db, tunnelId);
+    if (!t) return false;
     const op = t.status === 'provisioning' ? 'apply' : t.status === 'deleting' ? 'remove' : null;
-    if (op === null) return;
+    if (op === null) return false;
     const started = Date.now();
     try {
       if (!t.node) throw new AgentRefused('no_host_key', `edge node ${t.nodeId} has no pinned host key (node add --host-key); it is never contacted`);
       await this.ensureReconciled(t.node);
       const line = await this.run(t.node, op, { tunnel: t.spec });
-      if (op === 'apply') await this.o.transitions.move(t.spec.id, ['provisioning'], 'provisioned');
-      else await this.o.transitions.finishDelete(t.spec.id);
+      const moved = op === 'apply' ? await this.o.transitions.move(t.spec.id, ['provisioning'], 'provisioned') : await this.o.transitions.finishDelete(t.spec.id);
       this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
+      return !moved;
     } catch (e) {
       const last = job.retryCount >= job.retryLimit;
       this.o.log.warn('edge job failed', { tunnel_id: t.spec.id, op, attempt: job.retryCount + 1, last, err: (e as Error).message });

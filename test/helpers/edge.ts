@@ -2,7 +2,7 @@
 // is the agent's, and the real agent as a child process (test/helpers/agent-process.ts) listening on
 // 127.0.0.1 with its dataplane in the namespace (veth stand-in for GRE). The agent can be killed and
 // started again on the same port with the same host key and state, like a restarted edge daemon.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -118,6 +118,21 @@ export class TestEdge {
     c.kill(signal);
     await gone;
     this.child = null;
+  }
+
+  /** Sends the agent a signal (SIGSTOP/SIGCONT freeze and thaw it mid-job, like a stalled router). */
+  signal(signal: NodeJS.Signals): void {
+    if (!this.child) throw new Error('the agent is not running');
+    this.child.kill(signal);
+  }
+
+  /** Bytes the gateway sent that the agent has not read yet, over its established connections (ss). */
+  unreadBytes(): number {
+    const out = execFileSync('ss', ['-Htn', 'state', 'established', `( sport = :${this.port} )`], { encoding: 'utf8' });
+    return out
+      .split('\n')
+      .filter((l) => l.trim())
+      .reduce((sum, l) => sum + Number(l.trim().split(/\s+/)[0]), 0);
   }
 
   /** How many times the agent ran `call` for tunnel `id` (reconciles counted when they list it). */
