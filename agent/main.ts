@@ -16,6 +16,8 @@ import { AgentSshServer } from './ssh/server.ts';
 export interface RunningAgent {
   address: { host: string; port: number };
   hostKey: HostKey;
+  /** Connections accepted and not authenticated yet (diagnostics, tests). */
+  unauthenticated(): number;
   /** Stops the SSH server and closes the replay cache; the dataplane is the caller's. */
   stop(drainMs?: number): Promise<void>;
 }
@@ -27,6 +29,8 @@ export interface StartOptions {
   now?: () => number;
   /** Per-job stdin timeout (default 30 s). */
   inputTimeoutMs?: number;
+  /** Accept to authenticated (default 10 s, DESIGN.md 3.6); tests shorten it. */
+  handshakeTimeoutMs?: number;
 }
 
 /** Starts the job endpoint over an open dataplane. */
@@ -35,7 +39,11 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
   const now = opts.now ?? (() => Date.now() / 1000);
   const replay = await ReplayCache.open(config.stateDir, { now, warn: (m, f) => log.warn(m, f) });
   const hostKey = await loadOrCreateHostKey(config.stateDir);
-  const jobs = new JobHandler({ nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now }, opts.dataplane, log);
+  const jobs = new JobHandler(
+    { nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now, ...(config.protectedPools ? { protectedPools: config.protectedPools } : {}) },
+    opts.dataplane,
+    log,
+  );
   const server = new AgentSshServer({
     host: config.listen.host,
     port: config.listen.port,
@@ -43,7 +51,9 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     authorizedKey: config.authorizedKey,
     jobs,
     log,
+    allowFrom: config.allowFrom,
     ...(opts.inputTimeoutMs !== undefined ? { inputTimeoutMs: opts.inputTimeoutMs } : {}),
+    ...(opts.handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs: opts.handshakeTimeoutMs } : {}),
   });
   let address: { host: string; port: number };
   try {
@@ -55,6 +65,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
   return {
     address,
     hostKey,
+    unauthenticated: () => server.unauthenticated,
     async stop(drainMs) {
       await server.close(drainMs);
       await replay.close();
@@ -97,6 +108,8 @@ async function main(): Promise<void> {
     state_dir: config.stateDir,
     edge_ip: config.edgeIp,
     nft_table: config.nftTable,
+    allow_from: config.allowFrom?.entries ?? 'any',
+    protected_pools: config.protectedPools?.entries ?? 'any',
     gateway_key: config.authorizedKey.fingerprint,
     job_key: config.jobKey.kid ?? config.jobKey.thumbprint,
     sources: config.sources,
