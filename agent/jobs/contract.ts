@@ -198,6 +198,12 @@ export function checkBody(op: Op, claims: Record<string, unknown>): string | und
   return undefined;
 }
 
+/** The protected_ip values a job names (each must lie in AGENT_PROTECTED_POOLS when that is set). */
+export function protectedIpsOf(claims: JobClaims): string[] {
+  if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.protected_ip);
+  return [claims.tunnel.protected_ip];
+}
+
 /** The edge_ip values a job names (each must be this router's). */
 export function edgeIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.edge_ip);

@@ -817,3 +817,54 @@ describe('schema/job.schema.json', () => {
     expect(String(schema.description)).toMatch(/distinct id/);
   });
 });
+
+// ---------------------------------------------------------------------------------------------------
+
+describe('AGENT_PROTECTED_POOLS (DESIGN.md 3.6 "Hardening of the listener")', () => {
+  const sshPub = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGbR1mqRBy1LhRvBVZP2kzSt0Uu3IuLSpW1s3cYSv0Nq tunnelgate-gateway';
+  const configWith = (over: Record<string, string>) =>
+    loadConfig({ AGENT_NODE_ID: NODE, AGENT_STATE_DIR: '/var/lib/tunnel-agent', AGENT_AUTHORIZED_KEY: sshPub, AGENT_JOB_KEY: JSON.stringify({ ...gatewayJwk, kid: KID }), AGENT_EDGE_IP: EDGE_IP, ...over });
+  const handlerWithPools = (pools: string) => {
+    const dp = new RecordingDataplane();
+    const lines: Record<string, unknown>[] = [];
+    const config = configWith({ AGENT_PROTECTED_POOLS: pools });
+    const h = new JobHandler(ctx({ protectedPools: config.protectedPools! }), dp, createLogger('debug', {}, (l) => lines.push(JSON.parse(l) as Record<string, unknown>)));
+    return { h, dp, lines };
+  };
+  const other = () => tunnel({ id: randomUUID(), tunnel_name: 'tg-other', protected_ip: '198.18.0.9', edge_inner: '100.64.0.5/30', origin_inner: '100.64.0.6/30' });
+
+  it('a job whose protected_ip lies outside the pools is wrong_audience, before the dataplane is touched', async () => {
+    const { h, dp, lines } = handlerWithPools('203.0.113.0/28, 192.0.2.128/25');
+    const inside = tunnel(); // 203.0.113.10
+    const outside = tunnel({ protected_ip: '203.0.113.16' }); // just past the /28
+    expect(await h.handle(await token(claims({ tunnel: inside })))).toMatchObject({ ok: true, op: 'apply' });
+    for (const c of [
+      claims({ tunnel: outside }),
+      claims({ op: 'probe', tunnel: outside }),
+      claims({ op: 'remove', tunnel: { id: outside.id, tunnel_name: outside.tunnel_name, protected_ip: outside.protected_ip } }),
+      // One tunnel of a reconcile outside is enough.
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: [inside, other()] }),
+    ]) {
+      const out = await h.handle(await token(c));
+      expect(out).toMatchObject({ ok: false, error: 'wrong_audience', error_description: expect.stringContaining('outside this router\'s protected pools') });
+      expect(lines.at(-1)).toMatchObject({ msg: 'job refused', code: 'wrong_audience' });
+    }
+    expect(dp.calls.map((c) => c.op)).toEqual(['apply']);
+    // The second pool counts too; a reconcile whose tunnels all lie inside runs.
+    const second = other();
+    second.protected_ip = '192.0.2.200';
+    expect(await h.handle(await token(claims({ op: 'reconcile', tunnel: undefined, tunnels: [inside, second] })))).toMatchObject({ ok: true, op: 'reconcile' });
+  });
+
+  it('unset means any protected IP; a malformed value is a configuration error', async () => {
+    expect(configWith({}).protectedPools).toBeUndefined();
+    const dp = new RecordingDataplane();
+    const h = new JobHandler(ctx(), dp, createLogger('silent'));
+    expect(await h.handle(await token(claims({ tunnel: other() })))).toMatchObject({ ok: true });
+    for (const bad of ['203.0.113.0/33', '2001:db8::/32', 'pool-a', '203.0.113.0/28,,']) {
+      expect(() => configWith({ AGENT_PROTECTED_POOLS: bad }), bad).toThrow(ConfigError);
+    }
+    expect(() => configWith({ AGENT_ALLOW_FROM: '10.0.0.0/8, 2001:db8::/32' })).not.toThrow();
+    expect(() => configWith({ AGENT_ALLOW_FROM: '10.0.0.0/40' })).toThrow(/AGENT_ALLOW_FROM/);
+  });
+});
