@@ -6,18 +6,18 @@
 // at a time. Neither creating nor closing the dataplane tears anything down.
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
-import { PlanConflict, diff, ipOf, type OwnedTunnel } from './diff.ts';
+import { PlanConflict, checkDesired, diff, ipOf, type OwnedTunnel } from './diff.ts';
 import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, type KernelContext } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
 import { StateStore } from './state.ts';
 import { collectBetweenPhases, releaseMemory } from './memory.ts';
-import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type TunnelRef, type TunnelSpec } from './types.ts';
+import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, normalise, validateRef, validateSpec } from './validate.ts';
 
 export { KernelError } from './types.ts';
-export type { ChangeCounts, Dataplane, ProbeResult, TunnelRef, TunnelSpec } from './types.ts';
+export type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelFailure, TunnelRef, TunnelSpec } from './types.ts';
 export type { LinkKind } from './links.ts';
 export { standinPeerName } from './links.ts';
 
@@ -167,7 +167,7 @@ class EdgeDataplane implements DataplaneHandle {
     return normalise(t);
   }
 
-  private async run(desired: TunnelSpec[], scope: 'all' | Set<string>, orphans: string[] = []): Promise<ChangeCounts> {
+  private async run(desired: TunnelSpec[], scope: 'all' | Set<string>, orphans: string[] = [], keep?: ReadonlySet<string>): Promise<ChangeCounts> {
     const owned = this.state.tunnels;
     const names = new Set<string>();
     for (const o of owned.values()) if (scope === 'all' || scope.has(o.spec.id)) names.add(o.spec.tunnel_name);
@@ -178,7 +178,7 @@ class EdgeDataplane implements DataplaneHandle {
     // (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const large = names.size >= LARGE_OPERATION;
     if (large) collectBetweenPhases();
-    const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans });
+    const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans, ...(keep ? { keep } : {}) });
     if (large) collectBetweenPhases();
     const c = plan.counts;
     if (names.size >= LARGE_OPERATION || c.added + c.changed + c.removed >= LARGE_OPERATION) this.largeOperation = true;
@@ -209,11 +209,63 @@ class EdgeDataplane implements DataplaneHandle {
     });
   }
 
-  reconcile(tunnels: TunnelSpec[]): Promise<ChangeCounts> {
+  reconcile(tunnels: TunnelSpec[]): Promise<ReconcileResult> {
     return this.serial('reconcile', async () => {
       const desired = tunnels.map((t) => this.checkSpec(t));
-      return this.run(desired, 'all');
+      // Two tunnels sharing an id, a name or a protected IP make the set itself wrong, not one tunnel.
+      checkDesired(desired);
+      try {
+        return { ...(await this.run(desired, 'all')), failed: [] };
+      } catch (e) {
+        // One broken tunnel must not block its node (issue 8 item 3): find the ones the kernel refuses and
+        // apply everything else.
+        this.log('dataplane.reconcile.isolating', { tunnels: desired.length, error: e instanceof Error ? e.message : String(e) });
+        return this.isolate(desired);
+      }
     });
+  }
+
+  /**
+   * A reconcile that failed as a whole, tunnel by tunnel: groups are applied as scoped applies, and a group
+   * that fails is halved until the tunnels the kernel refuses stand alone (k broken tunnels among n cost
+   * about 2·k·log2(n) scoped applies, not n). Those are reported in `failed` and left exactly as they were;
+   * then one pass with the rest as the whole set removes what is no longer desired and cleans the table.
+   * A failure of that last pass (a removal the kernel refuses) still fails the reconcile as a whole.
+   */
+  private async isolate(desired: TunnelSpec[]): Promise<ReconcileResult> {
+    const counts: ChangeCounts = { added: 0, changed: 0, removed: 0, unchanged: 0 };
+    const failed: TunnelFailure[] = [];
+    const applyGroup = async (group: TunnelSpec[]): Promise<void> => {
+      try {
+        const c = await this.run(group, new Set(group.map((t) => t.id)));
+        counts.added += c.added;
+        counts.changed += c.changed;
+        counts.unchanged += c.unchanged;
+      } catch (e) {
+        if (group.length > 1) {
+          const mid = group.length >> 1;
+          await applyGroup(group.slice(0, mid));
+          await applyGroup(group.slice(mid));
+          return;
+        }
+        const t = group[0]!;
+        const text = e instanceof Error ? e.message : String(e);
+        this.log('dataplane.tunnel.error', { op: 'reconcile', id: t.id, tunnel_name: t.tunnel_name, error: text });
+        failed.push({ id: t.id, error: 'kernel_error', error_description: text });
+      }
+    };
+    // The whole set just failed: start from its halves.
+    if (desired.length > 1) {
+      const mid = desired.length >> 1;
+      await applyGroup(desired.slice(0, mid));
+      await applyGroup(desired.slice(mid));
+    } else if (desired.length === 1) {
+      await applyGroup(desired);
+    }
+    const failedIds = new Set(failed.map((f) => f.id));
+    const rest = desired.filter((t) => !failedIds.has(t.id));
+    counts.removed += (await this.run(rest, 'all', [], failedIds)).removed;
+    return { ...counts, failed };
   }
 
   probe(tunnel: TunnelSpec): Promise<ProbeResult> {
