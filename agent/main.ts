@@ -1,5 +1,6 @@
 // The edge agent: `npm run agent -- [--config FILE]` or `tunnel-agent [--config FILE]`.
-//   config -> dataplane -> replay cache -> host key -> SSH server; prints the host-key fingerprint.
+//   config -> dataplane -> restore the last desired state -> replay cache -> host key -> SSH server; prints
+//   the host-key fingerprint.
 // SIGTERM/SIGINT stop accepting jobs, let a running job finish, and exit without touching the dataplane:
 // traffic keeps flowing while the agent is down (DESIGN.md 3.7).
 //
@@ -8,6 +9,7 @@
 import { createLogger, type Logger } from '../server/log.ts';
 import { ConfigError, loadConfig, type AgentConfig } from './config.ts';
 import type { Dataplane } from './dataplane/types.ts';
+import type { DataplaneHandle } from './dataplane/index.ts';
 import { JobHandler } from './jobs/handle.ts';
 import { ReplayCache } from './jobs/replay-cache.ts';
 import { loadOrCreateHostKey, type HostKey } from './ssh/keys.ts';
@@ -73,6 +75,19 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
   };
 }
 
+/** Runs the dataplane's restore() and logs the outcome; never throws (the agent must come up regardless). */
+export async function restoreAtStart(dataplane: Pick<DataplaneHandle, 'restore'>, log: Logger): Promise<void> {
+  const started = performance.now();
+  try {
+    const r = await dataplane.restore();
+    const fields = { added: r.added, changed: r.changed, removed: r.removed, unchanged: r.unchanged, failed: r.failed.length, ms: Math.round(performance.now() - started) };
+    log.info('restored the last desired state', fields);
+    for (const f of r.failed) log.warn('tunnel not restored', { tunnel_id: f.id, code: f.error, reason: f.error_description });
+  } catch (e) {
+    log.error('restoring the last desired state failed; the gateway\'s next reconcile will retry', { err: e });
+  }
+}
+
 function parseArgs(argv: string[]): { command: 'run' | 'fingerprint'; configPath?: string } {
   let command: 'run' | 'fingerprint' = 'run';
   let configPath: string | undefined;
@@ -117,12 +132,17 @@ async function main(): Promise<void> {
   // Loaded here rather than at the top so `tunnel-agent fingerprint` needs no netlink.
   const { createDataplane } = await import('./dataplane/index.ts');
   const dpLog = log.child({ component: 'dataplane' });
-  const dataplane: Dataplane = await createDataplane({
+  const dataplane: DataplaneHandle = await createDataplane({
     stateDir: config.stateDir,
     edgeIp: config.edgeIp,
     nftTable: config.nftTable,
     log: (event, fields) => (event.endsWith('.error') ? dpLog.warn(event, fields) : dpLog.info(event, fields)),
   });
+  // Restore the last desired state before the first job can arrive (DESIGN.md 3.6 last paragraph): after a
+  // reboot the links and the table are gone and nothing would bring them back until the gateway's next
+  // reconcile. Tunnels already right are left alone; one the kernel refuses is logged, not fatal, and the
+  // agent still starts, so the gateway can reach it.
+  await restoreAtStart(dataplane, log);
   let agent: RunningAgent;
   try {
     agent = await startAgent(config, { dataplane, log });

@@ -11,7 +11,9 @@ import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, type KernelCon
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
-import { StateStore } from './state.ts';
+import { DESIRED_FILE, StateStore } from './state.ts';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { collectBetweenPhases, releaseMemory } from './memory.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, normalise, validateRef, validateSpec } from './validate.ts';
@@ -48,6 +50,14 @@ export interface DataplaneHandle extends Dataplane {
   readonly table: 'created' | 'present' | 'rebuilt';
   /** The tunnels the agent has on record. */
   tunnels(): TunnelSpec[];
+  /** The last desired state the gateway gave this node (what restore() brings back). */
+  desiredTunnels(): TunnelSpec[];
+  /**
+   * Reconciles the kernel to the last desired state recorded in stateDir: after a restart nothing changes,
+   * after a reboot (links and table gone) everything is rebuilt. The agent calls it at start, before it
+   * accepts jobs (DESIGN.md 3.6 last paragraph, 3.7).
+   */
+  restore(): Promise<ReconcileResult>;
 }
 
 function kernelError(op: string, e: unknown): KernelError {
@@ -66,10 +76,15 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
   let nft: Nft | undefined;
   const ct: { sock?: Conntrack } = {};
   let state: StateStore | undefined;
+  let desired: StateStore | undefined;
   try {
     rtnl = Rtnl.open({ netns });
     nft = Nft.open({ netns });
     state = StateStore.open(opts.stateDir);
+    // An agent upgraded from a version without the desired-state journal starts from what it created.
+    const firstDesired = !existsSync(join(opts.stateDir, DESIRED_FILE));
+    desired = StateStore.open(opts.stateDir, DESIRED_FILE);
+    if (firstDesired && state.tunnels.size > 0) desired.commit([...state.tunnels.values()].map((o) => ({ spec: o.spec })), []);
     const k: KernelContext = {
       rtnl,
       nft,
@@ -81,17 +96,19 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     };
     // Forwarding on; loose rp_filter on the links we own (new ones get it when created).
     writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);
+    // The table first: after a reboot it is gone, and reading the links back reads its maps too.
+    const table = await ensureTable(k);
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
     const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
     if (present) writeSysctls(netns, [...present.links.keys()].map((n) => [['net', 'ipv4', 'conf', n, 'rp_filter'], '2'] as const));
-    const table = await ensureTable(k);
     log('dataplane.start', { table: opts.nftTable, tableState: table, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
-    return new EdgeDataplane(k, state, opts, table, log, ct);
+    return new EdgeDataplane(k, state, desired, opts, table, log, ct);
   } catch (e) {
     ct.sock?.close();
     nft?.close();
     rtnl?.close();
     state?.close();
+    desired?.close();
     throw kernelError('dataplane start', e);
   }
 }
@@ -113,6 +130,8 @@ class EdgeDataplane implements DataplaneHandle {
   constructor(
     private readonly k: KernelContext,
     private readonly state: StateStore,
+    /** The last desired state (DESIRED_FILE), recorded before each change reaches the kernel. */
+    private readonly desired: StateStore,
     private readonly opts: DataplaneOptions,
     readonly table: 'created' | 'present' | 'rebuilt',
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
@@ -197,6 +216,7 @@ class EdgeDataplane implements DataplaneHandle {
   apply(tunnel: TunnelSpec): Promise<ChangeCounts> {
     return this.serial('apply', async () => {
       const t = this.checkSpec(tunnel);
+      this.recordDesired([t], []);
       return this.run([t], new Set([t.id]));
     });
   }
@@ -204,6 +224,7 @@ class EdgeDataplane implements DataplaneHandle {
   remove(tunnel: TunnelRef): Promise<ChangeCounts> {
     return this.serial('remove', async () => {
       validateRef(tunnel, this.k.linkPrefix);
+      this.recordDesired([], [tunnel.id]);
       const known = this.state.tunnels.has(tunnel.id);
       return this.run([], new Set([tunnel.id]), known ? [] : [tunnel.protected_ip]);
     });
@@ -214,6 +235,7 @@ class EdgeDataplane implements DataplaneHandle {
       const desired = tunnels.map((t) => this.checkSpec(t));
       // Two tunnels sharing an id, a name or a protected IP make the set itself wrong, not one tunnel.
       checkDesired(desired);
+      this.recordDesired(desired, 'replace');
       try {
         return { ...(await this.run(desired, 'all')), failed: [] };
       } catch (e) {
@@ -268,6 +290,39 @@ class EdgeDataplane implements DataplaneHandle {
     return { ...counts, failed };
   }
 
+  /**
+   * Records what the gateway wants before the kernel is changed, so a crash or a reboot in between still
+   * restores it. `dels` 'replace': `puts` is the node's whole set (a reconcile). Unchanged specs cost nothing.
+   */
+  private recordDesired(puts: readonly TunnelSpec[], dels: readonly string[] | 'replace'): void {
+    const current = this.desired.tunnels;
+    const changed = puts.filter((t) => {
+      const had = current.get(t.id);
+      return !had || JSON.stringify(had.spec) !== JSON.stringify(t);
+    });
+    let gone: string[];
+    if (dels === 'replace') {
+      const keep = new Set(puts.map((t) => t.id));
+      gone = [...current.keys()].filter((id) => !keep.has(id));
+    } else {
+      gone = dels.filter((id) => current.has(id));
+    }
+    this.desired.commit(
+      changed.map((spec) => ({ spec })),
+      gone,
+    );
+  }
+
+  restore(): Promise<ReconcileResult> {
+    const specs = this.desiredTunnels();
+    this.log('dataplane.restore', { tunnels: specs.length });
+    return this.reconcile(specs);
+  }
+
+  desiredTunnels(): TunnelSpec[] {
+    return [...this.desired.tunnels.values()].map((o) => o.spec);
+  }
+
   probe(tunnel: TunnelSpec): Promise<ProbeResult> {
     // Not serialised: a probe waits on the network, not the kernel's configuration, and changes nothing.
     return (async () => {
@@ -301,6 +356,7 @@ class EdgeDataplane implements DataplaneHandle {
     this.k.nft.close();
     this.ct.sock?.close();
     this.state.close();
+    this.desired.close();
   }
 }
 
