@@ -3,7 +3,10 @@
 //
 // Every operation is: validate → read the kernel back → diff against the desired state → record intent →
 // apply (links, one atomic nft batch, removed links, conntrack) → record the result. Operations run one
-// at a time. Neither creating nor closing the dataplane tears anything down.
+// at a time. Neither creating nor closing the dataplane tears anything down. What the gateway asked for
+// is journaled apart (DESIRED_FILE) before each change, and restore() brings it back after a reboot.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { PlanConflict, checkDesired, diff, ipOf, type OwnedTunnel } from './diff.ts';
@@ -12,8 +15,6 @@ import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { collectBetweenPhases, releaseMemory } from './memory.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, normalise, validateRef, validateSpec } from './validate.ts';
