@@ -20,6 +20,7 @@ import { loadConfig } from '../../agent/config.ts';
 import { startAgent, type RunningAgent } from '../../agent/main.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
+import { sourceKey } from '../../agent/ssh/admission.ts';
 
 /** FAKE dataplane (test double, no kernel): counts applies. */
 class CountingDataplane implements Dataplane {
@@ -220,4 +221,14 @@ describe('agent listener hardening', () => {
     expect([viaV4.ok, viaV6.ok]).toEqual([true, true]);
     expect(dataplane.applied).toBe(2);
   }, 30_000);
+
+  it('counts IPv4 sources per address (mapped or not) and IPv6 sources per /64', () => {
+    expect(sourceKey('192.0.2.7')).toBe('192.0.2.7');
+    expect(sourceKey('::ffff:192.0.2.7')).toBe('192.0.2.7');
+    expect(sourceKey('2001:db8:1:2:aaaa::1')).toBe('2001:db8:1:2::/64');
+    expect(sourceKey('2001:0db8:0001:0002:ffff:ffff:ffff:ffff')).toBe('2001:db8:1:2::/64');
+    expect(sourceKey('2001:db8::1')).toBe('2001:db8:0:0::/64');
+    expect(sourceKey('::1')).toBe('0:0:0:0::/64');
+    expect(sourceKey('fe80::1%eth0')).toBe('fe80:0:0:0::/64');
+  });
 });
