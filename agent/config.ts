@@ -9,6 +9,7 @@
 import { isIP } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
+import { CidrError, parseCidrList, type CidrList } from './cidr.ts';
 import { isUuid, parseIPv4 } from './jobs/contract.ts';
 import { JobKeyError, parseJobKey, type JobKey } from './jobs/job-key.ts';
 import { SshKeyError, parseAuthorizedKey, type AuthorizedKey } from './ssh/keys.ts';
@@ -22,6 +23,8 @@ export const CONFIG_KEYS = [
   'AGENT_EDGE_IP',
   'AGENT_NFT_TABLE',
   'AGENT_LOG_LEVEL',
+  'AGENT_ALLOW_FROM',
+  'AGENT_PROTECTED_POOLS',
 ] as const;
 export type ConfigKey = (typeof CONFIG_KEYS)[number];
 
@@ -41,6 +44,10 @@ export interface AgentConfig {
   edgeIp: string;
   nftTable: string;
   logLevel: (typeof LOG_LEVELS)[number];
+  /** AGENT_ALLOW_FROM: sources allowed to connect; undefined = any (DESIGN.md 3.6 "Hardening of the listener"). */
+  allowFrom?: CidrList;
+  /** AGENT_PROTECTED_POOLS: protected IPs a job may name; undefined = any (DESIGN.md 3.6). */
+  protectedPools?: CidrList;
   /** Where each key came from, for the start-up log line. */
   sources: Partial<Record<ConfigKey, 'env' | 'file' | 'default'>>;
 }
@@ -166,9 +173,36 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     'info',
   );
 
+  // Both default to "any": unset (or empty) means no restriction.
+  const cidrs = (key: 'AGENT_ALLOW_FROM' | 'AGENT_PROTECTED_POOLS', what: string, ipv4Only: boolean): CidrList | undefined => {
+    const v = get(key);
+    if (v === undefined) return undefined;
+    try {
+      return parseCidrList(v, { ipv4Only });
+    } catch (e) {
+      if (!(e instanceof CidrError)) throw e;
+      problems.push(`${key} must be ${what}, comma-separated (e.g. 192.0.2.0/24,198.51.100.7): ${e.message}`);
+      return undefined;
+    }
+  };
+  const allowFrom = cidrs('AGENT_ALLOW_FROM', 'the CIDRs the gateway connects from (IPv4 or IPv6)', false);
+  const protectedPools = cidrs('AGENT_PROTECTED_POOLS', 'the IPv4 CIDRs of this node\'s protected pools', true);
+
   if (problems.length > 0) {
     const where = configPath ? ` (environment, or ${configPath} with the keys in lower case)` : ' (environment, or a file named by --config)';
     throw new ConfigError(`invalid agent configuration${where}:\n  - ${problems.join('\n  - ')}`);
   }
-  return { nodeId: nodeId!, listen: listen!, stateDir: stateDir!, authorizedKey: authorizedKey!, jobKey: jobKey!, edgeIp: edgeIp!, nftTable: nftTable!, logLevel: logLevel!, sources };
+  return {
+    nodeId: nodeId!,
+    listen: listen!,
+    stateDir: stateDir!,
+    authorizedKey: authorizedKey!,
+    jobKey: jobKey!,
+    edgeIp: edgeIp!,
+    nftTable: nftTable!,
+    logLevel: logLevel!,
+    ...(allowFrom ? { allowFrom } : {}),
+    ...(protectedPools ? { protectedPools } : {}),
+    sources,
+  };
 }

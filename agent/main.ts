@@ -1,5 +1,6 @@
 // The edge agent: `npm run agent -- [--config FILE]` or `tunnel-agent [--config FILE]`.
-//   config -> dataplane -> replay cache -> host key -> SSH server; prints the host-key fingerprint.
+//   config -> dataplane -> restore the last desired state -> replay cache -> host key -> SSH server; prints
+//   the host-key fingerprint.
 // SIGTERM/SIGINT stop accepting jobs, let a running job finish, and exit without touching the dataplane:
 // traffic keeps flowing while the agent is down (DESIGN.md 3.7).
 //
@@ -8,6 +9,7 @@
 import { createLogger, type Logger } from '../server/log.ts';
 import { ConfigError, loadConfig, type AgentConfig } from './config.ts';
 import type { Dataplane } from './dataplane/types.ts';
+import type { DataplaneHandle } from './dataplane/index.ts';
 import { JobHandler } from './jobs/handle.ts';
 import { ReplayCache } from './jobs/replay-cache.ts';
 import { loadOrCreateHostKey, type HostKey } from './ssh/keys.ts';
@@ -16,6 +18,8 @@ import { AgentSshServer } from './ssh/server.ts';
 export interface RunningAgent {
   address: { host: string; port: number };
   hostKey: HostKey;
+  /** Connections accepted and not authenticated yet (diagnostics, tests). */
+  unauthenticated(): number;
   /** Stops the SSH server and closes the replay cache; the dataplane is the caller's. */
   stop(drainMs?: number): Promise<void>;
 }
@@ -27,6 +31,8 @@ export interface StartOptions {
   now?: () => number;
   /** Per-job stdin timeout (default 30 s). */
   inputTimeoutMs?: number;
+  /** Accept to authenticated (default 10 s, DESIGN.md 3.6); tests shorten it. */
+  handshakeTimeoutMs?: number;
 }
 
 /** Starts the job endpoint over an open dataplane. */
@@ -35,7 +41,11 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
   const now = opts.now ?? (() => Date.now() / 1000);
   const replay = await ReplayCache.open(config.stateDir, { now, warn: (m, f) => log.warn(m, f) });
   const hostKey = await loadOrCreateHostKey(config.stateDir);
-  const jobs = new JobHandler({ nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now }, opts.dataplane, log);
+  const jobs = new JobHandler(
+    { nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now, ...(config.protectedPools ? { protectedPools: config.protectedPools } : {}) },
+    opts.dataplane,
+    log,
+  );
   const server = new AgentSshServer({
     host: config.listen.host,
     port: config.listen.port,
@@ -43,7 +53,9 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     authorizedKey: config.authorizedKey,
     jobs,
     log,
+    allowFrom: config.allowFrom,
     ...(opts.inputTimeoutMs !== undefined ? { inputTimeoutMs: opts.inputTimeoutMs } : {}),
+    ...(opts.handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs: opts.handshakeTimeoutMs } : {}),
   });
   let address: { host: string; port: number };
   try {
@@ -55,11 +67,25 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
   return {
     address,
     hostKey,
+    unauthenticated: () => server.unauthenticated,
     async stop(drainMs) {
       await server.close(drainMs);
       await replay.close();
     },
   };
+}
+
+/** Runs the dataplane's restore() and logs the outcome; never throws (the agent must come up regardless). */
+export async function restoreAtStart(dataplane: Pick<DataplaneHandle, 'restore'>, log: Logger): Promise<void> {
+  const started = performance.now();
+  try {
+    const r = await dataplane.restore();
+    const fields = { added: r.added, changed: r.changed, removed: r.removed, unchanged: r.unchanged, failed: r.failed.length, ms: Math.round(performance.now() - started) };
+    log.info('restored the last desired state', fields);
+    for (const f of r.failed) log.warn('tunnel not restored', { tunnel_id: f.id, code: f.error, reason: f.error_description });
+  } catch (e) {
+    log.error('restoring the last desired state failed; the gateway\'s next reconcile will retry', { err: e });
+  }
 }
 
 function parseArgs(argv: string[]): { command: 'run' | 'fingerprint'; configPath?: string } {
@@ -97,6 +123,8 @@ async function main(): Promise<void> {
     state_dir: config.stateDir,
     edge_ip: config.edgeIp,
     nft_table: config.nftTable,
+    allow_from: config.allowFrom?.entries ?? 'any',
+    protected_pools: config.protectedPools?.entries ?? 'any',
     gateway_key: config.authorizedKey.fingerprint,
     job_key: config.jobKey.kid ?? config.jobKey.thumbprint,
     sources: config.sources,
@@ -104,12 +132,17 @@ async function main(): Promise<void> {
   // Loaded here rather than at the top so `tunnel-agent fingerprint` needs no netlink.
   const { createDataplane } = await import('./dataplane/index.ts');
   const dpLog = log.child({ component: 'dataplane' });
-  const dataplane: Dataplane = await createDataplane({
+  const dataplane: DataplaneHandle = await createDataplane({
     stateDir: config.stateDir,
     edgeIp: config.edgeIp,
     nftTable: config.nftTable,
     log: (event, fields) => (event.endsWith('.error') ? dpLog.warn(event, fields) : dpLog.info(event, fields)),
   });
+  // Restore the last desired state before the first job can arrive (DESIGN.md 3.6 last paragraph): after a
+  // reboot the links and the table are gone and nothing would bring them back until the gateway's next
+  // reconcile. Tunnels already right are left alone; one the kernel refuses is logged, not fatal, and the
+  // agent still starts, so the gateway can reach it.
+  await restoreAtStart(dataplane, log);
   let agent: RunningAgent;
   try {
     agent = await startAgent(config, { dataplane, log });

@@ -131,13 +131,19 @@ export interface DiffInput {
   scope: 'all' | ReadonlySet<string>;
   /** Extra protected IPs to clean out of the maps in a scoped remove of a tunnel the agent has no record of. */
   orphanProtectedIps?: readonly string[];
+  /**
+   * With scope 'all': owned tunnels left exactly as they are (neither changed nor removed; their names,
+   * protected IPs and counters stay claimed). A reconcile's tunnels that the kernel refused.
+   */
+  keep?: ReadonlySet<string>;
 }
 
 export function diff(input: DiffInput): Plan {
   const { desired, owned, view, scope } = input;
   checkDesired(desired);
   const all = scope === 'all';
-  const inScope = (id: string): boolean => all || (scope as ReadonlySet<string>).has(id);
+  const keep = input.keep ?? new Set<string>();
+  const inScope = (id: string): boolean => (all ? !keep.has(id) : (scope as ReadonlySet<string>).has(id));
 
   // Names and protected IPs claimed by tunnels that stay (desired, or owned and out of scope).
   const claimedNames = new Map<string, string>();
@@ -283,6 +289,10 @@ export function diff(input: DiffInput): Plan {
     for (const ip of view.dnat.keys()) if (!claimedIps.has(ip)) delDnat.add(ip);
     for (const ip of view.counterMap.keys()) if (!claimedIps.has(ip)) delCounterMap.add(ip);
     const wantedCounters = new Set(desired.map(counterName));
+    for (const id of keep) {
+      const o = owned.get(id);
+      if (o) wantedCounters.add(counterName(o.spec));
+    }
     for (const c of view.counters) if (!wantedCounters.has(c)) delCounters.add(c);
   }
 

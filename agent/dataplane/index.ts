@@ -3,21 +3,24 @@
 //
 // Every operation is: validate → read the kernel back → diff against the desired state → record intent →
 // apply (links, one atomic nft batch, removed links, conntrack) → record the result. Operations run one
-// at a time. Neither creating nor closing the dataplane tears anything down.
+// at a time. Neither creating nor closing the dataplane tears anything down. What the gateway asked for
+// is journaled apart (DESIRED_FILE) before each change, and restore() brings it back after a reboot.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
-import { PlanConflict, diff, ipOf, type OwnedTunnel } from './diff.ts';
+import { PlanConflict, checkDesired, diff, ipOf, type OwnedTunnel } from './diff.ts';
 import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, type KernelContext } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
-import { StateStore } from './state.ts';
+import { DESIRED_FILE, StateStore } from './state.ts';
 import { collectBetweenPhases, releaseMemory } from './memory.ts';
-import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type TunnelRef, type TunnelSpec } from './types.ts';
+import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, normalise, validateRef, validateSpec } from './validate.ts';
 
 export { KernelError } from './types.ts';
-export type { ChangeCounts, Dataplane, ProbeResult, TunnelRef, TunnelSpec } from './types.ts';
+export type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelFailure, TunnelRef, TunnelSpec } from './types.ts';
 export type { LinkKind } from './links.ts';
 export { standinPeerName } from './links.ts';
 
@@ -48,6 +51,14 @@ export interface DataplaneHandle extends Dataplane {
   readonly table: 'created' | 'present' | 'rebuilt';
   /** The tunnels the agent has on record. */
   tunnels(): TunnelSpec[];
+  /** The last desired state the gateway gave this node (what restore() brings back). */
+  desiredTunnels(): TunnelSpec[];
+  /**
+   * Reconciles the kernel to the last desired state recorded in stateDir: after a restart nothing changes,
+   * after a reboot (links and table gone) everything is rebuilt. The agent calls it at start, before it
+   * accepts jobs (DESIGN.md 3.6 last paragraph, 3.7).
+   */
+  restore(): Promise<ReconcileResult>;
 }
 
 function kernelError(op: string, e: unknown): KernelError {
@@ -66,10 +77,15 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
   let nft: Nft | undefined;
   const ct: { sock?: Conntrack } = {};
   let state: StateStore | undefined;
+  let desired: StateStore | undefined;
   try {
     rtnl = Rtnl.open({ netns });
     nft = Nft.open({ netns });
     state = StateStore.open(opts.stateDir);
+    // An agent upgraded from a version without the desired-state journal starts from what it created.
+    const firstDesired = !existsSync(join(opts.stateDir, DESIRED_FILE));
+    desired = StateStore.open(opts.stateDir, DESIRED_FILE);
+    if (firstDesired && state.tunnels.size > 0) desired.commit([...state.tunnels.values()].map((o) => ({ spec: o.spec })), []);
     const k: KernelContext = {
       rtnl,
       nft,
@@ -81,17 +97,19 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     };
     // Forwarding on; loose rp_filter on the links we own (new ones get it when created).
     writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);
+    // The table first: after a reboot it is gone, and reading the links back reads its maps too.
+    const table = await ensureTable(k);
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
     const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
     if (present) writeSysctls(netns, [...present.links.keys()].map((n) => [['net', 'ipv4', 'conf', n, 'rp_filter'], '2'] as const));
-    const table = await ensureTable(k);
     log('dataplane.start', { table: opts.nftTable, tableState: table, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
-    return new EdgeDataplane(k, state, opts, table, log, ct);
+    return new EdgeDataplane(k, state, desired, opts, table, log, ct);
   } catch (e) {
     ct.sock?.close();
     nft?.close();
     rtnl?.close();
     state?.close();
+    desired?.close();
     throw kernelError('dataplane start', e);
   }
 }
@@ -113,6 +131,8 @@ class EdgeDataplane implements DataplaneHandle {
   constructor(
     private readonly k: KernelContext,
     private readonly state: StateStore,
+    /** The last desired state (DESIRED_FILE), recorded before each change reaches the kernel. */
+    private readonly desired: StateStore,
     private readonly opts: DataplaneOptions,
     readonly table: 'created' | 'present' | 'rebuilt',
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
@@ -167,7 +187,7 @@ class EdgeDataplane implements DataplaneHandle {
     return normalise(t);
   }
 
-  private async run(desired: TunnelSpec[], scope: 'all' | Set<string>, orphans: string[] = []): Promise<ChangeCounts> {
+  private async run(desired: TunnelSpec[], scope: 'all' | Set<string>, orphans: string[] = [], keep?: ReadonlySet<string>): Promise<ChangeCounts> {
     const owned = this.state.tunnels;
     const names = new Set<string>();
     for (const o of owned.values()) if (scope === 'all' || scope.has(o.spec.id)) names.add(o.spec.tunnel_name);
@@ -178,7 +198,7 @@ class EdgeDataplane implements DataplaneHandle {
     // (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const large = names.size >= LARGE_OPERATION;
     if (large) collectBetweenPhases();
-    const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans });
+    const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans, ...(keep ? { keep } : {}) });
     if (large) collectBetweenPhases();
     const c = plan.counts;
     if (names.size >= LARGE_OPERATION || c.added + c.changed + c.removed >= LARGE_OPERATION) this.largeOperation = true;
@@ -197,6 +217,7 @@ class EdgeDataplane implements DataplaneHandle {
   apply(tunnel: TunnelSpec): Promise<ChangeCounts> {
     return this.serial('apply', async () => {
       const t = this.checkSpec(tunnel);
+      this.recordDesired([t], []);
       return this.run([t], new Set([t.id]));
     });
   }
@@ -204,16 +225,103 @@ class EdgeDataplane implements DataplaneHandle {
   remove(tunnel: TunnelRef): Promise<ChangeCounts> {
     return this.serial('remove', async () => {
       validateRef(tunnel, this.k.linkPrefix);
+      this.recordDesired([], [tunnel.id]);
       const known = this.state.tunnels.has(tunnel.id);
       return this.run([], new Set([tunnel.id]), known ? [] : [tunnel.protected_ip]);
     });
   }
 
-  reconcile(tunnels: TunnelSpec[]): Promise<ChangeCounts> {
+  reconcile(tunnels: TunnelSpec[]): Promise<ReconcileResult> {
     return this.serial('reconcile', async () => {
       const desired = tunnels.map((t) => this.checkSpec(t));
-      return this.run(desired, 'all');
+      // Two tunnels sharing an id, a name or a protected IP make the set itself wrong, not one tunnel.
+      checkDesired(desired);
+      this.recordDesired(desired, 'replace');
+      try {
+        return { ...(await this.run(desired, 'all')), failed: [] };
+      } catch (e) {
+        // One broken tunnel must not block its node (issue 8 item 3): find the ones the kernel refuses and
+        // apply everything else.
+        this.log('dataplane.reconcile.isolating', { tunnels: desired.length, error: e instanceof Error ? e.message : String(e) });
+        return this.isolate(desired);
+      }
     });
+  }
+
+  /**
+   * A reconcile that failed as a whole, tunnel by tunnel: groups are applied as scoped applies, and a group
+   * that fails is halved until the tunnels the kernel refuses stand alone (k broken tunnels among n cost
+   * about 2·k·log2(n) scoped applies, not n). Those are reported in `failed` and left exactly as they were;
+   * then one pass with the rest as the whole set removes what is no longer desired and cleans the table.
+   * A failure of that last pass (a removal the kernel refuses) still fails the reconcile as a whole.
+   */
+  private async isolate(desired: TunnelSpec[]): Promise<ReconcileResult> {
+    const counts: ChangeCounts = { added: 0, changed: 0, removed: 0, unchanged: 0 };
+    const failed: TunnelFailure[] = [];
+    const applyGroup = async (group: TunnelSpec[]): Promise<void> => {
+      try {
+        const c = await this.run(group, new Set(group.map((t) => t.id)));
+        counts.added += c.added;
+        counts.changed += c.changed;
+        counts.unchanged += c.unchanged;
+      } catch (e) {
+        if (group.length > 1) {
+          const mid = group.length >> 1;
+          await applyGroup(group.slice(0, mid));
+          await applyGroup(group.slice(mid));
+          return;
+        }
+        const t = group[0]!;
+        const text = e instanceof Error ? e.message : String(e);
+        this.log('dataplane.tunnel.error', { op: 'reconcile', id: t.id, tunnel_name: t.tunnel_name, error: text });
+        failed.push({ id: t.id, error: 'kernel_error', error_description: text });
+      }
+    };
+    // The whole set just failed: start from its halves.
+    if (desired.length > 1) {
+      const mid = desired.length >> 1;
+      await applyGroup(desired.slice(0, mid));
+      await applyGroup(desired.slice(mid));
+    } else if (desired.length === 1) {
+      await applyGroup(desired);
+    }
+    const failedIds = new Set(failed.map((f) => f.id));
+    const rest = desired.filter((t) => !failedIds.has(t.id));
+    counts.removed += (await this.run(rest, 'all', [], failedIds)).removed;
+    return { ...counts, failed };
+  }
+
+  /**
+   * Records what the gateway wants before the kernel is changed, so a crash or a reboot in between still
+   * restores it. `dels` 'replace': `puts` is the node's whole set (a reconcile). Unchanged specs cost nothing.
+   */
+  private recordDesired(puts: readonly TunnelSpec[], dels: readonly string[] | 'replace'): void {
+    const current = this.desired.tunnels;
+    const changed = puts.filter((t) => {
+      const had = current.get(t.id);
+      return !had || JSON.stringify(had.spec) !== JSON.stringify(t);
+    });
+    let gone: string[];
+    if (dels === 'replace') {
+      const keep = new Set(puts.map((t) => t.id));
+      gone = [...current.keys()].filter((id) => !keep.has(id));
+    } else {
+      gone = dels.filter((id) => current.has(id));
+    }
+    this.desired.commit(
+      changed.map((spec) => ({ spec })),
+      gone,
+    );
+  }
+
+  restore(): Promise<ReconcileResult> {
+    const specs = this.desiredTunnels();
+    this.log('dataplane.restore', { tunnels: specs.length });
+    return this.reconcile(specs);
+  }
+
+  desiredTunnels(): TunnelSpec[] {
+    return [...this.desired.tunnels.values()].map((o) => o.spec);
   }
 
   probe(tunnel: TunnelSpec): Promise<ProbeResult> {
@@ -249,6 +357,7 @@ class EdgeDataplane implements DataplaneHandle {
     this.k.nft.close();
     this.ct.sock?.close();
     this.state.close();
+    this.desired.close();
   }
 }
 

@@ -10,6 +10,13 @@ import type { TunnelSpec } from './types.ts';
 type Line = { v: 1; put: TunnelSpec; pending?: true } | { v: 1; del: string };
 
 export const STATE_FILE = 'dataplane-state.jsonl';
+/**
+ * The last desired state the gateway gave this node (every applied, removed and reconciled tunnel spec),
+ * in the same journal format: what a restart or a reboot restores at start (DESIGN.md 3.6, last paragraph).
+ * Kept apart from STATE_FILE, which records what the agent created (a tunnel whose removal failed is
+ * still owned there, but no longer desired).
+ */
+export const DESIRED_FILE = 'desired-state.jsonl';
 
 const putLine = (p: OwnedTunnel): Line => (p.pending ? { v: 1, put: p.spec, pending: true } : { v: 1, put: p.spec });
 
@@ -31,9 +38,9 @@ export class StateStore {
   private fd: number;
   private lines = 0;
 
-  private constructor(dir: string) {
+  private constructor(dir: string, file: string) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
-    this.path = join(dir, STATE_FILE);
+    this.path = join(dir, file);
     let text = '';
     try {
       text = readFileSync(this.path, 'utf8');
@@ -55,8 +62,8 @@ export class StateStore {
     this.fd = openSync(this.path, 'a', 0o600);
   }
 
-  static open(dir: string): StateStore {
-    return new StateStore(dir);
+  static open(dir: string, file: string = STATE_FILE): StateStore {
+    return new StateStore(dir, file);
   }
 
   get tunnels(): ReadonlyMap<string, OwnedTunnel> {

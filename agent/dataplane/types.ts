@@ -26,6 +26,22 @@ export interface ChangeCounts {
   unchanged: number;
 }
 
+/**
+ * One tunnel a reconcile could not apply (issue 8 item 3): the rest of the node's set was applied anyway.
+ * The shape is the job contract's (agent/jobs/contract.ts, schema/job.schema.json): the gateway marks that
+ * tunnel alone.
+ */
+export interface TunnelFailure {
+  id: string;
+  error: 'kernel_error';
+  error_description: string;
+}
+
+/** A reconcile's result: the counts of what it applied, and every tunnel it could not (possibly none). */
+export interface ReconcileResult extends ChangeCounts {
+  failed: TunnelFailure[];
+}
+
 export interface ProbeResult {
   reachable: boolean;
   rtt_ms?: number;
@@ -36,8 +52,11 @@ export interface Dataplane {
   apply(tunnel: TunnelSpec): Promise<ChangeCounts>;
   /** Removes it and flushes its conntrack entries; a tunnel that is not there gives removed: 0. */
   remove(tunnel: TunnelRef): Promise<ChangeCounts>;
-  /** Brings the node to exactly this desired set without disturbing tunnels that did not change. */
-  reconcile(tunnels: TunnelSpec[]): Promise<ChangeCounts>;
+  /**
+   * Brings the node to exactly this desired set without disturbing tunnels that did not change. A tunnel
+   * the kernel refuses is reported in `failed` and left as it was; everything else is still applied.
+   */
+  reconcile(tunnels: TunnelSpec[]): Promise<ReconcileResult>;
   /** Whether traffic from the origin's inner address comes back through the tunnel. */
   probe(tunnel: TunnelSpec): Promise<ProbeResult>;
   /** Whether this node currently has the tunnel (for `unknown_tunnel` on probe). */

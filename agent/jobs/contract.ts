@@ -3,7 +3,9 @@
 // (server/edge/job-signing.ts), so the gateway never signs a job the agent would call malformed.
 // schema/job.schema.json describes the same claims as JSON Schema; test/unit/agent-jobs.test.ts checks
 // that the two agree. No I/O here.
-import type { ChangeCounts, ProbeResult, TunnelRef, TunnelSpec } from '../dataplane/types.ts';
+import type { ChangeCounts, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../dataplane/types.ts';
+
+export type { ReconcileResult, TunnelFailure } from '../dataplane/types.ts';
 
 export const JOB_TYP = 'tunnel-job+jwt';
 export const JOB_ALG = 'EdDSA';
@@ -54,7 +56,12 @@ export interface StandardClaims {
 
 export type JobClaims<O extends Op = Op> = O extends Op ? StandardClaims & { op: O } & JobBodies[O] : never;
 
-export type OkResult = ChangeCounts | ProbeResult;
+/**
+ * apply/remove: the four counts; reconcile: the four counts and `failed` (always present, possibly empty:
+ * the tunnels the kernel refused, each `{id, error: "kernel_error", error_description}`, while the rest was
+ * applied, so one broken tunnel does not block its node); probe: reachable (and rtt_ms).
+ */
+export type OkResult = ChangeCounts | ReconcileResult | ProbeResult;
 
 /** What the agent writes on the channel's stdout, as one line. */
 export type ResultLine =
@@ -196,6 +203,12 @@ export function checkBody(op: Op, claims: Record<string, unknown>): string | und
     }
   }
   return undefined;
+}
+
+/** The protected_ip values a job names (each must lie in AGENT_PROTECTED_POOLS when that is set). */
+export function protectedIpsOf(claims: JobClaims): string[] {
+  if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.protected_ip);
+  return [claims.tunnel.protected_ip];
 }
 
 /** The edge_ip values a job names (each must be this router's). */

@@ -5,7 +5,7 @@
 //
 // Errors from the dataplane: a tunnel it finds unusable before touching the kernel (InvalidTunnel, e.g. a
 // tunnel_name without the agent's link prefix) is `malformed`; anything else is `kernel_error`.
-import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult } from '../dataplane/types.ts';
+import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure } from '../dataplane/types.ts';
 import type { JobErrorCode, ResultLine } from './contract.ts';
 import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
 
@@ -23,6 +23,19 @@ const count = (n: unknown): number => (typeof n === 'number' && Number.isInteger
 
 function counts(c: ChangeCounts): ChangeCounts {
   return { added: count(c?.added), changed: count(c?.changed), removed: count(c?.removed), unchanged: count(c?.unchanged) };
+}
+
+/**
+ * A reconcile's result line (issue 8 item 3, contract agreed with the gateway): the four counts and
+ * `failed`, always present, one `{id, error: "kernel_error", error_description}` per tunnel the kernel refused.
+ */
+function reconcileResult(r: ReconcileResult): ReconcileResult {
+  const failed: TunnelFailure[] = [];
+  for (const f of Array.isArray(r?.failed) ? r.failed : []) {
+    if (typeof f?.id !== 'string') continue;
+    failed.push({ id: f.id, error: 'kernel_error', error_description: String(f.error_description ?? '').slice(0, MAX_DESCRIPTION) });
+  }
+  return { ...counts(r), failed };
 }
 
 function probeResult(p: ProbeResult): ProbeResult {
@@ -92,7 +105,7 @@ export class JobHandler {
     const tunnelId = op === 'reconcile' ? undefined : job.tunnel.id;
     const logFields = { ...fields, jti, op, ...(tunnelId ? { tunnel_id: tunnelId } : { tunnels: job.op === 'reconcile' ? job.tunnels.length : 0 }) };
     try {
-      let result: ChangeCounts | ProbeResult;
+      let result: ChangeCounts | ReconcileResult | ProbeResult;
       switch (job.op) {
         case 'apply':
           result = counts(await this.dataplane.apply(job.tunnel));
@@ -100,9 +113,12 @@ export class JobHandler {
         case 'remove':
           result = counts(await this.dataplane.remove(job.tunnel));
           break;
-        case 'reconcile':
-          result = counts(await this.dataplane.reconcile(job.tunnels));
+        case 'reconcile': {
+          const r = reconcileResult(await this.dataplane.reconcile(job.tunnels));
+          result = r;
+          for (const f of r.failed) this.log.warn('tunnel failed in reconcile', { ...fields, jti, op, tunnel_id: f.id, code: f.error, reason: f.error_description });
           break;
+        }
         case 'probe':
           if (!(await this.dataplane.has(job.tunnel.id))) {
             return this.refuse('unknown_tunnel', `this node has no tunnel ${job.tunnel.id}`, logFields, jti);

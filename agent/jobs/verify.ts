@@ -10,7 +10,8 @@
 //   2. invalid_signature    alg other than EdDSA (none, HS256 ...), a kid other than the configured JWK's,
 //                           a signature that does not verify with AGENT_JOB_KEY.
 //   3. wrong_audience       aud missing, not a string, or not this node's id; an edge_ip that is not
-//                           AGENT_EDGE_IP (every tunnel of a reconcile is checked).
+//                           AGENT_EDGE_IP, or a protected_ip outside AGENT_PROTECTED_POOLS when that is
+//                           set (every tunnel of a reconcile is checked; every op, remove included).
 //   4. expired              now > exp + 30 s, or exp more than 60 s after iat.
 //   5. unsupported_version  v missing or not 1.
 //   6. unsupported_command  a signed, current v1 job whose op this agent does not know.
@@ -31,6 +32,7 @@ import {
   checkBody,
   edgeIpsOf,
   isOp,
+  protectedIpsOf,
   isPlainObject,
   isUuid,
   type JobClaims,
@@ -51,6 +53,11 @@ export interface VerifyContext {
   /** This router's GRE underlay address (AGENT_EDGE_IP). */
   edgeIp: string;
   jobKey: JobKey;
+  /**
+   * AGENT_PROTECTED_POOLS: the protected IPs this router may map; undefined = any. A stolen job key then
+   * cannot map other addresses through this router (DESIGN.md 3.6 "Hardening of the listener").
+   */
+  protectedPools?: { contains(ip: string): boolean; readonly entries: readonly string[] };
   replay: ReplayGuard;
   /** Seconds since the epoch (fractions allowed). */
   now: () => number;
@@ -137,6 +144,11 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   if (knownV1) {
     const other = edgeIpsOf(claims as unknown as JobClaims).find((ip) => ip !== ctx.edgeIp);
     if (other !== undefined) return refuse('wrong_audience', `edge_ip ${other} is not this router's (${ctx.edgeIp})`);
+    const pools = ctx.protectedPools;
+    if (pools) {
+      const outside = protectedIpsOf(claims as unknown as JobClaims).find((ip) => !pools.contains(ip));
+      if (outside !== undefined) return refuse('wrong_audience', `protected_ip ${outside} is outside this router's protected pools (${pools.entries.join(', ')})`);
+    }
   }
 
   // 4. expired --------------------------------------------------------------------------------

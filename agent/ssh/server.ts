@@ -3,13 +3,16 @@
 // them only exec. `tunnel-agent job` reads one JWS from stdin and answers one JSON line on stdout with
 // exit status 0 (ok) or 1 (refused or failed); any other command gets exit status 127 and an
 // `unsupported_command` line. Shells, subsystems, ptys, env, X11, agent and port forwarding are refused.
+// The agent owns the listening socket (ssh2's Server is handed each accepted socket): admission.ts decides
+// at accept who may connect and for how long (DESIGN.md 3.6 "Hardening of the listener").
 import { timingSafeEqual } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
+import { createServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ServerChannel } from 'ssh2';
 import { JOB_COMMAND, MAX_INPUT_BYTES, SSH_USER, type JobErrorCode, type ResultLine } from '../jobs/contract.ts';
 import { exitCodeFor, type JobLog } from '../jobs/handle.ts';
 import type { AuthorizedKey, HostKey } from './keys.ts';
+import { Admission, type Ticket } from './admission.ts';
 
 /** What the server needs from the job handler (agent/jobs/handle.ts's JobHandler). */
 export interface JobSink {
@@ -27,13 +30,18 @@ export interface AgentSshServerOptions {
   log: JobLog;
   /** A job's stdin must reach EOF within this time (default 30 s), else `malformed`. */
   inputTimeoutMs?: number;
-  /** A connection must authenticate within this time (default 20 s). */
-  authTimeoutMs?: number;
+  /** From accept to authenticated, the client's banner included (default 10 s, DESIGN.md 3.6). */
+  handshakeTimeoutMs?: number;
+  /** Unauthenticated connections per source address (IPv6: per /64) (default 4, DESIGN.md 3.6). */
+  maxUnauthenticatedPerSource?: number;
+  /** AGENT_ALLOW_FROM: other sources are closed at accept; undefined = any. */
+  allowFrom?: { contains(ip: string): boolean } | undefined;
   /** Failed authentication attempts before the connection is dropped (default 10). */
   maxAuthFailures?: number;
-  /** Concurrent connections (default 64). */
-  maxConnections?: number;
 }
+
+export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
+export const DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = 4;
 
 /** Session-channel requests that are always refused. */
 const REFUSED_SESSION_REQUESTS = ['pty', 'shell', 'subsystem', 'sftp', 'x11', 'auth-agent', 'env', 'signal', 'window-change'] as const;
@@ -44,30 +52,63 @@ function sameKey(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
+type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom'>;
+
 export class AgentSshServer {
   private readonly server: ssh2.Server;
+  /** The listening socket; each accepted socket passes admission, then goes to `server`. */
+  private readonly listener: NetServer;
+  private readonly admission: Admission;
+  /** Admission tickets of sockets handed to ssh2, until their connection authenticates. */
+  private readonly tickets = new WeakMap<Socket, Ticket>();
   private readonly connections = new Set<Connection>();
   private closing = false;
-  private readonly opts: Required<Omit<AgentSshServerOptions, 'host' | 'port'>> & Pick<AgentSshServerOptions, 'host' | 'port'>;
+  private readonly opts: ServerOptions;
 
   constructor(opts: AgentSshServerOptions) {
-    this.opts = { inputTimeoutMs: 30_000, authTimeoutMs: 20_000, maxAuthFailures: 10, maxConnections: 64, ...opts };
+    this.opts = {
+      inputTimeoutMs: 30_000,
+      handshakeTimeoutMs: DEFAULT_HANDSHAKE_TIMEOUT_MS,
+      maxUnauthenticatedPerSource: DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
+      maxAuthFailures: 10,
+      ...opts,
+    };
     // Keepalives find a gateway that vanished without closing its connection.
     this.server = new ssh2.Server({ hostKeys: [opts.hostKey.privateKey], ident: 'tunnelgate-agent', keepaliveInterval: 15_000, keepaliveCountMax: 4 }, (client, info) =>
       this.onConnection(client, { peer: `${info.ip}:${info.port}` }),
     );
-    (this.server as unknown as { maxConnections: number }).maxConnections = this.opts.maxConnections;
     this.server.on('error', (err: Error) => this.opts.log.error('ssh server error', { err }));
+    this.admission = new Admission({
+      allowFrom: this.opts.allowFrom,
+      maxPerSource: this.opts.maxUnauthenticatedPerSource,
+      deadlineMs: this.opts.handshakeTimeoutMs,
+      log: this.opts.log,
+    });
+    this.listener = createServer((socket) => {
+      socket.on('error', () => undefined); // a reset before ssh2 attached its handlers
+      if (this.closing) return void socket.destroy();
+      const ticket = this.admission.admit(socket);
+      if (!ticket) return;
+      this.tickets.set(socket, ticket);
+      this.server.injectSocket(socket);
+    });
+    this.listener.on('error', (err: Error) => this.opts.log.error('ssh server error', { err }));
+  }
+
+  /** Unauthenticated connections held now (tests, diagnostics). */
+  get unauthenticated(): number {
+    return this.admission.pending;
   }
 
   /** Starts listening; resolves with the bound address (port 0 picks a free port). */
   listen(): Promise<{ host: string; port: number }> {
     return new Promise((resolve, reject) => {
       const onError = (err: Error) => reject(err);
-      this.server.once('error', onError);
-      this.server.listen(this.opts.port, this.opts.host, () => {
-        this.server.off('error', onError);
-        const addr = this.server.address() as AddressInfo;
+      this.listener.once('error', onError);
+      // A deep accept backlog: a burst of strangers' connections must not fill it before admission runs.
+      this.listener.listen({ port: this.opts.port, host: this.opts.host, backlog: 4096 }, () => {
+        this.listener.off('error', onError);
+        const addr = this.listener.address() as AddressInfo;
         resolve({ host: addr.address, port: addr.port });
       });
     });
@@ -79,7 +120,8 @@ export class AgentSshServer {
    */
   async close(drainMs = 10_000): Promise<void> {
     this.closing = true;
-    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    const closed = new Promise<void>((resolve) => this.listener.close(() => resolve()));
+    this.admission.destroyUnauthenticated();
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.opts.jobs.idle(), new Promise<void>((resolve) => (timer = setTimeout(resolve, drainMs)))]);
     clearTimeout(timer);
@@ -93,10 +135,7 @@ export class AgentSshServer {
     // Jobs are a few small packets each way: without TCP_NODELAY every round trip waits out delayed ACKs.
     (client as Connection & { setNoDelay(on: boolean): void }).setNoDelay(true); // ssh2 has it; @types/ssh2 lacks it
     let failures = 0;
-    const authTimer = setTimeout(() => {
-      log.warn('ssh connection dropped: not authenticated in time', fields);
-      client.end();
-    }, this.opts.authTimeoutMs);
+    const ticket = this.tickets.get((client as Connection & { _sock: Socket })._sock); // ssh2 keeps the socket there; @types/ssh2 lacks it
     client.on('authentication', (ctx) => {
       if (this.authenticate(ctx, fields)) return;
       if (++failures >= this.opts.maxAuthFailures) {
@@ -105,7 +144,7 @@ export class AgentSshServer {
       }
     });
     client.on('ready', () => {
-      clearTimeout(authTimer);
+      ticket?.authenticated();
       log.info('ssh client authenticated', fields);
     });
     client.on('session', (accept) => this.onSession(accept(), fields));
@@ -124,7 +163,6 @@ export class AgentSshServer {
     });
     client.on('error', (err: Error) => log.warn('ssh connection error', { ...fields, err: err.message }));
     client.on('close', () => {
-      clearTimeout(authTimer);
       this.connections.delete(client);
     });
   }

@@ -5,7 +5,7 @@
 // the kernel is reported as one JSON line on stdout ({"call": op, "ids": [...]}) so tests can count
 // how many times a job was applied. The first line is {"ready": true, "port", "fingerprint"}.
 import { loadConfig } from '../../agent/config.ts';
-import { startAgent } from '../../agent/main.ts';
+import { restoreAtStart, startAgent } from '../../agent/main.ts';
 import { createDataplane, type Dataplane, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { createLogger } from '../../server/log.ts';
 
@@ -24,6 +24,9 @@ const dataplane: Dataplane = {
   close: () => inner.close(),
 };
 const log = createLogger((process.env.AGENT_LOG_LEVEL as 'silent' | undefined) ?? 'silent', { service: 'agent' }, (l) => process.stderr.write(l));
+// As agent/main.ts does: the last desired state is restored before any job can arrive. It goes to the
+// inner dataplane directly, so it is not reported as a call (a call is a job the gateway sent).
+await restoreAtStart(inner, log);
 const agent = await startAgent(config, { dataplane, log });
 say({ ready: true, port: agent.address.port, fingerprint: agent.hostKey.fingerprint });
 const stop = async () => {

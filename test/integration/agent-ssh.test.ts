@@ -19,7 +19,7 @@ import { loadConfig, type AgentConfig } from '../../agent/config.ts';
 import { startAgent, type RunningAgent } from '../../agent/main.ts';
 import { HOST_KEY_FILE } from '../../agent/ssh/keys.ts';
 import { MAX_INPUT_BYTES } from '../../agent/jobs/contract.ts';
-import type { ChangeCounts, Dataplane, ProbeResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
+import type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 
 /** FAKE dataplane (test double, no kernel): records every call, keeps tunnels in a map. */
@@ -36,9 +36,9 @@ class RecordingDataplane implements Dataplane {
     this.calls.push({ op: 'remove', arg: t });
     return { added: 0, changed: 0, removed: this.tunnels.delete(t.id) ? 1 : 0, unchanged: 0 };
   }
-  async reconcile(ts: TunnelSpec[]): Promise<ChangeCounts> {
+  async reconcile(ts: TunnelSpec[]): Promise<ReconcileResult> {
     this.calls.push({ op: 'reconcile', arg: ts });
-    return { added: ts.length, changed: 0, removed: 0, unchanged: 0 };
+    return { added: ts.length, changed: 0, removed: 0, unchanged: 0, failed: [] };
   }
   async probe(t: TunnelSpec): Promise<ProbeResult> {
     this.calls.push({ op: 'probe', arg: t });

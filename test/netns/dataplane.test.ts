@@ -177,11 +177,11 @@ describe.skipIf(!isRoot)('dataplane in a fresh namespace (veth stand-in for GRE)
   });
 
   it('reconcile: adds, changes and removes; untouched tunnels keep their link (ifindex) and counter', async () => {
-    expect(await dp.reconcile([tun(1), tun(2), tun(3), tun(4)])).toEqual({ added: 4, changed: 0, removed: 0, unchanged: 0 });
+    expect(await dp.reconcile([tun(1), tun(2), tun(3), tun(4)])).toEqual({ added: 4, changed: 0, removed: 0, unchanged: 0, failed: [] });
     const before = links();
     const ctr = counters();
     const res = await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)]);
-    expect(res).toEqual({ added: 1, changed: 1, removed: 1, unchanged: 2 });
+    expect(res).toEqual({ added: 1, changed: 1, removed: 1, unchanged: 2, failed: [] });
     const after = links();
     expect(after.get('tg-t1')!.ifindex).toBe(before.get('tg-t1')!.ifindex);
     expect(after.get('tg-t4')!.ifindex).toBe(before.get('tg-t4')!.ifindex);
@@ -192,7 +192,7 @@ describe.skipIf(!isRoot)('dataplane in a fresh namespace (veth stand-in for GRE)
     expect([...mapElems('protected').keys()].sort()).toEqual(['203.0.112.1', '203.0.112.2', '203.0.112.4', '203.0.112.7']);
     expect(mapElems('protected').get('203.0.112.2')).toBe('100.64.0.10');
     expect([...counters().keys()].sort()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
-    expect(await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)])).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4 });
+    expect(await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)])).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4, failed: [] });
   });
 
   it('drift: a link deleted, an element deleted, a link set down, a stray element: reconcile fixes only those', async () => {
@@ -202,7 +202,7 @@ describe.skipIf(!isRoot)('dataplane in a fresh namespace (veth stand-in for GRE)
     edge.run('nft', 'delete', 'element', 'ip', T, 'protected', '{ 203.0.112.7 }');
     edge.run('ip', 'link', 'set', 'tg-t2', 'down');
     edge.run('nft', 'add', 'element', 'ip', T, 'protected', '{ 203.0.113.250 : 100.127.0.2 }');
-    expect(await dp.reconcile(desired)).toEqual({ added: 0, changed: 3, removed: 0, unchanged: 1 });
+    expect(await dp.reconcile(desired)).toEqual({ added: 0, changed: 3, removed: 0, unchanged: 1, failed: [] });
     const after = links();
     expect(after.get('tg-t1')!.ifindex).toBe(before.get('tg-t1')!.ifindex);
     expect(after.get('tg-t2')!.ifindex).toBe(before.get('tg-t2')!.ifindex);
@@ -214,7 +214,7 @@ describe.skipIf(!isRoot)('dataplane in a fresh namespace (veth stand-in for GRE)
     expect(m.get('203.0.112.7')).toBe('100.64.0.30');
     expect(m.has('203.0.113.250')).toBe(false);
     expect(m.size).toBe(4);
-    expect(await dp.reconcile(desired)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4 });
+    expect(await dp.reconcile(desired)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4, failed: [] });
   });
 
   it('state survives re-creating the dataplane (agent restart) without touching the kernel', async () => {
@@ -228,7 +228,7 @@ describe.skipIf(!isRoot)('dataplane in a fresh namespace (veth stand-in for GRE)
     for (const n of ['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']) expect(links().get(n)!.ifindex).toBe(before.get(n)!.ifindex);
     expect(await dp.has(tun(7).id)).toBe(true);
     expect(dp.tunnels().map((t) => t.tunnel_name).sort()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
-    expect(await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)])).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4 });
+    expect(await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)])).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4, failed: [] });
   });
 
   it('a tampered table is rebuilt at start with its elements and counters kept', async () => {
@@ -267,18 +267,18 @@ describe.skipIf(!isRoot)('dataplane in a fresh namespace (veth stand-in for GRE)
     expect(await dp.reconcile([tun(1)])).toMatchObject({ unchanged: 1, removed: 2 });
     expect(rules()).toHaveLength(3);
     const many = Array.from({ length: 1000 }, (_, i) => tun(i + 1));
-    expect(await dp.reconcile(many)).toEqual({ added: 999, changed: 0, removed: 0, unchanged: 1 });
+    expect(await dp.reconcile(many)).toEqual({ added: 999, changed: 0, removed: 0, unchanged: 1, failed: [] });
     expect(rules()).toHaveLength(3);
     expect(mapElems('protected').size).toBe(1000);
     expect(counters().size).toBe(1000);
     expect(tgLinks()).toHaveLength(1000);
-    expect(await dp.reconcile(many)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1000 });
+    expect(await dp.reconcile(many)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1000, failed: [] });
   }, 120_000);
 
   it('links the agent did not create are never touched, even by a reconcile to nothing', async () => {
     const foreign = links().get('tg-foreign')!;
     const other = links().get('other0')!;
-    expect(await dp.reconcile([])).toEqual({ added: 0, changed: 0, removed: 1000, unchanged: 0 });
+    expect(await dp.reconcile([])).toEqual({ added: 0, changed: 0, removed: 1000, unchanged: 0, failed: [] });
     expect(tgLinks()).toEqual([]);
     expect(links().get('tg-foreign')!.ifindex).toBe(foreign.ifindex);
     expect(links().get('other0')!.ifindex).toBe(other.ifindex);

@@ -15,7 +15,7 @@ import { JobHandler } from '../../agent/jobs/handle.ts';
 import { parseJobKey, type JobKey } from '../../agent/jobs/job-key.ts';
 import { REPLAY_FILE, ReplayCache } from '../../agent/jobs/replay-cache.ts';
 import { verifyJob, type ReplayGuard, type VerifyContext } from '../../agent/jobs/verify.ts';
-import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/types.ts';
+import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/types.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 import { JobSigningError, signJob } from '../../server/edge/job-signing.ts';
 
@@ -438,12 +438,16 @@ class RecordingDataplane implements Dataplane {
     const had = this.tunnels.delete(t.id);
     return { added: 0, changed: 0, removed: had ? 1 : 0, unchanged: 0 };
   }
-  async reconcile(ts: TunnelSpec[]): Promise<ChangeCounts> {
+  /** Tunnels the next reconciles report as refused by the kernel (and leave alone). */
+  refuse = new Map<string, string>();
+  async reconcile(ts: TunnelSpec[]): Promise<ReconcileResult> {
     this.calls.push({ op: 'reconcile', arg: ts });
     this.fail();
+    const failed = ts.filter((t) => this.refuse.has(t.id)).map((t) => ({ id: t.id, error: 'kernel_error' as const, error_description: this.refuse.get(t.id)! }));
+    ts = ts.filter((t) => !this.refuse.has(t.id));
     const counts = { added: 0, changed: 0, removed: 0, unchanged: 0 };
     const want = new Map(ts.map((t) => [t.id, t]));
-    for (const id of this.tunnels.keys()) if (!want.has(id)) (this.tunnels.delete(id), counts.removed++);
+    for (const id of this.tunnels.keys()) if (!want.has(id) && !this.refuse.has(id)) (this.tunnels.delete(id), counts.removed++);
     for (const t of ts) {
       const before = this.tunnels.get(t.id);
       if (!before) counts.added++;
@@ -451,7 +455,7 @@ class RecordingDataplane implements Dataplane {
       else counts.unchanged++;
       this.tunnels.set(t.id, t);
     }
-    return counts;
+    return { ...counts, failed };
   }
   async probe(t: TunnelSpec): Promise<ProbeResult> {
     this.calls.push({ op: 'probe', arg: t });
@@ -815,5 +819,97 @@ describe('schema/job.schema.json', () => {
     }
     expect(String(schema.description)).toMatch(/same subnet|one \/30/);
     expect(String(schema.description)).toMatch(/distinct id/);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------------
+
+describe('AGENT_PROTECTED_POOLS (DESIGN.md 3.6 "Hardening of the listener")', () => {
+  const sshPub = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGbR1mqRBy1LhRvBVZP2kzSt0Uu3IuLSpW1s3cYSv0Nq tunnelgate-gateway';
+  const configWith = (over: Record<string, string>) =>
+    loadConfig({ AGENT_NODE_ID: NODE, AGENT_STATE_DIR: '/var/lib/tunnel-agent', AGENT_AUTHORIZED_KEY: sshPub, AGENT_JOB_KEY: JSON.stringify({ ...gatewayJwk, kid: KID }), AGENT_EDGE_IP: EDGE_IP, ...over });
+  const handlerWithPools = (pools: string) => {
+    const dp = new RecordingDataplane();
+    const lines: Record<string, unknown>[] = [];
+    const config = configWith({ AGENT_PROTECTED_POOLS: pools });
+    const h = new JobHandler(ctx({ protectedPools: config.protectedPools! }), dp, createLogger('debug', {}, (l) => lines.push(JSON.parse(l) as Record<string, unknown>)));
+    return { h, dp, lines };
+  };
+  const other = () => tunnel({ id: randomUUID(), tunnel_name: 'tg-other', protected_ip: '198.18.0.9', edge_inner: '100.64.0.5/30', origin_inner: '100.64.0.6/30' });
+
+  it('a job whose protected_ip lies outside the pools is wrong_audience, before the dataplane is touched', async () => {
+    const { h, dp, lines } = handlerWithPools('203.0.113.0/28, 192.0.2.128/25');
+    const inside = tunnel(); // 203.0.113.10
+    const outside = tunnel({ protected_ip: '203.0.113.16' }); // just past the /28
+    expect(await h.handle(await token(claims({ tunnel: inside })))).toMatchObject({ ok: true, op: 'apply' });
+    for (const c of [
+      claims({ tunnel: outside }),
+      claims({ op: 'probe', tunnel: outside }),
+      claims({ op: 'remove', tunnel: { id: outside.id, tunnel_name: outside.tunnel_name, protected_ip: outside.protected_ip } }),
+      // One tunnel of a reconcile outside is enough.
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: [inside, other()] }),
+    ]) {
+      const out = await h.handle(await token(c));
+      expect(out).toMatchObject({ ok: false, error: 'wrong_audience', error_description: expect.stringContaining('outside this router\'s protected pools') });
+      expect(lines.at(-1)).toMatchObject({ msg: 'job refused', code: 'wrong_audience' });
+    }
+    expect(dp.calls.map((c) => c.op)).toEqual(['apply']);
+    // The second pool counts too; a reconcile whose tunnels all lie inside runs.
+    const second = other();
+    second.protected_ip = '192.0.2.200';
+    expect(await h.handle(await token(claims({ op: 'reconcile', tunnel: undefined, tunnels: [inside, second] })))).toMatchObject({ ok: true, op: 'reconcile' });
+  });
+
+  it('unset means any protected IP; a malformed value is a configuration error', async () => {
+    expect(configWith({}).protectedPools).toBeUndefined();
+    const dp = new RecordingDataplane();
+    const h = new JobHandler(ctx(), dp, createLogger('silent'));
+    expect(await h.handle(await token(claims({ tunnel: other() })))).toMatchObject({ ok: true });
+    for (const bad of ['203.0.113.0/33', '2001:db8::/32', 'pool-a', '203.0.113.0/28,,']) {
+      expect(() => configWith({ AGENT_PROTECTED_POOLS: bad }), bad).toThrow(ConfigError);
+    }
+    expect(() => configWith({ AGENT_ALLOW_FROM: '10.0.0.0/8, 2001:db8::/32' })).not.toThrow();
+    expect(() => configWith({ AGENT_ALLOW_FROM: '10.0.0.0/40' })).toThrow(/AGENT_ALLOW_FROM/);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------------
+
+describe('reconcile reports tunnels the kernel refused, per tunnel (issue 8 item 3)', () => {
+  const schema = JSON.parse(readFileSync(new URL('../../schema/job.schema.json', import.meta.url), 'utf8')) as Record<string, unknown>;
+  const ajv = new Ajv2020({ allErrors: true, strict: true, strictRequired: false }); // as above: `required` next to a `$ref`
+  ajv.addSchema(schema);
+  const validateLine = ajv.getSchema(`${String(schema.$id)}#/$defs/resultLine`)!;
+  const second = () => tunnel({ id: randomUUID(), tunnel_name: 'tg-second', protected_ip: '203.0.113.11', edge_inner: '100.64.0.5/30', origin_inner: '100.64.0.6/30' });
+
+  it('ok: true with the counts and `failed` (always present), each {id, error: kernel_error, error_description}; the line matches the schema', async () => {
+    const dp = new RecordingDataplane();
+    const { h, lines } = handlerWith(dp);
+    const [a, b] = [tunnel(), second()];
+    const clean = await h.handle(await token(claims({ op: 'reconcile', tunnel: undefined, tunnels: [a, b] })));
+    expect(clean).toMatchObject({ ok: true, op: 'reconcile', result: { added: 2, changed: 0, removed: 0, unchanged: 0, failed: [] } });
+    expect(validateLine(clean), JSON.stringify(validateLine.errors)).toBe(true);
+
+    dp.refuse.set(b.id, 'link tg-second exists and was not created by this agent');
+    const out = await h.handle(await token(claims({ op: 'reconcile', tunnel: undefined, tunnels: [a, { ...b, mtu: 1400 }] })));
+    expect(out).toEqual({
+      ok: true,
+      jti: expect.any(String),
+      op: 'reconcile',
+      result: { added: 0, changed: 0, removed: 0, unchanged: 1, failed: [{ id: b.id, error: 'kernel_error', error_description: 'link tg-second exists and was not created by this agent' }] },
+    });
+    expect(validateLine(out), JSON.stringify(validateLine.errors)).toBe(true);
+    expect(lines).toContainEqual(expect.objectContaining({ level: 'warn', msg: 'tunnel failed in reconcile', tunnel_id: b.id, code: 'kernel_error' }));
+    // apply keeps its result (no `failed`), and a broken apply is still ok: false kernel_error.
+    const apply = await h.handle(await token(claims({ tunnel: a })));
+    expect(apply.ok && 'failed' in apply.result).toBe(false);
+    expect(validateLine(apply)).toBe(true);
+    dp.failWith = new KernelError('apply: link tg-second exists and was not created by this agent');
+    const broken = await h.handle(await token(claims({ tunnel: b })));
+    expect(broken).toMatchObject({ ok: false, error: 'kernel_error' });
+    expect(validateLine(broken)).toBe(true);
+    // The schema holds the agent to the contract: `failed` missing or with another code does not validate.
+    expect(validateLine({ ...clean, result: { added: 2, changed: 0, removed: 0, unchanged: 0 } })).toBe(false);
+    expect(validateLine({ ...out, result: { ...(out.ok ? out.result : {}), failed: [{ id: b.id, error: 'malformed', error_description: 'x' }] } })).toBe(false);
   });
 });
