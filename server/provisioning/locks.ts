@@ -83,6 +83,11 @@ export class KeyedLocks {
     }
     const client = await this.pool.connect();
     let broken: Error | undefined;
+    // pg.Pool listens for a dropped connection only while a client is idle; a checked-out client that the
+    // server terminates (restart, failover) between two queries emits 'error' itself, which must not
+    // become an uncaught exception. The pending or next query fails and the client is discarded.
+    const onError = (e: Error) => (broken = e);
+    client.on('error', onError);
     try {
       await client.query('begin');
       const lockKey = `tunnelgate:${key}`;
@@ -114,6 +119,7 @@ export class KeyedLocks {
       await client.query('rollback').catch((err: unknown) => (broken = err as Error));
       throw e;
     } finally {
+      client.off('error', onError);
       client.release(broken);
     }
   }
