@@ -247,8 +247,6 @@ export class TunnelService {
     requireWrite(principal);
     const hash = requestHash(input);
     const outcome = await this.db.transaction(async (sql): Promise<StoredOutcome> => {
-      // Thrown, not stored under the Idempotency-Key: a refusal of the input, like validatePurchase's.
-      await refuseOurAddress(sql, input.originIp);
       // The account row is locked first: the idempotency insert below takes a FOR KEY SHARE lock on it
       // (foreign key), and two purchases that each held that and then asked for FOR UPDATE deadlocked
       // (seen with concurrent keyed retries after a PostgreSQL restart).
@@ -271,6 +269,10 @@ export class TunnelService {
           return { status: prev!.status_code, body: prev!.body };
         }
       }
+      // After the replay lookup (a replay answers as the first time did), before anything is bought.
+      // Thrown, so the transaction rolls back and the key stays unused: a refusal of the input, like
+      // validatePurchase's, not a purchase outcome to replay.
+      await refuseOurAddress(sql, input.originIp);
       let result: StoredOutcome;
       try {
         result = { status: 201, body: await this.buy(sql, principal, input) };

@@ -210,6 +210,9 @@ describe('item 7: origin_ip may not be one of our own addresses', () => {
     }
     expect(await balance(gw, user.accountId)).toBe(before);
     expect(await tunnelCount(gw, user.accountId)).toBe(1);
+    // The refused key was not stored: used again with a good origin, it buys (not 422 "another body").
+    const retried = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { origin_ip: '8.8.4.4' }, headers: { 'idempotency-key': `k-${EDGE.publicIp}` } });
+    expect(retried.status).toBe(201);
   });
 
   it('GET /setup of a tunnel stored with one of our addresses (or a broken inner number) is 409 invalid_state, never 500', async () => {
