@@ -133,7 +133,7 @@ export const COMMANDS: readonly Command[] = [
   {
     name: 'node add',
     summary:
-      'Add an edge router with its pool of protected IPs. The pool may not hold the node\'s own public or SSH ' +
+      "Add an edge router with its pool of protected IPs. The pool may not hold the node's own public or SSH " +
       "address, nor overlap another node's pool. The node sells only once its agent's host key is pinned " +
       '(--host-key here or node update). Prints what the operator installs on its agent: ' +
       'gateway_ssh_public_key is AGENT_AUTHORIZED_KEY (OpenSSH form), gateway_job_public_key is AGENT_JOB_KEY ' +
