@@ -56,7 +56,8 @@ async function main(): Promise<void> {
   await migrate(orm);
   const db = new Database(orm);
   process.stderr.write('seeding: a /16 pool, one account, 50 tunnels to list\n');
-  await addNode(db, { name: 'bench-edge', publicIp: '192.0.2.1', sshHost: '127.0.0.1', pool: '198.18.0.0/16' });
+  // A pinned host key: purchases skip nodes without one (no agent runs here; nothing is provisioned).
+  await addNode(db, { name: 'bench-edge', publicIp: '192.0.2.1', sshHost: '127.0.0.1', pool: '198.18.0.0/16', hostKey: `SHA256:${'B'.repeat(43)}` });
   await setRate(db, '90');
   const user = await createUser(db, { email: 'bench@example.test', name: 'Bench', password: 'bench password', balanceUsd: '1000000' });
   const writeKey = (await createApiKey(db, user.account_id, user.user_id, 'write')).key;

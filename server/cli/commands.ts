@@ -7,7 +7,7 @@ import { addBalance, createUser, findUserByEmail } from '../domain/accounts.ts';
 import { clientExists, createClient, listClients, MAX_REDIRECT_URIS, rotateClientSecret, setClientApiAccess, validateClientName, validateRedirectUris } from '../domain/clients.ts';
 import { ApiError } from '../domain/errors.ts';
 import { MoneyError, parseRate, rateToNumber } from '../domain/money.ts';
-import { addNode } from '../domain/nodes.ts';
+import { addNode, listNodes, showNode, updateNode } from '../domain/nodes.ts';
 import { createPromocode } from '../domain/promocodes.ts';
 import { setRate } from '../domain/settings.ts';
 import type { ServerSecrets } from '../secrets.ts';
@@ -170,7 +170,9 @@ export const COMMANDS: readonly Command[] = [
   {
     name: 'node add',
     summary:
-      'Add an edge router with its pool of protected IPs. Prints what the operator installs on its agent: ' +
+      "Add an edge router with its pool of protected IPs. The pool may not hold the node's own public or SSH " +
+      "address, nor overlap another node's pool. The node sells only once its agent's host key is pinned " +
+      '(--host-key here or node update). Prints what the operator installs on its agent: ' +
       'gateway_ssh_public_key is AGENT_AUTHORIZED_KEY (OpenSSH form), gateway_job_public_key is AGENT_JOB_KEY ' +
       '(an Ed25519 public JWK object; pass it as its JSON text).',
     prints: '{node_id, pool_size, gateway_ssh_public_key, gateway_job_public_key}',
@@ -208,6 +210,49 @@ export const COMMANDS: readonly Command[] = [
         gateway_job_public_key: jobSigningKey.publicJwk,
       };
     },
+  },
+  {
+    name: 'node update',
+    summary:
+      "Pin (or replace) a node's agent host key and/or start or stop its sales. Purchases take IPs only from " +
+      'sellable nodes with a pinned host key; tunnels already sold on a node are not touched.',
+    prints: '{node_id, sellable, host_key}',
+    options: [
+      { name: 'id', value: 'ID', help: 'the node id printed by node add', required: true },
+      { name: 'host-key', value: 'FPR', help: "the agent's host-key fingerprint as it prints it (SHA256:...)" },
+      { name: 'sellable', value: 'true|false', help: 'false stops new sales on this node', choices: ['true', 'false'] },
+    ],
+    check(o) {
+      if (opt(o, 'host-key') === undefined && opt(o, 'sellable') === undefined) throw new UsageError('node update: give --host-key, --sellable or both.');
+    },
+    run: ({ db }, o) => {
+      const sellable = opt(o, 'sellable');
+      return updateNode(db, { id: str(o, 'id'), hostKey: opt(o, 'host-key'), sellable: sellable === undefined ? undefined : sellable === 'true' });
+    },
+  },
+  {
+    name: 'node list',
+    summary: 'Edge nodes, oldest first: addresses, pinned host key, whether they sell (sellable and a host key), pool size and free IPs.',
+    prints: '{items: [...], next_cursor}',
+    options: [
+      { name: 'limit', value: 'N', help: 'at most N nodes (1-500, default 50)' },
+      { name: 'cursor', value: 'CURSOR', help: 'next_cursor of the previous page' },
+    ],
+    check(o) {
+      const limit = opt(o, 'limit');
+      if (limit !== undefined) intOption('node list', 'limit', limit, 1, 500);
+    },
+    run: ({ db }, o) => {
+      const limit = opt(o, 'limit');
+      return listNodes(db, { limit: limit === undefined ? undefined : Number(limit), cursor: opt(o, 'cursor') ?? null }).then((page) => ({ ...page }));
+    },
+  },
+  {
+    name: 'node show',
+    summary: 'One edge node, as node list shows it.',
+    prints: '{node_id, name, public_ip, ssh_host, ssh_port, host_key, sellable, selling, pool, pool_size, free, created_at}',
+    options: [{ name: 'id', value: 'ID', help: 'the node id printed by node add', required: true }],
+    run: ({ db }, o) => showNode(db, str(o, 'id')).then((node) => ({ ...node })),
   },
   {
     name: 'rate set',

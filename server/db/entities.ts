@@ -74,8 +74,15 @@ export const EdgeNodeSchema = defineEntity({
     sshHost: p.string().length(255),
     sshPort: p.integer().default(52222),
     hostKey: p.string().length(255).nullable(),
-    // Inner /30 subnets for tunnels are carved out of this pool, per node.
+    // The inner pool the tunnels' /30s are numbered in. One pool for every node (INNER_POOL in
+    // domain/ip.ts): the /30 numbers are allocated across nodes, so an origin with tunnels on two
+    // nodes never gets the same inner address twice (docs/NODES.md).
     innerPool: p.string().length(18).default('100.64.0.0/10'),
+    // The protected pool as given at `node add` (null for nodes added before it was recorded): new
+    // pools may not overlap it, network and broadcast addresses included.
+    pool: p.string().length(18).nullable(),
+    // Purchases take IPs only from sellable nodes that have a pinned host key (`node update`).
+    sellable: p.boolean().default(true),
     createdAt: createdAt(),
   },
 });
@@ -87,14 +94,19 @@ export const ProtectedIpSchema = defineEntity({
   properties: {
     ip: p.string().length(15).primary(),
     node: () => p.manyToOne(EdgeNodeSchema).index(),
-    // Index of this IP in its node's pool: the tunnel on it uses inner /30 number `innerIndex`.
-    innerIndex: p.integer(),
+    // Index of this IP in its node's pool. Purchases take the lowest free position first, so sales
+    // spread over the nodes rather than filling one node after another.
+    position: p.integer(),
+    // The inner /30 number (in the one inner pool) a tunnel on this IP uses. Unique across ALL nodes,
+    // assigned when the node is added: two tunnels never share an inner subnet, whatever their nodes
+    // and origins, and a purchase needs no allocation of its own (the IP's row lock covers it).
+    innerIndex: p.integer().unique(),
     // Null while the IP is free; the purchase sets it under FOR UPDATE SKIP LOCKED.
     tunnelId: p.uuid().nullable().unique(),
   },
-  uniques: [{ properties: ['node', 'innerIndex'] }],
+  uniques: [{ properties: ['node', 'position'] }],
   // Only free IPs, in the order the purchase takes them: finding one stays O(1) however full the pool.
-  indexes: [{ name: 'protected_ip_free_idx', properties: ['innerIndex', 'ip'], expression: 'create index "protected_ip_free_idx" on "protected_ip" ("inner_index", "ip") where "tunnel_id" is null' }],
+  indexes: [{ name: 'protected_ip_free_idx', properties: ['position', 'ip'], expression: 'create index "protected_ip_free_idx" on "protected_ip" ("position", "ip") where "tunnel_id" is null' }],
 });
 export type ProtectedIp = InferEntity<typeof ProtectedIpSchema>;
 

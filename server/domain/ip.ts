@@ -72,6 +72,21 @@ export function poolAddresses(c: Cidr): number[] {
   return out;
 }
 
+/**
+ * The one inner pool every node numbers its tunnels' /30s in. The numbers are allocated across nodes
+ * (node add gives each protected IP its own), so no two tunnels share an inner subnet: an origin with
+ * tunnels on two nodes would otherwise hold one inner address twice, and its policy rule `from <inner
+ * ip>` would send one tunnel's replies into the other (issue 8 item 6, docs/NODES.md).
+ */
+export const INNER_POOL = '100.64.0.0/10';
+/** How many /30s the inner pool holds: the most protected IPs all nodes together can have. */
+export const INNER_SLOTS = 2 ** (32 - 10) / 4;
+
+/** The first and last address of a CIDR. */
+export function cidrRange(c: Cidr): { first: number; last: number } {
+  return { first: c.base, last: c.base + 2 ** (32 - c.prefix) - 1 };
+}
+
 /** The inner /30 number `index` of a pool: edge end .1, origin end .2. */
 export function innerSubnet(pool: Cidr, index: number): { edgeInner: string; originInner: string } {
   const capacity = 2 ** (32 - pool.prefix) / 4;

@@ -34,10 +34,12 @@ export class PricingService {
   async get(): Promise<Pricing> {
     const now = Date.now();
     if (this.#cache && now - this.#cache.at < this.ttlMs) return this.#cache.value;
+    // Stock is what a purchase can take: IPs of sellable nodes with a pinned host key (the purchase's
+    // own filter, server/domain/tunnels.ts; issue 8 item 5). A node that cannot sell adds nothing.
     const [row] = await this.db.query<{ rate: string; total: string; available: string }>(
       `select (select value from setting where key = 'usd_rub_rate') as rate,
-              count(*) as total, count(*) filter (where tunnel_id is null) as available
-         from protected_ip`,
+              count(p.ip) as total, count(p.ip) filter (where p.tunnel_id is null) as available
+         from protected_ip p join edge_node n on n.id = p.node_id and n.sellable and n.host_key is not null`,
     );
     const rate = parseRate(row!.rate);
     const total = Number(row!.total);

@@ -6,7 +6,7 @@ import type { TunnelStatus } from '../db/entities.ts';
 import type { Principal } from '../auth/principal.ts';
 import { requireWrite } from '../auth/principal.ts';
 import { ApiError, notFound } from './errors.ts';
-import { innerSubnet, isPublicUnicast, isUnicast, parseCidr, parseIPv4 } from './ip.ts';
+import { innerSubnet, IpError, isPublicUnicast, isUnicast, parseCidr, parseIPv4 } from './ip.ts';
 import { centsToNumber, centsToString, dbToCents, kopecksToNumber, parseRate, rubToUsdCents } from './money.ts';
 import { renderOriginScripts, type OriginScripts } from './origin-scripts.ts';
 import { PRICE_RUB_KOPECKS, type PricingService } from './pricing.ts';
@@ -142,6 +142,26 @@ export function validatePurchase(
   };
 }
 
+/**
+ * What `ip` is among our own addresses, or null: a protected IP of any pool (sold or not) or an edge's
+ * public or SSH address. A tunnel to one of them loops GRE between the edge and its upstream (issue 8
+ * item 7; DESIGN 3.4 `invalid_origin_ip`). Edge SSH hosts given as names are not resolved.
+ */
+async function ourAddress(sql: Pick<Sql, 'query'>, ip: string): Promise<string | null> {
+  const [row] = await sql.query<{ what: string }>(
+    `select 'a protected IP of ours' as what from protected_ip where ip = ?
+     union all select 'an edge router''s address' from edge_node where public_ip = ? or ssh_host = ?
+     limit 1`,
+    [ip, ip, ip],
+  );
+  return row ? row.what : null;
+}
+
+async function refuseOurAddress(sql: Pick<Sql, 'query'>, ip: string): Promise<void> {
+  const ours = await ourAddress(sql, ip);
+  if (ours) throw new ApiError('invalid_origin_ip', `origin_ip ${ip} is ${ours}, not an origin server; give your origin server's own public address.`);
+}
+
 /** Stable digest of what was asked for, so a retried key can be told apart from a reused one. */
 function requestHash(input: PurchaseInput): string {
   const canonical = JSON.stringify([input.name, input.originIp, input.promocode === null ? null : normalizeCode(input.promocode)]);
@@ -250,6 +270,10 @@ export class TunnelService {
           return { status: prev!.status_code, body: prev!.body };
         }
       }
+      // After the replay lookup (a replay answers as the first time did), before anything is bought.
+      // Thrown, so the transaction rolls back and the key stays unused: a refusal of the input, like
+      // validatePurchase's, not a purchase outcome to replay.
+      await refuseOurAddress(sql, input.originIp);
       let result: StoredOutcome;
       try {
         result = { status: 201, body: await this.buy(sql, principal, input) };
@@ -308,9 +332,13 @@ export class TunnelService {
         new ApiError('insufficient_balance', `The price is ${centsToString(charge)} USD and the balance is ${centsToString(balance)} USD; nothing was charged.`),
       );
     }
+    // Only nodes the gateway can provision: sellable, with a pinned host key (an IP on a node that is
+    // never contacted would end `failed`; issue 8 item 5). The IP brings its inner /30 number, unique
+    // across nodes since node add (issue 8 item 6), so the row lock covers that allocation too.
     const [ipRow] = await sql.query<{ ip: string; node_id: string; inner_index: number }>(
-      `select ip, node_id, inner_index from protected_ip where tunnel_id is null
-        order by inner_index, ip limit 1 for update skip locked`,
+      `select p.ip, p.node_id, p.inner_index from protected_ip p join edge_node n on n.id = p.node_id
+        where p.tunnel_id is null and n.sellable and n.host_key is not null
+        order by p.position, p.ip limit 1 for update of p skip locked`,
     );
     if (!ipRow) throw new PurchaseRefused(new ApiError('out_of_stock', 'No protected IP is free right now; nothing was charged.'));
 
@@ -409,10 +437,16 @@ export class TunnelService {
     if (r.status === 'deleted' || r.status === 'deleting') {
       throw new ApiError('invalid_state', `Tunnel ${id} is ${r.status}; it has no setup scripts.`);
     }
-    const inner = innerSubnet(parseCidr(r.inner_pool), r.inner_index);
-    return {
-      tunnel_id: r.id,
-      scripts: renderOriginScripts({
+    // Stored data from before these checks existed (an origin that is one of our addresses, an inner
+    // number outside the pool) is the tunnel's state, not a server fault: 409 with what to do, never 500.
+    const ours = await ourAddress(this.db, r.origin_ip);
+    if (ours) {
+      throw new ApiError('invalid_state', `Tunnel ${r.id}: its origin_ip ${r.origin_ip} is ${ours}, not an origin server; delete this tunnel and buy one with your origin's address.`);
+    }
+    let scripts: OriginScripts;
+    try {
+      const inner = innerSubnet(parseCidr(r.inner_pool), r.inner_index);
+      scripts = renderOriginScripts({
         tunnelId: r.id,
         tunnelName: r.tunnel_name,
         protectedIp: r.protected_ip,
@@ -423,8 +457,13 @@ export class TunnelService {
         mtu: GRE_MTU,
         greKey: r.gre_key === null ? null : Number(r.gre_key),
         routeTable: routeTableFor(r.id),
-      }),
-    };
+      });
+    } catch (e) {
+      // renderOriginScripts refuses bad values with a TypeError naming the field ("origin script: ...").
+      if (!(e instanceof IpError || (e instanceof TypeError && e.message.startsWith('origin script:')))) throw e;
+      throw new ApiError('invalid_state', `Tunnel ${r.id} cannot have origin scripts as stored (${e.message}); delete it and buy another.`);
+    }
+    return { tunnel_id: r.id, scripts };
   }
 
   /**

@@ -209,7 +209,7 @@ export class PurchaseTunnelInput {
   @Field(() => String, { nullable: true, description: 'A label, at most 100 characters.' })
   name?: string | null;
 
-  @Field({ description: 'Public unicast IPv4 of the origin server, dotted quad.' })
+  @Field({ description: 'Public unicast IPv4 of the origin server, dotted quad; never one of our own addresses (a protected IP, an edge address).' })
   originIp!: string;
 
   @Field(() => String, { nullable: true })

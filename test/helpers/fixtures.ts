@@ -8,9 +8,17 @@ import { addNode } from '../../server/domain/nodes.ts';
 
 let nodeCounter = 0;
 
-/** A node whose pool is `pool` (e.g. 203.0.113.0/28 gives 14 usable IPs). */
-export async function seedNode(db: Database, pool = '198.18.0.0/28', name = `edge-${++nodeCounter}-${randomBytes(2).toString('hex')}`) {
-  return addNode(db, { name, publicIp: '192.0.2.1', sshHost: '127.0.0.1', pool });
+/** A made-up agent host-key fingerprint (SHA256:<43 base64 characters>), as `node add --host-key` takes. */
+export function fakeHostKey(): string {
+  return `SHA256:${randomBytes(32).toString('base64').slice(0, 43)}`;
+}
+
+/**
+ * A node whose pool is `pool` (e.g. 203.0.113.0/28 gives 14 usable IPs). It sells: a host key is pinned
+ * (purchases skip nodes without one) unless `opts.hostKey` is null.
+ */
+export async function seedNode(db: Database, pool = '198.18.0.0/28', name = `edge-${++nodeCounter}-${randomBytes(2).toString('hex')}`, opts: { hostKey?: string | null } = {}) {
+  return addNode(db, { name, publicIp: '192.0.2.1', sshHost: '127.0.0.1', pool, hostKey: opts.hostKey === undefined ? fakeHostKey() : opts.hostKey });
 }
 
 export interface SeededUser {

@@ -192,12 +192,20 @@ describe('admin CLI, every command against PostgreSQL', () => {
       { id: nb.node_id, name: 'edge-b', public_ip: '192.0.2.11', ssh_host: '10.0.0.2', ssh_port: 2222, host_key: null },
     ]);
     const { rows: pool } = await t.raw.query(
-      `select node_id, count(*)::int as n, min(inner_index) as lo, max(inner_index) as hi, count(tunnel_id)::int as taken from protected_ip group by node_id order by n desc`,
+      `select node_id, count(*)::int as n, min(position) as lo, max(position) as hi, min(inner_index) as inner_lo, max(inner_index) as inner_hi,
+              count(tunnel_id)::int as taken from protected_ip group by node_id order by n desc`,
     );
     expect(pool).toEqual([
-      { node_id: na.node_id, n: 254, lo: 0, hi: 253, taken: 0 },
-      { node_id: nb.node_id, n: 2, lo: 0, hi: 1, taken: 0 },
+      { node_id: na.node_id, n: 254, lo: 0, hi: 253, inner_lo: expect.any(Number), inner_hi: expect.any(Number), taken: 0 },
+      { node_id: nb.node_id, n: 2, lo: 0, hi: 1, inner_lo: expect.any(Number), inner_hi: expect.any(Number), taken: 0 },
     ]);
+    // Inner /30 numbers are allocated across nodes (issue 8 item 6): the two nodes, added at the same
+    // moment, got two contiguous runs that do not overlap and together are 0..255.
+    const runs = pool.map((r) => [r.inner_lo, r.inner_hi] as [number, number]).sort((x, y) => x[0] - y[0]);
+    expect(runs[0]![0]).toBe(0);
+    expect(runs[1]![0]).toBe(runs[0]![1] + 1);
+    expect(runs[1]![1]).toBe(255);
+    expect(pool.map((r) => r.inner_hi - r.inner_lo + 1)).toEqual([254, 2]);
     expect((await t.raw.query(`select 1 from protected_ip where ip in ('198.18.0.0', '198.18.0.255')`)).rowCount).toBe(0);
     // Every secret stored exactly once, and the public key printed matches the stored private key.
     const { rows: stored } = await t.raw.query('select name, value from server_secret order by name');
@@ -238,7 +246,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
       [['apikey', 'revoke', '--id', '00000000-0000-4000-8000-000000000000'], 1, 'not_found', /no API key/],
       [['client', 'create', '--name', 'Evil', '--redirect-uri', 'https://ok.example/cb', '--redirect-uri', 'https://app.example/cb#frag'], 1, 'invalid_request', /fragment/],
       [['client', 'rotate-secret', '--client-id', 'cl_aaaaaaaaaaaaaaaa'], 1, 'not_found', /no OAuth client/],
-      [['node', 'add', '--name', 'edge-c', '--public-ip', '192.0.2.12', '--ssh-host', 'h', '--pool', '198.18.0.128/25'], 1, 'invalid_request', /already belongs/],
+      [['node', 'add', '--name', 'edge-c', '--public-ip', '192.0.2.12', '--ssh-host', 'h', '--pool', '198.18.0.128/25'], 1, 'invalid_request', /overlaps node edge-a's pool 198\.18\.0\.0\/24/],
       [['rate', 'set', '--usd-rub', '0'], 1, 'invalid_request', /positive/],
       [['promocode', 'create', '--code', 'spring10', '--percent', '5'], 1, 'invalid_request', /already exists/],
       [['promocode', 'create', '--code', 'OLD', '--percent', '5', '--expires', '2001-01-01'], 1, 'invalid_request', /past/],

@@ -100,7 +100,8 @@ it('`npm start` entry point: embedded database, /readyz, graceful SIGTERM', asyn
 
     // The admin CLI works while the gateway holds the embedded database: it hands its command over.
     const admin = (...args: string[]) => runAdmin(root, { DATABASE_URL: '', DATA_DIR: dir }, args);
-    const node = await admin('node', 'add', '--name', 'edge-1', '--public-ip', '192.0.2.1', '--ssh-host', '192.0.2.1', '--pool', '198.18.7.0/30');
+    // With a pinned host key: purchases take IPs only from nodes that have one.
+    const node = await admin('node', 'add', '--name', 'edge-1', '--public-ip', '192.0.2.1', '--ssh-host', '192.0.2.1', '--pool', '198.18.7.0/30', '--host-key', `SHA256:${'E'.repeat(43)}`);
     expect(node.status, node.stderr).toBe(0);
     expect(JSON.parse(node.stdout)).toMatchObject({ pool_size: 2, gateway_ssh_public_key: expect.stringMatching(/^ssh-ed25519 /) });
     expect((await admin('user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', 'long enough pw', '--balance-usd', '3')).status).toBe(0);

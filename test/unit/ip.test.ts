@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatIPv4, innerSubnet, IpError, isPublicUnicast, isUnicast, parseCidr, parseIPv4, poolAddresses } from '../../server/domain/ip.ts';
+import { cidrRange, formatIPv4, INNER_POOL, INNER_SLOTS, innerSubnet, IpError, isPublicUnicast, isUnicast, parseCidr, parseIPv4, poolAddresses } from '../../server/domain/ip.ts';
 import { routeTableFor, tunnelNameFor } from '../../server/domain/tunnels.ts';
 
 describe('ip', () => {
@@ -31,6 +31,16 @@ describe('ip', () => {
     expect(innerSubnet(parseCidr('100.64.0.0/10'), 0)).toEqual({ edgeInner: '100.64.0.1/30', originInner: '100.64.0.2/30' });
     expect(innerSubnet(parseCidr('100.64.0.0/10'), 65)).toEqual({ edgeInner: '100.64.1.5/30', originInner: '100.64.1.6/30' });
     expect(() => innerSubnet(parseCidr('100.64.0.0/30'), 1)).toThrow(IpError);
+  });
+
+  it('the one inner pool holds INNER_SLOTS /30s, the last ending at 100.127.255.254', () => {
+    expect(INNER_SLOTS).toBe(2 ** 20);
+    expect(innerSubnet(parseCidr(INNER_POOL), INNER_SLOTS - 1)).toEqual({ edgeInner: '100.127.255.253/30', originInner: '100.127.255.254/30' });
+    expect(() => innerSubnet(parseCidr(INNER_POOL), INNER_SLOTS)).toThrow(IpError);
+    const r = cidrRange(parseCidr('45.90.2.0/29'));
+    expect([formatIPv4(r.first), formatIPv4(r.last)]).toEqual(['45.90.2.0', '45.90.2.7']);
+    const one = cidrRange(parseCidr('45.90.2.7/32'));
+    expect([formatIPv4(one.first), formatIPv4(one.last)]).toEqual(['45.90.2.7', '45.90.2.7']);
   });
 
   it('derives valid interface names and route tables from tunnel ids', () => {
