@@ -3,9 +3,11 @@
 import { Migration20261121000000_initial } from './Migration20261121000000_initial.ts';
 import { Migration20261121010000_clients_secrets } from './Migration20261121010000_clients_secrets.ts';
 import { Migration20261121020000_oidc_payload } from './Migration20261121020000_oidc_payload.ts';
+import { Migration20261125030000_http } from './Migration20261125030000_http.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
   { name: 'Migration20261121010000_clients_secrets', class: Migration20261121010000_clients_secrets },
   { name: 'Migration20261121020000_oidc_payload', class: Migration20261121020000_oidc_payload },
+  { name: 'Migration20261125030000_http', class: Migration20261125030000_http },
 ];
