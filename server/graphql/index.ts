@@ -101,6 +101,23 @@ export async function createGraphql(
   };
 }
 
+/**
+ * A client's protocol fault (a message over maxPayload, a bad frame) is an `error` event on which ws
+ * has already closed the socket with the right code (1009, 1002 ...); graphql-ws would print it to
+ * stderr as an internal error. It is the client's mistake: one structured log line instead.
+ */
+function quietProtocolErrors(ws: WebSocket, log: Logger, address: string): void {
+  const emit = ws.emit.bind(ws);
+  ws.emit = ((event: string | symbol, ...args: unknown[]) => {
+    const code = (args[0] as { code?: unknown } | undefined)?.code;
+    if (event === 'error' && typeof code === 'string' && code.startsWith('WS_ERR_')) {
+      log.info('websocket closed on a protocol error', { address, code });
+      return true;
+    }
+    return emit(event, ...args);
+  }) as typeof ws.emit;
+}
+
 type WsContext = WsServerContext<Record<string, unknown>, { socket: WebSocket; request: http.IncomingMessage }>;
 
 /** The credential of a graphql-ws connection: connectionParams.Authorization (any case), like the HTTP header. */
@@ -161,7 +178,10 @@ function subscriptionServer(
       if (n <= 0) open.delete(address);
       else open.set(address, n);
     });
-    wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      quietProtocolErrors(ws, log, address);
+      wss.emit('connection', ws, req);
+    });
   };
   httpServer.on('upgrade', onUpgrade);
 
