@@ -163,7 +163,10 @@ function subscriptionServer(
   const connections = new WeakMap<WebSocket, Connection>();
 
   const onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
-    if (new URL(req.url ?? '/', 'http://x').pathname !== '/graphql') return;
+    if (new URL(req.url ?? '/', 'http://x').pathname !== '/graphql') {
+      socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+      return;
+    }
     const address = addressKey(clientAddress(req, trustProxy));
     const count = open.get(address) ?? 0;
     if (count >= wsConnectionsPerAddress) {
