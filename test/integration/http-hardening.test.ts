@@ -136,6 +136,28 @@ describe('limits before lookups, buckets per key id (item 14)', () => {
     expect(statuses.filter((s) => s === 429).length).toBeGreaterThanOrEqual(40 - refills);
   });
 
+  it('... also when the made-up keys arrive all at once', async () => {
+    const flood = await startGateway({ testDb: gw.testDb, config: { rateLimitPerMinute: 60, rateLimitBurst: 40, trustProxy: 1 } });
+    try {
+      const lookups = countKeyLookups(flood);
+      const started = Date.now();
+      const guess = () => call(flood.url, 'GET', '/api/dedicated', { token: madeUpKey(), headers: { 'x-forwarded-for': '198.51.100.77' } });
+      const statuses = (await Promise.all(Array.from({ length: 60 }, guess))).map((r) => r.status);
+      const refills = Math.floor((Date.now() - started) / 3000);
+      expect(statuses.every((s) => s === 401 || s === 429)).toBe(true);
+      expect(lookups.n).toBe(statuses.filter((s) => s === 401).length);
+      expect(lookups.n).toBeLessThanOrEqual(20 + refills);
+      // A real key's first burst (from another address) is one lookup, not 30 guesses.
+      const u = await seedUser(flood.testDb.db);
+      const fresh = await Promise.all(
+        Array.from({ length: 30 }, () => call(flood.url, 'GET', '/api/dedicated', { token: u.readKey, headers: { 'x-forwarded-for': '203.0.113.50' } })),
+      );
+      expect(fresh.map((r) => r.status)).toEqual(Array(30).fill(200));
+    } finally {
+      await flood.close();
+    }
+  });
+
   it('one key spelled differently in the header still spends one bucket (per key id)', async () => {
     const limited = await startGateway({ testDb: gw.testDb, config: { rateLimitPerMinute: 1, rateLimitBurst: 6 } });
     try {

@@ -40,12 +40,10 @@ export class RateLimiter {
     return Math.max(1, Math.ceil((1 - b.tokens) / this.ratePerMs / 1000));
   }
 
-  /** Seconds until `key` has a whole token (0: it has one now); takes nothing. */
-  wait(key: string, now = Date.now()): number {
+  /** Gives back one token taken by take() (never above the burst): for a charge that turned out unwarranted. */
+  refund(key: string): void {
     const b = this.buckets.get(key);
-    if (!b) return 0;
-    const tokens = Math.min(this.opts.burst, b.tokens + (now - b.at) * this.ratePerMs);
-    return tokens >= 1 ? 0 : Math.max(1, Math.ceil((1 - tokens) / this.ratePerMs / 1000));
+    if (b) b.tokens = Math.min(this.opts.burst, b.tokens + 1);
   }
 
   private evict(): void {

@@ -5,8 +5,9 @@
 //   a credential         -> refused with 429 before any lookup while the address has spent its budget
 //                           of failed authentications, unless this exact credential was valid here
 //                           recently (a real integration is not a guess); otherwise authenticated
-//   failed authentication-> charged to the address's failure budget (issue 8, item 14): made-up svc_
-//                           keys stop reaching the database once it is spent
+//   failed authentication-> charged to the address's failure budget (issue 8, item 14), before the
+//                           lookup and refunded when the credential is valid: made-up svc_ keys stop
+//                           reaching the database once it is spent, however many arrive at once
 //   valid credential     -> the budget of that credential: per API key id, per token subject; never per
 //                           header string, so spelling a key differently buys no fresh bucket
 import { createHash } from 'node:crypto';
@@ -41,6 +42,7 @@ export class RequestGate {
   /** sha256(Authorization) -> until when; holding the hash proves nothing without the secret itself. */
   private readonly recentlyValid = new Map<string, number>();
   private readonly recentlyValidMs: number;
+  private readonly inflight = new Map<string, Promise<Principal>>();
 
   constructor(
     private readonly auth: Authenticator,
@@ -65,20 +67,38 @@ export class RequestGate {
       return { principal: null, error: null };
     }
     const digest = createHash('sha256').update(authorization).digest('base64url');
-    const now = Date.now();
-    const blocked = this.failures.wait(`fail:${where}`, now);
-    if (blocked > 0 && !this.wasValid(digest, now)) throw limited(blocked, 'failed authentications from this address');
+    const fail = `fail:${where}`;
+    const trusted = this.wasValid(digest, Date.now());
+    // Identical credentials arriving together share one lookup (a new integration's first burst is one
+    // query, and one made-up key sent a thousand times at once is one query too).
+    let lookup = this.inflight.get(digest);
+    let prepaid = false;
+    if (!lookup) {
+      if (!trusted) {
+        // Paid before the lookup, refunded if the credential turns out valid: concurrent guesses cannot
+        // all slip past a budget that is only checked (item 14: limited BEFORE any database lookup).
+        const wait = this.failures.take(fail);
+        if (wait > 0) throw limited(wait, 'failed authentications from this address');
+        prepaid = true;
+      }
+      lookup = this.auth.authenticate(authorization).finally(() => this.inflight.delete(digest));
+      this.inflight.set(digest, lookup);
+    }
     let principal: Principal;
     try {
-      principal = await this.auth.authenticate(authorization);
+      principal = await lookup;
     } catch (e) {
       if (!(e instanceof ApiError) || e.code !== 'invalid_token') throw e;
       this.recentlyValid.delete(digest);
-      const wait = this.failures.take(`fail:${where}`);
-      if (wait > 0) throw limited(wait, 'failed authentications from this address');
+      if (trusted) {
+        // A credential valid here before (now revoked or expired) had nothing prepaid: charge it now.
+        const wait = this.failures.take(fail);
+        if (wait > 0) throw limited(wait, 'failed authentications from this address');
+      }
       return { principal: null, error: e };
     }
-    this.remember(digest, now);
+    if (prepaid) this.failures.refund(fail);
+    this.remember(digest, Date.now());
     this.charge(principal);
     return { principal, error: null };
   }
