@@ -32,6 +32,17 @@ export interface Config {
   edgeJobExpireSeconds: number;
   /** Every node is reconciled about this often (jittered ±20%), besides on every reconnect (DESIGN 3.7 drift). */
   edgeReconcileSeconds: number;
+  /**
+   * TRUST_PROXY=N (DESIGN 3.1): the client address is the N-th X-Forwarded-For entry from the right
+   * (the one the outermost of our N proxies appended); 0 = the socket's address.
+   */
+  trustProxy: number;
+  /** METRICS_TOKEN (DESIGN 3.1): when set, /metrics needs `Authorization: Bearer <token>`; null = open. */
+  metricsToken: string | null;
+  /** Open GraphQL WebSocket connections allowed per client address (IPv6: per /64). */
+  wsConnectionsPerAddress: number;
+  /** How often a live WebSocket re-checks its credential (revoked key, expired token, revoked grant). */
+  wsAuthRecheckMs: number;
 }
 
 export class ConfigError extends Error {
@@ -94,5 +105,25 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     edgeSweepSeconds: int(env, 'EDGE_SWEEP_SECONDS', 30, 1, 3600),
     edgeJobExpireSeconds: int(env, 'EDGE_JOB_EXPIRE_SECONDS', 30, 1, 3600),
     edgeReconcileSeconds: int(env, 'EDGE_RECONCILE_SECONDS', 300, 1, 86_400),
+    trustProxy: trustProxy(env),
+    metricsToken: metricsToken(env),
+    wsConnectionsPerAddress: int(env, 'WS_CONNECTIONS_PER_ADDRESS', 32, 1, 100_000),
+    wsAuthRecheckMs: int(env, 'WS_AUTH_RECHECK_MS', 5_000, 100, 60_000),
   };
+}
+
+/** TRUST_PROXY: a count of proxies. `true` is taken as 1 (its meaning before counts existed). */
+function trustProxy(env: NodeJS.ProcessEnv): number {
+  const raw = (env.TRUST_PROXY ?? '').trim().toLowerCase();
+  if (raw === 'true') return 1;
+  if (raw === 'false') return 0;
+  return int({ TRUST_PROXY: raw }, 'TRUST_PROXY', 0, 0, 32);
+}
+
+function metricsToken(env: NodeJS.ProcessEnv): string | null {
+  const raw = env.METRICS_TOKEN ?? '';
+  if (raw === '') return null;
+  // A header value: visible ASCII only, and long enough not to be guessed.
+  if (!/^[\x21-\x7e]{16,512}$/.test(raw)) throw new ConfigError('METRICS_TOKEN must be 16 to 512 visible ASCII characters');
+  return raw;
 }

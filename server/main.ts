@@ -7,7 +7,7 @@ import { ConfigError, loadConfig } from './config.ts';
 import { createLogger } from './log.ts';
 import { buildServices, openDatabase } from './services.ts';
 import { createGateway } from './http/app.ts';
-import { loadSecrets, startupWarning } from './secrets.ts';
+import { loadSecrets, requireSecretsFromEnv, SecretsError, startupWarning } from './secrets.ts';
 import { adminSocketPath, assertNoLiveGateway, serveAdminSocket } from './cli/admin-socket.ts';
 import { main as runAdminCommand } from './cli/admin.ts';
 
@@ -17,8 +17,10 @@ async function main(): Promise<void> {
   let config;
   try {
     config = loadConfig();
+    // Before the database opens: a production start without its secrets stops here, naming them.
+    requireSecretsFromEnv(process.env);
   } catch (e) {
-    if (e instanceof ConfigError) {
+    if (e instanceof ConfigError || e instanceof SecretsError) {
       process.stderr.write(`${JSON.stringify({ error: 'invalid_config', error_description: e.message })}\n`);
       process.exit(2);
     }

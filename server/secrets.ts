@@ -392,6 +392,7 @@ const FIELD = {
  * secrets with the wrong key and print the wrong public keys). Deleting the row undoes the choice.
  */
 export async function loadSecrets(db: Query, env: NodeJS.ProcessEnv = process.env): Promise<LoadedSecrets> {
+  requireSecretsFromEnv(env);
   const values: Partial<Record<keyof ServerSecrets, unknown>> = {};
   const generated: SecretName[] = [];
   const sources = {} as Record<SecretName, SecretSource>;
@@ -444,6 +445,29 @@ export async function loadSecrets(db: Query, env: NodeJS.ProcessEnv = process.en
   Object.defineProperty(secrets, 'toJSON', { value: () => '[server secrets]', enumerable: false });
   Object.defineProperty(secrets, Symbol.for('nodejs.util.inspect.custom'), { value: () => '[server secrets]', enumerable: false });
   return { secrets, generated, sources };
+}
+
+/**
+ * SECRETS_FROM_ENV (DESIGN 3.1): `required` makes every secret an environment variable, so none is
+ * ever generated into (or read from) the database; unset or `optional` keeps the database fallback.
+ */
+export function secretsFromEnvRequired(env: NodeJS.ProcessEnv): boolean {
+  const raw = (env.SECRETS_FROM_ENV ?? '').trim().toLowerCase();
+  if (raw === '' || raw === 'optional') return false;
+  if (raw === 'required') return true;
+  throw new SecretsError(`SECRETS_FROM_ENV must be "required" or "optional", got ${JSON.stringify(env.SECRETS_FROM_ENV)}`);
+}
+
+/**
+ * With SECRETS_FROM_ENV=required, throws naming every secret variable that is unset or empty (the
+ * names only: values never appear in an error). Checked before the database is opened.
+ */
+export function requireSecretsFromEnv(env: NodeJS.ProcessEnv): void {
+  if (!secretsFromEnvRequired(env)) return;
+  const missing = SECRET_NAMES.map((n) => SECRET_ENV[n]).filter((v) => (env[v] ?? '').trim() === '');
+  if (missing.length) {
+    throw new SecretsError(`SECRETS_FROM_ENV=required, but ${missing.join(', ')} ${missing.length > 1 ? 'are' : 'is'} not set`);
+  }
 }
 
 /** Row-name prefix of the fingerprints recorded for secrets taken from the environment. */

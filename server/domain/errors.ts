@@ -37,12 +37,18 @@ export class ApiError extends Error {
   readonly status: number;
   readonly code: ErrorCode;
   readonly headers: Record<string, string>;
+  /**
+   * What the operator needs and the client must not see (an internal host and port, say): the
+   * adapters log it with the request id and never put it in a body.
+   */
+  readonly internal: string | undefined;
 
-  constructor(kind: ErrorKind, description: string, headers: Record<string, string> = {}) {
+  constructor(kind: ErrorKind, description: string, headers: Record<string, string> = {}, internal?: string) {
     super(description);
     this.status = ERROR_STATUS[kind];
     this.code = REPORTED_AS_INVALID_REQUEST.has(kind) ? 'invalid_request' : (kind as ErrorCode);
     this.headers = headers;
+    this.internal = internal;
   }
 
   get body(): ErrorBody {

@@ -101,6 +101,20 @@ const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name
 
 const NAME_MAX = 100;
 const PROMO_MAX = 64;
+/** How long an Idempotency-Key is remembered (README, "Idempotency"); purgeExpiredIdempotency drops older records. */
+export const IDEMPOTENCY_TTL_DAYS = 7;
+
+/** Deletes up to `batch` idempotency records older than IDEMPOTENCY_TTL_DAYS (by the created_at index); returns how many. */
+export async function purgeExpiredIdempotency(db: Database, batch = 10_000): Promise<number> {
+  const rows = await db.query(
+    `delete from idempotency_record where ctid in (
+       select ctid from idempotency_record where created_at < now() - make_interval(days => ?) limit ?)
+     returning 1`,
+    [IDEMPOTENCY_TTL_DAYS, batch],
+  );
+  return rows.length;
+}
+
 const IDEMPOTENCY_KEY_RE = /^[\x21-\x7e]{1,255}$/;
 
 export function validateIdempotencyKey(key: string | null | undefined): string | null {
@@ -253,6 +267,12 @@ export class TunnelService {
       // (seen with concurrent keyed retries after a PostgreSQL restart).
       await sql.query('select 1 from account where id = ? for update', [principal.accountId]);
       if (idempotencyKey !== null) {
+        // Records are kept IDEMPOTENCY_TTL_DAYS (README): an older one is gone, and its key is new again.
+        await sql.query(`delete from idempotency_record where account_id = ? and key = ? and created_at < now() - make_interval(days => ?)`, [
+          principal.accountId,
+          idempotencyKey,
+          IDEMPOTENCY_TTL_DAYS,
+        ]);
         // A concurrent twin blocks here until the first commits or rolls back.
         const claimed = await sql.query(
           `insert into idempotency_record (account_id, key, request_hash, status_code, body) values (?, ?, ?, 0, '{}')

@@ -5,6 +5,7 @@ import type { Principal } from '../auth/principal.ts';
 import { ApiError } from '../domain/errors.ts';
 import type { Logger } from '../log.ts';
 import type { Services } from '../services.ts';
+import type { Admission } from '../http/middleware/request-gate.ts';
 
 export interface GraphqlContext {
   services: Services;
@@ -18,7 +19,17 @@ export interface GraphqlContext {
   auth: { error: ApiError | null };
 }
 
-export function createContext(services: Services, log: Logger, authorization: string | undefined, requestId: string | null = null): GraphqlContext {
+/**
+ * `admission` is the request gate's answer (server/http/middleware/request-gate.ts), which already
+ * authenticated the caller; without one the context authenticates on first use.
+ */
+export function createContext(
+  services: Services,
+  log: Logger,
+  authorization: string | undefined,
+  requestId: string | null = null,
+  admission?: Admission,
+): GraphqlContext {
   let pending: Promise<Principal> | null = null;
   const ctx: GraphqlContext = {
     services,
@@ -26,7 +37,7 @@ export function createContext(services: Services, log: Logger, authorization: st
     requestId,
     auth: { error: null },
     principal() {
-      pending ??= services.auth.authenticate(authorization).catch((e: unknown) => {
+      pending ??= fromAdmission(admission, () => services.auth.authenticate(authorization)).catch((e: unknown) => {
         if (e instanceof ApiError) ctx.auth.error = e;
         throw e;
       });
@@ -34,4 +45,12 @@ export function createContext(services: Services, log: Logger, authorization: st
     },
   };
   return ctx;
+}
+
+function fromAdmission(admission: Admission | undefined, authenticate: () => Promise<Principal>): Promise<Principal> {
+  if (!admission) return authenticate();
+  if (admission.principal) return Promise.resolve(admission.principal);
+  if (admission.error) return Promise.reject(admission.error);
+  // No credential was sent: the Authenticator's own "send a credential" answer, with no lookup.
+  return authenticate();
 }

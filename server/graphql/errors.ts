@@ -45,6 +45,9 @@ export function errorPlugin(log: Logger): ApolloServerPlugin<GraphqlContext> {
         async didEncounterErrors({ errors, contextValue, operationName }) {
           for (const err of errors) {
             const original = unwrapResolverError(err);
+            if (original instanceof ApiError && original.internal !== undefined) {
+              log.warn('graphql refusal', { request_id: contextValue.requestId, operation: operationName ?? null, error: original.code, detail: original.internal });
+            }
             if (!isUnexpected(original, err.extensions?.code)) continue;
             log.error('graphql error', {
               request_id: contextValue.requestId,

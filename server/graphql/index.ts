@@ -9,7 +9,14 @@ import { ApolloServerPluginLandingPageDisabled } from '@apollo/server/plugin/dis
 import { koaMiddleware } from '@as-integrations/koa';
 import { GraphQLError, specifiedRules, validate } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
-import { WebSocketServer } from 'ws';
+import { WebSocketServer, type WebSocket } from 'ws';
+import type { Duplex } from 'node:stream';
+import type { Context as WsServerContext } from 'graphql-ws';
+import type { Principal } from '../auth/principal.ts';
+import { ApiError } from '../domain/errors.ts';
+import { clientAddress } from '../http/client-address.ts';
+import type { Admission, RequestGate } from '../http/middleware/request-gate.ts';
+import { addressKey } from '../oidc/login-limits.ts';
 import type { Logger } from '../log.ts';
 import type { Services } from '../services.ts';
 import { createContext, type GraphqlContext } from './context.ts';
@@ -34,6 +41,7 @@ export async function createGraphql(
   services: Services,
   httpServer: http.Server,
   log: Logger,
+  gate: RequestGate,
 ): Promise<{ middleware: Koa.Middleware; stop(): Promise<void> }> {
   const glog = log.child({ component: 'graphql' });
   const schema = await buildGraphqlSchema();
@@ -62,7 +70,13 @@ export async function createGraphql(
 
   const apolloMiddleware = koaMiddleware(apollo, {
     context: async ({ ctx }) =>
-      createContext(services, glog, ctx.get('authorization') || undefined, typeof ctx.state.requestId === 'string' ? ctx.state.requestId : null),
+      createContext(
+        services,
+        glog,
+        ctx.get('authorization') || undefined,
+        typeof ctx.state.requestId === 'string' ? ctx.state.requestId : null,
+        ctx.state.admission as Admission | undefined,
+      ),
   });
 
   const middleware: Koa.Middleware = async (ctx) => {
@@ -76,7 +90,7 @@ export async function createGraphql(
     await apolloMiddleware(ctx, async () => {});
   };
 
-  const ws = subscriptionServer(services, httpServer, schema, glog);
+  const ws = subscriptionServer(services, httpServer, schema, glog, gate);
 
   return {
     middleware,
@@ -87,6 +101,25 @@ export async function createGraphql(
   };
 }
 
+/**
+ * A client's protocol fault (a message over maxPayload, a bad frame) is an `error` event on which ws
+ * has already closed the socket with the right code (1009, 1002 ...); graphql-ws would print it to
+ * stderr as an internal error. It is the client's mistake: one structured log line instead.
+ */
+function quietProtocolErrors(ws: WebSocket, log: Logger, address: string): void {
+  const emit = ws.emit.bind(ws);
+  ws.emit = ((event: string | symbol, ...args: unknown[]) => {
+    const code = (args[0] as { code?: unknown } | undefined)?.code;
+    if (event === 'error' && typeof code === 'string' && code.startsWith('WS_ERR_')) {
+      log.info('websocket closed on a protocol error', { address, code });
+      return true;
+    }
+    return emit(event, ...args);
+  }) as typeof ws.emit;
+}
+
+type WsContext = WsServerContext<Record<string, unknown>, { socket: WebSocket; request: http.IncomingMessage }>;
+
 /** The credential of a graphql-ws connection: connectionParams.Authorization (any case), like the HTTP header. */
 function authorizationOf(params: Readonly<Record<string, unknown>> | undefined): string | undefined {
   if (!params) return undefined;
@@ -94,26 +127,141 @@ function authorizationOf(params: Readonly<Record<string, unknown>> | undefined):
   return undefined;
 }
 
+/** Close codes of the socket (graphql-ws uses 44xx for the HTTP-like refusals). */
+const FORBIDDEN = 4403;
+const TOO_MANY = 4429;
+
+interface Connection {
+  address: string;
+  authorization: string | undefined;
+  principal: Principal | null;
+  recheck: NodeJS.Timeout | null;
+}
+
 /**
- * Subscriptions (graphql-ws) on the same HTTP server and path. The connection authenticates once, at
- * connection_init, with the same Authenticator as HTTP (a bad credential closes it with 4403); each
- * operation is validated with the same query limits and its errors carry the REST codes.
+ * Subscriptions (graphql-ws) on the same HTTP server and path, under the same limits as HTTP:
+ * - messages over BODY_LIMIT_BYTES are refused by ws itself (maxPayload, close 1009) before anything
+ *   is parsed or authenticated;
+ * - at most WS_CONNECTIONS_PER_ADDRESS open sockets per client address (the upgrade is answered 429);
+ * - connection_init goes through the request gate like an HTTP request (failed logins spend the
+ *   address's failure budget; a bad credential closes with 4403, a spent budget with 4429), and every
+ *   operation spends the credential's (or, anonymous, the address's) request budget;
+ * - the credential is re-checked every WS_AUTH_RECHECK_MS: a revoked key, an expired access token or a
+ *   revoked grant closes the socket with 4403, ending its subscriptions.
+ * Each operation is validated with the same query limits as HTTP and its errors carry the REST codes.
  */
-function subscriptionServer(services: Services, httpServer: http.Server, schema: Awaited<ReturnType<typeof buildGraphqlSchema>>, log: Logger) {
-  const wss = new WebSocketServer({ server: httpServer, path: '/graphql' });
-  const server = useServer(
+function subscriptionServer(
+  services: Services,
+  httpServer: http.Server,
+  schema: Awaited<ReturnType<typeof buildGraphqlSchema>>,
+  log: Logger,
+  gate: RequestGate,
+) {
+  const { bodyLimitBytes, trustProxy, wsConnectionsPerAddress, wsAuthRecheckMs } = services.config;
+  const wss = new WebSocketServer({ noServer: true, maxPayload: bodyLimitBytes });
+  const open = new Map<string, number>();
+  const connections = new WeakMap<WebSocket, Connection>();
+
+  const onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (new URL(req.url ?? '/', 'http://x').pathname !== '/graphql') {
+      socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+      return;
+    }
+    const address = addressKey(clientAddress(req, trustProxy));
+    const count = open.get(address) ?? 0;
+    if (count >= wsConnectionsPerAddress) {
+      const body = JSON.stringify({ error: 'rate_limited', error_description: `At most ${wsConnectionsPerAddress} open WebSocket connections per address.` });
+      socket.end(`HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      return;
+    }
+    // Counted from the upgrade to the TCP close, so a handshake that never finishes counts too.
+    open.set(address, count + 1);
+    socket.once('close', () => {
+      const n = (open.get(address) ?? 1) - 1;
+      if (n <= 0) open.delete(address);
+      else open.set(address, n);
+    });
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      quietProtocolErrors(ws, log, address);
+      wss.emit('connection', ws, req);
+    });
+  };
+  httpServer.on('upgrade', onUpgrade);
+
+  const connectionOf = (ctx: WsContext): Connection => {
+    const socket = ctx.extra.socket;
+    let c = connections.get(socket);
+    if (!c) {
+      c = { address: clientAddress(ctx.extra.request, trustProxy), authorization: undefined, principal: null, recheck: null };
+      connections.set(socket, c);
+    }
+    return c;
+  };
+
+  /** Re-authenticates a live connection's credential; closes the socket when it no longer holds. */
+  const watch = (socket: WebSocket, c: Connection) => {
+    c.recheck = setInterval(() => {
+      services.auth.authenticate(c.authorization).then(
+        (p) => {
+          c.principal = p;
+        },
+        (e: unknown) => {
+          if (e instanceof ApiError && e.code === 'invalid_token') {
+            log.info('websocket credential no longer valid; closing', { credential: c.principal?.credential.kind ?? null });
+            socket.close(FORBIDDEN, 'Forbidden: the credential was revoked or expired');
+          } else {
+            // The database may be briefly away: keep the socket, try again next round.
+            log.warn('websocket credential re-check failed', { err: e });
+          }
+        },
+      );
+    }, wsAuthRecheckMs);
+    c.recheck.unref();
+  };
+
+  const rateLimitedError = (e: ApiError) =>
+    new GraphQLError(e.message, { extensions: { code: e.code, status: e.status, retry_after: Number(e.headers['Retry-After'] ?? 1) } });
+
+  const server = useServer<Record<string, unknown>, { socket: WebSocket; request: http.IncomingMessage }>(
     {
       schema,
       validate: (s, doc) => validate(s, doc, [...specifiedRules, queryLimitsRule()]),
       onConnect: async (ctx) => {
+        const c = connectionOf(ctx);
+        c.authorization = authorizationOf(ctx.connectionParams);
         try {
-          await services.auth.authenticate(authorizationOf(ctx.connectionParams));
-          return true;
-        } catch {
-          return false;
+          const admission = await gate.admit(c.address, c.authorization);
+          if (admission.error) return false;
+          c.principal = admission.principal;
+        } catch (e) {
+          if (e instanceof ApiError && e.code === 'rate_limited') {
+            ctx.extra.socket.close(TOO_MANY, 'Too many requests');
+            return false;
+          }
+          throw e;
         }
+        if (c.principal) watch(ctx.extra.socket, c);
+        return true;
       },
-      context: (ctx) => createContext(services, log, authorizationOf(ctx.connectionParams), null),
+      onSubscribe: (ctx) => {
+        const c = connectionOf(ctx);
+        try {
+          if (c.principal) gate.charge(c.principal);
+          else gate.chargeAnonymous(c.address);
+        } catch (e) {
+          if (e instanceof ApiError) return [rateLimitedError(e)];
+          throw e;
+        }
+        return undefined;
+      },
+      onClose: (ctx) => {
+        const c = connections.get(ctx.extra.socket);
+        if (c?.recheck) clearInterval(c.recheck);
+      },
+      context: (ctx) => {
+        const c = connectionOf(ctx);
+        return createContext(services, log, c.authorization, null, { principal: c.principal, error: null });
+      },
       onNext: (_ctx, _id, _payload, _args, result) =>
         result.errors ? { ...result, errors: result.errors.map((e) => formatGraphqlError(e.toJSON(), e) as unknown as GraphQLError) } : result,
       onError: (_ctx, _id, _payload, errors) => errors.map((e) => formatGraphqlError(e.toJSON(), e) as unknown as GraphQLError),
@@ -122,9 +270,9 @@ function subscriptionServer(services: Services, httpServer: http.Server, schema:
   );
   return {
     stop: async () => {
+      httpServer.off('upgrade', onUpgrade);
       for (const c of wss.clients) c.terminate();
       await server.dispose();
-      await new Promise<void>((r) => wss.close(() => r()));
     },
   };
 }

@@ -1,7 +1,7 @@
 // The gateway's one Koa app: health and metrics, the REST routes under /api, GraphQL at /graphql.
 // Middleware order matters: request context (id, logs, metrics) wraps the error mapper, which wraps
 // everything that can throw an ApiError.
-import { randomUUID } from 'node:crypto';
+import { randomUUID, timingSafeEqual, createHash } from 'node:crypto';
 import fs from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
@@ -13,12 +13,16 @@ import type { Logger } from '../log.ts';
 import { ApiError } from '../domain/errors.ts';
 import { migrationsPending } from '../db/orm.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
-import { RateLimiter, rateLimit } from './middleware/rate-limit.ts';
+import { RequestGate, type Admission } from './middleware/request-gate.ts';
+import { clientAddress } from './client-address.ts';
 import { readJsonBody } from './middleware/body.ts';
 import { restRouter } from './rest/routes.ts';
 import { createGraphql } from '../graphql/index.ts';
 import { createIssuer, looksLikeJwt } from '../oidc/index.ts';
 import { loadSecrets } from '../secrets.ts';
+import { purgeExpiredIdempotency } from '../domain/tunnels.ts';
+
+const IDEMPOTENCY_PURGE_MS = 60 * 60_000;
 
 declare module 'koa' {
   interface Request {
@@ -38,9 +42,16 @@ export interface Gateway {
   stop(): Promise<void>;
 }
 
-function requestContext(log: Logger, metrics: Metrics, accessLog: boolean) {
+function requestContext(log: Logger, metrics: Metrics, accessLog: boolean, trustProxy: number, publicHttps: boolean) {
   return async (ctx: Context, next: Next) => {
     const start = process.hrtime.bigint();
+    // One rule for the client address everywhere ctx.ip is read (client-address.ts, DESIGN 3.1).
+    ctx.request.ip = clientAddress(ctx.req, trustProxy);
+    // Behind a TLS-terminating proxy the hop to us is plain HTTP, yet the browser is on https: the
+    // public scheme is PUBLIC_URL's. Koa and oidc-provider decide cookies' Secure flag from
+    // ctx.secure (and Koa refuses to set a Secure cookie on a request it thinks is http), so the
+    // request is marked https here, whatever X-Forwarded-Proto says or omits.
+    if (publicHttps) Object.defineProperty(ctx.request, 'protocol', { value: 'https', configurable: true });
     const incoming = ctx.get('x-request-id');
     const id = /^[\w.-]{1,64}$/.test(incoming) ? incoming : randomUUID();
     ctx.state.requestId = id;
@@ -64,6 +75,7 @@ function errorMapper(log: Logger) {
     } catch (e) {
       const err = e instanceof ApiError ? e : fromKoaError(e);
       if (err) {
+        if (err.internal !== undefined) log.warn('request refused', { request_id: ctx.state.requestId, method: ctx.method, path: ctx.path, error: err.code, detail: err.internal });
         ctx.status = err.status;
         ctx.set(err.headers);
         ctx.body = err.body;
@@ -86,7 +98,11 @@ function fromKoaError(e: unknown): ApiError | null {
 export async function createGateway(services: Services, log: Logger, server: http.Server): Promise<Gateway> {
   const metrics = createMetrics();
   await services.auth.start();
-  const app = new Koa({ proxy: process.env.TRUST_PROXY === '1' });
+  const { trustProxy, publicUrl, issuerUrl, metricsToken } = services.config;
+  // Koa's own proxy handling only decides the protocol (X-Forwarded-Proto) and host from here on;
+  // the client address is set by requestContext.
+  const app = new Koa({ proxy: trustProxy > 0, maxIpsCount: trustProxy });
+  const publicHttps = publicUrl.startsWith('https:') || issuerUrl.startsWith('https:');
   // Koa would print every error to stderr; ours are logged once, as JSON, by errorMapper.
   app.silent = true;
   let draining = false;
@@ -94,7 +110,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
   let openapiJson: string | null = null;
   const openapi = () => (openapiJson ??= JSON.stringify(YAML.parse(fs.readFileSync(OPENAPI_PATH, 'utf8'))));
 
-  app.use(requestContext(log, metrics, services.config.accessLog));
+  app.use(requestContext(log, metrics, services.config.accessLog, trustProxy, publicHttps));
   app.use(errorMapper(log));
 
   app.use(async (ctx, next) => {
@@ -116,6 +132,9 @@ export async function createGateway(services: Services, log: Logger, server: htt
         return;
       }
       case '/metrics':
+        if (metricsToken !== null && !bearerMatches(ctx.get('authorization'), metricsToken)) {
+          throw new ApiError('invalid_token', 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.', { 'WWW-Authenticate': 'Bearer realm="metrics"' });
+        }
         ctx.type = metrics.registry.contentType;
         ctx.body = await metrics.registry.metrics();
         return;
@@ -144,21 +163,12 @@ export async function createGateway(services: Services, log: Logger, server: htt
   });
   services.auth.use(looksLikeJwt, (token) => issuer.accessTokens.principal(token));
   app.use(issuer.middleware);
-  const limiter = new RateLimiter({ perMinute: rateLimitPerMinute, burst: rateLimitBurst });
-  const limited = rateLimit(limiter);
-  // Each garbage token would get a fresh bucket of its own, so failed authentications are also
-  // counted per client address: guessing keys stays slow while valid keys from there are unaffected.
-  const failures = new RateLimiter({ perMinute: Math.max(20, rateLimitPerMinute / 10), burst: Math.max(20, rateLimitBurst / 5) });
-  const countFailures = async (ctx: Context, next: Next) => {
-    try {
-      await next();
-    } catch (e) {
-      if (e instanceof ApiError && e.code === 'invalid_token') {
-        const wait = failures.take(`fail:${ctx.ip}`);
-        if (wait > 0) throw new ApiError('rate_limited', `Too many failed authentications from this address; retry in ${wait} s.`, { 'Retry-After': String(wait) });
-      }
-      throw e;
-    }
+  const gate = new RequestGate(services.auth, { perMinute: rateLimitPerMinute, burst: rateLimitBurst });
+  /** Runs the gate for this request and keeps its answer where the routes look for the caller. */
+  const admit = async (ctx: Context): Promise<Admission> => {
+    const admission = await gate.admit(ctx.ip, ctx.get('authorization') || undefined);
+    ctx.state.admission = admission;
+    return admission;
   };
 
   const router = restRouter(services, metrics, openapi);
@@ -170,24 +180,24 @@ export async function createGateway(services: Services, log: Logger, server: htt
     // Pricing and the API description are public and cheap; everything else spends the caller's budget.
     const path = ctx.path.replace(/\/+$/, '');
     if (!((ctx.method === 'GET' || ctx.method === 'HEAD') && (path === '/api/dedicated/pricing' || path === '/api/openapi.json'))) {
-      await limited(ctx, async () => {});
+      await admit(ctx);
     }
-    await countFailures(ctx, () =>
-      routes(ctx, async () => {
-        await methods(ctx, async () => {});
-      }),
-    );
+    await routes(ctx, async () => {
+      await methods(ctx, async () => {});
+    });
     if (ctx.status === 405) {
       throw new ApiError('method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}; allowed: ${ctx.response.get('Allow')}.`, { Allow: ctx.response.get('Allow') });
     }
     if (ctx.body === undefined && ctx.status === 404) throw new ApiError('not_found', `No route ${ctx.method} ${ctx.path}.`);
   });
 
-  const graphql = await createGraphql(services, server, log);
+  const graphql = await createGraphql(services, server, log, gate);
   app.use(async (ctx, next) => {
     if (ctx.path !== '/graphql') return next();
+    // Every GraphQL request passes the gate (GET queries too); the WebSocket transport has its own
+    // entrance in graphql/index.ts, through the same gate.
+    await admit(ctx);
     if (ctx.method === 'POST') {
-      await limited(ctx, async () => {});
       ctx.request.body = await readJsonBody(ctx, services.config.bodyLimitBytes, { required: true });
     }
     await graphql.middleware(ctx, next);
@@ -197,6 +207,18 @@ export async function createGateway(services: Services, log: Logger, server: htt
     throw new ApiError('not_found', `No route ${ctx.method} ${ctx.path}.`);
   });
 
+  // Idempotency records older than 7 days no longer count (domain/tunnels.ts); this drops them in
+  // batches so the table stays bounded (README, "Idempotency"). Every replica may run it: deletes are idempotent.
+  const purgeIdempotency = () =>
+    purgeExpiredIdempotency(services.db)
+      .then((n) => {
+        if (n > 0) log.info('idempotency purge', { deleted: n });
+      })
+      .catch((e: unknown) => log.warn('idempotency purge failed', { err: e }));
+  void purgeIdempotency();
+  const idempotencyTimer = setInterval(purgeIdempotency, IDEMPOTENCY_PURGE_MS);
+  idempotencyTimer.unref();
+
   return {
     app,
     metrics,
@@ -204,8 +226,16 @@ export async function createGateway(services: Services, log: Logger, server: htt
       draining = true;
     },
     stop: () => {
+      clearInterval(idempotencyTimer);
       issuer.stop();
       return graphql.stop();
     },
   };
+}
+
+/** Constant-time check of `Authorization: Bearer <expected>` (hashes first, so lengths do not leak either). */
+function bearerMatches(header: string, expected: string): boolean {
+  const m = /^Bearer +(\S+)$/i.exec(header.trim());
+  const given = createHash('sha256').update(m ? m[1]! : '').digest();
+  return timingSafeEqual(given, createHash('sha256').update(expected).digest()) && m !== null;
 }

@@ -191,7 +191,8 @@ export class ProvisioningService {
     } catch (e) {
       if (e instanceof EdgeSshError || e instanceof AgentRefused) {
         this.log.warn('probe failed', { tunnel_id: tunnelId, err: e.message });
-        throw new ApiError('edge_unavailable', `The edge router did not answer the probe (${e.message}); try again shortly.`);
+        // The cause names the edge's internal SSH address: logged (with the request id), never in the body.
+        throw new ApiError('edge_unavailable', 'The edge router did not answer the probe; try again shortly.', {}, e.message);
       }
       throw e;
     }

@@ -3,7 +3,7 @@ import 'reflect-metadata';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { loadConfig, type Config } from '../../server/config.ts';
-import { createLogger } from '../../server/log.ts';
+import { createLogger, type Logger } from '../../server/log.ts';
 import { buildServices, type Services } from '../../server/services.ts';
 import { createGateway } from '../../server/http/app.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
@@ -15,7 +15,7 @@ export interface RunningGateway {
   close(): Promise<void>;
 }
 
-export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase } = {}): Promise<RunningGateway> {
+export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger } = {}): Promise<RunningGateway> {
   const testDb = opts.testDb ?? (await createTestDatabase());
   // Listen first: the issuer URL (ISSUER_URL) must be the address clients really reach.
   const server = http.createServer();
@@ -32,8 +32,8 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
     issuerUrl: url,
     ...opts.config,
   };
-  const services = buildServices(config, testDb.db);
-  const gateway = await createGateway(services, createLogger(config.logLevel), server);
+  const services = opts.log ? buildServices(config, testDb.db, opts.log) : buildServices(config, testDb.db);
+  const gateway = await createGateway(services, opts.log ?? createLogger(config.logLevel), server);
   server.on('request', gateway.app.callback());
   return {
     url,

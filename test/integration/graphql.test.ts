@@ -16,6 +16,7 @@ import { createPromocode } from '../../server/domain/promocodes.ts';
 import { createGraphql, buildGraphqlSchema, printGraphqlSchema, QUERY_LIMITS } from '../../server/graphql/index.ts';
 import { SCHEMA_FILE } from '../../server/graphql/print-schema.ts';
 import { createLogger } from '../../server/log.ts';
+import { RequestGate } from '../../server/http/middleware/request-gate.ts';
 
 let gw: RunningGateway;
 let alice: SeededUser;
@@ -464,7 +465,7 @@ describe('unexpected errors', () => {
   beforeAll(async () => {
     server = http.createServer();
     const log = createLogger('error', {}, (l) => lines.push(l));
-    const graphql = await createGraphql(gw.services, server, log);
+    const graphql = await createGraphql(gw.services, server, log, new RequestGate(gw.services.auth, { perMinute: 1_000_000, burst: 100_000 }));
     stop = graphql.stop;
     const app = new Koa();
     app.use(async (ctx, next) => {

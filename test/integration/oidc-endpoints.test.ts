@@ -381,7 +381,7 @@ describe('rate limits on the token endpoint', () => {
     const saved = process.env.TRUST_PROXY;
     process.env.TRUST_PROXY = '1';
     // Failures allowed per address: max(20, burst / 5) = 20 here, refilling 20 a minute.
-    const small = await startGateway({ config: { rateLimitPerMinute: 60, rateLimitBurst: 100 } });
+    const small = await startGateway({ config: { rateLimitPerMinute: 60, rateLimitBurst: 100, trustProxy: 1 } });
     try {
       const client = await newClient(small.testDb.db);
       const call = (secret: string, ip: string) =>
@@ -413,7 +413,7 @@ describe('rate limits on the token endpoint', () => {
   it('per client: the same budget once the client is authenticated, from whatever address', async () => {
     const saved = process.env.TRUST_PROXY;
     process.env.TRUST_PROXY = '1';
-    const small = await startGateway({ config: { rateLimitPerMinute: 1, rateLimitBurst: 3 } });
+    const small = await startGateway({ config: { rateLimitPerMinute: 1, rateLimitBurst: 3, trustProxy: 1 } });
     try {
       const client = await newClient(small.testDb.db);
       const other = await newClient(small.testDb.db);

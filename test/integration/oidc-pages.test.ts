@@ -12,7 +12,7 @@ const savedProxy = process.env.TRUST_PROXY;
 
 beforeAll(async () => {
   process.env.TRUST_PROXY = '1';
-  gw = await startGateway();
+  gw = await startGateway({ config: { trustProxy: 1 } });
   client = await newClient(gw.testDb.db);
 });
 afterAll(async () => {

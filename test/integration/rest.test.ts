@@ -489,6 +489,8 @@ describe('failed authentications', () => {
     const limited = await startGateway({ config: { rateLimitPerMinute: 60, rateLimitBurst: 40 } });
     try {
       const u = await seedUser(limited.testDb.db);
+      // An integration already in use from this address (its key was valid here before the guessing).
+      expect((await call(limited.url, 'GET', '/api/dedicated', { token: u.readKey })).status).toBe(200);
       const guesses = [];
       const started = Date.now();
       for (let i = 0; i < 25; i++) guesses.push(await call(limited.url, 'GET', '/api/dedicated', { token: `svc_guess${i}` }));
@@ -500,7 +502,7 @@ describe('failed authentications', () => {
       expect(blocked.length).toBeGreaterThanOrEqual(5 - refills);
       expect(guesses.slice(20).every((r) => r.status === 429 || r.status === 401)).toBe(true);
       expect(blocked.every((r) => r.body.error === 'rate_limited' && Number(r.headers.get('retry-after')) >= 1)).toBe(true);
-      // A valid key from the same address still works.
+      // The key that was valid here before still works from the same address.
       expect((await call(limited.url, 'GET', '/api/dedicated', { token: u.readKey })).status).toBe(200);
     } finally {
       await limited.close();

@@ -14,6 +14,8 @@ import {
   encryptSecret,
   generateSecret,
   parseSecret,
+  requireSecretsFromEnv,
+  SECRET_ENV,
   SECRET_NAMES,
   SecretsError,
   startupWarning,
@@ -229,4 +231,34 @@ it('OpenSSH key round-trips to the same Ed25519 key through every form', () => {
   expect(createPrivateKey(pem).export({ format: 'jwk' }).x).toBe(
     Buffer.from(ssh2Key(fromOpenSsh.privateKey.trimEnd()).getPublicSSH().subarray(19)).toString('base64url'),
   );
+});
+
+describe('SECRETS_FROM_ENV=required (issue 8, item 15)', () => {
+  const full = () => Object.fromEntries(SECRET_NAMES.map((n) => [SECRET_ENV[n], generateSecret(n)])) as Record<string, string>;
+
+  it('names every missing or empty secret variable, and never a value', () => {
+    const env: Record<string, string> = { ...full(), SECRETS_FROM_ENV: 'required' };
+    const present = env.ACCESS_TOKEN_KEY!;
+    delete env.JOB_SIGNING_KEY;
+    env.COOKIE_KEYS = '  ';
+    let message = '';
+    try {
+      requireSecretsFromEnv(env);
+    } catch (e) {
+      expect(e).toBeInstanceOf(SecretsError);
+      message = (e as Error).message;
+    }
+    expect(message).toMatch(/SECRETS_FROM_ENV=required/);
+    expect(message).toContain('JOB_SIGNING_KEY');
+    expect(message).toContain('COOKIE_KEYS');
+    expect(message).not.toContain('ACCESS_TOKEN_KEY');
+    expect(message).not.toContain(present);
+  });
+
+  it('passes with every variable set, and is off unless asked for', () => {
+    expect(() => requireSecretsFromEnv({ ...full(), SECRETS_FROM_ENV: 'required' })).not.toThrow();
+    expect(() => requireSecretsFromEnv({})).not.toThrow();
+    expect(() => requireSecretsFromEnv({ SECRETS_FROM_ENV: 'optional' })).not.toThrow();
+    expect(() => requireSecretsFromEnv({ SECRETS_FROM_ENV: 'yes please' })).toThrow(/SECRETS_FROM_ENV must be/);
+  });
 });

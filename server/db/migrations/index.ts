@@ -5,6 +5,7 @@ import { Migration20261121010000_clients_secrets } from './Migration202611210100
 import { Migration20261121020000_oidc_payload } from './Migration20261121020000_oidc_payload.ts';
 import { Migration20261125010000_nodes } from './Migration20261125010000_nodes.ts';
 import { Migration20261125020000_identity } from './Migration20261125020000_identity.ts';
+import { Migration20261125030000_http } from './Migration20261125030000_http.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -12,4 +13,5 @@ export const migrationsList = [
   { name: 'Migration20261121020000_oidc_payload', class: Migration20261121020000_oidc_payload },
   { name: 'Migration20261125010000_nodes', class: Migration20261125010000_nodes },
   { name: 'Migration20261125020000_identity', class: Migration20261125020000_identity },
+  { name: 'Migration20261125030000_http', class: Migration20261125030000_http },
 ];

@@ -1,8 +1,5 @@
-// A token bucket per credential (or per client address for anonymous calls). In memory, so each
-// replica limits on its own: the budget is per replica, which is generous rather than wrong.
-import { createHash } from 'node:crypto';
-import type { Context, Next } from 'koa';
-import { ApiError } from '../../domain/errors.ts';
+// Token buckets by key (a credential id, a client address). In memory, so each replica limits on its
+// own: the budget is per replica, which is generous rather than wrong. What is keyed how: request-gate.ts.
 
 interface Bucket {
   tokens: number;
@@ -43,6 +40,12 @@ export class RateLimiter {
     return Math.max(1, Math.ceil((1 - b.tokens) / this.ratePerMs / 1000));
   }
 
+  /** Gives back one token taken by take() (never above the burst): for a charge that turned out unwarranted. */
+  refund(key: string): void {
+    const b = this.buckets.get(key);
+    if (b) b.tokens = Math.min(this.opts.burst, b.tokens + 1);
+  }
+
   private evict(): void {
     let n = Math.ceil(this.buckets.size / 10);
     for (const k of this.buckets.keys()) {
@@ -50,17 +53,4 @@ export class RateLimiter {
       if (--n <= 0) break;
     }
   }
-}
-
-export function rateLimit(limiter: RateLimiter) {
-  return async (ctx: Context, next: Next) => {
-    const auth = ctx.get('authorization');
-    // Hash the credential so the map never holds a usable secret.
-    const key = auth ? `c:${createHash('sha256').update(auth).digest('base64url')}` : `ip:${ctx.ip}`;
-    const wait = limiter.take(key);
-    if (wait > 0) {
-      throw new ApiError('rate_limited', `Too many requests; retry in ${wait} s.`, { 'Retry-After': String(wait) });
-    }
-    await next();
-  };
 }

@@ -8,6 +8,7 @@ import { ApiError } from '../../domain/errors.ts';
 import { validateIdempotencyKey, validatePurchase } from '../../domain/tunnels.ts';
 import { expectObject, readJsonBody } from '../middleware/body.ts';
 import type { Metrics } from '../metrics.ts';
+import type { Admission } from '../middleware/request-gate.ts';
 
 const PURCHASE_FIELDS = ['name', 'origin_ip', 'promocode'] as const;
 
@@ -16,7 +17,14 @@ const pageJson = new WeakMap<object, string>();
 export function restRouter(services: Services, metrics: Metrics, openapiJson: () => string): Router {
   const router = new Router({ prefix: '/api' });
   const { tunnels, pricing, auth, config } = services;
-  const principal = (ctx: Context): Promise<Principal> => auth.authenticate(ctx.get('authorization') || undefined);
+  // The gate (middleware/request-gate.ts) has already authenticated the caller, once, before any
+  // route ran; the routes only read its answer.
+  const principal = async (ctx: Context): Promise<Principal> => {
+    const admission = ctx.state.admission as Admission | undefined;
+    if (!admission) return auth.authenticate(ctx.get('authorization') || undefined);
+    if (admission.principal) return admission.principal;
+    throw admission.error ?? new ApiError('invalid_token', 'Send Authorization: Bearer <svc_ API key or panel access token>.', { 'WWW-Authenticate': 'Bearer' });
+  };
 
   /** For routes that take no body: a stray body is tolerated only if it is empty JSON. */
   const noBody = async (ctx: Context) => {

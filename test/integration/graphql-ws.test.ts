@@ -1,0 +1,268 @@
+// Issue 8, item 13: GraphQL over WebSocket under the same limits as HTTP, against the real gateway on
+// real PostgreSQL. The client speaks graphql-transport-ws by hand over the `ws` library, so every
+// frame and close code is visible.
+import { randomBytes, randomUUID } from 'node:crypto';
+import { SignJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
+import { revokeApiKey } from '../../server/auth/api-keys.ts';
+import type { Config } from '../../server/config.ts';
+import { setRate } from '../../server/domain/settings.ts';
+import { loadSecrets } from '../../server/secrets.ts';
+
+const PROTOCOL = 'graphql-transport-ws';
+/** Safety bound for anything awaited here; never an assertion on time. */
+const DEADLINE_MS = 15_000;
+
+interface Frame {
+  type: string;
+  id?: string;
+  payload?: unknown;
+}
+
+/** One raw graphql-transport-ws connection: frames in arrival order and the close code. */
+class Socket {
+  readonly frames: Frame[] = [];
+  readonly closed: Promise<{ code: number; reason: string }>;
+  private waiters: Array<() => void> = [];
+
+  constructor(readonly ws: WebSocket) {
+    ws.on('message', (data) => {
+      this.frames.push(JSON.parse(String(data)) as Frame);
+      for (const w of this.waiters.splice(0)) w();
+    });
+    this.closed = new Promise((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: String(reason) })));
+    void this.closed.then(() => {
+      for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  send(frame: Frame): void {
+    this.ws.send(JSON.stringify(frame));
+  }
+
+  /** The first frame matching `pred`, or null if the socket closes first. */
+  async next(pred: (f: Frame) => boolean): Promise<Frame | null> {
+    for (;;) {
+      const hit = this.frames.find(pred);
+      if (hit) return hit;
+      if (this.ws.readyState === WebSocket.CLOSED) return null;
+      await new Promise<void>((r) => this.waiters.push(r));
+    }
+  }
+
+  /** connection_init with this Authorization; resolves to 'ack' or the close code. */
+  async init(authorization?: string, extra: Record<string, unknown> = {}): Promise<'ack' | number> {
+    this.send({ type: 'connection_init', payload: { ...(authorization ? { Authorization: authorization } : {}), ...extra } });
+    const ack = await Promise.race([this.next((f) => f.type === 'connection_ack'), this.closed]);
+    if (ack && 'type' in ack) return 'ack';
+    return (await this.closed).code;
+  }
+}
+
+/** Opens a socket; resolves to it, or to the HTTP status the upgrade was refused with. */
+function open(gw: RunningGateway): Promise<Socket | number> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${gw.url.replace('http', 'ws')}/graphql`, PROTOCOL);
+    const timer = setTimeout(() => reject(new Error('no answer to the upgrade')), DEADLINE_MS);
+    ws.once('open', () => {
+      clearTimeout(timer);
+      resolve(new Socket(ws));
+    });
+    ws.once('unexpected-response', (_req, res) => {
+      clearTimeout(timer);
+      resolve(res.statusCode ?? 0);
+      res.resume();
+      ws.terminate();
+    });
+    ws.once('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+  });
+}
+
+async function connect(gw: RunningGateway): Promise<Socket> {
+  const s = await open(gw);
+  if (typeof s === 'number') throw new Error(`upgrade refused with ${s}`);
+  return s;
+}
+
+/** Resolves to the close code, or 'open' if the socket is still open after the safety bound. */
+function closeCode(s: Socket): Promise<number | 'open'> {
+  return Promise.race([s.closed.then((c) => c.code), new Promise<'open'>((r) => setTimeout(() => r('open'), DEADLINE_MS).unref())]);
+}
+
+const ME = 'query { me { accountId } }';
+
+async function withGateway(config: Partial<Config>, body: (gw: RunningGateway) => Promise<void>): Promise<void> {
+  const gw = await startGateway({ config });
+  try {
+    await body(gw);
+  } finally {
+    await gw.close();
+  }
+}
+
+describe('GraphQL over WebSocket: limits (item 13)', () => {
+  it('a message over BODY_LIMIT_BYTES is refused by the socket (1009) before it is parsed or authenticated', async () => {
+    await withGateway({ bodyLimitBytes: 4096 }, async (gw) => {
+      const u = await seedUser(gw.testDb.db);
+      const s = await connect(gw);
+      // A valid credential, padded past the limit: refused for its size alone.
+      expect(await s.init(`Bearer ${u.readKey}`, { padding: 'x'.repeat(8192) })).toBe(1009);
+      // Under the limit the same credential is accepted.
+      const t = await connect(gw);
+      expect(await t.init(`Bearer ${u.readKey}`, { padding: 'x'.repeat(1024) })).toBe('ack');
+      t.ws.close();
+    });
+  });
+
+  it('caps open connections per client address (429 at the upgrade) and frees the slot on close', async () => {
+    await withGateway({ wsConnectionsPerAddress: 3 }, async (gw) => {
+      const held = [await connect(gw), await connect(gw), await connect(gw)];
+      expect(await open(gw)).toBe(429);
+      held[0]!.ws.close();
+      await held[0]!.closed;
+      // The server counts the slot free once the TCP connection is gone: poll with a deadline.
+      let again: Socket | number = 429;
+      for (const until = Date.now() + DEADLINE_MS; again === 429 && Date.now() < until; ) {
+        again = await open(gw);
+        if (again === 429) await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(again).toBeInstanceOf(Socket);
+      for (const s of [...held.slice(1), again as Socket]) s.ws.close();
+    });
+  });
+
+  it('every operation spends the credential\'s budget, the same bucket as its HTTP calls', async () => {
+    await withGateway({ rateLimitPerMinute: 1, rateLimitBurst: 4 }, async (gw) => {
+      const u = await seedUser(gw.testDb.db);
+      const s = await connect(gw);
+      expect(await s.init(`Bearer ${u.readKey}`)).toBe('ack'); // 1 of 4
+      const results: Array<'data' | string> = [];
+      for (let i = 0; i < 4; i++) {
+        const id = `op${i}`;
+        s.send({ type: 'subscribe', id, payload: { query: ME } });
+        const f = await s.next((x) => x.id === id && (x.type === 'next' || x.type === 'error'));
+        if (f?.type === 'next') results.push('data');
+        else results.push(((f?.payload as Array<{ extensions?: { code?: string } }>)[0]?.extensions?.code) ?? 'none');
+      }
+      // connection_init spent one of the 4, so three operations fit and the fourth is refused.
+      expect(results).toEqual(['data', 'data', 'data', 'rate_limited']);
+      // The same key over HTTP finds its bucket empty too.
+      const http = await call(gw.url, 'GET', '/api/dedicated', { token: u.readKey });
+      expect(http.status).toBe(429);
+      // Another key is unaffected.
+      const v = await seedUser(gw.testDb.db);
+      expect((await call(gw.url, 'GET', '/api/dedicated', { token: v.readKey })).status).toBe(200);
+      s.ws.close();
+    });
+  });
+
+  it('failed socket logins spend the address\'s failure budget like failed HTTP authentications', async () => {
+    await withGateway({ rateLimitPerMinute: 60, rateLimitBurst: 40 }, async (gw) => {
+      const codes: Array<number | 'ack'> = [];
+      const started = Date.now();
+      for (let i = 0; i < 25; i++) {
+        const s = await connect(gw);
+        codes.push(await s.init(`Bearer svc_${randomBytes(16).toString('hex')}_${randomBytes(32).toString('base64url')}`));
+      }
+      const refills = Math.floor((Date.now() - started) / 3000);
+      // The failure budget is 20 (one more every 3 s): refused as 4403 until it is spent, then 4429.
+      expect(codes.slice(0, 20).every((c) => c === 4403)).toBe(true);
+      expect(codes.slice(20).filter((c) => c === 4429).length).toBeGreaterThanOrEqual(5 - refills);
+      expect(codes.every((c) => c === 4403 || c === 4429)).toBe(true);
+      // The budget is the address's, whatever the transport: a made-up key over HTTP now waits too.
+      if (refills === 0) {
+        const http = await call(gw.url, 'GET', '/api/dedicated', { token: `svc_${randomBytes(16).toString('hex')}_${randomBytes(32).toString('base64url')}` });
+        expect(http.status).toBe(429);
+      }
+    });
+  });
+});
+
+describe('GraphQL over WebSocket: live credentials (item 13)', () => {
+  let gw: RunningGateway;
+  let tunnelOf: (u: SeededUser) => Promise<string>;
+  beforeAll(async () => {
+    gw = await startGateway({ config: { wsAuthRecheckMs: 200 } });
+    await seedNode(gw.testDb.db, '198.18.5.0/28');
+    await setRate(gw.testDb.db, '90');
+    tunnelOf = async (u) => {
+      const res = await call(gw.url, 'POST', '/api/dedicated', { token: u.writeKey, body: { origin_ip: '8.8.4.4' } });
+      expect(res.status).toBe(201);
+      return res.body.tunnel.id as string;
+    };
+  });
+  afterAll(async () => gw?.close());
+
+  /** A socket with a running tunnelStatus subscription under `authorization`. */
+  async function subscribed(authorization: string, tunnelId: string): Promise<Socket> {
+    const s = await connect(gw);
+    expect(await s.init(authorization)).toBe('ack');
+    s.send({ type: 'subscribe', id: 'watch', payload: { query: 'subscription S($id: ID!) { tunnelStatus(id: $id) { id status } }', variables: { id: tunnelId } } });
+    // The subscription is running once a plain query on the same socket has been answered after it.
+    s.send({ type: 'subscribe', id: 'probe', payload: { query: ME } });
+    expect((await s.next((f) => f.id === 'probe'))?.type).toBe('next');
+    expect(s.frames.some((f) => f.id === 'watch' && f.type === 'error')).toBe(false);
+    return s;
+  }
+
+  it('a running subscription is closed with 4403 soon after its svc_ key is revoked; other keys\' stay open', async () => {
+    const u = await seedUser(gw.testDb.db);
+    const v = await seedUser(gw.testDb.db);
+    const s = await subscribed(`Bearer ${u.readKey}`, await tunnelOf(u));
+    const control = await subscribed(`Bearer ${v.readKey}`, await tunnelOf(v));
+    const id = (await gw.testDb.raw.query('select id from api_key where account_id = $1 and permission = $2', [u.accountId, 'read'])).rows[0].id;
+    expect(await revokeApiKey(gw.testDb.db, id)).toBe(true);
+    expect(await closeCode(s)).toBe(4403);
+    // The re-checks that closed it passed over the valid key's socket too, which still answers.
+    expect(control.ws.readyState).toBe(WebSocket.OPEN);
+    control.send({ type: 'subscribe', id: 'after', payload: { query: ME } });
+    expect((await control.next((f) => f.id === 'after'))?.type).toBe('next');
+    control.ws.close();
+  });
+
+  /**
+   * An access token as the issuer signs one (HS256 with the gateway's key, typ at+jwt) for a grant
+   * stored the way oidc-provider stores it; the verifier under test is the real one.
+   */
+  async function accessToken(u: SeededUser, expiresInS: number): Promise<{ token: string; grantId: string }> {
+    const { accessTokenKey } = (await loadSecrets(gw.testDb.db, {})).secrets;
+    const grantId = randomUUID().replace(/-/g, '');
+    const clientId = `client-${randomBytes(4).toString('hex')}`;
+    await gw.testDb.raw.query(
+      `insert into oidc_payload (kind, id, payload, client_id, expires_at) values ('Grant', $1, $2, $3, now() + interval '1 day')`,
+      [grantId, JSON.stringify({ accountId: u.userId, clientId, kind: 'Grant', jti: grantId }), clientId],
+    );
+    const now = Math.floor(Date.now() / 1000);
+    const token = await new SignJWT({ client_id: clientId, scope: 'openid profile email', gid: grantId })
+      .setProtectedHeader({ alg: 'HS256', typ: 'at+jwt' })
+      .setIssuer(gw.services.config.issuerUrl)
+      .setAudience(`${gw.services.config.publicUrl}/api`)
+      .setSubject(u.userId)
+      .setIssuedAt(now)
+      .setExpirationTime(now + expiresInS)
+      .setJti(randomUUID())
+      .sign(accessTokenKey);
+    return { token, grantId };
+  }
+
+  it('a subscription under an access token is closed with 4403 once the token expires', async () => {
+    const u = await seedUser(gw.testDb.db);
+    const { token } = await accessToken(u, 3);
+    const s = await subscribed(`Bearer ${token}`, await tunnelOf(u));
+    expect(await closeCode(s)).toBe(4403);
+  });
+
+  it('... and once its grant is revoked', async () => {
+    const u = await seedUser(gw.testDb.db);
+    const { token, grantId } = await accessToken(u, 600);
+    const s = await subscribed(`Bearer ${token}`, await tunnelOf(u));
+    await gw.testDb.raw.query(`delete from oidc_payload where kind = 'Grant' and id = $1`, [grantId]);
+    expect(await closeCode(s)).toBe(4403);
+  });
+});
