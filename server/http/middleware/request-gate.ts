@@ -88,7 +88,13 @@ export class RequestGate {
     try {
       principal = await lookup;
     } catch (e) {
-      if (!(e instanceof ApiError) || e.code !== 'invalid_token') throw e;
+      if (!(e instanceof ApiError)) throw e;
+      if (e.code !== 'invalid_token') {
+        // A genuine credential refused as a whole (a token of a client without API access, DESIGN 3.2):
+        // not a guess, so nothing is charged to the address; the adapters answer 403 in their own shape.
+        if (prepaid) this.failures.refund(fail);
+        return { principal: null, error: e };
+      }
       this.recentlyValid.delete(digest);
       if (trusted) {
         // A credential valid here before (now revoked or expired) had nothing prepaid: charge it now.
