@@ -2,10 +2,10 @@
 // SIGINT drain: /readyz turns 503, the listener closes, in-flight requests finish, then the
 // database closes.
 import 'reflect-metadata';
-import http from 'node:http';
 import { ConfigError, loadConfig } from './config.ts';
 import { createLogger } from './log.ts';
 import { buildServices, openDatabase } from './services.ts';
+import { createHttpServer } from './http/server.ts';
 import { createGateway } from './http/app.ts';
 import { loadSecrets, requireSecretsFromEnv, SecretsError, startupWarning } from './secrets.ts';
 import { adminSocketPath, assertNoLiveGateway, serveAdminSocket } from './cli/admin-socket.ts';
@@ -50,8 +50,7 @@ async function main(): Promise<void> {
         return { status, stdout, stderr };
       });
 
-  const server = http.createServer();
-  server.keepAliveTimeout = 65_000;
+  const server = createHttpServer();
   const gateway = await createGateway(services, log, server);
   // Attach the handler only now: app.callback() freezes the middleware list it is called with.
   server.on('request', gateway.app.callback());

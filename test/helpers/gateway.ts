@@ -1,11 +1,11 @@
 // The real gateway on a real http.Server on 127.0.0.1, against a per-file PostgreSQL database.
 import 'reflect-metadata';
-import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { loadConfig, type Config } from '../../server/config.ts';
 import { createLogger, type Logger } from '../../server/log.ts';
 import { buildServices, type Services } from '../../server/services.ts';
 import { createGateway } from '../../server/http/app.ts';
+import { createHttpServer } from '../../server/http/server.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
 
 export interface RunningGateway {
@@ -18,7 +18,7 @@ export interface RunningGateway {
 export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger } = {}): Promise<RunningGateway> {
   const testDb = opts.testDb ?? (await createTestDatabase());
   // Listen first: the issuer URL (ISSUER_URL) must be the address clients really reach.
-  const server = http.createServer();
+  const server = createHttpServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const config: Config = {

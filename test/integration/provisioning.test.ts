@@ -42,7 +42,7 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
   const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
 
   beforeAll(async () => {
-    ({ gw, secrets, edge } = await startProvisioningRig({ config: { edgeWaitMs: 3000, edgeJobTimeoutMs: 5000, edgeRetryLimit: 20 }, pool: '203.0.113.0/28' }));
+    ({ gw, secrets, edge } = await startProvisioningRig({ config: { edgeWaitMs: 10_000, edgeJobTimeoutMs: 8000, edgeRetryLimit: 20 }, pool: '203.0.113.0/28' }));
     user = await seedUser(gw.testDb.db);
   }, 60_000);
 
@@ -215,7 +215,7 @@ describe.skipIf(!isRoot)('provisioning through the real agent (namespace, veth s
   it('two gateway replicas with a worker each, on one database, never apply one job twice', async () => {
     // A second gateway process's worth: its own pools on the same database, its own queue worker and SSH connections.
     const db2 = new Database(await openOrm({ databaseUrl: gw.testDb.url, dataDir: '' }));
-    const gw2 = await startGateway({ testDb: { ...gw.testDb, db: db2 }, config: { edgeWaitMs: 3000, edgeJobTimeoutMs: 5000, edgeRetryLimit: 20 } });
+    const gw2 = await startGateway({ testDb: { ...gw.testDb, db: db2 }, config: { edgeWaitMs: 10_000, edgeJobTimeoutMs: 8000, edgeRetryLimit: 20 } });
     try {
       await gw2.services.provisioning.start(secrets, { worker: true });
       const bought: Awaited<ReturnType<typeof buy>>[] = [];
