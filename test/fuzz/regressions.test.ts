@@ -1,0 +1,50 @@
+// The inputs the fuzz pass (test/fuzz/*.test.ts) found answering 5xx, kept as plain examples so
+// they stay fixed whatever the generators later draw.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
+import { setRate } from '../../server/domain/settings.ts';
+import { expectRestAnswer } from './support.ts';
+
+let gw: RunningGateway;
+let user: SeededUser;
+
+beforeAll(async () => {
+  gw = await startGateway();
+  await seedNode(gw.testDb.db, '198.18.0.0/28');
+  await setRate(gw.testDb.db, '90');
+  user = await seedUser(gw.testDb.db, { balanceUsd: '100.00' });
+});
+afterAll(async () => gw?.close());
+
+const b64u = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
+
+describe('GET /api/dedicated cursor', () => {
+  // Date.parse accepted these, PostgreSQL's ::timestamptz / ::uuid casts did not: 500 server_error.
+  it.each([
+    ['a day February does not have', ['2026-02-30T00:00:00Z', '00000000-0000-1000-8000-000000000000']],
+    ['the same in the issued shape', ['2026-02-30T00:00:00.000000Z', '00000000-0000-1000-8000-000000000000']],
+    ['year zero', ['0000-01-01T00:00:00.000000Z', '00000000-0000-1000-8000-000000000000']],
+    ['a 36-character id that is not a UUID', ['2026-11-25T00:00:00.000000Z', '------------------------------------']],
+  ])('is 400 invalid_request for %s', async (_label, cursor) => {
+    const res = await call(gw.url, 'GET', `/api/dedicated?cursor=${b64u(cursor)}`, { token: user.readKey });
+    expectRestAnswer(res, `cursor ${JSON.stringify(cursor)}`);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('invalid_request');
+  });
+
+  it('still pages with the cursors it issues', async () => {
+    for (let i = 0; i < 3; i++) {
+      expect((await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { origin_ip: '8.8.4.4' } })).status).toBe(201);
+    }
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const res = await call(gw.url, 'GET', `/api/dedicated?limit=1${cursor ? `&cursor=${cursor}` : ''}`, { token: user.readKey });
+      expect(res.status, res.text).toBe(200);
+      seen.push(...res.body.tunnels.map((t: { id: string }) => t.id));
+      cursor = res.body.next_cursor;
+    } while (cursor);
+    expect(new Set(seen).size).toBe(3);
+  });
+});
