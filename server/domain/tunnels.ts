@@ -129,7 +129,9 @@ export function validatePurchase(
   }
   if (promocode !== undefined && promocode !== null) {
     if (typeof promocode !== 'string') throw new ApiError('invalid_request', 'promocode must be a string.');
-    if (promocode.length === 0 || promocode.length > PROMO_MAX) {
+    // Codes are [A-Z0-9_-] once normalized (createPromocode); anything else cannot exist, and a NUL
+    // byte would reach PostgreSQL's text parameter as a 500 (found by test/fuzz/rest.test.ts).
+    if (promocode.length === 0 || promocode.length > PROMO_MAX || !/^[A-Z0-9_-]+$/.test(normalizeCode(promocode))) {
       throw new ApiError('invalid_promocode', 'Unknown promocode.');
     }
   }

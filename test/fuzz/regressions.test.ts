@@ -48,3 +48,16 @@ describe('GET /api/dedicated cursor', () => {
     expect(new Set(seen).size).toBe(3);
   });
 });
+
+describe('POST /api/dedicated promocode', () => {
+  // A NUL byte went to PostgreSQL as a text parameter ("invalid byte sequence for encoding UTF8: 0x00"): 500.
+  it.each([['\u0000'], ['FUZZ10\u0000'], ['\u0000FUZZ10']])('is 400 invalid_promocode for %j, and nothing is debited', async (promocode) => {
+    const balance = async () => (await gw.testDb.raw.query('select balance_usd::text as b from account where id = $1', [user.accountId])).rows[0].b as string;
+    const before = await balance();
+    const res = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { origin_ip: '8.8.4.4', promocode } });
+    expectRestAnswer(res, `promocode ${JSON.stringify(promocode)}`, 'POST');
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('invalid_promocode');
+    expect(await balance()).toBe(before);
+  });
+});
