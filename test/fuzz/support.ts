@@ -21,18 +21,22 @@ export function runs(defaultRuns: number): number {
 }
 
 const tally = new Map<string, number>();
+const statuses = new Map<string, Map<string, number>>();
 
 /**
  * Runs one asynchronous property with the fixed seed and counts every input tried (shrinking
  * included). Sequential on purpose: each input's money snapshot must not see another input's effect.
  */
-export async function fuzz<T>(name: string, arb: fc.Arbitrary<T>, defaultRuns: number, predicate: (input: T) => Promise<void>): Promise<void> {
+export async function fuzz<T>(name: string, arb: fc.Arbitrary<T>, defaultRuns: number, predicate: (input: T) => Promise<number | string | void>): Promise<void> {
   const numRuns = runs(defaultRuns);
   tally.set(name, 0);
+  const seen = new Map<string, number>();
+  statuses.set(name, seen);
   const details = await fc.check(
     fc.asyncProperty(arb, async (input) => {
       tally.set(name, (tally.get(name) ?? 0) + 1);
-      await predicate(input);
+      const outcome = await predicate(input);
+      if (outcome !== undefined) seen.set(String(outcome), (seen.get(String(outcome)) ?? 0) + 1);
     }),
     { seed: SEED, numRuns },
   );
@@ -49,7 +53,10 @@ export async function fuzz<T>(name: string, arb: fc.Arbitrary<T>, defaultRuns: n
 
 /** One line per property for the run's log (and the issue's note): inputs tried, seed. */
 export function printTally(file: string): void {
-  const lines = [...tally].map(([name, n]) => `  ${name}: ${n} inputs`);
+  const lines = [...tally].map(([name, n]) => {
+    const by = [...(statuses.get(name) ?? [])].sort(([a], [b]) => a.localeCompare(b)).map(([s, k]) => `${s}×${k}`);
+    return `  ${name}: ${n} inputs${by.length ? ` (${by.join(' ')})` : ''}`;
+  });
   console.log(`fuzz ${file} (seed ${SEED}, FUZZ_RUNS ${process.env.FUZZ_RUNS ?? 'default'}; ${nodeParserRefusals} refused by Node's parser):\n${lines.join('\n')}`);
 }
 
@@ -314,4 +321,9 @@ export const headerValue: fc.Arbitrary<string> = fc.oneof(
 /** A JSON object as text, so `__proto__` and repeated keys really are on the wire. */
 export function objectText(entries: Array<[string, unknown]>): string {
   return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${JSON.stringify(v) ?? 'null'}`).join(',')}}`;
+}
+
+/** encodeURIComponent that survives lone surrogates (they go out as U+FFFD, as a browser would send them). */
+export function pct(s: string): string {
+  return encodeURIComponent(s.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd'));
 }
