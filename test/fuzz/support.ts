@@ -327,3 +327,8 @@ export function objectText(entries: Array<[string, unknown]>): string {
 export function pct(s: string): string {
   return encodeURIComponent(s.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, '\ufffd'));
 }
+
+/** `arb` about once in `oneIn` draws, else undefined (fc.option's freq counts the other way round). */
+export function sometimes<T>(arb: fc.Arbitrary<T>, oneIn: number): fc.Arbitrary<T | undefined> {
+  return fc.oneof({ weight: oneIn - 1, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: arb });
+}
