@@ -166,6 +166,8 @@ export const AUTHORIZE_ERROR_CODES = [
   'registration_not_supported',
   'invalid_target',
   'invalid_client',
+  // oidc-provider's answer to a response_mode it does not offer (web_message, jwt): OAuth 2.0 JARM's code.
+  'unsupported_response_mode',
 ] as const;
 
 // ---------------------------------------------------------------------------------------------------
