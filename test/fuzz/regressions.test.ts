@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { setRate } from '../../server/domain/settings.ts';
-import { expectRestAnswer } from './support.ts';
+import { newClient, type Client } from '../helpers/oidc-login.ts';
+import { TOKEN_ERROR_CODES, expectRestAnswer } from './support.ts';
 
 let gw: RunningGateway;
 let user: SeededUser;
@@ -59,5 +60,39 @@ describe('POST /api/dedicated promocode', () => {
     expect(res.status).toBe(400);
     expect(res.body.error).toBe('invalid_promocode');
     expect(await balance()).toBe(before);
+  });
+});
+
+describe('token and revocation endpoints', () => {
+  let client: Client;
+  beforeAll(async () => {
+    client = await newClient(gw.testDb.db);
+  });
+
+  const postForm = async (path: string, form: Record<string, string>) => {
+    const res = await fetch(`${gw.services.config.issuerUrl}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
+      body: new URLSearchParams({ client_id: client.id, client_secret: client.secret, ...form }).toString(),
+    });
+    const text = await res.text();
+    return { status: res.status, body: (text ? JSON.parse(text) : {}) as { error?: string } };
+  };
+
+  // The adapter looked a NUL-bearing id up in PostgreSQL, which refuses NUL in text: 500 server_error.
+  it.each([
+    ['/oauth/token', { grant_type: 'refresh_token', refresh_token: 'a\u0000b' }, 400, 'invalid_grant'],
+    ['/oauth/token', { grant_type: 'authorization_code', code: 'a\u0000b', redirect_uri: 'http://127.0.0.1:9/x', code_verifier: 'v'.repeat(43) }, 400, 'invalid_grant'],
+  ] as const)('%s answers a NUL in the token with an RFC 6749 error, not 500 (%j)', async (path, form, status, error) => {
+    const res = await postForm(path, form);
+    expect(res.status).toBe(status);
+    expect(TOKEN_ERROR_CODES as readonly string[]).toContain(res.body.error);
+    expect(res.body.error).toBe(error);
+  });
+
+  it.each([['a\u0000b'], ['eyJa\u0000.b.c']])('/oauth/revoke treats a token with a NUL as unknown (RFC 7009 2.2: 200)', async (token) => {
+    const res = await postForm('/oauth/revoke', { token });
+    expect(res.status).toBeLessThan(500);
+    expect(res.status).toBe(200);
   });
 });
