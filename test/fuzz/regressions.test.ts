@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { setRate } from '../../server/domain/settings.ts';
-import { newClient, type Client } from '../helpers/oidc-login.ts';
+import { follow, formAction, get, hidden, Jar, newClient, newUser, pkcePair, post, type Client } from '../helpers/oidc-login.ts';
 import { TOKEN_ERROR_CODES, expectRestAnswer } from './support.ts';
 
 let gw: RunningGateway;
@@ -94,5 +94,23 @@ describe('token and revocation endpoints', () => {
     const res = await postForm('/oauth/revoke', { token });
     expect(res.status).toBeLessThan(500);
     expect(res.status).toBe(200);
+  });
+});
+
+describe('login form', () => {
+  // checkPassword looked the email up in PostgreSQL, which refuses NUL in text: 500 server_error.
+  it.each([['a\u0000b@example.test'], ['\u0000']])('answers an email holding a NUL (%j) with the login page and 401, not 500', async (email) => {
+    const issuer = gw.services.config.issuerUrl;
+    const client = await newClient(gw.testDb.db);
+    await newUser(gw.testDb.db);
+    const jar = new Jar();
+    const u = new URL(`${issuer}/oauth/authorize`);
+    u.search = new URLSearchParams({ client_id: client.id, redirect_uri: client.redirectUri, response_type: 'code', scope: 'openid', code_challenge: pkcePair().challenge, code_challenge_method: 'S256' }).toString();
+    const page = (await follow(await get(u.href, jar), issuer, jar)).page!;
+    const res = await post(new URL(formAction(page.html), issuer).href, jar, { csrf: hidden(page.html, 'csrf'), email, password: 'some password' }, { origin: new URL(issuer).origin });
+    const html = await res.text();
+    expect(res.status, html.slice(0, 200)).toBe(401);
+    expect(res.headers.get('content-type')).toMatch(/^text\/html/);
+    expect(html).toContain('name="password"');
   });
 });
