@@ -99,15 +99,15 @@ const realValue = (v: string) => (v === 'REFRESH' ? refreshToken : v === 'ACCESS
 
 const tokenParam: fc.Arbitrary<[string, string]> = fc.oneof(
   fc.constantFrom('authorization_code', 'refresh_token', 'client_credentials', 'password', 'implicit', 'urn:ietf:params:oauth:grant-type:device_code', 'urn:ietf:params:oauth:grant-type:token-exchange', 'urn:ietf:params:oauth:grant-type:jwt-bearer', 'ciba', '', 'AUTHORIZATION_CODE').map((v): [string, string] => ['grant_type', v]),
-  fc.oneof(fc.constantFrom('REFRESH', 'ACCESS'), oddString, fc.base64String({ maxLength: 60 })).map((v): [string, string] => ['code', v]),
-  fc.oneof(fc.constantFrom('REFRESH', 'ACCESS'), oddString).map((v): [string, string] => ['refresh_token', v]),
+  fc.oneof(fc.constantFrom('REFRESH', 'ACCESS', 'a\u0000b'), oddString, fc.base64String({ maxLength: 60 })).map((v): [string, string] => ['code', v]),
+  fc.oneof(fc.constantFrom('REFRESH', 'ACCESS', 'a\u0000b'), oddString).map((v): [string, string] => ['refresh_token', v]),
   fc.oneof(fc.constantFrom('REDIRECT', 'http://127.0.0.1:9/other', ''), oddString).map((v): [string, string] => ['redirect_uri', v]),
   fc.oneof(fc.string({ minLength: 43, maxLength: 128, unit: fc.constantFrom(...'abcdefghijklmnopqrstuvwxyz0123456789-._~') }), oddString).map((v): [string, string] => ['code_verifier', v]),
   fc.oneof(fc.constantFrom('openid', 'openid profile email offline_access', 'admin', '', 'openid openid'), oddString).map((v): [string, string] => ['scope', v]),
   fc.oneof(fc.constantFrom(`${'http://127.0.0.1'}/api`, 'urn:x', 'http://evil.example/api', ''), oddString).map((v): [string, string] => ['resource', v]),
   fc.oneof(fc.constantFrom('CLIENT', 'nope', ''), oddString).map((v): [string, string] => ['client_id', v]),
   fc.oneof(fc.constantFrom('SECRET', 'wrong', ''), oddString).map((v): [string, string] => ['client_secret', v]),
-  fc.oneof(fc.constantFrom('REFRESH', 'ACCESS'), oddString).map((v): [string, string] => ['token', v]),
+  fc.oneof(fc.constantFrom('REFRESH', 'ACCESS', 'a\u0000b'), oddString).map((v): [string, string] => ['token', v]),
   fc.constantFrom('access_token', 'refresh_token', 'id_token', 'nope').map((v): [string, string] => ['token_type_hint', v]),
   fc.constantFrom('urn:ietf:params:oauth:client-assertion-type:jwt-bearer', 'x').map((v): [string, string] => ['client_assertion_type', v]),
   fc.oneof(fc.constant('eyJhbGciOiJub25lIn0.e30.'), oddString).map((v): [string, string] => ['client_assertion', v]),
@@ -115,14 +115,17 @@ const tokenParam: fc.Arbitrary<[string, string]> = fc.oneof(
 );
 
 /** Client authentication as an Authorization header, right, wrong and malformed. */
-const basicAuth = sometimes(
-  fc.oneof(
-    fc.constant('RIGHT'),
+const basicAuth = fc.oneof(
+  // Mostly right (in the header or the body), so the grant parameters are what gets examined.
+  { weight: 3, arbitrary: fc.constantFrom('RIGHT', 'BODY') },
+  sometimes(
+    fc.oneof(
     fc.tuple(fc.constantFrom('CLIENT', 'nope', ''), fc.oneof(fc.constantFrom('SECRET', 'wrong', ''), oddString)).map(([id, secret]) => `Basic ${Buffer.from(`${pct(realValue(id))}:${pct(realValue(secret))}`).toString('base64')}`),
     fc.constantFrom('Basic', 'Basic ', 'Basic !!!', 'Basic Og==', `Basic ${Buffer.from('%E0%A4%A:%zz').toString('base64')}`, `Basic ${Buffer.from('no-colon').toString('base64')}`, `Basic ${Buffer.from('\u00e9:\u00e9', 'latin1').toString('base64')}`, 'Bearer x'),
     headerValue.map((v) => `Basic ${v}`),
+    ),
+    2,
   ),
-  2,
 );
 
 const formBody = fc.oneof(
@@ -144,10 +147,13 @@ describe('fuzz: token and revocation endpoints', () => {
         method: fc.oneof({ weight: 8, arbitrary: fc.constant('POST') }, fc.constantFrom('GET', 'PUT')),
       }),
       250,
-      async ({ path, body, auth, type, method }) => {
+      async ({ path, body: form, auth, type, method }) => {
+        let body = form;
         const headers: Record<string, string> = { accept: 'application/json' };
         if (type) headers['content-type'] = type;
-        if (auth) headers.authorization = auth === 'RIGHT' ? `Basic ${Buffer.from(`${pct(client.id)}:${pct(client.secret)}`).toString('base64')}` : auth;
+        if (auth === 'RIGHT') headers.authorization = `Basic ${Buffer.from(`${pct(client.id)}:${pct(client.secret)}`).toString('base64')}`;
+        else if (auth && auth !== 'BODY') headers.authorization = auth;
+        if (auth === 'BODY') body = `client_id=${pct(client.id)}&client_secret=${pct(client.secret)}${body ? `&${body}` : ''}`;
         const res = await request(issuer + path, { method, headers, body: method === 'GET' ? undefined : body });
         const what = `${method} ${path} ${type} auth ${String(auth).slice(0, 60)} body ${body.slice(0, 300)}`;
         expect(res.status, `${what}: ${res.text.slice(0, 300)}`).toBeLessThan(500);
@@ -293,7 +299,7 @@ async function openInteraction(): Promise<Interaction> {
 }
 
 const loginField: fc.Arbitrary<[string, string]> = fc.oneof(
-  { weight: 3, arbitrary: fc.oneof(fc.constantFrom('USER', 'USER_UPPER', 'USER_SPACED', 'nobody@example.test', '', '@', 'a@b'), oddString).map((v): [string, string] => ['email', v]) },
+  { weight: 3, arbitrary: fc.oneof(fc.constantFrom('USER', 'USER_UPPER', 'USER_SPACED', 'nobody@example.test', '', '@', 'a@b', 'a\u0000b@example.test'), oddString).map((v): [string, string] => ['email', v]) },
   { weight: 3, arbitrary: fc.oneof(fc.constantFrom('PASSWORD', 'wrong password', ''), oddString).map((v): [string, string] => ['password', v]) },
   fc.oneof(fc.constantFrom('CSRF', ''), oddString).map((v): [string, string] => ['csrf', v]),
   fc.tuple(fc.oneof(nastyKey, fc.constantFrom('decision', 'email', 'password'), fc.string({ maxLength: 10 })), oddString),
