@@ -316,7 +316,7 @@ describe('fuzz: path ids and methods', () => {
     fc.constantFrom('%', '%zz', '%E0%A4%A', '%00', '%2F', '..', '.', '%2e%2e', '00000000-0000-0000-0000-000000000000', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '------------------------------------', 'pricing'),
     fc.integer({ min: 1, max: 90 }).map((n) => 'a'.repeat(n * 100)),
   );
-  const route = fc.constantFrom(
+  const route = fc.constantFrom<[string, string]>(
     ['GET', ''],
     ['GET', '/setup'],
     ['POST', '/provision'],
