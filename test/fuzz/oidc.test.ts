@@ -356,3 +356,54 @@ describe('fuzz: login form POST', () => {
     );
   });
 });
+
+// ---------------------------------------------------------------------------------------------------
+// Userinfo, discovery and keys
+
+describe('fuzz: userinfo, discovery and keys', () => {
+  const authorization = fc.oneof(
+    { weight: 2, arbitrary: fc.constantFrom('Bearer ACCESS', 'bearer ACCESS', 'Bearer   ACCESS', 'Bearer ACCESS ') },
+    fc.constantFrom('', 'Bearer', 'Bearer ', 'Basic Og==', 'Bearer eyJ.eyJ.x', 'Bearer ACCESSx', 'Bearer xACCESS', 'Bearer REFRESH'),
+    fc.tuple(fc.nat({ max: 300 }), fc.constantFrom('A', '-', '_', '.', '\u00e9')).map(([i, c]) => `Bearer SPLICE${i}:${c}`),
+    headerValue.map((v) => `Bearer ${v}`),
+    fc.integer({ min: 1, max: 6 }).map((k) => `Bearer ${'a'.repeat(k * 1024)}`),
+  );
+  const resolve = (a: string) =>
+    a.startsWith('Bearer SPLICE')
+      ? (() => {
+          const [, i, c] = /^Bearer SPLICE(\d+):(.*)$/s.exec(a)!;
+          const at = Number(i) % accessToken.length;
+          return `Bearer ${accessToken.slice(0, at)}${c}${accessToken.slice(at + 1)}`;
+        })()
+      : a.replace('ACCESS', accessToken).replace('REFRESH', refreshToken);
+
+  it('never 5xx; userinfo errors are RFC 6750 codes with a challenge; discovery and keys are JSON', async () => {
+    await fuzz(
+      'GET/POST /oauth/userinfo, discovery, jwks (Authorization, method, query)',
+      fc.record({
+        path: fc.constantFrom('/oauth/userinfo', '/oauth/userinfo', '/oauth/userinfo', '/.well-known/openid-configuration', '/oauth/jwks'),
+        method: fc.oneof({ weight: 4, arbitrary: fc.constant('GET') }, fc.constantFrom('POST', 'PUT', 'DELETE', 'HEAD')),
+        auth: fc.oneof({ weight: 6, arbitrary: authorization }, fc.constant(undefined)),
+        query: sometimes(oddString.map((s) => `?${pct(s)}=${pct(s)}`), 4),
+      }),
+      150,
+      async ({ path, method, auth, query }) => {
+        const headers: Record<string, string> = { accept: 'application/json' };
+        if (auth !== undefined) headers.authorization = resolve(auth);
+        const res = await request(`${issuer}${path}${query ?? ''}`, { method, headers });
+        const what = `${method} ${path}${(query ?? '').slice(0, 100)} auth ${String(auth).slice(0, 80)}`;
+        expect(res.status, `${what}: ${res.text.slice(0, 300)}`).toBeLessThan(500);
+        if (isNodeParserRefusal(res) || method === 'HEAD') return res.status;
+        const json = parseJson(res.text);
+        expect(json, `${what}: ${res.status} ${res.text.slice(0, 300)}`).toBeDefined();
+        if (res.status === 200) return 200;
+        if (path === '/oauth/userinfo') {
+          expect(['invalid_token', 'invalid_request', 'insufficient_scope', 'rate_limited'], `${what}: ${res.text.slice(0, 300)}`).toContain(json!.error);
+          if (res.status === 401) expect(res.headers.get('www-authenticate') ?? '', what).toMatch(/^Bearer\b/);
+        }
+        expectErrorShape(res, ['invalid_token', 'invalid_request', 'insufficient_scope', 'rate_limited', 'not_found'], what);
+        return `${res.status} ${String(json!.error)}`;
+      },
+    );
+  });
+});
