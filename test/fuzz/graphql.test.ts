@@ -16,6 +16,7 @@ import {
   cents,
   expectErrorShape,
   fuzz,
+  fuzzTimeout,
   headerValue,
   isNodeParserRefusal,
   moneyChanges,
@@ -237,7 +238,7 @@ function reportedPurchases(data: Record<string, unknown> | null | undefined): Ar
 }
 
 describe('fuzz: GraphQL documents and variables', () => {
-  it('never 5xx or server_error, documented codes, money moves only for reported purchases', async () => {
+  it('never 5xx or server_error, documented codes, money moves only for reported purchases', { timeout: fuzzTimeout(250) }, async () => {
     await fuzz('POST /graphql (documents, variables, credential)', fc.record({ doc: document, vars: variables, cred: credential, op: sometimes(fc.constantFrom('Op', 'Other', ''), 6) }), 250, async ({ doc, vars, cred, op }) => {
       const query = doc.replace(/REAL/g, JSON.stringify(tunnelId));
       const v = vars && typeof vars === 'object' && !Array.isArray(vars) ? JSON.parse(JSON.stringify(vars).replace(/REAL/g, tunnelId)) : vars;
@@ -290,7 +291,7 @@ describe('fuzz: GraphQL request envelopes', () => {
   const method = fc.constantFrom('POST', 'POST', 'POST', 'GET', 'PUT', 'DELETE');
   const type = fc.constantFrom('application/json', 'application/json', 'text/plain', 'application/graphql', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x');
 
-  it('never 5xx and documented errors for any envelope, method and content type', async () => {
+  it('never 5xx and documented errors for any envelope, method and content type', { timeout: fuzzTimeout(150) }, async () => {
     await fuzz('/graphql envelopes (method, content type, body)', fc.record({ envelope, method, type, cred: credential, preflight: fc.boolean(), qs: fc.option(oddString.map((s) => `query=${encodeURIComponent(s.replace(/[\ud800-\udfff]/g, ''))}`), { nil: undefined }) }), 150, async ({ envelope, method, type, cred, preflight, qs }) => {
       const before = await moneySnapshot(gw.testDb.raw);
       const headers: Record<string, string> = { ...authHeader(cred), 'content-type': type };

@@ -21,6 +21,7 @@ import {
   moneyChanges,
   moneySnapshot,
   nastyKey,
+  fuzzTimeout,
   oddString,
   pct,
   printTally,
@@ -136,7 +137,7 @@ const formBody = fc.oneof(
 );
 
 describe('fuzz: token and revocation endpoints', () => {
-  it('never 5xx; errors are RFC 6749 / 7009 / 8707 JSON (or 429 rate_limited)', async () => {
+  it('never 5xx; errors are RFC 6749 / 7009 / 8707 JSON (or 429 rate_limited)', { timeout: fuzzTimeout(250) }, async () => {
     await fuzz(
       'POST /oauth/token and /oauth/revoke (form, client auth, content type)',
       fc.record({
@@ -206,7 +207,7 @@ const authorizeParam: fc.Arbitrary<[string, string]> = fc.oneof(
 );
 
 describe('fuzz: authorize endpoint', () => {
-  it('never 5xx; errors sent to the client carry a documented code and the state', async () => {
+  it('never 5xx; errors sent to the client carry a documented code and the state', { timeout: fuzzTimeout(200) }, async () => {
     const { challenge } = pkcePair();
     const real = (v: string) =>
       v === 'CLIENT' ? client.id : v === 'OTHER' ? other.id : v === 'REDIRECT' ? client.redirectUri : v === 'OTHER_REDIRECT' ? other.redirectUri : v === 'CHALLENGE' ? challenge : v;
@@ -306,7 +307,7 @@ const loginField: fc.Arbitrary<[string, string]> = fc.oneof(
 );
 
 describe('fuzz: login form POST', () => {
-  it('never 5xx; a page or a redirect; 429 says when to retry', async () => {
+  it('never 5xx; a page or a redirect; 429 says when to retry', { timeout: fuzzTimeout(100) }, async () => {
     let current: Interaction | null = null;
     let sources = 0;
     await fuzz(
@@ -377,7 +378,7 @@ describe('fuzz: userinfo, discovery and keys', () => {
         })()
       : a.replace('ACCESS', accessToken).replace('REFRESH', refreshToken);
 
-  it('never 5xx; userinfo errors are RFC 6750 codes with a challenge; discovery and keys are JSON', async () => {
+  it('never 5xx; userinfo errors are RFC 6750 codes with a challenge; discovery and keys are JSON', { timeout: fuzzTimeout(150) }, async () => {
     await fuzz(
       'GET/POST /oauth/userinfo, discovery, jwks (Authorization, method, query)',
       fc.record({

@@ -20,6 +20,7 @@ import {
   moneySnapshot,
   nastyKey,
   objectText,
+  fuzzTimeout,
   oddString,
   pct,
   printTally,
@@ -230,7 +231,7 @@ const idempotencyKey = fc.option(fc.oneof({ weight: 3, arbitrary: fc.constantFro
 // ---------------------------------------------------------------------------------------------------
 
 describe('fuzz: POST /api/dedicated', () => {
-  it('never 5xx, documented errors, and money moves only on a success, by exactly its price', async () => {
+  it('never 5xx, documented errors, and money moves only on a success, by exactly its price', { timeout: fuzzTimeout(200) }, async () => {
     await fuzz(
       'POST /api/dedicated (body, credential, Idempotency-Key, Content-Type)',
       fc.record({ cred: credential(), body: purchaseBody, type: contentType, key: idempotencyKey }),
@@ -295,7 +296,7 @@ describe('fuzz: GET /api/dedicated query strings', () => {
     { weight: 1, arbitrary: fc.constantFrom('limit', 'cursor', 'limit[]=1', 'limit[a]=1', '&', '=', 'limit=1&limit=2', '__proto__[limit]=1') },
   );
 
-  it('never 5xx and errors are documented', async () => {
+  it('never 5xx and errors are documented', { timeout: fuzzTimeout(200) }, async () => {
     await fuzz('GET /api/dedicated?query', fc.record({ pairs: fc.array(pair, { maxLength: 3 }), cred: credential() }), 200, async ({ pairs, cred }) => {
       const headers: Record<string, string> = cred.header === undefined ? {} : { authorization: cred.header };
       const query = pairs.join('&');
@@ -332,7 +333,7 @@ describe('fuzz: path ids and methods', () => {
   );
   const body = fc.option(fc.oneof(fc.constantFrom('{}', ' ', '{"a":1}', 'null', '[', '{"__proto__":{}}'), fc.jsonValue().map((v) => JSON.stringify(v))), { nil: undefined });
 
-  it('never 5xx, errors documented, and no request here moves money', async () => {
+  it('never 5xx, errors documented, and no request here moves money', { timeout: fuzzTimeout(150) }, async () => {
     await fuzz(
       '/api/dedicated/:id (id, method, body, credential)',
       fc.record({ id, pick: fc.nat({ max: 1 }), route, body, type: contentType, cred: credential() }),
@@ -364,7 +365,7 @@ describe('fuzz: raw HTTP framing (Content-Length, Transfer-Encoding, methods, ta
     fc.constant({ cl: '10', te: 'chunked', end: true }),
   );
 
-  it('never 5xx; the app answers with documented bodies, Node with a bare 400', async () => {
+  it('never 5xx; the app answers with documented bodies, Node with a bare 400', { timeout: fuzzTimeout(100) }, async () => {
     await fuzz(
       'raw HTTP framing',
       fc.record({ target, method: fc.constantFrom('POST', 'DELETE', 'GET', 'PUT'), framing, body: purchaseBody, cred: fc.constantFrom('rich-write', 'poor-write') }),
@@ -390,7 +391,7 @@ describe('fuzz: raw HTTP framing (Content-Length, Transfer-Encoding, methods, ta
 });
 
 describe('fuzz: 429 bodies under a tight limit', () => {
-  it('a limited gateway answers 429 with the documented body and Retry-After, never a 5xx', async () => {
+  it('a limited gateway answers 429 with the documented body and Retry-After, never a 5xx', { timeout: fuzzTimeout(60) }, async () => {
     const tight = await startGateway({ testDb: gw.testDb, config: { rateLimitPerMinute: 60, rateLimitBurst: 3 } });
     try {
       let limited = 0;

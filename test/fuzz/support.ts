@@ -20,6 +20,14 @@ export function runs(defaultRuns: number): number {
   return n;
 }
 
+/**
+ * A test's time limit for a property of `defaultRuns`: generous on a loaded 2-core machine, and scaled
+ * with FUZZ_RUNS, since a property that overran would keep sending requests into the next one.
+ */
+export function fuzzTimeout(defaultRuns: number): number {
+  return Math.round(120_000 * Math.max(1, runs(defaultRuns) / defaultRuns));
+}
+
 const tally = new Map<string, number>();
 const statuses = new Map<string, Map<string, number>>();
 
