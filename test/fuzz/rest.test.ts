@@ -359,10 +359,10 @@ describe('fuzz: raw HTTP framing (Content-Length, Transfer-Encoding, methods, ta
   // (a bodiless 400); everything that reaches the app must get the documented error body.
   const target = fc.oneof(fc.constantFrom('/api/dedicated', '/graphql', '/api/dedicated/pricing', '/api/dedicated/x/provision'), oddString.map((s) => `/api/${pct(s)}`));
   const framing = fc.oneof(
-    fc.nat({ max: 400 }).map((n) => ({ cl: String(n), te: undefined as string | undefined, end: true })),
-    fc.constantFrom('abc', '-1', '1e3', '0x10', ' 12', '12, 12', '99999999999999999999', '').map((cl) => ({ cl, te: undefined, end: false })),
-    fc.constantFrom('chunked', 'gzip', 'chunked, chunked', 'identity').map((te) => ({ cl: undefined as string | undefined, te, end: true })),
-    fc.constant({ cl: '10', te: 'chunked', end: true }),
+    fc.nat({ max: 400 }).map((n) => ({ cl: String(n), te: undefined as string | undefined })),
+    fc.constantFrom('abc', '-1', '1e3', '0x10', ' 12', '12, 12', '99999999999999999999', '').map((cl) => ({ cl, te: undefined })),
+    fc.constantFrom('chunked', 'gzip', 'chunked, chunked', 'identity').map((te) => ({ cl: undefined as string | undefined, te })),
+    fc.constant({ cl: '10', te: 'chunked' }),
   );
 
   it('never 5xx; the app answers with documented bodies, Node with a bare 400', { timeout: fuzzTimeout(100) }, async () => {
@@ -376,7 +376,8 @@ describe('fuzz: raw HTTP framing (Content-Length, Transfer-Encoding, methods, ta
         if (framing.te !== undefined) lines.push(`Transfer-Encoding: ${framing.te}`);
         const payload = framing.te === 'chunked' ? Buffer.from(`${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\n\r\n`) : Buffer.from(body);
         const before = await moneySnapshot(gw.testDb.raw);
-        const res = await rawHttp(gw.url, lines.join('\r\n'), payload, { endAfter: framing.end });
+        // Half-closed after the bytes: a declared length longer than what was sent is a body cut short.
+        const res = await rawHttp(gw.url, lines.join('\r\n'), payload, { endAfter: true });
         const what = `${method} ${target} ${JSON.stringify(framing)} ${body.slice(0, 100)}`;
         if (res.status !== 0) {
           expect(res.status, `${what}: ${res.text.slice(0, 200)}`).toBeLessThan(500);
