@@ -285,11 +285,11 @@ interface Interaction {
   jar: Jar;
 }
 
-async function openInteraction(): Promise<Interaction> {
+async function openInteraction(prompt = 'login'): Promise<Interaction> {
   const jar = new Jar();
   const { challenge } = pkcePair();
   const u = new URL(`${issuer}/oauth/authorize`);
-  u.search = new URLSearchParams({ client_id: client.id, redirect_uri: client.redirectUri, response_type: 'code', scope: 'openid profile email', code_challenge: challenge, code_challenge_method: 'S256', prompt: 'login' }).toString();
+  u.search = new URLSearchParams({ client_id: client.id, redirect_uri: client.redirectUri, response_type: 'code', scope: 'openid profile email', code_challenge: challenge, code_challenge_method: 'S256', prompt }).toString();
   const step = await follow(await get(u.href, jar), issuer, jar);
   const html = step.page?.html ?? '';
   const action = formAction(html);
@@ -404,6 +404,76 @@ describe('fuzz: userinfo, discovery and keys', () => {
         }
         expectErrorShape(res, ['invalid_token', 'invalid_request', 'insufficient_scope', 'rate_limited', 'not_found'], what);
         return `${res.status} ${String(json!.error)}`;
+      },
+    );
+  });
+});
+
+// ---------------------------------------------------------------------------------------------------
+// Consent form
+
+describe('fuzz: consent form POST', () => {
+  /** An interaction past the login, showing the consent form (a fresh browser each time). */
+  async function openConsent(): Promise<Interaction> {
+    const login = await openInteraction('login consent');
+    const res = await request(login.action, {
+      method: 'POST',
+      headers: { cookie: login.jar.header(), accept: 'text/html', 'content-type': 'application/x-www-form-urlencoded', origin: new URL(issuer).origin },
+      body: new URLSearchParams({ csrf: login.csrf, email: user.email, password: user.password }).toString(),
+    });
+    // The jar of oidc-login.ts reads Set-Cookie from a fetch Response; hand it the same headers.
+    login.jar.store(new Response(null, { headers: res.headers }));
+    const step = await follow(await get(new URL(res.headers.get('location') ?? '', issuer).href, login.jar), issuer, login.jar);
+    const html = step.page?.html ?? '';
+    const action = formAction(html);
+    if (!/\/consent$/.test(action)) throw new Error(`no consent form: ${step.page?.status} ${html.slice(0, 300)}`);
+    return { uid: login.uid, action: new URL(action, issuer).href, csrf: hidden(html, 'csrf'), jar: login.jar };
+  }
+
+  const consentField: fc.Arbitrary<[string, string]> = fc.oneof(
+    { weight: 4, arbitrary: fc.oneof(fc.constantFrom('allow', 'deny', 'ALLOW', '', 'allow ', 'maybe'), oddString).map((v): [string, string] => ['decision', v]) },
+    fc.oneof(fc.constantFrom('CSRF', ''), oddString).map((v): [string, string] => ['csrf', v]),
+    fc.tuple(fc.oneof(nastyKey, fc.constantFrom('scope', 'email', 'grantId'), fc.string({ maxLength: 10 })), oddString),
+  );
+
+  it('never 5xx; a page or a redirect back to the client', { timeout: fuzzTimeout(60) }, async () => {
+    let current: Interaction | null = null;
+    await fuzz(
+      'POST /interaction/:uid/consent (fields, body, Origin, uid)',
+      fc.record({
+        csrfRight: fc.constantFrom(true, true, true, true, false),
+        fields: fc.array(consentField, { minLength: 1, maxLength: 4 }),
+        raw: sometimes(fc.oneof(fc.constantFrom('%', 'decision=%E0%A4%A', 'decision&csrf', '&&&=&'), fc.string({ unit: 'binary', maxLength: 80 })), 8),
+        type: fc.oneof({ weight: 8, arbitrary: fc.constant('application/x-www-form-urlencoded') }, fc.constantFrom('text/plain', 'application/json', '')),
+        origin: fc.constantFrom('SAME', 'SAME', 'SAME', 'SAME', 'NONE', 'https://evil.example'),
+        uid: fc.constantFrom('SAME', 'SAME', 'SAME', 'SAME', 'SAME', 'OTHER', 'login'),
+      }),
+      60,
+      async ({ csrfRight, fields, raw, type, origin, uid }) => {
+        current ??= await openConsent();
+        const it = current;
+        const form = new URLSearchParams();
+        if (csrfRight) form.set('csrf', it.csrf);
+        for (const [k, v] of fields) form.append(k.replace(/[\ud800-\udfff]/g, '\ufffd'), (v === 'CSRF' ? it.csrf : v).replace(/[\ud800-\udfff]/g, '\ufffd'));
+        const body = raw ?? form.toString();
+        const path = uid === 'SAME' ? it.action : uid === 'OTHER' ? `${issuer}/interaction/AAAAAAAAAAAAAAAAAAAAA/consent` : it.action.replace(/\/consent$/, '/login');
+        const headers: Record<string, string> = { cookie: it.jar.header(), accept: 'text/html' };
+        if (type) headers['content-type'] = type;
+        if (origin !== 'NONE') headers.origin = origin === 'SAME' ? new URL(issuer).origin : origin;
+        const res = await request(path, { method: 'POST', headers, body });
+        const what = `consent ${uid} ${type} origin ${origin} body ${body.slice(0, 300)}`;
+        expect(res.status, `${what}: ${res.text.slice(0, 300)}`).toBeLessThan(500);
+        if (isNodeParserRefusal(res)) return 'node 400';
+        expect([200, 302, 303, 400, 401, 403, 429], `${what}: ${res.status} ${res.text.slice(0, 300)}`).toContain(res.status);
+        if (res.status >= 300 && res.status < 400) {
+          // Allow or deny moves the interaction on to the issuer's authorize resume: a fresh one next time.
+          expect(new URL(res.headers.get('location') ?? '', issuer).origin, what).toBe(new URL(issuer).origin);
+          current = null;
+          return res.status;
+        }
+        expect(res.headers.get('content-type') ?? '', what).toMatch(/^text\/html/);
+        expect(res.text, what).not.toMatch(/server_error|\bat [\w.]+ \(.*:\d+:\d+\)/);
+        return res.status;
       },
     );
   });
