@@ -25,6 +25,7 @@ import {
   oddString,
   pct,
   printTally,
+  rawHttp,
   serverErrorCount,
   sometimes,
   type Answer,
@@ -75,8 +76,24 @@ function parseJson(text: string): Record<string, unknown> | undefined {
   }
 }
 
-/** One request from a chosen loopback source address (the sign-in limits count per address). */
-function request(url: string, opts: { method: string; headers: Record<string, string>; body?: string | Buffer; from?: string }): Promise<Answer> {
+/**
+ * One request from a chosen loopback source address (the sign-in limits count per address). Header
+ * values node:http refuses to send (a DEL byte, say) go out over a raw socket instead.
+ */
+async function request(url: string, opts: { method: string; headers: Record<string, string>; body?: string | Buffer; from?: string }): Promise<Answer> {
+  try {
+    return await viaNodeHttp(url, opts);
+  } catch (e) {
+    if ((e as { code?: string }).code !== 'ERR_INVALID_CHAR') throw e;
+    const u = new URL(url);
+    const payload = Buffer.from(opts.body ?? '');
+    const lines = [`${opts.method} ${u.pathname}${u.search} HTTP/1.1`, `Host: ${u.host}`, 'Connection: close', ...Object.entries(opts.headers).map(([k, v]) => `${k}: ${v}`)];
+    if (opts.body !== undefined) lines.push(`Content-Length: ${payload.length}`);
+    return rawHttp(u.origin, lines.join('\r\n'), payload);
+  }
+}
+
+function viaNodeHttp(url: string, opts: { method: string; headers: Record<string, string>; body?: string | Buffer; from?: string }): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = http.request(url, { method: opts.method, headers: opts.headers, localAddress: opts.from, agent: false }, (res) => {
       const chunks: Buffer[] = [];
