@@ -144,7 +144,9 @@ export function validatePurchase(
   }
   if (promocode !== undefined && promocode !== null) {
     if (typeof promocode !== 'string') throw new ApiError('invalid_request', 'promocode must be a string.');
-    if (promocode.length === 0 || promocode.length > PROMO_MAX) {
+    // Codes are [A-Z0-9_-] once normalized (createPromocode); anything else cannot exist, and a NUL
+    // byte would reach PostgreSQL's text parameter as a 500 (found by test/fuzz/rest.test.ts).
+    if (promocode.length === 0 || promocode.length > PROMO_MAX || !/^[A-Z0-9_-]+$/.test(normalizeCode(promocode))) {
       throw new ApiError('invalid_promocode', 'Unknown promocode.');
     }
   }
@@ -632,10 +634,23 @@ function encodeCursor(createdAt: string, id: string): string {
   return Buffer.from(JSON.stringify([createdAt, id])).toString('base64url');
 }
 
+const CURSOR_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * Only the shape encodeCursor writes, and a real instant PostgreSQL accepts: Date.parse also takes
+ * 2026-02-30 (as March 2) or year 0, which the `::timestamptz` cast refuses with a 500 (found by
+ * test/fuzz/rest.test.ts; regression in test/fuzz/regressions.test.ts).
+ */
+function issuedCursorTime(text: string): boolean {
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(text) || text.startsWith('0000')) return false;
+  const d = new Date(text);
+  return !Number.isNaN(d.getTime()) && d.toISOString().slice(0, 19) === text.slice(0, 19);
+}
+
 function decodeCursor(cursor: string): { createdAt: string; id: string } {
   try {
     const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
-    if (typeof createdAt === 'string' && typeof id === 'string' && !Number.isNaN(Date.parse(createdAt)) && /^[0-9a-f-]{36}$/.test(id)) {
+    if (typeof createdAt === 'string' && typeof id === 'string' && issuedCursorTime(createdAt) && CURSOR_ID.test(id)) {
       return { createdAt, id };
     }
   } catch {

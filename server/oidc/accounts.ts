@@ -84,9 +84,11 @@ let decoy: Promise<string> | null = null;
 
 /** The user id when the email and password match, else null. */
 export async function checkPassword(db: Database, email: string, password: string): Promise<{ userId: string; role: Role } | null> {
-  const [row] = await db.query<{ id: string; password_hash: string; role: Role }>('select id, password_hash, role from app_user where email = ?', [
-    email.trim().toLowerCase(),
-  ]);
+  // No stored email holds a NUL, which PostgreSQL refuses in a text parameter (the login form answered
+  // 500; found by test/fuzz/oidc.test.ts): no such user, and the decoy hash still runs below.
+  const [row] = email.includes('\u0000')
+    ? []
+    : await db.query<{ id: string; password_hash: string; role: Role }>('select id, password_hash, role from app_user where email = ?', [email.trim().toLowerCase()]);
   decoy ??= hashPassword(`decoy-${Math.random()}`);
   const ok = await verifyPassword(password, row?.password_hash ?? (await decoy));
   if (!ok || !row) return null;

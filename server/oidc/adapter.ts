@@ -141,6 +141,9 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
     }
 
     async find(id: string): Promise<AdapterPayload | undefined> {
+      // No stored id holds a NUL, and PostgreSQL refuses one in a text parameter (a 500 from the token
+      // and revocation endpoints; found by test/fuzz/oidc.test.ts).
+      if (id.includes('\u0000')) return undefined;
       if (this.kind === 'Client') return clients.find(id);
       if (this.kind === 'Grant') {
         const hit = grants.take(id);
@@ -158,6 +161,7 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
     }
 
     async findByUid(uid: string): Promise<AdapterPayload | undefined> {
+      if (uid.includes('\u0000')) return undefined;
       const [row] = await db.hot<Row>('oidc_find_uid', 'select payload, consumed_at from oidc_payload where kind = ? and uid = ? limit 1', [this.kind, uid]);
       return toPayload(row);
     }
