@@ -421,6 +421,18 @@ describe('limits against abusive queries', () => {
     expect(await balanceCents(alice.accountId)).toBe(before);
   });
 
+  it('a purchase cannot share its operation with another mutation, whose failure would hide the charge (fuzz finding)', async () => {
+    const before = await balanceCents(alice.accountId);
+    const res = await gql(
+      `mutation { a: purchaseTunnel(input: { originIp: "${ORIGIN}" }) { charged } b: provisionTunnel(id: "00000000-0000-4000-8000-000000000000") { id } }`,
+      undefined,
+      alice.writeKey,
+    );
+    expect(res.status).toBe(400);
+    expect(onlyError(res).extensions).toMatchObject({ limit: 'max_mutations', actual: 2 });
+    expect(await balanceCents(alice.accountId)).toBe(before);
+  });
+
   it('refuses batched requests, parse errors and unknown fields with Apollo codes', async () => {
     const batch = await call(gw.url, 'POST', '/graphql', { body: [{ query: '{ pricing { price } }' }, { query: '{ pricing { price } }' }] });
     expect(batch.status).toBe(400);
