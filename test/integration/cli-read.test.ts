@@ -395,7 +395,7 @@ describe.skipIf(!isRoot)('queue commands drive a real agent through the gateway 
 });
 
 describe('queue and read commands through a running gateway on the embedded database (admin socket)', () => {
-  it('node reconcile and tunnel repair queue on the gateway\'s own queue; reads work too', async () => {
+  it('node reconcile queues on the gateway\'s own queue (one live job), and on the database directly once the gateway stopped', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-cli-read-'));
     const child = spawn(NODE, ['--import', './loader/register.mjs', 'server/main.ts'], {
       cwd: ROOT,
@@ -426,13 +426,18 @@ describe('queue and read commands through a running gateway on the embedded data
 
       const r = ok(await cli(env, ['node', 'reconcile', '--id', nodeId]));
       expect(r).toMatchObject({ queued: true, job_id: expect.any(String) });
+      // Its attempts fail to connect and wait to retry (EDGE_RETRY_LIMIT 10): still live, so a repeat
+      // through the gateway's queue names the same job.
+      expect(ok(await cli(env, ['node', 'reconcile', '--id', nodeId]))).toEqual(r);
       failed(await cli(env, ['node', 'reconcile', '--id', randomUUID()]), 1, 'not_found');
       failed(await cli(env, ['tunnel', 'repair', '--id', randomUUID()]), 1, 'not_found');
 
       const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
       child.kill('SIGTERM');
       expect(await exited).toBe(0);
-      // The gateway is gone: open its database and find the operator's job in its queue.
+      // No gateway now: the CLI opens the embedded database and its queue itself, and finds the live job.
+      expect(ok(await cli(env, ['node', 'reconcile', '--id', nodeId]))).toEqual(r);
+      // Open its database and find the operator's job in its queue.
       const db = await openDatabase(loadConfig({ DATA_DIR: dir }));
       try {
         const rows = await db.query<{ data: unknown }>(`select data from pgboss.job where id = ?::uuid`, [r.job_id]);
