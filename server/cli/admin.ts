@@ -108,7 +108,7 @@ function globalUsage(): string {
     '',
     'Success: one JSON object on stdout, exit 0. Failure: {"error", "error_description"} on stderr and',
     'exit 2 (usage error: the command line is wrong), 1 (refused: nothing was written) or 3 (failure:',
-    'environment, database or a bug). Money amounts are decimal strings such as 25.50.',
+    'environment, database or a bug). Money amounts are given as decimal strings such as 25.50 and printed as JSON numbers.',
     '',
   ].join('\n');
 }
