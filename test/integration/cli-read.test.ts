@@ -132,7 +132,9 @@ describe('read and queue commands against PostgreSQL', () => {
     await revokeApiKey(t.db, k2.id);
     liveKey = k1.id;
     revokedKey = k2.id;
-    secrets.push(k1.key, k2.key, k1.key.split('_').pop()!, k2.key.split('_').pop()!);
+    // The secret part of each key (it may itself contain "_", so by position, not by splitting).
+    for (const k of [k1.key, k2.key]) secrets.push(k, /^svc_[0-9a-f]{32}_([A-Za-z0-9_-]{43})$/.exec(k)![1]!);
+    expect(secrets.every((x) => x.length >= 43)).toBe(true);
     const hashes = await t.raw.query<{ secret_hash: string }>('select secret_hash from api_key');
     const pw = await t.raw.query<{ password_hash: string }>('select password_hash from app_user');
     secrets.push(...hashes.rows.map((r) => r.secret_hash), ...pw.rows.map((r) => r.password_hash));
