@@ -32,6 +32,9 @@ import { openDatabase } from '../services.ts';
 import { formatUsage, parseOptions, UsageError, type ParsedOptions } from './args.ts';
 import { COMMANDS, type Command } from './commands.ts';
 import { adminSocketPath, forwardToGateway } from './admin-socket.ts';
+import { createLogger } from '../log.ts';
+import { ProvisioningService } from '../provisioning/service.ts';
+import type { EdgeQueueing } from './queue-commands.ts';
 
 export const EXIT = { ok: 0, refused: 1, usage: 2, failed: 3 } as const;
 
@@ -83,7 +86,7 @@ async function readStdinOptions(command: Command, options: ParsedOptions, argv: 
     const value = await io.readLine();
     if (value === '') throw new UsageError(`${command.name}: --${spec.name} -: the first line of standard input is empty.`);
     options[spec.name] = value;
-    for (let i = 2; i < out.length; i++) {
+    for (let i = command.name.split(' ').length; i < out.length; i++) {
       if (out[i] === `--${spec.name}` && out[i + 1] === '-') out[i + 1] = value;
       else if (out[i] === `--${spec.name}=-`) out[i] = `--${spec.name}=${value}`;
     }
@@ -105,7 +108,7 @@ function globalUsage(): string {
     '',
     'Success: one JSON object on stdout, exit 0. Failure: {"error", "error_description"} on stderr and',
     'exit 2 (usage error: the command line is wrong), 1 (refused: nothing was written) or 3 (failure:',
-    'environment, database or a bug). Money amounts are decimal strings such as 25.50.',
+    'environment, database or a bug). Money amounts are given as decimal strings such as 25.50 and printed as JSON numbers.',
     '',
   ].join('\n');
 }
@@ -134,7 +137,17 @@ function classify(e: unknown): Failure {
 const firstLine = (s: string) => s.split('\n')[0]!.trim();
 
 /** Runs one CLI invocation and returns its exit status. Writes only through `io`. */
-export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: Io = processIo, deps: { db?: Database } = {}): Promise<number> {
+/**
+ * `deps`: what a running gateway lends the commands it serves over the admin socket: its database and
+ * its provisioning (so `node reconcile` / `tunnel repair` queue through the gateway's own queue and
+ * per-tunnel locks, which on the embedded database exist only in that process).
+ */
+export async function main(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+  io: Io = processIo,
+  deps: { db?: Database; provisioning?: EdgeQueueing } = {},
+): Promise<number> {
   const fail = (f: Failure) => {
     io.stderr(JSON.stringify({ error: f.error, error_description: f.description }) + '\n');
     return f.status;
@@ -145,7 +158,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     io.stdout(globalUsage());
     return EXIT.ok;
   }
-  const command = COMMANDS.find((c) => c.name === `${first} ${second}`);
+  // Most commands are two words (`user list`); a few are one (`ledger`, DESIGN 3.2).
+  const command = COMMANDS.find((c) => c.name === first) ?? COMMANDS.find((c) => c.name === `${first} ${second}`);
   if (!command) {
     if (GROUPS.includes(first) && (second === '--help' || second === '-h')) {
       io.stdout(COMMANDS.filter((c) => c.name.startsWith(`${first} `)).map(commandUsage).join('\n'));
@@ -159,7 +173,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
 
   let options;
   try {
-    options = parseOptions(command.name, command.options, argv.slice(2));
+    options = parseOptions(command.name, command.options, argv.slice(command.name.split(' ').length));
     if (options === null) {
       io.stdout(commandUsage(command));
       return EXIT.ok;
@@ -177,6 +191,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   }
 
   let db: Database | undefined;
+  // Opened only by the queue commands, and stopped before the process ends.
+  let ownProvisioning: ProvisioningService | undefined;
   try {
     const config = loadConfig(env);
     if (!deps.db && !config.databaseUrl) {
@@ -198,6 +214,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
         progress: (line) => {
           if (io.progress) io.stderr(`${line}\n`);
         },
+        provisioning: async () => deps.provisioning ?? (ownProvisioning ??= new ProvisioningService(opened, config, createLogger('silent'), () => {})),
       },
       options,
     );
@@ -206,6 +223,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   } catch (e) {
     return fail(classify(e));
   } finally {
+    await ownProvisioning?.stop().catch(() => {});
     if (!deps.db) await db?.close().catch(() => {});
   }
 }

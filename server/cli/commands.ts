@@ -12,6 +12,8 @@ import { createPromocode } from '../domain/promocodes.ts';
 import { setRate } from '../domain/settings.ts';
 import type { ServerSecrets } from '../secrets.ts';
 import { intOption, isoOption, UsageError, type OptionSpec, type ParsedOptions } from './args.ts';
+import { QUEUE_COMMANDS, type EdgeQueueing } from './queue-commands.ts';
+import { READ_COMMANDS } from './read-commands.ts';
 
 export interface CommandContext {
   db: Database;
@@ -19,6 +21,8 @@ export interface CommandContext {
   secrets(): Promise<ServerSecrets>;
   /** Progress for long work: goes to stderr, never stdout. */
   progress(line: string): void;
+  /** The provisioning queue (opened on first use), for `node reconcile` and `tunnel repair`. */
+  provisioning(): Promise<EdgeQueueing>;
 }
 
 export interface Command {
@@ -308,4 +312,6 @@ export const COMMANDS: readonly Command[] = [
       });
     },
   },
+  ...READ_COMMANDS,
+  ...QUEUE_COMMANDS,
 ];

@@ -24,6 +24,11 @@ export const BOSS_SCHEMA = 'pgboss';
 export interface TunnelJobData {
   tunnelId: string;
   nodeId: string;
+  /**
+   * An operator's `tunnel repair` (DESIGN 3.2): a provisioned or active tunnel is applied again as it
+   * stands (its status does not move); any other status is handled as for any tunnel job.
+   */
+  repair?: true;
 }
 
 /** A node job: send the node its whole desired set. */

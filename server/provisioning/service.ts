@@ -38,6 +38,9 @@ export interface ProvisioningConfig {
   edgeReconcileSeconds: number;
 }
 
+/** Statuses whose tunnel an operator's `tunnel repair` can queue work for (queueRepair). */
+const REPAIRABLE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active', 'deleting'];
+
 /** The periodic reconcile's spread: each round comes after 80-120% of the period, each node's job within 20% of it. */
 const RECONCILE_JITTER = 0.2;
 
@@ -122,6 +125,26 @@ export class ProvisioningService {
       periodic ? { freshSeconds: period / 2, delaySeconds: Math.random() * period * RECONCILE_JITTER } : {},
     );
     return r;
+  }
+
+  /**
+   * `tunnel repair` (DESIGN 3.2): queues what the tunnel's status asks through the same one-live-job rule
+   * (DESIGN 3.5): provisioning is applied (and moves on as usual), provisioned and active are applied
+   * again as they stand, deleting is removed (finishing the delete). When the tunnel already has a live
+   * job, that job is the answer: it does what the status asks before it ends. Pending (never sent to an
+   * edge), failed (the buyer provisions it again) and deleted tunnels have nothing to repair: invalid_state.
+   */
+  async queueRepair(tunnelId: string): Promise<SendOnceResult> {
+    const id = tunnelId.toLowerCase();
+    const [t] = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(id)
+      ? await this.db.query<{ node_id: string; status: TunnelStatus }>('select node_id, status from tunnel where id = ?', [id])
+      : [];
+    if (!t) throw new ApiError('not_found', `no tunnel with id ${tunnelId}.`);
+    if (!REPAIRABLE.includes(t.status)) {
+      throw new ApiError('invalid_state', `the tunnel is ${t.status}; only provisioning, provisioned, active and deleting tunnels are on (or going to) an edge.`);
+    }
+    const queue = await this.queue();
+    return queue.sendOnce({ tunnelId: id, nodeId: t.node_id, repair: true });
   }
 
   /** One periodic round: a reconcile job for every node the gateway may contact. */

@@ -137,22 +137,33 @@ export class EdgeWorker {
     // One live job per tunnel (service.ts) means a delete (or a new provision) that arrives while this
     // job runs adds no job of its own: when the status moved under this job, it does what the new
     // status asks before it ends. A tunnel can change direction at most twice in a row that way.
+    // A repair re-applies only on its first pass; later passes serve a status that moved under it.
     for (let pass = 0; pass < 3; pass++) {
-      if (!(await this.step(job, data.tunnelId))) return;
+      if (!(await this.step(job, data.tunnelId, data.repair === true && pass === 0))) return;
     }
   }
 
-  /** Does what the tunnel's status asks; true when the status changed under it and asks for more. */
-  private async step(job: EdgeJob, tunnelId: string): Promise<boolean> {
+  /**
+   * Does what the tunnel's status asks; true when the status changed under it and asks for more.
+   * `repair`: a provisioned or active tunnel is applied again without moving its status (the edge lost
+   * or garbled it; `tunnel repair`, DESIGN 3.2).
+   */
+  private async step(job: EdgeJob, tunnelId: string, repair = false): Promise<boolean> {
     const t = await edgeTunnel(this.o.db, tunnelId);
     if (!t) return false;
-    const op = t.status === 'provisioning' ? 'apply' : t.status === 'deleting' ? 'remove' : null;
+    const reapply = repair && (t.status === 'provisioned' || t.status === 'active');
+    const op = t.status === 'provisioning' || reapply ? 'apply' : t.status === 'deleting' ? 'remove' : null;
     if (op === null) return false;
     const started = Date.now();
     try {
       if (!t.node) throw new AgentRefused('no_host_key', `edge node ${t.nodeId} has no pinned host key (node add --host-key); it is never contacted`);
       await this.ensureReconciled(t.node);
       const line = await this.run(t.node, op, { tunnel: t.spec });
+      if (reapply) {
+        this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, repair: true, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
+        // One more pass: a delete or provision that arrived meanwhile found this job live and queued nothing.
+        return true;
+      }
       const moved = op === 'apply' ? await this.o.transitions.move(t.spec.id, ['provisioning'], 'provisioned') : await this.o.transitions.finishDelete(t.spec.id);
       this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
       return !moved;

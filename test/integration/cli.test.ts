@@ -425,8 +425,8 @@ describe('usage errors, in-process through main()', () => {
   }
 
   it.each([
-    [['user'], /user takes one of: create; got nothing/],
-    [['user', 'delete'], /user takes one of: create; got "delete"/],
+    [['user'], /user takes one of: create, list, show; got nothing/],
+    [['user', 'delete'], /user takes one of: create, list, show; got "delete"/],
     [['user', 'create', '--email', 'a@b.c', '--name', 'n'], /--password is required/],
     [['user', 'create', '--email', 'a@b.c', '--name', 'n', '--password', 'pppppppp', '--role', 'admin'], /--role must be one of owner, viewer/],
     [['user', 'create', '--email', 'a@b.c', '--name', 'n', '--password', 'pppppppp', 'stray'], /unexpected argument "stray"/],
