@@ -81,6 +81,9 @@ async function main(): Promise<void> {
     await db.close();
     clearTimeout(force);
     log.info('stopped');
+    // Everything is drained and closed; a timer or pool left behind by a library must not keep the
+    // process alive after a SIGTERM (seen: a gateway that logged `stopped` and never exited).
+    process.exit(0);
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
