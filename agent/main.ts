@@ -6,7 +6,7 @@
 //
 // `tunnel-agent fingerprint [--config FILE]` prints the host-key fingerprint (generating the key on
 // first use) and exits: what the operator records with `node add --host-key`.
-import { createLogger, type Logger } from '../server/log.ts';
+import { createLogger, type Logger } from '../common/log.ts';
 import { ConfigError, loadConfig, type AgentConfig } from './config.ts';
 import type { Dataplane } from './dataplane/types.ts';
 import type { DataplaneHandle } from './dataplane/index.ts';

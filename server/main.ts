@@ -3,7 +3,7 @@
 // database closes.
 import 'reflect-metadata';
 import { ConfigError, loadConfig } from './config.ts';
-import { createLogger } from './log.ts';
+import { createLogger } from '../common/log.ts';
 import { buildServices, openDatabase } from './services.ts';
 import { createHttpServer } from './http/server.ts';
 import { createGateway } from './http/app.ts';

@@ -6,7 +6,7 @@ import { migrate, openOrm } from './db/orm.ts';
 import { Authenticator } from './auth/authenticate.ts';
 import { PricingService } from './domain/pricing.ts';
 import { TunnelService } from './domain/tunnels.ts';
-import { createLogger, type Logger } from './log.ts';
+import { createLogger, type Logger } from '../common/log.ts';
 import { ProvisioningService } from './provisioning/service.ts';
 
 export interface Services {

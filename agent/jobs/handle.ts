@@ -9,7 +9,7 @@ import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type 
 import type { JobErrorCode, ResultLine } from './contract.ts';
 import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
 
-/** The slice of a structured logger this module needs (server/log.ts's Logger fits). */
+/** The slice of a structured logger this module needs (common/log.ts's Logger fits). */
 export interface JobLog {
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;

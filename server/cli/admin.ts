@@ -32,7 +32,7 @@ import { openDatabase } from '../services.ts';
 import { formatUsage, parseOptions, UsageError, type ParsedOptions } from './args.ts';
 import { COMMANDS, type Command } from './commands.ts';
 import { adminSocketPath, forwardToGateway } from './admin-socket.ts';
-import { createLogger } from '../log.ts';
+import { createLogger } from '../../common/log.ts';
 import { ProvisioningService } from '../provisioning/service.ts';
 import type { EdgeQueueing } from './queue-commands.ts';
 

@@ -3,7 +3,7 @@
 // authenticates at most once per request however many fields ask.
 import type { Principal } from '../auth/principal.ts';
 import { ApiError } from '../domain/errors.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 import type { Services } from '../services.ts';
 import type { Admission } from '../http/middleware/request-gate.ts';
 

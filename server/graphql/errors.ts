@@ -13,7 +13,7 @@ import { unwrapResolverError } from '@apollo/server/errors';
 import type { ApolloServerPlugin } from '@apollo/server';
 import type { GraphQLFormattedError } from 'graphql';
 import { ApiError } from '../domain/errors.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 import type { GraphqlContext } from './context.ts';
 
 /** True for errors that are bugs rather than refusals: they become server_error. */

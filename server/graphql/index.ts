@@ -17,7 +17,7 @@ import { ApiError } from '../domain/errors.ts';
 import { clientAddress } from '../http/client-address.ts';
 import type { Admission, RequestGate } from '../http/middleware/request-gate.ts';
 import { addressKey } from '../oidc/login-limits.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 import type { Services } from '../services.ts';
 import { createContext, type GraphqlContext } from './context.ts';
 import { errorPlugin, formatGraphqlError } from './errors.ts';

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import Koa, { type Context, type Next } from 'koa';
 import YAML from 'yaml';
 import type { Services } from '../services.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 import { ApiError } from '../domain/errors.ts';
 import { migrationsPending } from '../db/orm.ts';
 import { createMetrics, type Metrics } from './metrics.ts';

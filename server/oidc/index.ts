@@ -6,7 +6,7 @@ import { errors, type KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../domain/errors.ts';
 import { RateLimiter } from '../http/middleware/rate-limit.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 import { AccessTokenVerifier, looksLikeJwt } from './access-tokens.ts';
 import { CachedClientSource, consumePending, purgeExpired } from './adapter.ts';
 import { requestScope, type RequestScope } from './request-scope.ts';

@@ -14,7 +14,7 @@ import type { ApiAccess, Role } from '../db/entities.ts';
 import { checkPassword, findUserClaims } from './accounts.ts';
 import { LoginLimiter } from './login-limits.ts';
 import { renderConsent, renderLogin, renderMessage } from './pages.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 
 const FORM_LIMIT = 8 * 1024;
 

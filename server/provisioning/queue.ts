@@ -14,7 +14,7 @@
 // replica (locks.ts), so repeated or concurrent requests never pile up jobs (DESIGN.md 3.5; issue 8 item 4).
 import { PgBoss, fromPglite, type JobWithMetadata, type PGliteLike } from 'pg-boss';
 import type { Database } from '../db/database.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 import { KeyedLocks, type LockedSql } from './locks.ts';
 
 export const EDGE_QUEUE = 'edge-job';

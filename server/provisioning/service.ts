@@ -7,7 +7,7 @@
 // probe per tunnel at a time across replicas, its answer shared (probes.ts).
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 import type { ServerSecrets } from '../secrets.ts';
 import type { ProbeResult } from '../../agent/dataplane/types.ts';
 import { ApiError } from '../domain/errors.ts';

@@ -12,7 +12,7 @@
 // (issue 8 item 3): the failures are logged, the node counts as reconciled, and each broken tunnel's
 // own job fails and retries until that tunnel alone ends `failed`.
 import type { Database } from '../db/database.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../../common/log.ts';
 import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
 import { signJob } from '../edge/job-signing.ts';
 import type { EdgeConnections, EdgeNode } from '../edge/connections.ts';

@@ -7,7 +7,7 @@
 import { loadConfig } from '../../agent/config.ts';
 import { restoreAtStart, startAgent } from '../../agent/main.ts';
 import { createDataplane, type Dataplane, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/index.ts';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 
 const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
 

@@ -2,7 +2,7 @@
 import 'reflect-metadata';
 import type { AddressInfo } from 'node:net';
 import { loadConfig, type Config } from '../../server/config.ts';
-import { createLogger, type Logger } from '../../server/log.ts';
+import { createLogger, type Logger } from '../../common/log.ts';
 import { buildServices, type Services } from '../../server/services.ts';
 import { createGateway } from '../../server/http/app.ts';
 import { createHttpServer } from '../../server/http/server.ts';

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import ssh2 from 'ssh2';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 import { parseSecret, generateSecret, type GatewaySshKey } from '../../server/secrets.ts';
 import { signJob } from '../../server/edge/job-signing.ts';
 import { runJob, type EdgeNodeAddress } from '../../server/edge/ssh-client.ts';

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import ssh2 from 'ssh2';
 import type { ClientChannel, ConnectConfig } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 import { parseSecret, generateSecret, type GatewaySshKey } from '../../server/secrets.ts';
 import { signJob } from '../../server/edge/job-signing.ts';
 import { EdgeSshError, runJob, type EdgeNodeAddress } from '../../server/edge/ssh-client.ts';

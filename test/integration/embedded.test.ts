@@ -9,7 +9,7 @@ import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { afterAll, expect, it } from 'vitest';
 import { loadConfig } from '../../server/config.ts';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 import { buildServices, openDatabase } from '../../server/services.ts';
 import { createGateway } from '../../server/http/app.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';

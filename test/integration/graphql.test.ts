@@ -15,7 +15,7 @@ import { setRate } from '../../server/domain/settings.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { createGraphql, buildGraphqlSchema, printGraphqlSchema, QUERY_LIMITS } from '../../server/graphql/index.ts';
 import { SCHEMA_FILE } from '../../server/graphql/print-schema.ts';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 import { RequestGate } from '../../server/http/middleware/request-gate.ts';
 
 let gw: RunningGateway;

@@ -11,7 +11,7 @@ import { pkce } from '../helpers/oidc.ts';
 import { createClient } from '../../server/domain/clients.ts';
 import { setRate } from '../../server/domain/settings.ts';
 import { purgeExpiredIdempotency } from '../../server/domain/tunnels.ts';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 
 /** Counts the API-key lookups the gateway sends to PostgreSQL (the one prepared read of api-keys.ts). */

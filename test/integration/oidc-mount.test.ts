@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loadConfig } from '../../server/config.ts';
 import { createGateway, type Gateway } from '../../server/http/app.ts';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 import { buildServices } from '../../server/services.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { exchange, newClient, newUser, signIn } from '../helpers/oidc-login.ts';

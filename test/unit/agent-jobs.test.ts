@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { CompactSign } from 'jose';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 import { ConfigError, loadConfig, parseConfigFile } from '../../agent/config.ts';
 import { MAX_INPUT_BYTES } from '../../agent/jobs/contract.ts';
 import { JobHandler } from '../../agent/jobs/handle.ts';

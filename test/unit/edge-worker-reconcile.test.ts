@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { Database } from '../../server/db/database.ts';
 import type { EdgeConnections, EdgeNode } from '../../server/edge/connections.ts';
 import type { ResultLine } from '../../server/edge/job-signing.ts';
-import { createLogger } from '../../server/log.ts';
+import { createLogger } from '../../common/log.ts';
 import { parseSecret, generateSecret } from '../../server/secrets.ts';
 import type { Transitions } from '../../server/provisioning/transitions.ts';
 import { AgentRefused, EdgeWorker, reconcileFailures } from '../../server/provisioning/worker.ts';
