@@ -6,7 +6,7 @@
 // Errors from the dataplane: a tunnel it finds unusable before touching the kernel (InvalidTunnel, e.g. a
 // tunnel_name without the agent's link prefix) is `malformed`; anything else is `kernel_error`.
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure } from '../dataplane/types.ts';
-import type { JobErrorCode, ResultLine } from './contract.ts';
+import type { JobErrorCode, ResultLine } from '../../common/job-contract.ts';
 import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
 
 /** The slice of a structured logger this module needs (common/log.ts's Logger fits). */

@@ -37,7 +37,7 @@ import {
   isUuid,
   type JobClaims,
   type JobErrorCode,
-} from './contract.ts';
+} from '../../common/job-contract.ts';
 
 export interface ReplayGuard {
   /**

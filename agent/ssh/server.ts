@@ -9,7 +9,7 @@ import { timingSafeEqual } from 'node:crypto';
 import { createServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ServerChannel } from 'ssh2';
-import { JOB_COMMAND, MAX_INPUT_BYTES, SSH_USER, type JobErrorCode, type ResultLine } from '../jobs/contract.ts';
+import { JOB_COMMAND, MAX_INPUT_BYTES, SSH_USER, type JobErrorCode, type ResultLine } from '../../common/job-contract.ts';
 import { exitCodeFor, type JobLog } from '../jobs/handle.ts';
 import type { AuthorizedKey, HostKey } from './keys.ts';
 import { Admission, type Ticket } from './admission.ts';

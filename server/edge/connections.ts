@@ -5,7 +5,7 @@
 // form. The host key is pinned exactly as there; a connection that drops is forgotten and reported
 // through `onLost`, so the worker can reconcile the node on its next contact.
 import ssh2 from 'ssh2';
-import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../agent/jobs/contract.ts';
+import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../common/job-contract.ts';
 import { sshFingerprint } from '../secrets.ts';
 import { EdgeSshError, MAX_OUTPUT, normalizeFingerprint, parseResultLine, type EdgeNodeAddress } from './ssh-client.ts';
 

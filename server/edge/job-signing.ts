@@ -5,9 +5,9 @@
 // shape rules (agent/jobs/contract.ts) first, so the gateway never signs a job an agent calls malformed.
 import { createPrivateKey, randomUUID, type KeyObject } from 'node:crypto';
 import { CompactSign, type CryptoKey, type JWK } from 'jose';
-import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION, MAX_LIFETIME_S, checkBody, isOp, isUuid, type JobBodies, type JobClaims, type Op } from '../../agent/jobs/contract.ts';
+import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION, MAX_LIFETIME_S, checkBody, isOp, isUuid, type JobBodies, type JobClaims, type Op } from '../../common/job-contract.ts';
 
-export type { JobBodies, JobClaims, Op, ResultLine } from '../../agent/jobs/contract.ts';
+export type { JobBodies, JobClaims, Op, ResultLine } from '../../common/job-contract.ts';
 
 /** jose 6 has no KeyLike any more: a node:crypto KeyObject or a WebCrypto CryptoKey. */
 export type KeyLike = KeyObject | CryptoKey;

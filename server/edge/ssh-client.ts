@@ -3,10 +3,10 @@
 // `tunnelgate` with the gateway's key, runs `tunnel-agent job`, writes the JWS, closes stdin, and reads
 // back the one result line. Transport failures throw EdgeSshError; an agent's `ok: false` is a result.
 import ssh2 from 'ssh2';
-import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../agent/jobs/contract.ts';
+import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../common/job-contract.ts';
 import { sshFingerprint } from '../secrets.ts';
 
-export type { ResultLine } from '../../agent/jobs/contract.ts';
+export type { ResultLine } from '../../common/job-contract.ts';
 
 export interface EdgeNodeAddress {
   host: string;

@@ -18,7 +18,7 @@ import { EdgeSshError, runJob, type EdgeNodeAddress } from '../../server/edge/ss
 import { loadConfig, type AgentConfig } from '../../agent/config.ts';
 import { startAgent, type RunningAgent } from '../../agent/main.ts';
 import { HOST_KEY_FILE } from '../../agent/ssh/keys.ts';
-import { MAX_INPUT_BYTES } from '../../agent/jobs/contract.ts';
+import { MAX_INPUT_BYTES } from '../../common/job-contract.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 

@@ -15,7 +15,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
-import { ERROR_CODES, checkTunnel, type ResultLine } from '../../agent/jobs/contract.ts';
+import { ERROR_CODES, checkTunnel, type ResultLine } from '../../common/job-contract.ts';
 import { JobHandler } from '../../agent/jobs/handle.ts';
 import { parseJobKey } from '../../agent/jobs/job-key.ts';
 import type { ReplayGuard } from '../../agent/jobs/verify.ts';

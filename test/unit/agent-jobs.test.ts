@@ -10,7 +10,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
 import { ConfigError, loadConfig, parseConfigFile } from '../../agent/config.ts';
-import { MAX_INPUT_BYTES } from '../../agent/jobs/contract.ts';
+import { MAX_INPUT_BYTES } from '../../common/job-contract.ts';
 import { JobHandler } from '../../agent/jobs/handle.ts';
 import { parseJobKey, type JobKey } from '../../agent/jobs/job-key.ts';
 import { REPLAY_FILE, ReplayCache } from '../../agent/jobs/replay-cache.ts';

@@ -3,9 +3,9 @@
 // (server/edge/job-signing.ts), so the gateway never signs a job the agent would call malformed.
 // schema/job.schema.json describes the same claims as JSON Schema; test/unit/agent-jobs.test.ts checks
 // that the two agree. No I/O here.
-import type { ChangeCounts, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../dataplane/types.ts';
+import type { ChangeCounts, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../agent/dataplane/types.ts';
 
-export type { ReconcileResult, TunnelFailure } from '../dataplane/types.ts';
+export type { ReconcileResult, TunnelFailure } from '../agent/dataplane/types.ts';
 
 export const JOB_TYP = 'tunnel-job+jwt';
 export const JOB_ALG = 'EdDSA';
