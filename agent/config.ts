@@ -10,7 +10,8 @@ import { isIP } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { CidrError, parseCidrList, type CidrList } from './cidr.ts';
-import { isUuid, parseIPv4 } from '../common/job-contract.ts';
+import { parseIPv4 } from '../common/ipv4.ts';
+import { isUuid } from '../common/names.ts';
 import { JobKeyError, parseJobKey, type JobKey } from './jobs/job-key.ts';
 import { SshKeyError, parseAuthorizedKey, type AuthorizedKey } from './ssh/keys.ts';
 

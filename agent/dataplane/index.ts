@@ -17,7 +17,8 @@ import { probeEcho } from './probe.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { collectBetweenPhases, releaseMemory } from './memory.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
-import { InvalidTunnel, normalise, validateRef, validateSpec } from './validate.ts';
+import { normaliseSpec } from '../../common/tunnel-spec.ts';
+import { InvalidTunnel, validateRef, validateSpec } from './validate.ts';
 
 export { KernelError } from './types.ts';
 export type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelFailure, TunnelRef, TunnelSpec } from './types.ts';
@@ -184,7 +185,7 @@ class EdgeDataplane implements DataplaneHandle {
   private checkSpec(t: TunnelSpec): TunnelSpec {
     validateSpec(t, this.k.linkPrefix);
     if (t.edge_ip !== this.opts.edgeIp) throw new InvalidTunnel(`edge_ip ${t.edge_ip} is not this router's ${this.opts.edgeIp}`);
-    return normalise(t);
+    return normaliseSpec(t);
   }
 
   private async run(desired: TunnelSpec[], scope: 'all' | Set<string>, orphans: string[] = [], keep?: ReadonlySet<string>): Promise<ChangeCounts> {

@@ -1,51 +1,9 @@
 // The seam between the agent's job handling (SSH + signed jobs) and the kernel-facing dataplane.
-// Shapes follow DESIGN.md "Edge jobs": the `tunnel` body of a job and the result counts.
+// The shapes it speaks (the `tunnel` body of a job and the result counts) are the wire contract's and live
+// in common/tunnel-spec.ts; they are re-exported here so dataplane code (and test/vm) has one import.
+import type { ChangeCounts, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../../common/tunnel-spec.ts';
 
-export interface TunnelSpec {
-  id: string;
-  tunnel_name: string;
-  protected_ip: string;
-  origin_ip: string;
-  edge_ip: string;
-  /** Edge end of the inner subnet with its prefix, e.g. "100.64.0.1/30". */
-  edge_inner: string;
-  /** Origin end of the inner subnet with its prefix, e.g. "100.64.0.2/30". */
-  origin_inner: string;
-  mtu: number;
-  gre_key?: number;
-}
-
-/** What a `remove` job needs at least. */
-export type TunnelRef = Pick<TunnelSpec, 'id' | 'tunnel_name' | 'protected_ip'>;
-
-/** Every result carries all four keys (DESIGN.md "Exact rules"). */
-export interface ChangeCounts {
-  added: number;
-  changed: number;
-  removed: number;
-  unchanged: number;
-}
-
-/**
- * One tunnel a reconcile could not apply (issue 8 item 3): the rest of the node's set was applied anyway.
- * The shape is the job contract's (agent/jobs/contract.ts, schema/job.schema.json): the gateway marks that
- * tunnel alone.
- */
-export interface TunnelFailure {
-  id: string;
-  error: 'kernel_error';
-  error_description: string;
-}
-
-/** A reconcile's result: the counts of what it applied, and every tunnel it could not (possibly none). */
-export interface ReconcileResult extends ChangeCounts {
-  failed: TunnelFailure[];
-}
-
-export interface ProbeResult {
-  reachable: boolean;
-  rtt_ms?: number;
-}
+export type { ChangeCounts, ProbeResult, ReconcileResult, TunnelFailure, TunnelRef, TunnelSpec } from '../../common/tunnel-spec.ts';
 
 export interface Dataplane {
   /** Makes this tunnel exist exactly as described; idempotent. */

@@ -33,11 +33,11 @@ import {
   edgeIpsOf,
   isOp,
   protectedIpsOf,
-  isPlainObject,
-  isUuid,
   type JobClaims,
   type JobErrorCode,
 } from '../../common/job-contract.ts';
+import { isUuid } from '../../common/names.ts';
+import { isPlainObject } from '../../common/tunnel-spec.ts';
 
 export interface ReplayGuard {
   /**

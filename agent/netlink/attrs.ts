@@ -1,6 +1,7 @@
 // Netlink TLV attributes: a growable writer for building messages and a parser for reading them.
 // Pure: no I/O. Layout per include/uapi/linux/netlink.h (struct nlattr, NLA_ALIGN).
 import { endianness } from 'node:os';
+import { parseIPv4 } from '../../common/ipv4.ts';
 
 // include/uapi/linux/netlink.h
 export const NLA_F_NESTED = 1 << 15;
@@ -328,41 +329,16 @@ export function readString(b: Buffer): string {
 
 // --- IPv4 helpers (addresses travel in network order everywhere in netlink) --------------------
 
+/** A dotted quad in network order; the one strict parser (common/ipv4.ts) decides what is an address. */
 export function ipv4ToBytes(ip: string): Buffer {
-  // Hand-rolled: the dataplane parses tens of thousands of these per batch, and split/regex dominated it.
+  const n = parseIPv4(ip);
+  if (n === null) throw new RangeError(`not an IPv4 address: ${ip}`);
   const out = Buffer.allocUnsafe(4);
-  let part = 0;
-  let val = 0;
-  let digits = 0;
-  for (let i = 0; i <= ip.length; i++) {
-    const c = i < ip.length ? ip.charCodeAt(i) : 46; /* '.' terminates the last part */
-    if (c >= 48 && c <= 57) {
-      val = val * 10 + (c - 48);
-      if (++digits > 3 || val > 255) throw new RangeError(`not an IPv4 address: ${ip}`);
-    } else if (c === 46 && digits > 0 && part < 4) {
-      out[part++] = val;
-      val = 0;
-      digits = 0;
-    } else {
-      throw new RangeError(`not an IPv4 address: ${ip}`);
-    }
-  }
-  if (part !== 4) throw new RangeError(`not an IPv4 address: ${ip}`);
+  out.writeUInt32BE(n, 0);
   return out;
 }
 
 export function bytesToIpv4(b: Uint8Array): string {
   if (b.length !== 4) throw new NetlinkParseError(`IPv4 address needs 4 bytes, got ${b.length}`);
   return `${b[0]}.${b[1]}.${b[2]}.${b[3]}`;
-}
-
-/** "a.b.c.d/n" or "a.b.c.d" (as /32). */
-export function parseCidr(cidr: string): { address: string; prefixLen: number } {
-  const [address, len] = cidr.split('/');
-  const prefixLen = len === undefined ? 32 : Number(len);
-  if (address === undefined || !Number.isInteger(prefixLen) || prefixLen < 0 || prefixLen > 32) {
-    throw new RangeError(`not an IPv4 prefix: ${cidr}`);
-  }
-  ipv4ToBytes(address);
-  return { address, prefixLen };
 }

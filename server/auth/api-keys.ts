@@ -2,6 +2,7 @@
 // 256-bit secret is stored (a slow KDF adds nothing to a random 256-bit secret and would cost every
 // request), and the comparison is constant-time.
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
+import { isUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
 import type { Permission } from '../db/entities.ts';
 import { ApiError } from '../domain/errors.ts';
@@ -30,7 +31,7 @@ export async function createApiKey(db: Database, accountId: string, userId: stri
 export const REVOKED_CHANNEL = 'tunnelgate_api_key_revoked';
 
 export async function revokeApiKey(db: Database, id: string): Promise<boolean> {
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) return false;
+  if (!isUuid(id)) return false;
   const rows = await db.query('update api_key set revoked_at = coalesce(revoked_at, now()) where id = ? returning id', [id.toLowerCase()]);
   if (rows.length > 0) await db.notify(REVOKED_CHANNEL, id.toLowerCase());
   return rows.length > 0;

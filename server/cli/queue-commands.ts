@@ -4,7 +4,7 @@
 // (the one just queued, or the one already live, which does the same work). A gateway's worker runs it.
 // On the embedded database the command runs inside the gateway (admin-socket.ts) on its own queue.
 import { ApiError } from '../domain/errors.ts';
-import { isUuid } from '../domain/admin-read.ts';
+import { isUuid } from '../../common/names.ts';
 import type { SendOnceResult } from '../provisioning/queue.ts';
 import type { ParsedOptions } from './args.ts';
 import type { Command } from './commands.ts';

@@ -7,6 +7,7 @@
 // row's key, refused (`invalid_request`) when they were not printed by the same list. Money is a JSON
 // number like the REST API (money.ts, DESIGN 3.3). Secrets never appear: no password hash, no key hash,
 // no avatar key; only the columns named below are ever selected.
+import { isUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
 import type { Permission, Role, TunnelStatus } from '../db/entities.ts';
 import { ApiError } from './errors.ts';
@@ -24,13 +25,11 @@ export interface PageRequest {
   cursor: string | null;
 }
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Microsecond UTC times as the queries below print them (`to_char(... 'US')`): exact keyset positions. */
 const KEY_TIME_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
 const KEY_TIME_SQL = (col: string) => `to_char(${col} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 const ISO_SQL = (col: string) => `to_char(${col} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
-export const isUuid = (s: string): boolean => UUID_RE.test(s.toLowerCase());
 
 function encodeCursor(tag: string, key: readonly string[]): string {
   return Buffer.from(JSON.stringify([tag, ...key]), 'utf8').toString('base64url');

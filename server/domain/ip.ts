@@ -1,25 +1,13 @@
-// IPv4 parsing and the address classes the product cares about. Addresses are uint32 numbers.
+// IPv4 pools, CIDRs and the address classes the product cares about. Addresses are uint32 numbers.
+import { formatIPv4, parseIPv4 } from '../../common/ipv4.ts';
+
 export class IpError extends Error {
   override name = 'IpError';
 }
 
-/** Strict dotted quad: four decimal octets 0-255, no leading zeros (so "010.0.0.1" is not octal-ambiguous). */
-export function parseIPv4(text: string): number | null {
-  const parts = text.split('.');
-  if (parts.length !== 4) return null;
-  let n = 0;
-  for (const part of parts) {
-    if (!/^(0|[1-9]\d{0,2})$/.test(part)) return null;
-    const o = Number(part);
-    if (o > 255) return null;
-    n = n * 256 + o;
-  }
-  return n;
-}
-
-export function formatIPv4(n: number): string {
-  return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.');
-}
+// The dotted-quad rule is the one both programs share (common/ipv4.ts); the pools, address classes and
+// inner subnets below are the gateway's own.
+export { formatIPv4, parseIPv4 } from '../../common/ipv4.ts';
 
 export interface Cidr {
   base: number;

@@ -1,6 +1,7 @@
 // Edge nodes and their pools of protected IPs: adding a node, pinning its host key or stopping its
 // sales (`node update`), and the operator's read views. DESIGN 3.2; docs/NODES.md says why each rule.
 import { randomUUID } from 'node:crypto';
+import { isUuid } from '../../common/names.ts';
 import type { Database, Sql } from '../db/database.ts';
 import { ApiError } from './errors.ts';
 import { cidrRange, formatIPv4, INNER_POOL, INNER_SLOTS, IpError, isUnicast, parseCidr, parseIPv4, poolAddresses, type Cidr } from './ip.ts';
@@ -15,8 +16,6 @@ export interface AddNode {
 }
 
 const HOST_KEY_RE = /^SHA256:[A-Za-z0-9+/]{43}=?$/;
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 function checkHostKey(hostKey: string): void {
   if (!HOST_KEY_RE.test(hostKey)) throw new ApiError('invalid_request', 'host-key must be an OpenSSH SHA256 fingerprint (SHA256:<base64>), as the agent prints it.');
 }
@@ -183,7 +182,7 @@ function nodeView(r: NodeRow): NodeView {
 }
 
 function checkId(id: string): string {
-  if (!UUID_RE.test(id)) throw new ApiError('invalid_request', `id must be a node id (a UUID) as node add printed it, got ${JSON.stringify(id.slice(0, 64))}.`);
+  if (!isUuid(id)) throw new ApiError('invalid_request', `id must be a node id (a UUID) as node add printed it, got ${JSON.stringify(String(id).slice(0, 64))}.`);
   return id.toLowerCase();
 }
 
@@ -205,7 +204,7 @@ export async function listNodes(db: Database, opts: { limit?: number; cursor?: s
     } catch {
       after = null;
     }
-    if (!Array.isArray(after) || typeof after[0] !== 'string' || Number.isNaN(Date.parse(after[0])) || typeof after[1] !== 'string' || !UUID_RE.test(after[1])) {
+    if (!Array.isArray(after) || typeof after[0] !== 'string' || Number.isNaN(Date.parse(after[0])) || typeof after[1] !== 'string' || !isUuid(after[1])) {
       throw new ApiError('invalid_request', 'cursor is not one node list printed.');
     }
     where = ' where (n.created_at, n.id) > (?::timestamptz, ?::uuid)';

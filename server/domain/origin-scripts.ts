@@ -4,6 +4,8 @@
 // Every value is validated here, strictly, before it reaches the text, even though callers validate
 // too: the output is executed as root on someone else's server, so the guarantee that nothing in it
 // can be shell syntax must not depend on code elsewhere. The values are then single-quoted anyway.
+import { formatIPv4, parseIPv4 } from '../../common/ipv4.ts';
+import { isInterfaceName, isUuid } from '../../common/names.ts';
 
 export interface OriginScriptParams {
   tunnelId: string; // uuid
@@ -45,10 +47,8 @@ interface Valid {
   unitName: string;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-// Stricter than Linux (which only forbids '/', ':' and whitespace): the name also becomes a sysctl
-// key (a '.' would split it), a systemd unit name and a file name, and must never need escaping.
-const IFNAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,14}$/;
+// The UUID and interface-name rules are the shared ones (common/names.ts): the interface name also
+// becomes a sysctl key, a systemd unit name and a file name here, and must never need escaping.
 // "all" and "default" are net.ipv4.conf.* entries of their own; gre0, gretap0 and erspan0 are the
 // fallback devices ip_gre creates itself and cannot be deleted.
 const RESERVED_IFNAMES = new Set(['all', 'default', 'lo', 'gre0', 'gretap0', 'erspan0']);
@@ -68,16 +68,12 @@ function str(field: string, value: unknown): string {
 /** Dotted quad as a uint32; no leading zeros, since inet_aton reads "010" as octal. */
 function ipv4(field: string, value: unknown): number {
   const text = str(field, value);
-  const parts = text.split('.');
-  if (parts.length !== 4 || !parts.every((o) => /^(0|[1-9][0-9]{0,2})$/.test(o) && Number(o) <= 255)) {
-    throw bad(field, value, 'is not an IPv4 address');
-  }
-  return parts.reduce((n, o) => n * 256 + Number(o), 0);
+  const n = parseIPv4(text);
+  if (n === null) throw bad(field, value, 'is not an IPv4 address');
+  return n;
 }
 
-function fmt(n: number): string {
-  return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.');
-}
+const fmt = formatIPv4;
 
 /** 0/8, 127/8, multicast and 240/4 cannot be a tunnel endpoint or an interface address. */
 function unicast(field: string, value: unknown): number {
@@ -103,9 +99,9 @@ function int(field: string, value: unknown, min: number, max: number): number {
 
 function validate(p: OriginScriptParams): Valid {
   const tunnelId = str('tunnelId', p.tunnelId);
-  if (!UUID.test(tunnelId)) throw bad('tunnelId', tunnelId, 'is not a UUID');
+  if (!isUuid(tunnelId)) throw bad('tunnelId', tunnelId, 'is not a UUID');
   const tunnelName = str('tunnelName', p.tunnelName);
-  if (!IFNAME.test(tunnelName) || RESERVED_IFNAMES.has(tunnelName)) {
+  if (!isInterfaceName(tunnelName) || RESERVED_IFNAMES.has(tunnelName)) {
     throw bad('tunnelName', tunnelName, 'is not a usable interface name (1-15 of A-Z a-z 0-9 _ -, not starting with _ or -)');
   }
   const protectedIp = unicast('protectedIp', p.protectedIp);

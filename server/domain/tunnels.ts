@@ -1,6 +1,7 @@
 // Buying, listing, reading and deleting tunnels. REST, GraphQL and tests all call this service; the
 // views it returns are the REST wire shapes of DESIGN.md, "REST shapes".
 import { createHash, randomUUID } from 'node:crypto';
+import { isCanonicalUuid, isUuid } from '../../common/names.ts';
 import { Database, type Sql } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { Principal } from '../auth/principal.ts';
@@ -244,7 +245,7 @@ export class TunnelService {
   }
 
   private async row(sql: Pick<Sql, 'query'> | Database, principal: Principal, id: string, lock = false): Promise<TunnelRow> {
-    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) throw notFound();
+    if (!isUuid(id)) throw notFound();
     const text = `select ${TUNNEL_COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
         where t.id = ? and t.account_id = ?${lock ? ' for update of t' : ''}`;
     const params = [id.toLowerCase(), principal.accountId];
@@ -634,8 +635,6 @@ function encodeCursor(createdAt: string, id: string): string {
   return Buffer.from(JSON.stringify([createdAt, id])).toString('base64url');
 }
 
-const CURSOR_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
 /**
  * Only the shape encodeCursor writes, and a real instant PostgreSQL accepts: Date.parse also takes
  * 2026-02-30 (as March 2) or year 0, which the `::timestamptz` cast refuses with a 500 (found by
@@ -650,7 +649,7 @@ function issuedCursorTime(text: string): boolean {
 function decodeCursor(cursor: string): { createdAt: string; id: string } {
   try {
     const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown[];
-    if (typeof createdAt === 'string' && typeof id === 'string' && issuedCursorTime(createdAt) && CURSOR_ID.test(id)) {
+    if (typeof createdAt === 'string' && typeof id === 'string' && issuedCursorTime(createdAt) && isCanonicalUuid(id)) {
       return { createdAt, id };
     }
   } catch {

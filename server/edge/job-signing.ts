@@ -2,10 +2,11 @@
 // it: compact JWS, alg EdDSA (Ed25519), header {alg, typ: "tunnel-job+jwt", kid}, claims iss "tunnelgate",
 // aud the node id, a fresh jti (UUID), iat now, exp at most 60 s later, v 1, op and the op's body.
 // Pure apart from the clock and the random jti (both injectable). The body is checked with the agent's own
-// shape rules (agent/jobs/contract.ts) first, so the gateway never signs a job an agent calls malformed.
+// shape rules (common/job-contract.ts) first, so the gateway never signs a job an agent calls malformed.
 import { createPrivateKey, randomUUID, type KeyObject } from 'node:crypto';
 import { CompactSign, type CryptoKey, type JWK } from 'jose';
-import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION, MAX_LIFETIME_S, checkBody, isOp, isUuid, type JobBodies, type JobClaims, type Op } from '../../common/job-contract.ts';
+import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION, MAX_LIFETIME_S, checkBody, isOp, type JobBodies, type JobClaims, type Op } from '../../common/job-contract.ts';
+import { isUuid } from '../../common/names.ts';
 
 export type { JobBodies, JobClaims, Op, ResultLine } from '../../common/job-contract.ts';
 

@@ -3,6 +3,7 @@
 // aud and exp, and then that the token's grant (the `gid` claim) still exists, so revoking a grant,
 // rotating a client secret or reusing a refresh token ends every access token of that grant at once.
 import { errors as joseErrors, jwtVerify, type JWTPayload } from 'jose';
+import { isCanonicalUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
 import type { ApiAccess, Permission, Role } from '../db/entities.ts';
 import { ApiError } from '../domain/errors.ts';
@@ -23,7 +24,6 @@ export interface LiveAccessToken {
   apiAccess: ApiAccess;
 }
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const JWT_RE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
 /** True for anything shaped like a compact JWS: the Authenticator routes those here. */
@@ -61,7 +61,7 @@ export class AccessTokenVerifier {
   /** A current token whose grant still exists, with the user's account and role; else invalid_token (401). */
   async verify(token: string): Promise<LiveAccessToken> {
     const claims = await this.decode(token);
-    if (!claims || !UUID_RE.test(claims.sub)) throw invalidToken('The access token is malformed, expired or not issued here.');
+    if (!claims || !isCanonicalUuid(claims.sub)) throw invalidToken('The access token is malformed, expired or not issued here.');
     // Both lookups by primary key: the grant by (kind, id), the user by id.
     const [row] = await this.db.hot<{ account_id: string; role: Role; api_access: ApiAccess }>(
       'oidc_access_grant_client',

@@ -1,5 +1,6 @@
 // The issuer's view of app_user: password sign-in for the login page and the profile claims for
 // ID tokens and userinfo. `sub` is the user's id.
+import { isUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
 import type { Role } from '../db/entities.ts';
 import { hashPassword, needsRehash, verifyPassword } from '../auth/passwords.ts';
@@ -17,11 +18,9 @@ export interface UserClaims {
   [claim: string]: unknown;
 }
 
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 /** `avatars` is avatarBase(PUBLIC_URL): where the generated avatars are served (server/oidc/avatars.ts). */
 export async function findUserClaims(db: Database, sub: string, avatars: string): Promise<UserClaims | null> {
-  if (!UUID_RE.test(sub)) return null;
+  if (!isUuid(sub)) return null;
   const [row] = await db.hot<UserRow>('oidc_user_claims_avatar', 'select id, name, picture, email, avatar_key from app_user where id = ?', [sub]);
   return row ? toClaims(row, avatars) : null;
 }

@@ -2,7 +2,7 @@
 // pinned host key, and a node's whole desired set (for `reconcile`). Pure reads; no transitions here.
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
-import type { TunnelSpec } from '../../agent/dataplane/types.ts';
+import type { TunnelSpec } from '../../common/tunnel-spec.ts';
 import { innerSubnet, parseCidr } from '../domain/ip.ts';
 import { GRE_MTU } from '../domain/tunnels.ts';
 import type { EdgeNode } from '../edge/connections.ts';

@@ -9,7 +9,7 @@
 // is one process: the in-process sharing is the whole story there.
 import { EventEmitter } from 'node:events';
 import type { Database } from '../db/database.ts';
-import type { ProbeResult } from '../../agent/dataplane/types.ts';
+import type { ProbeResult } from '../../common/tunnel-spec.ts';
 import { ApiError } from '../domain/errors.ts';
 import type { KeyedLocks } from './locks.ts';
 

@@ -5,11 +5,12 @@
 // One live edge job per tunnel (DESIGN.md 3.5): dispatch() and the sweeper queue through sendOnce(), so a
 // repeated or concurrent provision/delete while a job is live queues nothing and answers at once; one
 // probe per tunnel at a time across replicas, its answer shared (probes.ts).
+import { isCanonicalUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { Logger } from '../../common/log.ts';
 import type { ServerSecrets } from '../secrets.ts';
-import type { ProbeResult } from '../../agent/dataplane/types.ts';
+import type { ProbeResult } from '../../common/tunnel-spec.ts';
 import { ApiError } from '../domain/errors.ts';
 import { EdgeConnections } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/ssh-client.ts';
@@ -136,7 +137,7 @@ export class ProvisioningService {
    */
   async queueRepair(tunnelId: string): Promise<SendOnceResult> {
     const id = tunnelId.toLowerCase();
-    const [t] = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(id)
+    const [t] = isCanonicalUuid(id)
       ? await this.db.query<{ node_id: string; status: TunnelStatus }>('select node_id, status from tunnel where id = ?', [id])
       : [];
     if (!t) throw new ApiError('not_found', `no tunnel with id ${tunnelId}.`);

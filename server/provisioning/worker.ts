@@ -17,7 +17,7 @@ import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
 import { signJob } from '../edge/job-signing.ts';
 import type { EdgeConnections, EdgeNode } from '../edge/connections.ts';
 import type { JobSigningKey } from '../secrets.ts';
-import type { ProbeResult, TunnelSpec } from '../../agent/dataplane/types.ts';
+import type { ProbeResult, TunnelSpec } from '../../common/tunnel-spec.ts';
 import { desiredSet, edgeNode, edgeTunnel } from './edge-state.ts';
 import { isReconcileJob, type EdgeJob } from './queue.ts';
 import type { Transitions } from './transitions.ts';
