@@ -24,7 +24,7 @@ import {
   verify as cryptoVerify,
   type KeyObject,
 } from 'node:crypto';
-import ssh2 from 'ssh2';
+import { OpenSshKeyError, checkSsh2PrivateKey, ed25519FromOpenSsh, sshFingerprint, sshPublicBlobOf, toOpenSshPrivateKey } from '../common/openssh.ts';
 import type { Database } from './db/database.ts';
 
 export class SecretsError extends Error {
@@ -195,114 +195,18 @@ const jobSigningKey: Spec<JobSigningKey> = {
 };
 
 // ---------------------------------------------------------------------------------------------
-// OpenSSH Ed25519 keys, built from node:crypto keys by hand (ssh2's own generateKeyPairSync yields an
-// unusable key about once in 256 tries; see ../shared/STACK.md).
+// The gateway's SSH client key, in OpenSSH form through the shared codec (common/openssh.ts).
 
 const SSH_COMMENT = 'tunnelgate-gateway';
 
-function sshString(data: Buffer | string): Buffer {
-  const body = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-  const len = Buffer.alloc(4);
-  len.writeUInt32BE(body.length);
-  return Buffer.concat([len, body]);
-}
-
-function uint32(n: number): Buffer {
-  const b = Buffer.alloc(4);
-  b.writeUInt32BE(n >>> 0);
-  return b;
-}
-
-/** The ssh-ed25519 public-key blob: string "ssh-ed25519", string key (32 bytes). */
-export function sshEd25519PublicBlob(publicKey: Buffer): Buffer {
-  if (publicKey.length !== 32) throw new SecretsError('an Ed25519 public key is 32 bytes');
-  return Buffer.concat([sshString('ssh-ed25519'), sshString(publicKey)]);
-}
-
-export function sshFingerprint(blob: Buffer): string {
-  return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
-}
-
-/** Raw 32-byte seed and public key of an Ed25519 node:crypto private key. */
-function rawEd25519(privateKey: KeyObject): { seed: Buffer; pub: Buffer } {
-  const jwk = privateKey.export({ format: 'jwk' });
-  return { seed: Buffer.from(jwk.d!, 'base64url'), pub: Buffer.from(jwk.x!, 'base64url') };
-}
-
-/** `openssh-key-v1` text, unencrypted, one key: the format `ssh-keygen -t ed25519` writes. */
-export function toOpenSshPrivateKey(privateKey: KeyObject, comment = SSH_COMMENT): string {
-  checkEd25519(privateKey, 'gateway_ssh_key');
-  const { seed, pub } = rawEd25519(privateKey);
-  const blob = sshEd25519PublicBlob(pub);
-  const check = randomBytes(4);
-  let priv = Buffer.concat([check, check, sshString('ssh-ed25519'), sshString(pub), sshString(Buffer.concat([seed, pub])), sshString(comment)]);
-  // Pad to the cipher block size (8 for "none") with 1, 2, 3, ...
-  const pad = (8 - (priv.length % 8)) % 8;
-  priv = Buffer.concat([priv, Buffer.from(Array.from({ length: pad }, (_, i) => i + 1))]);
-  const body = Buffer.concat([
-    Buffer.from('openssh-key-v1\0', 'latin1'),
-    sshString('none'),
-    sshString('none'),
-    sshString(Buffer.alloc(0)),
-    uint32(1),
-    sshString(blob),
-    sshString(priv),
-  ]).toString('base64');
-  const lines = body.match(/.{1,70}/g)!;
-  return `-----BEGIN OPENSSH PRIVATE KEY-----\n${lines.join('\n')}\n-----END OPENSSH PRIVATE KEY-----\n`;
-}
-
-/** Reads SSH wire-format strings (uint32 length + bytes) one after another. */
-function sshReader(buf: Buffer, start: number) {
-  let pos = start;
-  return {
-    skip(n: number) {
-      pos += n;
-    },
-    string(): Buffer {
-      if (pos + 4 > buf.length) throw new SecretsError('truncated OpenSSH private key');
-      const len = buf.readUInt32BE(pos);
-      if (pos + 4 + len > buf.length) throw new SecretsError('truncated OpenSSH private key');
-      const out = buf.subarray(pos + 4, pos + 4 + len);
-      pos += 4 + len;
-      return out;
-    },
-  };
-}
-
-/** The 32-byte seed of an unencrypted one-key OpenSSH Ed25519 private key (ssh2 has already accepted it). */
-function seedFromOpenSsh(text: string): Buffer {
-  const data = Buffer.from(text.replace(/-----(BEGIN|END) OPENSSH PRIVATE KEY-----/g, '').replace(/\s+/g, ''), 'base64');
-  const outer = sshReader(data, 'openssh-key-v1\0'.length);
-  outer.string(); // cipher name ("none")
-  outer.string(); // kdf name ("none")
-  outer.string(); // kdf options
-  outer.skip(4); // number of keys
-  outer.string(); // public key blob
-  const inner = sshReader(outer.string(), 8); // after the two check ints
-  inner.string(); // key type
-  inner.string(); // public key
-  const sk = inner.string(); // seed || public key
-  if (sk.length !== 64) throw new SecretsError('malformed OpenSSH Ed25519 private key');
-  return Buffer.from(sk.subarray(0, 32));
-}
-
-function ed25519FromSeed(seed: Buffer): KeyObject {
-  // PKCS#8 wrapping of a raw Ed25519 seed (RFC 8410): a fixed 16-byte prefix.
-  const prefix = Buffer.from('302e020100300506032b657004220420', 'hex');
-  return createPrivateKey({ key: Buffer.concat([prefix, seed]), format: 'der', type: 'pkcs8' });
-}
-
-/** Parses with ssh2 (the library the gateway's SSH client uses) and signs/verifies once through it. */
-function checkWithSsh2(openssh: string): void {
-  const parsed = ssh2.utils.parseKey(openssh);
-  const key = Array.isArray(parsed) ? parsed[0] : parsed;
-  if (!key || key instanceof Error) throw new SecretsError(`gateway_ssh_key is not a key ssh2 can use: ${key instanceof Error ? key.message : 'nothing parsed'}`);
-  if (key.type !== 'ssh-ed25519') throw new SecretsError(`gateway_ssh_key must be an Ed25519 key, got ${key.type}`);
-  if (!key.isPrivateKey()) throw new SecretsError('gateway_ssh_key must be a private key');
-  const probe = randomBytes(32);
-  const sig = key.sign(probe);
-  if (sig instanceof Error || !key.verify(probe, sig)) throw new SecretsError('gateway_ssh_key failed its ssh2 sign/verify self-test');
+/** Runs one step of the shared OpenSSH codec, naming the secret in its error. */
+function codec<T>(step: () => T): T {
+  try {
+    return step();
+  } catch (e) {
+    if (e instanceof OpenSshKeyError) throw new SecretsError(`gateway_ssh_key ${e.message}`);
+    throw e;
+  }
 }
 
 const gatewaySshKey: Spec<GatewaySshKey> = {
@@ -311,13 +215,8 @@ const gatewaySshKey: Spec<GatewaySshKey> = {
     let privateKey: KeyObject;
     let openssh: string;
     if (t.startsWith('-----BEGIN OPENSSH PRIVATE KEY-----')) {
-      const parsed = ssh2.utils.parseKey(t.endsWith('\n') ? t.slice(0, -1) : t);
-      const key = Array.isArray(parsed) ? parsed[0] : parsed;
-      if (!key || key instanceof Error) {
-        throw new SecretsError(`gateway_ssh_key is not a usable OpenSSH private key: ${key instanceof Error ? key.message : 'nothing parsed'}`);
-      }
-      if (key.type !== 'ssh-ed25519') throw new SecretsError(`gateway_ssh_key must be an Ed25519 key, got ${key.type}`);
-      privateKey = ed25519FromSeed(seedFromOpenSsh(t));
+      codec(() => checkSsh2PrivateKey(t.endsWith('\n') ? t.slice(0, -1) : t));
+      privateKey = codec(() => ed25519FromOpenSsh(t));
       // Keep the operator's text (and comment) as is: ssh2 already accepted it.
       openssh = t.endsWith('\n') ? t : `${t}\n`;
     } else if (t.startsWith('-----BEGIN PRIVATE KEY-----')) {
@@ -327,20 +226,20 @@ const gatewaySshKey: Spec<GatewaySshKey> = {
         throw new SecretsError(`gateway_ssh_key is not a readable PKCS#8 PEM key: ${(e as Error).message}`);
       }
       checkEd25519(privateKey, 'gateway_ssh_key');
-      openssh = toOpenSshPrivateKey(privateKey);
+      openssh = codec(() => toOpenSshPrivateKey(privateKey, SSH_COMMENT));
     } else {
       throw new SecretsError('gateway_ssh_key must be an Ed25519 private key in OpenSSH (BEGIN OPENSSH PRIVATE KEY) or PKCS#8 PEM (BEGIN PRIVATE KEY) form');
     }
     const publicKey = createPublicKey(privateKey);
     selfTest(privateKey, publicKey, 'gateway_ssh_key');
-    checkWithSsh2(openssh.trimEnd());
-    const blob = sshEd25519PublicBlob(rawEd25519(privateKey).pub);
+    codec(() => checkSsh2PrivateKey(openssh.trimEnd()));
+    const blob = codec(() => sshPublicBlobOf(privateKey));
     return { privateKey: openssh, publicKey: `ssh-ed25519 ${blob.toString('base64')} ${SSH_COMMENT}`, fingerprint: sshFingerprint(blob) };
   },
   generate() {
     // node:crypto generates; ssh2 must then parse it and sign/verify (parse() checks both), else try again.
     for (let attempt = 0; attempt < 5; attempt++) {
-      const text = toOpenSshPrivateKey(generateKeyPairSync('ed25519').privateKey);
+      const text = toOpenSshPrivateKey(generateKeyPairSync('ed25519').privateKey, SSH_COMMENT);
       try {
         gatewaySshKey.parse(text);
         return text;

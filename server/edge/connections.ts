@@ -6,7 +6,7 @@
 // through `onLost`, so the worker can reconcile the node on its next contact.
 import ssh2 from 'ssh2';
 import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../common/job-contract.ts';
-import { sshFingerprint } from '../secrets.ts';
+import { sshFingerprint } from '../../common/openssh.ts';
 import { EdgeSshError, MAX_OUTPUT, normalizeFingerprint, parseResultLine, type EdgeNodeAddress } from './ssh-client.ts';
 
 export interface EdgeNode extends EdgeNodeAddress {

@@ -4,7 +4,7 @@
 // back the one result line. Transport failures throw EdgeSshError; an agent's `ok: false` is a result.
 import ssh2 from 'ssh2';
 import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../common/job-contract.ts';
-import { sshFingerprint } from '../secrets.ts';
+import { sshFingerprint } from '../../common/openssh.ts';
 
 export type { ResultLine } from '../../common/job-contract.ts';
 

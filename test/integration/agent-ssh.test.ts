@@ -415,7 +415,7 @@ describe('agent SSH: host key', () => {
     // The key the client sees is the one whose fingerprint was printed.
     let seen: string | undefined;
     const jws = await sign('apply', { tunnel: tunnel() });
-    const { sshFingerprint } = await import('../../server/secrets.ts');
+    const { sshFingerprint } = await import('../../common/openssh.ts');
     const conn = await connect(first, { hostVerifier: (key: Buffer) => ((seen = sshFingerprint(key)), true) });
     conn.end();
     expect(seen).toBe(fp);
