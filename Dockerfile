@@ -8,6 +8,7 @@ RUN apt-get update \
 COPY package.json package-lock.json .npmrc ./
 RUN npm ci --omit=dev --no-audit --no-fund
 COPY loader ./loader
+COPY common ./common
 COPY server ./server
 COPY agent ./agent
 COPY schema ./schema

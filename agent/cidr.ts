@@ -1,4 +1,4 @@
-// CIDR lists for the agent's address settings (DESIGN.md 3.6 "Hardening of the listener"):
+// CIDR lists for the agent's address settings (docs/CONTRACTS.md "Hardening of the listener"):
 // AGENT_ALLOW_FROM (which sources may open a connection) and AGENT_PROTECTED_POOLS (which protected IPs a
 // job may map). Parsing is strict (a bare address counts as /32 or /128) and matching goes through
 // node:net's BlockList, which compares addresses as numbers, not strings.

@@ -1,4 +1,4 @@
-// Agent configuration (DESIGN.md 3.6 "Agent configuration"): from the environment, or from a file named
+// Agent configuration (docs/CONTRACTS.md "Agent configuration"): from the environment, or from a file named
 // by `--config`, whose keys are the same names in lower case.
 //
 // File format: one `key = value` per line; blank lines and lines starting with `#` are ignored; the
@@ -45,9 +45,9 @@ export interface AgentConfig {
   edgeIp: string;
   nftTable: string;
   logLevel: (typeof LOG_LEVELS)[number];
-  /** AGENT_ALLOW_FROM: sources allowed to connect; undefined = any (DESIGN.md 3.6 "Hardening of the listener"). */
+  /** AGENT_ALLOW_FROM: sources allowed to connect; undefined = any (docs/CONTRACTS.md "Hardening of the listener"). */
   allowFrom?: CidrList;
-  /** AGENT_PROTECTED_POOLS: protected IPs a job may name; undefined = any (DESIGN.md 3.6). */
+  /** AGENT_PROTECTED_POOLS: protected IPs a job may name; undefined = any (docs/CONTRACTS.md "Hardening of the listener"). */
   protectedPools?: CidrList;
   /** Where each key came from, for the start-up log line. */
   sources: Partial<Record<ConfigKey, 'env' | 'file' | 'default'>>;

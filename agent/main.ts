@@ -2,7 +2,7 @@
 //   config -> dataplane -> restore the last desired state -> replay cache -> host key -> SSH server; prints
 //   the host-key fingerprint.
 // SIGTERM/SIGINT stop accepting jobs, let a running job finish, and exit without touching the dataplane:
-// traffic keeps flowing while the agent is down (DESIGN.md 3.7).
+// traffic keeps flowing while the agent is down (docs/CONTRACTS.md "Dataplane").
 //
 // `tunnel-agent fingerprint [--config FILE]` prints the host-key fingerprint (generating the key on
 // first use) and exits: what the operator records with `node add --host-key`.
@@ -31,7 +31,7 @@ export interface StartOptions {
   now?: () => number;
   /** Per-job stdin timeout (default 30 s). */
   inputTimeoutMs?: number;
-  /** Accept to authenticated (default 10 s, DESIGN.md 3.6); tests shorten it. */
+  /** Accept to authenticated (default 10 s, docs/CONTRACTS.md "Hardening of the listener"); tests shorten it. */
   handshakeTimeoutMs?: number;
 }
 
@@ -138,7 +138,7 @@ async function main(): Promise<void> {
     nftTable: config.nftTable,
     log: (event, fields) => (event.endsWith('.error') ? dpLog.warn(event, fields) : dpLog.info(event, fields)),
   });
-  // Restore the last desired state before the first job can arrive (DESIGN.md 3.6 last paragraph): after a
+  // Restore the last desired state before the first job can arrive (docs/CONTRACTS.md "Restart and reboot"): after a
   // reboot the links and the table are gone and nothing would bring them back until the gateway's next
   // reconcile. Tunnels already right are left alone; one the kernel refuses is logged, not fatal, and the
   // agent still starts, so the gateway can reach it.

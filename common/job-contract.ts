@@ -1,4 +1,4 @@
-// The edge-job wire contract (docs/wire-contract.md), as constants, types and pure shape checks.
+// The edge-job wire contract (docs/CONTRACTS.md "Edge jobs"), as constants, types and pure shape checks.
 // Both ends use this module: the agent's verifier (agent/jobs/verify.ts) and the gateway's signer
 // (server/edge/job-signing.ts), so the gateway never signs a job the agent would call malformed.
 // schema/job.schema.json describes the same claims as JSON Schema; test/unit/agent-jobs.test.ts checks

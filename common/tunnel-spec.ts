@@ -1,4 +1,4 @@
-// The tunnel spec: the `tunnel` object a job carries (docs/wire-contract.md "The tunnel object"), the
+// The tunnel spec: the `tunnel` object a job carries (docs/CONTRACTS.md "The tunnel object"), the
 // result shapes the dataplane reports, and the ONE validator of a spec. The gateway's signer, the agent's
 // job verifier and the agent's dataplane all check a tunnel with checkTunnel(), so none of them can
 // accept what another refuses. No I/O here.
@@ -26,7 +26,7 @@ export interface TunnelSpec {
 /** What a `remove` job needs at least. */
 export type TunnelRef = Pick<TunnelSpec, 'id' | 'tunnel_name' | 'protected_ip'>;
 
-/** Every result carries all four keys (docs/wire-contract.md "Results"). */
+/** Every result carries all four keys (docs/CONTRACTS.md "Results"). */
 export interface ChangeCounts {
   added: number;
   changed: number;

@@ -30,14 +30,14 @@ export interface Config {
   edgeWorkerConcurrency: number;
   edgeSweepSeconds: number;
   edgeJobExpireSeconds: number;
-  /** Every node is reconciled about this often (jittered ±20%), besides on every reconnect (DESIGN 3.7 drift). */
+  /** Every node is reconciled about this often (jittered ±20%), besides on every reconnect (docs/CONTRACTS.md "Dataplane" drift). */
   edgeReconcileSeconds: number;
   /**
-   * TRUST_PROXY=N (DESIGN 3.1): the client address is the N-th X-Forwarded-For entry from the right
+   * TRUST_PROXY=N (docs/CONTRACTS.md "Starting it"): the client address is the N-th X-Forwarded-For entry from the right
    * (the one the outermost of our N proxies appended); 0 = the socket's address.
    */
   trustProxy: number;
-  /** METRICS_TOKEN (DESIGN 3.1): when set, /metrics needs `Authorization: Bearer <token>`; null = open. */
+  /** METRICS_TOKEN (docs/CONTRACTS.md "Starting it"): when set, /metrics needs `Authorization: Bearer <token>`; null = open. */
   metricsToken: string | null;
   /** Open GraphQL WebSocket connections allowed per client address (IPv6: per /64). */
   wsConnectionsPerAddress: number;

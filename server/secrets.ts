@@ -347,7 +347,7 @@ export async function loadSecrets(db: Query, env: NodeJS.ProcessEnv = process.en
 }
 
 /**
- * SECRETS_FROM_ENV (DESIGN 3.1): `required` makes every secret an environment variable, so none is
+ * SECRETS_FROM_ENV (docs/CONTRACTS.md "Starting it"): `required` makes every secret an environment variable, so none is
  * ever generated into (or read from) the database; unset or `optional` keeps the database fallback.
  */
 export function secretsFromEnvRequired(env: NodeJS.ProcessEnv): boolean {

@@ -1,4 +1,4 @@
-// The edge dataplane (DESIGN.md 3.7): createDataplane() wires the pure diff, the state journal, the link
+// The edge dataplane (docs/CONTRACTS.md "Dataplane"): createDataplane() wires the pure diff, the state journal, the link
 // driver (GRE, or the veth stand-in on kernels without GRE), the netlink clients, conntrack and the probe.
 //
 // Every operation is: validate → read the kernel back → diff against the desired state → record intent →
@@ -57,7 +57,7 @@ export interface DataplaneHandle extends Dataplane {
   /**
    * Reconciles the kernel to the last desired state recorded in stateDir: after a restart nothing changes,
    * after a reboot (links and table gone) everything is rebuilt. The agent calls it at start, before it
-   * accepts jobs (DESIGN.md 3.6 last paragraph, 3.7).
+   * accepts jobs (docs/CONTRACTS.md "Restart and reboot", "Dataplane").
    */
   restore(): Promise<ReconcileResult>;
 }

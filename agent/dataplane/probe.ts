@@ -1,4 +1,4 @@
-// The activation probe (DESIGN 3.6, "Exact rules"): an ICMP echo to the origin's inner address, sent from
+// The activation probe (docs/CONTRACTS.md "Exact rules"): an ICMP echo to the origin's inner address, sent from
 // the edge's own underlay address (edge_ip, outside the tunnel's inner subnet) out of the tunnel link.
 // The origin answers to edge_ip; only its policy route (`ip rule from <origin inner> lookup <table>`) sends
 // that answer into the tunnel, otherwise it leaves by its main table (the underlay). The socket is bound

@@ -1,4 +1,4 @@
-// The agent's record of what it created (DESIGN 3.7: it owns only the links it created, recorded in its
+// The agent's record of what it created (docs/CONTRACTS.md "Dataplane": it owns only the links it created, recorded in its
 // state). An append-only JSON-lines journal in stateDir, replayed at start and compacted into a snapshot
 // when it has grown well past the live set, so one apply costs one small appended line and an fdatasync,
 // not a rewrite of 10,000 records.
@@ -12,7 +12,7 @@ type Line = { v: 1; put: TunnelSpec; pending?: true } | { v: 1; del: string };
 export const STATE_FILE = 'dataplane-state.jsonl';
 /**
  * The last desired state the gateway gave this node (every applied, removed and reconciled tunnel spec),
- * in the same journal format: what a restart or a reboot restores at start (DESIGN.md 3.6, last paragraph).
+ * in the same journal format: what a restart or a reboot restores at start (docs/CONTRACTS.md "Restart and reboot").
  * Kept apart from STATE_FILE, which records what the agent created (a tunnel whose removal failed is
  * still owned there, but no longer desired).
  */

@@ -1,5 +1,5 @@
 // Runs one job read from the SSH channel: verify (agent/jobs/verify.ts), then the dataplane, and turns
-// the outcome into the single result line of DESIGN.md 3.6. Every refusal is logged with its code
+// the outcome into the single result line of docs/CONTRACTS.md "Results". Every refusal is logged with its code
 // before anything touches the kernel. Changing jobs (apply, remove, reconcile) run one at a time; a probe
 // changes nothing and waits on the network, so it does not hold them up.
 //

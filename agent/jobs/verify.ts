@@ -1,7 +1,7 @@
-// Verifies one signed edge job (DESIGN.md 3.6 "Exact rules") and maps every failure to its code.
+// Verifies one signed edge job (docs/CONTRACTS.md "Exact rules") and maps every failure to its code.
 // Pure but for the injected replay guard and clock: no file, socket or kernel access here.
 //
-// Precedence, first failing check wins (the order DESIGN.md lists the codes in):
+// Precedence, first failing check wins (the order docs/CONTRACTS.md "Exact rules" lists the codes in):
 //   1. malformed            not a compact JWS; header not a JSON object; typ not tunnel-job+jwt; no kid; a
 //                           `crit` or `b64` header; payload not a JSON object; iss not tunnelgate; jti not a
 //                           UUID; iat/exp not numbers; exp before iat; iat more than 30 s in the future;
@@ -55,7 +55,7 @@ export interface VerifyContext {
   jobKey: JobKey;
   /**
    * AGENT_PROTECTED_POOLS: the protected IPs this router may map; undefined = any. A stolen job key then
-   * cannot map other addresses through this router (DESIGN.md 3.6 "Hardening of the listener").
+   * cannot map other addresses through this router (docs/CONTRACTS.md "Hardening of the listener").
    */
   protectedPools?: { contains(ip: string): boolean; readonly entries: readonly string[] };
   replay: ReplayGuard;

@@ -1,4 +1,4 @@
-// The agent's one nftables table (DESIGN.md 3.7), as a batch: built once, after which tunnels only add
+// The agent's one nftables table (docs/CONTRACTS.md "Dataplane"), as a batch: built once, after which tunnels only add
 // and remove map elements and counters, never rules. Pure; the same messages, in the same order, that
 // `nft -f` sends for the equivalent ruleset file (see test/fixtures/netlink/nft-setup.hex).
 import {

@@ -1,4 +1,4 @@
-// Who may hold a connection to the admin port, and for how long (DESIGN.md 3.6 "Hardening of the
+// Who may hold a connection to the admin port, and for how long (docs/CONTRACTS.md "Hardening of the
 // listener"). Decided at accept, before the SSH layer sees the socket:
 //   - a source outside AGENT_ALLOW_FROM is closed at once;
 //   - a source may hold at most `maxPerSource` connections that have not authenticated yet (IPv6 sources
@@ -18,9 +18,9 @@ export interface AdmissionLog {
 export interface AdmissionOptions {
   /** AGENT_ALLOW_FROM; undefined = any source. */
   allowFrom?: { contains(ip: string): boolean } | undefined;
-  /** Unauthenticated connections one source may hold (DESIGN.md 3.6: 4). */
+  /** Unauthenticated connections one source may hold (docs/CONTRACTS.md "Hardening of the listener": 4). */
   maxPerSource: number;
-  /** Accept to authenticated, banner included (DESIGN.md 3.6: 10 s). */
+  /** Accept to authenticated, banner included (docs/CONTRACTS.md "Hardening of the listener": 10 s). */
   deadlineMs: number;
   log: AdmissionLog;
 }

@@ -1,10 +1,10 @@
-// The agent's SSH endpoint (DESIGN.md 3.6 "Transport"): ssh2 Server on AGENT_LISTEN with the agent's
+// The agent's SSH endpoint (docs/CONTRACTS.md "Transport"): ssh2 Server on AGENT_LISTEN with the agent's
 // host key. Only user `tunnelgate` with the gateway's public key gets in; only session channels, and in
 // them only exec. `tunnel-agent job` reads one JWS from stdin and answers one JSON line on stdout with
 // exit status 0 (ok) or 1 (refused or failed); any other command gets exit status 127 and an
 // `unsupported_command` line. Shells, subsystems, ptys, env, X11, agent and port forwarding are refused.
 // The agent owns the listening socket (ssh2's Server is handed each accepted socket): admission.ts decides
-// at accept who may connect and for how long (DESIGN.md 3.6 "Hardening of the listener").
+// at accept who may connect and for how long (docs/CONTRACTS.md "Hardening of the listener").
 import { timingSafeEqual } from 'node:crypto';
 import { createServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import ssh2 from 'ssh2';
@@ -30,9 +30,9 @@ export interface AgentSshServerOptions {
   log: JobLog;
   /** A job's stdin must reach EOF within this time (default 30 s), else `malformed`. */
   inputTimeoutMs?: number;
-  /** From accept to authenticated, the client's banner included (default 10 s, DESIGN.md 3.6). */
+  /** From accept to authenticated, the client's banner included (default 10 s, docs/CONTRACTS.md "Hardening of the listener"). */
   handshakeTimeoutMs?: number;
-  /** Unauthenticated connections per source address (IPv6: per /64) (default 4, DESIGN.md 3.6). */
+  /** Unauthenticated connections per source address (IPv6: per /64) (default 4, docs/CONTRACTS.md "Hardening of the listener"). */
   maxUnauthenticatedPerSource?: number;
   /** AGENT_ALLOW_FROM: other sources are closed at accept; undefined = any. */
   allowFrom?: { contains(ip: string): boolean } | undefined;

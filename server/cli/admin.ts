@@ -1,4 +1,4 @@
-// The admin CLI: `npm run admin -- <command> [options]` (DESIGN.md, "Admin CLI").
+// The admin CLI: `npm run admin -- <command> [options]` (docs/CONTRACTS.md "Admin CLI").
 //
 // Output contract
 // - Success: exactly one JSON object on stdout (one line), exit status 0.
@@ -74,7 +74,7 @@ const processIo: Io = {
 };
 
 /**
- * Replaces each `--name -` of a stdin option by the first line of standard input (DESIGN 3.2), in the
+ * Replaces each `--name -` of a stdin option by the first line of standard input (docs/CONTRACTS.md "Admin CLI"), in the
  * parsed options and in the command line handed to a gateway (which has no terminal of the caller's;
  * the admin socket is private to the gateway's user, never argv of any process).
  */
@@ -158,7 +158,7 @@ export async function main(
     io.stdout(globalUsage());
     return EXIT.ok;
   }
-  // Most commands are two words (`user list`); a few are one (`ledger`, DESIGN 3.2).
+  // Most commands are two words (`user list`); a few are one (`ledger`, docs/CONTRACTS.md "Admin CLI").
   const command = COMMANDS.find((c) => c.name === first) ?? COMMANDS.find((c) => c.name === `${first} ${second}`);
   if (!command) {
     if (GROUPS.includes(first) && (second === '--help' || second === '-h')) {

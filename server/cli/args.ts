@@ -17,7 +17,7 @@ export interface OptionSpec {
   /** May be given more than once (collected in order). */
   multiple?: boolean;
   choices?: readonly string[];
-  /** `-` means: the first line of standard input (DESIGN 3.2; keeps secrets out of ps and shell history). */
+  /** `-` means: the first line of standard input (docs/CONTRACTS.md "Admin CLI"; keeps secrets out of ps and shell history). */
   stdin?: boolean;
 }
 

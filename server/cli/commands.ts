@@ -1,4 +1,4 @@
-// The admin CLI's commands: DESIGN.md, "Admin CLI", one entry per row, each a thin adapter over the
+// The admin CLI's commands: docs/CONTRACTS.md "Admin CLI", one entry per row, each a thin adapter over the
 // same domain functions the REST routes and GraphQL call.
 import { createApiKey, revokeApiKey } from '../auth/api-keys.ts';
 import type { Database } from '../db/database.ts';

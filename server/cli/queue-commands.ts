@@ -1,6 +1,6 @@
-// The admin CLI's queue commands (DESIGN.md 3.2): `node reconcile` and `tunnel repair` put edge work on
-// the provisioning queue (pg-boss, server/provisioning/queue.ts) under the one-live-job rule of DESIGN
-// 3.5, and print `{queued: true, job_id}`: the job now live for that node's reconcile or that tunnel
+// The admin CLI's queue commands (docs/CONTRACTS.md "Admin CLI"): `node reconcile` and `tunnel repair` put edge work on
+// the provisioning queue (pg-boss, server/provisioning/queue.ts) under the one-live-job rule of
+// docs/CONTRACTS.md "Tunnel lifecycle", and print `{queued: true, job_id}`: the job now live for that node's reconcile or that tunnel
 // (the one just queued, or the one already live, which does the same work). A gateway's worker runs it.
 // On the embedded database the command runs inside the gateway (admin-socket.ts) on its own queue.
 import { ApiError } from '../domain/errors.ts';

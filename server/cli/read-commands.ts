@@ -1,4 +1,4 @@
-// The admin CLI's read commands (DESIGN.md 3.2, "read commands"): thin adapters over
+// The admin CLI's read commands (docs/CONTRACTS.md "Admin CLI", read commands): thin adapters over
 // server/domain/admin-read.ts. Lists take --limit (1-1000, default 100) and --cursor (the previous
 // page's opaque next_cursor) like `client list`; `show` prints one object. Secrets are never printed.
 import { TUNNEL_STATUSES, type TunnelStatus } from '../db/entities.ts';

@@ -9,7 +9,7 @@ export const ROLES = ['owner', 'viewer'] as const;
 export type Role = (typeof ROLES)[number];
 export const PERMISSIONS = ['read', 'write'] as const;
 export type Permission = (typeof PERMISSIONS)[number];
-/** What an OAuth client's access tokens may do on the tunnel API and GraphQL (DESIGN 3.2). */
+/** What an OAuth client's access tokens may do on the tunnel API and GraphQL (docs/CONTRACTS.md "Admin CLI"). */
 export const API_ACCESS = ['none', 'read', 'write'] as const;
 export type ApiAccess = (typeof API_ACCESS)[number];
 
@@ -38,7 +38,7 @@ export const UserSchema = defineEntity({
     name: p.string().length(200),
     picture: p.string().length(2048).nullable(),
     // The generated avatar's public URL is keyed by this random value, not by the user id or email
-    // (DESIGN 3.3): the URL tells nothing about its owner and cannot be derived from `sub`.
+    // (docs/CONTRACTS.md "REST shapes"): the URL tells nothing about its owner and cannot be derived from `sub`.
     avatarKey: p.string().length(32).unique().defaultRaw(`replace((gen_random_uuid())::text, '-'::text, ''::text)`),
     passwordHash: p.string().length(255),
     role: p.enum(ROLES),
@@ -226,7 +226,7 @@ export const OAuthClientSchema = defineEntity({
     redirectUris: p.json<string[]>(),
     // AES-256-GCM under the secret-encryption key (v1.<nonce>.<ct>.<tag>); ID tokens need the plaintext.
     secretCiphertext: p.text(),
-    // DESIGN 3.2: none (default) | read | write; tokens of a `none` client are refused by the API.
+    // docs/CONTRACTS.md "Admin CLI": none (default) | read | write; tokens of a `none` client are refused by the API.
     apiAccess: p.enum(API_ACCESS).default('none'),
     secretRotatedAt: p.datetime().defaultRaw('now()').onCreate(() => new Date()),
     createdAt: createdAt(),

@@ -1,11 +1,11 @@
-// The operator's read views (DESIGN.md 3.2, "read commands"): users, tunnels, ledger, promocodes and API
+// The operator's read views (docs/CONTRACTS.md "Admin CLI", read commands): users, tunnels, ledger, promocodes and API
 // keys across every account, as the admin CLI prints them. No HTTP here; the CLI adapters are in
 // server/cli/read-commands.ts.
 //
 // Every list is `{items, next_cursor}`, newest first, paged by keyset (a page never skips or repeats a
 // row when others are added meanwhile). Cursors are opaque: base64url of the command's tag and the last
 // row's key, refused (`invalid_request`) when they were not printed by the same list. Money is a JSON
-// number like the REST API (money.ts, DESIGN 3.3). Secrets never appear: no password hash, no key hash,
+// number like the REST API (money.ts, docs/CONTRACTS.md "REST shapes"). Secrets never appear: no password hash, no key hash,
 // no avatar key; only the columns named below are ever selected.
 import { isUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';

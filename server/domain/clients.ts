@@ -15,7 +15,7 @@ export interface OAuthClientRecord {
   redirect_uris: string[];
   /** The plaintext secret, decrypted. */
   client_secret: string;
-  /** What the client's access tokens may do on the tunnel API and GraphQL (DESIGN 3.2). */
+  /** What the client's access tokens may do on the tunnel API and GraphQL (docs/CONTRACTS.md "Admin CLI"). */
   api_access: ApiAccess;
   secret_rotated_at: Date;
   created_at: Date;
@@ -24,7 +24,7 @@ export interface OAuthClientRecord {
 export interface CreateClient {
   name: string;
   redirectUris: readonly string[];
-  /** DESIGN 3.2: `none` unless the operator says otherwise. */
+  /** docs/CONTRACTS.md "Admin CLI": `none` unless the operator says otherwise. */
   apiAccess?: ApiAccess;
 }
 

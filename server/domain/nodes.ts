@@ -1,5 +1,5 @@
 // Edge nodes and their pools of protected IPs: adding a node, pinning its host key or stopping its
-// sales (`node update`), and the operator's read views. DESIGN 3.2; docs/NODES.md says why each rule.
+// sales (`node update`), and the operator's read views. docs/CONTRACTS.md "Admin CLI"; docs/NODES.md says why each rule.
 import { randomUUID } from 'node:crypto';
 import { isUuid } from '../../common/names.ts';
 import type { Database, Sql } from '../db/database.ts';

@@ -1,5 +1,5 @@
 // The buyer-side half of a tunnel: a bash script the buyer runs as root on the hidden origin, and a
-// systemd unit that runs it at boot. Pure text rendering (DESIGN.md 3.7, "Origin side").
+// systemd unit that runs it at boot. Pure text rendering (docs/CONTRACTS.md "Dataplane", "Origin side").
 //
 // Every value is validated here, strictly, before it reaches the text, even though callers validate
 // too: the output is executed as root on someone else's server, so the guarantee that nothing in it

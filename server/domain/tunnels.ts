@@ -1,5 +1,5 @@
 // Buying, listing, reading and deleting tunnels. REST, GraphQL and tests all call this service; the
-// views it returns are the REST wire shapes of DESIGN.md, "REST shapes".
+// views it returns are the REST wire shapes of docs/CONTRACTS.md "REST shapes".
 import { createHash, randomUUID } from 'node:crypto';
 import { isCanonicalUuid, isUuid } from '../../common/names.ts';
 import { Database, type Sql } from '../db/database.ts';
@@ -162,7 +162,7 @@ export function validatePurchase(
 /**
  * What `ip` is among our own addresses, or null: a protected IP of any pool (sold or not) or an edge's
  * public or SSH address. A tunnel to one of them loops GRE between the edge and its upstream (issue 8
- * item 7; DESIGN 3.4 `invalid_origin_ip`). Edge SSH hosts given as names are not resolved.
+ * item 7; docs/CONTRACTS.md "REST errors" `invalid_origin_ip`). Edge SSH hosts given as names are not resolved.
  */
 async function ourAddress(sql: Pick<Sql, 'query'>, ip: string): Promise<string | null> {
   const [row] = await sql.query<{ what: string }>(
@@ -493,7 +493,7 @@ export class TunnelService {
    * pending or failed -> provisioning, then the edge job is queued; waits a few seconds for the agent.
    * 200 with the final status when it answered in time, 202 with `provisioning` while the job keeps
    * retrying. A repeated call on a tunnel still provisioning queues nothing while its job is live and
-   * answers the current state (DESIGN.md 3.5); any other status is 409.
+   * answers the current state (docs/CONTRACTS.md "Tunnel lifecycle"); any other status is 409.
    */
   async provision(principal: Principal, id: string): Promise<TunnelOutcome> {
     requireWrite(principal);

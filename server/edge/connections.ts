@@ -1,5 +1,5 @@
 // Warm SSH connections from the gateway to its agents: one authenticated connection per node, kept open,
-// with one session channel per job (DESIGN.md 3.6 "Transport" allows any number of sessions). Opening an
+// with one session channel per job (docs/CONTRACTS.md "Transport" allows any number of sessions). Opening an
 // SSH connection costs a key exchange and an authentication, several round trips and milliseconds of
 // CPU; a channel on a warm connection costs one round trip. runJob() in ssh-client.ts stays the one-shot
 // form. The host key is pinned exactly as there; a connection that drops is forgotten and reported

@@ -1,4 +1,4 @@
-// The gateway side of DESIGN.md 3.6 "Edge jobs": signs one job for one edge node as the agent expects
+// The gateway side of docs/CONTRACTS.md "Edge jobs": signs one job for one edge node as the agent expects
 // it: compact JWS, alg EdDSA (Ed25519), header {alg, typ: "tunnel-job+jwt", kid}, claims iss "tunnelgate",
 // aud the node id, a fresh jti (UUID), iat now, exp at most 60 s later, v 1, op and the op's body.
 // Pure apart from the clock and the random jti (both injectable). The body is checked with the agent's own

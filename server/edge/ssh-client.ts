@@ -1,4 +1,4 @@
-// The gateway's SSH client for edge jobs (DESIGN.md 3.6 "Transport"): connects to an agent, refuses any
+// The gateway's SSH client for edge jobs (docs/CONTRACTS.md "Transport"): connects to an agent, refuses any
 // host key but the pinned one (SHA256 fingerprint recorded at `node add --host-key`), authenticates as
 // `tunnelgate` with the gateway's key, runs `tunnel-agent job`, writes the JWS, closes stdin, and reads
 // back the one result line. Transport failures throw EdgeSshError; an agent's `ok: false` is a result.

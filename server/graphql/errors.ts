@@ -1,4 +1,4 @@
-// How errors leave GraphQL. A domain ApiError keeps its REST code and status (DESIGN.md, "REST
+// How errors leave GraphQL. A domain ApiError keeps its REST code and status (docs/CONTRACTS.md "REST
 // errors") in `extensions.code` and `extensions.status`; anything unexpected is logged once here and
 // reaches the client as `server_error` with no internals. Apollo's own codes for requests that never
 // ran (GRAPHQL_PARSE_FAILED, GRAPHQL_VALIDATION_FAILED, BAD_USER_INPUT, BAD_REQUEST ...) pass through.
@@ -65,7 +65,7 @@ export function errorPlugin(log: Logger): ApolloServerPlugin<GraphqlContext> {
             response.http.headers.set('www-authenticate', contextValue.auth.error?.headers['WWW-Authenticate'] ?? 'Bearer');
           }
           // Likewise 403 when the credential itself was refused as a whole: a token of a client registered
-          // without API access (DESIGN 3.2). A viewer's refused mutation is not this case (auth succeeded).
+          // without API access (docs/CONTRACTS.md "Admin CLI"). A viewer's refused mutation is not this case (auth succeeded).
           const refused = contextValue.auth.error;
           if (data == null && errors?.length && refused?.code === 'insufficient_scope' && errors.every((e) => e.extensions?.code === 'insufficient_scope')) {
             response.http.status = 403;

@@ -1,4 +1,4 @@
-// GraphQL object types. The domain returns the REST wire shapes (snake_case, DESIGN.md "REST
+// GraphQL object types. The domain returns the REST wire shapes (snake_case, docs/CONTRACTS.md "REST
 // shapes"); the `to*` functions below map them to these camelCase types, field for field, so the two
 // APIs show the same values. Money is Float here: the domain already rounded it exactly (cents for
 // USD, kopecks for RUB) and hands over the JSON number REST sends.

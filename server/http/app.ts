@@ -45,7 +45,7 @@ export interface Gateway {
 function requestContext(log: Logger, metrics: Metrics, accessLog: boolean, trustProxy: number, publicHttps: boolean) {
   return async (ctx: Context, next: Next) => {
     const start = process.hrtime.bigint();
-    // One rule for the client address everywhere ctx.ip is read (client-address.ts, DESIGN 3.1).
+    // One rule for the client address everywhere ctx.ip is read (client-address.ts, docs/CONTRACTS.md "Starting it").
     ctx.request.ip = clientAddress(ctx.req, trustProxy);
     // Behind a TLS-terminating proxy the hop to us is plain HTTP, yet the browser is on https: the
     // public scheme is PUBLIC_URL's. Koa and oidc-provider decide cookies' Secure flag from

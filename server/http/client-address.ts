@@ -1,4 +1,4 @@
-// The client's address (DESIGN 3.1, TRUST_PROXY=N). Every limit keyed by address (REST, GraphQL over
+// The client's address (docs/CONTRACTS.md "Starting it", TRUST_PROXY=N). Every limit keyed by address (REST, GraphQL over
 // HTTP and WebSocket, the issuer's sign-in and token limits) reads it from here, so all agree.
 //
 // Each proxy appends the address it received the request from to X-Forwarded-For, so with N trusted

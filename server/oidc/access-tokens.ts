@@ -20,7 +20,7 @@ export interface LiveAccessToken {
   claims: AccessTokenClaims;
   accountId: string;
   role: Role;
-  /** The client's API access (DESIGN 3.2), read with the grant so a change applies to live tokens at once. */
+  /** The client's API access (docs/CONTRACTS.md "Admin CLI"), read with the grant so a change applies to live tokens at once. */
   apiAccess: ApiAccess;
 }
 
@@ -77,7 +77,7 @@ export class AccessTokenVerifier {
 
   /**
    * The Authenticator's view (the tunnel API and GraphQL, not userinfo): the client's API access caps
-   * the user's role (DESIGN 3.2). A `none` client's token is valid but may not use the API at all
+   * the user's role (docs/CONTRACTS.md "Admin CLI"). A `none` client's token is valid but may not use the API at all
    * (403 insufficient_scope); `read` never writes; `write` writes only for an owner.
    */
   async principal(token: string): Promise<Principal> {

@@ -10,7 +10,7 @@ import { avatarUrl } from './avatars.ts';
 export interface UserClaims {
   sub: string;
   name: string;
-  /** The user's own picture, else the generated avatar (DESIGN 3.3: always an absolute URL). */
+  /** The user's own picture, else the generated avatar (docs/CONTRACTS.md "REST shapes": always an absolute URL). */
   picture: string;
   email: string;
   /** Accounts are created by the operator with the admin CLI, who vouches for the address. */

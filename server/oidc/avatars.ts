@@ -1,4 +1,4 @@
-// The generated avatar behind userinfo's `picture` when the user set none (DESIGN 3.3: always an
+// The generated avatar behind userinfo's `picture` when the user set none (docs/CONTRACTS.md "REST shapes": always an
 // absolute URL). `GET <PUBLIC_URL>/avatars/<avatar_key>.svg`: an SVG with the user's initials on a
 // colour derived from the key. No authentication (clients embed it in <img>), cacheable, and keyed by
 // app_user.avatar_key, a random value that is neither the user id nor the email, so the URL reveals

@@ -31,7 +31,7 @@ export interface IssuerConfig {
   rateLimitPerMinute: number;
   rateLimitBurst: number;
   loginLimits?: { accountAddress: Limit; address: Limit };
-  /** PUBLIC_URL: the generated avatars are served under it (DESIGN 3.3); defaults to the issuer URL. */
+  /** PUBLIC_URL: the generated avatars are served under it (docs/CONTRACTS.md "REST shapes"); defaults to the issuer URL. */
   publicUrl?: string;
 }
 

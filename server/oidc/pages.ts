@@ -91,7 +91,7 @@ export interface ConsentPage {
   clientName: string;
   userEmail: string;
   scopes: string[];
-  /** What the application's tokens may do with the tunnel API, after the user's role caps it (DESIGN 3.2). */
+  /** What the application's tokens may do with the tunnel API, after the user's role caps it (docs/CONTRACTS.md "Admin CLI"). */
   apiAccess: ApiAccess;
   error?: string;
 }

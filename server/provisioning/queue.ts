@@ -11,7 +11,7 @@
 // Two kinds of job share the queue (and so the per-node slot): a tunnel job, and a node `reconcile`
 // (periodic, or after the connection to the node came back). sendOnce() queues a job only when none
 // for the same tunnel (or the same node's reconcile) is live, under a per-key lock that spans every
-// replica (locks.ts), so repeated or concurrent requests never pile up jobs (DESIGN.md 3.5; issue 8 item 4).
+// replica (locks.ts), so repeated or concurrent requests never pile up jobs (docs/CONTRACTS.md "Tunnel lifecycle"; issue 8 item 4).
 import { PgBoss, fromPglite, type JobWithMetadata, type PGliteLike } from 'pg-boss';
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
@@ -25,7 +25,7 @@ export interface TunnelJobData {
   tunnelId: string;
   nodeId: string;
   /**
-   * An operator's `tunnel repair` (DESIGN 3.2): a provisioned or active tunnel is applied again as it
+   * An operator's `tunnel repair` (docs/CONTRACTS.md "Admin CLI"): a provisioned or active tunnel is applied again as it
    * stands (its status does not move); any other status is handled as for any tunnel job.
    */
   repair?: true;

@@ -2,7 +2,7 @@
 // outcome, ask the agent for a probe, and (on replicas that run it) the worker with its sweeper and
 // its reconcile rounds. REST and GraphQL reach this only through TunnelService.
 //
-// One live edge job per tunnel (DESIGN.md 3.5): dispatch() and the sweeper queue through sendOnce(), so a
+// One live edge job per tunnel (docs/CONTRACTS.md "Tunnel lifecycle"): dispatch() and the sweeper queue through sendOnce(), so a
 // repeated or concurrent provision/delete while a job is live queues nothing and answers at once; one
 // probe per tunnel at a time across replicas, its answer shared (probes.ts).
 import { isCanonicalUuid } from '../../common/names.ts';
@@ -113,7 +113,7 @@ export class ProvisioningService {
 
   /**
    * Queues a reconcile of one node unless one is live (or, for the periodic round, recent). The result
-   * names the live job either way (what `node reconcile` of DESIGN 3.2 prints).
+   * names the live job either way (what `node reconcile` of docs/CONTRACTS.md "Admin CLI" prints).
    */
   async queueReconcile(nodeId: string, reason: ReconcileJobData['reason']): Promise<SendOnceResult> {
     const queue = await this.queue();
@@ -129,8 +129,8 @@ export class ProvisioningService {
   }
 
   /**
-   * `tunnel repair` (DESIGN 3.2): queues what the tunnel's status asks through the same one-live-job rule
-   * (DESIGN 3.5): provisioning is applied (and moves on as usual), provisioned and active are applied
+   * `tunnel repair` (docs/CONTRACTS.md "Admin CLI"): queues what the tunnel's status asks through the same one-live-job rule
+   * (docs/CONTRACTS.md "Tunnel lifecycle"): provisioning is applied (and moves on as usual), provisioned and active are applied
    * again as they stand, deleting is removed (finishing the delete). When the tunnel already has a live
    * job, that job is the answer: it does what the status asks before it ends. Pending (never sent to an
    * edge), failed (the buyer provisions it again) and deleted tunnels have nothing to repair: invalid_state.
@@ -187,7 +187,7 @@ export class ProvisioningService {
       const queue = await this.queue();
       const sent = await queue.sendOnce({ tunnelId, nodeId });
       // A repeat while the tunnel's job is already live (this call neither moved the tunnel nor queued
-      // anything) answers the current state at once instead of holding a request open (DESIGN.md 3.5).
+      // anything) answers the current state at once instead of holding a request open (docs/CONTRACTS.md "Tunnel lifecycle").
       if (!moved && !sent.queued) w.cancel();
     } catch (e) {
       w.cancel();

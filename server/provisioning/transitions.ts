@@ -1,4 +1,4 @@
-// The lifecycle moves the worker makes (DESIGN.md 3.5). Each is one conditional UPDATE: it happens only
+// The lifecycle moves the worker makes (docs/CONTRACTS.md "Tunnel lifecycle"). Each is one conditional UPDATE: it happens only
 // from the status it expects, so a duplicate delivery, a stale job or a race with the buyer's delete is
 // a no-op rather than a wrong state. Every move that happens is published on the status bus.
 import type { Database } from '../db/database.ts';

@@ -146,7 +146,7 @@ export class EdgeWorker {
   /**
    * Does what the tunnel's status asks; true when the status changed under it and asks for more.
    * `repair`: a provisioned or active tunnel is applied again without moving its status (the edge lost
-   * or garbled it; `tunnel repair`, DESIGN 3.2).
+   * or garbled it; `tunnel repair`, docs/CONTRACTS.md "Admin CLI").
    */
   private async step(job: EdgeJob, tunnelId: string, repair = false): Promise<boolean> {
     const t = await edgeTunnel(this.o.db, tunnelId);

@@ -1,7 +1,7 @@
 // Property-based fuzz of /graphql (issue 8, "Also"): documents built from the schema with arbitrary
 // arguments, variables, aliases, fragments and directives; the same documents cut and corrupted; and
 // request envelopes of every JSON type. Properties: never a 5xx and never a server_error (or Apollo's
-// INTERNAL_SERVER_ERROR) inside a 200; an error outside GraphQL (body reader, rate limit) is DESIGN 3.4's
+// INTERNAL_SERVER_ERROR) inside a 200; an error outside GraphQL (body reader, rate limit) is docs/CONTRACTS.md "REST errors"'s
 // body; every GraphQL error carries a documented code (the REST code with its status in
 // extensions.status, or Apollo's request codes); and money moves only for the purchases the response
 // reports, by exactly what they report (balance, ledger and tunnels read through the raw pg pool).
@@ -36,7 +36,7 @@ let tunnelId: string;
 
 /** Apollo's codes for requests that never reached a resolver (and BAD_USER_INPUT for variable coercion). */
 const APOLLO_CODES = ['GRAPHQL_PARSE_FAILED', 'GRAPHQL_VALIDATION_FAILED', 'BAD_USER_INPUT', 'BAD_REQUEST', 'PERSISTED_QUERY_NOT_FOUND', 'PERSISTED_QUERY_NOT_SUPPORTED', 'OPERATION_RESOLUTION_FAILURE'];
-/** Each REST code with the statuses DESIGN 3.4 gives it (invalid_request: 400, and 405/413/415/422). */
+/** Each REST code with the statuses docs/CONTRACTS.md "REST errors" gives it (invalid_request: 400, and 405/413/415/422). */
 const DOMAIN_STATUSES: Record<string, number[]> = {};
 for (const [status, codes] of Object.entries(REST_ERROR_CODES)) for (const c of codes) (DOMAIN_STATUSES[c] ??= []).push(Number(status));
 
@@ -45,7 +45,7 @@ interface GqlBody {
   errors?: Array<{ message?: unknown; extensions?: { code?: unknown; status?: unknown } }>;
 }
 
-/** Every answer of /graphql: a GraphQL response with documented codes, or DESIGN 3.4's body. */
+/** Every answer of /graphql: a GraphQL response with documented codes, or docs/CONTRACTS.md "REST errors"'s body. */
 function expectGraphqlAnswer(res: Answer, what: string): GqlBody | null {
   expect(res.status, `${what}: ${res.text.slice(0, 300)}`).toBeLessThan(500);
   if (isNodeParserRefusal(res)) return null;

@@ -178,7 +178,7 @@ describe('fuzz: token and revocation endpoints', () => {
         if (isNodeParserRefusal(res)) return 'node 400';
         if (res.status === 200) return 200; // a real refresh or revocation
         if (method !== 'POST' && res.status === 404) {
-          // Not an endpoint of the issuer for that method: the gateway's own DESIGN 3.4 answer.
+          // Not an endpoint of the issuer for that method: the gateway's own docs/CONTRACTS.md "REST errors" answer.
           expectErrorShape(res, ['not_found'], what);
           return '404 not_found';
         }

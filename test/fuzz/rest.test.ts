@@ -1,6 +1,6 @@
 // Property-based fuzz of the tunnel API (issue 8, "Also"): arbitrary purchase bodies, headers, list
 // query strings, path ids and methods against a real gateway on a real per-file database. Properties:
-// never a 5xx; every error is DESIGN 3.4's body with a documented code for its status; a refusal never
+// never a 5xx; every error is docs/CONTRACTS.md "REST errors"'s body with a documented code for its status; a refusal never
 // moves money (balance, ledger rows and tunnels of every account read through the raw pg pool before
 // and after each input); a success moves exactly the price it reports. The gateway's own metrics must
 // also count no 5xx at the end (answers no client read, such as on aborted uploads, included).
@@ -346,7 +346,7 @@ describe('fuzz: path ids and methods', () => {
         const res = await send(method, path, headers, method === 'GET' || method === 'HEAD' ? undefined : body);
         const what = `${method} ${path.slice(0, 200)} as ${cred.label} body ${String(body).slice(0, 100)}`;
         expectRestAnswer(res, what, method);
-        // No refunds (DESIGN 3.5): provision, activate and delete never touch the ledger.
+        // No refunds (docs/CONTRACTS.md "Tunnel lifecycle"): provision, activate and delete never touch the ledger.
         expect(moneyChanges(before, await moneySnapshot(gw.testDb.raw)), what).toEqual([]);
         return res.status;
       },

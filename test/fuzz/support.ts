@@ -1,5 +1,5 @@
 // Shared pieces of the property-based fuzz pass (issue 8, "Also"): run settings (FUZZ_RUNS, FUZZ_SEED),
-// a tally of inputs tried per property, the error-body checks of DESIGN 3.4 and RFC 6749, a raw HTTP/1.1
+// a tally of inputs tried per property, the error-body checks of docs/CONTRACTS.md "REST errors" and RFC 6749, a raw HTTP/1.1
 // client for what fetch refuses to send (Content-Length oddities, bytes that are not a valid header), a
 // money snapshot read through the raw pg pool, and the gateway's own count of 5xx answers from /metrics.
 import net from 'node:net';
@@ -71,7 +71,7 @@ export function printTally(file: string): void {
 // ---------------------------------------------------------------------------------------------------
 // Error bodies
 
-/** DESIGN 3.4: the statuses the tunnel API may answer with an error, and the codes each may carry. */
+/** docs/CONTRACTS.md "REST errors": the statuses the tunnel API may answer with an error, and the codes each may carry. */
 export const REST_ERROR_CODES: Readonly<Record<number, readonly string[]>> = {
   400: ['invalid_request', 'invalid_origin_ip', 'invalid_promocode'],
   401: ['invalid_token'],

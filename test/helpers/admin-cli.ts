@@ -1,5 +1,5 @@
 // The admin CLI as operators run it: the real `server/cli/admin.ts` in a child process, with a clean
-// environment, checked by its exit status and the JSON it prints (DESIGN 3.2).
+// environment, checked by its exit status and the JSON it prints (docs/CONTRACTS.md "Admin CLI").
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';

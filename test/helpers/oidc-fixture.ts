@@ -36,7 +36,7 @@ export interface OidcWorld {
   owner: TestUser;
   viewer: TestUser;
   newUser(role?: 'owner' | 'viewer'): Promise<TestUser>;
-  /** apiAccess defaults to write here (the API tests need it); the product's default is none (DESIGN 3.2). */
+  /** apiAccess defaults to write here (the API tests need it); the product's default is none (docs/CONTRACTS.md "Admin CLI"). */
   newClient(redirectUris?: string[], apiAccess?: ApiAccess): Promise<TestClient>;
   /** The HS256 key of the gateway's access tokens, read from the database as the gateway reads it. */
   accessTokenKey(): Promise<Buffer>;

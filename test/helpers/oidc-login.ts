@@ -86,7 +86,7 @@ export interface Client {
   redirectUri: string;
 }
 
-/** apiAccess defaults to write here (the API tests need it); the product's default is none (DESIGN 3.2). */
+/** apiAccess defaults to write here (the API tests need it); the product's default is none (docs/CONTRACTS.md "Admin CLI"). */
 export async function newClient(db: Database, apiAccess: ApiAccess = 'write'): Promise<Client> {
   const { secretEncryptionKey } = (await loadSecrets(db, {})).secrets;
   const redirectUri = `http://127.0.0.1:9/cb/${randomBytes(3).toString('hex')}`;

@@ -1,4 +1,4 @@
-// An edge reboot must not silently kill paid tunnels (issue 8 item 2; DESIGN.md 3.6 last paragraph, 3.7):
+// An edge reboot must not silently kill paid tunnels (issue 8 item 2; docs/CONTRACTS.md "Restart and reboot", "Dataplane"):
 // the agent restores the last desired state from AGENT_STATE_DIR at start, before any job arrives, without
 // disturbing what is already right. The real gateway provisions a tunnel on the real agent process
 // (test/helpers/edge.ts: dataplane in a namespace, veth stand-in for GRE); a client namespace reaches the

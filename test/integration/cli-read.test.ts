@@ -1,4 +1,4 @@
-// The admin CLI's read and queue commands of DESIGN.md 3.2, run as operators run them: the real
+// The admin CLI's read and queue commands of docs/CONTRACTS.md "Admin CLI", run as operators run them: the real
 // `server/cli/admin.ts` in a child process, against a real PostgreSQL database (and, at the end, against
 // a running gateway on the embedded database through its admin socket). Checked by stdout JSON, exit
 // status and, through a plain pg pool, what is in the database (pg-boss's job table for the queue

@@ -139,7 +139,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
     const uris = ['https://app.example/callback', 'http://localhost:3000/cb?x=1'];
     const created = ok(await cli(t.url, ['client', 'create', '--name', 'Panel', '--redirect-uri', uris[0]!, '--redirect-uri', uris[1]!]));
     expect(Object.keys(created).sort()).toEqual(['api_access', 'client_id', 'client_secret']);
-    // DESIGN 3.2: without --api-access a client's tokens get no access to the tunnel API.
+    // docs/CONTRACTS.md "Admin CLI": without --api-access a client's tokens get no access to the tunnel API.
     expect(created.api_access).toBe('none');
     const clientId = created.client_id as string;
     const secret = created.client_secret as string;
@@ -266,7 +266,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
   }, 120_000);
 });
 
-describe('--password - (DESIGN 3.2)', () => {
+describe('--password - (docs/CONTRACTS.md "Admin CLI")', () => {
   /** Starts the CLI with stdin open; `feed` is written only after the process's argv has been read from /proc. */
   function cliWithStdin(args: string[], feed: string) {
     const child = spawn(NODE, ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args], {

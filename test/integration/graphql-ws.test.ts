@@ -235,7 +235,7 @@ describe('GraphQL over WebSocket: live credentials (item 13)', () => {
     const grantId = randomUUID().replace(/-/g, '');
     const clientId = `client-${randomBytes(4).toString('hex')}`;
     // The client as `client create --api-access write` registers it: only such a client's tokens reach
-    // the API (DESIGN 3.2). Its secret is never used here.
+    // the API (docs/CONTRACTS.md "Admin CLI"). Its secret is never used here.
     await gw.testDb.raw.query(
       `insert into oauth_client (client_id, name, redirect_uris, secret_ciphertext, api_access) values ($1, 'ws test', '["https://app.example/cb"]', 'unused', 'write')`,
       [clientId],

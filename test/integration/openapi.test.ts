@@ -145,7 +145,7 @@ describe('openapi.yaml as a document', () => {
     expect(root).toEqual(['GET /healthz', 'GET /metrics', 'GET /readyz']);
   });
 
-  it('documents the error statuses of DESIGN.md 3.4 where the routes can produce them', () => {
+  it('documents the error statuses of docs/CONTRACTS.md "REST errors" where the routes can produce them', () => {
     const statuses = (m: string, p: string) => documentedStatuses(m, p).sort();
     expect(statuses('post', '/api/dedicated')).toEqual(['201', '400', '401', '402', '403', '409', '413', '415', '422', '429', '500']);
     expect(statuses('get', '/api/dedicated')).toEqual(['200', '400', '401', '403', '429', '500']);
@@ -155,8 +155,8 @@ describe('openapi.yaml as a document', () => {
     expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
     expect(statuses('delete', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('get', '/api/dedicated/pricing')).toEqual(['200', '500']);
-    // Reads are 403 too for an access token of a client without API access (DESIGN 3.2).
-    // The error code enum is the one of DESIGN.md 3.4.
+    // Reads are 403 too for an access token of a client without API access (docs/CONTRACTS.md "Admin CLI").
+    // The error code enum is the one of docs/CONTRACTS.md "REST errors".
     expect(doc.components.schemas.Error.properties.error.enum.sort()).toEqual(
       [
         'invalid_request', 'invalid_origin_ip', 'invalid_promocode', 'invalid_token', 'insufficient_balance', 'insufficient_scope',
@@ -330,7 +330,7 @@ describe('real responses match openapi.yaml', () => {
     expect(bad.body.error).toBe('invalid_request');
   });
 
-  it('POST /api/dedicated with a reused Idempotency-Key and another body: 422 invalid_request (DESIGN.md 3.3)', async () => {
+  it('POST /api/dedicated with a reused Idempotency-Key and another body: 422 invalid_request (docs/CONTRACTS.md "REST shapes")', async () => {
     const key = randomUUID();
     await checked(gw, 'POST', '/api/dedicated', '/api/dedicated', 201, { token: other.writeKey, json: { origin_ip: '9.9.9.9' }, headers: { 'idempotency-key': key } });
     const before = await balance(other);

@@ -1,4 +1,4 @@
-// The tunnel API over real HTTP against real PostgreSQL: every route, every error row of DESIGN.md
+// The tunnel API over real HTTP against real PostgreSQL: every route, every error row of docs/CONTRACTS.md
 // "REST errors" that the gateway can produce before the edge agent is wired.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';

@@ -1,4 +1,4 @@
-// The agent's job layer against DESIGN.md 3.6 "Exact rules": every refusal code with real jose-signed
+// The agent's job layer against docs/CONTRACTS.md "Exact rules": every refusal code with real jose-signed
 // tokens, the precedence between codes, the replay cache on disk, the job handler's result lines, the
 // configuration, the gateway's signJob, and schema/job.schema.json checked against the verifier.
 import { createHash, generateKeyPairSync, randomUUID, type KeyObject } from 'node:crypto';
@@ -824,7 +824,7 @@ describe('schema/job.schema.json', () => {
 
 // ---------------------------------------------------------------------------------------------------
 
-describe('AGENT_PROTECTED_POOLS (DESIGN.md 3.6 "Hardening of the listener")', () => {
+describe('AGENT_PROTECTED_POOLS (docs/CONTRACTS.md "Hardening of the listener")', () => {
   const sshPub = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGbR1mqRBy1LhRvBVZP2kzSt0Uu3IuLSpW1s3cYSv0Nq tunnelgate-gateway';
   const configWith = (over: Record<string, string>) =>
     loadConfig({ AGENT_NODE_ID: NODE, AGENT_STATE_DIR: '/var/lib/tunnel-agent', AGENT_AUTHORIZED_KEY: sshPub, AGENT_JOB_KEY: JSON.stringify({ ...gatewayJwk, kid: KID }), AGENT_EDGE_IP: EDGE_IP, ...over });

@@ -1,10 +1,10 @@
 // Issue 8 items 8 and 10.
-// - oauth_client.api_access (DESIGN 3.2): what a client's access tokens may do on the tunnel API and
+// - oauth_client.api_access (docs/CONTRACTS.md "Admin CLI"): what a client's access tokens may do on the tunnel API and
 //   GraphQL. Existing clients become `none`, like new ones: until now every client's token could spend
 //   the user's balance, which is the hole being closed, and the operator is the only one who knows which
 //   registered application really needs the API. `client update --client-id C --api-access read|write`
 //   gives it back in one command (README, "Identity provider").
-// - app_user.avatar_key: the opaque key of the generated avatar's public URL (DESIGN 3.3).
+// - app_user.avatar_key: the opaque key of the generated avatar's public URL (docs/CONTRACTS.md "REST shapes").
 // Generated from server/db/entities.ts.
 import { Migration } from '@mikro-orm/migrations';
 

@@ -1,7 +1,7 @@
 // Who may spend the gateway's work, and how much: one gate for REST, GraphQL over HTTP and GraphQL
 // over WebSocket (connection_init and every operation), so no transport has looser limits.
 //
-//   no credential        -> the anonymous budget of the client's address (DESIGN 3.3 rate limits)
+//   no credential        -> the anonymous budget of the client's address (docs/CONTRACTS.md "REST shapes" rate limits)
 //   a credential         -> refused with 429 before any lookup while the address has spent its budget
 //                           of failed authentications, unless this exact credential was valid here
 //                           recently (a real integration is not a guess); otherwise authenticated
@@ -90,7 +90,7 @@ export class RequestGate {
     } catch (e) {
       if (!(e instanceof ApiError)) throw e;
       if (e.code !== 'invalid_token') {
-        // A genuine credential refused as a whole (a token of a client without API access, DESIGN 3.2):
+        // A genuine credential refused as a whole (a token of a client without API access, docs/CONTRACTS.md "Admin CLI"):
         // not a guess, so nothing is charged to the address; the adapters answer 403 in their own shape.
         if (prepaid) this.failures.refund(fail);
         return { principal: null, error: e };

@@ -1,5 +1,5 @@
 // The tunnel API under /api: thin adapters from HTTP to the domain services. Paths and field names
-// are the tunnel API document's; shapes and errors are DESIGN.md's.
+// are the tunnel API document's; shapes and errors are docs/CONTRACTS.md's ("REST shapes", "REST errors").
 import Router from '@koa/router';
 import type { Context } from 'koa';
 import type { Services } from '../../services.ts';
