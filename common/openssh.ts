@@ -14,6 +14,15 @@ export class OpenSshKeyError extends Error {
   override name = 'OpenSshKeyError';
 }
 
+/** Runs `step`, turning an OpenSshKeyError into the caller's own error (`wrap` gets the reason sentence). */
+export function rethrowKeyError<T>(step: () => T, wrap: (reason: string) => Error): T {
+  try {
+    return step();
+  } catch (e) {
+    throw e instanceof OpenSshKeyError ? wrap(e.message) : e;
+  }
+}
+
 /** OpenSSH's fingerprint of a public key blob: `SHA256:<base64 without padding>`, as `ssh-keygen -l` prints it. */
 export function sshFingerprint(blob: Buffer): string {
   return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;

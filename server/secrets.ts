@@ -24,7 +24,7 @@ import {
   verify as cryptoVerify,
   type KeyObject,
 } from 'node:crypto';
-import { OpenSshKeyError, checkSsh2PrivateKey, ed25519FromOpenSsh, sshFingerprint, sshPublicBlobOf, toOpenSshPrivateKey } from '../common/openssh.ts';
+import { checkSsh2PrivateKey, ed25519FromOpenSsh, rethrowKeyError, sshFingerprint, sshPublicBlobOf, toOpenSshPrivateKey } from '../common/openssh.ts';
 import type { Database } from './db/database.ts';
 
 export class SecretsError extends Error {
@@ -200,14 +200,7 @@ const jobSigningKey: Spec<JobSigningKey> = {
 const SSH_COMMENT = 'tunnelgate-gateway';
 
 /** Runs one step of the shared OpenSSH codec, naming the secret in its error. */
-function codec<T>(step: () => T): T {
-  try {
-    return step();
-  } catch (e) {
-    if (e instanceof OpenSshKeyError) throw new SecretsError(`gateway_ssh_key ${e.message}`);
-    throw e;
-  }
-}
+const codec = <T>(step: () => T): T => rethrowKeyError(step, (reason) => new SecretsError(`gateway_ssh_key ${reason}`));
 
 const gatewaySshKey: Spec<GatewaySshKey> = {
   parse(text) {

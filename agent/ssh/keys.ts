@@ -10,7 +10,7 @@ import { chmod, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import ssh2 from 'ssh2';
 import type { ParsedKey } from 'ssh2';
-import { OpenSshKeyError, checkSsh2PrivateKey, singleKey, sshFingerprint, toOpenSshPrivateKey } from '../../common/openssh.ts';
+import { checkSsh2PrivateKey, rethrowKeyError, singleKey, sshFingerprint, toOpenSshPrivateKey } from '../../common/openssh.ts';
 import { ensureDir, writeFileAtomic } from '../jobs/atomic-file.ts';
 
 export const HOST_KEY_FILE = 'ssh_host_ed25519_key';
@@ -34,14 +34,7 @@ export interface HostKey {
 }
 
 /** Runs one step of the shared OpenSSH codec (common/openssh.ts) with the agent's error class. */
-function codec<T>(step: () => T): T {
-  try {
-    return step();
-  } catch (e) {
-    if (e instanceof OpenSshKeyError) throw new SshKeyError(e.message);
-    throw e;
-  }
-}
+const codec = <T>(step: () => T): T => rethrowKeyError(step, (reason) => new SshKeyError(reason));
 
 /** Parses an OpenSSH Ed25519 private key with ssh2 and signs/verifies once through it. */
 export function checkHostKey(text: string): ParsedKey {
