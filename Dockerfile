@@ -6,6 +6,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends iproute2 nftables conntrack iputils-ping ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY package.json package-lock.json .npmrc ./
+# The agent is an npm workspace: npm ci needs its package.json to install its dependencies.
+COPY agent/package.json ./agent/
 RUN npm ci --omit=dev --no-audit --no-fund
 COPY loader ./loader
 COPY common ./common

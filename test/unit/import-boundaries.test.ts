@@ -2,7 +2,9 @@
 // different times: neither imports the other, and common/ (what both need) imports neither. This test
 // reads the import specifiers of every source file under the three folders with TypeScript's own
 // pre-processor (static imports, `export … from`, `import type`, dynamic `import('…')` with a literal,
-// `require('…')`) and fails on any that resolves into a folder the file's program may not reach.
+// `require('…')`) and fails on any that resolves into a folder the file's program may not reach. It also
+// checks that the agent's workspace (agent/package.json, what an edge router installs alone) declares
+// every package the agent's code, common/ and the agent's loader import.
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import ts from 'typescript';
@@ -57,6 +59,15 @@ function crossImports(file: string, text: string): CrossImport[] {
   return out;
 }
 
+/** The npm package a bare specifier names (`rolldown/utils` -> rolldown, `@a/b/c` -> @a/b); null for builtins. */
+function packageOf(specifier: string): string | null {
+  if (specifier.startsWith('node:')) return null;
+  const parts = specifier.split('/');
+  return specifier.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
+}
+
+const readJson = (path: string) => JSON.parse(readFileSync(join(ROOT, path), 'utf8')) as { dependencies?: Record<string, string> };
+
 describe('import boundaries between the two programs', () => {
   it('no file under server/ imports agent/, none under agent/ imports server/, and common/ imports neither', () => {
     const found: CrossImport[] = [];
@@ -96,5 +107,24 @@ describe('import boundaries between the two programs', () => {
     expect(crossImports('common/x.ts', "import { n } from '../server/a.ts';\nimport { o } from '../agent/b.ts';\nimport { p } from './ipv4.ts';")).toHaveLength(2);
     // A path that only looks like the other program's folder from inside its own is fine.
     expect(crossImports('agent/x.ts', "import { q } from './server/thing.ts';")).toEqual([]);
+  });
+
+  it('the agent installed alone has every package it imports: agent/package.json declares them, at the gateway\'s versions', () => {
+    const agentDeps = readJson('agent/package.json').dependencies ?? {};
+    const rootDeps = readJson('package.json').dependencies ?? {};
+    const files = [...sourceFiles(join(ROOT, 'agent')), ...sourceFiles(join(ROOT, 'common')), join(ROOT, 'loader/register-inline.mjs'), join(ROOT, 'loader/hooks.mjs')];
+    const missing = new Set<string>();
+    for (const path of files) {
+      for (const specifier of specifiersOf(readFileSync(path, 'utf8'))) {
+        if (specifier.startsWith('.') || specifier.startsWith('/')) continue;
+        const pkg = packageOf(specifier);
+        if (pkg !== null && !(pkg in agentDeps)) missing.add(`${pkg} (${relative(ROOT, path)})`);
+      }
+    }
+    expect([...missing]).toEqual([]);
+    // Node 24 itself: the entry re-executes under node_modules/node when the system Node is older.
+    expect(agentDeps.node).toBeDefined();
+    // One version of each in the one lockfile, whether a host installs the agent alone or everything.
+    for (const [pkg, version] of Object.entries(agentDeps)) expect(rootDeps[pkg], pkg).toBe(version);
   });
 });
