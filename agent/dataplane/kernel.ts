@@ -1,7 +1,7 @@
 // The kernel side of the dataplane: reading back what is there (links, addresses, map elements, counters)
 // into a KernelView, building the agent's table once, and carrying out a Plan through our netlink client.
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
-import { NFPROTO_IPV4 } from '../netlink/nftables.ts';
+import { NFPROTO_IPV4 } from '../netlink/nftables/index.ts';
 import { RULESET_DEFAULTS } from '../netlink/ruleset.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import type { Conntrack } from './conntrack.ts';

@@ -5,7 +5,7 @@ import { constants as osConstants } from 'node:os';
 import { NetlinkError, NETLINK_NETFILTER, NETLINK_ROUTE, errnoName, type NetlinkErrorDetails, type NlMsg } from './message.ts';
 import { NetlinkSocket, type NetlinkSocketOptions, type SeqReply } from './socket.ts';
 import * as rt from './rtnetlink.ts';
-import * as nft from './nftables.ts';
+import * as nft from './nftables/index.ts';
 import { bytesToIpv4 } from './attrs.ts';
 
 const E = osConstants.errno;
@@ -327,5 +327,5 @@ export class Nft extends Client {
 
 // Re-exported so users of the client need not reach into the encoders for the everyday names.
 export { NetlinkError } from './message.ts';
-export { NftBatch, ipv4MapElement, ipv4ObjElement } from './nftables.ts';
+export { NftBatch, ipv4MapElement, ipv4ObjElement } from './nftables/index.ts';
 export { addTunnelgateRuleset } from './ruleset.ts';
