@@ -21,7 +21,8 @@ function check(reply: SeqReply | undefined, operation: string, requestType: numb
 abstract class Client {
   protected readonly sock: NetlinkSocket;
 
-  protected constructor(sock: NetlinkSocket) {
+  /** Over any NetlinkSocket: the kernel (open) or a test endpoint (new NetlinkSocket(endpoint)). */
+  constructor(sock: NetlinkSocket) {
     this.sock = sock;
   }
 
