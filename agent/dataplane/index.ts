@@ -15,7 +15,8 @@ import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
-import { collectBetweenPhases, releaseMemory } from './memory.ts';
+import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
+import { SerialQueue } from '../housekeeping/serial-queue.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
 import { normaliseSpec } from '../../common/tunnel-spec.ts';
 import { InvalidTunnel, validateRef, validateSpec } from './validate.ts';
@@ -115,19 +116,12 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
   }
 }
 
-/** Operations over at least this many tunnels release memory as soon as they finish. */
-const LARGE_OPERATION = 256;
-/** Otherwise memory is released once no operation has run for this long, */
-const IDLE_RELEASE_MS = 2_000;
-/** or at once when the process's resident memory is above this (the agent idles at ~85-100 MB). */
-const RELEASE_ABOVE_BYTES = 120 * 1024 * 1024;
-
 class EdgeDataplane implements DataplaneHandle {
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly queue = new SerialQueue();
   private closed = false;
   /** Set by run() when the operation it carried out was large enough to release memory right after. */
   private largeOperation = false;
-  private idleRelease: NodeJS.Timeout | undefined;
+  private readonly release = new ReleaseAfterOperations();
 
   constructor(
     private readonly k: KernelContext,
@@ -151,35 +145,15 @@ class EdgeDataplane implements DataplaneHandle {
         throw kernelError(op, e);
       }
     };
-    const p = this.queue.then(run, run);
-    this.queue = p.catch(() => undefined);
-    void p.then(
-      () => this.afterOperation(),
-      () => this.afterOperation(),
-    );
-    return p;
-  }
-
-  /**
-   * Memory goes back to the OS right after an operation that read or changed many tunnels (a reconcile,
-   * a big diff), and otherwise once the agent has been idle for a moment (see memory.ts).
-   */
-  private afterOperation(): void {
-    if (this.idleRelease) clearTimeout(this.idleRelease);
-    this.idleRelease = undefined;
-    if (this.closed) return;
-    // A one-tunnel job still reads the whole map back, so at 10,000 tunnels a run of them grows the heap
-    // too: resident memory above RELEASE_ABOVE_BYTES is handed back at once as well.
-    if (this.largeOperation || process.memoryUsage.rss() > RELEASE_ABOVE_BYTES) {
+    const p = this.queue.run(run);
+    const after = (): void => {
+      // Memory goes back to the OS after an operation that read or changed many tunnels (housekeeping/memory.ts).
+      const large = this.largeOperation;
       this.largeOperation = false;
-      releaseMemory();
-      return;
-    }
-    this.idleRelease = setTimeout(() => {
-      this.idleRelease = undefined;
-      if (!this.closed) releaseMemory();
-    }, IDLE_RELEASE_MS);
-    this.idleRelease.unref();
+      if (!this.closed) this.release.operationFinished(large);
+    };
+    void p.then(after, after);
+    return p;
   }
 
   private checkSpec(t: TunnelSpec): TunnelSpec {
@@ -195,14 +169,14 @@ class EdgeDataplane implements DataplaneHandle {
     for (const t of desired) names.add(t.tunnel_name);
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
     const view = await readView(this.k, [...names], owned);
-    // A large operation collects between read-back, diff and apply (memory.ts): each phase's garbage
-    // (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
-    const large = names.size >= LARGE_OPERATION;
-    if (large) collectBetweenPhases();
+    // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
+    // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
+    const mem = phases('operation', names.size);
+    mem.between();
     const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans, ...(keep ? { keep } : {}) });
-    if (large) collectBetweenPhases();
+    mem.between();
     const c = plan.counts;
-    if (names.size >= LARGE_OPERATION || c.added + c.changed + c.removed >= LARGE_OPERATION) this.largeOperation = true;
+    if (mem.large || phases('operation', c.added + c.changed + c.removed).large) this.largeOperation = true;
     // Intent first: a link the agent is about to create is on record before it exists.
     const intents: OwnedTunnel[] = [];
     for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push({ spec: t, pending: true });
@@ -350,9 +324,9 @@ class EdgeDataplane implements DataplaneHandle {
 
   async close(): Promise<void> {
     if (this.closed) return;
-    await this.queue;
+    await this.queue.drained();
     this.closed = true;
-    if (this.idleRelease) clearTimeout(this.idleRelease);
+    this.release.stop();
     // Sockets and the journal only: the kernel state stays, traffic keeps flowing.
     this.k.rtnl.close();
     this.k.nft.close();

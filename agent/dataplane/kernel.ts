@@ -1,14 +1,14 @@
 // The kernel side of the dataplane: reading back what is there (links, addresses, map elements, counters)
 // into a KernelView, building the agent's table once, and carrying out a Plan through our netlink client.
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
-import { NFPROTO_IPV4 } from '../netlink/nftables.ts';
+import { NFPROTO_IPV4 } from '../netlink/nftables/index.ts';
 import { RULESET_DEFAULTS } from '../netlink/ruleset.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import type { Conntrack } from './conntrack.ts';
 import { nftChangeCount, type KernelView, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
 import type { LinkDriver } from './links.ts';
 import { writeSysctls } from './netns.ts';
-import { collectBetweenPhases } from './memory.ts';
+import { COLLECT_EVERY_REQUESTS, phases } from '../housekeeping/memory.ts';
 
 export const DNAT_MAP = RULESET_DEFAULTS.dnatMap;
 export const COUNTER_MAP = RULESET_DEFAULTS.counterMap;
@@ -87,27 +87,25 @@ async function getLinks(k: KernelContext, names: readonly string[]): Promise<Map
   return out;
 }
 
-/** Reads of at least this many tunnels go dump by dump (see readView). */
-const LARGE_READ = 2048;
-
 /** What the kernel has for these link names (owned or wanted) and the whole of the agent's table. */
 export async function readView(k: KernelContext, names: readonly string[], owned: ReadonlyMap<string, OwnedTunnel>): Promise<KernelView> {
   const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
   // Names, strings and Sets only: at 10,000 tunnels every decoded object per element is megabytes of heap.
-  // A large read goes one dump at a time with a collection after each (memory.ts): the four dumps in
-  // parallel, each promoting its partial results past young collections, made the heap grow to twice
-  // what the view holds (the peak of the agent's memory at 10,000 tunnels); one at a time is still fast.
+  // A large read goes one dump at a time with a collection after each (housekeeping/memory.ts): the four
+  // dumps in parallel, each promoting its partial results past young collections, made the heap grow to
+  // twice what the view holds (the peak of the agent's memory at 10,000 tunnels); one at a time is still fast.
   let links: Map<string, LinkInfo>, dnat: Map<string, string>, ctrMap: Map<string, string>, counters: Set<string>;
-  if (names.length + owned.size >= LARGE_READ) {
-    collectBetweenPhases({ ifGrown: true });
+  const mem = phases('read', names.length + owned.size);
+  if (mem.large) {
+    mem.between();
     links = await getLinks(k, names);
-    collectBetweenPhases({ ifGrown: true });
+    mem.between();
     dnat = await k.nft.listIpv4Map(k.table, DNAT_MAP);
-    collectBetweenPhases({ ifGrown: true });
+    mem.between();
     ctrMap = await counterMap(k);
-    collectBetweenPhases({ ifGrown: true });
+    mem.between();
     counters = await k.nft.listCounterNames(k.table);
-    collectBetweenPhases({ ifGrown: true });
+    mem.between();
   } else {
     [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounterNames(k.table)]);
   }
@@ -121,7 +119,7 @@ export async function readView(k: KernelContext, names: readonly string[], owned
       list.push(`${a.local}/${a.prefixLen}`);
     }
   }
-  if (names.length + owned.size >= LARGE_READ) collectBetweenPhases({ ifGrown: true });
+  mem.between();
   const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters };
   for (const l of links.values()) {
     const o: ObservedLink = { name: l.name, index: l.index, up: l.up, mtu: l.mtu ?? 0, addresses: addrs.get(l.index) ?? [] };
@@ -138,12 +136,10 @@ export async function readView(k: KernelContext, names: readonly string[], owned
  * once only grows the heap (measured: ~150 MB of transient garbage at 10,000 tunnels) for no speed.
  */
 const CHUNK = 256;
-/** A large plan also collects after every this many requests (memory.ts): apply peak ~130 MB at 10k; each full collection costs 15-30 ms, every 2,048 requests cost ~15% of the apply. */
-const COLLECT_EVERY = 16 * CHUNK;
 async function inChunks<T>(items: readonly T[], fn: (x: T) => Promise<unknown>, collect: () => void = () => undefined): Promise<void> {
   for (let i = 0; i < items.length; i += CHUNK) {
     await Promise.all(items.slice(i, i + CHUNK).map(fn));
-    if ((i + CHUNK) % COLLECT_EVERY === 0 && i + CHUNK < items.length) collect();
+    if ((i + CHUNK) % COLLECT_EVERY_REQUESTS === 0 && i + CHUNK < items.length) collect();
   }
 }
 
@@ -154,9 +150,6 @@ const ignoreCode =
     throw e;
   };
 
-/** Plans with at least this many link steps collect garbage between their phases. */
-const LARGE_PLAN = 2048;
-
 /** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
 export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number }> {
   const steps = plan.linkSteps;
@@ -166,8 +159,9 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
     (s) => k.rtnl.deleteLink(s.name).catch(ignoreCode('ENODEV')),
   );
   const creates = steps.filter((s) => s.op === 'create');
-  // Large plans collect between phases (memory.ts): a lower peak for ~2% of the time.
-  const between = steps.length + plan.linkDeletes.length >= LARGE_PLAN ? collectBetweenPhases : () => undefined;
+  // Large plans collect between phases (housekeeping/memory.ts): a lower peak for ~2% of the time.
+  const between = phases('apply', steps.length + plan.linkDeletes.length).between;
+  const nftMem = phases('apply', nftChangeCount(plan.nft));
   between();
   await inChunks(creates, (s) => k.driver.create(k.rtnl, s.spec), between);
   between();
@@ -201,7 +195,7 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   }
   await inChunks(later, (f) => f(), between);
   between();
-  if (nftChangeCount(plan.nft) >= LARGE_PLAN) collectBetweenPhases();
+  nftMem.between();
 
   // 3. One atomic nft batch; a changed element is delete + add in it.
   const n = plan.nft;
@@ -214,7 +208,7 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
   if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
   await k.nft.commit(b);
-  if (nftChangeCount(plan.nft) >= LARGE_PLAN) collectBetweenPhases();
+  nftMem.between();
 
   // 4. Links of removed tunnels: traffic no longer goes to them.
   await inChunks(plan.linkDeletes, (name) => k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV')));

@@ -1,7 +1,7 @@
 // Running a few synchronous system calls inside the agent's network namespace: opening a raw socket,
 // writing /proc/sys/net/... (sysctl files resolve against the netns of the thread that opens them).
 // Production runs the agent in the host namespace and never switches; tests pass a namespace.
-import { closeSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, openSync, writeSync } from 'node:fs';
 import koffi from 'koffi';
 
 const CLONE_NEWNET = 0x40000000;
@@ -57,19 +57,6 @@ export function writeSysctls(netns: string | undefined, entries: readonly (reado
       } finally {
         closeSync(fd);
       }
-    }
-  });
-}
-
-export function readSysctl(netns: string | undefined, path: readonly string[]): string {
-  return inNetns(netns, () => {
-    const fd = openSync(`/proc/sys/${path.join('/')}`, 'r');
-    try {
-      const buf = Buffer.alloc(64);
-      const n = readSync(fd, buf, 0, buf.length, 0);
-      return buf.subarray(0, n).toString('utf8').trim();
-    } finally {
-      closeSync(fd);
     }
   });
 }

@@ -1,9 +1,8 @@
 // The agent's record of what it created (docs/CONTRACTS.md "Dataplane": it owns only the links it created, recorded in its
-// state). An append-only JSON-lines journal in stateDir, replayed at start and compacted into a snapshot
-// when it has grown well past the live set, so one apply costs one small appended line and an fdatasync,
-// not a rewrite of 10,000 records.
-import { closeSync, fdatasyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+// state), on a journal (housekeeping/journal.ts) replayed at start and compacted when it has grown well
+// past the live set, so one apply costs one small appended line and an fdatasync, not a rewrite of
+// 10,000 records.
+import { Journal } from '../housekeeping/journal.ts';
 import type { OwnedTunnel } from './diff.ts';
 import type { TunnelSpec } from './types.ts';
 
@@ -20,50 +19,32 @@ export const DESIRED_FILE = 'desired-state.jsonl';
 
 const putLine = (p: OwnedTunnel): Line => (p.pending ? { v: 1, put: p.spec, pending: true } : { v: 1, put: p.spec });
 
-/** Lines per write(): 10,000 records as one string were ~5 MB of transient heap at the agent's peak. */
-const WRITE_CHUNK = 512;
-
-/** Appends the lines (fsync is the caller's); a crash between writes leaves a torn tail that replay skips. */
-function writeLines(fd: number, lines: readonly Line[]): void {
-  for (let i = 0; i < lines.length; i += WRITE_CHUNK) {
-    let text = '';
-    for (const l of lines.slice(i, i + WRITE_CHUNK)) text += `${JSON.stringify(l)}\n`;
-    writeSync(fd, text);
-  }
+function accept(v: unknown): Line | undefined {
+  if (typeof v !== 'object' || v === null) return undefined;
+  const l = v as Partial<{ put: TunnelSpec; del: string }>;
+  if (typeof l.put === 'object' && l.put !== null && typeof l.put.id === 'string') return v as Line;
+  if (typeof l.del === 'string') return v as Line;
+  return undefined;
 }
 
 export class StateStore {
-  readonly path: string;
   private readonly records = new Map<string, OwnedTunnel>();
-  private fd: number;
-  private lines = 0;
 
-  private constructor(dir: string, file: string) {
-    mkdirSync(dir, { recursive: true, mode: 0o700 });
-    this.path = join(dir, file);
-    let text = '';
-    try {
-      text = readFileSync(this.path, 'utf8');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    }
-    for (const raw of text.split('\n')) {
-      if (raw.trim() === '') continue;
-      let l: Line;
-      try {
-        l = JSON.parse(raw) as Line;
-      } catch {
-        continue; // a torn last line from a crash mid-write: the operation it described never completed
-      }
-      if ('put' in l) this.records.set(l.put.id, l.pending ? { spec: l.put, pending: true } : { spec: l.put });
-      else if ('del' in l) this.records.delete(l.del);
-      this.lines++;
-    }
-    this.fd = openSync(this.path, 'a', 0o600);
-  }
+  private constructor(private readonly journal: Journal<Line>) {}
 
   static open(dir: string, file: string = STATE_FILE): StateStore {
-    return new StateStore(dir, file);
+    // A torn last line (a crash mid-write) is skipped: the operation it described never completed.
+    const { journal, lines } = Journal.open(dir, file, accept);
+    const store = new StateStore(journal);
+    for (const l of lines) {
+      if ('put' in l) store.records.set(l.put.id, l.pending ? { spec: l.put, pending: true } : { spec: l.put });
+      else store.records.delete(l.del);
+    }
+    return store;
+  }
+
+  get path(): string {
+    return this.journal.path;
   }
 
   get tunnels(): ReadonlyMap<string, OwnedTunnel> {
@@ -75,33 +56,19 @@ export class StateStore {
     if (puts.length === 0 && dels.length === 0) return;
     for (const p of puts) this.records.set(p.spec.id, p);
     for (const d of dels) this.records.delete(d);
-    if (this.lines + puts.length + dels.length > 2 * this.records.size + 1000) {
+    if (this.journal.lineCount + puts.length + dels.length > 2 * this.records.size + 1000) {
       this.snapshot();
       return;
     }
-    writeLines(this.fd, [...puts.map(putLine), ...dels.map((d) => ({ v: 1, del: d }) as Line)]);
-    fdatasyncSync(this.fd);
-    this.lines += puts.length + dels.length;
+    this.journal.append([...puts.map(putLine), ...dels.map((d): Line => ({ v: 1, del: d }))]);
   }
 
-  /** Replaces the journal with the live records (write, fsync, rename). */
+  /** Replaces the journal with the live records. */
   snapshot(): void {
-    const tmp = `${this.path}.tmp`;
-    const fd = openSync(tmp, 'w', 0o600);
-    try {
-      writeLines(fd, [...this.records.values()].map(putLine));
-      fdatasyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(tmp, this.path);
-    closeSync(this.fd);
-    this.fd = openSync(this.path, 'a', 0o600);
-    this.lines = this.records.size;
+    this.journal.rewrite([...this.records.values()].map(putLine));
   }
 
   close(): void {
-    if (this.fd >= 0) closeSync(this.fd);
-    this.fd = -1;
+    this.journal.close();
   }
 }

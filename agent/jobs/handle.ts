@@ -52,7 +52,6 @@ export function exitCodeFor(line: ResultLine): 0 | 1 {
 }
 
 export class JobHandler {
-  private chain: Promise<unknown> = Promise.resolve();
   private inFlight = 0;
   private idleWaiters: (() => void)[] = [];
 
@@ -82,7 +81,8 @@ export class JobHandler {
       }
       if (!outcome.ok) return this.refuse(outcome.error, outcome.error_description, fields, outcome.jti);
       const job = outcome.job;
-      return await (job.op === 'probe' ? this.run(job, fields) : this.serial(() => this.run(job, fields)));
+      // Changing jobs run one at a time in the dataplane's own queue (housekeeping/serial-queue.ts).
+      return await this.run(job, fields);
     } finally {
       if (--this.inFlight === 0) for (const w of this.idleWaiters.splice(0)) w();
     }
@@ -91,12 +91,6 @@ export class JobHandler {
   /** Resolves when no job is being handled (for a graceful shutdown). */
   idle(): Promise<void> {
     return this.inFlight === 0 ? Promise.resolve() : new Promise((resolve) => this.idleWaiters.push(resolve));
-  }
-
-  private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.chain.then(fn, fn);
-    this.chain = run.catch(() => undefined);
-    return run;
   }
 
   private async run(job: VerifiedJob, fields: Record<string, unknown>): Promise<ResultLine> {

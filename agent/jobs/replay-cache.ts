@@ -1,15 +1,12 @@
 // The replay cache: every job id (jti) that passed verification, remembered until its expiry, kept in
 // AGENT_STATE_DIR so that a restart does not reopen the window.
 //
-// Format: `replay-cache.jsonl`, one `{"jti":"<uuid>","until":<seconds>}` per line, appended and fsynced
-// before the job runs (so a jti counts as used even when the kernel then fails, or the agent dies).
-// Opening reads it back, ignores a torn last line (a crash in the middle of an append), drops expired
-// entries and rewrites the file atomically; later, whenever the log holds far more lines than live
-// entries, it is rewritten the same way. Entries live at most exp + 30 s, so the file stays small.
-import { constants as fsConstants } from 'node:fs';
-import { open, readFile, type FileHandle } from 'node:fs/promises';
-import { join } from 'node:path';
-import { ensureDir, writeFileAtomic } from './atomic-file.ts';
+// Format: `replay-cache.jsonl`, a journal (housekeeping/journal.ts) of `{"jti":"<uuid>","until":<seconds>}`
+// lines, each appended and fsynced before the job runs (so a jti counts as used even when the kernel then
+// fails, or the agent dies). Opening reads it back, skips a torn last line, drops expired entries and
+// rewrites the file; later, whenever it holds far more lines than live entries, it is rewritten the same
+// way. Entries live at most exp + 30 s, so the file stays small.
+import { Journal } from '../housekeeping/journal.ts';
 import type { ReplayGuard } from './verify.ts';
 
 export const REPLAY_FILE = 'replay-cache.jsonl';
@@ -23,49 +20,44 @@ export interface ReplayCacheOptions {
   compactSlack?: number;
 }
 
+interface Entry {
+  jti: string;
+  until: number;
+}
+
 const systemNow = () => Date.now() / 1000;
 
+function accept(v: unknown): Entry | undefined {
+  const e = v as Partial<Entry> | null;
+  return e && typeof e.jti === 'string' && typeof e.until === 'number' ? { jti: e.jti, until: e.until } : undefined;
+}
+
 export class ReplayCache implements ReplayGuard {
-  readonly path: string;
   private readonly entries = new Map<string, number>();
   private readonly now: () => number;
   private readonly slack: number;
-  private fh: FileHandle | undefined;
-  private lines = 0;
-  /** Serialises appends and rewrites. */
-  private chain: Promise<unknown> = Promise.resolve();
   private nextPrune = 0;
 
-  private constructor(path: string, opts: ReplayCacheOptions) {
-    this.path = path;
+  private constructor(
+    private readonly journal: Journal<Entry>,
+    opts: ReplayCacheOptions,
+  ) {
     this.now = opts.now ?? systemNow;
     this.slack = opts.compactSlack ?? 1000;
   }
 
   static async open(stateDir: string, opts: ReplayCacheOptions = {}): Promise<ReplayCache> {
-    await ensureDir(stateDir);
-    const cache = new ReplayCache(join(stateDir, REPLAY_FILE), opts);
-    let text = '';
-    try {
-      text = await readFile(cache.path, 'utf8');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-    }
+    const { journal, lines, unreadable } = Journal.open(stateDir, REPLAY_FILE, accept);
+    const cache = new ReplayCache(journal, opts);
     const now = cache.now();
-    let unreadable = 0;
-    for (const line of text.split('\n')) {
-      if (line.trim() === '') continue;
-      try {
-        const { jti, until } = JSON.parse(line) as { jti?: unknown; until?: unknown };
-        if (typeof jti !== 'string' || typeof until !== 'number') throw new Error('bad entry');
-        if (until > now && until > (cache.entries.get(jti) ?? 0)) cache.entries.set(jti, until);
-      } catch {
-        unreadable++;
-      }
-    }
-    if (unreadable > 0) opts.warn?.('replay cache: skipped unreadable lines', { path: cache.path, lines: unreadable });
-    await cache.rewrite();
+    for (const { jti, until } of lines) if (until > now && until > (cache.entries.get(jti) ?? 0)) cache.entries.set(jti, until);
+    if (unreadable > 0) opts.warn?.('replay cache: skipped unreadable lines', { path: journal.path, lines: unreadable });
+    cache.rewrite();
     return cache;
+  }
+
+  get path(): string {
+    return this.journal.path;
   }
 
   /** Number of remembered, unexpired jtis. */
@@ -79,35 +71,21 @@ export class ReplayCache implements ReplayGuard {
     return until !== undefined && until > this.now();
   }
 
-  use(jti: string, until: number): Promise<boolean> {
+  async use(jti: string, until: number): Promise<boolean> {
     const key = jti.toLowerCase();
     this.prune(false);
     const seen = this.entries.get(key);
-    if (seen !== undefined && seen > this.now()) return Promise.resolve(false);
-    // Recorded in memory at once (a concurrent twin sees it), on disk before the caller goes on.
+    if (seen !== undefined && seen > this.now()) return false;
+    // On disk before the caller goes on; in memory only once it is (a failed write refuses the job, and
+    // must not leave the jti looking used).
+    this.journal.append([{ jti: key, until }]);
     this.entries.set(key, until);
-    return this.serial(async () => {
-      const fh = this.fh;
-      if (!fh) throw new Error('replay cache is closed');
-      await fh.write(`${JSON.stringify({ jti: key, until })}\n`);
-      await fh.datasync();
-      this.lines++;
-      if (this.lines > this.entries.size + this.slack) await this.rewriteNow();
-      return true;
-    });
+    if (this.journal.lineCount > this.entries.size + this.slack) this.rewrite();
+    return true;
   }
 
   async close(): Promise<void> {
-    await this.serial(async () => {
-      await this.fh?.close();
-      this.fh = undefined;
-    });
-  }
-
-  private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.chain.then(fn, fn);
-    this.chain = run.catch(() => undefined);
-    return run;
+    this.journal.close();
   }
 
   private prune(force: boolean): void {
@@ -117,18 +95,9 @@ export class ReplayCache implements ReplayGuard {
     for (const [jti, until] of this.entries) if (until <= now) this.entries.delete(jti);
   }
 
-  private rewrite(): Promise<void> {
-    return this.serial(() => this.rewriteNow());
-  }
-
-  /** Writes the live entries to a fresh file, swaps it in, and appends to it from then on. */
-  private async rewriteNow(): Promise<void> {
+  /** Writes only the live entries. */
+  private rewrite(): void {
     this.prune(true);
-    const body = [...this.entries].map(([jti, until]) => `${JSON.stringify({ jti, until })}\n`).join('');
-    await this.fh?.close();
-    this.fh = undefined;
-    await writeFileAtomic(this.path, body, 0o600);
-    this.fh = await open(this.path, fsConstants.O_WRONLY | fsConstants.O_APPEND);
-    this.lines = this.entries.size;
+    this.journal.rewrite([...this.entries].map(([jti, until]) => ({ jti, until })));
   }
 }

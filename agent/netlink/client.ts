@@ -5,7 +5,7 @@ import { constants as osConstants } from 'node:os';
 import { NetlinkError, NETLINK_NETFILTER, NETLINK_ROUTE, errnoName, type NetlinkErrorDetails, type NlMsg } from './message.ts';
 import { NetlinkSocket, type NetlinkSocketOptions, type SeqReply } from './socket.ts';
 import * as rt from './rtnetlink.ts';
-import * as nft from './nftables.ts';
+import * as nft from './nftables/index.ts';
 import { bytesToIpv4 } from './attrs.ts';
 
 const E = osConstants.errno;
@@ -21,7 +21,8 @@ function check(reply: SeqReply | undefined, operation: string, requestType: numb
 abstract class Client {
   protected readonly sock: NetlinkSocket;
 
-  protected constructor(sock: NetlinkSocket) {
+  /** Over any NetlinkSocket: the kernel (open) or a test endpoint (new NetlinkSocket(endpoint)). */
+  constructor(sock: NetlinkSocket) {
     this.sock = sock;
   }
 
@@ -327,5 +328,5 @@ export class Nft extends Client {
 
 // Re-exported so users of the client need not reach into the encoders for the everyday names.
 export { NetlinkError } from './message.ts';
-export { NftBatch, ipv4MapElement, ipv4ObjElement } from './nftables.ts';
+export { NftBatch, ipv4MapElement, ipv4ObjElement } from './nftables/index.ts';
 export { addTunnelgateRuleset } from './ruleset.ts';

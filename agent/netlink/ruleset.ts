@@ -34,7 +34,7 @@ import {
   mapUserdata,
   objMapUserdata,
   type NftBatch,
-} from './nftables.ts';
+} from './nftables/index.ts';
 
 export interface RulesetOptions {
   table: string;

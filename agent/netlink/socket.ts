@@ -1,5 +1,7 @@
-// The only module of the netlink layer that touches the OS: a raw AF_NETLINK socket through koffi (FFI to
-// libc), with request/reply matching by sequence number, timeouts and flow control.
+// The netlink request machinery (request/reply matching by sequence number, timeouts, flow control) over
+// a datagram endpoint, and the only endpoint that touches the OS: a raw AF_NETLINK socket through koffi
+// (FFI to libc). The endpoint is the seam for tests: test/helpers/netlink-kernel.ts answers requests
+// with recorded kernel replies, without root (as mdlayher/netlink's nltest does for Go).
 //
 // Why non-blocking recv on the main thread plus an async poll, rather than a worker thread:
 // the kernel handles a netlink request synchronously inside sendmsg() (rtnetlink under the RTNL lock,
@@ -108,6 +110,102 @@ function sysError(operation: string, e = errno()): NetlinkError {
   return new NetlinkError({ errno: e, operation });
 }
 
+/** Datagrams to and from the kernel: all the request machinery needs of a socket. */
+export interface NetlinkEndpoint {
+  /** Our netlink port id (nl_pid), which the kernel puts in its replies. */
+  readonly portId: number;
+  /** Sends one datagram; 0, or the errno of the failure. */
+  send(data: Buffer): number;
+  /**
+   * Copies the next queued datagram into `buf` without waiting: its full length (larger than `buf` when it
+   * was truncated), or minus an errno (EAGAIN: nothing queued; ENOBUFS: the kernel dropped replies).
+   */
+  receive(buf: Buffer): number;
+  /** Resolves when a datagram may be readable, or after at most `ms`. */
+  wait(ms: number): Promise<void>;
+  /** The receive buffer the kernel granted, where there is one. */
+  receiveBufferSize?(): number;
+  close(): void;
+}
+
+/** The real endpoint: a non-blocking AF_NETLINK socket through koffi. */
+class KernelEndpoint implements NetlinkEndpoint {
+  private readonly kernelAddr = Buffer.alloc(12); // struct sockaddr_nl, nl_pid 0 = the kernel
+  private readonly pollFd = Buffer.alloc(8); // struct pollfd
+  private fd: number;
+
+  constructor(
+    fd: number,
+    readonly portId: number,
+  ) {
+    this.fd = fd;
+    this.kernelAddr.writeUInt16LE(AF_NETLINK, 0);
+    if (HOST_LE) this.pollFd.writeInt32LE(fd, 0);
+    else this.pollFd.writeInt32BE(fd, 0);
+    const ev = Buffer.alloc(2);
+    if (HOST_LE) ev.writeUInt16LE(POLLIN);
+    else ev.writeUInt16BE(POLLIN);
+    ev.copy(this.pollFd, 4);
+  }
+
+  static open(protocol: number, opts: NetlinkSocketOptions): KernelEndpoint {
+    const c = loadLibc();
+    const fd = opts.netns ? inNetns(c, opts.netns, () => c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol)) : c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol);
+    if (fd < 0) throw sysError('socket(AF_NETLINK)');
+    try {
+      setBuf(c, fd, SO_RCVBUFFORCE, SO_RCVBUF, opts.rcvbuf ?? 32 * 1024 * 1024);
+      setBuf(c, fd, SO_SNDBUFFORCE, SO_SNDBUF, opts.sndbuf ?? 32 * 1024 * 1024);
+      // Extended acks give the kernel's reason text; capped acks keep a failing 64 KiB message from
+      // being echoed back whole (which would eat the receive buffer on a big batch).
+      setInt(c, fd, SOL_NETLINK, NETLINK_EXT_ACK, 1);
+      setInt(c, fd, SOL_NETLINK, NETLINK_CAP_ACK, 1);
+      const addr = Buffer.alloc(12);
+      addr.writeUInt16LE(AF_NETLINK, 0);
+      if (c.bind(fd, addr, 12) < 0) throw sysError('bind(AF_NETLINK)');
+      const len = Buffer.alloc(4);
+      len.writeUInt32LE(12);
+      if (c.getsockname(fd, addr, len) < 0) throw sysError('getsockname');
+      return new KernelEndpoint(fd, HOST_LE ? addr.readUInt32LE(4) : addr.readUInt32BE(4));
+    } catch (e) {
+      c.close(fd);
+      throw e;
+    }
+  }
+
+  send(data: Buffer): number {
+    const c = loadLibc();
+    let n: number;
+    do n = c.sendto(this.fd, data, data.length, 0, this.kernelAddr, 12);
+    while (n < 0 && errno() === E.EINTR);
+    return n < 0 ? errno() : 0;
+  }
+
+  receive(buf: Buffer): number {
+    const c = loadLibc();
+    for (;;) {
+      const n = c.recv(this.fd, buf, buf.length, MSG_DONTWAIT | MSG_TRUNC);
+      if (n >= 0) return n;
+      const e = errno();
+      if (e !== E.EINTR) return -e;
+    }
+  }
+
+  async wait(ms: number): Promise<void> {
+    await loadLibc().pollAsync(this.pollFd, 1, ms);
+  }
+
+  receiveBufferSize(): number {
+    return getInt(loadLibc(), this.fd, SOL_SOCKET, SO_RCVBUF);
+  }
+
+  close(): void {
+    if (this.fd >= 0) {
+      loadLibc().close(this.fd);
+      this.fd = -1;
+    }
+  }
+}
+
 export interface NetlinkSocketOptions {
   /** Receive buffer; SO_RCVBUFFORCE (root) lifts it above net.core.rmem_max. */
   rcvbuf?: number;
@@ -165,9 +263,7 @@ interface Pending {
 }
 
 export class NetlinkSocket {
-  readonly protocol: number;
   readonly portId: number;
-  private fd: number;
   private seq: number;
   private readonly timeoutMs: number;
   private readonly queue: Pending[] = [];
@@ -175,48 +271,20 @@ export class NetlinkSocket {
   private pumping = false;
   private closed = false;
   private readonly recvBuf = Buffer.alloc(RECV_BUF_BYTES);
-  private readonly kernelAddr = Buffer.alloc(12); // struct sockaddr_nl, nl_pid 0 = the kernel
-  private readonly pollFd = Buffer.alloc(8); // struct pollfd
 
-  private constructor(protocol: number, fd: number, portId: number, timeoutMs: number) {
-    this.protocol = protocol;
-    this.fd = fd;
-    this.portId = portId;
-    this.timeoutMs = timeoutMs;
+  constructor(
+    private readonly endpoint: NetlinkEndpoint,
+    opts: { timeoutMs?: number } = {},
+  ) {
+    this.portId = endpoint.portId;
+    this.timeoutMs = opts.timeoutMs ?? 10_000;
     // Random start: a reopened socket must not match stale replies by accident.
     this.seq = (Math.random() * 0x3fffffff) | 0;
-    this.kernelAddr.writeUInt16LE(AF_NETLINK, 0);
-    if (HOST_LE) this.pollFd.writeInt32LE(fd, 0);
-    else this.pollFd.writeInt32BE(fd, 0);
-    const ev = Buffer.alloc(2);
-    if (HOST_LE) ev.writeUInt16LE(POLLIN);
-    else ev.writeUInt16BE(POLLIN);
-    ev.copy(this.pollFd, 4);
   }
 
+  /** A socket on the kernel (in `opts.netns` when given). */
   static open(protocol: number, opts: NetlinkSocketOptions = {}): NetlinkSocket {
-    const c = loadLibc();
-    const fd = opts.netns ? inNetns(c, opts.netns, () => c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol)) : c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol);
-    if (fd < 0) throw sysError('socket(AF_NETLINK)');
-    try {
-      setBuf(c, fd, SO_RCVBUFFORCE, SO_RCVBUF, opts.rcvbuf ?? 32 * 1024 * 1024);
-      setBuf(c, fd, SO_SNDBUFFORCE, SO_SNDBUF, opts.sndbuf ?? 32 * 1024 * 1024);
-      // Extended acks give the kernel's reason text; capped acks keep a failing 64 KiB message from
-      // being echoed back whole (which would eat the receive buffer on a big batch).
-      setInt(c, fd, SOL_NETLINK, NETLINK_EXT_ACK, 1);
-      setInt(c, fd, SOL_NETLINK, NETLINK_CAP_ACK, 1);
-      const addr = Buffer.alloc(12);
-      addr.writeUInt16LE(AF_NETLINK, 0);
-      if (c.bind(fd, addr, 12) < 0) throw sysError('bind(AF_NETLINK)');
-      const len = Buffer.alloc(4);
-      len.writeUInt32LE(12);
-      if (c.getsockname(fd, addr, len) < 0) throw sysError('getsockname');
-      const portId = HOST_LE ? addr.readUInt32LE(4) : addr.readUInt32BE(4);
-      return new NetlinkSocket(protocol, fd, portId, opts.timeoutMs ?? 10_000);
-    } catch (e) {
-      c.close(fd);
-      throw e;
-    }
+    return new NetlinkSocket(KernelEndpoint.open(protocol, opts), opts);
   }
 
   /** Allocates `n` consecutive sequence numbers; returns the first. Never 0 (nft/iproute2 use 0 for unsolicited). */
@@ -229,7 +297,8 @@ export class NetlinkSocket {
 
   /** The receive buffer the kernel actually granted (it doubles the requested value for bookkeeping). */
   receiveBufferSize(): number {
-    return getInt(loadLibc(), this.fd, SOL_SOCKET, SO_RCVBUF);
+    if (!this.endpoint.receiveBufferSize) throw new Error('this netlink endpoint has no receive buffer');
+    return this.endpoint.receiveBufferSize();
   }
 
   /** Queues a request; resolves when every expected seq has its final reply. Kernel errors are returned, not thrown. */
@@ -268,10 +337,7 @@ export class NetlinkSocket {
   }
 
   private closeFd(): void {
-    if (this.fd >= 0) {
-      loadLibc().close(this.fd);
-      this.fd = -1;
-    }
+    this.endpoint.close();
   }
 
   private finish(p: Pending, err?: Error): void {
@@ -327,20 +393,16 @@ export class NetlinkSocket {
       for (const s of p.spec.abortSeqs ?? []) this.bySeq.set(s, p);
     }
     const data = round.length === 1 ? round[0]!.spec.data : Buffer.concat(round.map((p) => p.spec.data));
-    const c = loadLibc();
-    let n: number;
-    do n = c.sendto(this.fd, data, data.length, 0, this.kernelAddr, 12);
-    while (n < 0 && errno() === E.EINTR);
-    if (n < 0) {
-      const err = sysError(`sendto(${data.length} bytes)`);
+    const e = this.endpoint.send(data);
+    if (e !== 0) {
+      const err = sysError(`sendto(${data.length} bytes)`, e);
       for (const p of round) this.finish(p, err);
     }
   }
 
   private async receiveRound(round: Pending[]): Promise<void> {
-    const c = loadLibc();
     while (!this.closed && round.some((p) => !p.done)) {
-      const n = c.recv(this.fd, this.recvBuf, this.recvBuf.length, MSG_DONTWAIT | MSG_TRUNC);
+      const n = this.endpoint.receive(this.recvBuf);
       if (n >= 0) {
         if (n > this.recvBuf.length) throw new Error(`netlink datagram of ${n} bytes exceeds the ${this.recvBuf.length}-byte receive buffer`);
         // Copy: the receive buffer is reused, and replies handed out must stay valid. A streamed dump
@@ -350,15 +412,14 @@ export class NetlinkSocket {
         this.dispatch(inPlace ? this.recvBuf.subarray(0, n) : Buffer.from(this.recvBuf.subarray(0, n)));
         continue;
       }
-      const e = errno();
-      if (e === E.EINTR) continue;
+      const e = -n;
       if (e === E.ENOBUFS) {
         // The kernel dropped replies: we cannot know whose. Fail this round rather than hang on it.
         const err = new NetlinkError({ errno: e, operation: 'netlink receive queue overflowed (replies lost)' });
         for (const p of round) this.finish(p, err);
         return;
       }
-      if (e !== E.EAGAIN) throw sysError('recv');
+      if (e !== E.EAGAIN) throw sysError('recv', e);
       const now = Date.now();
       for (const p of round) {
         if (!p.done && now >= p.deadline) {
@@ -366,7 +427,7 @@ export class NetlinkSocket {
         }
       }
       if (round.every((p) => p.done)) return;
-      await c.pollAsync(this.pollFd, 1, POLL_SLICE_MS);
+      await this.endpoint.wait(POLL_SLICE_MS);
     }
   }
 

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import ssh2 from 'ssh2';
 import type { ParsedKey } from 'ssh2';
 import { checkSsh2PrivateKey, rethrowKeyError, singleKey, sshFingerprint, toOpenSshPrivateKey } from '../../common/openssh.ts';
-import { ensureDir, writeFileAtomic } from '../jobs/atomic-file.ts';
+import { ensureDir, writeFileAtomic } from '../housekeeping/files.ts';
 
 export const HOST_KEY_FILE = 'ssh_host_ed25519_key';
 

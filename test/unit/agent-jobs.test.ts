@@ -565,24 +565,6 @@ describe('JobHandler', () => {
     expect(await h.handle(await token())).toMatchObject({ ok: false, error: 'kernel_error', error_description: expect.stringContaining('EROFS') });
     expect(dp.calls).toEqual([]);
   });
-
-  it('runs changing jobs one at a time', async () => {
-    let active = 0;
-    let maxActive = 0;
-    const dp = new RecordingDataplane();
-    const slowApply = dp.apply.bind(dp);
-    dp.apply = async (t) => {
-      active++;
-      maxActive = Math.max(maxActive, active);
-      await new Promise((r) => setTimeout(r, 5));
-      active--;
-      return slowApply(t);
-    };
-    const { h } = handlerWith(dp);
-    const results = await Promise.all(Array.from({ length: 5 }, async () => h.handle(await token())));
-    expect(results.every((r) => r.ok)).toBe(true);
-    expect(maxActive).toBe(1);
-  });
 });
 
 // ---------------------------------------------------------------------------------------------------

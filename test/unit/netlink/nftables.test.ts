@@ -18,7 +18,7 @@ import {
   encodeGetSetElements,
   ipv4MapElement,
   nftType,
-} from '../../../agent/netlink/nftables.ts';
+} from '../../../agent/netlink/nftables/index.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
 import { capturedMessages, loadCapture, norm } from './fixtures.ts';
 

@@ -1,0 +1,180 @@
+// One nftables transaction: BATCH_BEGIN, the changes, BATCH_END, which the kernel applies whole or not at
+// all. The builder only collects; each kernel object's attributes are written by its own module.
+import { NlWriter } from '../attrs.ts';
+import { NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, beginMessage, endMessage } from '../message.ts';
+import { chainBody, type ChainSpec } from './chain.ts';
+import {
+  NFNL_BATCH_GENID,
+  NFNL_MSG_BATCH_BEGIN,
+  NFNL_MSG_BATCH_END,
+  NFNL_SUBSYS_NFTABLES,
+  NFPROTO_IPV4,
+  NFPROTO_UNSPEC,
+  NFT_MSG_DELOBJ,
+  NFT_MSG_DELSETELEM,
+  NFT_MSG_DELTABLE,
+  NFT_MSG_NEWCHAIN,
+  NFT_MSG_NEWOBJ,
+  NFT_MSG_NEWRULE,
+  NFT_MSG_NEWSET,
+  NFT_MSG_NEWSETELEM,
+  NFT_MSG_NEWTABLE,
+  nfgenmsg,
+  nftType,
+} from './message.ts';
+import { counterBody, deleteCounterBody, type CounterSpec } from './object.ts';
+import { ruleBody, type RuleSpec } from './rule.ts';
+import { elementSize, elementsBody, elementsHeaderSize, setBody, type ElementsSpec, type SetElement, type SetSpec } from './set.ts';
+import { tableBody } from './table.ts';
+
+/** Each netlink message of a batch stays below this (nla_len is a u16, and the kernel's nests with it). */
+export const MAX_NFT_MESSAGE = 0xffff;
+
+/** One message of an encoded batch, so a kernel error (by seq) names what failed. */
+export interface BatchMessage {
+  seq: number;
+  /** 0-based position among the batch's messages (BEGIN and END excluded). */
+  index: number;
+  type: number;
+  /** "add set element tunnelgate/protected (2000 elements)" */
+  description: string;
+}
+
+export interface EncodedBatch {
+  data: Buffer;
+  beginSeq: number;
+  endSeq: number;
+  messages: BatchMessage[];
+}
+
+export interface EncodeOptions {
+  /** Sequence number of BATCH_BEGIN; the messages follow it consecutively, END last. */
+  firstSeq: number;
+  /** Ask for an ack per message (how we learn the batch finished); off reproduces nft's own flags. */
+  ack: boolean;
+  /** NFNL_BATCH_GENID: the kernel refuses the whole batch with ERESTART if the ruleset changed since. */
+  genId?: number;
+}
+
+type Op = { type: number; flags: number; family: number; description: string; body: (w: NlWriter) => void };
+
+/**
+ * Collects nftables changes for one atomic transaction. Nothing is encoded until encode(): the caller
+ * then knows how many sequence numbers to reserve (messageCount() + 2).
+ */
+export class NftBatch {
+  private readonly ops: Op[] = [];
+  private nextSetId = 1;
+  readonly family: number;
+  private readonly maxMessage: number;
+
+  constructor(opts: { family?: number; maxMessageBytes?: number } = {}) {
+    this.family = opts.family ?? NFPROTO_IPV4;
+    this.maxMessage = opts.maxMessageBytes ?? MAX_NFT_MESSAGE;
+  }
+
+  get messageCount(): number {
+    return this.ops.length;
+  }
+
+  /** A fresh batch-local set id (NFTA_SET_ID), for referring to a set created in this batch. */
+  allocSetId(): number {
+    return this.nextSetId++;
+  }
+
+  private push(type: number, flags: number, description: string, body: (w: NlWriter) => void): this {
+    this.ops.push({ type: nftType(type), flags, family: this.family, description, body });
+    return this;
+  }
+
+  addTable(name: string, flags = 0): this {
+    // nft sends NEWTABLE without NLM_F_CREATE ("add table": no error if it exists)
+    return this.push(NFT_MSG_NEWTABLE, NLM_F_REQUEST, `add table ${name}`, (w) => tableBody(w, name, flags));
+  }
+
+  deleteTable(name: string): this {
+    return this.push(NFT_MSG_DELTABLE, NLM_F_REQUEST, `delete table ${name}`, (w) => tableBody(w, name));
+  }
+
+  addChain(c: ChainSpec): this {
+    return this.push(NFT_MSG_NEWCHAIN, NLM_F_REQUEST | NLM_F_CREATE, `add chain ${c.table}/${c.name}`, (w) => chainBody(w, c));
+  }
+
+  /** Adds a set or map; returns its batch-local id (use it in SetRef / ElementsSpec.setId). */
+  addSet(s: SetSpec): number {
+    const id = this.allocSetId();
+    this.push(NFT_MSG_NEWSET, NLM_F_REQUEST | NLM_F_CREATE, `add set ${s.table}/${s.name}`, (w) => setBody(w, s, id));
+    return id;
+  }
+
+  addElements(e: ElementsSpec): this {
+    return this.elements(NFT_MSG_NEWSETELEM, NLM_F_REQUEST | NLM_F_CREATE | (e.exclusive ? NLM_F_EXCL : 0), 'add', e);
+  }
+
+  /** Deletes by key (data and objref are ignored by the kernel and not sent). */
+  deleteElements(e: ElementsSpec): this {
+    return this.elements(NFT_MSG_DELSETELEM, NLM_F_REQUEST, 'delete', { ...e, elements: e.elements.map((x) => ({ key: x.key })) });
+  }
+
+  /**
+   * Splits the element list over as many messages as needed to keep each under maxMessage bytes:
+   * NFTA_SET_ELEM_LIST_ELEMENTS is one attribute, and an attribute's length is a u16.
+   */
+  private elements(type: number, flags: number, verb: string, e: ElementsSpec): this {
+    const header = elementsHeaderSize(e);
+    let chunk: SetElement[] = [];
+    let size = header;
+    const flush = (): void => {
+      if (chunk.length === 0) return;
+      const els = chunk;
+      this.push(type, flags, `${verb} element ${e.table}/${e.set} (${els.length} elements)`, (w) => elementsBody(w, e, els));
+      chunk = [];
+      size = header;
+    };
+    for (const el of e.elements) {
+      const s = elementSize(el);
+      if (header + s > this.maxMessage) throw new RangeError('one set element does not fit a netlink message');
+      if (size + s > this.maxMessage) flush();
+      chunk.push(el);
+      size += s;
+    }
+    flush();
+    return this;
+  }
+
+  addRule(r: RuleSpec): this {
+    return this.push(NFT_MSG_NEWRULE, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_APPEND, `add rule ${r.table}/${r.chain} (${r.exprs.map((x) => x.name).join(' ')})`, (w) => ruleBody(w, r));
+  }
+
+  addCounter(c: CounterSpec): this {
+    return this.push(NFT_MSG_NEWOBJ, NLM_F_REQUEST | NLM_F_CREATE, `add counter ${c.table}/${c.name}`, (w) => counterBody(w, c));
+  }
+
+  deleteCounter(table: string, name: string): this {
+    return this.push(NFT_MSG_DELOBJ, NLM_F_REQUEST, `delete counter ${table}/${name}`, (w) => deleteCounterBody(w, table, name));
+  }
+
+  encode(opts: EncodeOptions): EncodedBatch {
+    const w = new NlWriter(4096 + this.ops.length * 256);
+    let seq = opts.firstSeq;
+    const beginSeq = seq++;
+    let start = beginMessage(w, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, beginSeq);
+    nfgenmsg(w, NFPROTO_UNSPEC, NFNL_SUBSYS_NFTABLES);
+    if (opts.genId !== undefined) w.attrU32be(NFNL_BATCH_GENID, opts.genId);
+    endMessage(w, start);
+    const messages: BatchMessage[] = [];
+    this.ops.forEach((op, index) => {
+      const s = seq++;
+      const mstart = beginMessage(w, op.type, op.flags | (opts.ack ? NLM_F_ACK : 0), s);
+      nfgenmsg(w, op.family, 0);
+      op.body(w);
+      endMessage(w, mstart);
+      messages.push({ seq: s, index, type: op.type, description: op.description });
+    });
+    const endSeq = seq;
+    start = beginMessage(w, NFNL_MSG_BATCH_END, NLM_F_REQUEST, endSeq);
+    nfgenmsg(w, NFPROTO_UNSPEC, NFNL_SUBSYS_NFTABLES);
+    endMessage(w, start);
+    return { data: w.toBuffer(), beginSeq, endSeq, messages };
+  }
+}

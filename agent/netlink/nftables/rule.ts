@@ -1,0 +1,52 @@
+// nftables rules: the body of add (a list of expressions), the dump request and its decoder (which keeps
+// only the expression names: enough to tell a correctly built table from a tampered one).
+import { AttrTable, parseAttrs, type NlWriter } from '../attrs.ts';
+import { NLM_F_DUMP, NLM_F_REQUEST, type NlMsg } from '../message.ts';
+import type { Expr } from './expressions.ts';
+import { NFPROTO_IPV4, NFTA_LIST_ELEM, NFT_MSG_GETRULE, NFT_MSG_NEWRULE, getMessage, nftAttrs } from './message.ts';
+
+const NFTA_RULE_TABLE = 1;
+const NFTA_RULE_CHAIN = 2;
+const NFTA_RULE_HANDLE = 3;
+const NFTA_RULE_EXPRESSIONS = 4;
+const NFTA_EXPR_NAME = 1;
+const NFTA_EXPR_DATA = 2;
+
+export interface RuleSpec {
+  table: string;
+  chain: string;
+  exprs: readonly Expr[];
+}
+
+export function ruleBody(w: NlWriter, r: RuleSpec): void {
+  w.attrString(NFTA_RULE_TABLE, r.table).attrString(NFTA_RULE_CHAIN, r.chain);
+  w.nest(NFTA_RULE_EXPRESSIONS, (l) => {
+    for (const x of r.exprs) {
+      l.nest(NFTA_LIST_ELEM, (e) => {
+        e.attrString(NFTA_EXPR_NAME, x.name);
+        e.nest(NFTA_EXPR_DATA, (d) => x.data(d));
+      });
+    }
+  });
+}
+
+export function encodeGetRules(table: string, seq: number, family = NFPROTO_IPV4): Buffer {
+  return getMessage(NFT_MSG_GETRULE, NLM_F_REQUEST | NLM_F_DUMP, seq, family, (w) => w.attrString(NFTA_RULE_TABLE, table));
+}
+
+export interface DecodedRule {
+  table: string;
+  chain: string;
+  handle?: bigint;
+  exprs: string[];
+}
+
+export function decodeRule(msg: NlMsg): DecodedRule {
+  const t = nftAttrs(msg, NFT_MSG_NEWRULE);
+  const out: DecodedRule = { table: t.string(NFTA_RULE_TABLE) ?? '', chain: t.string(NFTA_RULE_CHAIN) ?? '', exprs: [] };
+  const h = t.u64be(NFTA_RULE_HANDLE);
+  if (h !== undefined) out.handle = h;
+  const list = t.get(NFTA_RULE_EXPRESSIONS);
+  if (list) for (const e of parseAttrs(list)) out.exprs.push(new AttrTable(e.data).string(NFTA_EXPR_NAME) ?? '?');
+  return out;
+}

@@ -1,0 +1,260 @@
+// nftables sets and maps: the body of add, their elements (add, delete, the dump and its decoders) and
+// the userdata blobs nft stores with a set to print it back. Userdata follows what nft 1.0.6 (libnftnl)
+// writes, so our batches compare byte for byte with captures of `nft -f`.
+import { AttrTable, NetlinkParseError, NlWriter, bytesToIpv4, ipv4ToBytes, parseAttrs, readString } from '../attrs.ts';
+import { NLM_F_DUMP, NLM_F_REQUEST, NLMSG_HDRLEN, type NlMsg } from '../message.ts';
+import { NFT_META_L4PROTO } from './expressions.ts';
+import { NFPROTO_IPV4, NFTA_DATA_VALUE, NFT_MSG_GETSETELEM, NFT_MSG_NEWSETELEM, dataValue, getMessage, nftAttrs } from './message.ts';
+
+const NFTA_SET_TABLE = 1;
+const NFTA_SET_NAME = 2;
+const NFTA_SET_FLAGS = 3;
+const NFTA_SET_KEY_TYPE = 4;
+const NFTA_SET_KEY_LEN = 5;
+const NFTA_SET_DATA_TYPE = 6;
+const NFTA_SET_DATA_LEN = 7;
+const NFTA_SET_DESC = 9;
+const NFTA_SET_ID = 10;
+const NFTA_SET_USERDATA = 13;
+const NFTA_SET_OBJ_TYPE = 15;
+const NFTA_SET_DESC_SIZE = 1;
+export const NFT_SET_ANONYMOUS = 0x1;
+export const NFT_SET_CONSTANT = 0x2;
+export const NFT_SET_MAP = 0x8;
+export const NFT_SET_OBJECT = 0x40;
+
+const NFTA_SET_ELEM_LIST_TABLE = 1;
+const NFTA_SET_ELEM_LIST_SET = 2;
+const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
+const NFTA_SET_ELEM_LIST_SET_ID = 4;
+const NFTA_SET_ELEM_KEY = 1;
+const NFTA_SET_ELEM_DATA = 2;
+const NFTA_SET_ELEM_FLAGS = 3;
+const NFTA_SET_ELEM_OBJREF = 9;
+
+// nftables userspace (src/datatype.h, not uapi): set key/data type ids nft stores and prints by
+export const NFT_TYPE_IPADDR = 7;
+export const NFT_TYPE_INET_PROTOCOL = 12;
+
+// libnftnl include/udata.h & nftables userspace: set userdata TLVs (u8 type, u8 len, value)
+const NFTNL_UDATA_SET_KEYBYTEORDER = 0;
+const NFTNL_UDATA_SET_DATABYTEORDER = 1;
+const NFTNL_UDATA_SET_KEY_TYPEOF = 3;
+const NFTNL_UDATA_SET_DATA_INTERVAL = 6;
+const NFTNL_UDATA_SET_TYPEOF_EXPR = 0;
+const NFTNL_UDATA_SET_TYPEOF_DATA = 1;
+const NFTNL_UDATA_META_KEY = 0;
+// nftables src/expression.h enum expr_types, and enum byteorder
+const NFT_EXPR_META = 9;
+const BYTEORDER_HOST_ENDIAN = 1;
+const BYTEORDER_BIG_ENDIAN = 2;
+
+// --- sets --------------------------------------------------------------------------------------
+
+export interface SetSpec {
+  table: string;
+  name: string;
+  flags: number;
+  keyType: number;
+  keyLen: number;
+  dataType?: number;
+  dataLen?: number;
+  /** For object maps (NFT_SET_OBJECT): the object type, e.g. NFT_OBJECT_COUNTER. */
+  objType?: number;
+  /** NFTA_SET_DESC_SIZE (nft sends the element count for constant anonymous sets). */
+  descSize?: number;
+  userdata?: Uint8Array;
+}
+
+/** `id` is the set's batch-local id (NFTA_SET_ID), by which later messages of the batch refer to it. */
+export function setBody(w: NlWriter, s: SetSpec, id: number): void {
+  w.attrString(NFTA_SET_TABLE, s.table).attrString(NFTA_SET_NAME, s.name);
+  w.attrU32be(NFTA_SET_FLAGS, s.flags).attrU32be(NFTA_SET_KEY_TYPE, s.keyType).attrU32be(NFTA_SET_KEY_LEN, s.keyLen);
+  if (s.dataType !== undefined) w.attrU32be(NFTA_SET_DATA_TYPE, s.dataType);
+  if (s.dataLen !== undefined) w.attrU32be(NFTA_SET_DATA_LEN, s.dataLen);
+  if (s.objType !== undefined) w.attrU32be(NFTA_SET_OBJ_TYPE, s.objType);
+  w.attrU32be(NFTA_SET_ID, id);
+  if (s.descSize !== undefined) {
+    const n = s.descSize;
+    w.nest(NFTA_SET_DESC, (d) => d.attrU32be(NFTA_SET_DESC_SIZE, n));
+  }
+  if (s.userdata) w.attrBytes(NFTA_SET_USERDATA, s.userdata);
+}
+
+// --- userdata ----------------------------------------------------------------------------------
+
+/** nftnl udata: a flat run of (type u8, len u8, value) records. nft reads these to print sets back. */
+export function udata(entries: readonly (readonly [number, Uint8Array])[]): Buffer {
+  const parts: Buffer[] = [];
+  for (const [t, v] of entries) {
+    if (v.length > 255) throw new RangeError('udata value over 255 bytes');
+    parts.push(Buffer.from([t, v.length]), Buffer.from(v));
+  }
+  return Buffer.concat(parts);
+}
+
+function hostU32(v: number): Buffer {
+  const w = new NlWriter(4);
+  w.u32(v);
+  return w.toBuffer();
+}
+
+/** The userdata nft writes for a map whose key and data are big-endian (ipv4_addr : ipv4_addr). */
+export function mapUserdata(): Buffer {
+  return udata([
+    [NFTNL_UDATA_SET_KEYBYTEORDER, hostU32(BYTEORDER_BIG_ENDIAN)],
+    [NFTNL_UDATA_SET_DATABYTEORDER, hostU32(BYTEORDER_BIG_ENDIAN)],
+    [NFTNL_UDATA_SET_DATA_INTERVAL, hostU32(0)],
+  ]);
+}
+
+/** ... for an object map (ipv4_addr : counter). */
+export function objMapUserdata(): Buffer {
+  return udata([
+    [NFTNL_UDATA_SET_KEYBYTEORDER, hostU32(BYTEORDER_BIG_ENDIAN)],
+    [NFTNL_UDATA_SET_DATA_INTERVAL, hostU32(0)],
+  ]);
+}
+
+/** ... for the anonymous set of `meta l4proto { tcp, udp }` (typeof meta l4proto). */
+export function l4protoSetUserdata(): Buffer {
+  return udata([
+    [NFTNL_UDATA_SET_KEYBYTEORDER, hostU32(BYTEORDER_HOST_ENDIAN)],
+    [
+      NFTNL_UDATA_SET_KEY_TYPEOF,
+      udata([
+        [NFTNL_UDATA_SET_TYPEOF_EXPR, hostU32(NFT_EXPR_META)],
+        [NFTNL_UDATA_SET_TYPEOF_DATA, udata([[NFTNL_UDATA_META_KEY, hostU32(NFT_META_L4PROTO)]])],
+      ]),
+    ],
+  ]);
+}
+
+// --- elements ----------------------------------------------------------------------------------
+
+export interface SetElement {
+  key: Uint8Array;
+  /** Map value (NFTA_SET_ELEM_DATA). */
+  data?: Uint8Array;
+  /** Object map value: the object's name (NFTA_SET_ELEM_OBJREF). */
+  objref?: string;
+}
+
+export interface ElementsSpec {
+  table: string;
+  set: string;
+  /** The set's batch-local id; nft sends it for every element message, the kernel only needs it for new sets. */
+  setId?: number;
+  elements: readonly SetElement[];
+  /** `create element` semantics: fail with EEXIST even when the element is identical. */
+  exclusive?: boolean;
+}
+
+const attrSize = (payload: number): number => 4 + ((payload + 3) & ~3);
+
+/** Bytes of one element message before its first element: nlmsghdr, nfgenmsg, table, set, set id, list nest. */
+export function elementsHeaderSize(e: ElementsSpec): number {
+  return NLMSG_HDRLEN + 4 + attrSize(Buffer.byteLength(e.table) + 1) + attrSize(Buffer.byteLength(e.set) + 1) + (e.setId !== undefined ? 8 : 0) + 4;
+}
+
+/** Bytes one element adds to an element message. */
+export function elementSize(el: SetElement): number {
+  let n = 4 + 4 + attrSize(el.key.length); // list entry + KEY nest + DATA_VALUE
+  if (el.data) n += 4 + attrSize(el.data.length);
+  if (el.objref !== undefined) n += attrSize(Buffer.byteLength(el.objref) + 1);
+  return n;
+}
+
+/** The body of one add/delete element message carrying `els` (a chunk of e.elements). */
+export function elementsBody(w: NlWriter, e: ElementsSpec, els: readonly SetElement[]): void {
+  w.attrString(NFTA_SET_ELEM_LIST_TABLE, e.table).attrString(NFTA_SET_ELEM_LIST_SET, e.set);
+  if (e.setId !== undefined) w.attrU32be(NFTA_SET_ELEM_LIST_SET_ID, e.setId);
+  w.nest(NFTA_SET_ELEM_LIST_ELEMENTS, (l) => {
+    // libnftnl numbers the list entries 1, 2, 3...; the kernel ignores the type of list entries.
+    els.forEach((el, i) => l.nest(i + 1, (x) => encodeElement(x, el)));
+  });
+}
+
+function encodeElement(w: NlWriter, el: SetElement): void {
+  dataValue(w, NFTA_SET_ELEM_KEY, el.key);
+  if (el.data) dataValue(w, NFTA_SET_ELEM_DATA, el.data);
+  if (el.objref !== undefined) w.attrString(NFTA_SET_ELEM_OBJREF, el.objref);
+}
+
+/** ipv4 → ipv4 map element (protected ip → origin inner ip). */
+export function ipv4MapElement(key: string, value: string): SetElement {
+  return { key: ipv4ToBytes(key), data: ipv4ToBytes(value) };
+}
+
+/** ipv4 → named counter element. */
+export function ipv4ObjElement(key: string, objName: string): SetElement {
+  return { key: ipv4ToBytes(key), objref: objName };
+}
+
+/** NFT_MSG_GETSETELEM dump of one set (the attribute order is nft's: set, then table). */
+export function encodeGetSetElements(table: string, set: string, seq: number, family = NFPROTO_IPV4): Buffer {
+  return getMessage(NFT_MSG_GETSETELEM, NLM_F_REQUEST | NLM_F_DUMP, seq, family, (w) => w.attrString(NFTA_SET_ELEM_LIST_SET, set).attrString(NFTA_SET_ELEM_LIST_TABLE, table));
+}
+
+export interface DecodedElement {
+  key: Buffer;
+  data?: Buffer;
+  objref?: string;
+  flags?: number;
+}
+
+export interface DecodedElements {
+  table: string;
+  set: string;
+  elements: DecodedElement[];
+}
+
+/** Decodes one NFT_MSG_NEWSETELEM (a dump part or our own request). */
+export function decodeSetElements(msg: NlMsg): DecodedElements {
+  const t = nftAttrs(msg, NFT_MSG_NEWSETELEM);
+  const out: DecodedElements = { table: t.string(NFTA_SET_ELEM_LIST_TABLE) ?? '', set: t.string(NFTA_SET_ELEM_LIST_SET) ?? '', elements: [] };
+  const list = t.get(NFTA_SET_ELEM_LIST_ELEMENTS);
+  if (!list) return out;
+  for (const entry of parseAttrs(list)) {
+    const e = new AttrTable(entry.data);
+    const key = e.nested(NFTA_SET_ELEM_KEY)?.get(NFTA_DATA_VALUE);
+    if (!key) throw new NetlinkParseError('set element without a key');
+    const el: DecodedElement = { key: Buffer.from(key) };
+    const data = e.nested(NFTA_SET_ELEM_DATA)?.get(NFTA_DATA_VALUE);
+    if (data) el.data = Buffer.from(data);
+    const obj = e.get(NFTA_SET_ELEM_OBJREF);
+    if (obj) el.objref = readString(obj);
+    const fl = e.u32be(NFTA_SET_ELEM_FLAGS);
+    if (fl !== undefined) el.flags = fl;
+    out.elements.push(el);
+  }
+  return out;
+}
+
+/**
+ * Visits the elements of one NFT_MSG_NEWSETELEM without building DecodedElements: `key` and `data` are
+ * views into the message, valid only during the call. For dumps of 10,000 elements, where a copied
+ * Buffer and an object per element were the bulk of the transient heap of reading the table back.
+ */
+export function eachSetElement(msg: NlMsg, visit: (key: Buffer, data: Buffer | undefined, objref: string | undefined) => void): void {
+  const list = nftAttrs(msg, NFT_MSG_NEWSETELEM).get(NFTA_SET_ELEM_LIST_ELEMENTS);
+  if (!list) return;
+  for (const entry of parseAttrs(list)) {
+    const e = new AttrTable(entry.data);
+    const key = e.nested(NFTA_SET_ELEM_KEY)?.get(NFTA_DATA_VALUE);
+    if (!key) throw new NetlinkParseError('set element without a key');
+    const obj = e.get(NFTA_SET_ELEM_OBJREF);
+    visit(key, e.nested(NFTA_SET_ELEM_DATA)?.get(NFTA_DATA_VALUE), obj ? readString(obj) : undefined);
+  }
+}
+
+/** An `ipv4_addr : ipv4_addr` map's elements as strings. */
+export function decodeIpv4MapElements(msgs: readonly NlMsg[], out = new Map<string, string>()): Map<string, string> {
+  for (const m of msgs) {
+    eachSetElement(m, (key, data) => {
+      if (!data) throw new NetlinkParseError('map element without data');
+      out.set(bytesToIpv4(key), bytesToIpv4(data));
+    });
+  }
+  return out;
+}

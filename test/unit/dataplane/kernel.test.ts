@@ -1,0 +1,131 @@
+// The dataplane's kernel side (agent/dataplane/kernel.ts) without root: building the table, repairing a
+// tampered one and reading the kernel back, over the stand-in kernel (test/helpers/netlink-kernel.ts)
+// answering with replies recorded from the real kernel (test/fixtures/netlink). The same code runs against
+// the real kernel in test/netns/dataplane*.test.ts.
+import { describe, expect, it } from 'vitest';
+import { Nft, Rtnl } from '../../../agent/netlink/client.ts';
+import { AttrTable } from '../../../agent/netlink/attrs.ts';
+import { NLM_F_ACK, parseMessages, type NlMsg } from '../../../agent/netlink/message.ts';
+import {
+  NFT_MSG_DELTABLE,
+  NFT_MSG_GETOBJ,
+  NFT_MSG_GETRULE,
+  NFT_MSG_GETSETELEM,
+  NFT_MSG_GETTABLE,
+  NFT_MSG_NEWOBJ,
+  NFT_MSG_NEWRULE,
+  NFT_MSG_NEWSETELEM,
+  NFT_MSG_NEWTABLE,
+  NFNL_MSG_BATCH_BEGIN,
+  NftBatch,
+  decodeIpv4MapElements,
+  decodeObject,
+  decodeSetElements,
+  nftType,
+} from '../../../agent/netlink/nftables/index.ts';
+import { RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
+import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
+import { ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
+import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
+import { KernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
+import { capturedMessages, loadCapture } from '../netlink/fixtures.ts';
+
+const recorded = (name: string, type: number) => capturedMessages(name).filter((b) => b.readUInt16LE(4) === type);
+const TABLE = recorded('reply-nft-list-counters', nftType(NFT_MSG_NEWTABLE));
+const RULES = recorded('reply-nft-list-counters', nftType(NFT_MSG_NEWRULE));
+const COUNTERS = recorded('reply-nft-list-counters', nftType(NFT_MSG_NEWOBJ));
+const DNAT = recorded('reply-nft-list-map', nftType(NFT_MSG_NEWSETELEM));
+const LINK = recorded('reply-link-get', RTM_NEWLINK)[0]!;
+
+/** Each message of a datagram as its own buffer. */
+const messagesOf = (d: Buffer) => parseMessages(d).map((m) => Buffer.from(d.subarray(m.payload.byteOffset - d.byteOffset - 16, m.payload.byteOffset - d.byteOffset + m.payload.length)));
+
+/** The set a GETSETELEM asks for (NFTA_SET_ELEM_LIST_SET). */
+const setOf = (m: NlMsg) => new AttrTable(m.payload.subarray(4)).string(2);
+
+function context(h: Handler): { k: KernelContext; kernel: KernelStandIn } {
+  const kernel = new KernelStandIn(h);
+  const sock = new NetlinkSocket(kernel);
+  const k: KernelContext = {
+    rtnl: new Rtnl(sock),
+    nft: new Nft(sock),
+    conntrack: () => {
+      throw new Error('no conntrack in these tests');
+    },
+    table: 'tunnelgate',
+    linkPrefix: 'tg-',
+    driver: vethStandinDriver,
+  };
+  return { k, kernel };
+}
+
+/** The messages of the one batch the client sent (between BEGIN and END). */
+function batchOf(kernel: KernelStandIn): NlMsg[] {
+  const batches = kernel.sent.map((d) => parseMessages(d)).filter((ms) => ms[0]!.type === NFNL_MSG_BATCH_BEGIN);
+  expect(batches).toHaveLength(1);
+  return batches[0]!.slice(1, -1);
+}
+
+describe('ensureTable over recorded replies', () => {
+  it('builds a missing table in one batch: the messages `nft -f` sends for the same ruleset', async () => {
+    const { k, kernel } = context(() => undefined); // no tables at all
+    expect(await ensureTable(k)).toBe('created');
+    const ours = batchOf(kernel);
+    expect(ours.every((m) => m.flags & NLM_F_ACK)).toBe(true);
+    // The capture also creates one named counter with the table; ensureTable creates none.
+    const call = loadCapture('nft-setup').calls.map((c) => parseMessages(c)).find((ms) => ms[0]!.type === NFNL_MSG_BATCH_BEGIN)!;
+    const theirs = call.slice(1, -1).filter((m) => m.type !== nftType(NFT_MSG_NEWOBJ));
+    expect(ours.map((m) => m.type)).toEqual(theirs.map((m) => m.type));
+    ours.forEach((m, i) => expect(m.payload.toString('hex'), `message ${i}`).toBe(theirs[i]!.payload.toString('hex')));
+  });
+
+  it('leaves a correctly built table alone: no batch at all', async () => {
+    // The rules as the kernel lists them are the NEWRULE messages that built them (what `nft -f` and we send).
+    const built = new NftBatch();
+    addTunnelgateRuleset(built, { table: 'tunnelgate', ifnamePrefix: 'tg-' });
+    const rules = messagesOf(built.encode({ firstSeq: 1, ack: false }).data).filter((b) => b.readUInt16LE(4) === nftType(NFT_MSG_NEWRULE));
+    expect(rules).toHaveLength(3);
+    const { k, kernel } = context((m) => {
+      if (m.type === nftType(NFT_MSG_GETTABLE)) return { messages: TABLE };
+      if (m.type === nftType(NFT_MSG_GETRULE)) return { messages: rules };
+      return undefined;
+    });
+    expect(await ensureTable(k)).toBe('present');
+    expect(kernel.requests.map((r) => r.type)).toEqual([nftType(NFT_MSG_GETTABLE), nftType(NFT_MSG_GETRULE)]);
+  });
+
+  it('rebuilds a table of another shape in one batch, keeping its map elements and counter values', async () => {
+    // Recorded from an older agent's table, whose counter rule sat in prerouting rather than in `count`.
+    const { k, kernel } = context((m) => {
+      if (m.type === nftType(NFT_MSG_GETTABLE)) return { messages: TABLE };
+      if (m.type === nftType(NFT_MSG_GETRULE)) return { messages: RULES };
+      if (m.type === nftType(NFT_MSG_GETSETELEM)) return setOf(m) === 'protected' ? { messages: DNAT } : undefined;
+      if (m.type === nftType(NFT_MSG_GETOBJ)) return { messages: COUNTERS };
+      return undefined;
+    });
+    expect(await ensureTable(k)).toBe('rebuilt');
+    const batch = batchOf(kernel);
+    expect(batch[0]!.type).toBe(nftType(NFT_MSG_DELTABLE));
+    expect(batch.filter((m) => m.type === nftType(NFT_MSG_NEWOBJ)).map(decodeObject)).toMatchObject([{ name: 'tun-1', bytes: 0n, packets: 0n }]);
+    const elements = decodeIpv4MapElements(batch.filter((m) => m.type === nftType(NFT_MSG_NEWSETELEM) && decodeSetElements(m).set === 'protected'));
+    expect(Object.fromEntries(elements)).toEqual({ '203.0.113.1': '100.64.0.10', '203.0.113.2': '100.64.0.6' });
+  });
+});
+
+describe('readView over recorded replies', () => {
+  it('reads links, the map, the counter names and addresses back into a KernelView', async () => {
+    const { k, kernel } = context((m) => {
+      if (m.type === RTM_GETLINK) return { messages: [LINK] };
+      if (m.type === nftType(NFT_MSG_GETSETELEM)) return setOf(m) === 'protected' ? { messages: DNAT } : undefined;
+      if (m.type === nftType(NFT_MSG_GETOBJ)) return { messages: COUNTERS };
+      return undefined; // no addresses, an empty counter map
+    });
+    const view = await readView(k, ['tgv0'], new Map());
+    expect(view.links.get('tgv0')).toMatchObject({ name: 'tgv0', up: false, mtu: 1476, addresses: [] });
+    expect(Object.fromEntries(view.dnat)).toEqual({ '203.0.113.1': '100.64.0.10', '203.0.113.2': '100.64.0.6' });
+    expect([...view.counters]).toEqual(['tun-1']);
+    expect(view.counterMap.size).toBe(0);
+    expect(kernel.requests.some((r) => r.type === RTM_GETADDR)).toBe(true);
+  });
+});
