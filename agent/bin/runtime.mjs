@@ -7,7 +7,7 @@
 // stay resident. A 1 MB semi-space (in-flight netlink requests are promoted less far, young garbage goes
 // sooner) and a 10% heap-growing step (a full collection comes before the heap has grown far) lower that
 // peak; --expose-gc lets the dataplane give the pooled pages back after a large operation
-// (agent/dataplane/memory.ts). Figures: bench/agent.ts, and docs/ARCHITECTURE.md.
+// (agent/housekeeping/memory.ts). Figures: bench/agent.ts, and docs/ARCHITECTURE.md.
 export const AGENT_NODE_FLAGS = ['--max-semi-space-size=1', '--heap-growing-percent=10', '--expose-gc'];
 
 /** The loader that runs the agent's TypeScript in its own thread (no separate loader isolate). */

@@ -8,6 +8,7 @@
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure } from '../dataplane/types.ts';
 import type { JobErrorCode, ResultLine } from '../../common/job-contract.ts';
 import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
+import { InvalidTunnel } from '../dataplane/validate.ts';
 
 /** The slice of a structured logger this module needs (common/log.ts's Logger fits). */
 export interface JobLog {
@@ -44,8 +45,6 @@ function probeResult(p: ProbeResult): ProbeResult {
   return out;
 }
 
-/** The dataplane's InvalidTunnel, recognised by name (importing agent/dataplane/index.ts would load netlink). */
-const isInvalidTunnel = (e: unknown): boolean => e instanceof Error && e.name === 'InvalidTunnel';
 
 export function exitCodeFor(line: ResultLine): 0 | 1 {
   return line.ok ? 0 : 1;
@@ -124,8 +123,10 @@ export class JobHandler {
       return { ok: true, jti, op, result };
     } catch (e) {
       const err = e as Error & { cause?: unknown };
-      if (isInvalidTunnel(err) || isInvalidTunnel(err?.cause)) {
-        const inner = (isInvalidTunnel(err) ? err : err.cause) as Error;
+      // The dataplane wraps what it refuses in a KernelError whose cause is the InvalidTunnel.
+      const invalid = e instanceof InvalidTunnel ? e : err?.cause instanceof InvalidTunnel ? err.cause : undefined;
+      if (invalid) {
+        const inner = invalid;
         return this.refuse('malformed', `the dataplane refused the tunnel: ${inner.message}`.slice(0, MAX_DESCRIPTION), logFields, jti);
       }
       const text = `${err instanceof KernelError ? '' : `${err?.name ?? 'Error'}: `}${err?.message ?? String(e)}`;

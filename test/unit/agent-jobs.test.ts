@@ -12,6 +12,7 @@ import { createLogger } from '../../common/log.ts';
 import { ConfigError, loadConfig, parseConfigFile } from '../../agent/config.ts';
 import { MAX_INPUT_BYTES } from '../../common/job-contract.ts';
 import { JobHandler } from '../../agent/jobs/handle.ts';
+import { InvalidTunnel } from '../../agent/dataplane/validate.ts';
 import { parseJobKey, type JobKey } from '../../agent/jobs/job-key.ts';
 import { REPLAY_FILE, ReplayCache } from '../../agent/jobs/replay-cache.ts';
 import { verifyJob, type ReplayGuard, type VerifyContext } from '../../agent/jobs/verify.ts';
@@ -551,7 +552,7 @@ describe('JobHandler', () => {
 
   it('the dataplane finding a tunnel unusable (InvalidTunnel) is malformed', async () => {
     const dp = new RecordingDataplane();
-    const inner = Object.assign(new Error('tunnel_name x does not start with the agent\'s link prefix tg-'), { name: 'InvalidTunnel' });
+    const inner = new InvalidTunnel('tunnel_name x does not start with the agent\'s link prefix tg-');
     dp.failWith = Object.assign(new KernelError(`apply: ${inner.message}`), { cause: inner });
     const { h } = handlerWith(dp);
     expect(await h.handle(await token())).toMatchObject({ ok: false, error: 'malformed', error_description: expect.stringContaining('link prefix') });
