@@ -113,7 +113,10 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
   /** Starts a socat server in the origin and waits until its socket is bound. */
   const serve = async (name: string, proto: 'tcp' | 'udp', bind?: string): Promise<void> => {
     const listen = proto === 'tcp' ? `TCP4-LISTEN:${TCP_PORT},reuseaddr,fork` : `UDP4-RECVFROM:${UDP_PORT},fork`;
-    await vm.spawn({ name, ns: 'origin', argv: ['socat', bind ? `${listen},bind=${bind}` : listen, `SYSTEM:${ANSWER}`] });
+    // -t10: once the client has sent its line and shut its side, the server still waits up to 10 s for the
+    // answer script (socat's default is 0.5 s; a loaded guest can take longer just to fork the shell, and
+    // the client then saw a clean close with no answer).
+    await vm.spawn({ name, ns: 'origin', argv: ['socat', '-t10', bind ? `${listen},bind=${bind}` : listen, `SYSTEM:${ANSWER}`] });
     const want = `${bind ?? (proto === 'tcp' ? '0.0.0.0' : '*')}:${proto === 'tcp' ? TCP_PORT : UDP_PORT} `;
     for (let i = 0; ; i++) {
       const ss = await vm.run('origin', ['ss', '-Hln', proto === 'tcp' ? '-t' : '-u']);
