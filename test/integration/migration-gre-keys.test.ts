@@ -1,7 +1,8 @@
 // Migration20261125160000_gre_keys on data written before it (issue 16): where a (node, origin_ip) pair
-// repeats among live tunnels, the oldest keeps no key (it is the one the kernel accepted) and the others
-// get distinct random keys; a pair with one tunnel, deleted tunnels and other nodes are left alone. Then
-// the database refuses what the kernel would: a second unkeyed or a same-keyed live tunnel of one pair.
+// repeats among live tunnels, the one on the edge (provisioned or active), else the oldest, keeps no key
+// (it is the one the kernel accepted) and the others get distinct random keys; a pair with one tunnel,
+// deleted tunnels and other nodes are left alone. Then the database refuses what the kernel would: a
+// second unkeyed or a same-keyed live tunnel of one pair.
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, expect, inject, it } from 'vitest';
@@ -22,7 +23,7 @@ afterAll(async () => {
   await admin.end();
 });
 
-it('keys every live tunnel of a repeated (node, origin) pair but the oldest, distinctly', async () => {
+it('keys every live tunnel of a repeated (node, origin) pair but the one on the edge or else the oldest, distinctly', async () => {
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   await admin.query(`create database ${name}`);
@@ -64,6 +65,10 @@ it('keys every live tunnel of a repeated (node, origin) pair but the oldest, dis
   const [lo, hi] = [randomUUID(), randomUUID()].sort();
   await tunnel(n1, '1.1.1.1', 'provisioned', 40, hi!);
   await tunnel(n1, '1.1.1.1', 'provisioned', 40, lo!);
+  // Pair (n2, 4.4.4.4): bought first, provisioned second (refused by the kernel, failed); the younger one
+  // is the one on the edge (active), and keeps no key.
+  const refused = await tunnel(n2, '4.4.4.4', 'failed', 35);
+  const onEdge = await tunnel(n2, '4.4.4.4', 'active', 34);
   // One tunnel to 8.8.4.4 on the other node, and a lone one: nothing repeats, nothing changes.
   const otherNode = await tunnel(n2, '8.8.4.4', 'active', 30);
   const lone = await tunnel(n2, '9.9.9.9', 'pending', 20);
@@ -72,7 +77,8 @@ it('keys every live tunnel of a repeated (node, origin) pair but the oldest, dis
 
   const { rows } = await raw.query<{ id: string; gre_key: string | null }>('select id, gre_key::text as gre_key from tunnel');
   const key = new Map(rows.map((r) => [r.id, r.gre_key]));
-  for (const unkeyed of [deletedOldest, oldest, lo!, otherNode, lone]) expect(key.get(unkeyed), unkeyed).toBeNull();
+  for (const unkeyed of [deletedOldest, oldest, lo!, onEdge, otherNode, lone]) expect(key.get(unkeyed), unkeyed).toBeNull();
+  expect(key.get(refused)).not.toBeNull();
   const given = [...repeats, hi!].map((id) => key.get(id));
   for (const k of given) {
     expect(k).not.toBeNull();
