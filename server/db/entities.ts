@@ -122,6 +122,8 @@ export const TunnelSchema = defineEntity({
     originIp: p.string().length(15),
     tunnelName: p.string().length(15).unique(),
     innerIndex: p.integer(),
+    // The GRE key, 1 to 2^32-1 (server/domain/gre-keys.ts): set on every tunnel bought since issue 16;
+    // null only on tunnels from before, where it could be (migration Migration20261125160000_gre_keys).
     greKey: p.bigint('number').nullable(),
     status: p.enum(TUNNEL_STATUSES).default('pending'),
     chargedUsd: p.decimal('string').precision(14).scale(2),
@@ -134,7 +136,15 @@ export const TunnelSchema = defineEntity({
     { name: 'tunnel_account_created_idx', expression: 'create index "tunnel_account_created_idx" on "tunnel" ("account_id", "created_at" desc, "id" desc)' },
     // At most one live tunnel per protected IP, whatever the code does.
     { name: 'tunnel_live_ip_uniq', expression: `create unique index "tunnel_live_ip_uniq" on "tunnel" ("protected_ip") where "status" <> 'deleted'` },
+    // The kernel's rule, kept by the database: GRE links on one edge are unique by (local, remote, key),
+    // so no two live tunnels of one node and origin may share a key, and at most one of them may have none
+    // (NULLS NOT DISTINCT). A purchase that loses a race for a key retries once (issue 16).
+    {
+      name: 'tunnel_live_gre_key_uniq',
+      expression: `create unique index "tunnel_live_gre_key_uniq" on "tunnel" ("node_id", "origin_ip", "gre_key") nulls not distinct where "status" <> 'deleted'`,
+    },
   ],
+  checks: [{ name: 'tunnel_gre_key_range', expression: 'gre_key is null or (gre_key >= 1 and gre_key <= 4294967295)' }],
 });
 export type Tunnel = InferEntity<typeof TunnelSchema>;
 

@@ -9,11 +9,10 @@ import { requireWrite } from '../auth/principal.ts';
 import { ApiError, notFound } from './errors.ts';
 import { innerSubnet, IpError, isPublicUnicast, isUnicast, parseCidr, parseIPv4 } from './ip.ts';
 import { centsToNumber, centsToString, dbToCents, kopecksToNumber, parseRate, rubToUsdCents } from './money.ts';
+import { greMtu, isGreKeyCollision, pickGreKey, randomGreKey, type GreKeySource } from './gre-keys.ts';
 import { renderOriginScripts, type OriginScripts } from './origin-scripts.ts';
 import { PRICE_RUB_KOPECKS, type PricingService } from './pricing.ts';
 import { discountedKopecks, normalizeCode, type PromocodeRow } from './promocodes.ts';
-
-export const GRE_MTU = 1476;
 
 export interface TunnelView {
   id: string;
@@ -219,7 +218,12 @@ export class TunnelService {
   constructor(
     private readonly db: Database,
     private readonly pricing: PricingService,
-    private readonly opts: { adminSshPort: number; allowPrivateOrigins: boolean },
+    private readonly opts: {
+      adminSshPort: number;
+      allowPrivateOrigins: boolean;
+      /** Where GRE keys come from (server/domain/gre-keys.ts); tests inject one that collides. */
+      greKeys?: GreKeySource;
+    },
     private readonly edge: EdgeDispatch,
   ) {}
 
@@ -264,7 +268,28 @@ export class TunnelService {
   async purchase(principal: Principal, input: PurchaseInput, idempotencyKey: string | null): Promise<{ status: number; body: PurchaseResult }> {
     requireWrite(principal);
     const hash = requestHash(input);
-    const outcome = await this.db.transaction(async (sql): Promise<StoredOutcome> => {
+    // Two concurrent purchases for one (node, origin) pair can draw the same GRE key unseen by each other
+    // (2^-32); the unique index refuses the second tunnel and its whole transaction rolls back: nothing
+    // was charged, the Idempotency-Key was not claimed. It is then run once more, and sees the first one's
+    // key (issue 16).
+    let outcome: StoredOutcome;
+    try {
+      outcome = await this.purchaseOnce(principal, input, idempotencyKey, hash);
+    } catch (e) {
+      if (!isGreKeyCollision(e)) throw e;
+      outcome = await this.purchaseOnce(principal, input, idempotencyKey, hash);
+    }
+    if (outcome.status !== 201) {
+      const body = outcome.body as { error: ConstructorParameters<typeof ApiError>[0]; error_description: string };
+      throw new ApiError(body.error, body.error_description);
+    }
+    this.pricing.invalidate();
+    return { status: 201, body: outcome.body as PurchaseResult };
+  }
+
+  /** One attempt of purchase(), in one transaction. */
+  private purchaseOnce(principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string): Promise<StoredOutcome> {
+    return this.db.transaction(async (sql): Promise<StoredOutcome> => {
       // The account row is locked first: the idempotency insert below takes a FOR KEY SHARE lock on it
       // (foreign key), and two purchases that each held that and then asked for FOR UPDATE deadlocked
       // (seen with concurrent keyed retries after a PostgreSQL restart).
@@ -314,12 +339,6 @@ export class TunnelService {
       }
       return result;
     });
-    if (outcome.status !== 201) {
-      const body = outcome.body as { error: ConstructorParameters<typeof ApiError>[0]; error_description: string };
-      throw new ApiError(body.error, body.error_description);
-    }
-    this.pricing.invalidate();
-    return { status: 201, body: outcome.body as PurchaseResult };
   }
 
   /** The purchase proper. Refusals are thrown as PurchaseRefused before anything is written. */
@@ -365,6 +384,10 @@ export class TunnelService {
     );
     if (!ipRow) throw new PurchaseRefused(new ApiError('out_of_stock', 'No protected IP is free right now; nothing was charged.'));
 
+    // A key unused by this node's live tunnels to the same origin: GRE links are unique by local,
+    // remote and key, so it is what lets any number of tunnels share an origin on one edge.
+    const greKey = await pickGreKey(sql, ipRow.node_id, input.originIp, this.opts.greKeys ?? randomGreKey);
+
     const id = randomUUID();
     const tunnelName = tunnelNameFor(id);
     await sql.query('update protected_ip set tunnel_id = ? where ip = ?', [id, ipRow.ip]);
@@ -378,9 +401,9 @@ export class TunnelService {
     );
     if (promo !== null) await sql.query('update promocode set uses = uses + 1 where code = ?', [promo]);
     await sql.query(
-      `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, status, charged_usd, charged_rub)
-       values (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
-      [id, principal.accountId, ipRow.node_id, input.name, ipRow.ip, input.originIp, tunnelName, ipRow.inner_index, centsToString(charge), centsToString(kopecks)],
+      `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub)
+       values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+      [id, principal.accountId, ipRow.node_id, input.name, ipRow.ip, input.originIp, tunnelName, ipRow.inner_index, greKey, centsToString(charge), centsToString(kopecks)],
     );
     const row = await this.row(sql, principal, id);
     return {
@@ -477,7 +500,7 @@ export class TunnelService {
         edgeIp: r.edge_ip,
         edgeInner: inner.edgeInner,
         originInner: inner.originInner,
-        mtu: GRE_MTU,
+        mtu: greMtu(r.gre_key === null ? null : Number(r.gre_key)),
         greKey: r.gre_key === null ? null : Number(r.gre_key),
         routeTable: routeTableFor(r.id),
       });

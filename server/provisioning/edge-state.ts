@@ -4,7 +4,7 @@ import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
 import { innerSubnet, parseCidr } from '../domain/ip.ts';
-import { GRE_MTU } from '../domain/tunnels.ts';
+import { greMtu } from '../domain/gre-keys.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 
 /** Statuses whose tunnel must exist on its edge. `failed` is left out: a reconcile clears its leftovers. */
@@ -40,6 +40,7 @@ const COLUMNS = `t.id, t.account_id, t.status, t.tunnel_name, t.protected_ip, t.
 
 function specOf(r: Row): TunnelSpec {
   const inner = innerSubnet(parseCidr(r.inner_pool), r.inner_index);
+  const greKey = r.gre_key === null ? null : Number(r.gre_key);
   const spec: TunnelSpec = {
     id: r.id,
     tunnel_name: r.tunnel_name,
@@ -48,10 +49,11 @@ function specOf(r: Row): TunnelSpec {
     edge_ip: r.public_ip,
     edge_inner: inner.edgeInner,
     origin_inner: inner.originInner,
-    mtu: GRE_MTU,
+    // The key's 4 header bytes come out of the MTU; the origin script sets the same MTU (tunnels.setup).
+    mtu: greMtu(greKey),
   };
   // The job contract has gre_key optional, never null.
-  if (r.gre_key !== null) spec.gre_key = Number(r.gre_key);
+  if (greKey !== null) spec.gre_key = greKey;
   return spec;
 }
 

@@ -158,9 +158,11 @@ describe('read and queue commands against PostgreSQL', () => {
         [id, node],
       );
       await t.raw.query(
-        `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, status, charged_usd, charged_rub, created_at, updated_at)
-         values ($1, $2, $3, $4, $5, '8.8.4.4', $6, $7, $8, '1.11', '100.00', now() - make_interval(secs => $9), now())`,
-        [id, ids[email]!.account_id, node, name, rows[0]!.ip, `tg-${name}`, rows[0]!.inner_index, status, 100 - i],
+        // Each with its own GRE key, as every tunnel bought since issue 16: live tunnels of one node and
+        // origin may not share one (nor both have none).
+        `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub, created_at, updated_at)
+         values ($1, $2, $3, $4, $5, '8.8.4.4', $6, $7, $8, $9, '1.11', '100.00', now() - make_interval(secs => $10), now())`,
+        [id, ids[email]!.account_id, node, name, rows[0]!.ip, `tg-${name}`, rows[0]!.inner_index, 1000 + i, status, 100 - i],
       );
     }
     await t.raw.query(

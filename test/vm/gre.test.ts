@@ -4,13 +4,14 @@
 // Everything is observed from here, through the guest's control server. See test/vm/vm.ts.
 //
 // Skips (saying why) where QEMU cannot run; with TUNNELGATE_VM=require or CI set, that is a failure instead.
+import { randomUUID } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TunnelSpec } from '../../agent/dataplane/types.ts';
 import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
-import { routeTableFor } from '../../server/domain/tunnels.ts';
-import { addNode } from '../../server/domain/nodes.ts';
+import { routeTableFor, tunnelNameFor } from '../../server/domain/tunnels.ts';
+import { addNode, updateNode } from '../../server/domain/nodes.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
@@ -99,7 +100,9 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
       const argv =
         proto === 'tcp'
           ? ['socat', '-t10', '-T10', '-', `TCP4:${ip}:${TCP_PORT},connect-timeout=10`]
-          : ['bash', '-c', `exec 3<>/dev/udp/${ip}/${UDP_PORT} && echo hello-udp-${i} >&3 && timeout 10 dd bs=4096 count=1 status=none <&3`];
+          : // --norc: the control server's pipes are sockets, so bash takes itself for an ssh session and
+            // sources ~/.bashrc (the host's, shared over 9p), which cost 12-16 s per call in the guest.
+            ['bash', '--norc', '--noprofile', '-c', `exec 3<>/dev/udp/${ip}/${UDP_PORT} && echo hello-udp-${i} >&3 && timeout 10 dd bs=4096 count=1 status=none <&3`];
       const r = await vm.exec({ ns: 'client', argv, input: `hello-tcp-${i}\n`, timeoutMs: 120_000 });
       out = r.stdout.trim();
       if (!out.includes('peer=')) process.stderr.write(`test/vm: ${proto} ${ip} attempt ${i + 1}: no answer after ${r.ms} ms (exit ${r.code ?? r.signal}) ${r.stderr.trim()}\n`);
@@ -110,7 +113,10 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
   /** Starts a socat server in the origin and waits until its socket is bound. */
   const serve = async (name: string, proto: 'tcp' | 'udp', bind?: string): Promise<void> => {
     const listen = proto === 'tcp' ? `TCP4-LISTEN:${TCP_PORT},reuseaddr,fork` : `UDP4-RECVFROM:${UDP_PORT},fork`;
-    await vm.spawn({ name, ns: 'origin', argv: ['socat', bind ? `${listen},bind=${bind}` : listen, `SYSTEM:${ANSWER}`] });
+    // -t10: once the client has sent its line and shut its side, the server still waits up to 10 s for the
+    // answer script (socat's default is 0.5 s; a loaded guest can take longer just to fork the shell, and
+    // the client then saw a clean close with no answer).
+    await vm.spawn({ name, ns: 'origin', argv: ['socat', '-t10', bind ? `${listen},bind=${bind}` : listen, `SYSTEM:${ANSWER}`] });
     const want = `${bind ?? (proto === 'tcp' ? '0.0.0.0' : '*')}:${proto === 'tcp' ? TCP_PORT : UDP_PORT} `;
     for (let i = 0; ; i++) {
       const ss = await vm.run('origin', ['ss', '-Hln', proto === 'tcp' ? '-t' : '-u']);
@@ -247,11 +253,14 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
     });
   });
   // The whole product: the gateway and PostgreSQL here on the host (the test's own database), the real
-  // agent (agent/main.ts, GRE) in the guest's edge namespace. The gateway's worker dials the agent's SSH
-  // port through the port QEMU forwards from 127.0.0.1 — as it would dial a router over the internet.
+  // agent (agent/main.ts, GRE) in the guest's edge namespace, and a second one in edge2. The gateway's
+  // worker dials the agents' SSH ports through the ports QEMU forwards from 127.0.0.1 — as it would dial
+  // routers over the internet.
   describe('the product: REST API → gateway worker → SSH → real agent → GRE, origin script on the origin', () => {
     let gw: RunningGateway;
     let user: SeededUser;
+    let node1: string;
+    let node2: string;
     let tunnel: { id: string; protected_ip: string; tunnel_name: string; status: string };
     let script: string;
     let stockBefore: number;
@@ -276,30 +285,46 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
         gw = await startGateway({ config: { allowPrivateOrigins: true, edgeWaitMs: 30_000, edgeJobTimeoutMs: 45_000, edgeRetryLimit: 20 } });
         const secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
         await gw.services.provisioning.start(secrets, { worker: true });
-        const env = {
+        const envFor = (stateDir: string, edgeIp: string) => ({
           AGENT_LISTEN: `0.0.0.0:${LAB.agentPort}`,
-          AGENT_STATE_DIR: '/run/tg-agent',
+          AGENT_STATE_DIR: stateDir,
           AGENT_AUTHORIZED_KEY: secrets.gatewaySshKey.publicKey,
           AGENT_JOB_KEY: JSON.stringify(secrets.jobSigningKey.publicJwk),
-          AGENT_EDGE_IP: LAB.edge,
+          AGENT_EDGE_IP: edgeIp,
           AGENT_LOG_LEVEL: 'info',
-        };
+        });
+        const env = envFor('/run/tg-agent', LAB.edge);
+        const env2 = envFor('/run/tg-agent2', LAB.edge2);
         const agentArgv = ['node_modules/.bin/node', '--enable-source-maps', '--import', './loader/register.mjs', 'agent/main.ts'];
         // The operator's order: the agent's host key first (`tunnel-agent fingerprint`; the node id is not known
         // yet and not needed for it), then `node add` with that key pinned, then the agent with the node's id.
-        const fp = await vm.exec({ ns: 'edge', argv: [...agentArgv, 'fingerprint'], env: { ...env, AGENT_NODE_ID: '00000000-0000-4000-8000-000000000000' }, timeoutMs: 120_000 });
-        expect(fp.stdout.trim(), fp.stderr).toMatch(/^SHA256:/);
-        const node = await addNode(gw.testDb.db, { name: 'vm-edge', publicIp: LAB.edge, sshHost: '127.0.0.1', sshPort: vm.agentPort, pool: '203.0.113.32/28', hostKey: fp.stdout.trim() });
-        await vm.spawn({ name: 'agent', ns: 'edge', argv: agentArgv, env: { ...env, AGENT_NODE_ID: node.node_id }, readyText: 'host key fingerprint', readyTimeoutMs: 180_000 });
+        // Both edges at once: each Node start costs seconds in the emulated guest.
+        const fingerprint = async (ns: 'edge' | 'edge2', e: Record<string, string>) => {
+          const fp = await vm.exec({ ns, argv: [...agentArgv, 'fingerprint'], env: { ...e, AGENT_NODE_ID: '00000000-0000-4000-8000-000000000000' }, timeoutMs: 120_000 });
+          expect(fp.stdout.trim(), fp.stderr).toMatch(/^SHA256:/);
+          return fp.stdout.trim();
+        };
+        const [fp, fp2] = await Promise.all([fingerprint('edge', env), fingerprint('edge2', env2)]);
+        node1 = (await addNode(gw.testDb.db, { name: 'vm-edge', publicIp: LAB.edge, sshHost: '127.0.0.1', sshPort: vm.agentPort, pool: '203.0.113.32/28', hostKey: fp })).node_id;
+        node2 = (await addNode(gw.testDb.db, { name: 'vm-edge-2', publicIp: LAB.edge2, sshHost: '127.0.0.1', sshPort: vm.agent2Port, pool: '203.0.113.64/28', hostKey: fp2 })).node_id;
+        // Purchases take the lowest free pool position across nodes; edge2 sells only when a test says so.
+        await updateNode(gw.testDb.db, { id: node2, sellable: false });
+        await vm.spawn({ name: 'agent2-relay', ns: 'edge', argv: ['socat', `TCP4-LISTEN:${LAB.agent2RelayPort},fork,reuseaddr`, `TCP4:${LAB.edge2}:${LAB.agentPort}`] });
+        await Promise.all([
+          vm.spawn({ name: 'agent', ns: 'edge', argv: agentArgv, env: { ...env, AGENT_NODE_ID: node1 }, readyText: 'host key fingerprint', readyTimeoutMs: 180_000 }),
+          vm.spawn({ name: 'agent2', ns: 'edge2', argv: agentArgv, env: { ...env2, AGENT_NODE_ID: node2 }, readyText: 'host key fingerprint', readyTimeoutMs: 180_000 }),
+        ]);
         user = await seedUser(gw.testDb.db);
         await serve('tcp-product', 'tcp');
       });
     }, 300_000);
 
     afterAll(async () => {
-      const agent = await vm?.output('agent').catch(() => undefined);
-      if (agent) writeArtifact('vm-agent.log', agent.output);
-      await vm?.stop('agent').catch(() => undefined);
+      for (const [name, file] of [['agent', 'vm-agent.log'], ['agent2', 'vm-agent2.log']] as const) {
+        const agent = await vm?.output(name).catch(() => undefined);
+        if (agent) writeArtifact(file, agent.output);
+        await vm?.stop(name).catch(() => undefined);
+      }
       await gw?.close();
     }, 60_000);
 
@@ -374,6 +399,145 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
 
       await vm.run('origin', ['bash', '-s', '--', '--remove'], script);
       await vm.stop('udp-product');
+    });
+
+    // Issue 16: several tunnels to one origin. Before GRE keys the second unkeyed link between the same
+    // endpoints was refused by the kernel ("File exists") and its provision ended `failed`.
+    describe('several tunnels to one origin: one from before GRE keys, three bought now on one edge, one on a second edge', () => {
+      interface Bought {
+        id: string;
+        protected_ip: string;
+        tunnel_name: string;
+        edge_ip: string;
+        script: string;
+        originInner: string;
+        greKey: string;
+      }
+      const many: Bought[] = [];
+      let legacy: Bought;
+      let onEdge2: Bought;
+      const scriptValue = (script: string, name: string) => new RegExp(`\\nreadonly ${name}='([^']*)'\\n`).exec(script)![1]!;
+      const statusOf = async (id: string) => ((await api('GET', `/api/dedicated/${id}`)).body as { tunnel: { status: string } }).tunnel.status;
+      /** Like settle(), for any tunnel. */
+      const settleTunnel = async (id: string, r: { status: number; body: { tunnel?: { status: string } } }, final: string): Promise<string> => {
+        if (r.status !== 202) return r.status === 200 ? r.body.tunnel!.status : `HTTP ${r.status}`;
+        for (let i = 0; i < 120 && (await statusOf(id)) !== final; i++) await new Promise((res) => setTimeout(res, 500));
+        return statusOf(id);
+      };
+      const describeTunnel = async (t: { id: string; protected_ip: string; tunnel_name: string; edge_ip: string }): Promise<Bought> => {
+        const setup = await api('GET', `/api/dedicated/${t.id}/setup`);
+        expect(setup.status, setup.text).toBe(200);
+        const script = (setup.body as { scripts: { origin: string } }).scripts.origin;
+        return { ...t, script, originInner: scriptValue(script, 'ORIGIN_INNER_IP'), greKey: scriptValue(script, 'GRE_KEY') };
+      };
+      const buy = async (name: string) => {
+        const r = await api('POST', '/api/dedicated', { name, origin_ip: LAB.origin });
+        expect(r.status, r.text).toBe(201);
+        return describeTunnel(r.body.tunnel);
+      };
+      const nsOf = (t: Bought) => (t.edge_ip === LAB.edge2 ? 'edge2' : 'edge');
+      /** TCP and UDP from the client through `t` reach the origin on t's inner address, from the client's own address. */
+      const expectTraffic = async (t: Bought) => {
+        const tcp = await client('tcp', t.protected_ip);
+        expect(tcp, t.tunnel_name).toMatch(new RegExp(`^peer=${LAB.client} local=${t.originInner} got=hello-tcp-\\d$`));
+        const udp = await client('udp', t.protected_ip);
+        expect(udp, t.tunnel_name).toMatch(new RegExp(`^peer=${LAB.client} local= got=hello-udp-\\d$`));
+        // The edge's account: DNAT to this tunnel's origin inner address, no SNAT (the client's address kept).
+        const ct = await vm.run(nsOf(t), ['conntrack', '-L', '-d', t.protected_ip]);
+        expect(ct).toMatch(new RegExp(`tcp .*src=${LAB.client} dst=${t.protected_ip} .* src=${t.originInner} dst=${LAB.client}`));
+        expect(ct).toMatch(new RegExp(`udp .*src=${LAB.client} dst=${t.protected_ip} .* src=${t.originInner} dst=${LAB.client}`));
+      };
+      type LinkInfo = { ifname: string; linkinfo: { info_kind: string; info_data: { local: string; remote: string; ikey?: string; okey?: string } } };
+      const greLinks = async (ns: 'edge' | 'edge2' | 'origin') => JSON.parse(await vm.run(ns, ['ip', '-d', '-j', 'link', 'show', 'type', 'gre'])) as LinkInfo[];
+
+      it('an unkeyed tunnel from before GRE keys and three bought now, all to one origin on one edge, plus one on a second edge: all provision and activate', async () => {
+        // A tunnel bought before this release: no key, and the oldest of its (node, origin) pair, so the
+        // migration left it unkeyed (test/integration/migration-gre-keys.test.ts). Written as it was stored.
+        const id = randomUUID();
+        const { rows } = await gw.testDb.raw.query<{ ip: string; inner_index: number }>(
+          'select ip, inner_index from protected_ip where node_id = $1 and tunnel_id is null order by position limit 1',
+          [node1],
+        );
+        await gw.testDb.raw.query(
+          `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub, created_at)
+           values ($1, $2, $3, 'legacy', $4, $5, $6, $7, null, 'pending', 1.11, 100, now() - interval '30 days')`,
+          [id, user.accountId, node1, rows[0]!.ip, LAB.origin, tunnelNameFor(id), rows[0]!.inner_index],
+        );
+        await gw.testDb.raw.query('update protected_ip set tunnel_id = $1 where ip = $2', [id, rows[0]!.ip]);
+        legacy = await describeTunnel({ id, protected_ip: rows[0]!.ip, tunnel_name: tunnelNameFor(id), edge_ip: LAB.edge });
+        expect(legacy.greKey).toBe('');
+
+        const keyed = [await buy('many-1'), await buy('many-2'), await buy('many-3')];
+        for (const t of keyed) expect(t.edge_ip).toBe(LAB.edge);
+        expect(new Set(keyed.map((t) => t.greKey)).size).toBe(3);
+        for (const t of keyed) expect(t.greKey).toMatch(/^[1-9]\d*$/);
+        // Only edge2 sells for this one.
+        await updateNode(gw.testDb.db, { id: node1, sellable: false });
+        await updateNode(gw.testDb.db, { id: node2, sellable: true });
+        try {
+          onEdge2 = await buy('many-edge2');
+        } finally {
+          await updateNode(gw.testDb.db, { id: node1, sellable: true });
+          await updateNode(gw.testDb.db, { id: node2, sellable: false });
+        }
+        expect(onEdge2.edge_ip).toBe(LAB.edge2);
+        many.push(legacy, ...keyed, onEdge2);
+
+        const provisioned = await timed('manyProvision', () =>
+          Promise.all(many.map(async (t) => settleTunnel(t.id, await api('POST', `/api/dedicated/${t.id}/provision`), 'provisioned'))),
+        );
+        expect(provisioned).toEqual(many.map(() => 'provisioned'));
+
+        // Four GRE links between the same two addresses on edge 1, told apart by their keys (none on the legacy one).
+        const links = (await greLinks('edge')).filter((l) => many.some((t) => t.tunnel_name === l.ifname));
+        expect(links.map((l) => l.ifname).sort()).toEqual([legacy, ...keyed].map((t) => t.tunnel_name).sort());
+        for (const l of links) expect(l.linkinfo.info_data).toMatchObject({ local: LAB.edge, remote: LAB.origin });
+        const dotted = (k: string) => [24, 16, 8, 0].map((b) => (Number(k) >>> b) & 255).join('.');
+        for (const t of [legacy, ...keyed]) {
+          const data = links.find((l) => l.ifname === t.tunnel_name)!.linkinfo.info_data;
+          expect({ ikey: data.ikey, okey: data.okey }, t.tunnel_name).toEqual(t.greKey === '' ? { ikey: undefined, okey: undefined } : { ikey: dotted(t.greKey), okey: dotted(t.greKey) });
+        }
+        const links2 = (await greLinks('edge2')).filter((l) => l.ifname === onEdge2.tunnel_name);
+        expect(links2[0]!.linkinfo.info_data).toMatchObject({ local: LAB.edge2, remote: LAB.origin, ikey: dotted(onEdge2.greKey) });
+
+        // The origin runs each tunnel's script: five links on one host, the same key on its side.
+        await timed('manyOriginScripts', async () => {
+          for (const t of many) expect(await vm.run('origin', ['bash', '-s'], t.script)).toContain(`GRE tunnel ${t.tunnel_name} is up`);
+        });
+        const originLinks = (await greLinks('origin')).filter((l) => many.some((t) => t.tunnel_name === l.ifname));
+        expect(originLinks).toHaveLength(5);
+        for (const t of many) {
+          const data = originLinks.find((l) => l.ifname === t.tunnel_name)!.linkinfo.info_data;
+          expect(data).toMatchObject({ local: LAB.origin, remote: t.edge_ip });
+          expect(data.ikey, t.tunnel_name).toBe(t.greKey === '' ? undefined : dotted(t.greKey));
+        }
+
+        for (const t of many) {
+          const a = await api('POST', `/api/dedicated/${t.id}/activate`);
+          expect(a.status, `${t.tunnel_name}: ${a.text}`).toBe(200);
+          expect(a.body.tunnel.status).toBe('active');
+        }
+      });
+
+      it('TCP and UDP through each of the five reach the origin, which sees the client', async () => {
+        expect(many).toHaveLength(5);
+        // One UDP server per tunnel, bound to its inner address (the origin script says why).
+        for (const [i, t] of many.entries()) await serve(`udp-many-${i}`, 'udp', t.originInner);
+        await timed('manyTraffic', () => Promise.all(many.map(expectTraffic)));
+      });
+
+      it('deleting one keyed tunnel leaves the other four carrying traffic', async () => {
+        expect(many).toHaveLength(5);
+        const gone = many[2]!;
+        const d = await timed('manyDelete', () => api('DELETE', `/api/dedicated/${gone.id}`));
+        expect(await settleTunnel(gone.id, d, 'deleted')).toBe('deleted');
+        const left = (await greLinks('edge')).map((l) => l.ifname);
+        expect(left).not.toContain(gone.tunnel_name);
+        for (const t of many.filter((x) => x !== gone && x !== onEdge2)) expect(left).toContain(t.tunnel_name);
+
+        await timed('manyTrafficAfterDelete', () => Promise.all(many.filter((t) => t !== gone).map(expectTraffic)));
+        expect(await client('tcp', gone.protected_ip, 1)).not.toContain('peer=');
+      });
     });
   });
 });

@@ -15,9 +15,18 @@ export const LAB = {
   edgeMgmt: '10.0.2.15',
   controlPort: 7070,
   agentPort: 52222,
+  /** A second edge router (issue 16: tunnels to one origin across edges), with its own agent. */
+  edge2: '192.0.2.10',
+  /** Routed to edge2 by the router (more specific than protectedRange). */
+  protectedRange2: '203.0.113.64/26',
+  /**
+   * edge2 has no QEMU network of its own: the host's third forwarded port arrives in the edge namespace
+   * here, and a relay (socat, started by the test) carries it to edge2's agent on 52222.
+   */
+  agent2RelayPort: 52223,
 } as const;
 
-export type Netns = 'client' | 'router' | 'edge' | 'origin';
+export type Netns = 'client' | 'router' | 'edge' | 'edge2' | 'origin';
 
 export interface ExecRequest {
   argv: string[];

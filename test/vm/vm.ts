@@ -116,6 +116,8 @@ export class VmError extends Error {
 export class TestVm {
   /** Host loopback port → the agent's SSH port in the guest's edge namespace. */
   readonly agentPort: number;
+  /** Host loopback port → LAB.agent2RelayPort in the edge namespace (relayed to edge2's agent by the test). */
+  readonly agent2Port: number;
   private console_ = '';
   private exited: Promise<number | null>;
 
@@ -123,16 +125,18 @@ export class TestVm {
     private readonly qemu: ChildProcess,
     private readonly controlPort: number,
     agentPort: number,
+    agent2Port: number,
     /** ms from starting QEMU until the guest's control server answered. */
     public bootMs = 0,
   ) {
     this.agentPort = agentPort;
+    this.agent2Port = agent2Port;
     this.exited = new Promise((r) => qemu.on('exit', (code) => r(code)));
   }
 
   static async boot(assets: VmAssets, opts: BootOptions = {}): Promise<TestVm> {
     const t0 = performance.now();
-    const [controlPort, agentPort] = [await freePort(), await freePort()];
+    const [controlPort, agentPort, agent2Port] = [await freePort(), await freePort(), await freePort()];
     const kvm = process.env.TUNNELGATE_VM_ACCEL ? process.env.TUNNELGATE_VM_ACCEL === 'kvm' : hardwareVirt();
     let append = `console=ttyS0 quiet loglevel=4 panic=-1 8250.nr_uarts=1 tg.job=${join(HERE, 'guest', 'start.sh')}`;
     const khz = tscKhz();
@@ -150,12 +154,12 @@ export class TestVm {
       '-append', append,
       '-fsdev', 'local,id=host,path=/,security_model=none,readonly=on,multidevs=remap',
       '-device', 'virtio-9p-device,fsdev=host,mount_tag=host',
-      // restrict=on: the guest reaches nothing outside; only these two forwards come in.
-      '-netdev', `user,id=net0,restrict=on,${fwd(controlPort, LAB.controlPort)},${fwd(agentPort, LAB.agentPort)}`,
+      // restrict=on: the guest reaches nothing outside; only these forwards come in.
+      '-netdev', `user,id=net0,restrict=on,${fwd(controlPort, LAB.controlPort)},${fwd(agentPort, LAB.agentPort)},${fwd(agent2Port, LAB.agent2RelayPort)}`,
       '-device', 'virtio-net-device,netdev=net0',
     ];
     const qemu = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    const vm = new TestVm(qemu, controlPort, agentPort);
+    const vm = new TestVm(qemu, controlPort, agentPort, agent2Port);
     const kill = () => qemu.kill('SIGKILL');
     process.once('exit', kill);
     void vm.exited.then(() => process.off('exit', kill));

@@ -6,6 +6,7 @@ import { Migration20261121020000_oidc_payload } from './Migration20261121020000_
 import { Migration20261125010000_nodes } from './Migration20261125010000_nodes.ts';
 import { Migration20261125020000_identity } from './Migration20261125020000_identity.ts';
 import { Migration20261125030000_http } from './Migration20261125030000_http.ts';
+import { Migration20261125160000_gre_keys } from './Migration20261125160000_gre_keys.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -14,4 +15,5 @@ export const migrationsList = [
   { name: 'Migration20261125010000_nodes', class: Migration20261125010000_nodes },
   { name: 'Migration20261125020000_identity', class: Migration20261125020000_identity },
   { name: 'Migration20261125030000_http', class: Migration20261125030000_http },
+  { name: 'Migration20261125160000_gre_keys', class: Migration20261125160000_gre_keys },
 ];
