@@ -43,6 +43,8 @@ export interface Config {
   wsConnectionsPerAddress: number;
   /** How often a live WebSocket re-checks its credential (revoked key, expired token, revoked grant). */
   wsAuthRecheckMs: number;
+  /** SIGTERM/SIGINT: how long in-flight requests may finish before their connections are cut. */
+  drainTimeoutMs: number;
 }
 
 export class ConfigError extends Error {
@@ -109,6 +111,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     metricsToken: metricsToken(env),
     wsConnectionsPerAddress: int(env, 'WS_CONNECTIONS_PER_ADDRESS', 32, 1, 100_000),
     wsAuthRecheckMs: int(env, 'WS_AUTH_RECHECK_MS', 5_000, 100, 60_000),
+    drainTimeoutMs: int(env, 'DRAIN_TIMEOUT_MS', 10_000, 0, 600_000),
   };
 }
 

@@ -11,8 +11,6 @@ import { loadSecrets, requireSecretsFromEnv, SecretsError, startupWarning } from
 import { adminSocketPath, assertNoLiveGateway, serveAdminSocket } from './cli/admin-socket.ts';
 import { main as runAdminCommand } from './cli/admin.ts';
 
-const DRAIN_TIMEOUT_MS = 10_000;
-
 async function main(): Promise<void> {
   let config;
   try {
@@ -71,7 +69,7 @@ async function main(): Promise<void> {
     const force = setTimeout(() => {
       log.warn('drain timeout; closing remaining connections');
       server.closeAllConnections();
-    }, DRAIN_TIMEOUT_MS);
+    }, config.drainTimeoutMs);
     force.unref();
     server.closeIdleConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -1,9 +1,10 @@
 // Opens the database: PostgreSQL when a URL is given, the embedded PGlite cluster under DATA_DIR
 // otherwise. Both go through MikroORM with the same entities and migrations.
 import fs from 'node:fs';
+import pg from 'pg';
 import path from 'node:path';
 import { MikroORM as PgORM } from '@mikro-orm/postgresql';
-import { MikroORM as PgliteORM } from '@mikro-orm/pglite';
+import { MikroORM as PgliteORM, PgliteDriver } from '@mikro-orm/pglite';
 import { Migrator } from '@mikro-orm/migrations';
 import type { MikroORM } from '@mikro-orm/core';
 import type { AbstractSqlDriver, EntityManager } from '@mikro-orm/sql';
@@ -54,10 +55,29 @@ export async function openOrm(opts: OpenOptions): Promise<Orm> {
   return orm as unknown as Orm;
 }
 
+/**
+ * Session advisory-lock key held while migrating (any constant; "tgmigrat" in ASCII): replicas starting
+ * together on one PostgreSQL migrate one after the other. Without it, two of them both saw every
+ * migration pending and the second failed on `create table` (issue 15, migrations-upgrade test).
+ */
+const MIGRATION_LOCK_KEY = '8387793130475381108';
+
 /** Applies every checked-in migration that has not run yet. Returns their names. */
 export async function migrate(orm: Orm): Promise<string[]> {
-  const done = await orm.migrator.up();
-  return done.map((m) => m.name);
+  // PGlite is one process's own database: nobody to race with.
+  if (orm.driver instanceof PgliteDriver) return (await orm.migrator.up()).map((m) => m.name);
+  const url = orm.config.get('clientUrl');
+  // A connection of its own, outside the ORM's pool: the lock is the session's, and the migrator runs
+  // its transactions on pool connections meanwhile. The one that waited finds nothing pending.
+  const lock = new pg.Client({ connectionString: url });
+  await lock.connect();
+  try {
+    await lock.query('select pg_advisory_lock($1::bigint)', [MIGRATION_LOCK_KEY]);
+    return (await orm.migrator.up()).map((m) => m.name);
+  } finally {
+    // Ending the session releases the lock whatever happened above.
+    await lock.end();
+  }
 }
 
 /** True when every checked-in migration has been applied (for /readyz). */

@@ -37,6 +37,17 @@ export function formatGraphqlError(formatted: GraphQLFormattedError, error: unkn
   return formatted;
 }
 
+/**
+ * A refusal that happens before GraphQL runs (the request gate's 429), answered as a GraphQL request
+ * error: no `data`, one error carrying the REST code and status, and for 429 `retry_after` (seconds,
+ * the Retry-After header's value), the same extensions the WebSocket transport sends.
+ */
+export function graphqlRefusalBody(e: ApiError): { errors: GraphQLFormattedError[] } {
+  const retry = e.headers['Retry-After'];
+  const extensions = { code: e.code, status: e.status, ...(retry !== undefined ? { retry_after: Number(retry) } : {}) };
+  return { errors: [{ message: e.message, extensions }] };
+}
+
 /** Logs unexpected errors (with the request id) and applies the 401 policy above. */
 export function errorPlugin(log: Logger): ApolloServerPlugin<GraphqlContext> {
   return {

@@ -18,6 +18,7 @@ import { clientAddress } from './client-address.ts';
 import { readJsonBody } from './middleware/body.ts';
 import { restRouter } from './rest/routes.ts';
 import { createGraphql } from '../graphql/index.ts';
+import { graphqlRefusalBody } from '../graphql/errors.ts';
 import { createIssuer, looksLikeJwt } from '../oidc/index.ts';
 import { loadSecrets } from '../secrets.ts';
 import { purgeExpiredIdempotency } from '../domain/tunnels.ts';
@@ -195,8 +196,17 @@ export async function createGateway(services: Services, log: Logger, server: htt
   app.use(async (ctx, next) => {
     if (ctx.path !== '/graphql') return next();
     // Every GraphQL request passes the gate (GET queries too); the WebSocket transport has its own
-    // entrance in graphql/index.ts, through the same gate.
-    await admit(ctx);
+    // entrance in graphql/index.ts, through the same gate. A spent budget is answered in GraphQL's
+    // error shape (extensions.code rate_limited), as every other /graphql refusal, with Retry-After.
+    try {
+      await admit(ctx);
+    } catch (e) {
+      if (!(e instanceof ApiError) || e.code !== 'rate_limited') throw e;
+      ctx.status = e.status;
+      ctx.set(e.headers);
+      ctx.body = graphqlRefusalBody(e);
+      return;
+    }
     if (ctx.method === 'POST') {
       ctx.request.body = await readJsonBody(ctx, services.config.bodyLimitBytes, { required: true });
     }
