@@ -9,7 +9,7 @@ import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { fakeHostKey, seedUser } from '../helpers/fixtures.ts';
 import { addNode } from '../../server/domain/nodes.ts';
 import { loadSecrets } from '../../server/secrets.ts';
-import { createLogger, type Logger } from '../../server/log.ts';
+import { createLogger, type Logger } from '../../common/log.ts';
 
 let gw: RunningGateway;
 const logged: Record<string, unknown>[] = [];
