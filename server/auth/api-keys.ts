@@ -67,13 +67,17 @@ export class ApiKeyVerifier {
   }
 }
 
+const KEY_COLUMNS = `select k.account_id, k.user_id, k.secret_hash, k.permission, k.revoked_at is not null as revoked,
+       (k.last_used_at is null or k.last_used_at < now() - ? * interval '1 millisecond') as stale`;
+
 /** The rows of these key ids, one result per id in order (undefined when there is none); one statement. */
 async function readKeyRows(db: Database, ids: string[]): Promise<Array<KeyRow | undefined>> {
+  // The embedded database has one session and no round trips to save (and its driver would spread an
+  // array parameter into a list): one plain statement per key.
+  if (!db.url) return Promise.all(ids.map(async (id) => (await db.query<KeyRow>(`${KEY_COLUMNS} from api_key k where k.id = ?`, [LAST_USED_GRANULARITY_MS, id]))[0]));
   const rows = await db.hot<KeyRow & { n: string }>(
     'api_key_auth_batch',
-    `select i.n, k.account_id, k.user_id, k.secret_hash, k.permission, k.revoked_at is not null as revoked,
-            (k.last_used_at is null or k.last_used_at < now() - ? * interval '1 millisecond') as stale
-       from unnest(?::uuid[]) with ordinality as i(id, n) join api_key k on k.id = i.id`,
+    `${KEY_COLUMNS.replace('select ', 'select i.n, ')} from unnest(?::uuid[]) with ordinality as i(id, n) join api_key k on k.id = i.id`,
     [LAST_USED_GRANULARITY_MS, ids],
   );
   const out = new Array<KeyRow | undefined>(ids.length).fill(undefined);

@@ -230,7 +230,10 @@ const toRecord = (encryptionKey: Buffer, row: ClientRow): OAuthClientRecord => (
  * in one prepared statement: the issuer's per-request read (server/oidc/adapter.ts), which batches the
  * client authentications of concurrent token requests.
  */
-export async function readClients(db: Pick<Database, 'hot'>, encryptionKey: Buffer, clientIds: readonly string[]): Promise<Array<OAuthClientRecord | null>> {
+export async function readClients(db: Pick<Database, 'hot' | 'url' | 'query'>, encryptionKey: Buffer, clientIds: readonly string[]): Promise<Array<OAuthClientRecord | null>> {
+  // The embedded database has one session and no round trips to save (and its driver would spread an
+  // array parameter into a list): one plain statement per client.
+  if (!db.url) return Promise.all(clientIds.map((id) => getClient(db, encryptionKey, id)));
   const wanted = clientIds.map((id) => (CLIENT_ID_RE.test(id) ? id : ''));
   const rows = await db.hot<ClientRow & { n: string }>(
     'oauth_client_by_ids',
