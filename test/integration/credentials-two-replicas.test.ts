@@ -2,8 +2,8 @@
 // replica, whatever the state of NOTIFY delivery. Two real gateways on one PostgreSQL database (each
 // with its own ORM and pools, as two processes would have), the credentials changed through a third
 // connection as the admin CLI changes them (the same domain functions, another Database), and the
-// second replica deaf: its LISTEN connections are killed with pg_terminate_backend and held down (the
-// reconnect waits on a gate this test opens only at the end), so no notice can reach it.
+// second replica deaf: its LISTEN connections are killed with pg_terminate_backend before the tests and
+// held down (the reconnect waits on a gate this file opens only at the end), so no notice can reach it.
 //
 // The CLI itself is not run here on purpose: starting it takes seconds on a busy machine, longer than
 // the 5-second cache this replaced, and a slow start would let a stale cache pass the test.
@@ -39,6 +39,15 @@ beforeAll(async () => {
   db2 = new Database(await openOrm({ databaseUrl: gw1.testDb.url, dataDir: '' }), { listenRetryDelay: () => gate });
   gw2 = await startGateway({ testDb: { ...gw1.testDb, db: db2 } });
   admin = new Database(await openOrm({ databaseUrl: gw1.testDb.url, dataDir: '' }));
+  // Whatever replica 2 listens to (the status bus at least, started here so there is a connection to
+  // kill), it hears nothing from here on.
+  await gw2.services.provisioning.bus.start();
+  const pids = db2.listenerPids();
+  expect(pids.length).toBeGreaterThan(0);
+  await gw1.testDb.raw.query('select pg_terminate_backend(pid) from unnest($1::int[]) as pid', [pids]);
+  await until('replica 2 to notice its LISTEN connections are gone', () => db2.listenerPids().length === 0);
+  const { rows } = await gw1.testDb.raw.query('select count(*)::int as n from pg_stat_activity where pid = any($1::int[])', [pids]);
+  expect(rows[0].n).toBe(0);
 }, 60_000);
 
 afterAll(async () => {
@@ -49,14 +58,8 @@ afterAll(async () => {
   await gw1?.close();
 });
 
-/** Kills replica 2's LISTEN connections (if it holds any) and waits until it has noticed. */
-async function deafenReplica2(): Promise<void> {
-  const pids = db2.listenerPids();
-  if (pids.length > 0) await gw1.testDb.raw.query('select pg_terminate_backend(pid) from unnest($1::int[]) as pid', [pids]);
-  await until('replica 2 to notice its LISTEN connections are gone', () => db2.listenerPids().length === 0);
-  const { rows } = await gw1.testDb.raw.query('select count(*)::int as n from pg_stat_activity where pid = any($1::int[])', [pids]);
-  expect(rows[0].n).toBe(0);
-}
+/** Replica 2 is still deaf: no LISTEN connection (the gate holds its replacement back). */
+const replica2IsDeaf = () => expect(db2.listenerPids()).toEqual([]);
 
 /** A token request whose only meaningful check is client authentication: the refresh token is made up. */
 const authenticate = (gw: RunningGateway, c: Client, secret: string) =>
@@ -69,7 +72,7 @@ describe('two replicas, the second one deaf to NOTIFY', () => {
     const c = await newClient(admin);
     // Both replicas have just authenticated the client (any cache they keep is warm).
     for (const gw of [gw1, gw2]) expect(await authenticate(gw, c, c.secret)).toEqual(AUTHENTICATED);
-    await deafenReplica2();
+    replica2IsDeaf();
 
     const { secretEncryptionKey } = (await loadSecrets(admin, {})).secrets;
     const rotated = await rotateClientSecret(admin, secretEncryptionKey, c.id);
@@ -85,7 +88,7 @@ describe('two replicas, the second one deaf to NOTIFY', () => {
     const key = await createApiKey(admin, u.accountId, u.id, 'read');
     const kept = await createApiKey(admin, u.accountId, u.id, 'read');
     for (const gw of [gw1, gw2]) expect((await call(gw.url, 'GET', '/api/dedicated', { token: key.key })).status).toBe(200);
-    await deafenReplica2();
+    replica2IsDeaf();
 
     expect(await revokeApiKey(admin, key.id)).toBe(true);
 
