@@ -51,9 +51,10 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  openGate();
   await gw2?.close();
   await db2?.close();
+  // Only now: a closed Database never replaces its listener, so nothing reconnects to a dropped database.
+  openGate();
   await admin?.close();
   await gw1?.close();
 });

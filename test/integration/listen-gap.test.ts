@@ -94,8 +94,8 @@ describe('subscribers that rely on notices', () => {
     gatedDb = await gatedDatabase(gate);
     gw = await startGateway({ testDb: { ...t, db: gatedDb, drop: async () => {} } });
   }, 60_000);
+  // The gate stays shut: the file's afterAll closes gatedDb, and a closed Database never reconnects.
   afterAll(async () => {
-    gate.open();
     await gw?.close();
   });
 
