@@ -5,6 +5,7 @@ import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypt
 import { isUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
 import type { Permission } from '../db/entities.ts';
+import { Coalescer } from '../db/coalesce.ts';
 import { ApiError } from '../domain/errors.ts';
 import type { Principal } from './principal.ts';
 
@@ -27,70 +28,71 @@ export async function createApiKey(db: Database, accountId: string, userId: stri
   return { id, key: `svc_${id.replace(/-/g, '')}_${secret}` };
 }
 
-/** Gateways drop a revoked key from their verification caches when told on this channel. */
-export const REVOKED_CHANNEL = 'tunnelgate_api_key_revoked';
-
 export async function revokeApiKey(db: Database, id: string): Promise<boolean> {
   if (!isUuid(id)) return false;
+  // Every authentication reads the key's row (ApiKeyVerifier), so once this commits the key is refused
+  // by every gateway: nothing to tell them.
   const rows = await db.query('update api_key set revoked_at = coalesce(revoked_at, now()) where id = ? returning id', [id.toLowerCase()]);
-  if (rows.length > 0) await db.notify(REVOKED_CHANNEL, id.toLowerCase());
   return rows.length > 0;
 }
 
 const invalid = () => new ApiError('invalid_token', 'The API key is malformed, unknown or revoked.', { 'WWW-Authenticate': 'Bearer error="invalid_token"' });
 
+interface KeyRow {
+  account_id: string;
+  user_id: string | null;
+  secret_hash: string;
+  permission: Permission;
+  revoked: boolean;
+  stale: boolean;
+}
+
 /**
- * Verifies keys and remembers a verified key for a few seconds, so an authenticated read costs one
- * query rather than two. A revocation reaches every gateway at once through NOTIFY (see
- * revokeApiKey); the age limit bounds staleness should that notice ever be lost.
+ * Verifies keys against their rows, read afresh for every request: a key revoked on any replica (or by
+ * the admin CLI) is refused by every gateway from the moment the revocation commits, whatever the state
+ * of NOTIFY delivery (issue 14; a cache of verified keys used to keep a revoked key working for up to
+ * 5 s, longer on a replica that missed the notice). The read is a prepared statement by primary key, and
+ * concurrent requests share it: lookups made while one is in flight leave together as the next batch,
+ * one round trip for all of them (server/db/coalesce.ts). Each lookup is still answered by a statement
+ * sent after it was made, so it sees every revocation committed before the request arrived.
  */
 export class ApiKeyVerifier {
-  private readonly cache = new Map<string, { principal: Principal; until: number; id: string }>();
-  private listening: Promise<void> | null = null;
+  private readonly rows: Coalescer<string, KeyRow | undefined>;
 
-  constructor(
-    private readonly db: Database,
-    private readonly ttlMs = 5_000,
-    private readonly maxEntries = 10_000,
-  ) {}
-
-  /** Subscribes to revocations; call once before serving. */
-  start(): Promise<void> {
-    this.listening ??= this.db.listen(REVOKED_CHANNEL, (id) => this.forget(id));
-    return this.listening;
+  constructor(private readonly db: Database) {
+    this.rows = new Coalescer((ids) => readKeyRows(db, ids), 2);
   }
 
-  forget(id: string): void {
-    for (const [k, v] of this.cache) if (v.id === id) this.cache.delete(k);
-  }
-
-  async verify(token: string): Promise<Principal> {
-    // Keyed by a hash of the whole token: a cache hit proves the caller holds the same secret.
-    const key = sha256(token).toString('base64url');
-    const hit = this.cache.get(key);
-    const now = Date.now();
-    if (hit && hit.until > now) return hit.principal;
-    const principal = await authenticateApiKey(this.db, token);
-    if (this.ttlMs > 0) {
-      if (this.cache.size >= this.maxEntries) this.cache.clear();
-      this.cache.set(key, { principal, until: now + this.ttlMs, id: principal.credential.id });
-    }
-    return principal;
+  verify(token: string): Promise<Principal> {
+    return authenticateApiKey(this.db, token, (id) => this.rows.call(id));
   }
 }
 
-export async function authenticateApiKey(db: Database, token: string): Promise<Principal> {
+const KEY_COLUMNS = `select k.account_id, k.user_id, k.secret_hash, k.permission, k.revoked_at is not null as revoked,
+       (k.last_used_at is null or k.last_used_at < now() - ? * interval '1 millisecond') as stale`;
+
+/** The rows of these key ids, one result per id in order (undefined when there is none); one statement. */
+async function readKeyRows(db: Database, ids: string[]): Promise<Array<KeyRow | undefined>> {
+  // The embedded database has one session and no round trips to save (and its driver would spread an
+  // array parameter into a list): one plain statement per key.
+  if (!db.url) return Promise.all(ids.map(async (id) => (await db.query<KeyRow>(`${KEY_COLUMNS} from api_key k where k.id = ?`, [LAST_USED_GRANULARITY_MS, id]))[0]));
+  const rows = await db.hot<KeyRow & { n: string }>(
+    'api_key_auth_batch',
+    `${KEY_COLUMNS.replace('select ', 'select i.n, ')} from unnest(?::uuid[]) with ordinality as i(id, n) join api_key k on k.id = i.id`,
+    [LAST_USED_GRANULARITY_MS, ids],
+  );
+  const out = new Array<KeyRow | undefined>(ids.length).fill(undefined);
+  for (const r of rows) out[Number(r.n) - 1] = r;
+  return out;
+}
+
+/** Checks a `svc_` key against its row (read by `read`, one statement per key by default). */
+export async function authenticateApiKey(db: Database, token: string, read: (id: string) => Promise<KeyRow | undefined> = async (id) => (await readKeyRows(db, [id]))[0]): Promise<Principal> {
   const m = KEY_RE.exec(token);
   if (!m) throw invalid();
   const hex = m[1]!;
   const id = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
-  const [row] = await db.hot<{ account_id: string; user_id: string | null; secret_hash: string; permission: Permission; revoked: boolean; stale: boolean }>(
-    'api_key_auth',
-    `select account_id, user_id, secret_hash, permission, revoked_at is not null as revoked,
-            (last_used_at is null or last_used_at < now() - ? * interval '1 millisecond') as stale
-       from api_key where id = ?`,
-    [LAST_USED_GRANULARITY_MS, id],
-  );
+  const row = await read(id);
   // Hash even when the row is missing so timing does not tell unknown ids from wrong secrets.
   const given = sha256(m[2]!);
   const stored = row ? Buffer.from(row.secret_hash, 'hex') : Buffer.alloc(32);

@@ -14,14 +14,9 @@ export class Authenticator {
 
   readonly apiKeys: ApiKeyVerifier;
 
-  constructor(db: Database, opts: { apiKeyCacheMs?: number } = {}) {
-    this.apiKeys = new ApiKeyVerifier(db, opts.apiKeyCacheMs);
+  constructor(db: Database) {
+    this.apiKeys = new ApiKeyVerifier(db);
     this.verifiers.push({ accepts: (t) => t.startsWith('svc_'), verify: (t) => this.apiKeys.verify(t) });
-  }
-
-  /** Starts listening for revocations so cached credentials are dropped at once. */
-  start(): Promise<void> {
-    return this.apiKeys.start();
   }
 
   /** Registers another credential kind (e.g. JWT access tokens), tried when no earlier one accepts the token. */

@@ -18,6 +18,9 @@ class EmSql implements Sql {
   }
 }
 
+/** application_name of the LISTEN connections, so operators can tell them apart in pg_stat_activity. */
+export const LISTENER_APPLICATION_NAME = 'tunnelgate-listen';
+
 export class Database {
   /** Notifications raised by this process, delivered at once without a round trip. */
   private readonly local = new EventEmitter();
@@ -29,7 +32,16 @@ export class Database {
   /** hotRowsShared() queries not yet sent, by statement and parameters. */
   private readonly unsent = new Map<string, Promise<unknown[][]>>();
 
-  constructor(readonly orm: Orm) {
+  constructor(
+    readonly orm: Orm,
+    private readonly opts: {
+      /**
+       * Waits before a lost LISTEN connection is replaced (attempt 0), or retried after a failed
+       * replacement (1, 2, ...). Tests inject a gate here to hold a replica deaf for as long as they need.
+       */
+      listenRetryDelay?: (attempt: number) => Promise<void>;
+    } = {},
+  ) {
     this.local.setMaxListeners(0);
   }
 
@@ -53,17 +65,29 @@ export class Database {
    * Calls `handler` for every notification on `channel`, from any process. On PostgreSQL this holds
    * one dedicated connection; on the embedded database every writer is this process, so local
    * delivery is complete.
+   *
+   * A listener connection lost to a server restart, a failover or `pg_terminate_backend` is replaced
+   * (after a short pause), so notices from other replicas resume; but what was sent while it was down
+   * is gone. `onMissed` is how subscribers learn that: it is called when the connection is lost
+   * (notices may be missed from now on) and again once the replacement listens (anything read in
+   * between may have changed unannounced). Whatever a subscriber keeps because "a notice would have
+   * told me otherwise" must be dropped or re-read then.
    */
-  async listen(channel: string, handler: (payload: string) => void): Promise<void> {
+  async listen(channel: string, handler: (payload: string) => void, onMissed?: () => void): Promise<void> {
     if (!/^[a-z_]{1,63}$/.test(channel)) throw new Error(`bad channel name ${channel}`);
     this.local.on(channel, handler);
     const url = this.url;
     if (!url) return;
-    // A listener connection lost to a server restart or failover is replaced (after a short pause), so
-    // notices from other replicas resume; what was sent while it was down is missed, which callers
-    // tolerate (caches expire by age, status waiters re-read the row).
-    const connect = async (): Promise<void> => {
-      const client = new pg.Client({ connectionString: url });
+    const missed = () => {
+      try {
+        onMissed?.();
+      } catch {
+        // A subscriber's failure must not stop the replacement connection.
+      }
+    };
+    const connect = async (replacing: boolean): Promise<void> => {
+      // Keepalive: a connection silently cut by the network is noticed (and replaced) too.
+      const client = new pg.Client({ connectionString: url, application_name: LISTENER_APPLICATION_NAME, keepAlive: true, keepAliveInitialDelayMillis: 10_000 });
       let lost = false;
       const onLost = () => {
         if (lost) return;
@@ -72,11 +96,14 @@ export class Database {
         if (i >= 0) this.listeners.splice(i, 1);
         client.end().catch(() => {});
         if (this.closing) return;
-        const retry = () => {
-          if (this.closing) return;
-          connect().catch(() => setTimeout(retry, 1000).unref());
+        missed();
+        const retry = (attempt: number) => {
+          void this.listenRetryDelay(attempt).then(() => {
+            if (this.closing) return;
+            connect(true).catch(() => retry(attempt + 1));
+          });
         };
-        setTimeout(retry, 500).unref();
+        retry(0);
       };
       client.on('error', onLost);
       client.on('end', onLost);
@@ -92,8 +119,23 @@ export class Database {
         throw e;
       }
       this.listeners.push(client);
+      // Listening again: from here on notices arrive; those sent during the gap never will.
+      if (replacing) missed();
     };
-    await connect();
+    await connect(false);
+  }
+
+  private listenRetryDelay(attempt: number): Promise<void> {
+    if (this.opts.listenRetryDelay) return this.opts.listenRetryDelay(attempt);
+    return new Promise((r) => setTimeout(r, attempt === 0 ? 500 : 1000).unref());
+  }
+
+  /**
+   * Test hook: the server process ids of this process's LISTEN connections, so a test can cut exactly
+   * this replica's notices (`pg_terminate_backend`).
+   */
+  listenerPids(): number[] {
+    return this.listeners.map((c) => (c as unknown as { processID: number | null }).processID).filter((p): p is number => typeof p === 'number');
   }
 
   /** Outside any transaction; each call gets its own forked EntityManager. */

@@ -121,7 +121,6 @@ export async function setClientApiAccess(db: Database, clientId: string, access:
   if (!CLIENT_ID_RE.test(clientId)) throw new ApiError('not_found', `no OAuth client ${JSON.stringify(clientId)}.`);
   const rows = await db.query('update oauth_client set api_access = ? where client_id = ? returning client_id', [apiAccess, clientId]);
   if (rows.length === 0) throw new ApiError('not_found', `no OAuth client ${JSON.stringify(clientId)}.`);
-  await db.notify(CLIENT_CHANGED_CHANNEL, clientId);
   return { client_id: clientId, api_access: apiAccess };
 }
 
@@ -170,8 +169,9 @@ export async function listClients(db: Pick<Database, 'query'>, o: { limit: numbe
  *  - every oidc_payload row of the client: authorization codes, refresh tokens, grants, interactions;
  *  - the client's entry in every browser session, so the next authorize asks for consent again.
  * Access tokens are JWTs that are not stored, but each names its grant (`gid`) and the API, userinfo
- * and revocation check that the grant still exists: deleting the grants ends them at once. Grants
- * are never cached; the gateways' few-second client caches are dropped by NOTIFY after the commit.
+ * and revocation check that the grant still exists: deleting the grants ends them at once. Neither
+ * grants nor clients are cached: every client authentication reads the client's row (readClients), so
+ * the commit is the moment the new secret works and the old one stops, on every gateway.
  */
 async function invalidateClientArtifacts(sql: Sql, clientId: string): Promise<void> {
   await sql.query('delete from oidc_payload where client_id = ?', [clientId]);
@@ -181,9 +181,6 @@ async function invalidateClientArtifacts(sql: Sql, clientId: string): Promise<vo
     [clientId, clientId],
   );
 }
-
-/** Gateways drop a client from their short-lived client caches (server/oidc/adapter.ts) when told on this channel. */
-export const CLIENT_CHANGED_CHANNEL = 'tunnelgate_oauth_client_changed';
 
 /** A new secret for the client; everything issued under the old one is invalidated in the same transaction. */
 export async function rotateClientSecret(db: Database, encryptionKey: Buffer, clientId: string): Promise<{ client_id: string; client_secret: string }> {
@@ -198,8 +195,6 @@ export async function rotateClientSecret(db: Database, encryptionKey: Buffer, cl
     await invalidateClientArtifacts(sql, clientId);
     return { client_id: clientId, client_secret: clientSecret };
   });
-  // After the commit, so a gateway that drops its cached copy can only read the new secret.
-  await db.notify(CLIENT_CHANGED_CHANNEL, clientId);
   return rotated;
 }
 
@@ -220,6 +215,37 @@ interface ClientRow {
 
 const asDate = (v: Date | string) => (v instanceof Date ? v : new Date(v));
 
+const toRecord = (encryptionKey: Buffer, row: ClientRow): OAuthClientRecord => ({
+  client_id: row.client_id,
+  name: row.name,
+  redirect_uris: typeof row.redirect_uris === 'string' ? (JSON.parse(row.redirect_uris) as string[]) : row.redirect_uris,
+  client_secret: decryptSecret(encryptionKey, row.secret_ciphertext, row.client_id),
+  api_access: row.api_access,
+  secret_rotated_at: asDate(row.secret_rotated_at),
+  created_at: asDate(row.created_at),
+});
+
+/**
+ * Several clients with their decrypted secrets, one result per id in order (null when there is none),
+ * in one prepared statement: the issuer's per-request read (server/oidc/adapter.ts), which batches the
+ * client authentications of concurrent token requests.
+ */
+export async function readClients(db: Pick<Database, 'hot' | 'url' | 'query'>, encryptionKey: Buffer, clientIds: readonly string[]): Promise<Array<OAuthClientRecord | null>> {
+  // The embedded database has one session and no round trips to save (and its driver would spread an
+  // array parameter into a list): one plain statement per client.
+  if (!db.url) return Promise.all(clientIds.map((id) => getClient(db, encryptionKey, id)));
+  const wanted = clientIds.map((id) => (CLIENT_ID_RE.test(id) ? id : ''));
+  const rows = await db.hot<ClientRow & { n: string }>(
+    'oauth_client_by_ids',
+    `select i.n, c.client_id, c.name, c.redirect_uris, c.api_access, c.secret_ciphertext, c.secret_rotated_at, c.created_at
+       from unnest(?::text[]) with ordinality as i(id, n) join oauth_client c on c.client_id = i.id`,
+    [wanted],
+  );
+  const out = new Array<OAuthClientRecord | null>(clientIds.length).fill(null);
+  for (const r of rows) out[Number(r.n) - 1] = toRecord(encryptionKey, r);
+  return out;
+}
+
 /** The client with its decrypted secret, or null when there is none with this id. */
 export async function getClient(db: Pick<Database, 'query'> | Sql, encryptionKey: Buffer, clientId: string): Promise<OAuthClientRecord | null> {
   if (!CLIENT_ID_RE.test(clientId)) return null;
@@ -227,14 +253,5 @@ export async function getClient(db: Pick<Database, 'query'> | Sql, encryptionKey
     'select client_id, name, redirect_uris, api_access, secret_ciphertext, secret_rotated_at, created_at from oauth_client where client_id = ?',
     [clientId],
   );
-  if (!row) return null;
-  return {
-    client_id: row.client_id,
-    name: row.name,
-    redirect_uris: typeof row.redirect_uris === 'string' ? (JSON.parse(row.redirect_uris) as string[]) : row.redirect_uris,
-    client_secret: decryptSecret(encryptionKey, row.secret_ciphertext, row.client_id),
-    api_access: row.api_access,
-    secret_rotated_at: asDate(row.secret_rotated_at),
-    created_at: asDate(row.created_at),
-  };
+  return row ? toRecord(encryptionKey, row) : null;
 }

@@ -40,7 +40,7 @@ const MAX_DRAWS = 64;
  * member): the unique index then refuses the second insert, and the purchase retries once
  * (isGreKeyCollision, TunnelService.purchase).
  *
- * Changing a tunnel's origin_ip (DESIGN 3.8, PATCH: a later issue) must call this for the new
+ * Changing a tunnel's origin_ip (PATCH /api/dedicated/{id}: issue 10) must call this for the new
  * (node, origin) pair, so a move onto an origin that already has tunnels on that edge keeps the
  * guarantee (issue 16).
  */

@@ -60,6 +60,8 @@ export interface EdgeDispatch {
   readonly bus: {
     publish(id: string, status: TunnelStatus): Promise<void>;
     on(id: string, fn: (c: { status: TunnelStatus }) => void): () => void;
+    /** `fn` runs when notices may have been missed (see TunnelStatusBus.onResync). */
+    onResync(fn: () => void): () => void;
     start(): Promise<void>;
   };
   readonly transitions: { move(id: string, from: readonly TunnelStatus[], to: TunnelStatus): Promise<boolean> };
@@ -604,21 +606,32 @@ export class TunnelService {
   async *watch(principal: Principal, id: string): AsyncGenerator<TunnelView> {
     await this.edge.bus.start();
     const pending: TunnelStatus[] = [];
+    let resync = false;
     let wake: (() => void) | null = null;
     // Subscribe before the first read, so a change between the two is not lost.
     const off = this.edge.bus.on(id.toLowerCase(), (c) => {
       pending.push(c.status);
       wake?.();
     });
+    // Notices may have been missed (this replica's LISTEN connection dropped): read the row again.
+    const offResync = this.edge.bus.onResync(() => {
+      resync = true;
+      wake?.();
+    });
     try {
       let last = this.view(await this.row(this.db, principal, id));
       yield last;
       while (last.status !== 'deleted') {
-        if (pending.length === 0) await new Promise<void>((r) => (wake = r));
+        if (pending.length === 0 && !resync) await new Promise<void>((r) => (wake = r));
         wake = null;
         // Every change in the order it happened, even when two came before this loop woke up: the row
-        // is read fresh for the other fields, the status is the one each notice announced.
+        // is read fresh for the other fields, the status is the one each notice announced. After a
+        // resync the row's own status comes last: it is at least as new as any notice.
         const fresh = this.view(await this.row(this.db, principal, id));
+        if (resync) {
+          resync = false;
+          pending.push(fresh.status);
+        }
         for (const status of pending.splice(0)) {
           if (status === last.status) continue;
           last = { ...fresh, status };
@@ -627,6 +640,7 @@ export class TunnelService {
       }
     } finally {
       off();
+      offResync();
     }
   }
 

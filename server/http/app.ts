@@ -98,7 +98,6 @@ function fromKoaError(e: unknown): ApiError | null {
 
 export async function createGateway(services: Services, log: Logger, server: http.Server): Promise<Gateway> {
   const metrics = createMetrics();
-  await services.auth.start();
   const { trustProxy, publicUrl, issuerUrl, metricsToken } = services.config;
   // Koa's own proxy handling only decides the protocol (X-Forwarded-Proto) and host from here on;
   // the client address is set by requestContext.

@@ -4,11 +4,11 @@
 // forked MikroORM EntityManager (adapter calls happen outside any request context); the two lookups
 // by key are `db.hot` prepared statements, the project's pattern for hot reads (as API-key checks
 // do), which the token-endpoint benchmark needs. Clients are not stored here: they are the
-// `oauth_client` rows the admin CLI writes, read (and their secret decrypted) on demand and kept a
-// few seconds, dropped at once by NOTIFY when a secret is rotated.
+// `oauth_client` rows the admin CLI writes, read (and their secret decrypted) for every lookup, never
+// kept, so a rotated secret takes effect on every gateway the moment it commits.
 import { errors, type Adapter, type AdapterPayload } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
-import { CLIENT_CHANGED_CHANNEL, getClient } from '../domain/clients.ts';
+import { readClients, type OAuthClientRecord } from '../domain/clients.ts';
 import type { UserClaimsSource } from './accounts.ts';
 import { Coalescer } from '../db/coalesce.ts';
 import { Prefetched } from './prefetch.ts';
@@ -45,48 +45,37 @@ export interface ClientSource {
 }
 
 /**
- * Reads clients from `oauth_client` with the plaintext secret (the ID-token HMAC key), and keeps each
- * for a few seconds: every token request authenticates its client, and this saves a query and a
- * decryption on each. A rotation drops the entry at once on every gateway (NOTIFY after the commit,
- * see rotateClientSecret); the age limit bounds staleness should that notice ever be lost.
+ * Reads clients from `oauth_client` with the plaintext secret (the ID-token HMAC key), afresh for every
+ * lookup: each client authentication is decided against the row as committed when the request came, so
+ * right after `client rotate-secret` returns the new secret works and the old one is invalid_client on
+ * every gateway, with no notice to wait for (issue 14: a 5-second cache, dropped by NOTIFY, refused the
+ * new secret and accepted the old one until the notice arrived, or for 5 s on a replica that missed it).
+ * The read is one prepared statement by primary key, and lookups made while one is in flight leave
+ * together as the next batch (server/db/coalesce.ts): under load one round trip serves the client
+ * authentications of many token requests, each still answered by a statement sent after it asked.
  */
-export class CachedClientSource implements ClientSource {
-  private readonly cache = new Map<string, { payload: AdapterPayload; until: number }>();
+export class DatabaseClientSource implements ClientSource {
+  private readonly reads: Coalescer<string, OAuthClientRecord | null>;
 
-  constructor(
-    private readonly db: Database,
-    private readonly encryptionKey: Buffer,
-    private readonly ttlMs = 5_000,
-    private readonly maxEntries = 10_000,
-  ) {}
-
-  /** Subscribes to client changes; call once before serving. */
-  start(): Promise<void> {
-    return this.db.listen(CLIENT_CHANGED_CHANNEL, (clientId) => this.cache.delete(clientId));
+  constructor(db: Database, encryptionKey: Buffer) {
+    this.reads = new Coalescer((ids) => readClients(db, encryptionKey, ids), 2);
   }
 
   async find(clientId: string): Promise<AdapterPayload | undefined> {
-    const hit = this.cache.get(clientId);
-    if (hit && hit.until > Date.now()) return structuredClone(hit.payload);
-    const c = await getClient(this.db, this.encryptionKey, clientId);
+    const c = await this.reads.call(clientId);
     if (!c) return undefined;
-    const payload: AdapterPayload = {
+    // A new object per call: oidc-provider may alter what it is given.
+    return {
       client_id: c.client_id,
       client_secret: c.client_secret,
       client_name: c.name,
-      redirect_uris: c.redirect_uris,
+      redirect_uris: [...c.redirect_uris],
       grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
       // Basic and body credentials are interchangeable in oidc-provider for these two methods.
       token_endpoint_auth_method: 'client_secret_basic',
       id_token_signed_response_alg: 'HS256',
     };
-    if (this.ttlMs > 0) {
-      if (this.cache.size >= this.maxEntries) this.cache.clear();
-      this.cache.set(clientId, { payload, until: Date.now() + this.ttlMs });
-    }
-    // A copy: oidc-provider must not be able to alter the cached entry.
-    return structuredClone(payload);
   }
 }
 

@@ -8,7 +8,7 @@ import { ApiError } from '../domain/errors.ts';
 import { RateLimiter } from '../http/middleware/rate-limit.ts';
 import type { Logger } from '../../common/log.ts';
 import { AccessTokenVerifier, looksLikeJwt } from './access-tokens.ts';
-import { CachedClientSource, consumePending, purgeExpired } from './adapter.ts';
+import { DatabaseClientSource, consumePending, purgeExpired } from './adapter.ts';
 import { requestScope, type RequestScope } from './request-scope.ts';
 import { revokeJwtAfterProvider, userinfo } from './endpoints.ts';
 import { interactionRoutes } from './interactions.ts';
@@ -67,8 +67,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   const accessTokens = new AccessTokenVerifier(c.db, { key: c.accessTokenKey, issuer: c.issuerUrl, audience: c.audience });
   const avatars = avatarBase(c.publicUrl ?? c.issuerUrl);
   const serveAvatar = avatarRoute(c.db, new URL(avatars).pathname);
-  const clients = new CachedClientSource(c.db, c.secretEncryptionKey);
-  await clients.start();
+  const clients = new DatabaseClientSource(c.db, c.secretEncryptionKey);
   const provider = createProvider({
     issuer: c.issuerUrl,
     audience: c.audience,

@@ -5,7 +5,8 @@
 // holds the tunnel's advisory lock (locks.ts, try-only) and publishes its answer over PostgreSQL NOTIFY
 // (channel `tunnel_probe`, through Database.listen/notify); a replica that finds the lock taken waits
 // for that notice instead of probing, and answers with it. Subscribing comes before trying the lock,
-// and the holder publishes before it lets go, so a waiter cannot miss the answer. The embedded database
+// and the holder publishes before it lets go, so a waiter cannot miss the answer, unless its LISTEN
+// connection drops: then it tries the lock again rather than wait out its timeout. The embedded database
 // is one process: the in-process sharing is the whole story there.
 import { EventEmitter } from 'node:events';
 import type { Database } from '../db/database.ts';
@@ -14,6 +15,8 @@ import { ApiError } from '../domain/errors.ts';
 import type { KeyedLocks } from './locks.ts';
 
 export const PROBE_CHANNEL = 'tunnel_probe';
+/** Raised on `notices` when this replica may have missed notices (tunnel ids are UUIDs: no clash). */
+const MISSED = 'missed';
 
 /** What the prober publishes: the agent's result, or why there is none (503 edge_unavailable). */
 interface ProbeNotice {
@@ -55,24 +58,37 @@ export class ProbeCoordinator {
       timer.unref();
       this.notices.once(id, onNotice);
     });
+    let onMissed: () => void = () => {};
     try {
-      const mine = await this.locks.tryLock(`probe:${id}`, async () => {
-        try {
-          const result = await probeNow();
-          await this.publish({ id, result });
-          return result;
-        } catch (e) {
-          if (e instanceof ApiError && e.code === 'edge_unavailable') await this.publish({ id, unavailable: e.message }).catch(() => {});
-          throw e;
-        }
-      });
-      if (mine.acquired) return mine.value;
-      const n = await notice;
-      if (n?.result) return n.result;
-      throw new ApiError('edge_unavailable', n?.unavailable ?? 'Another probe of this tunnel did not finish in time; try again shortly.');
+      for (;;) {
+        // Armed before trying the lock, like the notice itself.
+        const missed = new Promise<'missed'>((resolve) => {
+          onMissed = () => resolve('missed');
+          this.notices.once(MISSED, onMissed);
+        });
+        const mine = await this.locks.tryLock(`probe:${id}`, async () => {
+          try {
+            const result = await probeNow();
+            await this.publish({ id, result });
+            return result;
+          } catch (e) {
+            if (e instanceof ApiError && e.code === 'edge_unavailable') await this.publish({ id, unavailable: e.message }).catch(() => {});
+            throw e;
+          }
+        });
+        if (mine.acquired) return mine.value;
+        const n = await Promise.race([notice, missed]);
+        this.notices.off(MISSED, onMissed);
+        // This replica's LISTEN connection dropped: the answer may have been published unheard. Try the
+        // lock again: free means the other probe is over and this replica probes; held, it waits again.
+        if (n === 'missed') continue;
+        if (n?.result) return n.result;
+        throw new ApiError('edge_unavailable', n?.unavailable ?? 'Another probe of this tunnel did not finish in time; try again shortly.');
+      }
     } finally {
       clearTimeout(timer);
       this.notices.off(id, onNotice);
+      this.notices.off(MISSED, onMissed);
     }
   }
 
@@ -89,7 +105,7 @@ export class ProbeCoordinator {
         } catch {
           // Not ours; ignore.
         }
-      })
+      }, () => this.notices.emit(MISSED))
       .catch((e: unknown) => {
         this.listening = null;
         throw e;

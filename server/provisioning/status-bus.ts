@@ -1,7 +1,9 @@
 // Tunnel status changes, from whichever replica made them, to whoever waits in this one: the REST and
 // GraphQL handlers that wait a few seconds for the agent, and graphql-ws subscriptions. Carried by
 // PostgreSQL NOTIFY through Database.listen (delivered at once in this process, by LISTEN in the
-// others). A notice is only a hint: waiters re-read the tunnel row before they answer.
+// others). A notice is only a hint: waiters re-read the tunnel row before they answer. Notices sent
+// while this replica's LISTEN connection was down are lost: the bus then tells its long-lived watchers
+// to re-read (onResync), so a subscription never sits on a status that changed unannounced.
 import { EventEmitter } from 'node:events';
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
@@ -12,6 +14,9 @@ export interface StatusChange {
   id: string;
   status: TunnelStatus;
 }
+
+/** The event the bus raises when notices may have been missed (ids are UUIDs, so it cannot clash). */
+const RESYNC = 'resync';
 
 export class TunnelStatusBus {
   private readonly events = new EventEmitter();
@@ -30,7 +35,7 @@ export class TunnelStatusBus {
       } catch {
         // Not ours; ignore.
       }
-    });
+    }, () => this.events.emit(RESYNC));
     return this.started;
   }
 
@@ -43,6 +48,15 @@ export class TunnelStatusBus {
   on(id: string, fn: (c: StatusChange) => void): () => void {
     this.events.on(id, fn);
     return () => this.events.off(id, fn);
+  }
+
+  /**
+   * Calls `fn` whenever notices may have been missed (the LISTEN connection was lost, or is listening
+   * again after a gap): whoever relies on them should re-read. Returns the unsubscribe function.
+   */
+  onResync(fn: () => void): () => void {
+    this.events.on(RESYNC, fn);
+    return () => this.events.off(RESYNC, fn);
   }
 
   /**

@@ -12,6 +12,8 @@ import { loadConfig } from '../../server/config.ts';
 import { createLogger } from '../../common/log.ts';
 import { buildServices, openDatabase } from '../../server/services.ts';
 import { createGateway } from '../../server/http/app.ts';
+import { createClient, rotateClientSecret } from '../../server/domain/clients.ts';
+import { loadSecrets } from '../../server/secrets.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';
 import { call } from '../helpers/gateway.ts';
 
@@ -66,10 +68,23 @@ it('buys a tunnel on PGlite and keeps it across a restart', async () => {
     expect(got.body.tunnel.status).toBe('pending');
     const pricing = await call(second.url, 'GET', '/api/dedicated/pricing');
     expect(pricing.body.availability).toEqual({ total: 2, available: 1, in_stock: true });
+    // The issuer authenticates clients from their row on PGlite too (issue 14), before and after a rotation.
+    const { secretEncryptionKey } = (await loadSecrets(second.db, {})).secrets;
+    const client = await createClient(second.db, secretEncryptionKey, { name: 'Embedded app', redirectUris: ['http://127.0.0.1:9/cb'] });
+    const authenticate = async (secret: string) => {
+      const form = { grant_type: 'refresh_token', refresh_token: 'rt_made-up', client_id: client.client_id, client_secret: secret };
+      const r = await fetch(`${second.url}/oauth/token`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams(form).toString() });
+      return [r.status, ((await r.json()) as { error: string }).error];
+    };
+    expect(await authenticate(client.client_secret)).toEqual([400, 'invalid_grant']);
+    const rotated = await rotateClientSecret(second.db, secretEncryptionKey, client.client_id);
+    expect(await authenticate(rotated.client_secret)).toEqual([400, 'invalid_grant']);
+    expect(await authenticate(client.client_secret)).toEqual([401, 'invalid_client']);
   } finally {
     await second.close();
   }
-});
+  // Two PGlite boots (migrations on the first): slow on a busy machine.
+}, 90_000);
 
 it('`npm start` entry point: embedded database, /readyz, graceful SIGTERM', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-start-'));
