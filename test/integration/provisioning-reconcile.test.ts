@@ -12,6 +12,7 @@ import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
 import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
 import { isRoot } from '../netns/netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 60_000): Promise<T> {
   const end = Date.now() + ms;
@@ -47,7 +48,7 @@ async function dbNow(raw: pg.Pool): Promise<Date> {
   return (await raw.query<{ now: Date }>('select now() as now')).rows[0]!.now;
 }
 
-describe.skipIf(!isRoot)('periodic reconcile repairs drift (EDGE_RECONCILE_SECONDS)', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('periodic reconcile repairs drift (EDGE_RECONCILE_SECONDS)', () => {
   let gw: RunningGateway;
   let edge: TestEdge;
   let user: SeededUser;
@@ -89,7 +90,7 @@ describe.skipIf(!isRoot)('periodic reconcile repairs drift (EDGE_RECONCILE_SECON
   }, 60_000);
 });
 
-describe.skipIf(!isRoot)('a reconnect reconciles the node; a broken tunnel does not block its node', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a reconnect reconciles the node; a broken tunnel does not block its node', () => {
   let gw: RunningGateway;
   let edge: TestEdge;
   let user: SeededUser;
