@@ -117,6 +117,8 @@ export interface NetlinkSocketOptions {
   netns?: string;
   /** Default per-request timeout. */
   timeoutMs?: number;
+  /** Milliseconds now, for request deadlines; Date.now unless a test drives the time itself. */
+  clock?: () => number;
 }
 
 /** What one request waits for. */
@@ -170,6 +172,7 @@ export class NetlinkSocket {
   private fd: number;
   private seq: number;
   private readonly timeoutMs: number;
+  private readonly clock: () => number;
   private readonly queue: Pending[] = [];
   private readonly bySeq = new Map<number, Pending>();
   private pumping = false;
@@ -178,11 +181,12 @@ export class NetlinkSocket {
   private readonly kernelAddr = Buffer.alloc(12); // struct sockaddr_nl, nl_pid 0 = the kernel
   private readonly pollFd = Buffer.alloc(8); // struct pollfd
 
-  private constructor(protocol: number, fd: number, portId: number, timeoutMs: number) {
+  private constructor(protocol: number, fd: number, portId: number, timeoutMs: number, clock: () => number) {
     this.protocol = protocol;
     this.fd = fd;
     this.portId = portId;
     this.timeoutMs = timeoutMs;
+    this.clock = clock;
     // Random start: a reopened socket must not match stale replies by accident.
     this.seq = (Math.random() * 0x3fffffff) | 0;
     this.kernelAddr.writeUInt16LE(AF_NETLINK, 0);
@@ -212,7 +216,7 @@ export class NetlinkSocket {
       len.writeUInt32LE(12);
       if (c.getsockname(fd, addr, len) < 0) throw sysError('getsockname');
       const portId = HOST_LE ? addr.readUInt32LE(4) : addr.readUInt32BE(4);
-      return new NetlinkSocket(protocol, fd, portId, opts.timeoutMs ?? 10_000);
+      return new NetlinkSocket(protocol, fd, portId, opts.timeoutMs ?? 10_000, opts.clock ?? Date.now);
     } catch (e) {
       c.close(fd);
       throw e;
@@ -320,7 +324,7 @@ export class NetlinkSocket {
   }
 
   private sendRound(round: Pending[]): void {
-    const now = Date.now();
+    const now = this.clock();
     for (const p of round) {
       p.deadline = now + (p.spec.timeoutMs ?? this.timeoutMs);
       for (const s of p.spec.seqs) this.bySeq.set(s, p);
@@ -359,7 +363,7 @@ export class NetlinkSocket {
         return;
       }
       if (e !== E.EAGAIN) throw sysError('recv');
-      const now = Date.now();
+      const now = this.clock();
       for (const p of round) {
         if (!p.done && now >= p.deadline) {
           this.finish(p, new NetlinkError({ errno: E.ETIMEDOUT, operation: `no netlink reply within ${p.spec.timeoutMs ?? this.timeoutMs} ms`, seq: p.spec.seqs[0] }));
