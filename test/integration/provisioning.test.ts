@@ -24,14 +24,6 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
   let secrets: ServerSecrets;
   let edge: TestEdge;
   let user: SeededUser;
-  /**
-   * API-only replicas (no worker) on the same database, beside the rig's gateway whose worker drives the
-   * agent. `patient` waits the longest the gateway allows (60 s) for the agent: the one test that demands
-   * the 200 path uses it. `impatient` waits 500 ms: with the agent down no answer can come, so it gives
-   * 202 by state, not by a race.
-   */
-  let patient: RunningGateway;
-  let impatient: RunningGateway;
 
   const buy = async (name: string) => {
     const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name, origin_ip: '8.8.4.4' } });
@@ -42,26 +34,23 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
   const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
 
   beforeAll(async () => {
-    // A generous job timeout: the agent's probe (activate) and first SSH handshake share two cores with other tests.
-    ({ gw, secrets, edge } = await startProvisioningRig({ config: { edgeWaitMs: 10_000, edgeJobTimeoutMs: 30_000, edgeRetryLimit: 20 }, pool: '203.0.113.0/28' }));
-    patient = await startGateway({ testDb: gw.testDb, config: { edgeWaitMs: 60_000 } });
-    impatient = await startGateway({ testDb: gw.testDb, config: { edgeWaitMs: 500 } });
+    // The longest wait the gateway allows (60 s) for the one test that demands the 200 path, and a generous
+    // job timeout: the first SSH handshake and the agent's probe share two cores with other tests.
+    ({ gw, secrets, edge } = await startProvisioningRig({ config: { edgeWaitMs: 60_000, edgeJobTimeoutMs: 30_000, edgeRetryLimit: 20 }, pool: '203.0.113.0/28' }));
     user = await seedUser(gw.testDb.db);
   }, 60_000);
 
   afterAll(async () => {
-    await patient?.close();
-    await impatient?.close();
     await gw?.close();
     await edge?.close();
   });
 
-  // The one test that demands 200 (the agent answered within the wait): through `patient`, which waits 60 s.
+  // The one test that demands 200 (the agent answered within the wait, here 60 s); the others take 200 or 202.
   it('buy -> provision (200, link and map element in the kernel) -> activate 409 without origin -> delete (200, gone, IP back)', async () => {
     const t = await buy('first');
     expect(t.status).toBe('pending');
 
-    const p = await call(patient.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
+    const p = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
     expect(p.status).toBe(200);
     expect(p.body.tunnel.status).toBe('provisioned');
     expectMatchesOpenApi('post', '/api/dedicated/{id}/provision', p.status, p.body, p.headers);
@@ -83,7 +72,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
     expect(edge.count('probe', t.id)).toBe(1);
     expect(await status(t.id)).toBe('provisioned');
 
-    const d = await call(patient.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey });
+    const d = await call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey });
     expect(d.status).toBe(200);
     expect(d.body.tunnel.status).toBe('deleted');
     expectMatchesOpenApi('delete', '/api/dedicated/{id}', d.status, d.body, d.headers);
@@ -157,7 +146,15 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
   it('an unreachable agent gives 202 provisioning, and the job completes once the agent is back', async () => {
     await edge.kill();
     const t = await buy('while-down');
-    const p = await call(impatient.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
+    // Through an API-only replica (no worker) that waits 500 ms: with the agent down no answer can come,
+    // so its 202 follows from state, not from a race; the rig's worker does the job.
+    const impatient = await startGateway({ testDb: gw.testDb, config: { edgeWaitMs: 500 } });
+    let p: Awaited<ReturnType<typeof call>>;
+    try {
+      p = await call(impatient.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
+    } finally {
+      await impatient.close();
+    }
     expect(p.status).toBe(202);
     expect(p.body.tunnel.status).toBe('provisioning');
     expectMatchesOpenApi('post', '/api/dedicated/{id}/provision', p.status, p.body, p.headers);
