@@ -215,6 +215,8 @@ export interface NetlinkSocketOptions {
   netns?: string;
   /** Default per-request timeout. */
   timeoutMs?: number;
+  /** Milliseconds now, for request deadlines; Date.now unless a test drives the time itself. */
+  clock?: () => number;
 }
 
 /** What one request waits for. */
@@ -266,6 +268,7 @@ export class NetlinkSocket {
   readonly portId: number;
   private seq: number;
   private readonly timeoutMs: number;
+  private readonly clock: () => number;
   private readonly queue: Pending[] = [];
   private readonly bySeq = new Map<number, Pending>();
   private pumping = false;
@@ -274,10 +277,11 @@ export class NetlinkSocket {
 
   constructor(
     private readonly endpoint: NetlinkEndpoint,
-    opts: { timeoutMs?: number } = {},
+    opts: { timeoutMs?: number; clock?: () => number } = {},
   ) {
     this.portId = endpoint.portId;
     this.timeoutMs = opts.timeoutMs ?? 10_000;
+    this.clock = opts.clock ?? Date.now;
     // Random start: a reopened socket must not match stale replies by accident.
     this.seq = (Math.random() * 0x3fffffff) | 0;
   }
@@ -386,7 +390,7 @@ export class NetlinkSocket {
   }
 
   private sendRound(round: Pending[]): void {
-    const now = Date.now();
+    const now = this.clock();
     for (const p of round) {
       p.deadline = now + (p.spec.timeoutMs ?? this.timeoutMs);
       for (const s of p.spec.seqs) this.bySeq.set(s, p);
@@ -420,7 +424,7 @@ export class NetlinkSocket {
         return;
       }
       if (e !== E.EAGAIN) throw sysError('recv', e);
-      const now = Date.now();
+      const now = this.clock();
       for (const p of round) {
         if (!p.done && now >= p.deadline) {
           this.finish(p, new NetlinkError({ errno: E.ETIMEDOUT, operation: `no netlink reply within ${p.spec.timeoutMs ?? this.timeoutMs} ms`, seq: p.spec.seqs[0] }));

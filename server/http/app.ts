@@ -96,7 +96,12 @@ function fromKoaError(e: unknown): ApiError | null {
   return null;
 }
 
-export async function createGateway(services: Services, log: Logger, server: http.Server): Promise<Gateway> {
+export interface GatewayOptions {
+  /** Milliseconds now for the request gate's rate limits; Date.now unless a test drives the time itself. */
+  clock?: () => number;
+}
+
+export async function createGateway(services: Services, log: Logger, server: http.Server, opts: GatewayOptions = {}): Promise<Gateway> {
   const metrics = createMetrics();
   const { trustProxy, publicUrl, issuerUrl, metricsToken } = services.config;
   // Koa's own proxy handling only decides the protocol (X-Forwarded-Proto) and host from here on;
@@ -163,7 +168,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
   });
   services.auth.use(looksLikeJwt, (token) => issuer.accessTokens.principal(token));
   app.use(issuer.middleware);
-  const gate = new RequestGate(services.auth, { perMinute: rateLimitPerMinute, burst: rateLimitBurst });
+  const gate = new RequestGate(services.auth, { perMinute: rateLimitPerMinute, burst: rateLimitBurst, ...(opts.clock ? { clock: opts.clock } : {}) });
   /** Runs the gate for this request and keeps its answer where the routes look for the caller. */
   const admit = async (ctx: Context): Promise<Admission> => {
     const admission = await gate.admit(ctx.ip, ctx.get('authorization') || undefined);

@@ -4,6 +4,11 @@
 // kernel has no GRE) while the SSH port stays on the host's loopback. Each dataplane call that reaches
 // the kernel is reported as one JSON line on stdout ({"call": op, "ids": [...]}) so tests can count
 // how many times a job was applied. The first line is {"ready": true, "port", "fingerprint"}.
+//
+// TG_TEST_HOLD=before|after: each call is announced with a number ({"call", "ids", "held": n}) and then held,
+// before it reaches the kernel or after it did (before the job's answer goes back), until the test writes
+// {"release": n} on stdin; so a test can kill the agent or cut its connection at an exact point of a job.
+import { createInterface } from 'node:readline';
 import { loadConfig } from '../../agent/config.ts';
 import { restoreAtStart, startAgent } from '../../agent/main.ts';
 import { createDataplane, type Dataplane, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/index.ts';
@@ -11,15 +16,45 @@ import { createLogger } from '../../common/log.ts';
 
 const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
 
+const holdAt = process.env.TG_TEST_HOLD as 'before' | 'after' | undefined;
+if (holdAt !== undefined && holdAt !== 'before' && holdAt !== 'after') throw new Error(`TG_TEST_HOLD must be before or after, not ${holdAt}`);
+const releases = new Map<number, () => void>();
+if (holdAt) {
+  createInterface({ input: process.stdin }).on('line', (line) => {
+    const n = (JSON.parse(line) as { release: number }).release;
+    releases.get(n)?.();
+    releases.delete(n);
+  });
+}
+let held = 0;
+/** Reports one dataplane call and runs it; with TG_TEST_HOLD, waits for the test's release at that point. */
+async function report<T>(call: string, ids: string[], run: () => Promise<T>): Promise<T> {
+  if (!holdAt) {
+    say({ call, ids });
+    return run();
+  }
+  const n = ++held;
+  const released = new Promise<void>((r) => releases.set(n, r));
+  if (holdAt === 'before') {
+    say({ call, ids, held: n });
+    await released;
+    return run();
+  }
+  const result = await run();
+  say({ call, ids, held: n });
+  await released;
+  return result;
+}
+
 const config = loadConfig(process.env);
 const netns = process.env.TG_TEST_NETNS;
 if (!netns) throw new Error('TG_TEST_NETNS is required');
 const inner = await createDataplane({ edgeIp: config.edgeIp, nftTable: config.nftTable, stateDir: config.stateDir, netns, linkKind: 'veth-standin' });
 const dataplane: Dataplane = {
-  apply: (t: TunnelSpec) => (say({ call: 'apply', ids: [t.id] }), inner.apply(t)),
-  remove: (t: TunnelRef) => (say({ call: 'remove', ids: [t.id] }), inner.remove(t)),
-  reconcile: (ts: TunnelSpec[]) => (say({ call: 'reconcile', ids: ts.map((t) => t.id) }), inner.reconcile(ts)),
-  probe: (t: TunnelSpec) => (say({ call: 'probe', ids: [t.id] }), inner.probe(t)),
+  apply: (t: TunnelSpec) => report('apply', [t.id], () => inner.apply(t)),
+  remove: (t: TunnelRef) => report('remove', [t.id], () => inner.remove(t)),
+  reconcile: (ts: TunnelSpec[]) => report('reconcile', ts.map((t) => t.id), () => inner.reconcile(ts)),
+  probe: (t: TunnelSpec) => report('probe', [t.id], () => inner.probe(t)),
   has: (id: string) => inner.has(id),
   close: () => inner.close(),
 };

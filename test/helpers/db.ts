@@ -36,6 +36,9 @@ export async function createTestDatabase(opts: { poolMax?: number } = {}): Promi
   const url = withDatabase(adminUrl, name);
   const orm = await openOrm({ databaseUrl: url, dataDir: '', poolMax: opts.poolMax });
   const raw = new pg.Pool({ connectionString: url, max: 4 });
+  // pg's Pool.end() resolves before its connections' sockets close; drop() then ends any still open WITH
+  // (FORCE), whose FATAL reaches the pool as an 'error' event: without a listener, an uncaught exception.
+  raw.on('error', () => {});
   const database = new Database(orm);
   return {
     url,

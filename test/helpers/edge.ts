@@ -25,7 +25,17 @@ export const EDGE_PUBLIC_IP = '192.0.2.1';
 export interface AgentCall {
   call: 'apply' | 'remove' | 'reconcile' | 'probe';
   ids: string[];
+  /** Set when the agent runs with `hold` and this call is (or was) held: the number release() takes. */
+  held?: number;
+  /** Which start() of the agent reported it (1, 2, ...): a killed agent's held calls are gone with it. */
+  run?: number;
 }
+
+/**
+ * Where a held agent stops each dataplane call until the test releases it: `before` the kernel is touched,
+ * or `after` it was changed but before the job's answer goes back to the gateway.
+ */
+export type HoldPoint = 'before' | 'after';
 
 async function freePort(): Promise<number> {
   const s = net.createServer();
@@ -39,6 +49,14 @@ export class TestEdge {
   readonly calls: AgentCall[] = [];
   private child: ChildProcess | null = null;
   private readonly callWaiters: (() => void)[] = [];
+  /**
+   * With an agent started with `hold`: which calls the test keeps held (the rest are released at once).
+   * Held calls wait for release(); a test that cuts the agent or its connection there does so at an
+   * exact point of the job, not after some time.
+   */
+  holding: (c: AgentCall) => boolean = () => false;
+  /** How many times start() launched the agent. */
+  private runs = 0;
 
   private constructor(
     readonly netns: TestNetns,
@@ -67,8 +85,8 @@ export class TestEdge {
     return this.child !== null;
   }
 
-  /** Starts the agent process and waits until it listens. */
-  async start(): Promise<void> {
+  /** Starts the agent process and waits until it listens; with `hold`, every call waits at that point for release(). */
+  async start(opts: { hold?: HoldPoint } = {}): Promise<void> {
     if (this.child) return;
     const child = spawn(NODE_BIN, ['--import', join(ROOT, 'loader/register.mjs'), join(ROOT, 'test/helpers/agent-process.ts')], {
       cwd: ROOT,
@@ -82,10 +100,14 @@ export class TestEdge {
         AGENT_EDGE_IP: EDGE_PUBLIC_IP,
         AGENT_LOG_LEVEL: 'silent',
         TG_TEST_NETNS: this.netns.name,
+        ...(opts.hold ? { TG_TEST_HOLD: opts.hold } : {}),
       },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: [opts.hold ? 'pipe' : 'ignore', 'pipe', 'pipe'],
     });
     this.child = child;
+    const run = ++this.runs;
+    // A held agent killed by the test may close stdin under a pending release write.
+    child.stdin?.on('error', () => {});
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
     const ready = new Promise<void>((resolveReady, reject) => {
@@ -94,7 +116,9 @@ export class TestEdge {
         const o = JSON.parse(line) as { ready?: boolean } & Partial<AgentCall>;
         if (o.ready) return resolveReady();
         if (o.call) {
-          this.calls.push({ call: o.call, ids: o.ids ?? [] });
+          const c: AgentCall = { call: o.call, ids: o.ids ?? [], run, ...(o.held === undefined ? {} : { held: o.held }) };
+          this.calls.push(c);
+          if (c.held !== undefined && !this.holding(c)) this.release(c);
           for (const w of this.callWaiters.splice(0)) w();
         }
       });
@@ -108,6 +132,23 @@ export class TestEdge {
   /** Resolves at the next dataplane call the agent reports. */
   nextCall(): Promise<void> {
     return new Promise((r) => this.callWaiters.push(r));
+  }
+
+  /** The first call from index `from` of `calls` on that matches `match`, waiting for it if it has not come yet. */
+  async waitForCall(match: (c: AgentCall) => boolean, from = 0): Promise<AgentCall> {
+    for (;;) {
+      const next = this.nextCall();
+      const found = this.calls.slice(from).find(match);
+      if (found) return found;
+      await next;
+    }
+  }
+
+  /** Lets a held call go on (nothing happens if the agent that held it is gone). */
+  release(c: AgentCall): void {
+    if (c.held === undefined) throw new Error(`${c.call} was not held`);
+    if (c.run !== this.runs) return;
+    this.child?.stdin?.write(`${JSON.stringify({ release: c.held })}\n`);
   }
 
   /** Kills the agent (SIGKILL: no drain, like a crash) and waits for it to be gone. */

@@ -15,7 +15,11 @@ export interface RunningGateway {
   close(): Promise<void>;
 }
 
-export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger } = {}): Promise<RunningGateway> {
+/**
+ * `clock`: milliseconds now for the gateway's request gate (REST and GraphQL rate limits), so a rate-limit
+ * test moves time itself instead of depending on how long its requests took.
+ */
+export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger; clock?: () => number } = {}): Promise<RunningGateway> {
   const testDb = opts.testDb ?? (await createTestDatabase());
   // Listen first: the issuer URL (ISSUER_URL) must be the address clients really reach.
   const server = createHttpServer();
@@ -33,7 +37,7 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
     ...opts.config,
   };
   const services = opts.log ? buildServices(config, testDb.db, opts.log) : buildServices(config, testDb.db);
-  const gateway = await createGateway(services, opts.log ?? createLogger(config.logLevel), server);
+  const gateway = await createGateway(services, opts.log ?? createLogger(config.logLevel), server, opts.clock ? { clock: opts.clock } : {});
   server.on('request', gateway.app.callback());
   return {
     url,

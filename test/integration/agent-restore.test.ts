@@ -15,6 +15,7 @@ import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type ProvisioningRig } from '../helpers/edge.ts';
 import { isRoot, TestNetns } from '../netns/netns.ts';
 import { standinPeerName } from '../../agent/dataplane/index.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const TABLE = 'tunnelgate'; // AGENT_NFT_TABLE's default, which TestEdge uses
 const NODE_BIN = join(resolve(import.meta.dirname, '../..'), 'node_modules/.bin/node');
@@ -22,7 +23,7 @@ const PORT = 7000;
 /** The origin's service: answers each connection with the client address it saw (DNAT without SNAT). */
 const SERVER = `require('node:net').createServer((s) => s.end('origin saw ' + s.remoteAddress + '\\n')).listen(${PORT}, '0.0.0.0', () => console.log('listening'))`;
 
-describe.skipIf(!isRoot)('the agent restores its dataplane at start (a reboot)', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the agent restores its dataplane at start (a reboot)', () => {
   let rig: ProvisioningRig;
   let gatewayClosed = false;
   let user: SeededUser;

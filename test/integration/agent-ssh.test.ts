@@ -21,6 +21,7 @@ import { HOST_KEY_FILE } from '../../agent/ssh/keys.ts';
 import { MAX_INPUT_BYTES } from '../../common/job-contract.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 /** FAKE dataplane (test double, no kernel): records every call, keeps tunnels in a map. */
 class RecordingDataplane implements Dataplane {
@@ -383,7 +384,7 @@ describe('agent SSH: channels', () => {
   });
 
   it('OpenSSH\'s own client runs a job too, checking the host key from known_hosts', async (ctx) => {
-    if (!has('ssh')) ctx.skip();
+    if (skipUnless(has('ssh'), 'OpenSSH\'s client, ssh (apt-get install openssh-client)')) ctx.skip();
     const dir = tmp();
     writeFileSync(join(dir, 'id'), gatewayKey.privateKey, { mode: 0o600 });
     writeFileSync(join(dir, 'known_hosts'), `[127.0.0.1]:${agent.node.port} ${agent.running.hostKey.publicKey}\n`);
@@ -433,7 +434,7 @@ describe('agent SSH: host key', () => {
   });
 
   it('matches what ssh-keygen reads from the stored key', async (ctx) => {
-    if (!has('ssh-keygen')) ctx.skip();
+    if (skipUnless(has('ssh-keygen'), 'ssh-keygen (apt-get install openssh-client)')) ctx.skip();
     const path = join(agent.stateDir, HOST_KEY_FILE);
     const pub = execFileSync('ssh-keygen', ['-y', '-f', path], { encoding: 'utf8' }).trim();
     expect(pub.split(' ').slice(0, 2).join(' ')).toBe(agent.running.hostKey.publicKey.split(' ').slice(0, 2).join(' '));

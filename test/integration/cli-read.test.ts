@@ -24,6 +24,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { seedUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
 import { isRoot } from '../netns/netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const NODE = path.join(ROOT, 'node_modules/.bin/node');
@@ -350,7 +351,7 @@ async function until<T>(what: string, fn: () => Promise<T | null | undefined | f
   }
 }
 
-describe.skipIf(!isRoot)('queue commands drive a real agent through the gateway worker', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands drive a real agent through the gateway worker', () => {
   let gw: RunningGateway;
   let edge: TestEdge;
 

@@ -8,25 +8,12 @@ import { loadConfig } from '../../server/config.ts';
 import { openDatabase } from '../../server/services.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
-import { startProvisioningRig, TestEdge } from '../helpers/edge.ts';
+import { startProvisioningRig, TestEdge, type AgentCall } from '../helpers/edge.ts';
 import { canRunPrivatePostgres, startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
 import type { TestDatabase } from '../helpers/db.ts';
 import { isRoot } from '../netns/netns.ts';
-
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`, { cause: last });
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+import { skipUnless } from '../helpers/requirements.ts';
+import { settle, until } from '../helpers/wait.ts';
 
 interface Bought {
   id: string;
@@ -57,7 +44,7 @@ async function expectConsistent(raw: pg.Pool, accountId: string, tunnels: Bought
   expect(ledger[0]!.n).toBe(bought[0]!.n);
 }
 
-describe.skipIf(!isRoot)('faults: agent killed and SSH cut mid-job', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('faults: agent killed and SSH cut mid-job', () => {
   let gw: RunningGateway;
   let edge: TestEdge;
   let user: SeededUser;
@@ -67,9 +54,13 @@ describe.skipIf(!isRoot)('faults: agent killed and SSH cut mid-job', () => {
     return r.body.tunnel;
   };
   const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
+  /** A dataplane call that carries tunnel `id` (its own job, or a reconcile listing it). */
+  const carries = (id: string, ...ops: AgentCall['call'][]) => (c: AgentCall) => c.ids.includes(id) && (ops.length === 0 || ops.includes(c.call));
 
   beforeAll(async () => {
-    ({ gw, edge } = await startProvisioningRig({ config: { edgeWaitMs: 2000, edgeJobTimeoutMs: 4000, edgeRetryLimit: 30 }, pool: '203.0.113.16/28' }));
+    // The agent stops every dataplane call until the test releases it (edge.holding picks which stay held).
+    ({ gw, edge } = await startProvisioningRig({ config: { edgeWaitMs: 2000, edgeJobTimeoutMs: 30_000, edgeRetryLimit: 30 }, pool: '203.0.113.16/28', startAgent: false }));
+    await edge.start({ hold: 'after' });
     user = await seedUser(gw.testDb.db);
   }, 60_000);
 
@@ -78,64 +69,73 @@ describe.skipIf(!isRoot)('faults: agent killed and SSH cut mid-job', () => {
     await edge?.close();
   });
 
-  it('the agent killed while it applies a tunnel: the job is retried after the agent is back and the tunnel ends provisioned', async () => {
+  it('the agent killed after it applied a tunnel but before it answered: the job is retried once it is back, and the tunnel ends provisioned', async () => {
     const t = await buy('killed');
-    // The moment the agent reaches the kernel with this job, it dies (SIGKILL, no drain).
-    const killed = (async () => {
-      for (;;) {
-        await edge.nextCall();
-        if (edge.calls.at(-1)!.ids.includes(t.id)) break;
-      }
-      await edge.kill();
-    })();
+    // Held after the kernel applied it, before the answer: the worst moment, the edge has it and the gateway does not know.
+    edge.holding = carries(t.id);
+    const from = edge.calls.length;
     const p = call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
-    await killed;
+    const cut = await edge.waitForCall(carries(t.id), from);
+    expect(edge.links()).toContain(t.tunnel_name); // the kernel has it: held after the apply
+    await edge.kill();
+    edge.holding = () => false;
+    // Nothing can answer for it while the agent is down: the wait ends in 202, by state.
     expect((await p).status).toBe(202);
     expect(await status(t.id)).toBe('provisioning');
-    await edge.start();
+    const afterKill = edge.calls.length;
+    await edge.start({ hold: 'after' });
     await until('provisioned', async () => (await status(t.id)) === 'provisioned');
+    // A retry really happened: the new agent process got a call carrying this tunnel after the one that was cut.
+    const retried = edge.calls.slice(afterKill).filter(carries(t.id));
+    expect(retried.length).toBeGreaterThanOrEqual(1);
+    expect(retried[0]!.run).toBe(cut.run! + 1);
     await expectConsistent(gw.testDb.raw, user.accountId, [t], edge, 'provisioned');
 
-    // And a delete cut the same way ends deleted with the IP back.
-    const removing = (async () => {
-      for (;;) {
-        await edge.nextCall();
-        const c = edge.calls.at(-1)!;
-        if (c.call === 'remove' && c.ids.includes(t.id)) break;
-      }
-      await edge.kill();
-    })();
+    // A delete cut the same way (the kernel no longer has it, the gateway was not told) ends deleted with the IP back.
+    edge.holding = carries(t.id, 'remove');
+    const fromD = edge.calls.length;
     const d = call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey });
-    await removing;
+    const cutD = await edge.waitForCall(carries(t.id, 'remove'), fromD);
+    expect(edge.links()).not.toContain(t.tunnel_name);
+    await edge.kill();
+    edge.holding = () => false;
     expect((await d).status).toBe(202);
-    await edge.start();
+    const afterKillD = edge.calls.length;
+    await edge.start({ hold: 'after' });
     await until('deleted', async () => (await status(t.id)) === 'deleted');
+    // The remove was sent again to the new agent process (a reconcile would not list a deleting tunnel).
+    const retriedD = edge.calls.slice(afterKillD).filter(carries(t.id, 'remove'));
+    expect(retriedD.length).toBeGreaterThanOrEqual(1);
+    expect(retriedD[0]!.run).toBe(cutD.run! + 1);
     await expectConsistent(gw.testDb.raw, user.accountId, [t], edge, 'deleted');
-  }, 120_000);
+  }, 180_000);
 
   it('the SSH connection dropped while the agent works: retried on a new connection, applied, no duplicate state', async () => {
     const t = await buy('cut');
-    const cut = (async () => {
-      for (;;) {
-        await edge.nextCall();
-        if (edge.calls.at(-1)!.ids.includes(t.id)) break;
-      }
-      gw.services.provisioning.connections!.disconnect(edge.nodeId);
-    })();
+    // Held before the kernel: the connection is cut while the job is inside the agent, then the held call
+    // goes on (the agent applies it, answering into a closed channel) while the gateway retries on a new connection.
+    await edge.kill();
+    await edge.start({ hold: 'before' });
+    edge.holding = carries(t.id);
+    const from = edge.calls.length;
     const p = call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
-    await cut;
+    const first = await edge.waitForCall(carries(t.id), from);
+    edge.holding = () => false;
+    gw.services.provisioning.connections!.disconnect(edge.nodeId);
+    edge.release(first);
     const res = await p;
     // Whether the retry finished inside the wait or not, the answer is honest about it.
-    expect([200, 202]).toContain(res.status);
-    await until('provisioned', async () => (await status(t.id)) === 'provisioned');
+    expect(await settle(res, 'provisioned', () => status(t.id))).toBe('provisioned');
     await expectConsistent(gw.testDb.raw, user.accountId, [t], edge, 'provisioned');
+    // The job reached the agent again after the cut (a reconcile on the new connection, the apply, or both).
+    expect(edge.calls.slice(from).filter(carries(t.id)).length).toBeGreaterThanOrEqual(2);
     // Exactly one link and one map element for it, however many times it was applied.
     expect(edge.links().filter((l) => l === t.tunnel_name)).toHaveLength(1);
     expect(edge.mapElements().filter((e) => e === t.protected_ip)).toHaveLength(1);
-  }, 120_000);
+  }, 180_000);
 });
 
-describe.skipIf(!isRoot)('faults: an edge that stays down', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('faults: an edge that stays down', () => {
   it('retries spent: the tunnel ends failed, keeps its IP and its one charge, and provisions again once the agent is up', async () => {
     const { gw, edge } = await startProvisioningRig({ config: { edgeWaitMs: 500, edgeJobTimeoutMs: 2000, edgeRetryLimit: 1 }, pool: '203.0.113.64/28', startAgent: false });
     try {
@@ -160,7 +160,7 @@ describe.skipIf(!isRoot)('faults: an edge that stays down', () => {
   }, 120_000);
 });
 
-describe.skipIf(!isRoot || !canRunPrivatePostgres)('faults: PostgreSQL restarted under load', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)') || skipUnless(canRunPrivatePostgres, 'a private PostgreSQL cluster (root, PostgreSQL server binaries, the postgres user)'))('faults: PostgreSQL restarted under load', () => {
   let cluster: PrivatePostgres;
   let gw: RunningGateway;
   let edge: TestEdge;
@@ -197,6 +197,8 @@ describe.skipIf(!isRoot || !canRunPrivatePostgres)('faults: PostgreSQL restarted
     cluster?.stop();
   });
 
+  /** Every request that failed for a transient reason and was sent again (the proof that the restart cut something). */
+  let retries = 0;
   /** A client that retries what failed for a transient reason, as an integration would (same Idempotency-Key). */
   async function retrying(method: string, path: string, body?: unknown, headers?: Record<string, string>) {
     for (let i = 0; ; i++) {
@@ -206,39 +208,68 @@ describe.skipIf(!isRoot || !canRunPrivatePostgres)('faults: PostgreSQL restarted
       } catch {
         // connection trouble: retry
       }
+      retries++;
       if (i > 100) throw new Error(`${method} ${path} kept failing`);
       await new Promise((r) => setTimeout(r, 200));
     }
   }
 
-  it('purchases, provisions and deletes racing a restart each happen exactly once', async () => {
-    const N = 10;
-    const buys = Array.from({ length: N }, (_, i) => retrying('POST', '/api/dedicated', { name: `load-${i}`, origin_ip: '8.8.4.4' }, { 'idempotency-key': `load-${i}` }));
-    await new Promise((r) => setTimeout(r, 20));
+  /**
+   * Holds the rows `lockSql` selects FOR UPDATE on a connection of its own, so the requests that change them
+   * stop inside their transactions; once PostgreSQL shows at least `atLeast` sessions waiting on that lock,
+   * restarts the cluster under them (which also ends the holder). In flight is observed, never assumed.
+   */
+  async function restartUnder(lockSql: string, params: unknown[], atLeast: number): Promise<void> {
+    const holder = new pg.Client({ connectionString: gw.testDb.url });
+    holder.on('error', () => {}); // the restart ends it
+    await holder.connect();
+    await holder.query('begin');
+    await holder.query(lockSql, params);
+    const { rows } = await holder.query<{ pid: number }>('select pg_backend_pid() as pid');
+    await until(`${atLeast} requests waiting inside their transactions`, async () => {
+      const w = await gw.testDb.raw.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and $1::int = any(pg_blocking_pids(pid))`,
+        [rows[0]!.pid],
+      );
+      return w.rows[0]!.n >= atLeast;
+    });
     await cluster.restart();
+    await holder.end().catch(() => {});
+  }
+
+  it('purchases, provisions and deletes cut by a restart mid-transaction each happen exactly once', async () => {
+    const N = 10;
+    // Purchases lock the account row first: with it held, they stop inside their transactions.
+    let before = retries;
+    const buys = Array.from({ length: N }, (_, i) => retrying('POST', '/api/dedicated', { name: `load-${i}`, origin_ip: '8.8.4.4' }, { 'idempotency-key': `load-${i}` }));
+    await restartUnder('select 1 from account where id = $1 for update', [user.accountId], 1);
     const bought = (await Promise.all(buys)).map((r) => {
       expect(r.status).toBe(201);
       return r.body.tunnel as Bought;
     });
     expect(new Set(bought.map((t) => t.id)).size).toBe(N);
+    expect(retries - before, 'a purchase cut by the restart was sent again').toBeGreaterThan(0);
 
+    // Provisions change the tunnel rows: held, they stop on them.
+    before = retries;
     const provisions = bought.map((t) => retrying('POST', `/api/dedicated/${t.id}/provision`));
-    await new Promise((r) => setTimeout(r, 30));
-    await cluster.restart();
+    await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], 1);
     for (const r of await Promise.all(provisions)) {
       // 409 only when an earlier attempt already got it provisioned.
       if (r.status === 409) expect(r.body.error_description).toMatch(/provisioned/);
       else expect([200, 202]).toContain(r.status);
     }
+    expect(retries - before, 'a provision cut by the restart was sent again').toBeGreaterThan(0);
     const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]?.status;
-    for (const t of bought) await until(`${t.id} provisioned`, async () => (await status(t.id)) === 'provisioned', 120_000);
+    for (const t of bought) await until(`${t.id} provisioned`, async () => (await status(t.id)) === 'provisioned');
     await expectConsistent(gw.testDb.raw, user.accountId, bought, edge, 'provisioned');
 
+    before = retries;
     const deletes = bought.map((t) => retrying('DELETE', `/api/dedicated/${t.id}`));
-    await new Promise((r) => setTimeout(r, 30));
-    await cluster.restart();
+    await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], 1);
     for (const r of await Promise.all(deletes)) expect([200, 202, 409]).toContain(r.status);
-    for (const t of bought) await until(`${t.id} deleted`, async () => (await status(t.id)) === 'deleted', 120_000);
+    expect(retries - before, 'a delete cut by the restart was sent again').toBeGreaterThan(0);
+    for (const t of bought) await until(`${t.id} deleted`, async () => (await status(t.id)) === 'deleted');
     await expectConsistent(gw.testDb.raw, user.accountId, bought, edge, 'deleted');
     expect(edge.mapElements().filter((e) => bought.some((t) => t.protected_ip === e))).toEqual([]);
   }, 400_000);

@@ -10,6 +10,7 @@ import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
 import { isRoot } from '../netns/netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 60_000): Promise<T> {
   const end = Date.now() + ms;
@@ -27,7 +28,7 @@ interface Bought {
   tunnel_name: string;
 }
 
-describe.skipIf(!isRoot)('one live edge job per tunnel, one probe in flight per tunnel', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge job per tunnel, one probe in flight per tunnel', () => {
   let gw: RunningGateway;
   let gw2: RunningGateway;
   let db2: Database;

@@ -24,6 +24,7 @@ import { startProvisioningRig, TestEdge } from '../helpers/edge.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { isRoot, TestNetns } from '../netns/netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const execFileP = promisify(execFile);
 const NODE = process.execPath;
@@ -53,7 +54,7 @@ interface Bought {
   tunnel_name: string;
 }
 
-describe.skipIf(!isRoot)('two tunnels to one origin on two edges (namespaces, veth stand-in for GRE)', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('two tunnels to one origin on two edges (namespaces, veth stand-in for GRE)', () => {
   let gw: RunningGateway;
   let secrets: ServerSecrets;
   let edgeA: TestEdge;

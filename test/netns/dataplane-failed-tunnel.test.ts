@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KernelError, createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { isRoot, TestNetns } from './netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const T = 'tunnelgate';
 const EDGE = '192.0.2.2';
@@ -25,7 +26,7 @@ const tun = (i: number, over: Partial<TunnelSpec> = {}): TunnelSpec => ({
   ...over,
 });
 
-describe.skipIf(!isRoot)('a reconcile with one tunnel the kernel refuses', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a reconcile with one tunnel the kernel refuses', () => {
   let edge: TestNetns;
   let stateDir: string;
   let dp: DataplaneHandle;

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KernelError, createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { rulesetNftText } from './ruleset-text.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const T = 'tunnelgate';
 const EDGE = '192.0.2.2';
@@ -27,7 +28,7 @@ const tun = (i: number): TunnelSpec => ({
 /** The agent's table as nft would print it, with the protected map optionally capped. */
 const table = (mapSize?: number): string => rulesetNftText({ table: T, ifnamePrefix: 'tg-', mapSize });
 
-describe.skipIf(!isRoot)('a half-done apply (link created, nft batch refused)', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a half-done apply (link created, nft batch refused)', () => {
   let edge: TestNetns;
   let stateDir: string;
   let dp: DataplaneHandle;

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { DESIRED_FILE } from '../../agent/dataplane/state.ts';
 import { isRoot, TestNetns } from './netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const T = 'tunnelgate';
 const EDGE = '192.0.2.2';
@@ -25,7 +26,7 @@ const tun = (i: number, over: Partial<TunnelSpec> = {}): TunnelSpec => ({
   ...over,
 });
 
-describe.skipIf(!isRoot)('restore(): the last desired state back after a reboot', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('restore(): the last desired state back after a reboot', () => {
   let edge: TestNetns;
   let stateDir: string;
   let dp: DataplaneHandle | undefined;

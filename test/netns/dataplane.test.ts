@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KernelError, createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { STATE_FILE } from '../../agent/dataplane/state.ts';
 import { isRoot, TestNetns } from './netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const T = 'tunnelgate';
 const EDGE = '192.0.2.2';
@@ -52,7 +53,7 @@ async function kernelError(p: Promise<unknown>): Promise<KernelError> {
   return e as KernelError;
 }
 
-describe.skipIf(!isRoot)('dataplane in a fresh namespace (veth stand-in for GRE)', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a fresh namespace (veth stand-in for GRE)', () => {
   let edge: TestNetns;
   let client: TestNetns;
   let stateDir: string;

@@ -18,6 +18,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { isRoot, TestNetns } from './netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const execFileP = promisify(execFile);
 const NODE = process.execPath;
@@ -96,7 +97,7 @@ interface ClientResult {
   error?: string;
 }
 
-describe.skipIf(!isRoot)('NAT through the edge dataplane (veth stand-in for GRE)', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('NAT through the edge dataplane (veth stand-in for GRE)', () => {
   const ns: Record<'client' | 'router' | 'edge' | 'origin', TestNetns> = {} as never;
   let stateDir: string;
   let dp: DataplaneHandle;

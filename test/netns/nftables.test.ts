@@ -2,6 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NetlinkError, Nft, NftBatch, NftBatchError, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../agent/netlink/client.ts';
 import { isRoot, TestNetns } from './netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const T = 'tunnelgate';
 const protectedIp = (i: number): string => `203.0.${112 + (i >> 8)}.${i & 255}`;
@@ -18,7 +19,7 @@ async function batchError(p: Promise<unknown>): Promise<NftBatchError> {
   return e as NftBatchError;
 }
 
-describe.skipIf(!isRoot)('nftables in a fresh namespace', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a fresh namespace', () => {
   let ns: TestNetns;
   let nft: Nft;
   const listJson = (...what: string[]): NftJson => JSON.parse(ns.run('nft', '-j', 'list', ...what)) as NftJson;

@@ -5,6 +5,8 @@ import { NETLINK_ROUTE, NLM_F_ACK, NLM_F_REQUEST, NetlinkError, beginMessage, en
 import { RTM_GETLINK, decodeLink, encodeGetLink } from '../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../agent/netlink/socket.ts';
 import { isRoot, TestNetns } from './netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
+import { until } from '../helpers/wait.ts';
 
 /** RTM_NEWLINK "set lo up" without NLM_F_ACK: the kernel applies it and answers nothing. */
 function silentRequest(seq: number): Buffer {
@@ -15,7 +17,7 @@ function silentRequest(seq: number): Buffer {
   return w.toBuffer();
 }
 
-describe.skipIf(!isRoot)('netlink socket', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('netlink socket', () => {
   let ns: TestNetns;
   let sock: NetlinkSocket;
   beforeAll(() => {
@@ -33,25 +35,43 @@ describe.skipIf(!isRoot)('netlink socket', () => {
   });
 
   it('times out a request nobody answers, while the event loop keeps running; the socket stays usable', async () => {
-    let ticks = 0;
-    const timer = setInterval(() => ticks++, 10);
-    const seq = sock.allocSeq();
-    const started = Date.now();
-    const err = await sock.request({ data: silentRequest(seq), seqs: [seq], timeoutMs: 400 }).then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-    clearInterval(timer);
-    expect(err).toBeInstanceOf(NetlinkError);
-    expect((err as NetlinkError).code).toBe('ETIMEDOUT');
-    expect(Date.now() - started).toBeGreaterThanOrEqual(390);
-    expect(ticks).toBeGreaterThanOrEqual(15);
-    // the silent request did take effect, and the next request is matched to its own reply
-    const seq2 = sock.allocSeq();
-    const res = await sock.request({ data: encodeGetLink({ index: 1 }, seq2), seqs: [seq2] });
-    const reply = res.replies.get(seq2)!;
-    expect(reply.errno).toBe(0);
-    expect(decodeLink(reply.messages.find((m) => m.type === 16)!)).toMatchObject({ name: 'lo', up: true });
+    // The test drives the socket's clock: the request may time out only once the clock passes its deadline,
+    // however long the host takes, and must time out once it has.
+    let now = 1_000_000;
+    let reads = 0;
+    const clocked = NetlinkSocket.open(NETLINK_ROUTE, { netns: ns.path, clock: () => (reads++, now) });
+    try {
+      const seq = clocked.allocSeq();
+      let settled = false;
+      const pending = clocked.request({ data: silentRequest(seq), seqs: [seq], timeoutMs: 400 }).then(
+        () => undefined,
+        (e: unknown) => e,
+      ).finally(() => (settled = true));
+      // While the request waits, timers keep firing (the wait does not block the event loop) and the socket
+      // keeps looking at its clock: several looks, all before the deadline, and the request is still pending.
+      let ticks = 0;
+      const timer = setInterval(() => ticks++, 5);
+      await until('the socket to check its deadline while timers run', () => reads >= 5 && ticks >= 5);
+      clearInterval(timer);
+      now += 399;
+      const looked = reads;
+      await until('one more look at the clock', () => reads > looked + 1);
+      expect(settled).toBe(false);
+      // Past the deadline: the next look ends it with ETIMEDOUT.
+      now += 2;
+      const err = await pending;
+      expect(err).toBeInstanceOf(NetlinkError);
+      expect((err as NetlinkError).code).toBe('ETIMEDOUT');
+
+      // The silent request did take effect, and the same socket's next request is matched to its own reply.
+      const seq2 = clocked.allocSeq();
+      const res = await clocked.request({ data: encodeGetLink({ index: 1 }, seq2), seqs: [seq2] });
+      const reply = res.replies.get(seq2)!;
+      expect(reply.errno).toBe(0);
+      expect(decodeLink(reply.messages.find((m) => m.type === 16)!)).toMatchObject({ name: 'lo', up: true });
+    } finally {
+      clocked.close();
+    }
   });
 
   it('coalesced requests each get their own reply (seq matching), errors included', async () => {

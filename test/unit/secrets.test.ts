@@ -22,6 +22,7 @@ import {
   type SecretName,
   type SecretSource,
 } from '../../server/secrets.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-secrets-'));
 afterAll(() => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -80,7 +81,7 @@ describe('gateway SSH key', () => {
     }
   });
 
-  it.skipIf(!hasSshKeygen)('matches OpenSSH: ssh-keygen reads our key, and we read ssh-keygen keys', () => {
+  it.skipIf(skipUnless(hasSshKeygen, 'ssh-keygen (apt-get install openssh-client)'))('matches OpenSSH: ssh-keygen reads our key, and we read ssh-keygen keys', () => {
     // Ours -> ssh-keygen: the same public key and fingerprint.
     const ours = parseSecret('gateway_ssh_key', generateSecret('gateway_ssh_key'));
     const file = path.join(tmp, 'ours');

@@ -11,18 +11,22 @@ export interface RateLimitOptions {
   burst: number;
   /** Buckets kept at most; the fullest (least recently used) are dropped first. */
   maxBuckets?: number;
+  /** Milliseconds now, for refills; Date.now unless a test drives the time itself. */
+  clock?: () => number;
 }
 
 export class RateLimiter {
   private readonly buckets = new Map<string, Bucket>();
   private readonly ratePerMs: number;
+  private readonly clock: () => number;
 
   constructor(private readonly opts: RateLimitOptions) {
     this.ratePerMs = opts.perMinute / 60_000;
+    this.clock = opts.clock ?? Date.now;
   }
 
   /** Takes one token; returns 0 when allowed, else the seconds until one is available. */
-  take(key: string, now = Date.now()): number {
+  take(key: string, now = this.clock()): number {
     let b = this.buckets.get(key);
     if (!b) {
       if (this.buckets.size >= (this.opts.maxBuckets ?? 100_000)) this.evict();

@@ -29,6 +29,8 @@ export interface GateOptions {
   burst: number;
   /** How long a credential that authenticated stays exempt from its address's failure block. */
   recentlyValidMs?: number;
+  /** Milliseconds now, for the budgets' refills and recent validity; Date.now unless a test drives the time. */
+  clock?: () => number;
 }
 
 const RECENT_MAX = 100_000;
@@ -42,16 +44,18 @@ export class RequestGate {
   /** sha256(Authorization) -> until when; holding the hash proves nothing without the secret itself. */
   private readonly recentlyValid = new Map<string, number>();
   private readonly recentlyValidMs: number;
+  private readonly clock: () => number;
   private readonly inflight = new Map<string, Promise<Principal>>();
 
   constructor(
     private readonly auth: Authenticator,
     opts: GateOptions,
   ) {
-    this.requests = new RateLimiter({ perMinute: opts.perMinute, burst: opts.burst });
+    this.clock = opts.clock ?? Date.now;
+    this.requests = new RateLimiter({ perMinute: opts.perMinute, burst: opts.burst, clock: this.clock });
     // Guessing stays slow (a tenth of the request rate, at least 20 a minute) while a client that
     // mistypes a key now and then is never noticed.
-    this.failures = new RateLimiter({ perMinute: Math.max(20, opts.perMinute / 10), burst: Math.max(20, opts.burst / 5) });
+    this.failures = new RateLimiter({ perMinute: Math.max(20, opts.perMinute / 10), burst: Math.max(20, opts.burst / 5), clock: this.clock });
     this.recentlyValidMs = opts.recentlyValidMs ?? 10 * 60_000;
   }
 
@@ -68,7 +72,7 @@ export class RequestGate {
     }
     const digest = createHash('sha256').update(authorization).digest('base64url');
     const fail = `fail:${where}`;
-    const trusted = this.wasValid(digest, Date.now());
+    const trusted = this.wasValid(digest, this.clock());
     // Identical credentials arriving together share one lookup (a new integration's first burst is one
     // query, and one made-up key sent a thousand times at once is one query too).
     let lookup = this.inflight.get(digest);
@@ -104,7 +108,7 @@ export class RequestGate {
       return { principal: null, error: e };
     }
     if (prepaid) this.failures.refund(fail);
-    this.remember(digest, Date.now());
+    this.remember(digest, this.clock());
     this.charge(principal);
     return { principal, error: null };
   }
