@@ -151,8 +151,6 @@ async function main(): Promise<void> {
     throw e;
   }
   const { hostKey, address } = agent;
-  log.info('listening', { listen: `${address.host}:${address.port}`, host_key_fingerprint: hostKey.fingerprint, host_key_created: hostKey.created });
-  process.stderr.write(`tunnel-agent: host key fingerprint ${hostKey.fingerprint} (ED25519); record it at the gateway with node add --host-key\n`);
 
   let stopping = false;
   const shutdown = async (signal: string) => {
@@ -170,8 +168,12 @@ async function main(): Promise<void> {
     // Nothing is left to wait for; do not let a stray handle keep the process (and systemd's stop) waiting.
     process.exit();
   };
+  // Before the fingerprint and `listening` are announced: whoever signals as soon as it reads either must
+  // find the shutdown installed, not the default action.
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.stderr.write(`tunnel-agent: host key fingerprint ${hostKey.fingerprint} (ED25519); record it at the gateway with node add --host-key\n`);
+  log.info('listening', { listen: `${address.host}:${address.port}`, host_key_fingerprint: hostKey.fingerprint, host_key_created: hostKey.created });
 }
 
 /** The command line: runs the agent, or prints the fingerprint; on a start-up error exits 1 with the reason. */

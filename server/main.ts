@@ -58,7 +58,6 @@ async function main(): Promise<void> {
   });
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
-  log.info('listening', { url: `http://${config.host}:${port}`, public_url: config.publicUrl, ms: Date.now() - started });
 
   let stopping = false;
   const shutdown = async (signal: string) => {
@@ -83,8 +82,11 @@ async function main(): Promise<void> {
     // process alive after a SIGTERM (seen: a gateway that logged `stopped` and never exited).
     process.exit(0);
   };
+  // Before `listening` is announced: a supervisor (or a test) that signals as soon as it reads that line
+  // must find the drain installed, not the default action that kills the process mid-request.
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  log.info('listening', { url: `http://${config.host}:${port}`, public_url: config.publicUrl, ms: Date.now() - started });
 }
 
 main().catch((e: unknown) => {
