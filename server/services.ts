@@ -5,7 +5,7 @@ import { Database } from './db/database.ts';
 import { migrate, openOrm } from './db/orm.ts';
 import { Authenticator } from './auth/authenticate.ts';
 import { PricingService } from './domain/pricing.ts';
-import { TunnelService } from './domain/tunnels.ts';
+import { TunnelService } from './domain/tunnels/index.ts';
 import { createLogger, type Logger } from '../common/log.ts';
 import { ProvisioningService } from './provisioning/service.ts';
 

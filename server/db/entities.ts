@@ -196,7 +196,7 @@ export const IdempotencyRecordSchema = defineEntity({
     createdAt: createdAt(),
   },
   primaryKeys: ['account', 'key'],
-  // Records expire after 7 days (server/domain/tunnels.ts, IDEMPOTENCY_TTL_DAYS): the purge finds them by age.
+  // Records expire after 7 days (server/domain/tunnels/purchase.ts, IDEMPOTENCY_TTL_DAYS): the purge finds them by age.
   indexes: [{ name: 'idempotency_record_created_idx', properties: ['createdAt'] }],
 });
 export type IdempotencyRecord = InferEntity<typeof IdempotencyRecordSchema>;

@@ -113,6 +113,7 @@ export async function getAccount(db: Database, accountId: string, userId: string
     `select a.balance_usd, u.email, u.name, u.role from account a left join app_user u on u.id = ? and u.account_id = a.id where a.id = ?`,
     [userId, accountId],
   );
-  if (!row) throw new ApiError('invalid_token', 'The account of this credential no longer exists.', { 'WWW-Authenticate': 'Bearer error="invalid_token"' });
+  // REST adds the WWW-Authenticate challenge to every invalid_token (server/http/app.ts).
+  if (!row) throw new ApiError('invalid_token', 'The account of this credential no longer exists.');
   return { account_id: accountId, user_id: userId, email: row.email, name: row.name, role: row.role, balance_usd: centsToNumber(dbToCents(row.balance_usd)) };
 }

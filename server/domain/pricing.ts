@@ -35,7 +35,7 @@ export class PricingService {
     const now = Date.now();
     if (this.#cache && now - this.#cache.at < this.ttlMs) return this.#cache.value;
     // Stock is what a purchase can take: IPs of sellable nodes with a pinned host key (the purchase's
-    // own filter, server/domain/tunnels.ts; issue 8 item 5). A node that cannot sell adds nothing.
+    // own filter, server/domain/tunnels/purchase.ts; issue 8 item 5). A node that cannot sell adds nothing.
     const [row] = await this.db.query<{ rate: string; total: string; available: string }>(
       `select (select value from setting where key = 'usd_rub_rate') as rate,
               count(p.ip) as total, count(p.ip) filter (where p.tunnel_id is null) as available

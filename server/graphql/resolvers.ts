@@ -4,7 +4,7 @@
 import 'reflect-metadata';
 import { Arg, Ctx, ID, Int, Mutation, Query, Resolver, Root, Subscription, type SubscribeResolverData } from 'type-graphql';
 import { getAccount } from '../domain/accounts.ts';
-import { validateIdempotencyKey, validatePurchase, type TunnelView } from '../domain/tunnels.ts';
+import { validateIdempotencyKey, validatePurchase, type LifecycleResult, type TunnelView } from '../domain/tunnels/index.ts';
 import type { GraphqlContext } from './context.ts';
 import { TUNNELS_DEFAULT_LIMIT, TUNNELS_MAX_LIMIT } from './limits.ts';
 import {
@@ -23,10 +23,9 @@ import {
   toTunnelPage,
 } from './types.ts';
 
-
-/** provision, activate and delete answer `{status, body: {tunnel}}`; GraphQL returns the tunnel, whose status tells 200 from 202. */
-function tunnelOf(result: { body: { tunnel: TunnelView } }): Tunnel {
-  return toTunnel(result.body.tunnel);
+/** provision, activate and delete: GraphQL returns the tunnel, whose status tells a settled move from a waiting one. */
+function tunnelOf(result: LifecycleResult): Tunnel {
+  return toTunnel(result.tunnel);
 }
 
 @Resolver()
@@ -83,8 +82,9 @@ export class TunnelResolver {
     const { tunnels } = ctx.services;
     const purchase = validatePurchase({ name: input.name, origin_ip: input.originIp, promocode: input.promocode }, tunnels.allowPrivateOrigins);
     const key = validateIdempotencyKey(idempotencyKey);
-    const { body } = await tunnels.purchase(principal, purchase, key);
-    return toPurchase(body);
+    // A replay returns the first purchase, as REST does.
+    const outcome = await tunnels.purchase(principal, purchase, key);
+    return toPurchase(outcome.purchase);
   }
 
   @Mutation(() => Tunnel, {

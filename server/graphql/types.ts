@@ -5,7 +5,8 @@
 import 'reflect-metadata';
 import { Field, Float, ID, InputType, Int, ObjectType, registerEnumType, GraphQLISODateTime } from 'type-graphql';
 import type { Pricing as PricingView } from '../domain/pricing.ts';
-import type { PurchaseResult as PurchaseView, SetupView, TunnelPage as TunnelPageView, TunnelView } from '../domain/tunnels.ts';
+import type { Purchase as PurchaseView, SetupView, TunnelPage as TunnelPageView, TunnelView } from '../domain/tunnels/index.ts';
+import { nextStepsOf } from '../http/rest/paths.ts';
 import type { AccountView } from '../domain/accounts.ts';
 import type { Permission as PermissionValue, Role as RoleValue, TunnelStatus as TunnelStatusValue } from '../db/entities.ts';
 
@@ -263,7 +264,8 @@ export function toPurchase(p: PurchaseView): PurchaseResult {
     chargedUsd: p.charged_usd,
     currency: p.currency,
     balanceAfter: p.balance_after,
-    nextSteps: { setup: p.next_steps.setup, provision: p.next_steps.provision },
+    // The REST paths of the next calls, as REST's next_steps shows them.
+    nextSteps: nextStepsOf(p.tunnel.id),
   };
 }
 

@@ -21,7 +21,7 @@ import { createGraphql } from '../graphql/index.ts';
 import { graphqlRefusalBody } from '../graphql/errors.ts';
 import { createIssuer, looksLikeJwt } from '../oidc/index.ts';
 import { loadSecrets } from '../secrets.ts';
-import { purgeExpiredIdempotency } from '../domain/tunnels.ts';
+import { purgeExpiredIdempotency } from '../domain/tunnels/index.ts';
 
 const IDEMPOTENCY_PURGE_MS = 60 * 60_000;
 
@@ -79,6 +79,9 @@ function errorMapper(log: Logger) {
         if (err.internal !== undefined) log.warn('request refused', { request_id: ctx.state.requestId, method: ctx.method, path: ctx.path, error: err.code, detail: err.internal });
         ctx.status = err.status;
         ctx.set(err.headers);
+        // RFC 6750: every 401 carries a challenge. The domain's invalid_token (an account gone since the
+        // credential was checked) carries none of its own: HTTP headers are this adapter's business.
+        if (err.code === 'invalid_token' && err.headers['WWW-Authenticate'] === undefined) ctx.set('WWW-Authenticate', 'Bearer error="invalid_token"');
         ctx.body = err.body;
         return;
       }
@@ -221,7 +224,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     throw new ApiError('not_found', `No route ${ctx.method} ${ctx.path}.`);
   });
 
-  // Idempotency records older than 7 days no longer count (domain/tunnels.ts); this drops them in
+  // Idempotency records older than 7 days no longer count (domain/tunnels/purchase.ts); this drops them in
   // batches so the table stays bounded (README, "Idempotency"). Every replica may run it: deletes are idempotent.
   const purgeIdempotency = () =>
     purgeExpiredIdempotency(services.db)

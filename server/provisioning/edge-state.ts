@@ -3,8 +3,7 @@
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
-import { innerSubnet, parseCidr } from '../domain/ip.ts';
-import { greMtu } from '../domain/gre-keys.ts';
+import { tunnelSpecOf } from '../domain/tunnels/spec.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 
 /** Statuses whose tunnel must exist on its edge. `failed` is left out: a reconcile clears its leftovers. */
@@ -28,7 +27,8 @@ interface Row {
   inner_index: number;
   gre_key: string | null;
   node_id: string;
-  public_ip: string;
+  /** The node's public_ip (the GRE underlay address). */
+  edge_ip: string;
   inner_pool: string;
   ssh_host: string;
   ssh_port: number;
@@ -36,26 +36,7 @@ interface Row {
 }
 
 const COLUMNS = `t.id, t.account_id, t.status, t.tunnel_name, t.protected_ip, t.origin_ip, t.inner_index, t.gre_key::text as gre_key,
-  t.node_id, n.public_ip, n.inner_pool, n.ssh_host, n.ssh_port, n.host_key`;
-
-function specOf(r: Row): TunnelSpec {
-  const inner = innerSubnet(parseCidr(r.inner_pool), r.inner_index);
-  const greKey = r.gre_key === null ? null : Number(r.gre_key);
-  const spec: TunnelSpec = {
-    id: r.id,
-    tunnel_name: r.tunnel_name,
-    protected_ip: r.protected_ip,
-    origin_ip: r.origin_ip,
-    edge_ip: r.public_ip,
-    edge_inner: inner.edgeInner,
-    origin_inner: inner.originInner,
-    // The key's 4 header bytes come out of the MTU; the origin script sets the same MTU (tunnels.setup).
-    mtu: greMtu(greKey),
-  };
-  // The job contract has gre_key optional, never null.
-  if (greKey !== null) spec.gre_key = greKey;
-  return spec;
-}
+  t.node_id, n.public_ip as edge_ip, n.inner_pool, n.ssh_host, n.ssh_port, n.host_key`;
 
 function nodeOf(r: Pick<Row, 'node_id' | 'ssh_host' | 'ssh_port' | 'host_key'>): EdgeNode | null {
   // A node without a pinned host key is never contacted: anyone could answer in its name.
@@ -66,7 +47,7 @@ function nodeOf(r: Pick<Row, 'node_id' | 'ssh_host' | 'ssh_port' | 'host_key'>):
 export async function edgeTunnel(db: Database, tunnelId: string): Promise<EdgeTunnel | null> {
   const [r] = await db.query<Row>(`select ${COLUMNS} from tunnel t join edge_node n on n.id = t.node_id where t.id = ?`, [tunnelId]);
   if (!r) return null;
-  return { spec: specOf(r), status: r.status, accountId: r.account_id, node: nodeOf(r), nodeId: r.node_id };
+  return { spec: tunnelSpecOf(r), status: r.status, accountId: r.account_id, node: nodeOf(r), nodeId: r.node_id };
 }
 
 /** A node's address and pinned host key; null when there is no such node or it has no host key. */
@@ -91,5 +72,5 @@ export async function desiredSet(db: Database, nodeId: string): Promise<TunnelSp
       where t.node_id = ? and t.status in (${ON_EDGE.map(() => '?').join(', ')}) order by t.inner_index`,
     [nodeId, ...ON_EDGE],
   );
-  return rows.map(specOf);
+  return rows.map(tunnelSpecOf);
 }

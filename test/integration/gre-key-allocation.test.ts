@@ -10,7 +10,7 @@ import type { Principal } from '../../server/auth/principal.ts';
 import { loadConfig } from '../../server/config.ts';
 import { randomGreKey, type GreKeySource } from '../../server/domain/gre-keys.ts';
 import { setRate } from '../../server/domain/settings.ts';
-import { TunnelService } from '../../server/domain/tunnels.ts';
+import { TunnelService } from '../../server/domain/tunnels/index.ts';
 import { buildServices, type Services } from '../../server/services.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';
@@ -75,9 +75,9 @@ it('36 concurrent purchases to one origin on one node: each charged once, each i
   const accounts = await buyers(12);
   const svc = tunnelsWith(randomGreKey);
   const results = await Promise.all(accounts.flatMap((p) => [0, 1, 2].map((i) => svc.purchase(p, { name: `c${i}`, originIp: ORIGIN, promocode: null }, null))));
-  expect(results.every((r) => r.status === 201)).toBe(true);
+  expect(results.every((r) => !r.replayed)).toBe(true);
   const { rows } = await t.raw.query<{ node_id: string; gre_key: string | null }>('select node_id, gre_key::text as gre_key from tunnel where id = any($1)', [
-    results.map((r) => r.body.tunnel.id),
+    results.map((r) => r.purchase.tunnel.id),
   ]);
   expect(new Set(rows.map((r) => r.node_id))).toEqual(new Set([nodeId]));
   expect(new Set(rows.map((r) => r.gre_key)).size).toBe(36);
@@ -106,7 +106,7 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
   expect(failed).toEqual([]);
   // n first draws, then one retry for each of the n - 1 that lost the race for 7.
   expect(draws).toBe(2 * n - 1);
-  const bought = results.map((r) => (r as PromiseFulfilledResult<Awaited<ReturnType<TunnelService['purchase']>>>).value.body);
+  const bought = results.map((r) => (r as PromiseFulfilledResult<Awaited<ReturnType<TunnelService['purchase']>>>).value.purchase);
   const { rows } = await t.raw.query<{ gre_key: string }>(`select gre_key::text as gre_key from tunnel where status <> 'deleted' order by gre_key`);
   expect(rows).toHaveLength(n);
   expect(rows.filter((r) => r.gre_key === '7')).toHaveLength(1);
@@ -114,14 +114,15 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
 
   // The same keys again: the first outcome, not a second purchase.
   const replays = await Promise.all(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null }, `order-${i}`)));
-  expect(replays.map((r) => r.body)).toEqual(bought);
+  expect(replays.map((r) => r.purchase)).toEqual(bought);
+  expect(replays.every((r) => r.replayed)).toBe(true);
   expect(draws).toBe(2 * n - 1);
   await expectConsistent(accounts, 1);
 });
 
 it('the setup script and the edge job carry the tunnel key, with the MTU a keyed GRE header leaves', async () => {
   const [p] = await buyers(1);
-  const { body } = await tunnelsWith(() => 0x01020304).purchase(p!, { name: null, originIp: ORIGIN, promocode: null }, null);
+  const { purchase: body } = await tunnelsWith(() => 0x01020304).purchase(p!, { name: null, originIp: ORIGIN, promocode: null }, null);
   const setup = await services.tunnels.setup(p!, body.tunnel.id);
   expect(setup.scripts.origin).toContain("\nreadonly GRE_KEY='16909060'\n");
   expect(setup.scripts.origin).toContain("\nreadonly GRE_KEY_DOTTED='1.2.3.4'\n");

@@ -10,7 +10,7 @@ import { seedNode, seedUser } from '../helpers/fixtures.ts';
 import { pkce } from '../helpers/oidc.ts';
 import { createClient } from '../../server/domain/clients.ts';
 import { setRate } from '../../server/domain/settings.ts';
-import { purgeExpiredIdempotency } from '../../server/domain/tunnels.ts';
+import { purgeExpiredIdempotency } from '../../server/domain/tunnels/index.ts';
 import { createLogger } from '../../common/log.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { cidrRange, formatIPv4, INNER_POOL, INNER_SLOTS, innerSubnet, IpError, isPublicUnicast, isUnicast, parseCidr, parseIPv4, poolAddresses } from '../../server/domain/ip.ts';
-import { routeTableFor, tunnelNameFor } from '../../server/domain/tunnels.ts';
+import { routeTableFor, tunnelNameFor } from '../../server/domain/tunnels/index.ts';
 
 describe('ip', () => {
   it('parses strict dotted quads only', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { utcText } from '../../server/domain/tunnels.ts';
+import { utcText } from '../../server/domain/tunnels/index.ts';
 
 // The list reshapes PostgreSQL's `timestamp::text` (DateStyle ISO, trailing zeros of the fraction
 // dropped) itself; views must match to_char(..., 'MS'), which truncates to milliseconds.

@@ -10,7 +10,7 @@ import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TunnelSpec } from '../../agent/dataplane/types.ts';
 import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
-import { routeTableFor, tunnelNameFor } from '../../server/domain/tunnels.ts';
+import { routeTableFor, tunnelNameFor } from '../../server/domain/tunnels/index.ts';
 import { addNode, updateNode } from '../../server/domain/nodes.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';

@@ -5,7 +5,8 @@ import type { Context } from 'koa';
 import type { Services } from '../../services.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { ApiError } from '../../domain/errors.ts';
-import { validateIdempotencyKey, validatePurchase } from '../../domain/tunnels.ts';
+import { validateIdempotencyKey, validatePurchase, type LifecycleResult } from '../../domain/tunnels/index.ts';
+import { purchaseBody } from './paths.ts';
 import { expectObject, readJsonBody } from '../middleware/body.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Admission } from '../middleware/request-gate.ts';
@@ -13,6 +14,12 @@ import type { Admission } from '../middleware/request-gate.ts';
 const PURCHASE_FIELDS = ['name', 'origin_ip', 'promocode'] as const;
 
 const pageJson = new WeakMap<object, string>();
+
+/** provision, activate and delete: 200 once the move is settled, 202 while the agent still has it (docs/CONTRACTS.md "Tunnel lifecycle"). */
+function answer(ctx: Context, res: LifecycleResult): void {
+  ctx.status = res.settled ? 200 : 202;
+  ctx.body = { tunnel: res.tunnel };
+}
 
 export function restRouter(services: Services, metrics: Metrics, openapiJson: () => string): Router {
   const router = new Router({ prefix: '/api' });
@@ -47,10 +54,11 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     const body = expectObject(await readJsonBody(ctx, config.bodyLimitBytes, { required: true }), PURCHASE_FIELDS);
     const input = validatePurchase(body, tunnels.allowPrivateOrigins);
     try {
-      const res = await tunnels.purchase(who, input, key);
+      // A replay answers as the first time did: 201 with the same purchase.
+      const { purchase } = await tunnels.purchase(who, input, key);
       metrics.purchases.inc({ outcome: 'created' });
-      ctx.status = res.status;
-      ctx.body = res.body;
+      ctx.status = 201;
+      ctx.body = purchaseBody(purchase);
     } catch (e) {
       if (e instanceof ApiError) metrics.purchases.inc({ outcome: e.code });
       throw e;
@@ -84,25 +92,19 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
   router.post('/dedicated/:id/provision', async (ctx) => {
     const who = await principal(ctx);
     await noBody(ctx);
-    const res = await tunnels.provision(who, ctx.params.id!);
-    ctx.status = res.status;
-    ctx.body = res.body;
+    answer(ctx, await tunnels.provision(who, ctx.params.id!));
   });
 
   router.post('/dedicated/:id/activate', async (ctx) => {
     const who = await principal(ctx);
     await noBody(ctx);
-    const res = await tunnels.activate(who, ctx.params.id!);
-    ctx.status = res.status;
-    ctx.body = res.body;
+    answer(ctx, await tunnels.activate(who, ctx.params.id!));
   });
 
   router.delete('/dedicated/:id', async (ctx) => {
     const who = await principal(ctx);
     await noBody(ctx);
-    const res = await tunnels.delete(who, ctx.params.id!);
-    ctx.status = res.status;
-    ctx.body = res.body;
+    answer(ctx, await tunnels.delete(who, ctx.params.id!));
   });
 
   return router;

@@ -1,0 +1,228 @@
+// Buying a tunnel: one transaction that locks the account, replays or claims the Idempotency-Key, checks
+// the promocode and the balance, takes a free protected IP and a GRE key, debits, writes the ledger row
+// and creates the tunnel (`pending`). Also the expiry of idempotency records.
+import { randomUUID } from 'node:crypto';
+import type { Database, Sql } from '../../db/database.ts';
+import type { Principal } from '../../auth/principal.ts';
+import { requireWrite } from '../../auth/principal.ts';
+import { ApiError, type ErrorBody } from '../errors.ts';
+import { centsToNumber, centsToString, dbToCents, kopecksToNumber, parseRate, rubToUsdCents } from '../money.ts';
+import { isGreKeyCollision, pickGreKey, randomGreKey, type GreKeySource } from '../gre-keys.ts';
+import { PRICE_RUB_KOPECKS, type PricingService } from '../pricing.ts';
+import { discountedKopecks, normalizeCode, type PromocodeRow } from '../promocodes.ts';
+import { refuseOurAddress, requestHash, type PurchaseInput } from './input.ts';
+import { tunnelNameFor } from './naming.ts';
+import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
+
+/** What was bought and charged. REST adds `next_steps` (server/http/rest/paths.ts). */
+export interface Purchase {
+  tunnel: TunnelView;
+  charged: number;
+  charged_usd: number;
+  currency: 'RUB';
+  balance_after: number;
+}
+
+export interface PurchaseOutcome {
+  purchase: Purchase;
+  /** True when an Idempotency-Key replayed an earlier purchase: nothing was charged this time. */
+  replayed: boolean;
+}
+
+/** How long an Idempotency-Key is remembered (README, "Idempotency"); purgeExpiredIdempotency drops older records. */
+export const IDEMPOTENCY_TTL_DAYS = 7;
+
+/** Deletes up to `batch` idempotency records older than IDEMPOTENCY_TTL_DAYS (by the created_at index); returns how many. */
+export async function purgeExpiredIdempotency(db: Database, batch = 10_000): Promise<number> {
+  const rows = await db.query(
+    `delete from idempotency_record where ctid in (
+       select ctid from idempotency_record where created_at < now() - make_interval(days => ?) limit ?)
+     returning 1`,
+    [IDEMPOTENCY_TTL_DAYS, batch],
+  );
+  return rows.length;
+}
+
+/**
+ * An outcome as the idempotency record keeps it. The Idempotency-Key contract is REST's (README,
+ * "Idempotency"), so a record holds the REST status of the first answer: 201 with the purchase, or a
+ * refusal's status with its error body (older records' purchase bodies also carry next_steps; the
+ * adapters rebuild those from the tunnel id, to the same value).
+ */
+interface StoredOutcome {
+  status: number;
+  body: Purchase | ErrorBody;
+  replayed: boolean;
+}
+
+const CREATED = 201;
+
+/** A refusal that is a purchase outcome (stored and replayed), unlike the input refusals that roll back. */
+class PurchaseRefused extends Error {
+  constructor(readonly error: ApiError) {
+    super(error.message);
+  }
+}
+
+export interface PurchaseDeps {
+  db: Database;
+  pricing: PricingService;
+  adminSshPort: number;
+  /** Where GRE keys come from (server/domain/gre-keys.ts); tests inject one that collides. */
+  greKeys?: GreKeySource;
+}
+
+/**
+ * With an Idempotency-Key the outcome (success or refusal) is stored in the same transaction and
+ * replayed for the same request; the same key with another request is idempotency_mismatch.
+ */
+export async function purchase(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null): Promise<PurchaseOutcome> {
+  requireWrite(principal);
+  const hash = requestHash(input);
+  // Two concurrent purchases for one (node, origin) pair can draw the same GRE key unseen by each other
+  // (2^-32); the unique index refuses the second tunnel and its whole transaction rolls back: nothing
+  // was charged, the Idempotency-Key was not claimed. It is then run once more, and sees the first one's
+  // key (issue 16).
+  let outcome: StoredOutcome;
+  try {
+    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash);
+  } catch (e) {
+    if (!isGreKeyCollision(e)) throw e;
+    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash);
+  }
+  if (outcome.status !== CREATED) {
+    const body = outcome.body as { error: ConstructorParameters<typeof ApiError>[0]; error_description: string };
+    throw new ApiError(body.error, body.error_description);
+  }
+  deps.pricing.invalidate();
+  return { purchase: outcome.body as Purchase, replayed: outcome.replayed };
+}
+
+/** One attempt of purchase(), in one transaction. */
+function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string): Promise<StoredOutcome> {
+  return deps.db.transaction(async (sql): Promise<StoredOutcome> => {
+    // The account row is locked first: the idempotency insert below takes a FOR KEY SHARE lock on it
+    // (foreign key), and two purchases that each held that and then asked for FOR UPDATE deadlocked
+    // (seen with concurrent keyed retries after a PostgreSQL restart).
+    await sql.query('select 1 from account where id = ? for update', [principal.accountId]);
+    if (idempotencyKey !== null) {
+      // Records are kept IDEMPOTENCY_TTL_DAYS (README): an older one is gone, and its key is new again.
+      await sql.query(`delete from idempotency_record where account_id = ? and key = ? and created_at < now() - make_interval(days => ?)`, [
+        principal.accountId,
+        idempotencyKey,
+        IDEMPOTENCY_TTL_DAYS,
+      ]);
+      // A concurrent twin blocks here until the first commits or rolls back.
+      const claimed = await sql.query(
+        `insert into idempotency_record (account_id, key, request_hash, status_code, body) values (?, ?, ?, 0, '{}')
+         on conflict (account_id, key) do nothing returning key`,
+        [principal.accountId, idempotencyKey, hash],
+      );
+      if (claimed.length === 0) {
+        const [prev] = await sql.query<{ request_hash: string; status_code: number; body: StoredOutcome['body'] }>(
+          'select request_hash, status_code, body from idempotency_record where account_id = ? and key = ?',
+          [principal.accountId, idempotencyKey],
+        );
+        if (prev!.request_hash !== hash) {
+          throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
+        }
+        return { status: prev!.status_code, body: prev!.body, replayed: true };
+      }
+    }
+    // After the replay lookup (a replay answers as the first time did), before anything is bought.
+    // Thrown, so the transaction rolls back and the key stays unused: a refusal of the input, like
+    // validatePurchase's, not a purchase outcome to replay.
+    await refuseOurAddress(sql, input.originIp);
+    let result: StoredOutcome;
+    try {
+      result = { status: CREATED, body: await buy(deps, sql, principal, input), replayed: false };
+    } catch (e) {
+      if (!(e instanceof PurchaseRefused)) throw e;
+      result = { status: e.error.status, body: e.error.body, replayed: false };
+    }
+    if (idempotencyKey !== null) {
+      await sql.query('update idempotency_record set status_code = ?, body = ? where account_id = ? and key = ?', [
+        result.status,
+        JSON.stringify(result.body),
+        principal.accountId,
+        idempotencyKey,
+      ]);
+    }
+    return result;
+  });
+}
+
+/** The purchase proper. Refusals are thrown as PurchaseRefused before anything is written. */
+async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: PurchaseInput): Promise<Purchase> {
+  const [account] = await sql.query<{ balance_usd: string; rate: string }>(
+    `select balance_usd, (select value from setting where key = 'usd_rub_rate') as rate
+       from account where id = ? for update`,
+    [principal.accountId],
+  );
+  // REST adds the WWW-Authenticate challenge to every invalid_token (server/http/app.ts).
+  if (!account) throw new ApiError('invalid_token', 'The account of this credential no longer exists.');
+  const rate = parseRate(account.rate);
+
+  let kopecks = PRICE_RUB_KOPECKS;
+  let promo: string | null = null;
+  if (input.promocode !== null) {
+    promo = normalizeCode(input.promocode);
+    const [row] = await sql.query<PromocodeRow>(
+      `select code, percent, amount_rub, max_uses, uses, expires_at < now() as expired
+         from promocode where code = ? for update`,
+      [promo],
+    );
+    if (!row) throw new PurchaseRefused(new ApiError('invalid_promocode', `Unknown promocode ${JSON.stringify(input.promocode)}.`));
+    if (row.expired) throw new PurchaseRefused(new ApiError('invalid_promocode', `Promocode ${row.code} has expired.`));
+    if (row.max_uses !== null && row.uses >= row.max_uses) {
+      throw new PurchaseRefused(new ApiError('invalid_promocode', `Promocode ${row.code} has been used up.`));
+    }
+    kopecks = discountedKopecks(PRICE_RUB_KOPECKS, row);
+  }
+  const charge = rubToUsdCents(kopecks, rate);
+  const balance = dbToCents(account.balance_usd);
+  if (balance < charge) {
+    throw new PurchaseRefused(
+      new ApiError('insufficient_balance', `The price is ${centsToString(charge)} USD and the balance is ${centsToString(balance)} USD; nothing was charged.`),
+    );
+  }
+  // Only nodes the gateway can provision: sellable, with a pinned host key (an IP on a node that is
+  // never contacted would end `failed`; issue 8 item 5). The IP brings its inner /30 number, unique
+  // across nodes since node add (issue 8 item 6), so the row lock covers that allocation too.
+  const [ipRow] = await sql.query<{ ip: string; node_id: string; inner_index: number }>(
+    `select p.ip, p.node_id, p.inner_index from protected_ip p join edge_node n on n.id = p.node_id
+      where p.tunnel_id is null and n.sellable and n.host_key is not null
+      order by p.position, p.ip limit 1 for update of p skip locked`,
+  );
+  if (!ipRow) throw new PurchaseRefused(new ApiError('out_of_stock', 'No protected IP is free right now; nothing was charged.'));
+
+  // A key unused by this node's live tunnels to the same origin: GRE links are unique by local,
+  // remote and key, so it is what lets any number of tunnels share an origin on one edge.
+  const greKey = await pickGreKey(sql, ipRow.node_id, input.originIp, deps.greKeys ?? randomGreKey);
+
+  const id = randomUUID();
+  const tunnelName = tunnelNameFor(id);
+  await sql.query('update protected_ip set tunnel_id = ? where ip = ?', [id, ipRow.ip]);
+  const [after] = await sql.query<{ balance_usd: string }>(
+    'update account set balance_usd = balance_usd - ? where id = ? returning balance_usd',
+    [centsToString(charge), principal.accountId],
+  );
+  await sql.query(
+    `insert into ledger_entry (account_id, amount_usd, balance_after, kind, tunnel_id, promocode) values (?, ?, ?, 'purchase', ?, ?)`,
+    [principal.accountId, centsToString(-charge), after!.balance_usd, id, promo],
+  );
+  if (promo !== null) await sql.query('update promocode set uses = uses + 1 where code = ?', [promo]);
+  await sql.query(
+    `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+    [id, principal.accountId, ipRow.node_id, input.name, ipRow.ip, input.originIp, tunnelName, ipRow.inner_index, greKey, centsToString(charge), centsToString(kopecks)],
+  );
+  const row = await readTunnel(sql, principal, id);
+  return {
+    tunnel: tunnelView(row, deps.adminSshPort),
+    charged: kopecksToNumber(kopecks),
+    charged_usd: centsToNumber(charge),
+    currency: 'RUB',
+    balance_after: centsToNumber(dbToCents(after!.balance_usd)),
+  };
+}

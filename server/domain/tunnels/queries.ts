@@ -1,0 +1,178 @@
+// Reading tunnels: one (get), a page of them (list, with its shared-page cache), a tunnel's origin
+// scripts (setup) and a tunnel's status changes as they happen (watch). Nothing here writes.
+import type { Database } from '../../db/database.ts';
+import type { TunnelStatus } from '../../db/entities.ts';
+import type { Principal } from '../../auth/principal.ts';
+import { ApiError } from '../errors.ts';
+import { IpError } from '../ip.ts';
+import { renderOriginScripts, type OriginScripts } from '../origin-scripts.ts';
+import { decodeCursor, encodeCursor, utcText } from './cursor.ts';
+import { ourAddress } from './input.ts';
+import type { EdgeDispatch } from './lifecycle.ts';
+import { routeTableFor } from './naming.ts';
+import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
+import { tunnelSpecOf } from './spec.ts';
+
+export interface TunnelPage {
+  tunnels: TunnelView[];
+  next_cursor: string | null;
+}
+
+export interface SetupView {
+  tunnel_id: string;
+  scripts: OriginScripts;
+}
+
+/** A list row: id, name, protected_ip, origin_ip, tunnel_name, status, created_at, updated_at (UTC text), edge_ip. */
+type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string];
+
+export class TunnelQueries {
+  /** Pages built from rows that concurrent identical lists shared (Database.hotRowsShared); see list(). */
+  private readonly pages = new WeakMap<ListRow[], TunnelPage>();
+
+  constructor(
+    private readonly db: Database,
+    private readonly edge: EdgeDispatch,
+    private readonly adminSshPort: number,
+  ) {}
+
+  async get(principal: Principal, id: string): Promise<TunnelView> {
+    return tunnelView(await readTunnel(this.db, principal, id), this.adminSshPort);
+  }
+
+  /** Newest first; deleted tunnels are left out. The cursor is opaque to clients (cursor.ts). */
+  async list(principal: Principal, opts: { limit?: number; cursor?: string | null } = {}): Promise<TunnelPage> {
+    const limit = opts.limit ?? 20;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError('invalid_request', 'limit must be an integer from 1 to 100.');
+    const params: unknown[] = [principal.accountId];
+    let after = '';
+    if (opts.cursor) {
+      const c = decodeCursor(opts.cursor);
+      after = ' and (t.created_at, t.id) < (?::timestamptz, ?::uuid)';
+      params.push(c.createdAt, c.id);
+    }
+    params.push(limit + 1);
+    // Only the columns a view shows, each row as an array, times as PostgreSQL's plain text output:
+    // to_char() cost the database more than the rest of this query (measured), so the reshaping to
+    // ISO 8601 happens here (utcText), with the same millisecond truncation as rows.ts's columns.
+    // Shared with identical list requests still waiting for a connection (see hotRowsShared): each
+    // caller is authenticated and rate-limited on its own, and still reads a snapshot from after it asked.
+    const rows = (await this.db.hotRowsShared(
+      after ? 'tunnel_list_rows_after' : 'tunnel_list_rows',
+      `select t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
+              (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip
+         from tunnel t join edge_node n on n.id = t.node_id
+        where t.account_id = ? and t.status <> 'deleted'${after}
+        order by t.created_at desc, t.id desc limit ?`,
+      params,
+    )) as ListRow[];
+    // Callers that shared the rows share the page built from them too (callers must not modify it).
+    let page = this.pages.get(rows);
+    if (!page) this.pages.set(rows, (page = this.listPage(rows, limit)));
+    return page;
+  }
+
+  private listPage(rows: ListRow[], limit: number): TunnelPage {
+    const n = Math.min(rows.length, limit);
+    const tunnels: TunnelView[] = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const r = rows[i]!;
+      tunnels[i] = {
+        id: r[0],
+        name: r[1],
+        protected_ip: r[2],
+        origin_ip: r[3],
+        ports: '*',
+        protocol: 'both',
+        tunnel_name: r[4],
+        status: r[5],
+        admin_ssh_port: this.adminSshPort,
+        edge_ip: r[8],
+        created_at: utcText(r[6]).millis,
+        updated_at: utcText(r[7]).millis,
+      };
+    }
+    const last = rows.length > limit ? rows[limit - 1] : undefined;
+    return { tunnels, next_cursor: last ? encodeCursor(utcText(last[6]).micros, last[0]) : null };
+  }
+
+  /** The origin scripts, filled from the same spec the edge job carries (spec.ts). */
+  async setup(principal: Principal, id: string): Promise<SetupView> {
+    const r = await readTunnel(this.db, principal, id);
+    if (r.status === 'deleted' || r.status === 'deleting') {
+      throw new ApiError('invalid_state', `Tunnel ${id} is ${r.status}; it has no setup scripts.`);
+    }
+    // Stored data from before these checks existed (an origin that is one of our addresses, an inner
+    // number outside the pool) is the tunnel's state, not a server fault: invalid_state with what to do.
+    const ours = await ourAddress(this.db, r.origin_ip);
+    if (ours) {
+      throw new ApiError('invalid_state', `Tunnel ${r.id}: its origin_ip ${r.origin_ip} is ${ours}, not an origin server; delete this tunnel and buy one with your origin's address.`);
+    }
+    let scripts: OriginScripts;
+    try {
+      const spec = tunnelSpecOf(r);
+      scripts = renderOriginScripts({
+        tunnelId: spec.id,
+        tunnelName: spec.tunnel_name,
+        protectedIp: spec.protected_ip,
+        originIp: spec.origin_ip,
+        edgeIp: spec.edge_ip,
+        edgeInner: spec.edge_inner,
+        originInner: spec.origin_inner,
+        mtu: spec.mtu,
+        greKey: spec.gre_key ?? null,
+        routeTable: routeTableFor(r.id),
+      });
+    } catch (e) {
+      // renderOriginScripts refuses bad values with a TypeError naming the field ("origin script: ...").
+      if (!(e instanceof IpError || (e instanceof TypeError && e.message.startsWith('origin script:')))) throw e;
+      throw new ApiError('invalid_state', `Tunnel ${r.id} cannot have origin scripts as stored (${e.message}); delete it and buy another.`);
+    }
+    return { tunnel_id: r.id, scripts };
+  }
+
+  /**
+   * The tunnel now, then again each time its status changes (from any replica), until it is deleted or
+   * the consumer stops. Access is checked once, up front, like get().
+   */
+  async *watch(principal: Principal, id: string): AsyncGenerator<TunnelView> {
+    await this.edge.bus.start();
+    const pending: TunnelStatus[] = [];
+    let resync = false;
+    let wake: (() => void) | null = null;
+    // Subscribe before the first read, so a change between the two is not lost.
+    const off = this.edge.bus.on(id.toLowerCase(), (c) => {
+      pending.push(c.status);
+      wake?.();
+    });
+    // Notices may have been missed (this replica's LISTEN connection dropped): read the row again.
+    const offResync = this.edge.bus.onResync(() => {
+      resync = true;
+      wake?.();
+    });
+    try {
+      let last = await this.get(principal, id);
+      yield last;
+      while (last.status !== 'deleted') {
+        if (pending.length === 0 && !resync) await new Promise<void>((r) => (wake = r));
+        wake = null;
+        // Every change in the order it happened, even when two came before this loop woke up: the row
+        // is read fresh for the other fields, the status is the one each notice announced. After a
+        // resync the row's own status comes last: it is at least as new as any notice.
+        const fresh = await this.get(principal, id);
+        if (resync) {
+          resync = false;
+          pending.push(fresh.status);
+        }
+        for (const status of pending.splice(0)) {
+          if (status === last.status) continue;
+          last = { ...fresh, status };
+          yield last;
+        }
+      }
+    } finally {
+      off();
+      offResync();
+    }
+  }
+}

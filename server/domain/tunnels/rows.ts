@@ -1,0 +1,69 @@
+// One tunnel as stored (TunnelRow, read by readTunnel) and as shown (TunnelView: the REST wire shape of
+// docs/CONTRACTS.md "REST shapes", which GraphQL maps field for field). Every module of this folder
+// reads a tunnel through here.
+import { isUuid } from '../../../common/names.ts';
+import { Database, type Sql } from '../../db/database.ts';
+import type { TunnelStatus } from '../../db/entities.ts';
+import type { Principal } from '../../auth/principal.ts';
+import { notFound } from '../errors.ts';
+import type { SpecSource } from './spec.ts';
+
+export interface TunnelView {
+  id: string;
+  name: string | null;
+  protected_ip: string;
+  origin_ip: string;
+  ports: '*';
+  protocol: 'both';
+  tunnel_name: string;
+  status: TunnelStatus;
+  admin_ssh_port: number;
+  edge_ip: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface TunnelRow extends SpecSource {
+  name: string | null;
+  status: TunnelStatus;
+  created_at: string;
+  updated_at: string;
+  cursor_at: string;
+  node_id: string;
+}
+
+// Times are formatted by PostgreSQL (ISO 8601, UTC, milliseconds) so the hot paths parse no dates;
+// `cursor_at` keeps the full microsecond value for pagination.
+const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
+const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
+  to_char(t.created_at at time zone 'UTC', ${ISO}) as created_at, to_char(t.updated_at at time zone 'UTC', ${ISO}) as updated_at,
+  to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool, t.node_id`;
+
+export function tunnelView(r: TunnelRow, adminSshPort: number): TunnelView {
+  return {
+    id: r.id,
+    name: r.name,
+    protected_ip: r.protected_ip,
+    origin_ip: r.origin_ip,
+    ports: '*',
+    protocol: 'both',
+    tunnel_name: r.tunnel_name,
+    status: r.status,
+    admin_ssh_port: adminSshPort,
+    edge_ip: r.edge_ip,
+    created_at: r.created_at,
+    updated_at: r.updated_at,
+  };
+}
+
+/** The caller's tunnel `id`, or not_found (another account's tunnel is indistinguishable from a missing one). */
+export async function readTunnel(sql: Pick<Sql, 'query'> | Database, principal: Principal, id: string, lock = false): Promise<TunnelRow> {
+  if (!isUuid(id)) throw notFound();
+  const text = `select ${TUNNEL_COLUMNS} from tunnel t join edge_node n on n.id = t.node_id
+      where t.id = ? and t.account_id = ?${lock ? ' for update of t' : ''}`;
+  const params = [id.toLowerCase(), principal.accountId];
+  // Plain reads outside a transaction take the prepared-statement path.
+  const rows = sql instanceof Database && !lock ? await sql.hot<TunnelRow>('tunnel_get', text, params) : await sql.query<TunnelRow>(text, params);
+  if (!rows[0]) throw notFound();
+  return rows[0];
+}

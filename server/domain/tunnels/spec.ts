@@ -1,0 +1,40 @@
+// THE derivation of a tunnel's spec from its stored row and its node: the edge job's `tunnel` object
+// (server/provisioning/edge-state.ts) and the origin script's values (queries.ts setup()) both come from
+// here, so the two ends of one GRE link cannot be computed apart (docs/CONTRACTS.md "Edge jobs").
+import type { TunnelSpec } from '../../../common/tunnel-spec.ts';
+import { innerSubnet, parseCidr } from '../ip.ts';
+import { greMtu } from '../gre-keys.ts';
+
+/** The stored values a spec is made of: the tunnel's columns and its node's public_ip and inner_pool. */
+export interface SpecSource {
+  id: string;
+  tunnel_name: string;
+  protected_ip: string;
+  origin_ip: string;
+  inner_index: number;
+  /** bigint column read as text; null for tunnels from before per-tunnel keys. */
+  gre_key: string | null;
+  /** The node's public_ip. */
+  edge_ip: string;
+  inner_pool: string;
+}
+
+/** Throws IpError when the stored inner pool or index cannot give an inner subnet. */
+export function tunnelSpecOf(r: SpecSource): TunnelSpec {
+  const inner = innerSubnet(parseCidr(r.inner_pool), r.inner_index);
+  const greKey = r.gre_key === null ? null : Number(r.gre_key);
+  const spec: TunnelSpec = {
+    id: r.id,
+    tunnel_name: r.tunnel_name,
+    protected_ip: r.protected_ip,
+    origin_ip: r.origin_ip,
+    edge_ip: r.edge_ip,
+    edge_inner: inner.edgeInner,
+    origin_inner: inner.originInner,
+    // The key's 4 header bytes come out of the MTU, on the edge and on the origin alike.
+    mtu: greMtu(greKey),
+  };
+  // The job contract has gre_key optional, never null.
+  if (greKey !== null) spec.gre_key = greKey;
+  return spec;
+}

@@ -1,0 +1,43 @@
+// tunnelSpecOf (server/domain/tunnels/spec.ts): the one derivation of a tunnel's spec, which the edge
+// job and the origin script both carry. Pure; the common validator must accept what it makes.
+import { expect, it } from 'vitest';
+import { tunnelSpecOf, type SpecSource } from '../../server/domain/tunnels/spec.ts';
+import { checkTunnel } from '../../common/tunnel-spec.ts';
+import { IpError } from '../../server/domain/ip.ts';
+
+const row: SpecSource = {
+  id: '0b4e7f3a-9c21-4d5e-8f60-1a2b3c4d5e6f',
+  tunnel_name: 'tg-bnhp6ojq',
+  protected_ip: '198.18.0.5',
+  origin_ip: '8.8.8.8',
+  inner_index: 2,
+  gre_key: '16909060',
+  edge_ip: '192.0.2.1',
+  inner_pool: '100.64.0.0/24',
+};
+
+it('a keyed tunnel: its inner /30 by index, the key as a number, the MTU the key header leaves', () => {
+  const spec = tunnelSpecOf(row);
+  expect(spec).toEqual({
+    id: row.id,
+    tunnel_name: row.tunnel_name,
+    protected_ip: row.protected_ip,
+    origin_ip: row.origin_ip,
+    edge_ip: row.edge_ip,
+    edge_inner: '100.64.0.9/30',
+    origin_inner: '100.64.0.10/30',
+    mtu: 1472,
+    gre_key: 0x01020304,
+  });
+  expect(checkTunnel(spec, true)).toBeUndefined();
+});
+
+it('a tunnel from before per-tunnel keys has no gre_key at all (the job contract has it optional, never null)', () => {
+  const spec = tunnelSpecOf({ ...row, gre_key: null });
+  expect('gre_key' in spec).toBe(false);
+  expect(spec.mtu).toBe(1476);
+});
+
+it('stored values that give no inner subnet are an IpError, which setup() answers as invalid_state', () => {
+  expect(() => tunnelSpecOf({ ...row, inner_index: 64 })).toThrow(IpError);
+});
