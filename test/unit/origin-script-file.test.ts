@@ -37,7 +37,7 @@ function run(cmd: string, args: string[], cwd?: string) {
   return { status: r.status, out: r.stdout + r.stderr, stdout: r.stdout, stderr: r.stderr };
 }
 
-/** The names a text declares with `readonly NAME=` before its first function, in order. */
+/** The names a text declares with `readonly NAME=` lines, in order. */
 const readonlyNames = (text: string) => [...text.matchAll(/^readonly ([A-Z_]+)=/gm)].map((m) => m[1]!);
 
 describe('origin.sh, the file itself', () => {
