@@ -160,10 +160,6 @@ export class EdgeQueue {
     );
   }
 
-  get retryLimit(): number {
-    return this.opts.retryLimit;
-  }
-
   async stop(): Promise<void> {
     await this.boss.stop({ graceful: true, timeout: 5000 });
     await this.locks.close();
