@@ -39,7 +39,7 @@ export class AgentRefused extends Error {
  * agent presented another host key (nothing was sent), or it refused the gateway's key. Such a job fails
  * at once: a provision ends `failed` without spending its retries against an edge that cannot be trusted.
  */
-export function needsOperator(e: unknown): boolean {
+function needsOperator(e: unknown): boolean {
   return (e instanceof EdgeSshError && !e.retryable) || (e instanceof AgentRefused && e.code === 'no_host_key');
 }
 
