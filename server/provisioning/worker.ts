@@ -11,6 +11,10 @@
 // without waiting for a tunnel job. A reconcile that fails for some tunnels never blocks the node
 // (issue 8 item 3): the failures are logged, the node counts as reconciled, and each broken tunnel's
 // own job fails and retries until that tunnel alone ends `failed`.
+//
+// A failure only an operator can fix (no pinned host key, an agent presenting another host key, the
+// gateway's key refused) is not retried: the job fails at once (queue.ts FinalJobFailure) and a
+// provision ends `failed` (docs/CONTRACTS.md "Tunnel lifecycle").
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
