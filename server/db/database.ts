@@ -1,5 +1,5 @@
 // A thin handle over the ORM for the services: raw parameterised SQL (`?` placeholders) for hot and
-// locking paths, a forked EntityManager for everything else, and transactions that give both.
+// locking paths, transactions over the same SQL, and the ORM itself (`orm`) for entity work.
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import type { Em, Orm } from './orm.ts';
@@ -7,12 +7,10 @@ import type { Em, Orm } from './orm.ts';
 export interface Sql {
   /** Runs one statement with `?` placeholders and returns its rows. */
   query<T extends object = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<T[]>;
-  /** A fresh entity manager bound to the same connection or transaction. */
-  readonly em: Em;
 }
 
 class EmSql implements Sql {
-  constructor(readonly em: Em) {}
+  constructor(private readonly em: Em) {}
   query<T extends object>(text: string, params: readonly unknown[] = []): Promise<T[]> {
     return this.em.execute<T[]>(text, [...params], 'all');
   }
@@ -238,10 +236,6 @@ export class Database {
       this.hotPool.on('error', () => {});
     }
     return this.hotPool;
-  }
-
-  em(): Em {
-    return this.orm.em.fork() as Em;
   }
 
   /** Runs `fn` in one transaction (READ COMMITTED); it commits when `fn` resolves and rolls back when it throws. */

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Database, Sql } from '../db/database.ts';
 import { API_ACCESS, type ApiAccess } from '../db/entities.ts';
-import { decryptSecret, encryptSecret } from '../secrets.ts';
+import { decryptSecret, encryptSecret } from '../secrets/at-rest.ts';
 import { ApiError } from './errors.ts';
 
 export interface OAuthClientRecord {

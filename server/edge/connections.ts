@@ -1,17 +1,26 @@
 // Warm SSH connections from the gateway to its agents: one authenticated connection per node, kept open,
 // with one session channel per job (docs/CONTRACTS.md "Transport" allows any number of sessions). Opening an
 // SSH connection costs a key exchange and an authentication, several round trips and milliseconds of
-// CPU; a channel on a warm connection costs one round trip. runJob() in ssh-client.ts stays the one-shot
-// form. The host key is pinned exactly as there; a connection that drops is forgotten and reported
-// through `onLost`, so the worker can reconcile the node on its next contact.
+// CPU; a channel on a warm connection costs one round trip. Each connection refuses any host key but the
+// node's pinned one (the SHA256 fingerprint recorded at `node add --host-key`) before it authenticates, so
+// nothing reaches an agent that is not the one the operator pinned; it authenticates as `tunnelgate` with
+// the gateway's key. A connection that drops is forgotten and reported through `onLost`, so the worker can
+// reconcile the node on its next contact. Transport failures throw EdgeSshError (result-line.ts).
 import ssh2 from 'ssh2';
 import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../common/job-contract.ts';
 import { sshFingerprint } from '../../common/openssh.ts';
-import { EdgeSshError, MAX_OUTPUT, normalizeFingerprint, parseResultLine, type EdgeNodeAddress } from './ssh-client.ts';
+import { EdgeSshError, MAX_OUTPUT, parseResultLine } from './result-line.ts';
 
-export interface EdgeNode extends EdgeNodeAddress {
+/** An edge node as the gateway contacts it. */
+export interface EdgeNode {
   id: string;
+  host: string;
+  port: number;
+  /** `SHA256:<base64>` as `ssh-keygen -l` and the agent print it (trailing `=` padding tolerated). */
+  hostKeyFingerprint: string;
 }
+
+const normalizeFingerprint = (f: string) => f.trim().replace(/=+$/, '');
 
 interface Entry {
   key: string;

@@ -12,7 +12,7 @@
 // (periodic, or after the connection to the node came back). sendOnce() queues a job only when none
 // for the same tunnel (or the same node's reconcile) is live, under a per-key lock that spans every
 // replica (locks.ts), so repeated or concurrent requests never pile up jobs (docs/CONTRACTS.md "Tunnel lifecycle"; issue 8 item 4).
-import { PgBoss, fromPglite, type JobWithMetadata, type PGliteLike } from 'pg-boss';
+import { PgBoss, fromPglite, type JobResult, type JobWithMetadata, type PGliteLike } from 'pg-boss';
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import { KeyedLocks, type LockedSql } from './locks.ts';
@@ -71,6 +71,18 @@ export interface QueueOptions {
 }
 
 export type EdgeJob = JobWithMetadata<EdgeJobData>;
+
+/**
+ * Thrown by a job handler when no retry can help (the failure needs an operator): the job fails at once,
+ * whatever retries it has left, with `cause` as its output. Any other throw fails the attempt and pg-boss
+ * retries it with backoff.
+ */
+export class FinalJobFailure extends Error {
+  override name = 'FinalJobFailure';
+  constructor(override readonly cause: Error) {
+    super(cause.message);
+  }
+}
 
 export class EdgeQueue {
   private constructor(
@@ -148,20 +160,34 @@ export class EdgeQueue {
     });
   }
 
-  /** Runs `handler` for each job, `concurrency` at a time in this process; a throw fails (and retries) the job. */
+  /**
+   * Runs `handler` for each job, `concurrency` at a time in this process; a throw fails (and retries) the
+   * job, a FinalJobFailure fails it with no retry (pg-boss's per-job `deadletter` disposition: terminal at
+   * once; the queue has no dead-letter queue, so the job just ends `failed`).
+   */
   async work(concurrency: number, handler: (job: EdgeJob) => Promise<void>): Promise<void> {
-    const options = { batchSize: 1, includeMetadata: true as const, localConcurrency: concurrency, pollingIntervalSeconds: 1, notifyPollingIntervalSeconds: 1 };
-    await this.boss.work<EdgeJobData, void, typeof options>(
-      EDGE_QUEUE,
-      options,
-      async (jobs: EdgeJob[]) => {
-        for (const job of jobs) await handler(job);
-      },
-    );
-  }
-
-  get retryLimit(): number {
-    return this.opts.retryLimit;
+    const options = {
+      batchSize: 1,
+      includeMetadata: true as const,
+      perJobResults: true as const,
+      localConcurrency: concurrency,
+      pollingIntervalSeconds: 1,
+      notifyPollingIntervalSeconds: 1,
+    };
+    await this.boss.work<EdgeJobData, void, typeof options>(EDGE_QUEUE, options, async (jobs: EdgeJob[]) => {
+      const results: JobResult[] = [];
+      for (const job of jobs) {
+        try {
+          await handler(job);
+          results.push({ id: job.id, status: 'completed' });
+        } catch (e) {
+          // The output is what a plain throw stores: the error (pg-boss serialises it).
+          if (e instanceof FinalJobFailure) results.push({ id: job.id, status: 'deadletter', output: e.cause });
+          else results.push({ id: job.id, status: 'failed', output: e });
+        }
+      }
+      return results;
+    });
   }
 
   async stop(): Promise<void> {

@@ -13,7 +13,7 @@ import type { ServerSecrets } from '../secrets.ts';
 import type { ProbeResult } from '../../common/tunnel-spec.ts';
 import { ApiError } from '../domain/errors.ts';
 import { EdgeConnections } from '../edge/connections.ts';
-import { EdgeSshError } from '../edge/ssh-client.ts';
+import { EdgeSshError } from '../edge/result-line.ts';
 import { contactableNodes, edgeTunnel } from './edge-state.ts';
 import { KeyedLocks } from './locks.ts';
 import { ProbeCoordinator } from './probes.ts';

@@ -11,15 +11,20 @@
 // without waiting for a tunnel job. A reconcile that fails for some tunnels never blocks the node
 // (issue 8 item 3): the failures are logged, the node counts as reconciled, and each broken tunnel's
 // own job fails and retries until that tunnel alone ends `failed`.
+//
+// A failure only an operator can fix (no pinned host key, an agent presenting another host key, the
+// gateway's key refused) is not retried: the job fails at once (queue.ts FinalJobFailure) and a
+// provision ends `failed` (docs/CONTRACTS.md "Tunnel lifecycle").
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
 import { signJob } from '../edge/job-signing.ts';
 import type { EdgeConnections, EdgeNode } from '../edge/connections.ts';
+import { EdgeSshError } from '../edge/result-line.ts';
 import type { JobSigningKey } from '../secrets.ts';
 import type { ProbeResult, TunnelSpec } from '../../common/tunnel-spec.ts';
 import { desiredSet, edgeNode, edgeTunnel } from './edge-state.ts';
-import { isReconcileJob, type EdgeJob } from './queue.ts';
+import { FinalJobFailure, isReconcileJob, type EdgeJob } from './queue.ts';
 import type { Transitions } from './transitions.ts';
 
 /** The agent answered `ok: false`: delivered, but refused or failed on the kernel. */
@@ -31,6 +36,15 @@ export class AgentRefused extends Error {
   ) {
     super(`${code}: ${description}`);
   }
+}
+
+/**
+ * Whether a failed contact needs an operator rather than a retry: the node has no pinned host key, its
+ * agent presented another host key (nothing was sent), or it refused the gateway's key. Such a job fails
+ * at once: a provision ends `failed` without spending its retries against an edge that cannot be trusted.
+ */
+function needsOperator(e: unknown): boolean {
+  return (e instanceof EdgeSshError && !e.retryable) || (e instanceof AgentRefused && e.code === 'no_host_key');
 }
 
 /** One tunnel a reconcile could not apply, as the agent reports it (`failed` in the reconcile result). */
@@ -128,8 +142,9 @@ export class EdgeWorker {
       try {
         await this.ensureReconciled(node, true);
       } catch (e) {
-        this.o.log.warn('edge reconcile job failed', { node_id: node.id, reason: data.reason, attempt: job.retryCount + 1, last: job.retryCount >= job.retryLimit, err: (e as Error).message });
-        throw e;
+        const final = needsOperator(e);
+        this.o.log.warn('edge reconcile job failed', { node_id: node.id, reason: data.reason, attempt: job.retryCount + 1, last: final || job.retryCount >= job.retryLimit, err: (e as Error).message });
+        throw final ? new FinalJobFailure(e as Error) : e;
       }
       this.o.log.info('edge reconcile job done', { node_id: node.id, reason: data.reason, ms: Date.now() - started });
       return;
@@ -168,13 +183,15 @@ export class EdgeWorker {
       this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
       return !moved;
     } catch (e) {
-      const last = job.retryCount >= job.retryLimit;
+      // No retry for what needs an operator (a wrong or missing host key, a refused gateway key).
+      const final = needsOperator(e);
+      const last = final || job.retryCount >= job.retryLimit;
       this.o.log.warn('edge job failed', { tunnel_id: t.spec.id, op, attempt: job.retryCount + 1, last, err: (e as Error).message });
       // Retries spent: a provision ends `failed` (the buyer may provision again). A delete stays
       // `deleting`; the sweeper queues it again, so the IP is never handed out while the edge may
       // still route it.
       if (last && op === 'apply') await this.o.transitions.move(t.spec.id, ['provisioning'], 'failed');
-      throw e;
+      throw final ? new FinalJobFailure(e as Error) : e;
     }
   }
 

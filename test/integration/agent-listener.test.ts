@@ -1,7 +1,7 @@
 // The agent's listener under strangers (docs/CONTRACTS.md "Hardening of the listener"; issue 8 item 1): real
 // TCP connections on loopback that never send an SSH banner, from 127.0.0.1 and from other loopback
 // addresses (all of 127/8 is local on Linux), against the production startAgent(); the job comes from
-// the gateway's own SSH client (server/edge/ssh-client.ts runJob), with the host key pinned. The
+// the gateway's own SSH path (the worker's server/edge/connections.ts), with the host key pinned. The
 // gateway reaches the agent over ::1 (the agent listens dual-stack on [::]), so it has a source address
 // of its own, as it does in production: the per-source cap would refuse it if it shared the attacker's.
 // The dataplane is a FAKE (records calls; the kernel side has its own namespace tests).
@@ -15,7 +15,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
 import { parseSecret, generateSecret, type GatewaySshKey } from '../../server/secrets.ts';
 import { signJob } from '../../server/edge/job-signing.ts';
-import { runJob, type EdgeNodeAddress } from '../../server/edge/ssh-client.ts';
+import { EdgeConnections, type EdgeNode } from '../../server/edge/connections.ts';
 import { loadConfig } from '../../agent/config.ts';
 import { startAgent, type RunningAgent } from '../../agent/main.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
@@ -54,13 +54,21 @@ const JOB_TIMEOUT_MS = 10_000;
 const dirs: string[] = [];
 const running: RunningAgent[] = [];
 const sockets: net.Socket[] = [];
+const pools: EdgeConnections[] = [];
+
+/** The gateway's side as its worker runs it: warm, host-key-pinned connections (server/edge/connections.ts). */
+function gatewayConnections(): EdgeConnections {
+  const p = new EdgeConnections(gatewayKey.privateKey, { connectTimeoutMs: JOB_TIMEOUT_MS });
+  pools.push(p);
+  return p;
+}
 
 interface Started {
   agent: RunningAgent;
   dataplane: CountingDataplane;
   logs: Record<string, unknown>[];
   /** The agent as the gateway addresses it (over ::1 unless `host` says otherwise). */
-  node: (host?: string) => EdgeNodeAddress;
+  node: (host?: string) => EdgeNode;
 }
 
 async function start(env: Record<string, string> = {}, handshakeTimeoutMs?: number): Promise<Started> {
@@ -80,7 +88,7 @@ async function start(env: Record<string, string> = {}, handshakeTimeoutMs?: numb
   const log = createLogger('debug', {}, (l) => logs.push(JSON.parse(l) as Record<string, unknown>));
   const agent = await startAgent(config, { dataplane, log, ...(handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs } : {}) });
   running.push(agent);
-  return { agent, dataplane, logs, node: (host = '::1') => ({ host, port: agent.address.port, hostKeyFingerprint: agent.hostKey.fingerprint }) };
+  return { agent, dataplane, logs, node: (host = '::1') => ({ id: NODE, host, port: agent.address.port, hostKeyFingerprint: agent.hostKey.fingerprint }) };
 }
 
 type Fate = 'admitted' | 'refused';
@@ -118,6 +126,7 @@ const sign = (t: TunnelSpec) => signJob(jobSigning.privateKey, KID, NODE, 'apply
 const count = (fates: Fate[], f: Fate) => fates.filter((x) => x === f).length;
 
 afterEach(async () => {
+  for (const p of pools.splice(0)) await p.close();
   for (const s of sockets.splice(0)) s.destroy();
   for (const a of running.splice(0)) await a.stop(1000);
 });
@@ -137,7 +146,7 @@ describe('agent listener hardening', () => {
     const manyFates = [...many.values()].flat();
 
     // The gateway's job, from its own address, while all of them are held.
-    const result = await runJob(node(), gatewayKey.privateKey, await sign(tunnelSpec()), JOB_TIMEOUT_MS);
+    const result = await gatewayConnections().run(node(), await sign(tunnelSpec()), JOB_TIMEOUT_MS);
     expect(result).toMatchObject({ ok: true, op: 'apply', result: { added: 1 } });
     expect(dataplane.applied).toBe(1);
 
@@ -216,8 +225,8 @@ describe('agent listener hardening', () => {
     expect(await outsider.fate).toBe('refused');
     expect(logs.some((l) => l.msg === 'ssh connection refused: source not in AGENT_ALLOW_FROM')).toBe(true);
     expect(await idle(port, '127.0.0.1').fate).toBe('admitted');
-    const viaV4 = await runJob(node('127.0.0.1'), gatewayKey.privateKey, await sign(tunnelSpec()), JOB_TIMEOUT_MS);
-    const viaV6 = await runJob(node('::1'), gatewayKey.privateKey, await sign(tunnelSpec()), JOB_TIMEOUT_MS);
+    const viaV4 = await gatewayConnections().run(node('127.0.0.1'), await sign(tunnelSpec()), JOB_TIMEOUT_MS);
+    const viaV6 = await gatewayConnections().run(node('::1'), await sign(tunnelSpec()), JOB_TIMEOUT_MS);
     expect([viaV4.ok, viaV6.ok]).toEqual([true, true]);
     expect(dataplane.applied).toBe(2);
   }, 30_000);

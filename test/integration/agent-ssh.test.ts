@@ -1,4 +1,4 @@
-// Real SSH between the gateway side (server/edge/ssh-client.ts, plain ssh2 clients, and OpenSSH's own
+// Real SSH between the gateway side (the worker's server/edge/connections.ts, plain ssh2 clients, and OpenSSH's own
 // `ssh` where installed) and the agent's SSH server (agent/main.ts startAgent) on 127.0.0.1: signed jobs,
 // exit statuses and result lines, every refused kind of authentication and channel request, oversize
 // and unterminated input, host-key persistence and pinning. The dataplane is a FAKE (RecordingDataplane
@@ -14,7 +14,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
 import { parseSecret, generateSecret, type GatewaySshKey } from '../../server/secrets.ts';
 import { signJob } from '../../server/edge/job-signing.ts';
-import { EdgeSshError, runJob, type EdgeNodeAddress } from '../../server/edge/ssh-client.ts';
+import { EdgeConnections, type EdgeNode } from '../../server/edge/connections.ts';
+import { EdgeSshError } from '../../server/edge/result-line.ts';
 import { loadConfig, type AgentConfig } from '../../agent/config.ts';
 import { startAgent, type RunningAgent } from '../../agent/main.ts';
 import { HOST_KEY_FILE } from '../../agent/ssh/keys.ts';
@@ -84,7 +85,7 @@ interface Agent {
   dataplane: RecordingDataplane;
   logs: Record<string, unknown>[];
   stateDir: string;
-  node: EdgeNodeAddress;
+  node: EdgeNode;
 }
 
 async function start(stateDir = tmp(), inputTimeoutMs?: number): Promise<Agent> {
@@ -92,7 +93,7 @@ async function start(stateDir = tmp(), inputTimeoutMs?: number): Promise<Agent> 
   const logs: Record<string, unknown>[] = [];
   const log = createLogger('debug', {}, (l) => logs.push(JSON.parse(l) as Record<string, unknown>));
   const running = await startAgent(configFor(stateDir), { dataplane, log, ...(inputTimeoutMs ? { inputTimeoutMs } : {}) });
-  return { running, dataplane, logs, stateDir, node: { host: '127.0.0.1', port: running.address.port, hostKeyFingerprint: running.hostKey.fingerprint } };
+  return { running, dataplane, logs, stateDir, node: { id: NODE, host: '127.0.0.1', port: running.address.port, hostKeyFingerprint: running.hostKey.fingerprint } };
 }
 
 /** A raw ssh2 client, connected and authenticated, or the connection error. */
@@ -165,29 +166,41 @@ function run(cmd: string, args: string[], input: string): Promise<{ status: numb
 
 const has = (cmd: string) => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
 
+const pools: EdgeConnections[] = [];
+/** The worker's own SSH path (server/edge/connections.ts): warm connections, the host key pinned, logging in with `privateKey`. */
+function pool(privateKey: string = gatewayKey.privateKey, connectTimeoutMs = 10_000, onLost?: (nodeId: string) => void): EdgeConnections {
+  const p = new EdgeConnections(privateKey, { connectTimeoutMs, ...(onLost ? { onLost } : {}) });
+  pools.push(p);
+  return p;
+}
+
 let agent: Agent;
+/** The gateway's connections to the shared agent. */
+let edge: EdgeConnections;
 beforeAll(async () => {
   agent = await start();
+  edge = pool();
 });
 afterAll(async () => {
+  for (const p of pools) await p.close();
   await agent?.running.stop(1000);
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
 describe('agent SSH: jobs', () => {
-  it('runs signed jobs end to end through runJob, which pins the host key', async () => {
+  it('runs signed jobs end to end through the worker\'s connection pool, which pins the host key', async () => {
     const t = tunnel();
-    const apply = await runJob(agent.node, gatewayKey.privateKey, await sign('apply', { tunnel: t }), 10_000);
+    const apply = await edge.run(agent.node, await sign('apply', { tunnel: t }), 10_000);
     expect(apply).toMatchObject({ ok: true, op: 'apply', result: { added: 1, changed: 0, removed: 0, unchanged: 0 } });
     expect(agent.dataplane.calls.at(-1)).toEqual({ op: 'apply', arg: t });
-    const probe = await runJob(agent.node, gatewayKey.privateKey, await sign('probe', { tunnel: t }), 10_000);
+    const probe = await edge.run(agent.node, await sign('probe', { tunnel: t }), 10_000);
     expect(probe).toMatchObject({ ok: true, op: 'probe', result: { reachable: true, rtt_ms: 2 } });
-    const remove = await runJob(agent.node, gatewayKey.privateKey, await sign('remove', { tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }), 10_000);
+    const remove = await edge.run(agent.node, await sign('remove', { tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }), 10_000);
     expect(remove).toMatchObject({ ok: true, op: 'remove', result: { added: 0, changed: 0, removed: 1, unchanged: 0 } });
     // An agent refusal is a result (exit 1), not a transport error.
-    const unknown = await runJob(agent.node, gatewayKey.privateKey, await sign('probe', { tunnel: t }), 10_000);
+    const unknown = await edge.run(agent.node, await sign('probe', { tunnel: t }), 10_000);
     expect(unknown).toMatchObject({ ok: false, error: 'unknown_tunnel' });
-    const other = await runJob(agent.node, gatewayKey.privateKey, await sign('apply', { tunnel: t }, randomUUID()), 10_000);
+    const other = await edge.run(agent.node, await sign('apply', { tunnel: t }, randomUUID()), 10_000);
     expect(other).toMatchObject({ ok: false, error: 'wrong_audience' });
   });
 
@@ -285,7 +298,9 @@ describe('agent SSH: shutdown', () => {
     };
     let closed = false;
     a.dataplane.close = async () => void (closed = true);
-    const job = runJob(a.node, gatewayKey.privateKey, await sign('apply', { tunnel: tunnel() }), 10_000);
+    let lost!: () => void;
+    const connectionLost = new Promise<void>((r) => (lost = r));
+    const job = pool(gatewayKey.privateKey, 10_000, () => lost()).run(a.node, await sign('apply', { tunnel: tunnel() }), 10_000);
     for (let i = 0; !entered && i < 500; i++) await new Promise((r) => setTimeout(r, 10));
     expect(entered).toBe(true);
     let stopped = false;
@@ -297,15 +312,16 @@ describe('agent SSH: shutdown', () => {
     await stopping;
     expect(stopped).toBe(true);
     expect(closed).toBe(false);
-    // No longer listening.
-    await expect(runJob(a.node, gatewayKey.privateKey, await sign('apply', { tunnel: tunnel() }), 5_000)).rejects.toMatchObject({ kind: 'connect_failed' });
+    // The agent ended the gateway's warm connection, and is no longer listening for a new one.
+    await connectionLost;
+    await expect(pool(gatewayKey.privateKey, 5_000).run(a.node, await sign('apply', { tunnel: tunnel() }), 5_000)).rejects.toMatchObject({ kind: 'connect_failed' });
   });
 });
 
 describe('agent SSH: authentication', () => {
-  it('refuses another client key, through runJob and a raw client', async () => {
+  it('refuses another client key, through the worker\'s connection pool and a raw client', async () => {
     const jws = await sign('apply', { tunnel: tunnel() });
-    const err = await runJob(agent.node, otherKey.privateKey, jws, 10_000).catch((e: unknown) => e);
+    const err = await pool(otherKey.privateKey).run(agent.node, jws, 10_000).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(EdgeSshError);
     expect(err).toMatchObject({ kind: 'auth_failed', retryable: false });
     await expect(connect(agent, { privateKey: otherKey.privateKey })).rejects.toMatchObject({ level: 'client-authentication' });
@@ -427,7 +443,7 @@ describe('agent SSH: host key', () => {
       expect(second.running.hostKey.created).toBe(false);
       expect(second.running.hostKey.fingerprint).toBe(fp);
       // The gateway's pin, recorded from the first start, still holds.
-      expect(await runJob(second.node, gatewayKey.privateKey, jws, 10_000)).toMatchObject({ ok: true });
+      expect(await pool().run(second.node, jws, 10_000)).toMatchObject({ ok: true });
     } finally {
       await second.running.stop(1000);
     }
@@ -447,7 +463,7 @@ describe('agent SSH: host key', () => {
     const logsBefore = agent.logs.length;
     const jws = await sign('apply', { tunnel: tunnel() });
     const wrong = { ...agent.node, hostKeyFingerprint: otherKey.fingerprint };
-    const err = await runJob(wrong, gatewayKey.privateKey, jws, 10_000).catch((e: unknown) => e);
+    const err = await edge.run(wrong, jws, 10_000).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(EdgeSshError);
     expect(err).toMatchObject({ kind: 'host_key_mismatch', retryable: false, presentedFingerprint: agent.running.hostKey.fingerprint });
     expect(agent.dataplane.calls.length).toBe(before);
@@ -456,9 +472,9 @@ describe('agent SSH: host key', () => {
     expect(after).not.toContain('ssh client authenticated');
     expect(after.filter((m) => String(m).startsWith('job'))).toEqual([]);
     // The JWS was never delivered, so it is still fresh with the right pin.
-    expect(await runJob(agent.node, gatewayKey.privateKey, jws, 10_000)).toMatchObject({ ok: true });
+    expect(await edge.run(agent.node, jws, 10_000)).toMatchObject({ ok: true });
     // A fingerprint with OpenSSH's optional padding is the same pin.
-    expect(await runJob({ ...agent.node, hostKeyFingerprint: `${agent.node.hostKeyFingerprint}=` }, gatewayKey.privateKey, await sign('apply', { tunnel: tunnel() }), 10_000)).toMatchObject({ ok: true });
+    expect(await edge.run({ ...agent.node, hostKeyFingerprint: `${agent.node.hostKeyFingerprint}=` }, await sign('apply', { tunnel: tunnel() }), 10_000)).toMatchObject({ ok: true });
   });
 
   it('`tunnel-agent fingerprint` prints the stored key\'s fingerprint', () => {
@@ -478,10 +494,10 @@ describe('agent SSH: host key', () => {
     const closed = await start(tmp());
     const node = closed.node;
     await closed.running.stop(1000);
-    const err = await runJob(node, gatewayKey.privateKey, 'x.y.z', 5_000).catch((e: unknown) => e);
+    const err = await pool(gatewayKey.privateKey, 5_000).run(node, 'x.y.z', 5_000).catch((e: unknown) => e);
     expect(err).toMatchObject({ kind: 'connect_failed', retryable: true });
-    // 1 ms: the handshake cannot finish in time.
-    const t = await runJob(agent.node, gatewayKey.privateKey, 'x.y.z', 1).catch((e: unknown) => e);
+    // A 1 ms connect timeout: the handshake cannot finish in time.
+    const t = await pool(gatewayKey.privateKey, 1).run(agent.node, 'x.y.z', 10_000).catch((e: unknown) => e);
     expect(t).toMatchObject({ kind: 'timeout', retryable: true });
   });
 });

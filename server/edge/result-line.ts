@@ -1,0 +1,59 @@
+// What one edge job over SSH comes back with (docs/CONTRACTS.md "Transport", "Results"): the agent's one
+// result line, checked against the channel's exit status, or an EdgeSshError when the job could not be
+// delivered or answered. An agent's `ok: false` is a result, not an error. connections.ts runs the jobs.
+import type { ResultLine } from '../../common/job-contract.ts';
+
+export type EdgeSshErrorKind =
+  /** The agent presented another host key: nothing was sent. Needs an operator, not a retry. */
+  | 'host_key_mismatch'
+  /** The agent refused the gateway's key. Needs an operator. */
+  | 'auth_failed'
+  /** TCP or SSH handshake failure, connection lost before the result line. */
+  | 'connect_failed'
+  | 'timeout'
+  /** The agent answered something that is not one result line consistent with its exit status. */
+  | 'protocol';
+
+export class EdgeSshError extends Error {
+  override name = 'EdgeSshError';
+  readonly kind: EdgeSshErrorKind;
+  /** Whether trying again later can help (false for host_key_mismatch and auth_failed). */
+  readonly retryable: boolean;
+  /** For host_key_mismatch: the fingerprint the agent presented. */
+  readonly presentedFingerprint: string | undefined;
+
+  constructor(kind: EdgeSshErrorKind, message: string, presentedFingerprint?: string) {
+    super(message);
+    this.kind = kind;
+    this.retryable = kind !== 'host_key_mismatch' && kind !== 'auth_failed';
+    this.presentedFingerprint = presentedFingerprint;
+  }
+}
+
+/** Most bytes of stdout accepted from an agent (a result line is small). */
+export const MAX_OUTPUT = 1024 * 1024;
+
+/** One result line from an agent's stdout, checked against its exit status. */
+export function parseResultLine(stdout: string, exitCode: number | undefined): ResultLine {
+  if (!stdout.endsWith('\n') || stdout.indexOf('\n') !== stdout.length - 1) {
+    throw new EdgeSshError('protocol', `the agent did not answer exactly one line (exit status ${exitCode ?? 'none'}): ${JSON.stringify(stdout.slice(0, 200))}`);
+  }
+  let line: unknown;
+  try {
+    line = JSON.parse(stdout);
+  } catch {
+    throw new EdgeSshError('protocol', `the agent's answer is not JSON: ${JSON.stringify(stdout.slice(0, 200))}`);
+  }
+  const l = line as Partial<Record<string, unknown>>;
+  const shapeOk =
+    typeof l === 'object' &&
+    l !== null &&
+    ((l.ok === true && typeof l.jti === 'string' && typeof l.op === 'string' && typeof l.result === 'object' && l.result !== null) ||
+      (l.ok === false && typeof l.error === 'string' && typeof l.error_description === 'string'));
+  if (!shapeOk) throw new EdgeSshError('protocol', `the agent's answer is not a result line: ${JSON.stringify(stdout.slice(0, 200))}`);
+  const expected = l.ok === true ? [0] : [1, 127];
+  if (exitCode === undefined || !expected.includes(exitCode)) {
+    throw new EdgeSshError('protocol', `exit status ${exitCode ?? 'none'} does not match ok: ${String(l.ok)}`);
+  }
+  return line as ResultLine;
+}

@@ -1,0 +1,140 @@
+// The secret loader: every server secret from the environment or, when absent there, generated once
+// and stored in the `server_secret` table, so every replica and the admin CLI agree. Generation is
+// race-safe across replicas (insert ... on conflict do nothing, then read back whichever row won). A
+// stored value is never regenerated: one that no longer parses stops the process with an error naming
+// the secret. Environment values are validated and never written to the database; only a fingerprint of
+// each (a public-key thumbprint or an HMAC of a constant) is recorded, so that a process started
+// without the gateway's variables refuses to run instead of disagreeing with it. SECRETS_FROM_ENV=required
+// turns the database fallback off.
+//
+// The gateway should warn at start when any secret came from the database (`startupWarning`):
+// production should pass them all in the environment.
+import type { Database } from '../db/database.ts';
+import { FIELD, SECRET_ENV, SECRET_NAMES, SPECS, type SecretName, type ServerSecrets } from './catalog.ts';
+import { SecretsError } from './errors.ts';
+
+export type SecretSource = 'env' | 'database' | 'generated';
+
+export interface LoadedSecrets {
+  secrets: ServerSecrets;
+  /** Secrets this call generated and stored (it won the insert). */
+  generated: SecretName[];
+  /** Where each secret came from: the environment, a row stored earlier, or generated just now. */
+  sources: Record<SecretName, SecretSource>;
+}
+
+type Query = Pick<Database, 'query'>;
+
+/**
+ * Every server secret: from `env` when set there (validated; a bad value is an error, never replaced),
+ * otherwise from `server_secret`, generating and storing it first if no replica has yet.
+ *
+ * A process that takes a secret from its environment records that secret's fingerprint (never the
+ * value) as the row `env_fingerprint.<name>`. A later process without that variable then refuses to
+ * start instead of quietly using the stored or a freshly generated value, which would disagree with
+ * the gateway (an admin CLI run without the gateway's environment would otherwise encrypt client
+ * secrets with the wrong key and print the wrong public keys). Deleting the row undoes the choice.
+ */
+export async function loadSecrets(db: Query, env: NodeJS.ProcessEnv = process.env): Promise<LoadedSecrets> {
+  requireSecretsFromEnv(env);
+  const values: Partial<Record<keyof ServerSecrets, unknown>> = {};
+  const generated: SecretName[] = [];
+  const sources = {} as Record<SecretName, SecretSource>;
+  const fromEnvNames = SECRET_NAMES.filter((n) => (env[SECRET_ENV[n]] ?? '').trim() !== '');
+  const marks = await db.query<{ name: string; value: string }>('select name, value from server_secret where name like ?', [`${ENV_MARK}%`]);
+  const missing = marks.map((m) => m.name.slice(ENV_MARK.length) as SecretName).filter((n) => SECRET_NAMES.includes(n) && !fromEnvNames.includes(n));
+  if (missing.length) {
+    const vars = missing.map((n) => SECRET_ENV[n]).join(', ');
+    throw new SecretsError(
+      `the gateway takes ${missing.join(', ')} from its environment, but ${vars} ${missing.length > 1 ? 'are' : 'is'} not set here: ` +
+        `run with the same ${vars} as the gateway (or delete the server_secret rows ${missing.map((n) => ENV_MARK + n).join(', ')} ` +
+        'to go back to the stored values)',
+    );
+  }
+  for (const name of SECRET_NAMES) {
+    const spec = SPECS[name];
+    const variable = SECRET_ENV[name];
+    const fromEnv = env[variable];
+    if (fromEnv !== undefined && fromEnvNames.includes(name)) {
+      let value: unknown;
+      try {
+        value = spec.parse(fromEnv);
+      } catch (e) {
+        throw new SecretsError(`${variable}: ${(e as Error).message}`);
+      }
+      await db.query(
+        `insert into server_secret (name, value) values (?, ?)
+         on conflict (name) do update set value = excluded.value where server_secret.value <> excluded.value`,
+        [`${ENV_MARK}${name}`, spec.fingerprint(value)],
+      );
+      values[FIELD[name]] = value;
+      sources[name] = 'env';
+      continue;
+    }
+    const { value, created } = await storedOrGenerated(db, name, spec.generate);
+    try {
+      values[FIELD[name]] = spec.parse(value);
+    } catch (e) {
+      // Never regenerate silently: a replaced key would orphan every agent, token and client secret.
+      throw new SecretsError(
+        `the stored server secret ${name} is unusable (${(e as Error).message}); ` +
+          `fix or delete the row in server_secret deliberately, or set ${variable}`,
+      );
+    }
+    sources[name] = created ? 'generated' : 'database';
+    if (created) generated.push(name);
+  }
+  const secrets = values as ServerSecrets;
+  // Keep key material out of logs and JSON by accident.
+  Object.defineProperty(secrets, 'toJSON', { value: () => '[server secrets]', enumerable: false });
+  Object.defineProperty(secrets, Symbol.for('nodejs.util.inspect.custom'), { value: () => '[server secrets]', enumerable: false });
+  return { secrets, generated, sources };
+}
+
+/**
+ * SECRETS_FROM_ENV (docs/CONTRACTS.md "Starting it"): `required` makes every secret an environment variable, so none is
+ * ever generated into (or read from) the database; unset or `optional` keeps the database fallback.
+ */
+function secretsFromEnvRequired(env: NodeJS.ProcessEnv): boolean {
+  const raw = (env.SECRETS_FROM_ENV ?? '').trim().toLowerCase();
+  if (raw === '' || raw === 'optional') return false;
+  if (raw === 'required') return true;
+  throw new SecretsError(`SECRETS_FROM_ENV must be "required" or "optional", got ${JSON.stringify(env.SECRETS_FROM_ENV)}`);
+}
+
+/**
+ * With SECRETS_FROM_ENV=required, throws naming every secret variable that is unset or empty (the
+ * names only: values never appear in an error). Checked before the database is opened.
+ */
+export function requireSecretsFromEnv(env: NodeJS.ProcessEnv): void {
+  if (!secretsFromEnvRequired(env)) return;
+  const missing = SECRET_NAMES.map((n) => SECRET_ENV[n]).filter((v) => (env[v] ?? '').trim() === '');
+  if (missing.length) {
+    throw new SecretsError(`SECRETS_FROM_ENV=required, but ${missing.join(', ')} ${missing.length > 1 ? 'are' : 'is'} not set`);
+  }
+}
+
+/** Row-name prefix of the fingerprints recorded for secrets taken from the environment. */
+export const ENV_MARK = 'env_fingerprint.';
+
+async function storedOrGenerated(db: Query, name: SecretName, generate: () => string): Promise<{ value: string; created: boolean }> {
+  const [existing] = await db.query<{ value: string }>('select value from server_secret where name = ?', [name]);
+  if (existing) return { value: existing.value, created: false };
+  // Several replicas may start at once: exactly one insert wins, everyone reads the winner back.
+  const inserted = await db.query<{ name: string }>(
+    'insert into server_secret (name, value) values (?, ?) on conflict (name) do nothing returning name',
+    [name, generate()],
+  );
+  const [row] = await db.query<{ value: string }>('select value from server_secret where name = ?', [name]);
+  if (!row) throw new SecretsError(`server secret ${name} vanished right after it was stored`);
+  return { value: row.value, created: inserted.length > 0 };
+}
+
+/** The start-up warning the gateway logs when any secret lives in the database; null when none does. */
+export function startupWarning(loaded: Pick<LoadedSecrets, 'sources' | 'generated'>): string | null {
+  const stored = SECRET_NAMES.filter((n) => loaded.sources[n] !== 'env');
+  if (!stored.length) return null;
+  const vars = stored.map((n) => SECRET_ENV[n]).join(', ');
+  const gen = loaded.generated.length ? ` (generated now: ${loaded.generated.join(', ')})` : '';
+  return `server secrets kept in the database${gen}: ${stored.join(', ')}. Production should pass them in the environment (${vars}).`;
+}
