@@ -24,7 +24,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a node reconci
   let user: SeededUser;
 
   beforeAll(async () => {
-    // No periodic round during the test (an hour away): every reconcile here is one the test caused.
+    // No periodic round during the test (an hour away): every reconcile here is one the test caused (an
+    // operator's `node reconcile` runs at once; a periodic one is spread over a fifth of the period).
     ({ gw, edge } = await startProvisioningRig({ config: { edgeWaitMs: 5000, edgeJobTimeoutMs: 10_000, edgeReconcileSeconds: 3600 }, pool: '203.0.113.128/28' }));
     user = await seedUser(gw.testDb.db);
   }, 90_000);
@@ -63,7 +64,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a node reconci
     expect(edge.links()).toContain(failed.tunnel_name);
 
     const from = edge.calls.length;
-    expect((await gw.services.provisioning.queueReconcile(edge.nodeId, 'periodic')).queued).toBe(true);
+    expect((await gw.services.provisioning.queueReconcile(edge.nodeId, 'operator')).queued).toBe(true);
     const rec = await edge.waitForCall((c) => c.call === 'reconcile', from);
     expect([...rec.ids].sort()).toEqual([provisioned.id, active.id].sort());
     await until('the failed tunnel is off the edge', async () => !edge.links().includes(failed.tunnel_name));
