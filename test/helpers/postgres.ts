@@ -44,6 +44,15 @@ interface Queryable {
  * moment later, so try again.
  */
 export async function dropDatabase(admin: Queryable, name: string): Promise<void> {
+  // A pool closed just before may still have connections on their way out: terminating those (WITH FORCE)
+  // reaches their client as an 'error' nothing listens to any more, which vitest reports as an unhandled
+  // error and fails the run. So first wait (bounded) until the database has no sessions left.
+  for (let i = 0; i < 100; i++) {
+    // `name` is a test's own generated identifier (it is interpolated into the DROP below as well).
+    const res = (await admin.query(`select count(*)::int as n from pg_stat_activity where datname = '${name}'`)) as { rows: { n: number }[] };
+    if (res.rows[0]!.n === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
   for (let attempt = 0; ; attempt++) {
     try {
       await admin.query(`drop database if exists ${name} with (force)`);
