@@ -9,8 +9,9 @@ import { tmpdir } from 'node:os';
 import { matchesGlob, relative, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { renderOriginScripts, type OriginScriptParams } from '../../server/domain/origin-scripts.ts';
+import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
 import { BODY_MARKER, ORIGIN_SCRIPT_FILE, ORIGIN_UNIT_FILE, UNIT_PLACEHOLDERS, scriptBody, unitTemplate } from '../../server/domain/origin-script/templates.ts';
+import { ORIGIN_SCRIPT_PARAMS } from '../helpers/origin-script-params.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const scriptPath = fileURLToPath(ORIGIN_SCRIPT_FILE);
@@ -18,18 +19,7 @@ const unitPath = fileURLToPath(ORIGIN_UNIT_FILE);
 const scriptText = readFileSync(scriptPath, 'utf8');
 const unitText = readFileSync(unitPath, 'utf8');
 
-const base: OriginScriptParams = {
-  tunnelId: '3f0c2a4e-1b2c-4d5e-8f90-123456789abc',
-  tunnelName: 'tg-3k9x0a1b',
-  protectedIp: '203.0.113.10',
-  originIp: '192.0.2.6',
-  edgeIp: '192.0.2.2',
-  edgeInner: '100.64.0.1/30',
-  originInner: '100.64.0.2/30',
-  mtu: 1476,
-  greKey: 42,
-  routeTable: 1000123,
-};
+const base = ORIGIN_SCRIPT_PARAMS;
 
 function run(cmd: string, args: string[], cwd?: string) {
   const r = spawnSync(cmd, args, { encoding: 'utf8', cwd, timeout: 60_000 });

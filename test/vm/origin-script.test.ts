@@ -9,26 +9,15 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { renderOriginScripts, type OriginScriptParams } from '../../server/domain/origin-scripts.ts';
+import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
 import { LAB } from './protocol.ts';
 import { TestVm, buildAssets, vmRequired, vmUnavailable } from './vm.ts';
+import { ORIGIN_SCRIPT_PARAMS } from '../helpers/origin-script-params.ts';
 
 const unavailable = vmUnavailable();
 if (unavailable) process.stderr.write(`test/vm: ${vmRequired ? 'REQUIRED (TUNNELGATE_VM=require or CI) but cannot run' : 'skipping the origin-script VM test'}: ${unavailable}\n`);
 
-// The same tunnel as the unit test's, so a reader can hold the two files side by side.
-const base: OriginScriptParams = {
-  tunnelId: '3f0c2a4e-1b2c-4d5e-8f90-123456789abc',
-  tunnelName: 'tg-3k9x0a1b',
-  protectedIp: '203.0.113.10',
-  originIp: '192.0.2.6',
-  edgeIp: '192.0.2.2',
-  edgeInner: '100.64.0.1/30',
-  originInner: '100.64.0.2/30',
-  mtu: 1476,
-  greKey: 42,
-  routeTable: 1000123,
-};
+const base = ORIGIN_SCRIPT_PARAMS;
 const ORIGIN = 'origin';
 const EDGE = 'edge';
 /**
