@@ -3,36 +3,19 @@
 // (it is the one the kernel accepted) and the others get distinct random keys; a pair with one tunnel,
 // deleted tunnels and other nodes are left alone. Then the database refuses what the kernel would: a
 // second unkeyed or a same-keyed live tunnel of one pair.
-import { randomBytes, randomUUID } from 'node:crypto';
-import pg from 'pg';
+import { randomUUID } from 'node:crypto';
 import { afterAll, expect, inject, it } from 'vitest';
-import { openOrm, type Orm } from '../../server/db/orm.ts';
-import { dropDatabase, withDatabase } from '../helpers/postgres.ts';
+import { databaseAt, type DatabaseAtMigration } from '../helpers/migration-db.ts';
 
 const adminUrl = inject('adminDatabaseUrl');
-const name = `tg_migration_gre_${randomBytes(4).toString('hex')}`;
-let orm: Orm | undefined;
-let raw: pg.Pool | undefined;
+let db: DatabaseAtMigration | undefined;
 
-afterAll(async () => {
-  await raw?.end();
-  await orm?.close();
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await dropDatabase(admin, name);
-  await admin.end();
-});
+afterAll(async () => db?.drop());
 
 it('keys every live tunnel of a repeated (node, origin) pair but the one on the edge or else the oldest, distinctly', async () => {
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const url = withDatabase(adminUrl, name);
-  orm = await openOrm({ databaseUrl: url, dataDir: '' });
   // The migration before this one.
-  await orm.migrator.up({ to: 'Migration20261125030000_http' });
-  raw = new pg.Pool({ connectionString: url, max: 2 });
+  db = await databaseAt(adminUrl, 'tg_migration_gre', 'Migration20261125030000_http');
+  const { orm, raw } = db;
 
   const account = randomUUID();
   await raw.query(`insert into account (id, balance_usd) values ($1, 10)`, [account]);
@@ -44,7 +27,7 @@ it('keys every live tunnel of a repeated (node, origin) pair but the one on the 
   // created_at minutes before a fixed instant, so "oldest" is decided by the data, not by insert order.
   const tunnel = async (node: string, origin: string, status: string, minutesAgo: number, id = randomUUID()) => {
     const ip = `198.18.9.${++ipCounter}`;
-    await raw!.query(
+    await raw.query(
       `insert into tunnel (id, account_id, node_id, protected_ip, origin_ip, tunnel_name, inner_index, status, charged_usd, charged_rub, created_at)
        values ($1, $2, $3, $4, $5, $6, $7, $8, 1, 100, '2026-11-01T00:00:00Z'::timestamptz - make_interval(mins => $9))`,
       [id, account, node, ip, origin, `tg-${id.slice(0, 10)}`, ipCounter, status, minutesAgo],

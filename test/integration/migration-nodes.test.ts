@@ -1,37 +1,20 @@
 // Migration20261125010000_nodes on data written before it (issue 8 item 6): per-node inner numbers
 // become each IP's pool position, every IP gets an inner /30 number unique across nodes and above every
 // live tunnel's, and existing tunnels keep the inner subnet their origins were set up with.
-import { randomBytes, randomUUID } from 'node:crypto';
-import pg from 'pg';
+import { randomUUID } from 'node:crypto';
 import { afterAll, expect, inject, it } from 'vitest';
 import { Database } from '../../server/db/database.ts';
-import { openOrm, type Orm } from '../../server/db/orm.ts';
 import { addNode } from '../../server/domain/nodes.ts';
-import { dropDatabase, withDatabase } from '../helpers/postgres.ts';
+import { databaseAt, type DatabaseAtMigration } from '../helpers/migration-db.ts';
 
 const adminUrl = inject('adminDatabaseUrl');
-const name = `tg_migration_nodes_${randomBytes(4).toString('hex')}`;
-let orm: Orm | undefined;
-let raw: pg.Pool | undefined;
+let db: DatabaseAtMigration | undefined;
 
-afterAll(async () => {
-  await raw?.end();
-  await orm?.close();
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await dropDatabase(admin, name);
-  await admin.end();
-});
+afterAll(async () => db?.drop());
 
 it('renumbers inner subnets across nodes and leaves existing tunnels theirs', async () => {
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`create database ${name}`);
-  await admin.end();
-  const url = withDatabase(adminUrl, name);
-  orm = await openOrm({ databaseUrl: url, dataDir: '' });
-  await orm.migrator.up({ to: 'Migration20261121020000_oidc_payload' });
-  raw = new pg.Pool({ connectionString: url, max: 2 });
+  db = await databaseAt(adminUrl, 'tg_migration_nodes', 'Migration20261121020000_oidc_payload');
+  const { orm, raw } = db;
 
   // Before: two nodes, inner numbers 0..2 on each; live tunnels on inner 0 (node 1) and 1 (node 2),
   // a deleted one on inner 2 (node 2).
@@ -47,7 +30,7 @@ it('renumbers inner subnets across nodes and leaves existing tunnels theirs', as
   }
   const tunnel = async (node: string, ip: string, inner: number, status: string) => {
     const id = randomUUID();
-    await raw!.query(
+    await raw.query(
       `insert into tunnel (id, account_id, node_id, protected_ip, origin_ip, tunnel_name, inner_index, status, charged_usd, charged_rub)
        values ($1, $2, $3, $4, '8.8.4.4', $5, $6, $7, 1, 100)`,
       [id, account, node, ip, `tg-${id.slice(0, 10)}`, inner, status],
