@@ -10,7 +10,17 @@ export type { ReconcileResult, TunnelFailure } from './tunnel-spec.ts';
 export const JOB_TYP = 'tunnel-job+jwt';
 export const JOB_ALG = 'EdDSA';
 export const JOB_ISS = 'tunnelgate';
-export const JOB_VERSION = 1;
+/** The job versions this code speaks, oldest first (docs/CONTRACTS.md "Edge jobs", "Version 2"). */
+export const JOB_VERSIONS = [1, 2] as const;
+export type JobVersion = (typeof JOB_VERSIONS)[number];
+/** Version 1: what every agent speaks; an agent that does not answer `hello` speaks only this. */
+export const JOB_VERSION_1 = 1;
+/** The newest version: `tunnel.policy`. */
+export const JOB_VERSION_LATEST = 2;
+
+export function isJobVersion(v: unknown): v is JobVersion {
+  return (JOB_VERSIONS as readonly unknown[]).includes(v);
+}
 /** `exp` at most this many seconds after `iat`. */
 export const MAX_LIFETIME_S = 60;
 /** Clock skew allowed on `exp` (past) and `iat` (future). */
@@ -18,6 +28,8 @@ export const CLOCK_SKEW_S = 30;
 /** Input over this many bytes on the channel is refused as `malformed`. */
 export const MAX_INPUT_BYTES = 16 * 1024 * 1024;
 export const JOB_COMMAND = 'tunnel-agent job';
+/** Exec command (no stdin) that answers one HelloLine; an agent speaking only v1 answers it with status 127. */
+export const HELLO_COMMAND = 'tunnel-agent hello';
 export const SSH_USER = 'tunnelgate';
 
 export const OPS = ['apply', 'remove', 'reconcile', 'probe'] as const;
@@ -51,7 +63,7 @@ export interface StandardClaims {
   jti: string;
   iat: number;
   exp: number;
-  v: typeof JOB_VERSION;
+  v: JobVersion;
 }
 
 export type JobClaims<O extends Op = Op> = O extends Op ? StandardClaims & { op: O } & JobBodies[O] : never;
@@ -62,6 +74,23 @@ export type JobClaims<O extends Op = Op> = O extends Op ? StandardClaims & { op:
  * applied, so one broken tunnel does not block its node); probe: reachable (and rtt_ms).
  */
 export type OkResult = ChangeCounts | ReconcileResult | ProbeResult;
+
+/** What `tunnel-agent hello` writes, as one line: the versions the agent accepts and its own version. */
+export interface HelloLine {
+  ok: true;
+  versions: JobVersion[];
+  agent: string;
+}
+
+/** A hello line's shape. Undefined when right, else a sentence. Unknown versions in the list are allowed (a newer agent). */
+export function checkHello(v: unknown): string | undefined {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return 'hello must be a JSON object';
+  const o = v as Record<string, unknown>;
+  if (o.ok !== true) return 'hello.ok must be true';
+  if (!Array.isArray(o.versions) || !o.versions.every((x) => Number.isInteger(x) && (x as number) > 0)) return 'hello.versions must be a list of positive integers';
+  if (typeof o.agent !== 'string') return 'hello.agent must be a string';
+  return undefined;
+}
 
 /** What the agent writes on the channel's stdout, as one line. */
 export type ResultLine =
@@ -79,19 +108,20 @@ export function isOp(v: unknown): v is Op {
   return typeof v === 'string' && (OPS as readonly string[]).includes(v);
 }
 
-/** The op's body (and no claim beyond the standard ones and that body). */
-export function checkBody(op: Op, claims: Record<string, unknown>): string | undefined {
+/** The op's body (and no claim beyond the standard ones and that body), as version `v` of the contract has it. */
+export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion): string | undefined {
+  const opts = { policy: v >= 2 };
   const bodyKey = BODY_KEY[op];
   for (const k of Object.keys(claims)) {
     if (claims[k] !== undefined && !STANDARD_KEYS.includes(k) && k !== bodyKey) return `op "${op}" carries an unexpected claim "${k}"`;
   }
   if (claims[bodyKey] === undefined) return `op "${op}" needs a "${bodyKey}" claim`;
-  if (op !== 'reconcile') return checkTunnel(claims.tunnel, op !== 'remove');
+  if (op !== 'reconcile') return checkTunnel(claims.tunnel, op !== 'remove', 'tunnel', opts);
   const list = claims.tunnels;
   if (!Array.isArray(list)) return 'tunnels must be an array';
   const seen = { id: new Set<string>(), tunnel_name: new Set<string>(), protected_ip: new Set<string>() };
   for (let i = 0; i < list.length; i++) {
-    const why = checkTunnel(list[i], true, `tunnels[${i}]`);
+    const why = checkTunnel(list[i], true, `tunnels[${i}]`, opts);
     if (why) return why;
     const t = list[i] as TunnelSpec;
     for (const k of ['id', 'tunnel_name', 'protected_ip'] as const) {

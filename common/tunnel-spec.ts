@@ -8,6 +8,7 @@
 // narrower rule is the one that holds now.)
 import { parseIPv4, parseIPv4Prefix } from './ipv4.ts';
 import { INTERFACE_NAME_RULE, isInterfaceName, isUuid } from './names.ts';
+import { checkPolicy, isDefaultPolicy, normalisePolicy, type TunnelPolicy } from './tunnel-policy.ts';
 
 export interface TunnelSpec {
   id: string;
@@ -21,6 +22,8 @@ export interface TunnelSpec {
   origin_inner: string;
   mtu: number;
   gre_key?: number;
+  /** Job version 2 only (common/tunnel-policy.ts); absent means DEFAULT_POLICY. */
+  policy?: TunnelPolicy;
 }
 
 /** What a `remove` job needs at least. */
@@ -68,7 +71,7 @@ function parseInner(s: unknown): { addr: number; prefix: number } | null {
   return p && (p.prefix === 30 || p.prefix === 31) ? p : null;
 }
 
-const TUNNEL_KEYS = ['id', 'tunnel_name', 'protected_ip', 'origin_ip', 'edge_ip', 'edge_inner', 'origin_inner', 'mtu', 'gre_key'] as const;
+const TUNNEL_KEYS = ['id', 'tunnel_name', 'protected_ip', 'origin_ip', 'edge_ip', 'edge_inner', 'origin_inner', 'mtu', 'gre_key', 'policy'] as const;
 const REQUIRED_FULL = ['id', 'tunnel_name', 'protected_ip', 'origin_ip', 'edge_ip', 'edge_inner', 'origin_inner', 'mtu'] as const;
 const REQUIRED_REF = ['id', 'tunnel_name', 'protected_ip'] as const;
 
@@ -89,6 +92,8 @@ function checkField(key: (typeof TUNNEL_KEYS)[number], v: unknown): string | und
       return Number.isInteger(v) && (v as number) >= MTU_MIN && (v as number) <= MTU_MAX ? undefined : `mtu must be an integer from ${MTU_MIN} to ${MTU_MAX}`;
     case 'gre_key':
       return Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 0xffffffff ? undefined : 'gre_key must be an integer from 0 to 4294967295';
+    case 'policy':
+      return checkPolicy(v);
   }
 }
 
@@ -108,12 +113,18 @@ function checkInner(edgeInner: string, originInner: string): string | undefined 
   return undefined;
 }
 
+export interface CheckTunnelOptions {
+  /** Whether `policy` may appear: only in a version 2 job (docs/CONTRACTS.md "Edge jobs"). Default true. */
+  policy?: boolean;
+}
+
 /**
  * A `tunnel` object: every field when `full`, else at least id, tunnel_name and protected_ip. No other keys.
  * Undefined when it is right, else a sentence saying what is wrong, prefixed with `where`.
  */
-export function checkTunnel(t: unknown, full: boolean, where = 'tunnel'): string | undefined {
+export function checkTunnel(t: unknown, full: boolean, where = 'tunnel', opts: CheckTunnelOptions = {}): string | undefined {
   if (!isPlainObject(t)) return `${where} must be an object`;
+  if (opts.policy === false && t.policy !== undefined) return `${where} has an unknown field "policy" (a policy needs job version 2)`;
   // A key whose value is `undefined` counts as absent (JSON.stringify drops it), so the gateway can pass
   // `gre_key: undefined`; `null` is a value, and not a valid one.
   const has = (k: string) => t[k] !== undefined;
@@ -137,9 +148,13 @@ export function checkTunnel(t: unknown, full: boolean, where = 'tunnel'): string
   return undefined;
 }
 
-/** The spec as stored and compared: only the spec's own fields, and a null gre_key (JSON) is no key. */
+/**
+ * The spec as stored and compared: only the spec's own fields, a null gre_key (JSON) is no key, and a
+ * default policy is no policy (so a v1 spec and the same tunnel sent with the default policy compare equal).
+ */
 export function normaliseSpec(t: TunnelSpec): TunnelSpec {
   const out: TunnelSpec = { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, origin_ip: t.origin_ip, edge_ip: t.edge_ip, edge_inner: t.edge_inner, origin_inner: t.origin_inner, mtu: t.mtu };
   if (t.gre_key !== undefined && t.gre_key !== null) out.gre_key = t.gre_key;
+  if (t.policy !== undefined && t.policy !== null && !isDefaultPolicy(t.policy)) out.policy = normalisePolicy(t.policy);
   return out;
 }

@@ -26,7 +26,7 @@ import {
   JOB_ALG,
   JOB_ISS,
   JOB_TYP,
-  JOB_VERSION,
+  JOB_VERSION_1,
   MAX_INPUT_BYTES,
   MAX_LIFETIME_S,
   checkBody,
@@ -120,9 +120,9 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   const now = ctx.now();
   if (claims.iat > now + CLOCK_SKEW_S) return refuse('malformed', `iat is more than ${CLOCK_SKEW_S} s in the future`);
   if (typeof claims.op !== 'string') return refuse('malformed', 'op must be a string');
-  const knownV1 = claims.v === JOB_VERSION && isOp(claims.op);
+  const knownV1 = claims.v === JOB_VERSION_1 && isOp(claims.op);
   if (knownV1) {
-    const why = checkBody(claims.op as JobClaims['op'], claims);
+    const why = checkBody(claims.op as JobClaims['op'], claims, JOB_VERSION_1);
     if (why) return refuse('malformed', `the body does not match the op: ${why}`);
   }
 
@@ -156,7 +156,7 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   if (claims.exp - claims.iat > MAX_LIFETIME_S) return refuse('expired', `exp is more than ${MAX_LIFETIME_S} s after iat`);
 
   // 5. unsupported_version / 6. unsupported_command ------------------------------------------------
-  if (claims.v !== JOB_VERSION) return refuse('unsupported_version', `v must be ${JOB_VERSION}, got ${JSON.stringify(claims.v ?? null)}`);
+  if (claims.v !== JOB_VERSION_1) return refuse('unsupported_version', `v must be ${JOB_VERSION_1}, got ${JSON.stringify(claims.v ?? null)}`);
   if (!isOp(claims.op)) return refuse('unsupported_command', `op ${JSON.stringify(claims.op)} is not one of apply, remove, reconcile, probe`);
 
   // 7. replayed -------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 // shape rules (common/job-contract.ts) first, so the gateway never signs a job an agent calls malformed.
 import { createPrivateKey, randomUUID, type KeyObject } from 'node:crypto';
 import { CompactSign, type CryptoKey, type JWK } from 'jose';
-import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION, MAX_LIFETIME_S, checkBody, isOp, type JobBodies, type JobClaims, type Op } from '../../common/job-contract.ts';
+import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION_1, MAX_LIFETIME_S, checkBody, isOp, type JobBodies, type JobClaims, type Op } from '../../common/job-contract.ts';
 import { isUuid } from '../../common/names.ts';
 
 export type { JobBodies, JobClaims, Op, ResultLine } from '../../common/job-contract.ts';
@@ -51,8 +51,8 @@ export async function signJob<O extends Op>(privateKey: KeyLike | JWK, kid: stri
   const keys = body && typeof body === 'object' ? Object.keys(body) : [];
   if (keys.length !== 1 || keys[0] !== bodyKey) throw new JobSigningError(`the ${op} body must be exactly {${bodyKey}}`);
   const iat = Math.floor(opts.now ?? Date.now() / 1000);
-  const claims = { iss: JOB_ISS, aud: nodeId.toLowerCase(), jti, iat, exp: iat + ttl, v: JOB_VERSION, op, ...body } as JobClaims;
-  const why = checkBody(op, claims as unknown as Record<string, unknown>);
+  const claims = { iss: JOB_ISS, aud: nodeId.toLowerCase(), jti, iat, exp: iat + ttl, v: JOB_VERSION_1, op, ...body } as JobClaims;
+  const why = checkBody(op, claims as unknown as Record<string, unknown>, JOB_VERSION_1);
   if (why) throw new JobSigningError(`the ${op} body does not match the job contract: ${why}`);
   return new CompactSign(Buffer.from(JSON.stringify(claims), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
 }
