@@ -12,10 +12,11 @@ import { join } from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { standinPeerName, type ChangeCounts, type TunnelSpec } from '../agent/dataplane/index.ts';
+import { standinPeerName, type ChangeCounts } from '../agent/dataplane/index.ts';
 import { AGENT_LOADER, AGENT_NODE_FLAGS } from '../agent/bin/runtime.mjs';
 import { ROOT } from './lib/process.ts';
 import { rulesetNftText } from '../test/netns/ruleset-text.ts';
+import { BENCH_EDGE_IP, benchTunnel } from './lib/tunnels.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 10_000);
 const SAMPLE_JOBS = Number(process.env.TG_BENCH_JOBS ?? 50);
@@ -25,7 +26,7 @@ const SAMPLE_JOBS = Number(process.env.TG_BENCH_JOBS ?? 50);
  * holds the RTNL lock and makes our timings meaningless.
  */
 const SKIP_REMOVE = process.env.TG_BENCH_SKIP_REMOVE === '1';
-const EDGE = '192.0.2.2';
+const EDGE = BENCH_EDGE_IP;
 const TABLE = 'tunnelgate';
 
 if (process.getuid?.() !== 0) {
@@ -33,20 +34,7 @@ if (process.getuid?.() !== 0) {
   process.exit(2);
 }
 
-function tun(i: number): TunnelSpec {
-  const base = 4 * i;
-  const inner = (off: number): string => `100.${64 + (base >> 16)}.${(base >> 8) & 255}.${(base & 255) + off}/30`;
-  return {
-    id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-    tunnel_name: `tg-b${i}`,
-    protected_ip: `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`,
-    origin_ip: `198.18.${(i >> 8) & 255}.${i & 255}`,
-    edge_ip: EDGE,
-    edge_inner: inner(1),
-    origin_inner: inner(2),
-    mtu: 1476,
-  };
-}
+const tun = benchTunnel;
 
 class Netns {
   readonly name = `tg-bench-${randomBytes(4).toString('hex')}`;
