@@ -25,6 +25,7 @@ import { seedUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
 import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
+import { until } from '../helpers/wait.ts';
 
 /** The same CLI in this process (main() with its own database connection): for the long bad-input matrix. */
 async function inProcess(env: Record<string, string>, args: string[]): Promise<CliRun> {
@@ -300,16 +301,6 @@ describe('read and queue commands against PostgreSQL', () => {
     for (const c of ['user list', 'user show', 'tunnel list', 'ledger', 'promocode list', 'apikey list', 'node reconcile', 'tunnel repair']) expect(r.stdout).toContain(`  ${c} `);
   }, 120_000);
 });
-
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands drive a real agent through the gateway worker', () => {
   let gw: RunningGateway;
