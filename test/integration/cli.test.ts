@@ -11,22 +11,8 @@ import { getClient } from '../../server/domain/clients.ts';
 import { verifyPassword } from '../../server/auth/passwords.ts';
 import { ApiError } from '../../server/domain/errors.ts';
 import { ENV_MARK, loadSecrets, SECRET_ENV, SECRET_NAMES, SecretsError } from '../../server/secrets.ts';
-import { adminCli, cliFailed, cliOk, spawnAdminCli } from '../helpers/admin-cli.ts';
+import { adminCli, cliFailed, cliOk, expectCliRefusals, spawnAdminCli, type CliRefusal } from '../helpers/admin-cli.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-
-/** Runs `fn` over `items` with at most two in flight; results in the items' order. */
-async function mapTwoAtATime<T, R>(items: readonly T[], fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array(items.length);
-  let next = 0;
-  const lane = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]!);
-    }
-  };
-  await Promise.all([lane(), lane()]);
-  return out;
-}
 
 const sha256hex = (s: string) => createHash('sha256').update(s).digest('hex');
 
@@ -197,7 +183,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
 
   it('refuses bad input with exit 1 or 2, an error JSON on stderr, and writes nothing', async () => {
     const before = await snapshot(t);
-    const cases: Array<[string[], number, string, RegExp]> = [
+    const cases: CliRefusal[] = [
       [[], 2, 'usage_error', /no command/],
       [['user', 'create', '--email', 'x@example.test', '--name', 'X', '--password', 'long enough pw', '--admin'], 2, 'usage_error', /unknown option --admin/],
       [['rate', 'set', '--usd-rub', '90', '--usd-rub', '91'], 2, 'usage_error', /--usd-rub was given 2 times/],
@@ -213,17 +199,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
       [['promocode', 'create', '--code', 'spring10', '--percent', '5'], 1, 'invalid_request', /already exists/],
       [['promocode', 'create', '--code', 'OLD', '--percent', '5', '--expires', '2001-01-01'], 1, 'invalid_request', /past/],
     ];
-    // Two at a time (this host's cores): each process loads the whole gateway, and fourteen at once on a
-    // loaded 2-core host took over 30 s, starving each other and the tests beside them.
-    const runs = await mapTwoAtATime(cases, ([args]) => adminCli(t.url, args));
-    runs.forEach((r, i) => {
-      const [args, code, error, description] = cases[i]!;
-      try {
-        cliFailed(r, code, error, description);
-      } catch (e) {
-        throw new Error(`admin ${args.join(' ')}: ${(e as Error).message}`);
-      }
-    });
+    await expectCliRefusals(t.url, cases);
     expect(await snapshot(t)).toEqual(before);
     // A bound for a hang, not a timing assertion.
   }, 300_000);
