@@ -162,3 +162,10 @@ export const jobSchema = JSON.parse(readFileSync(new URL('../../../schema/job.sc
 
 /** A fresh Ajv for the job schema. strictRequired would flag `required` next to a `$ref` (valid 2020-12: the properties come from the $ref). */
 export const jobSchemaAjv = () => new Ajv2020({ allErrors: true, strict: true, strictRequired: false });
+
+/** The schema's check of one result line the agent answers with. */
+export function resultLineValidator() {
+  const ajv = jobSchemaAjv();
+  ajv.addSchema(jobSchema);
+  return ajv.getSchema(`${String(jobSchema.$id)}#/$defs/resultLine`)!;
+}

@@ -8,7 +8,7 @@ import { JobHandler } from '../../../agent/jobs/handle.ts';
 import { InvalidTunnel } from '../../../agent/dataplane/validate.ts';
 import { KernelError } from '../../../agent/dataplane/types.ts';
 import type { ReplayGuard } from '../../../agent/jobs/verify.ts';
-import { OTHER_NODE, intruder, tunnel, claims, token, resetVerifier, ctx, RecordingDataplane, handlerWith, agentEnv, jobSchema, jobSchemaAjv } from './fixtures.ts';
+import { OTHER_NODE, intruder, tunnel, claims, token, resetVerifier, ctx, RecordingDataplane, handlerWith, agentEnv, resultLineValidator } from './fixtures.ts';
 
 beforeEach(resetVerifier);
 
@@ -153,9 +153,7 @@ describe('AGENT_PROTECTED_POOLS (docs/CONTRACTS.md "Hardening of the listener")'
 // ---------------------------------------------------------------------------------------------------
 
 describe('reconcile reports tunnels the kernel refused, per tunnel (issue 8 item 3)', () => {
-  const ajv = jobSchemaAjv();
-  ajv.addSchema(jobSchema);
-  const validateLine = ajv.getSchema(`${String(jobSchema.$id)}#/$defs/resultLine`)!;
+  const validateLine = resultLineValidator();
   const second = () => tunnel({ id: randomUUID(), tunnel_name: 'tg-second', protected_ip: '203.0.113.11', edge_inner: '100.64.0.5/30', origin_inner: '100.64.0.6/30' });
 
   it('ok: true with the counts and `failed` (always present), each {id, error: kernel_error, error_description}; the line matches the schema', async () => {
