@@ -1,7 +1,7 @@
 // The edge-job wire contract (docs/CONTRACTS.md "Edge jobs"), as constants, types and pure shape checks.
 // Both ends use this module: the agent's verifier (agent/jobs/verify.ts) and the gateway's signer
 // (server/edge/job-signing.ts), so the gateway never signs a job the agent would call malformed.
-// schema/job.schema.json describes the same claims as JSON Schema; test/unit/agent-jobs.test.ts checks
+// schema/job.schema.json describes the same claims as JSON Schema; test/unit/jobs/gateway-contract.test.ts checks
 // that the two agree. No I/O here.
 import { checkTunnel, type ChangeCounts, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from './tunnel-spec.ts';
 

@@ -293,10 +293,6 @@ export class AttrTable {
 function need(b: Buffer, n: number, what: string): void {
   if (b.length < n) throw new NetlinkParseError(`${what}: attribute has ${b.length} bytes, needs ${n}`);
 }
-export function readU8(b: Buffer): number {
-  need(b, 1, 'u8');
-  return b.readUInt8(0);
-}
 export function readU16(b: Buffer): number {
   need(b, 2, 'u16');
   return HOST_LE ? b.readUInt16LE(0) : b.readUInt16BE(0);
@@ -308,10 +304,6 @@ export function readU32(b: Buffer): number {
 export function readU64(b: Buffer): bigint {
   need(b, 8, 'u64');
   return HOST_LE ? b.readBigUInt64LE(0) : b.readBigUInt64BE(0);
-}
-export function readU16be(b: Buffer): number {
-  need(b, 2, 'be16');
-  return b.readUInt16BE(0);
 }
 export function readU32be(b: Buffer): number {
   need(b, 4, 'be32');

@@ -8,7 +8,6 @@ export const NETLINK_ROUTE = 0;
 export const NETLINK_NETFILTER = 12;
 
 // include/uapi/linux/netlink.h: standard message types
-export const NLMSG_NOOP = 0x1;
 export const NLMSG_ERROR = 0x2;
 export const NLMSG_DONE = 0x3;
 export const NLMSG_OVERRUN = 0x4;
@@ -18,8 +17,6 @@ export const NLMSG_MIN_TYPE = 0x10;
 export const NLM_F_REQUEST = 0x01;
 export const NLM_F_MULTI = 0x02;
 export const NLM_F_ACK = 0x04;
-export const NLM_F_ECHO = 0x08;
-export const NLM_F_DUMP_INTR = 0x10;
 // GET requests
 export const NLM_F_ROOT = 0x100;
 export const NLM_F_MATCH = 0x200;
@@ -36,10 +33,7 @@ export const NLM_F_ACK_TLVS = 0x200;
 // include/uapi/linux/netlink.h: enum nlmsgerr_attrs
 export const NLMSGERR_ATTR_MSG = 1;
 export const NLMSGERR_ATTR_OFFS = 2;
-export const NLMSGERR_ATTR_COOKIE = 3;
-export const NLMSGERR_ATTR_POLICY = 4;
 export const NLMSGERR_ATTR_MISS_TYPE = 5;
-export const NLMSGERR_ATTR_MISS_NEST = 6;
 
 export const NLMSG_HDRLEN = 16;
 

@@ -24,10 +24,8 @@ export const AF_UNSPEC = 0;
 export const AF_INET = 2;
 
 // include/uapi/linux/if_link.h: IFLA_*
-export const IFLA_ADDRESS = 1;
 export const IFLA_IFNAME = 3;
 export const IFLA_MTU = 4;
-export const IFLA_LINK = 5;
 export const IFLA_OPERSTATE = 16;
 export const IFLA_LINKINFO = 18;
 export const IFLA_STATS64 = 23;
@@ -42,11 +40,8 @@ export const RTEXT_FILTER_VF = 1 << 0;
 export const RTEXT_FILTER_SKIP_STATS = 1 << 3;
 // include/uapi/linux/if.h
 export const IFF_UP = 0x1;
-export const IFF_RUNNING = 0x40;
-export const IFF_LOWER_UP = 0x10000;
 
 // include/uapi/linux/if_tunnel.h: IFLA_GRE_*
-export const IFLA_GRE_LINK = 1;
 export const IFLA_GRE_IFLAGS = 2;
 export const IFLA_GRE_OFLAGS = 3;
 export const IFLA_GRE_IKEY = 4;
@@ -85,10 +80,8 @@ export const RT_SCOPE_NOWHERE = 255;
 export const RTN_UNSPEC = 0;
 export const RTN_UNICAST = 1;
 export const RT_TABLE_UNSPEC = 0;
-export const RT_TABLE_MAIN = 254;
 
 // include/uapi/linux/fib_rules.h
-export const FRA_DST = 1;
 export const FRA_SRC = 2;
 export const FRA_PRIORITY = 6;
 export const FRA_TABLE = 15;

@@ -7,13 +7,12 @@
 // reports, by exactly what they report (balance, ledger and tunnels read through the raw pg pool).
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts';
-import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
-import { setRate } from '../../server/domain/settings.ts';
-import { createPromocode } from '../../server/domain/promocodes.ts';
+import type { RunningGateway } from '../helpers/gateway.ts';
+import type { SeededUser } from '../helpers/fixtures.ts';
 import {
   REST_ERROR_CODES,
   cents,
+  closeFuzzedGateway,
   expectErrorShape,
   fuzz,
   fuzzTimeout,
@@ -22,9 +21,8 @@ import {
   moneyChanges,
   moneySnapshot,
   oddString,
-  printTally,
   sometimes,
-  serverErrorCount,
+  startSellingGateway,
   type Answer,
 } from './support.ts';
 
@@ -91,26 +89,12 @@ async function post(headers: Record<string, string>, body: string): Promise<Answ
 }
 
 beforeAll(async () => {
-  gw = await startGateway();
-  await seedNode(gw.testDb.db, '198.18.0.0/26');
-  await setRate(gw.testDb.db, '90');
-  gw.services.pricing.invalidate();
-  rich = await seedUser(gw.testDb.db, { balanceUsd: '100.00' });
-  poor = await seedUser(gw.testDb.db, { balanceUsd: '0.50' });
-  viewer = await seedUser(gw.testDb.db, { balanceUsd: '100.00', role: 'viewer' });
-  await createPromocode(gw.testDb.db, { code: 'FUZZ10', percent: 10 });
+  ({ gw, rich, poor, viewer } = await startSellingGateway());
   const res = await post({ authorization: `Bearer ${rich.writeKey}`, 'content-type': 'application/json' }, JSON.stringify({ query: 'mutation { purchaseTunnel(input: {originIp: "8.8.4.4"}) { tunnel { id } } }' }));
   tunnelId = (JSON.parse(res.text) as { data: { purchaseTunnel: { tunnel: { id: string } } } }).data.purchaseTunnel.tunnel.id;
 });
 
-afterAll(async () => {
-  if (gw) {
-    const fives = await serverErrorCount(gw.url);
-    printTally('graphql');
-    await gw.close();
-    expect(fives.lines, 'the gateway counted 5xx answers during the fuzz').toEqual([]);
-  }
-});
+afterAll(() => closeFuzzedGateway(gw, 'graphql'));
 
 // ---------------------------------------------------------------------------------------------------
 // Documents from the schema

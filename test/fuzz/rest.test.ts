@@ -8,24 +8,24 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts';
-import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
-import { setRate } from '../../server/domain/settings.ts';
+import type { SeededUser } from '../helpers/fixtures.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import {
   cents,
+  closeFuzzedGateway,
   expectRestAnswer,
   fuzz,
+  fuzzTimeout,
   headerValue,
   moneyChanges,
   moneySnapshot,
   nastyKey,
   objectText,
-  fuzzTimeout,
   oddString,
   pct,
-  printTally,
   rawHttp,
   serverErrorCount,
+  startSellingGateway,
   type Answer,
 } from './support.ts';
 
@@ -52,14 +52,7 @@ async function send(method: string, path: string, headers: Record<string, string
 }
 
 beforeAll(async () => {
-  gw = await startGateway();
-  await seedNode(gw.testDb.db, '198.18.0.0/26'); // 62 protected IPs: fuzzed purchases that succeed never run the pool dry
-  await setRate(gw.testDb.db, '90');
-  gw.services.pricing.invalidate();
-  rich = await seedUser(gw.testDb.db, { balanceUsd: '100.00' });
-  poor = await seedUser(gw.testDb.db, { balanceUsd: '0.50' });
-  viewer = await seedUser(gw.testDb.db, { balanceUsd: '100.00', role: 'viewer' });
-  await createPromocode(gw.testDb.db, { code: 'FUZZ10', percent: 10 });
+  ({ gw, rich, poor, viewer } = await startSellingGateway());
   await createPromocode(gw.testDb.db, { code: 'FUZZONCE', percent: 50, maxUses: 1 });
   for (const who of [rich, viewer]) {
     const res = await send('POST', '/api/dedicated', { authorization: `Bearer ${who.writeKey}`, 'content-type': 'application/json' }, JSON.stringify({ name: 'seed', origin_ip: '8.8.4.4' }));
@@ -68,14 +61,7 @@ beforeAll(async () => {
   }
 });
 
-afterAll(async () => {
-  if (gw) {
-    const fives = await serverErrorCount(gw.url);
-    printTally('rest');
-    await gw.close();
-    expect(fives.lines, 'the gateway counted 5xx answers during the fuzz').toEqual([]);
-  }
-});
+afterAll(() => closeFuzzedGateway(gw, 'rest'));
 
 // ---------------------------------------------------------------------------------------------------
 // Arbitraries

@@ -1,4 +1,5 @@
 // Shared pieces of the property-based fuzz pass (issue 8, "Also"): run settings (FUZZ_RUNS, FUZZ_SEED),
+// the money gateway the REST and GraphQL files share and the end every fuzz file's gateway comes to,
 // a tally of inputs tried per property, the error-body checks of docs/CONTRACTS.md "REST errors" and RFC 6749, a raw HTTP/1.1
 // client for what fetch refuses to send (Content-Length oddities, bytes that are not a valid header), a
 // money snapshot read through the raw pg pool, and the gateway's own count of 5xx answers from /metrics.
@@ -6,6 +7,10 @@ import net from 'node:net';
 import fc from 'fast-check';
 import type pg from 'pg';
 import { expect } from 'vitest';
+import { createPromocode } from '../../server/domain/promocodes.ts';
+import { setRate } from '../../server/domain/settings.ts';
+import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
+import { startGateway, type RunningGateway } from '../helpers/gateway.ts';
 
 /** Fixed by default so a failure is reproducible; FUZZ_SEED replays another run. */
 export const SEED = process.env.FUZZ_SEED !== undefined && process.env.FUZZ_SEED !== '' ? Number(process.env.FUZZ_SEED) : 20261125;
@@ -66,6 +71,44 @@ export function printTally(file: string): void {
     return `  ${name}: ${n} inputs${by.length ? ` (${by.join(' ')})` : ''}`;
   });
   console.log(`fuzz ${file} (seed ${SEED}, FUZZ_RUNS ${process.env.FUZZ_RUNS ?? 'default'}; ${nodeParserRefusals} refused by Node's parser):\n${lines.join('\n')}`);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The gateway under fuzz
+
+/** The accounts the money properties buy with: plenty, too little, and a viewer (who may not buy). */
+export interface FuzzAccounts {
+  rich: SeededUser;
+  poor: SeededUser;
+  viewer: SeededUser;
+}
+
+/**
+ * A gateway on its own database that can sell: a node of 62 protected IPs (fuzzed purchases that
+ * succeed never run the pool dry), a rate, the three accounts, and the 10% promocode FUZZ10.
+ */
+export async function startSellingGateway(): Promise<{ gw: RunningGateway } & FuzzAccounts> {
+  const gw = await startGateway();
+  await seedNode(gw.testDb.db, '198.18.0.0/26');
+  await setRate(gw.testDb.db, '90');
+  gw.services.pricing.invalidate();
+  const rich = await seedUser(gw.testDb.db, { balanceUsd: '100.00' });
+  const poor = await seedUser(gw.testDb.db, { balanceUsd: '0.50' });
+  const viewer = await seedUser(gw.testDb.db, { balanceUsd: '100.00', role: 'viewer' });
+  await createPromocode(gw.testDb.db, { code: 'FUZZ10', percent: 10 });
+  return { gw, rich, poor, viewer };
+}
+
+/**
+ * A fuzz file's end: the tally printed, the gateway closed, and none of its answers a 5xx by its own
+ * metrics (answers no client read, such as on aborted uploads, included). Nothing to do without a gateway.
+ */
+export async function closeFuzzedGateway(gw: RunningGateway | undefined, file: string): Promise<void> {
+  if (!gw) return;
+  const fives = await serverErrorCount(gw.url);
+  printTally(file);
+  await gw.close();
+  expect(fives.lines, 'the gateway counted 5xx answers during the fuzz').toEqual([]);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // The admin CLI as operators run it: the real `server/cli/admin.ts` in a child process, with a clean
 // environment, checked by its exit status and the JSON it prints (docs/CONTRACTS.md "Admin CLI").
-import { execFile } from 'node:child_process';
+import { execFile, spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
@@ -16,12 +16,19 @@ export interface CliRun {
   json: Record<string, any>;
 }
 
-export function adminCli(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<CliRun> {
+const ARGV = ['--import', './loader/register.mjs', 'server/cli/admin.ts'];
+/** Only PATH and HOME of this process reach the CLI: what it needs must be said in `env`. */
+const cleanEnv = (env: Record<string, string>) => ({ PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env });
+
+/** Runs the real CLI with a clean environment: only PATH, HOME and `env` (DATABASE_URL, or DATA_DIR for the
+ *  embedded database, plus whatever the test sets). */
+export function runAdminCli(env: Record<string, string>, args: string[]): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     execFile(
       NODE,
-      ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args],
-      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', DATABASE_URL: databaseUrl, ...env }, timeout: 90_000 },
+      [...ARGV, ...args],
+      // The kill timeout only ends a hung process; the tests' own bounds are what fail.
+      { cwd: ROOT, env: cleanEnv(env), timeout: 300_000 },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
         if (err && code === -1) return reject(err);
@@ -37,9 +44,20 @@ export function adminCli(databaseUrl: string, args: string[], env: Record<string
   });
 }
 
+/** The CLI against the PostgreSQL database at `databaseUrl`; `env` adds to (or overrides) that. */
+export function adminCli(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<CliRun> {
+  return runAdminCli({ DATABASE_URL: databaseUrl, ...env }, args);
+}
+
+/** The CLI started with its stdin, stdout and stderr as pipes, for a test that feeds stdin or watches the process. */
+export function spawnAdminCli(env: Record<string, string>, args: string[]): ChildProcessWithoutNullStreams {
+  return spawn(NODE, [...ARGV, ...args], { cwd: ROOT, env: cleanEnv(env), stdio: ['pipe', 'pipe', 'pipe'] });
+}
+
 /** The success contract: exit 0, one JSON line on stdout, nothing on stderr. Returns the object. */
 export function cliOk(r: CliRun): Record<string, any> {
   expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
+  expect(r.stdout.endsWith('\n')).toBe(true);
   expect(r.stdout.trimEnd().split('\n')).toHaveLength(1);
   return r.json;
 }
@@ -49,5 +67,34 @@ export function cliFailed(r: CliRun, code: number, error: string, description?: 
   expect({ code: r.code, stdout: r.stdout, error: r.json.error }).toEqual({ code, stdout: '', error });
   expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
   expect(Object.keys(r.json).sort()).toEqual(['error', 'error_description']);
+  expect(typeof r.json.error_description).toBe('string');
   if (description) expect(r.json.error_description).toMatch(description);
+}
+
+/** One refused command: its arguments, exit status, error code and (optionally) what the description says. */
+export type CliRefusal = [args: string[], code: number, error: string, description?: RegExp];
+
+/**
+ * Runs each refused command against `databaseUrl` and checks the failure contract, naming the command
+ * that broke it. Two at a time (this host's cores): each process loads the whole gateway, and fourteen
+ * at once on a loaded 2-core host took over 30 s, starving each other and the tests beside them.
+ */
+export async function expectCliRefusals(databaseUrl: string, cases: readonly CliRefusal[]): Promise<void> {
+  const runs: CliRun[] = new Array(cases.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < cases.length) {
+      const i = next++;
+      runs[i] = await adminCli(databaseUrl, cases[i]![0]);
+    }
+  };
+  await Promise.all([lane(), lane()]);
+  runs.forEach((r, i) => {
+    const [args, code, error, description] = cases[i]!;
+    try {
+      cliFailed(r, code, error, description);
+    } catch (e) {
+      throw new Error(`admin ${args.join(' ')}: ${(e as Error).message}`);
+    }
+  });
 }

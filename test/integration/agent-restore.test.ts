@@ -16,6 +16,7 @@ import { startProvisioningRig, type ProvisioningRig } from '../helpers/edge.ts';
 import { isRoot, TestNetns } from '../netns/netns.ts';
 import { standinPeerName } from '../../agent/dataplane/index.ts';
 import { skipUnless } from '../helpers/requirements.ts';
+import { until } from '../helpers/wait.ts';
 
 const TABLE = 'tunnelgate'; // AGENT_NFT_TABLE's default, which TestEdge uses
 const NODE_BIN = join(resolve(import.meta.dirname, '../..'), 'node_modules/.bin/node');
@@ -40,15 +41,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the agent rest
     }
   };
   /** Polls fetchFrom until the origin answers (a fresh link can drop packets for a moment, netns.ts). */
-  const waitForOrigin = async (ip: string, deadlineMs = 30_000): Promise<string> => {
-    const until = Date.now() + deadlineMs;
-    for (;;) {
-      const line = fetchFrom(ip);
-      if (line) return line;
-      if (Date.now() > until) throw new Error(`no answer from the origin through ${ip}:${PORT} within ${deadlineMs} ms`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  };
+  const waitForOrigin = (ip: string): Promise<string> => until(`an answer from the origin through ${ip}:${PORT}`, () => fetchFrom(ip), 30_000);
 
   beforeAll(async () => {
     rig = await startProvisioningRig({ config: { edgeWaitMs: 5000, edgeJobTimeoutMs: 5000, edgeRetryLimit: 20 }, pool: '203.0.113.0/28' });

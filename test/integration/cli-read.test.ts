@@ -4,12 +4,10 @@
 // status and, through a plain pg pool, what is in the database (pg-boss's job table for the queue
 // commands). With a real agent (root): `tunnel repair` re-applies a provisioned tunnel the edge lost and
 // `node reconcile` sends the node its desired set, each through the queue.
-import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKey, revokeApiKey } from '../../server/auth/api-keys.ts';
 import { main } from '../../server/cli/admin.ts';
@@ -19,47 +17,18 @@ import { addNode } from '../../server/domain/nodes.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { openDatabase } from '../../server/services.ts';
 import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
+import { cliFailed, cliOk, runAdminCli, type CliRun } from '../helpers/admin-cli.ts';
+import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { seedUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
 import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const NODE = path.join(ROOT, 'node_modules/.bin/node');
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-  json: Record<string, unknown>;
-}
-
-/** Runs the real CLI with a clean environment: only PATH, HOME and `env` (DATABASE_URL or DATA_DIR). */
-function cli(env: Record<string, string>, args: string[]): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      NODE,
-      ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args],
-      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env }, timeout: 60_000 },
-      (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-        if (err && code === -1) return reject(err);
-        let json: Record<string, unknown> = {};
-        try {
-          json = JSON.parse(code === 0 ? stdout : stderr) as Record<string, unknown>;
-        } catch {
-          json = { unparsable: code === 0 ? stdout : stderr };
-        }
-        resolve({ code, stdout, stderr, json });
-      },
-    );
-  });
-}
+import { until } from '../helpers/wait.ts';
 
 /** The same CLI in this process (main() with its own database connection): for the long bad-input matrix. */
-async function inProcess(env: Record<string, string>, args: string[]): Promise<Run> {
+async function inProcess(env: Record<string, string>, args: string[]): Promise<CliRun> {
   let stdout = '';
   let stderr = '';
   const code = await main(args, env, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), progress: false });
@@ -67,19 +36,11 @@ async function inProcess(env: Record<string, string>, args: string[]): Promise<R
   return { code, stdout, stderr, json: JSON.parse(text) as Record<string, unknown> };
 }
 
-/** Exit 0, one JSON line on stdout, nothing on stderr; and no secret anywhere in it. */
-function ok(r: Run): Record<string, unknown> {
-  expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
-  expect(r.stdout.trimEnd().split('\n')).toHaveLength(1);
+/** The success contract (test/helpers/admin-cli.ts), and no secret anywhere in the output. */
+function ok(r: CliRun): Record<string, unknown> {
+  const json = cliOk(r);
   noSecrets(r.stdout);
-  return r.json;
-}
-
-/** The failure contract: the exit status, exactly `{error, error_description}` on stderr, nothing on stdout. */
-function failed(r: Run, code: number, error: string): void {
-  expect({ code: r.code, stdout: r.stdout, error: r.json.error }).toEqual({ code, stdout: '', error });
-  expect(Object.keys(r.json).sort()).toEqual(['error', 'error_description']);
-  expect(typeof r.json.error_description).toBe('string');
+  return json;
 }
 
 /** Secret values and secret column names collected while seeding; none may ever be printed. */
@@ -98,7 +59,7 @@ async function allPages(env: Record<string, string>, args: string[], n: number):
   let cursor: string | null = null;
   let pages = 0;
   do {
-    const page = ok(await cli(env, [...args, '--limit', String(n), ...(cursor ? ['--cursor', cursor] : [])]));
+    const page = ok(await runAdminCli(env, [...args, '--limit', String(n), ...(cursor ? ['--cursor', cursor] : [])]));
     expect(Object.keys(page).sort()).toEqual(['items', 'next_cursor']);
     pages++;
     out.push(...items(page));
@@ -180,7 +141,7 @@ describe('read and queue commands against PostgreSQL', () => {
   }, 120_000);
 
   it('user list: every user with the balance as a JSON number, newest first, paged by cursor, no secrets', async () => {
-    const one = ok(await cli(env, ['user', 'list']));
+    const one = ok(await runAdminCli(env, ['user', 'list']));
     expect(one.next_cursor).toBeNull();
     expect(items(one).map((u) => u.email)).toEqual([...emails].reverse());
     const ann = items(one).find((u) => u.email === emails[0])!;
@@ -195,15 +156,15 @@ describe('read and queue commands against PostgreSQL', () => {
   }, 120_000);
 
   it('user show: one object with tunnel counts and live keys; unknown email is not_found', async () => {
-    const shown = ok(await cli(env, ['user', 'show', '--email', 'ANN@Example.test']));
+    const shown = ok(await runAdminCli(env, ['user', 'show', '--email', 'ANN@Example.test']));
     expect(shown).toMatchObject({ id: ids[emails[0]!]!.user_id, email: emails[0], balance_usd: 30.25, tunnels: { active: 2, pending: 1, provisioned: 1 }, active_api_keys: 1 });
     expect(shown).not.toHaveProperty('items');
-    failed(await cli(env, ['user', 'show', '--email', 'nobody@example.test']), 1, 'not_found');
-    failed(await cli(env, ['user', 'show']), 2, 'usage_error');
+    cliFailed(await runAdminCli(env, ['user', 'show', '--email', 'nobody@example.test']), 1, 'not_found');
+    cliFailed(await runAdminCli(env, ['user', 'show']), 2, 'usage_error');
   }, 120_000);
 
   it('tunnel list: newest first, filters by email, status and node (id or name), money as numbers, paged', async () => {
-    const all = ok(await cli(env, ['tunnel', 'list']));
+    const all = ok(await runAdminCli(env, ['tunnel', 'list']));
     expect(items(all).map((x) => x.name)).toEqual(['ann-4', 'bob-1', 'ann-3', 'ann-2', 'ann-1']);
     const first = items(all)[0]!;
     expect(Object.keys(first).sort()).toEqual(
@@ -211,7 +172,7 @@ describe('read and queue commands against PostgreSQL', () => {
     );
     expect(first).toMatchObject({ id: tunnels['ann-4'], node_id: nodeA, node_name: 'edge-a', status: 'provisioned', charged_usd: 1.11, charged_rub: 100, tunnel_name: 'tg-ann-4' });
 
-    const names = async (...args: string[]) => items(ok(await cli(env, ['tunnel', 'list', ...args]))).map((x) => x.name);
+    const names = async (...args: string[]) => items(ok(await runAdminCli(env, ['tunnel', 'list', ...args]))).map((x) => x.name);
     expect(await names('--email', 'bob@example.test')).toEqual(['bob-1']);
     expect(await names('--status', 'active')).toEqual(['ann-3', 'ann-1']);
     expect(await names('--node', 'edge-b')).toEqual(['bob-1', 'ann-3']);
@@ -225,13 +186,13 @@ describe('read and queue commands against PostgreSQL', () => {
     const filtered = await allPages(env, ['tunnel', 'list', '--email', emails[0]!], 3);
     expect(filtered.items.map((x) => x.name)).toEqual(['ann-4', 'ann-3', 'ann-2', 'ann-1']);
 
-    failed(await cli(env, ['tunnel', 'list', '--email', 'nobody@example.test']), 1, 'not_found');
-    failed(await cli(env, ['tunnel', 'list', '--node', 'edge-zz']), 1, 'not_found');
-    failed(await cli(env, ['tunnel', 'list', '--status', 'running']), 2, 'usage_error');
+    cliFailed(await runAdminCli(env, ['tunnel', 'list', '--email', 'nobody@example.test']), 1, 'not_found');
+    cliFailed(await runAdminCli(env, ['tunnel', 'list', '--node', 'edge-zz']), 1, 'not_found');
+    cliFailed(await runAdminCli(env, ['tunnel', 'list', '--status', 'running']), 2, 'usage_error');
   }, 120_000);
 
   it('ledger: one account, newest first, exact amounts, --since, paged', async () => {
-    const l = ok(await cli(env, ['ledger', '--email', emails[0]!]));
+    const l = ok(await runAdminCli(env, ['ledger', '--email', emails[0]!]));
     expect(items(l).map(({ id: _id, created_at: _c, ...rest }) => rest)).toEqual([
       { kind: 'purchase', amount_usd: -1.11, balance_after: 29.14, tunnel_id: tunnels['ann-1'], promocode: 'SPRING' },
       { kind: 'topup', amount_usd: 4.75, balance_after: 30.25, tunnel_id: null, promocode: null },
@@ -243,18 +204,18 @@ describe('read and queue commands against PostgreSQL', () => {
 
     // --since keeps entries at or after the instant: the newest entry's own time keeps it (and any of the same instant).
     const since = items(l)[0]!.created_at as string;
-    const recent = items(ok(await cli(env, ['ledger', '--email', emails[0]!, '--since', since])));
+    const recent = items(ok(await runAdminCli(env, ['ledger', '--email', emails[0]!, '--since', since])));
     expect(recent.map((x) => x.kind)).toContain('purchase');
     expect(recent.every((x) => (x.created_at as string) >= since)).toBe(true);
-    expect(items(ok(await cli(env, ['ledger', '--email', emails[0]!, '--since', '2999-01-01'])))).toEqual([]);
-    expect(items(ok(await cli(env, ['ledger', '--email', emails[0]!, '--since', '2000-01-01T00:00:00Z'])))).toEqual(items(l));
-    failed(await cli(env, ['ledger', '--email', emails[0]!, '--since', 'yesterday']), 2, 'usage_error');
-    failed(await cli(env, ['ledger', '--email', 'nobody@example.test']), 1, 'not_found');
-    failed(await cli(env, ['ledger']), 2, 'usage_error');
+    expect(items(ok(await runAdminCli(env, ['ledger', '--email', emails[0]!, '--since', '2999-01-01'])))).toEqual([]);
+    expect(items(ok(await runAdminCli(env, ['ledger', '--email', emails[0]!, '--since', '2000-01-01T00:00:00Z'])))).toEqual(items(l));
+    cliFailed(await runAdminCli(env, ['ledger', '--email', emails[0]!, '--since', 'yesterday']), 2, 'usage_error');
+    cliFailed(await runAdminCli(env, ['ledger', '--email', 'nobody@example.test']), 1, 'not_found');
+    cliFailed(await runAdminCli(env, ['ledger']), 2, 'usage_error');
   }, 120_000);
 
   it('promocode list: percent or RUB amount as numbers, uses, expiry; paged', async () => {
-    const p = ok(await cli(env, ['promocode', 'list']));
+    const p = ok(await runAdminCli(env, ['promocode', 'list']));
     expect(items(p).map(({ created_at: _c, ...rest }) => rest)).toEqual([
       { code: 'THIRD', percent: 5, amount_rub: null, max_uses: null, uses: 0, expires_at: null },
       { code: 'FLAT', percent: null, amount_rub: 49.9, max_uses: null, uses: 0, expires_at: null },
@@ -264,92 +225,82 @@ describe('read and queue commands against PostgreSQL', () => {
   }, 120_000);
 
   it('apikey list: the account\'s keys with permission and revocation, never a key or its hash', async () => {
-    const k = ok(await cli(env, ['apikey', 'list', '--email', emails[0]!]));
+    const k = ok(await runAdminCli(env, ['apikey', 'list', '--email', emails[0]!]));
     const byId = Object.fromEntries(items(k).map((x) => [x.id, x]));
     expect(Object.keys(byId).sort()).toEqual([liveKey, revokedKey].sort());
     expect(Object.keys(byId[liveKey]!).sort()).toEqual(['created_at', 'id', 'last_used_at', 'permission', 'revoked_at', 'user_id']);
     expect(byId[liveKey]).toMatchObject({ permission: 'write', revoked_at: null, user_id: ids[emails[0]!]!.user_id });
     expect(byId[revokedKey]).toMatchObject({ permission: 'read', revoked_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T.*Z$/) });
     expect((await allPages(env, ['apikey', 'list', '--email', emails[0]!], 1)).items).toEqual(items(k));
-    expect(items(ok(await cli(env, ['apikey', 'list', '--email', emails[1]!])))).toEqual([]);
-    failed(await cli(env, ['apikey', 'list', '--email', 'nobody@example.test']), 1, 'not_found');
+    expect(items(ok(await runAdminCli(env, ['apikey', 'list', '--email', emails[1]!])))).toEqual([]);
+    cliFailed(await runAdminCli(env, ['apikey', 'list', '--email', 'nobody@example.test']), 1, 'not_found');
   }, 120_000);
 
   it('bad --limit is a usage error; a cursor not printed by the same list is invalid_request', async () => {
-    for (const limit of ['0', '1001', 'ten', '-1', '1.5']) failed(await inProcess(env, ['user', 'list', `--limit=${limit}`]), 2, 'usage_error');
-    failed(await cli(env, ['tunnel', 'list', '--limit', '0']), 2, 'usage_error');
-    expect(items(ok(await cli(env, ['user', 'list', '--limit', '1000'])))).toHaveLength(3);
-    const userCursor = ok(await cli(env, ['user', 'list', '--limit', '1'])).next_cursor as string;
+    for (const limit of ['0', '1001', 'ten', '-1', '1.5']) cliFailed(await inProcess(env, ['user', 'list', `--limit=${limit}`]), 2, 'usage_error');
+    cliFailed(await runAdminCli(env, ['tunnel', 'list', '--limit', '0']), 2, 'usage_error');
+    expect(items(ok(await runAdminCli(env, ['user', 'list', '--limit', '1000'])))).toHaveLength(3);
+    const userCursor = ok(await runAdminCli(env, ['user', 'list', '--limit', '1'])).next_cursor as string;
     expect(typeof userCursor).toBe('string');
     // The cursor is opaque: no raw id in it.
-    const users = items(ok(await cli(env, ['user', 'list'])));
+    const users = items(ok(await runAdminCli(env, ['user', 'list'])));
     for (const u of users) expect(userCursor).not.toContain(u.id as string);
-    failed(await cli(env, ['tunnel', 'list', '--cursor', userCursor]), 1, 'invalid_request');
+    cliFailed(await runAdminCli(env, ['tunnel', 'list', '--cursor', userCursor]), 1, 'invalid_request');
     for (const other of [['promocode', 'list'], ['apikey', 'list', '--email', emails[0]!], ['ledger', '--email', emails[0]!]]) {
-      failed(await inProcess(env, [...other, '--cursor', userCursor]), 1, 'invalid_request');
+      cliFailed(await inProcess(env, [...other, '--cursor', userCursor]), 1, 'invalid_request');
     }
     for (const bad of ['garbage', 'e30', Buffer.from('["user","x","y"]').toString('base64url'), Buffer.from(JSON.stringify(['ledger', "1; drop table tunnel"])).toString('base64url')]) {
-      failed(await inProcess(env, ['user', 'list', '--cursor', bad]), 1, 'invalid_request');
-      failed(await inProcess(env, ['ledger', '--email', emails[0]!, '--cursor', bad]), 1, 'invalid_request');
+      cliFailed(await inProcess(env, ['user', 'list', '--cursor', bad]), 1, 'invalid_request');
+      cliFailed(await inProcess(env, ['ledger', '--email', emails[0]!, '--cursor', bad]), 1, 'invalid_request');
     }
-    failed(await inProcess(env, ['user', 'list', '--bogus']), 2, 'usage_error');
-    failed(await inProcess(env, ['user', 'list', 'extra']), 2, 'usage_error');
-    failed(await inProcess(env, ['ledger', 'list', '--email', emails[0]!]), 2, 'usage_error');
+    cliFailed(await inProcess(env, ['user', 'list', '--bogus']), 2, 'usage_error');
+    cliFailed(await inProcess(env, ['user', 'list', 'extra']), 2, 'usage_error');
+    cliFailed(await inProcess(env, ['ledger', 'list', '--email', emails[0]!]), 2, 'usage_error');
   }, 120_000);
 
   it('node reconcile queues one reconcile job in pg-boss (a repeat names the same live job); unknown ids are not_found', async () => {
-    const r = ok(await cli(env, ['node', 'reconcile', '--id', nodeA]));
+    const r = ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeA]));
     expect(Object.keys(r).sort()).toEqual(['job_id', 'queued']);
     expect(r.queued).toBe(true);
     const { rows } = await t.raw.query(`select name, state::text, data from pgboss.job where id = $1`, [r.job_id]);
     expect(rows).toEqual([{ name: 'edge-job', state: 'created', data: { kind: 'reconcile', nodeId: nodeA, reason: 'operator' } }]);
     // One live job per node reconcile: the repeat answers the queued one and adds nothing.
-    expect(ok(await cli(env, ['node', 'reconcile', '--id', nodeA.toUpperCase()]))).toEqual(r);
+    expect(ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeA.toUpperCase()]))).toEqual(r);
     const n = await t.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data @> $1::jsonb`, [JSON.stringify({ kind: 'reconcile', nodeId: nodeA })]);
     expect(n.rows[0]!.n).toBe(1);
 
-    failed(await cli(env, ['node', 'reconcile', '--id', randomUUID()]), 1, 'not_found');
-    failed(await cli(env, ['node', 'reconcile', '--id', 'edge-a']), 1, 'not_found');
-    failed(await cli(env, ['node', 'reconcile']), 2, 'usage_error');
+    cliFailed(await runAdminCli(env, ['node', 'reconcile', '--id', randomUUID()]), 1, 'not_found');
+    cliFailed(await runAdminCli(env, ['node', 'reconcile', '--id', 'edge-a']), 1, 'not_found');
+    cliFailed(await runAdminCli(env, ['node', 'reconcile']), 2, 'usage_error');
   }, 120_000);
 
   it('tunnel repair queues a repair job for the tunnel (one live job per tunnel); nothing to repair is invalid_state', async () => {
-    const r = ok(await cli(env, ['tunnel', 'repair', '--id', tunnels['ann-3']!]));
+    const r = ok(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['ann-3']!]));
     expect(Object.keys(r).sort()).toEqual(['job_id', 'queued']);
     expect(r.queued).toBe(true);
     const { rows } = await t.raw.query(`select name, state::text, data, singleton_key from pgboss.job where id = $1`, [r.job_id]);
     expect(rows).toEqual([{ name: 'edge-job', state: 'created', data: { tunnelId: tunnels['ann-3'], nodeId: nodeB, repair: true }, singleton_key: nodeB }]);
-    expect(ok(await cli(env, ['tunnel', 'repair', '--id', tunnels['ann-3']!]))).toEqual(r);
+    expect(ok(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['ann-3']!]))).toEqual(r);
     const n = await t.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data->>'tunnelId' = $1`, [tunnels['ann-3']]);
     expect(n.rows[0]!.n).toBe(1);
     // A provisioned tunnel too.
-    const p = ok(await cli(env, ['tunnel', 'repair', '--id', tunnels['ann-4']!]));
+    const p = ok(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['ann-4']!]));
     expect(p.job_id).not.toBe(r.job_id);
 
     const before = (await t.raw.query<{ n: number }>('select count(*)::int as n from pgboss.job')).rows[0]!.n;
-    failed(await cli(env, ['tunnel', 'repair', '--id', tunnels['ann-2']!]), 1, 'invalid_state'); // pending: never on an edge
-    failed(await cli(env, ['tunnel', 'repair', '--id', tunnels['bob-1']!]), 1, 'invalid_state'); // deleted
-    failed(await cli(env, ['tunnel', 'repair', '--id', randomUUID()]), 1, 'not_found');
-    failed(await cli(env, ['tunnel', 'repair', '--id', 'not-a-uuid']), 1, 'not_found');
+    cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['ann-2']!]), 1, 'invalid_state'); // pending: never on an edge
+    cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['bob-1']!]), 1, 'invalid_state'); // deleted
+    cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', randomUUID()]), 1, 'not_found');
+    cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', 'not-a-uuid']), 1, 'not_found');
     expect((await t.raw.query<{ n: number }>('select count(*)::int as n from pgboss.job')).rows[0]!.n).toBe(before);
   }, 120_000);
 
   it('--help lists the new commands', async () => {
-    const r = await cli(env, ['--help']);
+    const r = await runAdminCli(env, ['--help']);
     expect(r.code).toBe(0);
     for (const c of ['user list', 'user show', 'tunnel list', 'ledger', 'promocode list', 'apikey list', 'node reconcile', 'tunnel repair']) expect(r.stdout).toContain(`  ${c} `);
   }, 120_000);
 });
-
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands drive a real agent through the gateway worker', () => {
   let gw: RunningGateway;
@@ -382,7 +333,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands
     const jobState = async (id: unknown) => (await gw.testDb.raw.query<{ state: string }>('select state::text from pgboss.job where id = $1', [id])).rows[0]?.state;
 
     lose();
-    const r = ok(await cli(env, ['tunnel', 'repair', '--id', tun.id]));
+    const r = ok(await runAdminCli(env, ['tunnel', 'repair', '--id', tun.id]));
     await restored();
     await until('repair job completed', async () => (await jobState(r.job_id)) === 'completed');
     expect(edge.count('apply', tun.id)).toBe(2);
@@ -391,7 +342,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands
 
     lose();
     const reconciles = edge.calls.filter((c) => c.call === 'reconcile').length;
-    const n = ok(await cli(env, ['node', 'reconcile', '--id', edge.nodeId]));
+    const n = ok(await runAdminCli(env, ['node', 'reconcile', '--id', edge.nodeId]));
     await restored();
     await until('reconcile job completed', async () => (await jobState(n.job_id)) === 'completed');
     expect(edge.calls.filter((c) => c.call === 'reconcile').length).toBe(reconciles + 1);
@@ -402,46 +353,29 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands
 describe('queue and read commands through a running gateway on the embedded database (admin socket)', () => {
   it('node reconcile queues on the gateway\'s own queue (one live job), and on the database directly once the gateway stopped', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-cli-read-'));
-    const child = spawn(NODE, ['--import', './loader/register.mjs', 'server/main.ts'], {
-      cwd: ROOT,
-      // The edge worker's jobs for an unreachable node keep retrying (it stays live) while this runs.
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', DATABASE_URL: '', DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (out += d));
     const env = { DATA_DIR: dir };
+    let gateway: GatewayProcess | undefined;
     try {
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no listening line in time:\n${out}`)), 120_000);
-        child.stdout.on('data', () => {
-          if (/"msg":"listening"/.test(out)) {
-            clearTimeout(timer);
-            resolve();
-          }
-        });
-        child.once('exit', (code) => reject(new Error(`exited ${code}:\n${out}`)));
-      });
+      // The edge worker's jobs for an unreachable node keep retrying (it stays live) while this runs.
+      gateway = await startGatewayProcess({ DATABASE_URL: '', DATA_DIR: dir, LOG_LEVEL: 'info', EDGE_WORKER: 'true' });
       // A node on a closed local port: its jobs fail to connect and wait to retry, so they stay live.
-      const node = ok(await cli(env, ['node', 'add', '--name', 'edge-e', '--public-ip', '192.0.2.20', '--ssh-host', '127.0.0.1', '--ssh-port', '9', '--pool', '198.18.9.0/30', '--host-key', `SHA256:${'B'.repeat(43)}`]));
+      const node = ok(await runAdminCli(env, ['node', 'add', '--name', 'edge-e', '--public-ip', '192.0.2.20', '--ssh-host', '127.0.0.1', '--ssh-port', '9', '--pool', '198.18.9.0/30', '--host-key', `SHA256:${'B'.repeat(43)}`]));
       const nodeId = node.node_id as string;
-      ok(await cli(env, ['user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', 'long enough pw', '--balance-usd', '3']));
-      expect(items(ok(await cli(env, ['user', 'list']))).map((u) => u.email)).toEqual(['e@example.test']);
+      ok(await runAdminCli(env, ['user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', 'long enough pw', '--balance-usd', '3']));
+      expect(items(ok(await runAdminCli(env, ['user', 'list']))).map((u) => u.email)).toEqual(['e@example.test']);
 
-      const r = ok(await cli(env, ['node', 'reconcile', '--id', nodeId]));
+      const r = ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeId]));
       expect(r).toMatchObject({ queued: true, job_id: expect.any(String) });
       // Its attempts fail to connect and wait to retry (EDGE_RETRY_LIMIT 10): still live, so a repeat
       // through the gateway's queue names the same job.
-      expect(ok(await cli(env, ['node', 'reconcile', '--id', nodeId]))).toEqual(r);
-      failed(await cli(env, ['node', 'reconcile', '--id', randomUUID()]), 1, 'not_found');
-      failed(await cli(env, ['tunnel', 'repair', '--id', randomUUID()]), 1, 'not_found');
+      expect(ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeId]))).toEqual(r);
+      cliFailed(await runAdminCli(env, ['node', 'reconcile', '--id', randomUUID()]), 1, 'not_found');
+      cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', randomUUID()]), 1, 'not_found');
 
-      const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
-      child.kill('SIGTERM');
-      expect(await exited).toBe(0);
+      gateway.kill('SIGTERM');
+      expect(await gateway.exited).toBe(0);
       // No gateway now: the CLI opens the embedded database and its queue itself, and finds the live job.
-      expect(ok(await cli(env, ['node', 'reconcile', '--id', nodeId]))).toEqual(r);
+      expect(ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeId]))).toEqual(r);
       // Open its database and find the operator's job in its queue.
       const db = await openDatabase(loadConfig({ DATA_DIR: dir }));
       try {
@@ -451,7 +385,7 @@ describe('queue and read commands through a running gateway on the embedded data
         await db.close();
       }
     } finally {
-      child.kill('SIGKILL');
+      gateway?.kill('SIGKILL');
       fs.rmSync(dir, { recursive: true, force: true });
     }
   }, 180_000);

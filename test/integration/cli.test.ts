@@ -2,11 +2,8 @@
 // PostgreSQL database, checked by its stdout JSON, its exit status and, through a plain pg pool, what
 // it wrote. Plus loadSecrets against the database (race-safety, never regenerating, env override) and
 // the exhaustive usage-error matrix run in-process through main() (no database needed for those).
-import { execFile, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createHash, generateKeyPairSync } from 'node:crypto';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authenticateApiKey } from '../../server/auth/api-keys.ts';
 import { main } from '../../server/cli/admin.ts';
@@ -14,72 +11,8 @@ import { getClient } from '../../server/domain/clients.ts';
 import { verifyPassword } from '../../server/auth/passwords.ts';
 import { ApiError } from '../../server/domain/errors.ts';
 import { ENV_MARK, loadSecrets, SECRET_ENV, SECRET_NAMES, SecretsError } from '../../server/secrets.ts';
+import { adminCli, cliFailed, cliOk, expectCliRefusals, spawnAdminCli, type CliRefusal } from '../helpers/admin-cli.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const NODE = path.join(ROOT, 'node_modules/.bin/node');
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-  /** stdout parsed (success) or stderr parsed (failure). */
-  json: Record<string, unknown>;
-}
-
-/** Runs the real CLI with a clean environment: only PATH, HOME, DATABASE_URL and `env`. */
-function cli(url: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    execFile(
-      NODE,
-      ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args],
-      // The kill timeout only ends a hung process; the tests' own bounds are what fail.
-      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', DATABASE_URL: url, ...env }, timeout: 300_000 },
-      (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-        if (err && code === -1) return reject(err);
-        let json: Record<string, unknown> = {};
-        try {
-          json = JSON.parse(code === 0 ? stdout : stderr) as Record<string, unknown>;
-        } catch {
-          json = { unparsable: code === 0 ? stdout : stderr };
-        }
-        resolve({ code, stdout, stderr, json });
-      },
-    );
-  });
-}
-
-/** Runs `fn` over `items` with at most two in flight; results in the items' order. */
-async function mapTwoAtATime<T, R>(items: readonly T[], fn: (item: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array(items.length);
-  let next = 0;
-  const lane = async () => {
-    while (next < items.length) {
-      const i = next++;
-      out[i] = await fn(items[i]!);
-    }
-  };
-  await Promise.all([lane(), lane()]);
-  return out;
-}
-
-/** Asserts the success contract: exit 0, exactly one JSON line on stdout, nothing on stderr. */
-function ok(r: Run): Record<string, unknown> {
-  expect({ code: r.code, stderr: r.stderr }).toEqual({ code: 0, stderr: '' });
-  expect(r.stdout.endsWith('\n')).toBe(true);
-  expect(r.stdout.trimEnd().split('\n')).toHaveLength(1);
-  return r.json;
-}
-
-/** Asserts the failure contract: the exit status, one error JSON line on stderr, nothing on stdout. */
-function failed(r: Run, code: number, error: string, description?: RegExp): void {
-  expect({ code: r.code, stdout: r.stdout, error: r.json.error }).toEqual({ code, stdout: '', error });
-  expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
-  expect(Object.keys(r.json).sort()).toEqual(['error', 'error_description']);
-  expect(typeof r.json.error_description).toBe('string');
-  if (description) expect(r.json.error_description).toMatch(description);
-}
 
 const sha256hex = (s: string) => createHash('sha256').update(s).digest('hex');
 
@@ -109,8 +42,8 @@ describe('admin CLI, every command against PostgreSQL', () => {
   let accountId = '';
 
   it('user create and balance add: account, user, ledger rows in exact decimals', async () => {
-    const created = ok(
-      await cli(t.url, ['user', 'create', '--email', email, '--name', 'Operator One', '--password', 'correct horse battery', '--balance-usd', '25.50', '--role', 'viewer', '--picture', 'https://img.example/a.png']),
+    const created = cliOk(
+      await adminCli(t.url, ['user', 'create', '--email', email, '--name', 'Operator One', '--password', 'correct horse battery', '--balance-usd', '25.50', '--role', 'viewer', '--picture', 'https://img.example/a.png']),
     );
     expect(Object.keys(created).sort()).toEqual(['account_id', 'user_id']);
     userId = created.user_id as string;
@@ -120,7 +53,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
     expect(users[0].password_hash).toMatch(/^\$argon2id\$v=19\$m=19456,t=2,p=1\$/);
     expect(users[0].password_hash).not.toContain('correct horse');
 
-    const added = ok(await cli(t.url, ['balance', 'add', '--email', 'operator.one@example.test', '--usd', '4.75']));
+    const added = cliOk(await adminCli(t.url, ['balance', 'add', '--email', 'operator.one@example.test', '--usd', '4.75']));
     expect(added).toEqual({ balance: 30.25 });
     const { rows: acc } = await t.raw.query('select balance_usd from account where id = $1', [accountId]);
     expect(acc[0].balance_usd).toBe('30.25');
@@ -132,7 +65,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
   });
 
   it('apikey create stores only a hash, and apikey revoke makes the key fail authentication', async () => {
-    const created = ok(await cli(t.url, ['apikey', 'create', '--email', email, '--permission', 'read']));
+    const created = cliOk(await adminCli(t.url, ['apikey', 'create', '--email', email, '--permission', 'read']));
     expect(Object.keys(created).sort()).toEqual(['id', 'key']);
     const key = created.key as string;
     const m = /^svc_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$/.exec(key);
@@ -143,7 +76,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
     expect(JSON.stringify(rows[0])).not.toContain(m![2]);
     await expect(authenticateApiKey(t.db, key)).resolves.toMatchObject({ accountId, permission: 'read' });
 
-    const revoked = ok(await cli(t.url, ['apikey', 'revoke', '--id', (created.id as string).toUpperCase()]));
+    const revoked = cliOk(await adminCli(t.url, ['apikey', 'revoke', '--id', (created.id as string).toUpperCase()]));
     expect(revoked).toEqual({ id: created.id, revoked: true });
     const { rows: after } = await t.raw.query('select revoked_at from api_key where id = $1', [created.id]);
     expect(after[0].revoked_at).toBeInstanceOf(Date);
@@ -152,7 +85,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
 
   it('client create stores the secret encrypted; client rotate-secret replaces it', async () => {
     const uris = ['https://app.example/callback', 'http://localhost:3000/cb?x=1'];
-    const created = ok(await cli(t.url, ['client', 'create', '--name', 'Panel', '--redirect-uri', uris[0]!, '--redirect-uri', uris[1]!]));
+    const created = cliOk(await adminCli(t.url, ['client', 'create', '--name', 'Panel', '--redirect-uri', uris[0]!, '--redirect-uri', uris[1]!]));
     expect(Object.keys(created).sort()).toEqual(['api_access', 'client_id', 'client_secret']);
     // docs/CONTRACTS.md "Admin CLI": without --api-access a client's tokens get no access to the tunnel API.
     expect(created.api_access).toBe('none');
@@ -173,7 +106,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
     const client = await getClient(t.db, secrets.secretEncryptionKey, clientId);
     expect(client).toMatchObject({ client_id: clientId, name: 'Panel', redirect_uris: uris, client_secret: secret });
 
-    const rotated = ok(await cli(t.url, ['client', 'rotate-secret', '--client-id', clientId]));
+    const rotated = cliOk(await adminCli(t.url, ['client', 'rotate-secret', '--client-id', clientId]));
     expect(rotated.client_id).toBe(clientId);
     expect(rotated.client_secret).not.toBe(secret);
     const after = await getClient(t.db, secrets.secretEncryptionKey, clientId);
@@ -186,11 +119,11 @@ describe('admin CLI, every command against PostgreSQL', () => {
 
   it('node add creates the pool; two processes at once generate the gateway keys once and print the same ones', async () => {
     const [a, b] = await Promise.all([
-      cli(t.url, ['node', 'add', '--name', 'edge-a', '--public-ip', '192.0.2.10', '--ssh-host', 'edge-a.example', '--pool', '198.18.0.0/24', '--host-key', `SHA256:${'A'.repeat(43)}`]),
-      cli(t.url, ['node', 'add', '--name', 'edge-b', '--public-ip', '192.0.2.11', '--ssh-host', '10.0.0.2', '--ssh-port', '2222', '--pool', '198.18.1.0/30']),
+      adminCli(t.url, ['node', 'add', '--name', 'edge-a', '--public-ip', '192.0.2.10', '--ssh-host', 'edge-a.example', '--pool', '198.18.0.0/24', '--host-key', `SHA256:${'A'.repeat(43)}`]),
+      adminCli(t.url, ['node', 'add', '--name', 'edge-b', '--public-ip', '192.0.2.11', '--ssh-host', '10.0.0.2', '--ssh-port', '2222', '--pool', '198.18.1.0/30']),
     ]);
-    const na = ok(a);
-    const nb = ok(b);
+    const na = cliOk(a);
+    const nb = cliOk(b);
     expect(Object.keys(na).sort()).toEqual(['gateway_job_public_key', 'gateway_ssh_public_key', 'node_id', 'pool_size']);
     expect(na.pool_size).toBe(254);
     expect(nb.pool_size).toBe(2);
@@ -232,15 +165,15 @@ describe('admin CLI, every command against PostgreSQL', () => {
 
   it('rate set and promocode create', async () => {
     const [rate, pct, amt] = await Promise.all([
-      cli(t.url, ['rate', 'set', '--usd-rub', '092.5000']),
-      cli(t.url, ['promocode', 'create', '--code', 'spring10', '--percent', '10', '--max-uses', '3', '--expires', '2099-06-01T12:00:00+03:00']),
-      cli(t.url, ['promocode', 'create', '--code', 'MINUS150', '--amount-rub', '150']),
+      adminCli(t.url, ['rate', 'set', '--usd-rub', '092.5000']),
+      adminCli(t.url, ['promocode', 'create', '--code', 'spring10', '--percent', '10', '--max-uses', '3', '--expires', '2099-06-01T12:00:00+03:00']),
+      adminCli(t.url, ['promocode', 'create', '--code', 'MINUS150', '--amount-rub', '150']),
     ]);
-    expect(ok(rate)).toEqual({ usd_rub_rate: 92.5 });
+    expect(cliOk(rate)).toEqual({ usd_rub_rate: 92.5 });
     expect(typeof rate.json.usd_rub_rate).toBe('number');
     expect((await t.raw.query(`select value from setting where key = 'usd_rub_rate'`)).rows[0].value).toBe('92.5');
-    expect(ok(pct)).toEqual({ code: 'SPRING10' });
-    expect(ok(amt)).toEqual({ code: 'MINUS150' });
+    expect(cliOk(pct)).toEqual({ code: 'SPRING10' });
+    expect(cliOk(amt)).toEqual({ code: 'MINUS150' });
     const { rows } = await t.raw.query('select code, percent, amount_rub, max_uses, uses, expires_at from promocode order by code');
     expect(rows).toEqual([
       { code: 'MINUS150', percent: null, amount_rub: '150.00', max_uses: null, uses: 0, expires_at: null },
@@ -250,7 +183,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
 
   it('refuses bad input with exit 1 or 2, an error JSON on stderr, and writes nothing', async () => {
     const before = await snapshot(t);
-    const cases: Array<[string[], number, string, RegExp]> = [
+    const cases: CliRefusal[] = [
       [[], 2, 'usage_error', /no command/],
       [['user', 'create', '--email', 'x@example.test', '--name', 'X', '--password', 'long enough pw', '--admin'], 2, 'usage_error', /unknown option --admin/],
       [['rate', 'set', '--usd-rub', '90', '--usd-rub', '91'], 2, 'usage_error', /--usd-rub was given 2 times/],
@@ -266,17 +199,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
       [['promocode', 'create', '--code', 'spring10', '--percent', '5'], 1, 'invalid_request', /already exists/],
       [['promocode', 'create', '--code', 'OLD', '--percent', '5', '--expires', '2001-01-01'], 1, 'invalid_request', /past/],
     ];
-    // Two at a time (this host's cores): each process loads the whole gateway, and fourteen at once on a
-    // loaded 2-core host took over 30 s, starving each other and the tests beside them.
-    const runs = await mapTwoAtATime(cases, ([args]) => cli(t.url, args));
-    runs.forEach((r, i) => {
-      const [args, code, error, description] = cases[i]!;
-      try {
-        failed(r, code, error, description);
-      } catch (e) {
-        throw new Error(`admin ${args.join(' ')}: ${(e as Error).message}`);
-      }
-    });
+    await expectCliRefusals(t.url, cases);
     expect(await snapshot(t)).toEqual(before);
     // A bound for a hang, not a timing assertion.
   }, 300_000);
@@ -285,11 +208,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
 describe('--password - (docs/CONTRACTS.md "Admin CLI")', () => {
   /** Starts the CLI with stdin open; `feed` is written only after the process's argv has been read from /proc. */
   function cliWithStdin(args: string[], feed: string) {
-    const child = spawn(NODE, ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args], {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', DATABASE_URL: t.url },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    const child = spawnAdminCli({ DATABASE_URL: t.url }, args);
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -340,10 +259,10 @@ describe('--password - (docs/CONTRACTS.md "Admin CLI")', () => {
 describe('help and environment failures', () => {
   it('--help prints usage on stdout with exit 0; a broken environment exits 3 with configuration_error', async () => {
     const [help, cmdHelp, badEnv, noDb] = await Promise.all([
-      cli(t.url, ['--help']),
-      cli(t.url, ['node', 'add', '--help']),
-      cli(t.url, ['client', 'create', '--name', 'X', '--redirect-uri', 'https://x.example/cb'], { SECRET_ENCRYPTION_KEY: 'too-short' }),
-      cli('postgresql://nobody:nothing@127.0.0.1:1/none', ['rate', 'set', '--usd-rub', '90']),
+      adminCli(t.url, ['--help']),
+      adminCli(t.url, ['node', 'add', '--help']),
+      adminCli(t.url, ['client', 'create', '--name', 'X', '--redirect-uri', 'https://x.example/cb'], { SECRET_ENCRYPTION_KEY: 'too-short' }),
+      adminCli('postgresql://nobody:nothing@127.0.0.1:1/none', ['rate', 'set', '--usd-rub', '90']),
     ]);
     expect(help.code).toBe(0);
     expect(help.stderr).toBe('');
@@ -352,8 +271,8 @@ describe('help and environment failures', () => {
     }
     expect(cmdHelp.code).toBe(0);
     for (const o of ['--name', '--public-ip', '--ssh-host', '--ssh-port', '--pool', '--host-key']) expect(cmdHelp.stdout).toContain(o);
-    failed(badEnv, 3, 'configuration_error', /SECRET_ENCRYPTION_KEY/);
-    failed(noDb, 3, 'server_error');
+    cliFailed(badEnv, 3, 'configuration_error', /SECRET_ENCRYPTION_KEY/);
+    cliFailed(noDb, 3, 'server_error');
   });
 });
 
@@ -391,8 +310,8 @@ describe('server secrets in the database', () => {
     await expect(loadSecrets(fresh.db, {})).rejects.toThrow(/stored server secret secret_encryption_key is unusable/);
     expect((await fresh.raw.query(`select value from server_secret where name = 'secret_encryption_key'`)).rows[0].value).toBe('tampered');
     // The CLI reports it as a configuration failure and writes nothing.
-    const r = await cli(fresh.url, ['client', 'create', '--name', 'X', '--redirect-uri', 'https://x.example/cb']);
-    failed(r, 3, 'configuration_error', /secret_encryption_key is unusable/);
+    const r = await adminCli(fresh.url, ['client', 'create', '--name', 'X', '--redirect-uri', 'https://x.example/cb']);
+    cliFailed(r, 3, 'configuration_error', /secret_encryption_key is unusable/);
     expect((await fresh.raw.query('select count(*)::int as n from oauth_client')).rows[0].n).toBe(0);
     await fresh.raw.query(`delete from server_secret where name = 'secret_encryption_key'`);
   });
@@ -406,7 +325,7 @@ describe('server secrets in the database', () => {
     const job = generateKeyPairSync('ed25519').privateKey.export({ format: 'jwk' });
     const env = { [SECRET_ENV.gateway_ssh_key]: sshPem, [SECRET_ENV.job_signing_key]: JSON.stringify(job) };
 
-    const added = ok(await cli(fresh.url, ['node', 'add', '--name', 'edge-env', '--public-ip', '192.0.2.20', '--ssh-host', 'h', '--pool', '198.18.2.0/30'], env));
+    const added = cliOk(await adminCli(fresh.url, ['node', 'add', '--name', 'edge-env', '--public-ip', '192.0.2.20', '--ssh-host', 'h', '--pool', '198.18.2.0/30'], env));
     expect(added.gateway_ssh_public_key).toBe(expectedSsh);
     expect((added.gateway_job_public_key as Record<string, string>).x).toBe(job.x);
     // The stored (generated) keys were not used, and the environment's private keys were not stored.
@@ -417,8 +336,8 @@ describe('server secrets in the database', () => {
     expect(rows.map((r) => r.name)).toContain(`${ENV_MARK}gateway_ssh_key`);
 
     // Without the variables, the CLI would print the stored keys, which the gateway does not use: refused.
-    const without = await cli(fresh.url, ['node', 'add', '--name', 'edge-env2', '--public-ip', '192.0.2.21', '--ssh-host', 'h', '--pool', '198.18.3.0/30']);
-    failed(without, 3, 'configuration_error', /JOB_SIGNING_KEY, GATEWAY_SSH_KEY are not set here/);
+    const without = await adminCli(fresh.url, ['node', 'add', '--name', 'edge-env2', '--public-ip', '192.0.2.21', '--ssh-host', 'h', '--pool', '198.18.3.0/30']);
+    cliFailed(without, 3, 'configuration_error', /JOB_SIGNING_KEY, GATEWAY_SSH_KEY are not set here/);
     expect((await fresh.raw.query(`select count(*)::int as n from edge_node where name = 'edge-env2'`)).rows[0].n).toBe(0);
     await expect(loadSecrets(fresh.db, {})).rejects.toBeInstanceOf(SecretsError);
     const loaded = await loadSecrets(fresh.db, env);

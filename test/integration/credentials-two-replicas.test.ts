@@ -15,15 +15,7 @@ import { rotateClientSecret } from '../../server/domain/clients.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { newClient, newUser, token, type Client } from '../helpers/oidc-login.ts';
-
-/** Polls `fn` until it returns true (conditions, never a fixed sleep); fails after `ms`. */
-async function until(what: string, fn: () => Promise<boolean> | boolean, ms = 30_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await fn())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+import { until } from '../helpers/wait.ts';
 
 let gw1: RunningGateway;
 let gw2: RunningGateway;

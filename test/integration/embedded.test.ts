@@ -1,53 +1,21 @@
 // The embedded default: with no DATABASE_URL the gateway runs on PGlite under DATA_DIR, migrated on
 // start. A smoke run of the purchase path on it, data surviving a restart, and `npm start`'s entry
 // point started as a real process that drains on SIGTERM.
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { afterAll, expect, it } from 'vitest';
-import { loadConfig } from '../../server/config.ts';
-import { createLogger } from '../../common/log.ts';
-import { buildServices, openDatabase } from '../../server/services.ts';
-import { createGateway } from '../../server/http/app.ts';
 import { createClient, rotateClientSecret } from '../../server/domain/clients.ts';
-import { loadSecrets } from '../../server/secrets.ts';
+import { runAdminCli } from '../helpers/admin-cli.ts';
+import { bootEmbeddedGateway } from '../helpers/embedded-gateway.ts';
+import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';
 import { call } from '../helpers/gateway.ts';
-
-function runAdmin(cwd: string, env: Record<string, string>, args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', './loader/register.mjs', 'server/cli/admin.ts', ...args], { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d) => (stdout += d));
-  child.stderr.on('data', (d) => (stderr += d));
-  return new Promise((resolve) => child.once('exit', (status) => resolve({ status, stdout, stderr })));
-}
 
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-embedded-'));
 afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
-async function boot() {
-  const config = { ...loadConfig({ DATA_DIR: dataDir }), logLevel: 'silent' as const };
-  const db = await openDatabase(config);
-  const services = buildServices(config, db);
-  const server = http.createServer();
-  const gateway = await createGateway(services, createLogger('silent'), server);
-  server.on('request', gateway.app.callback());
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    db,
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    async close() {
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-      await gateway.stop();
-      await db.close();
-    },
-  };
-}
+const boot = () => bootEmbeddedGateway(dataDir);
 
 it('buys a tunnel on PGlite and keeps it across a restart', async () => {
   const first = await boot();
@@ -69,7 +37,7 @@ it('buys a tunnel on PGlite and keeps it across a restart', async () => {
     const pricing = await call(second.url, 'GET', '/api/dedicated/pricing');
     expect(pricing.body.availability).toEqual({ total: 2, available: 1, in_stock: true });
     // The issuer authenticates clients from their row on PGlite too (issue 14), before and after a rotation.
-    const { secretEncryptionKey } = (await loadSecrets(second.db, {})).secrets;
+    const { secretEncryptionKey } = second.secrets;
     const client = await createClient(second.db, secretEncryptionKey, { name: 'Embedded app', redirectUris: ['http://127.0.0.1:9/cb'] });
     const authenticate = async (secret: string) => {
       const form = { grant_type: 'refresh_token', refresh_token: 'rt_made-up', client_id: client.client_id, client_secret: secret };
@@ -88,65 +56,41 @@ it('buys a tunnel on PGlite and keeps it across a restart', async () => {
 
 it('`npm start` entry point: embedded database, /readyz, graceful SIGTERM', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-start-'));
-  const root = path.resolve(import.meta.dirname, '../..');
-  const child = spawn(process.execPath, ['--import', './loader/register.mjs', 'server/main.ts'], {
-    cwd: root,
-    env: { ...process.env, DATABASE_URL: '', DATA_DIR: dir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
+  // The edge worker as `npm start` runs it (on by default).
+  const env = { DATABASE_URL: '', DATA_DIR: dir };
+  let gateway: GatewayProcess | undefined;
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no listening line in time:\n${out}`)), 120_000);
-      child.stdout.on('data', () => {
-        const m = /"msg":"listening".*?"url":"(http:\/\/[^"]+)"/.exec(out);
-        if (m) {
-          clearTimeout(timer);
-          resolve(m[1]!);
-        }
-      });
-      child.once('exit', (code) => reject(new Error(`exited ${code}:\n${out}`)));
-    });
+    const gw = (gateway = await startGatewayProcess({ ...env, LOG_LEVEL: 'info', EDGE_WORKER: 'true' }));
+    const url = gw.url;
     const ready = await call(url, 'GET', '/readyz');
     expect(ready.status).toBe(200);
     expect((await call(url, 'GET', '/api/dedicated/pricing')).body.currency).toBe('RUB');
 
     // The admin CLI works while the gateway holds the embedded database: it hands its command over.
-    const admin = (...args: string[]) => runAdmin(root, { DATABASE_URL: '', DATA_DIR: dir }, args);
+    const admin = (...args: string[]) => runAdminCli(env, args);
     // With a pinned host key: purchases take IPs only from nodes that have one.
     const node = await admin('node', 'add', '--name', 'edge-1', '--public-ip', '192.0.2.1', '--ssh-host', '192.0.2.1', '--pool', '198.18.7.0/30', '--host-key', `SHA256:${'E'.repeat(43)}`);
-    expect(node.status, node.stderr).toBe(0);
-    expect(JSON.parse(node.stdout)).toMatchObject({ pool_size: 2, gateway_ssh_public_key: expect.stringMatching(/^ssh-ed25519 /) });
-    expect((await admin('user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', 'long enough pw', '--balance-usd', '3')).status).toBe(0);
+    expect(node.code, node.stderr).toBe(0);
+    expect(node.json).toMatchObject({ pool_size: 2, gateway_ssh_public_key: expect.stringMatching(/^ssh-ed25519 /) });
+    expect((await admin('user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', 'long enough pw', '--balance-usd', '3')).code).toBe(0);
     const key = await admin('apikey', 'create', '--email', 'e@example.test', '--permission', 'write');
-    expect(key.status).toBe(0);
+    expect(key.code).toBe(0);
     const refused = await admin('user', 'create', '--email', 'not-an-email', '--name', 'E', '--password', 'long enough pw');
-    expect(refused.status).toBe(1);
-    expect(JSON.parse(refused.stderr).error).toBe('invalid_request');
-    const bought = await call(url, 'POST', '/api/dedicated', { token: JSON.parse(key.stdout).key, body: { origin_ip: '8.8.4.4' } });
+    expect(refused.code).toBe(1);
+    expect(refused.json.error).toBe('invalid_request');
+    const bought = await call(url, 'POST', '/api/dedicated', { token: key.json.key, body: { origin_ip: '8.8.4.4' } });
     expect(bought.status).toBe(201);
     expect(bought.body.balance_after).toBe(1.89);
     // A second gateway on the same data directory refuses to start instead of corrupting it.
-    const second = spawn(process.execPath, ['--import', './loader/register.mjs', 'server/main.ts'], {
-      cwd: root,
-      env: { ...process.env, DATABASE_URL: '', DATA_DIR: dir, PORT: '0', LOG_LEVEL: 'silent' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let secondErr = '';
-    second.stderr.on('data', (d) => (secondErr += d));
-    expect(await new Promise((r) => second.once('exit', r))).toBe(1);
-    expect(secondErr).toContain('another gateway is already running');
+    await expect(startGatewayProcess({ ...env, LOG_LEVEL: 'silent' })).rejects.toThrow(/exited \(1\) before listening: [^]*another gateway is already running/);
     // Every log line is one JSON object.
-    for (const line of out.trim().split('\n')) expect(() => JSON.parse(line), line).not.toThrow();
-    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-    child.kill('SIGTERM');
-    expect(await exited).toBe(0);
-    expect(out).toContain('"msg":"stopped"');
+    for (const line of `${gw.lines.join('\n')}\n${gw.stderr()}`.trim().split('\n')) expect(() => JSON.parse(line), line).not.toThrow();
+    gw.kill('SIGTERM');
+    await gw.waitForLog((l) => l.msg === 'stopped');
+    expect(await gw.exited).toBe(0);
     expect(fs.existsSync(path.join(dir, 'pg'))).toBe(true);
   } finally {
-    child.kill('SIGKILL');
+    gateway?.kill('SIGKILL');
     fs.rmSync(dir, { recursive: true, force: true });
   }
   // A bound for a loaded 2-core host (PGlite's first boot, five CLI processes, two gateways), not a timing assertion.

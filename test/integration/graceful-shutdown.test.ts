@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { GATEWAY_START_DEADLINE_MS, startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { until } from '../helpers/wait.ts';
 
 let t: TestDatabase;
 let gw: GatewayProcess | null = null;
@@ -36,14 +37,13 @@ async function lockTable(table: string): Promise<pg.Client> {
 
 /** Polls PostgreSQL (a condition, with only a safety bound) until `n` queries matching `like` wait on a lock. */
 async function waitForBlocked(like: string, n = 1): Promise<void> {
-  for (;;) {
+  await until(`${n} queries like ${like} waiting on a lock`, async () => {
     const { rows } = await t.raw.query<{ n: string }>(
       `select count(*) as n from pg_stat_activity where datname = $1 and wait_event_type = 'Lock' and query like $2`,
       [t.name, like],
     );
-    if (Number(rows[0]!.n) >= n) return;
-    await new Promise((r) => setTimeout(r, 20));
-  }
+    return Number(rows[0]!.n) >= n;
+  });
 }
 
 interface Answer {

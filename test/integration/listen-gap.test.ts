@@ -12,14 +12,7 @@ import { ProbeCoordinator } from '../../server/provisioning/probes.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
-
-async function until(what: string, fn: () => Promise<boolean> | boolean, ms = 30_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await fn())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+import { until } from '../helpers/wait.ts';
 
 /** A gate: replacement listener connections wait on `wait` until `open()`; `close()` makes a new one. */
 class Gate {

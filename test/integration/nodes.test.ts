@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addNode } from '../../server/domain/nodes.ts';
 import { setRate } from '../../server/domain/settings.ts';
-import { adminCli, cliFailed, cliOk } from '../helpers/admin-cli.ts';
+import { adminCli, cliFailed, cliOk, expectCliRefusals, type CliRefusal } from '../helpers/admin-cli.ts';
 import { fakeHostKey, seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { expectMatchesOpenApi } from '../helpers/openapi.ts';
@@ -90,7 +90,7 @@ describe('item 5: only sellable nodes with a pinned host key sell (node update)'
   it('node update and node show refuse bad input with an error JSON and a non-zero exit, and change nothing', async () => {
     const { node_id: id } = await seedNode(gw.testDb.db, '198.18.43.0/30', 'edge-bad-input');
     const before = (await gw.testDb.raw.query('select * from edge_node order by id')).rows;
-    const cases: Array<[string[], number, string, RegExp]> = [
+    const cases: CliRefusal[] = [
       [['node', 'update', '--id', 'not-a-uuid', '--sellable', 'false'], 1, 'invalid_request', /UUID/],
       [['node', 'update', '--id', randomUUID(), '--sellable', 'false'], 1, 'not_found', /no edge node/],
       [['node', 'update', '--id', id, '--host-key', 'SHA256:short'], 1, 'invalid_request', /fingerprint/],
@@ -102,15 +102,7 @@ describe('item 5: only sellable nodes with a pinned host key sell (node update)'
       [['node', 'list', '--cursor', 'garbage'], 1, 'invalid_request', /cursor/],
       [['node', 'list', '--limit', '0'], 2, 'usage_error', /--limit must be between 1 and 500/],
     ];
-    const runs = await Promise.all(cases.map(([args]) => adminCli(gw.testDb.url, args)));
-    runs.forEach((r, i) => {
-      const [args, code, error, description] = cases[i]!;
-      try {
-        cliFailed(r, code, error, description);
-      } catch (e) {
-        throw new Error(`admin ${args.join(' ')}: ${(e as Error).message}`);
-      }
-    });
+    await expectCliRefusals(gw.testDb.url, cases);
     expect((await gw.testDb.raw.query('select * from edge_node order by id')).rows).toEqual(before);
   }, 240_000);
 });

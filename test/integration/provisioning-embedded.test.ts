@@ -2,16 +2,10 @@
 // PGlite adapter, drive the real agent process (namespace, veth stand-in for GRE). A job queued while
 // the agent is down survives a gateway restart and completes after it.
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { afterAll, expect, it } from 'vitest';
-import { loadConfig } from '../../server/config.ts';
-import { createLogger } from '../../common/log.ts';
-import { loadSecrets } from '../../server/secrets.ts';
-import { buildServices, openDatabase } from '../../server/services.ts';
-import { createGateway } from '../../server/http/app.ts';
+import { bootEmbeddedGateway } from '../helpers/embedded-gateway.ts';
 import { seedUser } from '../helpers/fixtures.ts';
 import { call } from '../helpers/gateway.ts';
 import { TestEdge } from '../helpers/edge.ts';
@@ -26,29 +20,8 @@ afterAll(async () => {
   fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function boot() {
-  const config = { ...loadConfig({ DATA_DIR: dataDir }), logLevel: 'silent' as const, edgeWaitMs: 3000, edgeJobTimeoutMs: 4000 };
-  const db = await openDatabase(config);
-  const services = buildServices(config, db);
-  const { secrets } = await loadSecrets(db, {});
-  await services.provisioning.start(secrets, { worker: true });
-  const server = http.createServer();
-  const gateway = await createGateway(services, createLogger('silent'), server);
-  server.on('request', gateway.app.callback());
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    db,
-    secrets,
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    async close() {
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-      await gateway.stop();
-      await services.provisioning.stop();
-      await db.close();
-    },
-  };
-}
+/** Short edge waits: with the agent down, a provision answers 202 after 3 s and a job attempt gives up after 4 s. */
+const boot = () => bootEmbeddedGateway(dataDir, { config: { edgeWaitMs: 3000, edgeJobTimeoutMs: 4000 }, worker: true });
 
 it.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisions through pg-boss on PGlite, and a job queued before a restart completes after it', async () => {
   const first = await boot();

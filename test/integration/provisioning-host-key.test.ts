@@ -18,6 +18,7 @@ import { addNode, updateNode } from '../../server/domain/nodes.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { fakeHostKey, seedUser, type SeededUser } from '../helpers/fixtures.ts';
+import { until } from '../helpers/wait.ts';
 
 /** FAKE dataplane (test double, no kernel): records every call. */
 class RecordingDataplane implements Dataplane {
@@ -84,15 +85,6 @@ const relay = new CountingRelay();
 const dataplane = new RecordingDataplane();
 const agentLogs: Record<string, unknown>[] = [];
 const gatewayLogs: Record<string, unknown>[] = [];
-
-async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>): Promise<T> {
-  // Bounded by the test's timeout, not by a deadline of its own.
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 interface BossJob {
   state: string;

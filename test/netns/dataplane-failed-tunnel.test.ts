@@ -3,50 +3,27 @@
 // link with one tunnel's name already exists in the namespace and is not the agent's (docs/CONTRACTS.md "Dataplane": the
 // agent never touches links it did not create), so that tunnel cannot be applied. Production dataplane,
 // fresh namespace, veth stand-in for GRE; `ip -j` and `nft -j` are the oracles.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KernelError, createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
-import { isRoot, TestNetns } from './netns.ts';
+import { KernelError, type DataplaneHandle } from '../../agent/dataplane/index.ts';
+import { DataplaneEdge, numberedTunnels } from './dataplane-edge.ts';
+import { isRoot } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 
-const T = 'tunnelgate';
-const EDGE = '192.0.2.2';
-
-const tun = (i: number, over: Partial<TunnelSpec> = {}): TunnelSpec => ({
-  id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-  tunnel_name: `tg-f${i}`,
-  protected_ip: `203.0.113.${i}`,
-  origin_ip: `198.18.0.${i}`,
-  edge_ip: EDGE,
-  edge_inner: `100.64.0.${4 * i + 1}/30`,
-  origin_inner: `100.64.0.${4 * i + 2}/30`,
-  mtu: 1476,
-  ...over,
-});
+const tun = numberedTunnels('tg-f');
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a reconcile with one tunnel the kernel refuses', () => {
-  let edge: TestNetns;
-  let stateDir: string;
+  let edge: DataplaneEdge;
   let dp: DataplaneHandle;
-  const links = (): Map<string, number> => new Map(edge.ipJson<{ ifname: string; ifindex: number }[]>('link', 'show').map((l) => [l.ifname, l.ifindex]));
-  const mapKeys = (): string[] => {
-    const j = JSON.parse(edge.run('nft', '-j', 'list', 'map', 'ip', T, 'protected')) as { nftables: { map?: { elem?: [string, string][] } }[] };
-    return (j.nftables.find((o) => o.map)!.map!.elem ?? []).map(([k]) => k).sort();
-  };
+  const links = (): Map<string, number> => edge.linkIndexes();
+  const mapKeys = (): string[] => edge.protectedMap().map(([k]) => k).sort();
 
   beforeAll(async () => {
-    edge = new TestNetns();
-    edge.run('ip', 'link', 'set', 'lo', 'up');
-    edge.run('ip', 'addr', 'add', `${EDGE}/32`, 'dev', 'lo');
-    stateDir = mkdtempSync(join(tmpdir(), 'tg-failed-tunnel-'));
-    dp = await createDataplane({ edgeIp: EDGE, nftTable: T, stateDir, netns: edge.name, linkKind: 'veth-standin' });
+    edge = new DataplaneEdge('tg-failed-tunnel');
+    dp = await edge.openDataplane();
   });
   afterAll(async () => {
     await dp?.close();
     edge?.delete();
-    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
   });
 
   it('applies the others, lists that one in failed, and leaves the foreign link alone; a later reconcile adds it once fixed', async () => {

@@ -2,58 +2,38 @@
 // dataplane must not report the tunnel as applied (has() is false, the error surfaces), and the next
 // apply must finish the job without disturbing what is already right. The refusal is a real one: the
 // agent's `protected` map is rebuilt by hand with `size 1`, so the kernel answers ENFILE (set full).
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KernelError, createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
-import { isRoot, TestNetns } from './netns.ts';
+import { KernelError, type DataplaneHandle } from '../../agent/dataplane/index.ts';
+import { DataplaneEdge, NFT_TABLE as T, numberedTunnels } from './dataplane-edge.ts';
+import { isRoot } from './netns.ts';
 import { rulesetNftText } from './ruleset-text.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 
-const T = 'tunnelgate';
-const EDGE = '192.0.2.2';
-
-const tun = (i: number): TunnelSpec => ({
-  id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-  tunnel_name: `tg-p${i}`,
-  protected_ip: `203.0.113.${i}`,
-  origin_ip: `198.18.0.${i}`,
-  edge_ip: EDGE,
-  edge_inner: `100.64.0.${4 * i + 1}/30`,
-  origin_inner: `100.64.0.${4 * i + 2}/30`,
-  mtu: 1476,
-});
+const tun = numberedTunnels('tg-p');
 
 /** The agent's table as nft would print it, with the protected map optionally capped. */
 const table = (mapSize?: number): string => rulesetNftText({ table: T, ifnamePrefix: 'tg-', mapSize });
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a half-done apply (link created, nft batch refused)', () => {
-  let edge: TestNetns;
-  let stateDir: string;
+  let edge: DataplaneEdge;
   let dp: DataplaneHandle;
   const nftFile = (text: string): void => {
-    const f = join(stateDir, 'hand.nft');
+    const f = join(edge.stateDir, 'hand.nft');
     writeFileSync(f, text);
     edge.run('nft', '-f', f);
   };
-  const mapElems = (): string[] => {
-    const j = JSON.parse(edge.run('nft', '-j', 'list', 'map', 'ip', T, 'protected')) as { nftables: { map?: { elem?: [string, string][] } }[] };
-    return (j.nftables.find((o) => o.map)!.map!.elem ?? []).map(([k, v]) => `${k}:${v}`).sort();
-  };
-  const linkIndex = (name: string): number | undefined => edge.ipJson<{ ifname: string; ifindex: number }[]>('link', 'show').find((l) => l.ifname === name)?.ifindex;
+  const mapElems = (): string[] => edge.protectedMap().map(([k, v]) => `${k}:${v}`).sort();
+  const linkIndex = (name: string): number | undefined => edge.linkIndexes().get(name);
 
   beforeAll(async () => {
-    edge = new TestNetns();
-    edge.run('ip', 'link', 'set', 'lo', 'up');
-    edge.run('ip', 'addr', 'add', `${EDGE}/32`, 'dev', 'lo');
-    stateDir = mkdtempSync(join(tmpdir(), 'tg-partial-'));
-    dp = await createDataplane({ edgeIp: EDGE, nftTable: T, stateDir, netns: edge.name, linkKind: 'veth-standin' });
+    edge = new DataplaneEdge('tg-partial');
+    dp = await edge.openDataplane();
   });
   afterAll(async () => {
     await dp?.close();
     edge?.delete();
-    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
   });
 
   it('the refused apply leaves the tunnel not applied; the next apply completes it and leaves the rest alone', async () => {

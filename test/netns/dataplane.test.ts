@@ -2,34 +2,17 @@
 // as oracles. This kernel has no GRE: links are the veth stand-in (linkKind 'veth-standin'); the GRE path
 // runs in the VM (grevm). Everything else (nftables table, map elements, counters, conntrack, state,
 // drift repair) is the production code path.
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KernelError, createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
+import { KernelError, standinPeerName, type DataplaneHandle } from '../../agent/dataplane/index.ts';
 import { STATE_FILE } from '../../agent/dataplane/state.ts';
+import { DataplaneEdge, NFT_TABLE as T, numberedTunnels } from './dataplane-edge.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 
-const T = 'tunnelgate';
-const EDGE = '192.0.2.2';
-
 /** Tunnel i: protected 203.0.(112+i/256).(i%256), inner /30 number i of 100.64.0.0/10. */
-function tun(i: number, over: Partial<TunnelSpec> = {}): TunnelSpec {
-  const base = 4 * i;
-  const inner = (off: number): string => `100.${64 + (base >> 16)}.${(base >> 8) & 255}.${(base & 255) + off}/30`;
-  return {
-    id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-    tunnel_name: `tg-t${i}`,
-    protected_ip: `203.0.${112 + (i >> 8)}.${i & 255}`,
-    origin_ip: `198.18.${i >> 8}.${i & 255}`,
-    edge_ip: EDGE,
-    edge_inner: inner(1),
-    origin_inner: inner(2),
-    mtu: 1476,
-    ...over,
-  };
-}
+const tun = numberedTunnels('tg-t', 112);
 
 interface IpLink {
   ifname: string;
@@ -54,12 +37,11 @@ async function kernelError(p: Promise<unknown>): Promise<KernelError> {
 }
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a fresh namespace (veth stand-in for GRE)', () => {
-  let edge: TestNetns;
+  let edge: DataplaneEdge;
   let client: TestNetns;
-  let stateDir: string;
   let dp: DataplaneHandle;
 
-  const open = (): Promise<DataplaneHandle> => createDataplane({ edgeIp: EDGE, nftTable: T, stateDir, netns: edge.name, linkKind: 'veth-standin' });
+  const open = (): Promise<DataplaneHandle> => edge.openDataplane();
   const ruleset = (): NftObj[] => (JSON.parse(edge.run('nft', '-j', 'list', 'ruleset')) as { nftables: NftObj[] }).nftables;
   const rules = (): NftObj[] => ruleset().filter((o) => o.rule);
   const mapElems = (name: string): Map<string, unknown> => {
@@ -80,11 +62,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
   };
 
   beforeAll(async () => {
-    edge = new TestNetns();
+    edge = new DataplaneEdge('tg-dp');
     client = new TestNetns();
-    stateDir = mkdtempSync(join(tmpdir(), 'tg-dp-'));
-    edge.run('ip', 'link', 'set', 'lo', 'up');
-    edge.run('ip', 'addr', 'add', `${EDGE}/32`, 'dev', 'lo');
     // A client on an "upstream" link, so packets to protected IPs cross the edge's prerouting hook.
     edge.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', client.name);
     edge.run('ip', 'addr', 'add', '198.51.100.1/24', 'dev', 'up0');
@@ -101,7 +80,6 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     await dp?.close();
     edge?.delete();
     client?.delete();
-    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
   });
 
   it('start builds the table once, enables forwarding; no tunnel yet', () => {
@@ -222,7 +200,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     const rs = edge.run('nft', '-a', 'list', 'ruleset');
     const before = links();
     await dp.close();
-    expect(readFileSync(join(stateDir, STATE_FILE), 'utf8')).toContain('tg-t7');
+    expect(readFileSync(join(edge.stateDir, STATE_FILE), 'utf8')).toContain('tg-t7');
     dp = await open();
     expect(dp.table).toBe('present');
     expect(edge.run('nft', '-a', 'list', 'ruleset')).toBe(rs);

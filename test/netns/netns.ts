@@ -1,6 +1,7 @@
 // Fresh network namespaces for the kernel tests, and `ip`/`nft` run inside them as oracles.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { until } from '../helpers/wait.ts';
 
 export const isRoot = process.getuid?.() === 0;
 
@@ -30,16 +31,10 @@ export class TestNetns {
    * host may hold for a long time. Tests wait for the path instead of timing out on the first packet.
    */
   async waitForPing(target: string, deadlineMs = 30_000): Promise<void> {
-    const until = Date.now() + deadlineMs;
-    for (;;) {
-      try {
-        this.run('ping', '-n', '-q', '-c', '1', '-W', '1', target);
-        return;
-      } catch (e) {
-        if (Date.now() > until) throw new Error(`${this.name}: no answer from ${target} within ${deadlineMs} ms`, { cause: e });
-        await new Promise((r) => setTimeout(r, 200));
-      }
-    }
+    await until(`${this.name}: an answer from ${target}`, () => {
+      this.run('ping', '-n', '-q', '-c', '1', '-W', '1', target);
+      return true;
+    }, deadlineMs);
   }
 
   delete(): void {

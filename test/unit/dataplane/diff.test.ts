@@ -1,8 +1,8 @@
 // The dataplane's pure diff (no kernel, no root): what a plan does for each shape of drift and scope.
-// It lives beside the namespace tests of the dataplane it drives.
+// The kernel that the plan drives is tested in test/netns/dataplane*.test.ts.
 import { describe, expect, it } from 'vitest';
-import { PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../agent/dataplane/diff.ts';
-import type { TunnelSpec } from '../../agent/dataplane/types.ts';
+import { PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
+import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 
 const t = (i: number, over: Partial<TunnelSpec> = {}): TunnelSpec => ({
   id: `id${i}`,

@@ -9,20 +9,19 @@
 //   - an ok line means exactly one dataplane call, of that op, with a tunnel body the contract accepts.
 // The dataplane is a FAKE (it fails at random, as a kernel can, to cover kernel_error).
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { CompactSign } from 'jose';
-import { Ajv2020 } from 'ajv/dist/2020.js';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createLogger } from '../../common/log.ts';
-import { ERROR_CODES, type ResultLine } from '../../common/job-contract.ts';
-import { checkTunnel } from '../../common/tunnel-spec.ts';
-import { JobHandler } from '../../agent/jobs/handle.ts';
-import { parseJobKey } from '../../agent/jobs/job-key.ts';
-import type { ReplayGuard } from '../../agent/jobs/verify.ts';
-import { parseCidrList } from '../../agent/cidr.ts';
-import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/types.ts';
-import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
+import { createLogger } from '../../../common/log.ts';
+import { ERROR_CODES, type ResultLine } from '../../../common/job-contract.ts';
+import { checkTunnel } from '../../../common/tunnel-spec.ts';
+import { JobHandler } from '../../../agent/jobs/handle.ts';
+import { parseJobKey } from '../../../agent/jobs/job-key.ts';
+import type { ReplayGuard } from '../../../agent/jobs/verify.ts';
+import { parseCidrList } from '../../../agent/cidr.ts';
+import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from '../../../agent/dataplane/types.ts';
+import { EDGE_IP, tunnelSpec } from '../../helpers/tunnel-spec.ts';
+import { resultLineValidator } from './fixtures.ts';
 
 const NODE = randomUUID();
 const KID = 'fuzz-kid';
@@ -30,10 +29,7 @@ const T0 = 1_900_000_000;
 const signing = generateKeyPairSync('ed25519');
 const jobKey = parseJobKey(JSON.stringify({ ...signing.publicKey.export({ format: 'jwk' }), kid: KID }));
 
-const schema = JSON.parse(readFileSync(new URL('../../schema/job.schema.json', import.meta.url), 'utf8')) as Record<string, unknown>;
-const ajv = new Ajv2020({ allErrors: true, strict: true, strictRequired: false }); // `required` next to a `$ref` is valid 2020-12
-ajv.addSchema(schema);
-const validLine = ajv.getSchema(`${String(schema.$id)}#/$defs/resultLine`)!;
+const validLine = resultLineValidator();
 
 class MemoryReplay implements ReplayGuard {
   private readonly used = new Set<string>();

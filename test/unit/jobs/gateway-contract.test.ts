@@ -1,0 +1,144 @@
+// The gateway's side of the job contract: signJob produces exactly what the agent accepts, and
+// schema/job.schema.json agrees with the agent's verifier.
+import { beforeEach, describe, expect, it } from 'vitest';
+import { JobSigningError, signJob } from '../../../server/edge/job-signing.ts';
+import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
+import { NODE, OTHER_NODE, T0, gateway, KID, tunnel, claims, token, resetVerifier, ctx, code, jobSchema, jobSchemaAjv } from './fixtures.ts';
+
+beforeEach(resetVerifier);
+
+describe('signJob (gateway side)', () => {
+  it('produces exactly the contract: header {alg, typ, kid}, claims, a fresh jti, exp = iat + 60', async () => {
+    const t = tunnel();
+    const jws = await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: t }, { now: T0 + 0.7 });
+    const [h, p] = jws.split('.');
+    expect(JSON.parse(Buffer.from(h!, 'base64url').toString())).toEqual({ alg: 'EdDSA', typ: 'tunnel-job+jwt', kid: KID });
+    const c = JSON.parse(Buffer.from(p!, 'base64url').toString()) as Record<string, unknown>;
+    expect(Object.keys(c)).toEqual(['iss', 'aud', 'jti', 'iat', 'exp', 'v', 'op', 'tunnel']);
+    expect(c).toMatchObject({ iss: 'tunnelgate', aud: NODE, iat: T0, exp: T0 + 60, v: 1, op: 'apply', tunnel: t });
+    expect(c.jti).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(await code(jws)).toBe('ok');
+    const again = await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: t }, { now: T0 });
+    expect(JSON.parse(Buffer.from(again.split('.')[1]!, 'base64url').toString()).jti).not.toBe(c.jti);
+    // A private JWK works too, and a shorter lifetime.
+    const short = await signJob(gateway.privateKey.export({ format: 'jwk' }), KID, NODE, 'reconcile', { tunnels: [t] }, { now: T0, ttlSeconds: 15 });
+    expect(JSON.parse(Buffer.from(short.split('.')[1]!, 'base64url').toString())).toMatchObject({ iat: T0, exp: T0 + 15 });
+    expect(await code(short)).toBe('ok');
+    // Signed now by the real clock, verified by a real-clock agent.
+    expect(await code(await signJob(gateway.privateKey, KID, NODE, 'probe', { tunnel: t }), ctx({ now: () => Date.now() / 1000 }))).toBe('ok');
+  });
+
+  it('refuses to sign what an agent would call malformed', async () => {
+    const t = tunnel();
+    const sign = (op: string, body: unknown, opts = {}) => signJob(gateway.privateKey, KID, NODE, op as 'apply', body as { tunnel: TunnelSpec }, opts);
+    await expect(sign('apply', { tunnel: { ...t, gre_key: null } })).rejects.toThrow(JobSigningError);
+    await expect(sign('apply', { tunnel: { ...t, mtu: undefined } })).rejects.toThrow(/mtu is missing/);
+    await expect(sign('apply', { tunnels: [t] })).rejects.toThrow(/exactly \{tunnel\}/);
+    await expect(sign('apply', { tunnel: t, aud: OTHER_NODE })).rejects.toThrow(/exactly \{tunnel\}/);
+    await expect(sign('destroy', { tunnel: t })).rejects.toThrow(/op must be/);
+    await expect(sign('apply', { tunnel: t }, { ttlSeconds: 61 })).rejects.toThrow(/ttlSeconds/);
+    await expect(signJob(gateway.privateKey, KID, 'node-1', 'apply', { tunnel: t })).rejects.toThrow(/UUID/);
+    await expect(signJob(gateway.publicKey, KID, NODE, 'apply', { tunnel: t })).rejects.toThrow(/private key/);
+    await expect(signJob(gateway.privateKey, '', NODE, 'apply', { tunnel: t })).rejects.toThrow(/kid/);
+  });
+});
+// ---------------------------------------------------------------------------------------------------
+
+describe('schema/job.schema.json', () => {
+  const schema = jobSchema;
+  const ajv = jobSchemaAjv();
+  const validate = ajv.compile(schema);
+  const validateHeader = ajv.getSchema(`${String(schema.$id)}#/$defs/header`)!;
+
+  it('is a valid 2020-12 schema and accepts what signJob signs', async () => {
+    expect(schema.$schema).toBe('https://json-schema.org/draft/2020-12/schema');
+    const t = tunnel({ gre_key: 7 });
+    for (const [op, body] of [
+      ['apply', { tunnel: t }],
+      ['remove', { tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }],
+      ['reconcile', { tunnels: [t] }],
+      ['probe', { tunnel: t }],
+    ] as const) {
+      const jws = await signJob(gateway.privateKey, KID, NODE, op, body as never, { now: T0 });
+      const [h, p] = jws.split('.');
+      expect(validate(JSON.parse(Buffer.from(p!, 'base64url').toString())), `${op}: ${JSON.stringify(validate.errors)}`).toBe(true);
+      expect(validateHeader(JSON.parse(Buffer.from(h!, 'base64url').toString()))).toBe(true);
+    }
+    expect(validateHeader({ alg: 'none', typ: 'tunnel-job+jwt', kid: KID })).toBe(false);
+    expect(validateHeader({ alg: 'EdDSA', typ: 'JWT', kid: KID })).toBe(false);
+    expect(validateHeader({ alg: 'EdDSA', typ: 'tunnel-job+jwt' })).toBe(false);
+  });
+
+  it('agrees with the verifier: for well-signed, current jobs, schema-valid exactly when the agent accepts', async () => {
+    const t = tunnel();
+    const corpus: Record<string, unknown>[] = [
+      claims(),
+      claims({ tunnel: tunnel({ gre_key: 0 }) }),
+      claims({ tunnel: tunnel({ gre_key: 4294967295, mtu: 9000 }) }),
+      claims({ tunnel: tunnel({ edge_inner: '100.64.0.0/31', origin_inner: '100.64.0.1/31' }) }),
+      claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }),
+      claims({ op: 'remove', tunnel: t }),
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: [] }),
+      claims({ op: 'probe' }),
+      claims({ iss: 'x' }),
+      claims({ jti: 'x' }),
+      claims({ iat: '1' }),
+      claims({ exp: undefined }),
+      claims({ v: 2 }),
+      claims({ v: undefined }),
+      claims({ op: 'destroy' }),
+      claims({ op: undefined }),
+      claims({ aud: undefined }),
+      claims({ extra: 1 }),
+      claims({ tunnel: undefined }),
+      claims({ tunnels: [t] }),
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: {} }),
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, mtu: '1476' }] }),
+      claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name } }),
+      claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, edge_inner: t.edge_inner } }),
+      claims({ op: 'probe', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }),
+      ...(
+        [
+          ['id', 'x'],
+          ['tunnel_name', 'tg.dot'],
+          ['tunnel_name', '-tg'],
+          ['tunnel_name', 'sixteen-chars-xx'],
+          ['tunnel_name', ''],
+          ['protected_ip', '1.2.3'],
+          ['protected_ip', '01.2.3.4'],
+          ['origin_ip', '256.1.1.1'],
+          ['edge_inner', '100.64.0.1/29'],
+          ['edge_inner', '100.64.0.1'],
+          ['origin_inner', 12],
+          ['mtu', 575],
+          ['mtu', 9001],
+          ['mtu', 1476.5],
+          ['gre_key', -1],
+          ['gre_key', 4294967296],
+          ['gre_key', '42'],
+          ['gre_key', null],
+          ['status', 'x'],
+        ] as const
+      ).map(([k, v]) => claims({ tunnel: { ...t, [k]: v } })),
+    ];
+    for (const c of corpus) {
+      const bySchema = validate(c);
+      const byAgent = (await code(await token(c))) === 'ok';
+      expect(bySchema, `${JSON.stringify(c).slice(0, 200)} schema=${bySchema} agent=${byAgent} ${JSON.stringify(validate.errors?.[0])}`).toBe(byAgent);
+    }
+  });
+
+  it('names the checks it cannot express, which only the verifier makes', async () => {
+    const t = tunnel();
+    // Schema-valid, refused by the agent: inner ends in two subnets, a reconcile with a duplicate id.
+    for (const c of [
+      claims({ tunnel: { ...t, edge_inner: '100.64.0.1/30', origin_inner: '100.64.0.6/30' } }),
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: [t, t] }),
+    ]) {
+      expect(validate(c)).toBe(true);
+      expect(await code(await token(c))).toBe('malformed');
+    }
+    expect(String(schema.description)).toMatch(/same subnet|one \/30/);
+    expect(String(schema.description)).toMatch(/distinct id/);
+  });
+});

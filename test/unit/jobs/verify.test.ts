@@ -1,0 +1,253 @@
+// verifyJob against docs/CONTRACTS.md "Exact rules": jobs it accepts, every refusal code with real jose-signed
+// tokens, and the precedence between codes.
+import { randomUUID } from 'node:crypto';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { MAX_INPUT_BYTES } from '../../../common/job-contract.ts';
+import { parseJobKey } from '../../../agent/jobs/job-key.ts';
+import { verifyJob } from '../../../agent/jobs/verify.ts';
+import { NODE, OTHER_NODE, T0, gateway, gatewayJwk, KID, intruder, tunnel, b64, claims, token, unsigned, verifier, resetVerifier, ctx, code } from './fixtures.ts';
+
+beforeEach(resetVerifier);
+
+describe('verifyJob: accepted jobs', () => {
+  it('accepts a job per op and hands back its claims, with the jti recorded until exp + 30 s', async () => {
+    const t = tunnel();
+    const bodies: Record<string, Record<string, unknown>> = {
+      apply: { tunnel: t },
+      remove: { tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } },
+      reconcile: { tunnels: [t, tunnel({ id: randomUUID(), tunnel_name: 'tg-other', protected_ip: '203.0.113.11', edge_inner: '100.64.0.5/30', origin_inner: '100.64.0.6/30', gre_key: 42 })] },
+      probe: { tunnel: t },
+    };
+    for (const [op, body] of Object.entries(bodies)) {
+      const c = { iss: 'tunnelgate', aud: NODE, jti: randomUUID(), iat: T0, exp: T0 + 60, v: 1, op, ...body };
+      const out = await verifyJob(await token(c), ctx());
+      expect(out.ok, op).toBe(true);
+      if (!out.ok) continue;
+      expect(out.job.op).toBe(op);
+      expect(out.job.jti).toBe(c.jti);
+      expect(out.job.kid).toBe(KID);
+      expect(verifier.replay.used.get(c.jti as string)).toBe(T0 + 90);
+    }
+    // An empty desired set is a valid reconcile.
+    expect(await code(await token(claims({ op: 'reconcile', tunnel: undefined, tunnels: [] })))).toBe('ok');
+  });
+
+  it('accepts exactly one trailing newline, and the time boundaries', async () => {
+    expect(await code(`${await token()}\n`)).toBe('ok');
+    expect(await code(Buffer.from(`${await token()}\n`))).toBe('ok');
+    expect(await code(await token(claims({ iat: T0 + 30, exp: T0 + 60 })))).toBe('ok'); // iat 30 s ahead: allowed
+    verifier.clock = T0 + 60 + 30;
+    expect(await code(await token(claims({ iat: T0, exp: T0 + 60 })))).toBe('ok'); // exp passed by 30 s: allowed
+  });
+
+  it('accepts a PEM job key (no kid to match) and lower-cases UUIDs', async () => {
+    const pemKey = parseJobKey(gateway.publicKey.export({ format: 'pem', type: 'spki' }).toString());
+    const upper = randomUUID().toUpperCase();
+    const out = await verifyJob(await token(claims({ jti: upper, aud: NODE.toUpperCase(), tunnel: tunnel({ id: upper }) }), { kid: 'any-kid' }), ctx({ jobKey: pemKey }));
+    expect(out.ok).toBe(true);
+    if (out.ok && out.job.op === 'apply') {
+      expect(out.job.jti).toBe(upper.toLowerCase());
+      expect(out.job.tunnel.id).toBe(upper.toLowerCase());
+    }
+  });
+});
+
+describe('verifyJob: each refusal code', () => {
+  it('malformed: not a compact JWS', async () => {
+    const good = await token();
+    const [h, p, s] = good.split('.');
+    for (const bad of ['', 'hello', `${h}.${p}`, `${h}.${p}.${s}.x`, `${good}\n\n`, ` ${good}`, `${good} `, `${good}\r\n`, `.${p}.${s}`, `${h}..${s}`, `${h}.${p}.${s}=`, `${h}!.${p}.${s}`]) {
+      expect(await code(bad), JSON.stringify(bad.slice(0, 20))).toBe('malformed');
+    }
+    expect(await code(`${b64('not json')}.${p}.${s}`)).toBe('malformed');
+    expect(await code(`${b64([1, 2])}.${p}.${s}`)).toBe('malformed');
+    expect(await code(`${h}.${b64('[]')}.${s}`)).toBe('malformed');
+    expect(await code(`${h}.${b64('"a string"')}.${s}`)).toBe('malformed');
+    expect(await code(Buffer.from([0xff, 0xfe, 0x2e, 0x41, 0x2e, 0x41]))).toBe('malformed');
+  });
+
+  it('malformed: wrong or missing typ, missing kid, crit', async () => {
+    expect(await code(await token(claims(), { typ: undefined }))).toBe('malformed');
+    expect(await code(await token(claims(), { typ: 'JWT' }))).toBe('malformed');
+    expect(await code(await token(claims(), { typ: 'TUNNEL-JOB+JWT' }))).toBe('malformed');
+    expect(await code(await token(claims(), { kid: undefined }))).toBe('malformed');
+    expect(await code(await token(claims(), { kid: '' }))).toBe('malformed');
+    expect(await code(unsigned(claims(), { alg: 'EdDSA', typ: 'tunnel-job+jwt', kid: KID, crit: ['exp'], exp: 1 }))).toBe('malformed');
+  });
+
+  it('malformed: wrong or missing iss, jti (a UUID), iat, exp', async () => {
+    for (const c of [
+      claims({ iss: undefined }),
+      claims({ iss: 'someone-else' }),
+      claims({ jti: undefined }),
+      claims({ jti: 'not-a-uuid' }),
+      claims({ jti: 42 }),
+      claims({ jti: `${randomUUID()}x` }),
+      claims({ iat: undefined }),
+      claims({ iat: String(T0) }),
+      claims({ iat: -1 }),
+      claims({ exp: undefined }),
+      claims({ exp: null }),
+      claims({ iat: T0, exp: T0 - 1 }), // exp before iat
+    ]) {
+      expect(await code(await token(c)), JSON.stringify(c).slice(0, 120)).toBe('malformed');
+    }
+  });
+
+  it('malformed: iat more than 30 s in the future', async () => {
+    expect(await code(await token(claims({ iat: T0 + 31, exp: T0 + 60 })))).toBe('malformed');
+    expect(await code(await token(claims({ iat: T0 + 3600, exp: T0 + 3630 })))).toBe('malformed');
+  });
+
+  it('malformed: a body that does not match the op', async () => {
+    const t = tunnel();
+    const bad: Record<string, unknown>[] = [
+      claims({ op: undefined }),
+      claims({ op: 7 }),
+      claims({ tunnel: undefined }), // apply without tunnel
+      claims({ tunnel: undefined, tunnels: [t] }), // apply with a list
+      claims({ tunnels: [t] }), // apply with both
+      claims({ op: 'reconcile', tunnel: undefined }),
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: t }),
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: [t, t] }), // duplicate id
+      claims({ op: 'reconcile', tunnel: undefined, tunnels: [t, { ...t, id: randomUUID(), protected_ip: '203.0.113.99', edge_inner: '100.64.0.5/30', origin_inner: '100.64.0.6/30' }] }), // duplicate tunnel_name
+      claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name } }), // remove without protected_ip
+      claims({ op: 'probe', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }), // probe needs the whole tunnel
+      claims({ tunnel: { ...t, mtu: undefined } }),
+      claims({ tunnel: { ...t, mtu: 1476.5 } }),
+      claims({ tunnel: { ...t, mtu: 100 } }),
+      claims({ tunnel: { ...t, id: 'tunnel-1' } }),
+      claims({ tunnel: { ...t, protected_ip: '203.0.113.256' } }),
+      claims({ tunnel: { ...t, origin_ip: '192.0.2.050' } }),
+      claims({ tunnel: { ...t, tunnel_name: 'a-name-longer-than-15' } }),
+      claims({ tunnel: { ...t, tunnel_name: 'tg x' } }),
+      claims({ tunnel: { ...t, edge_inner: '100.64.0.1/24', origin_inner: '100.64.0.2/24' } }),
+      claims({ tunnel: { ...t, edge_inner: '100.64.0.1/30', origin_inner: '100.64.0.6/30' } }), // two subnets
+      claims({ tunnel: { ...t, edge_inner: '100.64.0.0/30', origin_inner: '100.64.0.1/30' } }), // network address
+      claims({ tunnel: { ...t, origin_inner: t.edge_inner } }),
+      claims({ tunnel: { ...t, gre_key: -1 } }),
+      claims({ tunnel: { ...t, gre_key: 2 ** 32 } }),
+      claims({ tunnel: { ...t, gre_key: null } }),
+      claims({ tunnel: { ...t, status: 'active' } }), // unknown tunnel field
+      claims({ tunnel: [t] }),
+      claims({ note: 'extra claim' }),
+      claims({ nbf: T0 }),
+    ];
+    for (const c of bad) expect(await code(await token(c)), JSON.stringify(c).slice(0, 160)).toBe('malformed');
+    // The /31 form and a remove that carries every field are fine.
+    expect(await code(await token(claims({ tunnel: { ...t, edge_inner: '100.64.0.0/31', origin_inner: '100.64.0.1/31' } })))).toBe('ok');
+    expect(await code(await token(claims({ op: 'remove', tunnel: t })))).toBe('ok');
+  });
+
+  it('malformed: input over 16 MiB', async () => {
+    expect(await code(Buffer.alloc(MAX_INPUT_BYTES + 1, 0x41))).toBe('malformed');
+    const out = await verifyJob(Buffer.alloc(MAX_INPUT_BYTES + 1, 0x41), ctx());
+    expect(!out.ok && out.error_description).toMatch(/16777216 bytes/);
+  });
+
+  it('invalid_signature: alg none, HS256, another Ed25519 key, a tampered payload, another kid', async () => {
+    expect(await code(unsigned(claims()))).toBe('invalid_signature');
+    expect(await code(unsigned(claims(), { alg: 'EdDSA', typ: 'tunnel-job+jwt', kid: KID }))).toBe('invalid_signature'); // EdDSA with no signature
+    expect(await code(await token(claims(), { alg: 'HS256' }, new Uint8Array(32).fill(7)))).toBe('invalid_signature');
+    // HS256 keyed with the public key's bytes (the classic algorithm-confusion attack).
+    expect(await code(await token(claims(), { alg: 'HS256' }, Buffer.from(gatewayJwk.x!, 'base64url')))).toBe('invalid_signature');
+    expect(await code(await token(claims(), {}, intruder.privateKey))).toBe('invalid_signature');
+    expect(await code(await token(claims(), { alg: 'Ed25519' }))).toBe('invalid_signature'); // the fully-specified name is not EdDSA
+    expect(await code(unsigned(claims(), { typ: 'tunnel-job+jwt', kid: KID }))).toBe('invalid_signature'); // no alg at all
+    const good = await token();
+    const [h, , s] = good.split('.');
+    expect(await code(`${h}.${b64(claims())}.${s}`)).toBe('invalid_signature');
+    const sig = Buffer.from(s!, 'base64url');
+    sig[0]! ^= 1;
+    expect(await code(`${good.split('.').slice(0, 2).join('.')}.${sig.toString('base64url')}`)).toBe('invalid_signature');
+    expect(await code(await token(claims(), { kid: 'another-key' }))).toBe('invalid_signature');
+  });
+
+  it('wrong_audience: aud missing or another node, an edge_ip not AGENT_EDGE_IP', async () => {
+    expect(await code(await token(claims({ aud: OTHER_NODE })))).toBe('wrong_audience');
+    expect(await code(await token(claims({ aud: undefined })))).toBe('wrong_audience');
+    expect(await code(await token(claims({ aud: [NODE] })))).toBe('wrong_audience');
+    expect(await code(await token(claims({ aud: 'tunnelgate' })))).toBe('wrong_audience');
+    expect(await code(await token(claims({ tunnel: tunnel({ edge_ip: '198.51.100.8' }) })))).toBe('wrong_audience');
+    expect(await code(await token(claims({ op: 'probe', tunnel: tunnel({ edge_ip: '198.51.100.8' }) })))).toBe('wrong_audience');
+    const t2 = tunnel({ id: randomUUID(), tunnel_name: 'tg-two', protected_ip: '203.0.113.12', edge_ip: '198.51.100.8', edge_inner: '100.64.0.5/30', origin_inner: '100.64.0.6/30' });
+    expect(await code(await token(claims({ op: 'reconcile', tunnel: undefined, tunnels: [tunnel(), t2] })))).toBe('wrong_audience');
+    expect(await code(await token(claims({ op: 'remove', tunnel: { ...tunnel(), edge_ip: '198.51.100.8' } })))).toBe('wrong_audience');
+    // A remove that names no edge_ip is fine.
+    const t = tunnel();
+    expect(await code(await token(claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } })))).toBe('ok');
+  });
+
+  it('expired: exp past beyond the 30 s skew, or more than 60 s after iat', async () => {
+    verifier.clock = T0 + 60 + 31;
+    expect(await code(await token(claims({ iat: T0, exp: T0 + 60 })))).toBe('expired');
+    verifier.clock = T0;
+    expect(await code(await token(claims({ iat: T0 - 600, exp: T0 - 540 })))).toBe('expired');
+    expect(await code(await token(claims({ iat: T0, exp: T0 + 61 })))).toBe('expired');
+    expect(await code(await token(claims({ iat: T0 - 10, exp: T0 + 3600 })))).toBe('expired');
+  });
+
+  it('unsupported_version: v missing or not 1', async () => {
+    for (const v of [undefined, 2, 0, '1', 1.5, null]) expect(await code(await token(claims({ v }))), String(v)).toBe('unsupported_version');
+  });
+
+  it('unsupported_command: an op this agent does not know', async () => {
+    expect(await code(await token(claims({ op: 'destroy' })))).toBe('unsupported_command');
+    expect(await code(await token(claims({ op: 'APPLY' })))).toBe('unsupported_command');
+  });
+
+  it('replayed: a jti seen before, also when both arrive at once', async () => {
+    const jws = await token();
+    expect(await code(jws)).toBe('ok');
+    expect(await code(jws)).toBe('replayed');
+    expect(await code(`${jws}\n`)).toBe('replayed');
+    // Another token with the same jti (re-signed) is a replay too.
+    const jti = randomUUID();
+    expect(await code(await token(claims({ jti })))).toBe('ok');
+    expect(await code(await token(claims({ jti: jti.toUpperCase(), op: 'probe' })))).toBe('replayed');
+    const twin = await token();
+    const both = await Promise.all([code(twin), code(twin), code(twin)]);
+    expect(both.sort()).toEqual(['ok', 'replayed', 'replayed']);
+  });
+
+  it('refusals carry the jti when it is a UUID, and say why', async () => {
+    const jti = randomUUID();
+    const out = await verifyJob(await token(claims({ jti, aud: OTHER_NODE })), ctx());
+    expect(out).toEqual({ ok: false, jti, error: 'wrong_audience', error_description: 'aud is not this node' });
+    const noJti = await verifyJob(await token(claims({ jti: 'x' })), ctx());
+    expect(noJti.ok === false && 'jti' in noJti).toBe(false);
+  });
+});
+
+describe('verifyJob: precedence (malformed > invalid_signature > wrong_audience > expired > unsupported_version > unsupported_command > replayed)', () => {
+  it('reports the first failing check', async () => {
+    const cases: [string, () => Promise<string>, string][] = [
+      ['alg none and no typ', async () => unsigned(claims(), { alg: 'none', kid: KID }), 'malformed'],
+      ['another key and a body that does not match', async () => token(claims({ tunnel: undefined }), {}, intruder.privateKey), 'malformed'],
+      ['HS256 and iat far in the future', async () => token(claims({ iat: T0 + 600, exp: T0 + 620 }), { alg: 'HS256' }, new Uint8Array(32)), 'malformed'],
+      ['another key and another node', async () => token(claims({ aud: OTHER_NODE }), {}, intruder.privateKey), 'invalid_signature'],
+      ['alg none, expired, v 2', async () => unsigned(claims({ iat: T0 - 600, exp: T0 - 590, v: 2 })), 'invalid_signature'],
+      ['another node and expired', async () => token(claims({ aud: OTHER_NODE, iat: T0 - 600, exp: T0 - 590 })), 'wrong_audience'],
+      ['another edge_ip and v 2 body', async () => token(claims({ tunnel: tunnel({ edge_ip: '198.51.100.9' }) })), 'wrong_audience'],
+      ['expired and v 2', async () => token(claims({ iat: T0 - 600, exp: T0 - 590, v: 2 })), 'expired'],
+      ['lifetime over 60 s and unknown op', async () => token(claims({ exp: T0 + 61, op: 'destroy' })), 'expired'],
+      ['v 2 and unknown op', async () => token(claims({ v: 2, op: 'destroy' })), 'unsupported_version'],
+      // Body shapes are version 1's: a v2 job whose body v1 would not accept is unsupported_version.
+      ['v 2 with a body v1 does not know', async () => token(claims({ v: 2, tunnel: undefined, tunnel_v2: { id: 1 } })), 'unsupported_version'],
+    ];
+    for (const [name, make, expected] of cases) expect(await code(await make()), name).toBe(expected);
+    // replayed comes last: a replay of a job that would now fail another check reports that check.
+    const jws = await token(claims({ iat: T0, exp: T0 + 10 }));
+    expect(await code(jws)).toBe('ok');
+    expect(await code(jws)).toBe('replayed');
+    verifier.clock = T0 + 41;
+    expect(await code(jws)).toBe('expired');
+  });
+
+  it('does not consult the replay cache for refused jobs', async () => {
+    const jti = randomUUID();
+    expect(await code(await token(claims({ jti, aud: OTHER_NODE })))).toBe('wrong_audience');
+    expect(verifier.replay.used.has(jti)).toBe(false);
+    expect(await code(await token(claims({ jti })))).toBe('ok');
+  });
+});
