@@ -267,8 +267,8 @@ describe('verifyJob: each refusal code', () => {
     expect(await code(await token(claims({ iat: T0 - 10, exp: T0 + 3600 })))).toBe('expired');
   });
 
-  it('unsupported_version: v missing or not 1', async () => {
-    for (const v of [undefined, 2, 0, '1', 1.5, null]) expect(await code(await token(claims({ v }))), String(v)).toBe('unsupported_version');
+  it('unsupported_version: v missing or not 1 or 2', async () => {
+    for (const v of [undefined, 3, 0, '1', '2', 1.5, null]) expect(await code(await token(claims({ v }))), String(v)).toBe('unsupported_version');
   });
 
   it('unsupported_command: an op this agent does not know', async () => {
@@ -299,6 +299,45 @@ describe('verifyJob: each refusal code', () => {
   });
 });
 
+describe('verifyJob: job version 2 (docs/CONTRACTS.md "Edge jobs", "Versions")', () => {
+  const policy = { ports: [[22, 22], [80, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 500, drop_fragments: true };
+
+  it('accepts v 2 with a tunnel policy, and hands the policy on unchanged', async () => {
+    const t = tunnel({ policy } as never);
+    for (const c of [claims({ v: 2, tunnel: t }), claims({ v: 2, op: 'probe', tunnel: t }), claims({ v: 2, op: 'remove', tunnel: t })]) {
+      const out = await verifyJob(await token(c), ctx());
+      expect(out.ok, JSON.stringify(out)).toBe(true);
+      if (out.ok && out.job.op !== 'reconcile') expect(out.job.tunnel.policy).toEqual(policy);
+    }
+    const out = await verifyJob(await token(claims({ v: 2, op: 'reconcile', tunnel: undefined, tunnels: [t] })), ctx());
+    expect(out.ok && out.job.op === 'reconcile' && out.job.v === 2 && out.job.tunnels[0]!.policy).toEqual(policy);
+    // v 2 without a policy (the default) is fine too, and so is v 1 without one.
+    expect(await code(await token(claims({ v: 2 })))).toBe('ok');
+    expect(await code(await token(claims({ v: 1 })))).toBe('ok');
+  });
+
+  it('a v 1 tunnel carrying policy is malformed; a v 2 policy of the wrong shape is malformed', async () => {
+    expect(await code(await token(claims({ v: 1, tunnel: tunnel({ policy } as never) })))).toBe('malformed');
+    expect(await code(await token(claims({ v: 1, op: 'reconcile', tunnel: undefined, tunnels: [tunnel({ policy } as never)] })))).toBe('malformed');
+    for (const bad of [{ ...policy, ports: '22' }, { ...policy, protocol: 'icmp' }, { ...policy, source_pps_limit: 1 }, { ...policy, extra: 1 }, { ...policy, drop_fragments: undefined }, null]) {
+      expect(await code(await token(claims({ v: 2, tunnel: { ...tunnel(), policy: bad } }))), JSON.stringify(bad)).toBe('malformed');
+    }
+  });
+
+  it('v 3 is unsupported_version, even with a body no version knows (not malformed)', async () => {
+    expect(await code(await token(claims({ v: 3 })))).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 3, tunnel: { ...tunnel(), policy: 'strict' } })))).toBe('unsupported_version');
+  });
+
+  it('an agent accepting only v 1 (AGENT_JOB_VERSIONS=1, an old agent\'s stand-in) refuses v 2 as unsupported_version, body unchecked', async () => {
+    const old = ctx({ versions: [1] });
+    expect(await code(await token(claims({ v: 2 })), old)).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 2, tunnel: tunnel({ policy } as never) })), old)).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 2, tunnel: undefined })), old)).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 1 })), old)).toBe('ok');
+  });
+});
+
 describe('verifyJob: precedence (malformed > invalid_signature > wrong_audience > expired > unsupported_version > unsupported_command > replayed)', () => {
   it('reports the first failing check', async () => {
     const cases: [string, () => Promise<string>, string][] = [
@@ -306,14 +345,18 @@ describe('verifyJob: precedence (malformed > invalid_signature > wrong_audience 
       ['another key and a body that does not match', async () => token(claims({ tunnel: undefined }), {}, intruder.privateKey), 'malformed'],
       ['HS256 and iat far in the future', async () => token(claims({ iat: T0 + 600, exp: T0 + 620 }), { alg: 'HS256' }, new Uint8Array(32)), 'malformed'],
       ['another key and another node', async () => token(claims({ aud: OTHER_NODE }), {}, intruder.privateKey), 'invalid_signature'],
-      ['alg none, expired, v 2', async () => unsigned(claims({ iat: T0 - 600, exp: T0 - 590, v: 2 })), 'invalid_signature'],
+      ['alg none, expired, v 3', async () => unsigned(claims({ iat: T0 - 600, exp: T0 - 590, v: 3 })), 'invalid_signature'],
       ['another node and expired', async () => token(claims({ aud: OTHER_NODE, iat: T0 - 600, exp: T0 - 590 })), 'wrong_audience'],
-      ['another edge_ip and v 2 body', async () => token(claims({ tunnel: tunnel({ edge_ip: '198.51.100.9' }) })), 'wrong_audience'],
-      ['expired and v 2', async () => token(claims({ iat: T0 - 600, exp: T0 - 590, v: 2 })), 'expired'],
+      ['another edge_ip', async () => token(claims({ tunnel: tunnel({ edge_ip: '198.51.100.9' }) })), 'wrong_audience'],
+      ['expired and v 3', async () => token(claims({ iat: T0 - 600, exp: T0 - 590, v: 3 })), 'expired'],
       ['lifetime over 60 s and unknown op', async () => token(claims({ exp: T0 + 61, op: 'destroy' })), 'expired'],
-      ['v 2 and unknown op', async () => token(claims({ v: 2, op: 'destroy' })), 'unsupported_version'],
-      // Body shapes are version 1's: a v2 job whose body v1 would not accept is unsupported_version.
-      ['v 2 with a body v1 does not know', async () => token(claims({ v: 2, tunnel: undefined, tunnel_v2: { id: 1 } })), 'unsupported_version'],
+      ['v 3 and unknown op', async () => token(claims({ v: 3, op: 'destroy' })), 'unsupported_version'],
+      ['v 2 and unknown op', async () => token(claims({ v: 2, op: 'destroy' })), 'unsupported_command'],
+      // Body shapes are only known for the versions the agent speaks: a v3 job with a body no version
+      // knows is unsupported_version, a v2 one is malformed.
+      ['v 3 with a body no version knows', async () => token(claims({ v: 3, tunnel: undefined, tunnel_v3: { id: 1 } })), 'unsupported_version'],
+      ['v 2 with a body v2 does not know', async () => token(claims({ v: 2, tunnel: undefined, tunnel_v3: { id: 1 } })), 'malformed'],
+      ['v 1 carrying a policy, and another edge_ip', async () => token(claims({ v: 1, tunnel: { ...tunnel({ edge_ip: '198.51.100.9' }), policy: { ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: null, drop_fragments: false } } })), 'malformed'],
     ];
     for (const [name, make, expected] of cases) expect(await code(await make()), name).toBe(expected);
     // replayed comes last: a replay of a job that would now fail another check reports that check.
@@ -518,7 +561,7 @@ describe('JobHandler', () => {
     for (const [jws, c] of [
       ['garbage', 'malformed'],
       [await token(claims({ aud: OTHER_NODE })), 'wrong_audience'],
-      [await token(claims({ v: 2 })), 'unsupported_version'],
+      [await token(claims({ v: 3 })), 'unsupported_version'],
     ] as const) {
       expect(await h.handle(jws)).toMatchObject({ ok: false, error: c });
       expect(lines.at(-1)).toMatchObject({ msg: 'job refused', code: c });
@@ -593,6 +636,13 @@ describe('agent configuration', () => {
     expect(c.sources).toMatchObject({ AGENT_NODE_ID: 'env', AGENT_LISTEN: 'default' });
     expect(loadConfig(env({ AGENT_LISTEN: '[::1]:2222', AGENT_NODE_ID: NODE.toUpperCase() })).listen).toEqual({ host: '::1', port: 2222 });
     expect(loadConfig(env({ AGENT_NODE_ID: NODE.toUpperCase() })).nodeId).toBe(NODE);
+  });
+
+  it('AGENT_JOB_VERSIONS: every version this agent speaks by default; a subset of them when set', () => {
+    expect(loadConfig(env()).jobVersions).toEqual([1, 2]);
+    expect(loadConfig(env({ AGENT_JOB_VERSIONS: '1' })).jobVersions).toEqual([1]);
+    expect(loadConfig(env({ AGENT_JOB_VERSIONS: ' 2, 1 ,2' })).jobVersions).toEqual([1, 2]);
+    for (const bad of ['3', '1,3', 'one', '1;2', '01', ',']) expect(() => loadConfig(env({ AGENT_JOB_VERSIONS: bad })), bad).toThrow(/AGENT_JOB_VERSIONS must be/);
   });
 
   it('reads a key = value file with lower-case keys; the environment overrides it', () => {
@@ -701,9 +751,26 @@ describe('signJob (gateway side)', () => {
     await expect(signJob(gateway.publicKey, KID, NODE, 'apply', { tunnel: t })).rejects.toThrow(/private key/);
     await expect(signJob(gateway.privateKey, '', NODE, 'apply', { tunnel: t })).rejects.toThrow(/kid/);
   });
+
+  it('signs the version it is told (default 1); a policy only in version 2', async () => {
+    const policy = { ports: [[443, 443]] as [number, number][], protocol: 'tcp' as const, syn_proxy: false, source_pps_limit: null, drop_fragments: false };
+    const withPolicy = tunnel({ policy });
+    const claimsOf = (jws: string) => JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString()) as Record<string, unknown>;
+    const v2 = await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: withPolicy }, { now: T0, version: 2 });
+    expect(claimsOf(v2)).toMatchObject({ v: 2, tunnel: withPolicy });
+    expect(await code(v2)).toBe('ok');
+    expect(claimsOf(await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0, version: 1 })).v).toBe(1);
+    expect(claimsOf(await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0 })).v).toBe(1);
+    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: withPolicy }, { now: T0 })).rejects.toThrow(/policy.*version 2/);
+    await expect(signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [withPolicy] }, { now: T0, version: 1 })).rejects.toThrow(JobSigningError);
+    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0, version: 3 as never })).rejects.toThrow(/version must be one of 1, 2/);
+  });
 });
 
 // ---------------------------------------------------------------------------------------------------
+
+/** A policy other than the default, in the wire form of a v2 job (common/tunnel-policy.ts). */
+const POLICY = { ports: [[22, 22], [80, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 500, drop_fragments: true };
 
 describe('schema/job.schema.json', () => {
   const schema = JSON.parse(readFileSync(new URL('../../schema/job.schema.json', import.meta.url), 'utf8')) as Record<string, unknown>;
@@ -721,11 +788,16 @@ describe('schema/job.schema.json', () => {
       ['reconcile', { tunnels: [t] }],
       ['probe', { tunnel: t }],
     ] as const) {
-      const jws = await signJob(gateway.privateKey, KID, NODE, op, body as never, { now: T0 });
-      const [h, p] = jws.split('.');
-      expect(validate(JSON.parse(Buffer.from(p!, 'base64url').toString())), `${op}: ${JSON.stringify(validate.errors)}`).toBe(true);
-      expect(validateHeader(JSON.parse(Buffer.from(h!, 'base64url').toString()))).toBe(true);
+      for (const version of [1, 2] as const) {
+        const jws = await signJob(gateway.privateKey, KID, NODE, op, body as never, { now: T0, version });
+        const [h, p] = jws.split('.');
+        expect(validate(JSON.parse(Buffer.from(p!, 'base64url').toString())), `${op}: ${JSON.stringify(validate.errors)}`).toBe(true);
+        expect(validateHeader(JSON.parse(Buffer.from(h!, 'base64url').toString()))).toBe(true);
+      }
     }
+    const tp = tunnel({ policy: { ports: [[22, 22], [80, 443]], protocol: 'udp', syn_proxy: true, source_pps_limit: 100, drop_fragments: true } });
+    const p2 = (await signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [tp] }, { now: T0, version: 2 })).split('.')[1]!;
+    expect(validate(JSON.parse(Buffer.from(p2, 'base64url').toString())), JSON.stringify(validate.errors)).toBe(true);
     expect(validateHeader({ alg: 'none', typ: 'tunnel-job+jwt', kid: KID })).toBe(false);
     expect(validateHeader({ alg: 'EdDSA', typ: 'JWT', kid: KID })).toBe(false);
     expect(validateHeader({ alg: 'EdDSA', typ: 'tunnel-job+jwt' })).toBe(false);
@@ -759,6 +831,42 @@ describe('schema/job.schema.json', () => {
       claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name } }),
       claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, edge_inner: t.edge_inner } }),
       claims({ op: 'probe', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }),
+      // Version 2 and its tunnel policy.
+      claims({ v: 3 }),
+      claims({ v: '2' }),
+      claims({ v: 2, tunnel: { ...t, policy: POLICY } }),
+      claims({ v: 1, tunnel: { ...t, policy: POLICY } }),
+      claims({ v: 2, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, policy: POLICY }] }),
+      claims({ v: 1, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, policy: POLICY }] }),
+      claims({ v: 2, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
+      claims({ v: 1, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
+      ...(
+        [
+          ['ports', '*'],
+          ['ports', [[1, 65535]]],
+          ['ports', []],
+          ['ports', '22'],
+          ['ports', [[0, 22]]],
+          ['ports', [[22, 65536]]],
+          ['ports', [[22]]],
+          ['ports', [[22, 23, 24]]],
+          ['ports', [[22.5, 23]]],
+          ['ports', Array.from({ length: 33 }, (_, i) => [i + 1, i + 1])],
+          ['protocol', 'both'],
+          ['protocol', 'icmp'],
+          ['syn_proxy', 'yes'],
+          ['source_pps_limit', null],
+          ['source_pps_limit', 10],
+          ['source_pps_limit', 9],
+          ['source_pps_limit', 1_000_001],
+          ['source_pps_limit', 100.5],
+          ['drop_fragments', 0],
+          ['drop_fragments', undefined],
+          ['extra', true],
+        ] as const
+      ).map(([k, v]) => claims({ v: 2, tunnel: { ...t, policy: { ...POLICY, [k]: v } } })),
+      claims({ v: 2, tunnel: { ...t, policy: null } }),
+      claims({ v: 2, tunnel: { ...t, policy: [] } }),
       ...(
         [
           ['id', 'x'],
@@ -786,22 +894,32 @@ describe('schema/job.schema.json', () => {
     for (const c of corpus) {
       const bySchema = validate(c);
       const byAgent = (await code(await token(c))) === 'ok';
-      expect(bySchema, `${JSON.stringify(c).slice(0, 200)} schema=${bySchema} agent=${byAgent} ${JSON.stringify(validate.errors?.[0])}`).toBe(byAgent);
+      expect(bySchema, `${JSON.stringify(c).slice(0, 800)} schema=${bySchema} agent=${byAgent} ${JSON.stringify(validate.errors?.[0])}`).toBe(byAgent);
     }
   });
 
   it('names the checks it cannot express, which only the verifier makes', async () => {
     const t = tunnel();
-    // Schema-valid, refused by the agent: inner ends in two subnets, a reconcile with a duplicate id.
+    // Schema-valid, refused by the agent: inner ends in two subnets, a reconcile with a duplicate id, a
+    // port range backwards.
     for (const c of [
       claims({ tunnel: { ...t, edge_inner: '100.64.0.1/30', origin_inner: '100.64.0.6/30' } }),
       claims({ op: 'reconcile', tunnel: undefined, tunnels: [t, t] }),
+      claims({ v: 2, tunnel: { ...t, policy: { ...POLICY, ports: [[443, 80]] } } }),
     ]) {
       expect(validate(c)).toBe(true);
       expect(await code(await token(c))).toBe('malformed');
     }
     expect(String(schema.description)).toMatch(/same subnet|one \/30/);
     expect(String(schema.description)).toMatch(/distinct id/);
+    expect(String(schema.description)).toMatch(/from <= to/);
+  });
+
+  it('describes the hello line the agent answers', () => {
+    const validateHello = ajv.getSchema(`${String(schema.$id)}#/$defs/helloLine`)!;
+    expect(validateHello({ ok: true, versions: [1, 2], agent: '0.1.0' })).toBe(true);
+    expect(validateHello({ ok: true, versions: [1, 2] })).toBe(false);
+    expect(validateHello({ ok: false, error: 'unsupported_command', error_description: 'x' })).toBe(false);
   });
 });
 
