@@ -13,7 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
 import { sshFingerprint } from '../../common/openssh.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
-import { EdgeConnections } from '../../server/edge/connections.ts';
+import type { TunnelSpec } from '../../common/tunnel-spec.ts';
+import { EdgeConnections, type EdgeNode } from '../../server/edge/connections.ts';
 import { signJob, type ResultLine } from '../../server/edge/job-signing.ts';
 import { parseResultLine } from '../../server/edge/result-line.ts';
 import { edgeNode, edgeTunnel } from '../../server/provisioning/edge-state.ts';
@@ -101,8 +102,11 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
   const jobsDone = (run: number) => edge.logs.filter((l) => l.msg === 'job done' && l.run === run);
   const currentRun = () => Math.max(...edge.logs.map((l) => l.run));
 
-  /** The production worker class on its own SSH pool, logging into `logs`: for specs carrying a policy. */
-  const policyWorker = () => {
+  /**
+   * Runs `use` with the production worker class on its own SSH pool (its log lines in `logs`), the node, and
+   * the tunnel's spec carrying POLICY: what the gateway sends once the buyer set a policy.
+   */
+  const withPolicyWorker = async (tunnelId: string, use: (w: { worker: EdgeWorker; logs: Record<string, unknown>[]; node: EdgeNode; spec: TunnelSpec }) => Promise<void>) => {
     const logs: Record<string, unknown>[] = [];
     const connections = new EdgeConnections(secrets.gatewaySshKey.privateKey, { connectTimeoutMs: 10_000 });
     const worker = new EdgeWorker({
@@ -113,7 +117,13 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
       log: createLogger('debug', {}, (l) => logs.push(JSON.parse(l) as Record<string, unknown>)),
       jobTimeoutMs: 10_000,
     });
-    return { worker, connections, logs };
+    try {
+      const node = (await edgeNode(gw.testDb.db, edge.nodeId))!;
+      const spec = { ...(await edgeTunnel(gw.testDb.db, tunnelId))!.spec, policy: POLICY };
+      await use({ worker, logs, node, spec });
+    } finally {
+      await connections.close();
+    }
   };
 
   it('(a) agent upgraded first: a v 1 job from a gateway that never asks hello is accepted and applied', async () => {
@@ -148,10 +158,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
 
     // A tunnel whose policy is not the default, bound for this agent: sent as v 1 without it, so it keeps
     // forwarding, and the warning names the node once per connection.
-    const { worker, connections, logs } = policyWorker();
-    try {
-      const node = (await edgeNode(gw.testDb.db, edge.nodeId))!;
-      const spec = { ...(await edgeTunnel(gw.testDb.db, t.id))!.spec, policy: POLICY };
+    await withPolicyWorker(t.id, async ({ worker, logs, node, spec }) => {
       const from = done.length;
       expect(await worker.run(node, 'apply', { tunnel: spec })).toMatchObject({ ok: true });
       expect(await worker.run(node, 'reconcile', { tunnels: [spec] })).toMatchObject({ ok: true });
@@ -164,9 +171,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
       expect(warned[0]).toMatchObject({ level: 'warn', node_id: edge.nodeId, agent_versions: [1], tunnel_ids: [t.id] });
       expect(logs).toContainEqual(expect.objectContaining({ msg: 'edge agent hello', node_id: edge.nodeId, agent: null, job_version: 1 }));
       expect(edge.links()).toContain(t.tunnel_name);
-    } finally {
-      await connections.close();
-    }
+    });
   }, 180_000);
 
   it('(b, then) the agent is upgraded: after its restart the gateway asks hello again and sends v 2', async () => {
@@ -185,17 +190,12 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
     expect(done.every((l) => l.v === 2), JSON.stringify(done)).toBe(true);
 
     // A policy now travels, with no warning.
-    const { worker, connections, logs } = policyWorker();
-    try {
-      const node = (await edgeNode(gw.testDb.db, edge.nodeId))!;
-      const spec = { ...(await edgeTunnel(gw.testDb.db, t.id))!.spec, policy: POLICY };
+    await withPolicyWorker(t.id, async ({ worker, logs, node, spec }) => {
       const from = done.length;
       expect(await worker.run(node, 'apply', { tunnel: spec })).toMatchObject({ ok: true });
       expect(jobsDone(run).slice(from)).toContainEqual(expect.objectContaining({ op: 'apply', tunnel_id: t.id, v: 2 }));
       expect(logs.filter((l) => l.msg === 'edge_policy_not_enforced')).toEqual([]);
       expect(logs).toContainEqual(expect.objectContaining({ msg: 'edge agent hello', node_id: edge.nodeId, agent_versions: [1, 2], job_version: 2 }));
-    } finally {
-      await connections.close();
-    }
+    });
   }, 180_000);
 });
