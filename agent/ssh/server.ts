@@ -3,7 +3,8 @@
 // them only exec. `tunnel-agent job` reads one JWS from stdin and answers one JSON line on stdout with
 // exit status 0 (ok) or 1 (refused or failed); `tunnel-agent hello` reads nothing and answers the job
 // versions this agent accepts and its own version (docs/CONTRACTS.md "Edge jobs", "Versions"), exit 0;
-// any other command gets exit status 127 and an `unsupported_command` line. Shells, subsystems, ptys, env, X11, agent and port forwarding are refused.
+// any other command gets exit status 127 and an `unsupported_command` line. Shells, subsystems, ptys,
+// env, X11, agent and port forwarding are refused.
 // The agent owns the listening socket (ssh2's Server is handed each accepted socket): admission.ts decides
 // at accept who may connect and for how long (docs/CONTRACTS.md "Hardening of the listener").
 import { timingSafeEqual } from 'node:crypto';

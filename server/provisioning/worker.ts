@@ -84,12 +84,13 @@ function specFor(t: TunnelSpec, v: JobVersion): TunnelSpec {
 }
 
 /**
- * The body as version `v` carries it, and the ids of tunnels whose non-default policy it had to leave
- * out (version 1 cannot carry one).
+ * The body as version `v` carries it, and the ids of tunnels put on the edge (apply, reconcile) whose
+ * non-default policy it had to leave out (version 1 cannot carry one). A remove or a probe needs no policy.
  */
 export function bodyFor<O extends Op>(op: O, body: JobBodies[O], v: JobVersion): { body: JobBodies[O]; unenforced: string[] } {
   const tunnels: TunnelSpec[] = 'tunnels' in body ? body.tunnels : [body.tunnel as TunnelSpec];
-  const unenforced = v === JOB_VERSION_1 ? tunnels.filter((t) => t.policy !== undefined && t.policy !== null && !isDefaultPolicy(t.policy)).map((t) => t.id) : [];
+  const places = op === 'apply' || op === 'reconcile';
+  const unenforced = v === JOB_VERSION_1 && places ? tunnels.filter((t) => t.policy !== undefined && t.policy !== null && !isDefaultPolicy(t.policy)).map((t) => t.id) : [];
   if (v !== JOB_VERSION_1) return { body, unenforced };
   const out = 'tunnels' in body ? { tunnels: body.tunnels.map((t) => specFor(t, v)) } : { tunnel: specFor(body.tunnel as TunnelSpec, v) };
   return { body: out as JobBodies[O], unenforced };

@@ -80,6 +80,9 @@ describe('bodyFor', () => {
     expect(v1.body.tunnels).toEqual([withoutPolicy(a), withoutPolicy(b), c]);
     expect(bodyFor('apply', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [a.id] });
     expect(bodyFor('apply', { tunnel: c }, 1)).toEqual({ body: { tunnel: c }, unenforced: [] });
+    // A remove or a probe leaves nothing unprotected: the policy goes, nothing is reported.
+    expect(bodyFor('remove', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [] });
+    expect(bodyFor('probe', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [] });
     // The caller's spec is not changed.
     expect(a.policy).toEqual(POLICY);
   });
