@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs';
 import { CidrError, parseCidrList, type CidrList } from './cidr.ts';
 import { parseIPv4 } from '../common/ipv4.ts';
 import { isUuid } from '../common/names.ts';
+import { JOB_VERSIONS, isJobVersion, type JobVersion } from '../common/job-contract.ts';
 import { JobKeyError, parseJobKey, type JobKey } from './jobs/job-key.ts';
 import { SshKeyError, parseAuthorizedKey, type AuthorizedKey } from './ssh/keys.ts';
 
@@ -26,6 +27,7 @@ export const CONFIG_KEYS = [
   'AGENT_LOG_LEVEL',
   'AGENT_ALLOW_FROM',
   'AGENT_PROTECTED_POOLS',
+  'AGENT_JOB_VERSIONS',
 ] as const;
 export type ConfigKey = (typeof CONFIG_KEYS)[number];
 
@@ -49,6 +51,12 @@ export interface AgentConfig {
   allowFrom?: CidrList;
   /** AGENT_PROTECTED_POOLS: protected IPs a job may name; undefined = any (docs/CONTRACTS.md "Hardening of the listener"). */
   protectedPools?: CidrList;
+  /**
+   * AGENT_JOB_VERSIONS: the job versions this agent accepts and lists in its `hello` (default all it
+   * speaks). `1` stands in for an agent from before version 2: `hello` answered with 127, v 2 refused as
+   * unsupported_version (docs/CONTRACTS.md "Agent configuration"); for testing a rolling upgrade.
+   */
+  jobVersions: JobVersion[];
   /** Where each key came from, for the start-up log line. */
   sources: Partial<Record<ConfigKey, 'env' | 'file' | 'default'>>;
 }
@@ -186,6 +194,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
       return undefined;
     }
   };
+  const jobVersions = need(
+    'AGENT_JOB_VERSIONS',
+    (v) => {
+      const items = v.split(',').map((x) => x.trim());
+      const out: JobVersion[] = [];
+      for (const item of items) {
+        const n = /^[1-9][0-9]{0,2}$/.test(item) ? Number(item) : NaN;
+        if (!isJobVersion(n)) throw new ConfigError(`AGENT_JOB_VERSIONS must be a comma-separated list of ${JOB_VERSIONS.join(', ')} (the job versions this agent accepts), got "${v}"`);
+        if (!out.includes(n)) out.push(n);
+      }
+      return out.sort((a, b) => a - b);
+    },
+    JOB_VERSIONS.join(','),
+  );
   const allowFrom = cidrs('AGENT_ALLOW_FROM', 'the CIDRs the gateway connects from (IPv4 or IPv6)', false);
   const protectedPools = cidrs('AGENT_PROTECTED_POOLS', 'the IPv4 CIDRs of this node\'s protected pools', true);
 
@@ -202,6 +224,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     edgeIp: edgeIp!,
     nftTable: nftTable!,
     logLevel: logLevel!,
+    jobVersions: jobVersions!,
     ...(allowFrom ? { allowFrom } : {}),
     ...(protectedPools ? { protectedPools } : {}),
     sources,

@@ -6,6 +6,7 @@
 //
 // `tunnel-agent fingerprint [--config FILE]` prints the host-key fingerprint (generating the key on
 // first use) and exits: what the operator records with `node add --host-key`.
+import { readFileSync } from 'node:fs';
 import { createLogger, type Logger } from '../common/log.ts';
 import { ConfigError, loadConfig, type AgentConfig } from './config.ts';
 import type { Dataplane } from './dataplane/types.ts';
@@ -35,6 +36,13 @@ export interface StartOptions {
   handshakeTimeoutMs?: number;
 }
 
+/** This agent's version, from agent/package.json (what `tunnel-agent hello` reports). */
+export function agentVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8')) as { version?: unknown };
+  if (typeof pkg.version !== 'string') throw new Error('agent/package.json has no version');
+  return pkg.version;
+}
+
 /** Starts the job endpoint over an open dataplane. */
 export async function startAgent(config: AgentConfig, opts: StartOptions): Promise<RunningAgent> {
   const { log } = opts;
@@ -42,7 +50,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
   const replay = await ReplayCache.open(config.stateDir, { now, warn: (m, f) => log.warn(m, f) });
   const hostKey = await loadOrCreateHostKey(config.stateDir);
   const jobs = new JobHandler(
-    { nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now, ...(config.protectedPools ? { protectedPools: config.protectedPools } : {}) },
+    { nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now, versions: config.jobVersions, ...(config.protectedPools ? { protectedPools: config.protectedPools } : {}) },
     opts.dataplane,
     log,
   );
@@ -54,6 +62,8 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     jobs,
     log,
     allowFrom: config.allowFrom,
+    versions: config.jobVersions,
+    agentVersion: agentVersion(),
     ...(opts.inputTimeoutMs !== undefined ? { inputTimeoutMs: opts.inputTimeoutMs } : {}),
     ...(opts.handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs: opts.handshakeTimeoutMs } : {}),
   });
@@ -125,6 +135,8 @@ async function main(): Promise<void> {
     nft_table: config.nftTable,
     allow_from: config.allowFrom?.entries ?? 'any',
     protected_pools: config.protectedPools?.entries ?? 'any',
+    job_versions: config.jobVersions,
+    version: agentVersion(),
     gateway_key: config.authorizedKey.fingerprint,
     job_key: config.jobKey.kid ?? config.jobKey.thumbprint,
     sources: config.sources,

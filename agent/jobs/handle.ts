@@ -93,10 +93,11 @@ export class JobHandler {
   }
 
   private async run(job: VerifiedJob, fields: Record<string, unknown>): Promise<ResultLine> {
-    const { jti, op } = job;
+    const { jti, op, v } = job;
     const started = performance.now();
     const tunnelId = op === 'reconcile' ? undefined : job.tunnel.id;
-    const logFields = { ...fields, jti, op, ...(tunnelId ? { tunnel_id: tunnelId } : { tunnels: job.op === 'reconcile' ? job.tunnels.length : 0 }) };
+    // `v`: which job version the gateway sent (a rolling upgrade is visible in the agent's log).
+    const logFields = { ...fields, jti, op, v, ...(tunnelId ? { tunnel_id: tunnelId } : { tunnels: job.op === 'reconcile' ? job.tunnels.length : 0 }) };
     try {
       let result: ChangeCounts | ReconcileResult | ProbeResult;
       switch (job.op) {

@@ -5,19 +5,22 @@
 //   1. malformed            not a compact JWS; header not a JSON object; typ not tunnel-job+jwt; no kid; a
 //                           `crit` or `b64` header; payload not a JSON object; iss not tunnelgate; jti not a
 //                           UUID; iat/exp not numbers; exp before iat; iat more than 30 s in the future;
-//                           op missing or not a string; for a v1 job of a known op, a body that does not
-//                           match the op (or a claim beyond the standard ones and that body).
+//                           op missing or not a string; for a job of a version this agent speaks and a
+//                           known op, a body that does not match the op as that version has it (or a claim
+//                           beyond the standard ones and that body): a v1 tunnel carrying `policy` is one.
 //   2. invalid_signature    alg other than EdDSA (none, HS256 ...), a kid other than the configured JWK's,
 //                           a signature that does not verify with AGENT_JOB_KEY.
 //   3. wrong_audience       aud missing, not a string, or not this node's id; an edge_ip that is not
 //                           AGENT_EDGE_IP, or a protected_ip outside AGENT_PROTECTED_POOLS when that is
 //                           set (every tunnel of a reconcile is checked; every op, remove included).
 //   4. expired              now > exp + 30 s, or exp more than 60 s after iat.
-//   5. unsupported_version  v missing or not 1.
-//   6. unsupported_command  a signed, current v1 job whose op this agent does not know.
+//   5. unsupported_version  v missing or not one of the versions this agent speaks (ctx.versions: 1 and 2,
+//                           or fewer with AGENT_JOB_VERSIONS).
+//   6. unsupported_command  a signed job of a version this agent speaks whose op it does not know.
 //   7. replayed             the jti was used before (remembered until exp + 30 s, the skew window).
-// Body shapes are those of version 1, so they are only checked when v is 1: a job of another version
-// gets unsupported_version rather than malformed. The jti is recorded only by a job that passed every
+// Body shapes depend on the version (v 2 adds `tunnel.policy`), so they are only checked when v is one this
+// agent speaks: a job of another version gets unsupported_version rather than malformed (docs/CONTRACTS.md
+// "Edge jobs", "Versions"). The jti is recorded only by a job that passed every
 // check, so recording happens after its signature verified and before anything touches the kernel.
 import { compactVerify } from 'jose';
 import type { JobKey } from './job-key.ts';
@@ -26,15 +29,17 @@ import {
   JOB_ALG,
   JOB_ISS,
   JOB_TYP,
-  JOB_VERSION_1,
+  JOB_VERSIONS,
   MAX_INPUT_BYTES,
   MAX_LIFETIME_S,
   checkBody,
   edgeIpsOf,
+  isJobVersion,
   isOp,
   protectedIpsOf,
   type JobClaims,
   type JobErrorCode,
+  type JobVersion,
 } from '../../common/job-contract.ts';
 import { isUuid } from '../../common/names.ts';
 import { isPlainObject } from '../../common/tunnel-spec.ts';
@@ -61,6 +66,11 @@ export interface VerifyContext {
   replay: ReplayGuard;
   /** Seconds since the epoch (fractions allowed). */
   now: () => number;
+  /**
+   * The job versions this agent accepts (AGENT_JOB_VERSIONS); default all of JOB_VERSIONS. Fewer only to
+   * stand in for an older agent (tests of a rolling upgrade).
+   */
+  versions?: readonly JobVersion[];
 }
 
 export type VerifiedJob = JobClaims & { kid: string };
@@ -120,9 +130,11 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   const now = ctx.now();
   if (claims.iat > now + CLOCK_SKEW_S) return refuse('malformed', `iat is more than ${CLOCK_SKEW_S} s in the future`);
   if (typeof claims.op !== 'string') return refuse('malformed', 'op must be a string');
-  const knownV1 = claims.v === JOB_VERSION_1 && isOp(claims.op);
-  if (knownV1) {
-    const why = checkBody(claims.op as JobClaims['op'], claims, JOB_VERSION_1);
+  const versions = ctx.versions ?? JOB_VERSIONS;
+  const version = isJobVersion(claims.v) && versions.includes(claims.v) ? claims.v : undefined;
+  const known = version !== undefined && isOp(claims.op);
+  if (known) {
+    const why = checkBody(claims.op as JobClaims['op'], claims, version);
     if (why) return refuse('malformed', `the body does not match the op: ${why}`);
   }
 
@@ -141,7 +153,7 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   if (typeof claims.aud !== 'string' || claims.aud.toLowerCase() !== ctx.nodeId) {
     return refuse('wrong_audience', claims.aud === undefined ? 'aud is missing' : 'aud is not this node');
   }
-  if (knownV1) {
+  if (known) {
     const other = edgeIpsOf(claims as unknown as JobClaims).find((ip) => ip !== ctx.edgeIp);
     if (other !== undefined) return refuse('wrong_audience', `edge_ip ${other} is not this router's (${ctx.edgeIp})`);
     const pools = ctx.protectedPools;
@@ -156,7 +168,7 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   if (claims.exp - claims.iat > MAX_LIFETIME_S) return refuse('expired', `exp is more than ${MAX_LIFETIME_S} s after iat`);
 
   // 5. unsupported_version / 6. unsupported_command ------------------------------------------------
-  if (claims.v !== JOB_VERSION_1) return refuse('unsupported_version', `v must be ${JOB_VERSION_1}, got ${JSON.stringify(claims.v ?? null)}`);
+  if (version === undefined) return refuse('unsupported_version', `v must be ${versions.join(' or ')}, got ${JSON.stringify(claims.v ?? null)}`);
   if (!isOp(claims.op)) return refuse('unsupported_command', `op ${JSON.stringify(claims.op)} is not one of apply, remove, reconcile, probe`);
 
   // 7. replayed -------------------------------------------------------------------------------

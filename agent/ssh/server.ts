@@ -1,15 +1,28 @@
 // The agent's SSH endpoint (docs/CONTRACTS.md "Transport"): ssh2 Server on AGENT_LISTEN with the agent's
 // host key. Only user `tunnelgate` with the gateway's public key gets in; only session channels, and in
 // them only exec. `tunnel-agent job` reads one JWS from stdin and answers one JSON line on stdout with
-// exit status 0 (ok) or 1 (refused or failed); any other command gets exit status 127 and an
-// `unsupported_command` line. Shells, subsystems, ptys, env, X11, agent and port forwarding are refused.
+// exit status 0 (ok) or 1 (refused or failed); `tunnel-agent hello` reads nothing and answers the job
+// versions this agent accepts and its own version (docs/CONTRACTS.md "Edge jobs", "Versions"), exit 0;
+// any other command gets exit status 127 and an `unsupported_command` line. Shells, subsystems, ptys,
+// env, X11, agent and port forwarding are refused.
 // The agent owns the listening socket (ssh2's Server is handed each accepted socket): admission.ts decides
 // at accept who may connect and for how long (docs/CONTRACTS.md "Hardening of the listener").
 import { timingSafeEqual } from 'node:crypto';
 import { createServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ServerChannel } from 'ssh2';
-import { JOB_COMMAND, MAX_INPUT_BYTES, SSH_USER, type JobErrorCode, type ResultLine } from '../../common/job-contract.ts';
+import {
+  HELLO_COMMAND,
+  JOB_COMMAND,
+  JOB_VERSIONS,
+  JOB_VERSION_1,
+  MAX_INPUT_BYTES,
+  SSH_USER,
+  type HelloLine,
+  type JobErrorCode,
+  type JobVersion,
+  type ResultLine,
+} from '../../common/job-contract.ts';
 import { exitCodeFor, type JobLog } from '../jobs/handle.ts';
 import type { AuthorizedKey, HostKey } from './keys.ts';
 import { Admission, type Ticket } from './admission.ts';
@@ -38,6 +51,13 @@ export interface AgentSshServerOptions {
   allowFrom?: { contains(ip: string): boolean } | undefined;
   /** Failed authentication attempts before the connection is dropped (default 10). */
   maxAuthFailures?: number;
+  /**
+   * The job versions `hello` lists (AGENT_JOB_VERSIONS; default all of JOB_VERSIONS). Only version 1:
+   * `hello` is answered like any unknown command (127), as an agent from before version 2 does.
+   */
+  versions?: readonly JobVersion[];
+  /** This agent's own version (agent/package.json), for `hello`. */
+  agentVersion?: string;
 }
 
 export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
@@ -53,6 +73,11 @@ function sameKey(a: Buffer, b: Buffer): boolean {
 }
 
 type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom'>;
+
+/** Whether an agent accepting `versions` answers `hello`: one that speaks only version 1 predates it. */
+export function answersHello(versions: readonly JobVersion[]): boolean {
+  return versions.some((v) => v !== JOB_VERSION_1);
+}
 
 export class AgentSshServer {
   private readonly server: ssh2.Server;
@@ -71,6 +96,8 @@ export class AgentSshServer {
       handshakeTimeoutMs: DEFAULT_HANDSHAKE_TIMEOUT_MS,
       maxUnauthenticatedPerSource: DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE,
       maxAuthFailures: 10,
+      versions: JOB_VERSIONS,
+      agentVersion: '0.0.0',
       ...opts,
     };
     // Keepalives find a gateway that vanished without closing its connection.
@@ -211,7 +238,7 @@ export class AgentSshServer {
   private onExec(stream: ServerChannel, command: string, fields: { peer: string }): void {
     const { jobs, inputTimeoutMs } = this.opts;
     let finished = false;
-    const finish = (line: ResultLine, status: number) => {
+    const finish = (line: ResultLine | HelloLine, status: number) => {
       if (finished) return;
       finished = true;
       clearTimeout(timer);
@@ -221,6 +248,13 @@ export class AgentSshServer {
       stream.end();
     };
     let timer: NodeJS.Timeout | undefined;
+    if (command === HELLO_COMMAND && answersHello(this.opts.versions)) {
+      // No stdin is read: whatever the client sends (or whether it ever closes it) does not matter.
+      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion };
+      this.opts.log.info('hello', { ...fields, versions: hello.versions });
+      finish(hello, 0);
+      return;
+    }
     if (command !== JOB_COMMAND) {
       const shown = command.length > 200 ? `${command.slice(0, 200)}…` : command;
       finish(jobs.refuse('unsupported_command', `only "${JOB_COMMAND}" is accepted`, { ...fields, command: shown }), EXIT_UNSUPPORTED_COMMAND);

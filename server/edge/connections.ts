@@ -6,10 +6,19 @@
 // nothing reaches an agent that is not the one the operator pinned; it authenticates as `tunnelgate` with
 // the gateway's key. A connection that drops is forgotten and reported through `onLost`, so the worker can
 // reconcile the node on its next contact. Transport failures throw EdgeSshError (result-line.ts).
+//
+// Versions (docs/CONTRACTS.md "Versions"): on every new connection the pool asks `tunnel-agent hello`
+// once, before the first job on it, and remembers the answer with that connection only: after a
+// reconnect it asks again, since the agent may have been upgraded (or rolled back) meanwhile. A job is
+// signed for one EdgeSession (one connection and its hello) and runs on that connection only, so a job
+// signed as version 2 never reaches an agent that did not list 2. A bad hello answer fails the contact as
+// a `protocol` error and is asked again on the next one.
 import ssh2 from 'ssh2';
-import { JOB_COMMAND, SSH_USER, type ResultLine } from '../../common/job-contract.ts';
+import { HELLO_COMMAND, JOB_COMMAND, JOB_VERSIONS, SSH_USER, isJobVersion, type JobVersion, type ResultLine } from '../../common/job-contract.ts';
 import { sshFingerprint } from '../../common/openssh.ts';
-import { EdgeSshError, MAX_OUTPUT, parseResultLine } from './result-line.ts';
+import { EdgeSshError, MAX_OUTPUT, parseHelloAnswer, parseResultLine, type AgentHello } from './result-line.ts';
+
+export type { AgentHello } from './result-line.ts';
 
 /** An edge node as the gateway contacts it. */
 export interface EdgeNode {
@@ -26,6 +35,24 @@ interface Entry {
   key: string;
   ready: Promise<ssh2.Client>;
   client: ssh2.Client;
+  /** This connection's hello, asked once; cleared when it failed so the next contact asks again. */
+  session: Promise<EdgeSession> | null;
+}
+
+/** One connection to a node's agent and what its hello said: the unit a job is signed for. */
+export interface EdgeSession {
+  readonly nodeId: string;
+  readonly hello: AgentHello;
+  /** The version to sign jobs with on this connection: the newest both the gateway and the agent speak. */
+  readonly version: JobVersion;
+  /** Runs one job signed for this session, on this connection only (connect_failed when it is gone). */
+  run(jws: string, timeoutMs: number): Promise<ResultLine>;
+}
+
+/** The newest job version both ends speak, or undefined when the agent listed none the gateway knows. */
+export function commonVersion(agentVersions: readonly number[]): JobVersion | undefined {
+  const both = agentVersions.filter(isJobVersion);
+  return both.length === 0 ? undefined : (Math.max(...both) as JobVersion);
 }
 
 export class EdgeConnections {
@@ -37,11 +64,54 @@ export class EdgeConnections {
     private readonly opts: { connectTimeoutMs: number; onLost?: (nodeId: string, why: string) => void },
   ) {}
 
-  /** Runs one signed job on the node over its warm connection (opened on first use). */
-  async run(node: EdgeNode, jws: string, timeoutMs: number): Promise<ResultLine> {
+  /**
+   * The node's warm connection (opened on first use) and its hello (asked once per connection): what a
+   * job is signed for. `timeoutMs` bounds the hello, as it bounds a job.
+   */
+  async session(node: EdgeNode, timeoutMs: number): Promise<EdgeSession> {
     const entry = this.entry(node);
     const client = await entry.ready;
-    return new Promise<ResultLine>((resolve, reject) => {
+    if (!entry.session) {
+      const asked = this.askHello(entry, client, node, timeoutMs);
+      entry.session = asked;
+      // A failed hello is not remembered: the next contact asks again (on this connection if it is still up).
+      asked.catch(() => {
+        if (entry.session === asked) entry.session = null;
+      });
+    }
+    return entry.session;
+  }
+
+  /** Runs one signed job on the node over its warm connection (opened and greeted on first use). */
+  async run(node: EdgeNode, jws: string, timeoutMs: number): Promise<ResultLine> {
+    return (await this.session(node, timeoutMs)).run(jws, timeoutMs);
+  }
+
+  private async askHello(entry: Entry, client: ssh2.Client, node: EdgeNode, timeoutMs: number): Promise<EdgeSession> {
+    // No stdin: the channel's input is closed at once.
+    const answer = await this.exec(entry, client, node, HELLO_COMMAND, '', timeoutMs);
+    const hello = parseHelloAnswer(answer.stdout, answer.exitCode);
+    const version = commonVersion(hello.versions);
+    if (version === undefined) {
+      throw new EdgeSshError('protocol', `the agent at ${node.host}:${node.port} accepts job versions ${JSON.stringify(hello.versions)}, none of ${JOB_VERSIONS.join(', ')}`);
+    }
+    const session: EdgeSession = {
+      nodeId: node.id,
+      hello,
+      version,
+      run: async (jws, ms) => {
+        // Never on another connection: the agent behind a new one may not speak this session's version.
+        if (this.entries.get(node.id) !== entry) throw new EdgeSshError('connect_failed', `the connection to ${node.host}:${node.port} this job was signed for is gone`);
+        const out = await this.exec(entry, client, node, JOB_COMMAND, jws, ms);
+        return parseResultLine(out.stdout, out.exitCode);
+      },
+    };
+    return session;
+  }
+
+  /** One exec channel on the entry's connection: writes `stdin` and closes it, collects stdout and the exit status. */
+  private exec(entry: Entry, client: ssh2.Client, node: EdgeNode, command: string, stdin: string, timeoutMs: number): Promise<{ stdout: string; exitCode: number | undefined }> {
+    return new Promise((resolve, reject) => {
       let settled = false;
       const settle = (fn: () => void) => {
         if (settled) return;
@@ -55,9 +125,9 @@ export class EdgeConnections {
       const timer = setTimeout(() => {
         // The job may or may not have run; the connection is in an unknown state, so it goes.
         settle(() => reject(new EdgeSshError('timeout', `no answer from ${node.host}:${node.port} within ${timeoutMs} ms`)));
-        this.drop(entry, 'job timeout');
+        this.drop(entry, command === JOB_COMMAND ? 'job timeout' : 'hello timeout');
       }, timeoutMs);
-      client.exec(JOB_COMMAND, (err, stream) => {
+      client.exec(command, (err, stream) => {
         if (err) {
           settle(() => reject(new EdgeSshError('connect_failed', `exec refused: ${err.message}`)));
           return;
@@ -79,15 +149,8 @@ export class EdgeConnections {
         stream.on('exit', (code: number | null) => {
           if (typeof code === 'number') exitCode = code;
         });
-        stream.on('close', () => {
-          try {
-            const line = parseResultLine(Buffer.concat(out).toString('utf8'), exitCode);
-            settle(() => resolve(line));
-          } catch (e) {
-            settle(() => reject(e as EdgeSshError));
-          }
-        });
-        stream.end(jws);
+        stream.on('close', () => settle(() => resolve({ stdout: Buffer.concat(out).toString('utf8'), exitCode })));
+        stream.end(stdin);
       });
     });
   }
@@ -128,7 +191,7 @@ export class EdgeConnections {
 
     const pinned = normalizeFingerprint(node.hostKeyFingerprint);
     const client = new ssh2.Client();
-    const entry: Entry = { key, client, ready: null as unknown as Promise<ssh2.Client> };
+    const entry: Entry = { key, client, ready: null as unknown as Promise<ssh2.Client>, session: null };
     entry.ready = new Promise<ssh2.Client>((resolve, reject) => {
       let presented: string | undefined;
       let hostKeyRefused = false;

@@ -1,11 +1,12 @@
 // The gateway side of docs/CONTRACTS.md "Edge jobs": signs one job for one edge node as the agent expects
 // it: compact JWS, alg EdDSA (Ed25519), header {alg, typ: "tunnel-job+jwt", kid}, claims iss "tunnelgate",
-// aud the node id, a fresh jti (UUID), iat now, exp at most 60 s later, v 1, op and the op's body.
+// aud the node id, a fresh jti (UUID), iat now, exp at most 60 s later, v (1 unless told: the caller
+// picks it from the agent's hello, docs/CONTRACTS.md "Versions"), op and the op's body.
 // Pure apart from the clock and the random jti (both injectable). The body is checked with the agent's own
 // shape rules (common/job-contract.ts) first, so the gateway never signs a job an agent calls malformed.
 import { createPrivateKey, randomUUID, type KeyObject } from 'node:crypto';
 import { CompactSign, type CryptoKey, type JWK } from 'jose';
-import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION_1, MAX_LIFETIME_S, checkBody, isOp, type JobBodies, type JobClaims, type Op } from '../../common/job-contract.ts';
+import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION_1, JOB_VERSIONS, MAX_LIFETIME_S, checkBody, isJobVersion, isOp, type JobBodies, type JobClaims, type JobVersion, type Op } from '../../common/job-contract.ts';
 import { isUuid } from '../../common/names.ts';
 
 export type { JobBodies, JobClaims, Op, ResultLine } from '../../common/job-contract.ts';
@@ -24,6 +25,11 @@ export interface SignJobOptions {
   ttlSeconds?: number;
   /** Defaults to a random UUID: a job is never signed twice with one jti. */
   jti?: string;
+  /**
+   * The job version (`v`), default 1, which every agent speaks. 2 only for an agent whose hello listed
+   * it; a version 1 body cannot carry `tunnel.policy` (JobSigningError).
+   */
+  version?: JobVersion;
 }
 
 function toKey(privateKey: KeyLike | JWK): KeyLike {
@@ -45,14 +51,16 @@ export async function signJob<O extends Op>(privateKey: KeyLike | JWK, kid: stri
   if (!isOp(op)) throw new JobSigningError(`op must be one of apply, remove, reconcile, probe; got ${JSON.stringify(op)}`);
   const ttl = opts.ttlSeconds ?? MAX_LIFETIME_S;
   if (!Number.isInteger(ttl) || ttl < 1 || ttl > MAX_LIFETIME_S) throw new JobSigningError(`ttlSeconds must be an integer from 1 to ${MAX_LIFETIME_S}`);
+  const version = opts.version ?? JOB_VERSION_1;
+  if (!isJobVersion(version)) throw new JobSigningError(`version must be one of ${JOB_VERSIONS.join(', ')}, got ${JSON.stringify(version)}`);
   const jti = opts.jti ?? randomUUID();
   if (!isUuid(jti)) throw new JobSigningError('jti must be a UUID');
   const bodyKey = op === 'reconcile' ? 'tunnels' : 'tunnel';
   const keys = body && typeof body === 'object' ? Object.keys(body) : [];
   if (keys.length !== 1 || keys[0] !== bodyKey) throw new JobSigningError(`the ${op} body must be exactly {${bodyKey}}`);
   const iat = Math.floor(opts.now ?? Date.now() / 1000);
-  const claims = { iss: JOB_ISS, aud: nodeId.toLowerCase(), jti, iat, exp: iat + ttl, v: JOB_VERSION_1, op, ...body } as JobClaims;
-  const why = checkBody(op, claims as unknown as Record<string, unknown>, JOB_VERSION_1);
+  const claims = { iss: JOB_ISS, aud: nodeId.toLowerCase(), jti, iat, exp: iat + ttl, v: version, op, ...body } as JobClaims;
+  const why = checkBody(op, claims as unknown as Record<string, unknown>, version);
   if (why) throw new JobSigningError(`the ${op} body does not match the job contract: ${why}`);
   return new CompactSign(Buffer.from(JSON.stringify(claims), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
 }

@@ -1,7 +1,9 @@
 // What one edge job over SSH comes back with (docs/CONTRACTS.md "Transport", "Results"): the agent's one
 // result line, checked against the channel's exit status, or an EdgeSshError when the job could not be
 // delivered or answered. An agent's `ok: false` is a result, not an error. connections.ts runs the jobs.
-import type { ResultLine } from '../../common/job-contract.ts';
+// Also what `tunnel-agent hello` comes back with (docs/CONTRACTS.md "Versions"): the versions the agent
+// accepts, or "version 1 only" from an agent that predates hello.
+import { JOB_VERSION_1, checkHello, type HelloLine, type ResultLine } from '../../common/job-contract.ts';
 
 export type EdgeSshErrorKind =
   /** The agent presented another host key: nothing was sent. Needs an operator, not a retry. */
@@ -32,6 +34,43 @@ export class EdgeSshError extends Error {
 
 /** Most bytes of stdout accepted from an agent (a result line is small). */
 export const MAX_OUTPUT = 1024 * 1024;
+
+/** Which job versions an agent accepts, as its answer to `tunnel-agent hello` says. */
+export interface AgentHello {
+  /** The versions it listed (unknown newer ones included); [1] for an agent that predates hello. */
+  versions: readonly number[];
+  /** Its own version (agent/package.json); null for an agent that predates hello. */
+  agent: string | null;
+}
+
+/** The exit status of an exec command the agent does not know: an agent from before version 2 answers hello with it. */
+export const EXIT_UNSUPPORTED_COMMAND = 127;
+
+const oneJsonLine = (stdout: string): unknown => {
+  if (!stdout.endsWith('\n') || stdout.indexOf('\n') !== stdout.length - 1) return undefined;
+  try {
+    return JSON.parse(stdout);
+  } catch {
+    return undefined;
+  }
+};
+
+/**
+ * The agent's answer to `tunnel-agent hello`: exit 0 with one HelloLine, or exit 127 (or an
+ * `unsupported_command` line), which means version 1 only. Anything else is a contract error (`protocol`).
+ */
+export function parseHelloAnswer(stdout: string, exitCode: number | undefined): AgentHello {
+  const line = oneJsonLine(stdout);
+  const l = (typeof line === 'object' && line !== null ? line : {}) as Record<string, unknown>;
+  if (exitCode === EXIT_UNSUPPORTED_COMMAND || (exitCode === 1 && l.ok === false && l.error === 'unsupported_command')) return { versions: [JOB_VERSION_1], agent: null };
+  const shown = JSON.stringify(stdout.slice(0, 200));
+  if (line === undefined) throw new EdgeSshError('protocol', `the agent's hello is not one JSON line (exit status ${exitCode ?? 'none'}): ${shown}`);
+  const why = checkHello(line);
+  if (why) throw new EdgeSshError('protocol', `the agent's hello is not a hello line (${why}): ${shown}`);
+  if (exitCode !== 0) throw new EdgeSshError('protocol', `the agent's hello came with exit status ${exitCode ?? 'none'}, not 0`);
+  const hello = line as HelloLine;
+  return { versions: [...hello.versions], agent: hello.agent };
+}
 
 /** One result line from an agent's stdout, checked against its exit status. */
 export function parseResultLine(stdout: string, exitCode: number | undefined): ResultLine {

@@ -12,6 +12,12 @@
 // (issue 8 item 3): the failures are logged, the node counts as reconciled, and each broken tunnel's
 // own job fails and retries until that tunnel alone ends `failed`.
 //
+// Versions (docs/CONTRACTS.md "Versions"): each job is signed for one connection and the agent's answer
+// to `hello` on it (connections.ts EdgeSession): version 2 when the agent listed 2, else version 1, never
+// a version the agent did not list. A tunnel policy other than the default cannot travel in version 1:
+// to an agent that speaks only version 1 (mid rolling upgrade) the tunnel goes without its policy, so it
+// keeps forwarding, and `edge_policy_not_enforced` is logged once per connection naming the node.
+//
 // A failure only an operator can fix (no pinned host key, an agent presenting another host key, the
 // gateway's key refused) is not retried: the job fails at once (queue.ts FinalJobFailure) and a
 // provision ends `failed` (docs/CONTRACTS.md "Tunnel lifecycle").
@@ -19,10 +25,12 @@ import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
 import { signJob } from '../edge/job-signing.ts';
-import type { EdgeConnections, EdgeNode } from '../edge/connections.ts';
+import type { EdgeConnections, EdgeNode, EdgeSession } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
 import type { JobSigningKey } from '../secrets.ts';
 import type { ProbeResult, TunnelSpec } from '../../common/tunnel-spec.ts';
+import { JOB_VERSION_1, type JobVersion } from '../../common/job-contract.ts';
+import { isDefaultPolicy } from '../../common/tunnel-policy.ts';
 import { desiredSet, edgeNode, edgeTunnel } from './edge-state.ts';
 import { FinalJobFailure, isReconcileJob, type EdgeJob } from './queue.ts';
 import type { Transitions } from './transitions.ts';
@@ -68,6 +76,26 @@ export function reconcileFailures(result: unknown): ReconcileFailure[] {
   });
 }
 
+/** A tunnel as job version `v` carries it: version 1 has no `policy`. */
+function specFor(t: TunnelSpec, v: JobVersion): TunnelSpec {
+  if (v !== JOB_VERSION_1 || t.policy === undefined) return t;
+  const { policy: _dropped, ...rest } = t;
+  return rest;
+}
+
+/**
+ * The body as version `v` carries it, and the ids of tunnels put on the edge (apply, reconcile) whose
+ * non-default policy it had to leave out (version 1 cannot carry one). A remove or a probe needs no policy.
+ */
+export function bodyFor<O extends Op>(op: O, body: JobBodies[O], v: JobVersion): { body: JobBodies[O]; unenforced: string[] } {
+  const tunnels: TunnelSpec[] = 'tunnels' in body ? body.tunnels : [body.tunnel as TunnelSpec];
+  const places = op === 'apply' || op === 'reconcile';
+  const unenforced = v === JOB_VERSION_1 && places ? tunnels.filter((t) => t.policy !== undefined && t.policy !== null && !isDefaultPolicy(t.policy)).map((t) => t.id) : [];
+  if (v !== JOB_VERSION_1) return { body, unenforced };
+  const out = 'tunnels' in body ? { tunnels: body.tunnels.map((t) => specFor(t, v)) } : { tunnel: specFor(body.tunnel as TunnelSpec, v) };
+  return { body: out as JobBodies[O], unenforced };
+}
+
 export interface EdgeWorkerOptions {
   db: Database;
   connections: EdgeConnections;
@@ -81,6 +109,9 @@ export interface EdgeWorkerOptions {
 export class EdgeWorker {
   /** Nodes this process has reconciled since its last failed contact with them. */
   private readonly inSync = new Set<string>();
+  /** Connections whose hello was logged, and those warned of a policy they could not carry: once per connection. */
+  private readonly greeted = new WeakSet<EdgeSession>();
+  private readonly policyWarned = new WeakSet<EdgeSession>();
 
   constructor(private readonly o: EdgeWorkerOptions) {}
 
@@ -92,10 +123,23 @@ export class EdgeWorker {
   /** Signs and runs one job on a node; transport failures throw EdgeSshError, `ok: false` throws AgentRefused. */
   async run<O extends Op>(node: EdgeNode, op: O, body: JobBodies[O]): Promise<ResultLine & { ok: true }> {
     const { privateKey, kid } = this.o.signingKey;
-    const jws = await signJob(privateKey, kid, node.id, op, body);
     let line: ResultLine;
     try {
-      line = await this.o.connections.run(node, jws, this.o.jobTimeoutMs);
+      const session = await this.session(node);
+      const sent = bodyFor(op, body, session.version);
+      if (sent.unenforced.length > 0 && !this.policyWarned.has(session)) {
+        this.policyWarned.add(session);
+        this.o.log.warn('edge_policy_not_enforced', {
+          node_id: node.id,
+          node_host: node.host,
+          agent: session.hello.agent,
+          agent_versions: session.hello.versions,
+          tunnel_ids: sent.unenforced.slice(0, 20),
+          reason: 'the agent speaks job version 1 only: tunnels are sent without their protection policy until it is upgraded',
+        });
+      }
+      const jws = await signJob(privateKey, kid, node.id, op, sent.body, { version: session.version });
+      line = await session.run(jws, this.o.jobTimeoutMs);
     } catch (e) {
       this.inSync.delete(node.id);
       throw e;
@@ -107,6 +151,22 @@ export class EdgeWorker {
       throw new AgentRefused(line.error, line.error_description);
     }
     return line;
+  }
+
+  /** The node's connection and its hello; a new one is logged, a bad hello answer too (then thrown). */
+  private async session(node: EdgeNode): Promise<EdgeSession> {
+    let session: EdgeSession;
+    try {
+      session = await this.o.connections.session(node, this.o.jobTimeoutMs);
+    } catch (e) {
+      if (e instanceof EdgeSshError && e.kind === 'protocol') this.o.log.warn('edge hello failed: the agent broke the job contract', { node_id: node.id, err: e.message });
+      throw e;
+    }
+    if (!this.greeted.has(session)) {
+      this.greeted.add(session);
+      this.o.log.info('edge agent hello', { node_id: node.id, agent: session.hello.agent, agent_versions: session.hello.versions, job_version: session.version });
+    }
+    return session;
   }
 
   /** Sends the node its whole desired set unless this process knows it is in sync (or `force`). */

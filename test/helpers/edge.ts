@@ -47,6 +47,8 @@ async function freePort(): Promise<number> {
 
 export class TestEdge {
   readonly calls: AgentCall[] = [];
+  /** The agent's structured log lines (with start({ log: true }); each carries `run`, like calls). */
+  readonly logs: (Record<string, unknown> & { run: number })[] = [];
   private child: ChildProcess | null = null;
   private readonly callWaiters: (() => void)[] = [];
   /**
@@ -85,8 +87,12 @@ export class TestEdge {
     return this.child !== null;
   }
 
-  /** Starts the agent process and waits until it listens; with `hold`, every call waits at that point for release(). */
-  async start(opts: { hold?: HoldPoint } = {}): Promise<void> {
+  /**
+   * Starts the agent process and waits until it listens; with `hold`, every call waits at that point for
+   * release(). `jobVersions`: AGENT_JOB_VERSIONS (`1` stands in for an agent from before job version 2).
+   * `log`: the agent logs at info and its lines are kept in `logs`.
+   */
+  async start(opts: { hold?: HoldPoint; jobVersions?: string; log?: boolean } = {}): Promise<void> {
     if (this.child) return;
     const child = spawn(NODE_BIN, ['--import', join(ROOT, 'loader/register.mjs'), join(ROOT, 'test/helpers/agent-process.ts')], {
       cwd: ROOT,
@@ -98,9 +104,10 @@ export class TestEdge {
         AGENT_AUTHORIZED_KEY: this.secrets.gatewaySshKey.publicKey,
         AGENT_JOB_KEY: JSON.stringify(this.secrets.jobSigningKey.publicJwk),
         AGENT_EDGE_IP: EDGE_PUBLIC_IP,
-        AGENT_LOG_LEVEL: 'silent',
+        AGENT_LOG_LEVEL: opts.log ? 'info' : 'silent',
         TG_TEST_NETNS: this.netns.name,
         ...(opts.hold ? { TG_TEST_HOLD: opts.hold } : {}),
+        ...(opts.jobVersions !== undefined ? { AGENT_JOB_VERSIONS: opts.jobVersions } : {}),
       },
       stdio: [opts.hold ? 'pipe' : 'ignore', 'pipe', 'pipe'],
     });
@@ -110,6 +117,14 @@ export class TestEdge {
     child.stdin?.on('error', () => {});
     let stderr = '';
     child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      if (!line.startsWith('{')) return;
+      try {
+        this.logs.push({ ...(JSON.parse(line) as Record<string, unknown>), run });
+      } catch {
+        // not a log line
+      }
+    });
     const ready = new Promise<void>((resolveReady, reject) => {
       child.once('exit', (code) => reject(new Error(`agent exited (${code}) before it was ready: ${stderr}`)));
       createInterface({ input: child.stdout! }).on('line', (line) => {

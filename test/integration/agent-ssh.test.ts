@@ -8,6 +8,7 @@ import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { CompactSign } from 'jose';
 import ssh2 from 'ssh2';
 import type { ClientChannel, ConnectConfig } from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -23,6 +24,7 @@ import { MAX_INPUT_BYTES } from '../../common/job-contract.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 import { skipUnless } from '../helpers/requirements.ts';
+import { until } from '../helpers/wait.ts';
 
 /** FAKE dataplane (test double, no kernel): records every call, keeps tunnels in a map. */
 class RecordingDataplane implements Dataplane {
@@ -65,7 +67,7 @@ const KID = 'test-kid';
 const gatewayKey: GatewaySshKey = parseSecret('gateway_ssh_key', generateSecret('gateway_ssh_key'));
 const otherKey: GatewaySshKey = parseSecret('gateway_ssh_key', generateSecret('gateway_ssh_key'));
 
-function configFor(stateDir: string): AgentConfig {
+function configFor(stateDir: string, over: Record<string, string> = {}): AgentConfig {
   return loadConfig({
     AGENT_NODE_ID: NODE,
     AGENT_LISTEN: '127.0.0.1:0',
@@ -73,12 +75,13 @@ function configFor(stateDir: string): AgentConfig {
     AGENT_AUTHORIZED_KEY: gatewayKey.publicKey,
     AGENT_JOB_KEY: JSON.stringify({ ...jobSigning.publicKey.export({ format: 'jwk' }), kid: KID }),
     AGENT_EDGE_IP: EDGE_IP,
+    ...over,
   });
 }
 
 const tunnel = tunnelSpec;
 
-const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never);
+const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE, version: 1 | 2 = 1) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never, { version });
 
 interface Agent {
   running: RunningAgent;
@@ -88,11 +91,12 @@ interface Agent {
   node: EdgeNode;
 }
 
-async function start(stateDir = tmp(), inputTimeoutMs?: number): Promise<Agent> {
+/** `env`: configuration beyond the test's defaults (AGENT_JOB_VERSIONS, AGENT_LISTEN). */
+async function start(stateDir = tmp(), inputTimeoutMs?: number, env: Record<string, string> = {}): Promise<Agent> {
   const dataplane = new RecordingDataplane();
   const logs: Record<string, unknown>[] = [];
   const log = createLogger('debug', {}, (l) => logs.push(JSON.parse(l) as Record<string, unknown>));
-  const running = await startAgent(configFor(stateDir), { dataplane, log, ...(inputTimeoutMs ? { inputTimeoutMs } : {}) });
+  const running = await startAgent(configFor(stateDir, env), { dataplane, log, ...(inputTimeoutMs ? { inputTimeoutMs } : {}) });
   return { running, dataplane, logs, stateDir, node: { id: NODE, host: '127.0.0.1', port: running.address.port, hostKeyFingerprint: running.hostKey.fingerprint } };
 }
 
@@ -284,6 +288,114 @@ describe('agent SSH: jobs', () => {
   });
 });
 
+describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', () => {
+  const AGENT_VERSION = (JSON.parse(readFileSync(new URL('../../agent/package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  const policy = { ports: [[80, 80], [443, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 200, drop_fragments: true };
+
+  it('`tunnel-agent hello` answers one line with the versions and the agent\'s own version, exit 0, reading no stdin', async () => {
+    const conn = await connect(agent);
+    const before = agent.dataplane.calls.length;
+    try {
+      const r = await exec(conn, 'tunnel-agent hello', '');
+      expect(r.code).toBe(0);
+      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
+      // stdin never closed, or something written to it: the same answer, at once.
+      const open = await exec(conn, 'tunnel-agent hello', 'ignored', true);
+      expect(open.code).toBe(0);
+      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
+      for (const command of ['tunnel-agent hello ', 'tunnel-agent hello; ls', 'tunnel-agent  hello', 'TUNNEL-AGENT HELLO', 'tunnel-agent version']) {
+        const no = await exec(conn, command, '');
+        expect(no.code, command).toBe(127);
+        expect(oneLine(no), command).toMatchObject({ ok: false, error: 'unsupported_command' });
+      }
+      expect(agent.dataplane.calls.length).toBe(before);
+    } finally {
+      conn.end();
+    }
+  });
+
+  it('a v 2 job carrying a policy runs, and the dataplane gets the policy unchanged; v 1 with a policy is malformed', async () => {
+    const t = tunnel({ policy } as never);
+    const ok = await edge.run(agent.node, await sign('apply', { tunnel: t }, NODE, 2), 10_000);
+    expect(ok).toMatchObject({ ok: true, op: 'apply' });
+    expect(agent.dataplane.calls.at(-1)).toEqual({ op: 'apply', arg: t });
+    expect(agent.logs).toContainEqual(expect.objectContaining({ msg: 'job done', op: 'apply', tunnel_id: t.id, v: 2 }));
+    // A v1 job with a policy, forged past the gateway's signer (which refuses to sign it).
+    const conn = await connect(agent);
+    try {
+      const forged = await signJob(jobSigning.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { version: 1 });
+      const [h, p] = forged.split('.');
+      const claims = { ...(JSON.parse(Buffer.from(p!, 'base64url').toString()) as Record<string, unknown>), tunnel: tunnel({ policy } as never) };
+      const jws = await new CompactSign(Buffer.from(JSON.stringify(claims))).setProtectedHeader(JSON.parse(Buffer.from(h!, 'base64url').toString()) as { alg: string }).sign(jobSigning.privateKey);
+      const r = await exec(conn, 'tunnel-agent job', jws);
+      expect(r.code).toBe(1);
+      expect(oneLine(r)).toMatchObject({ ok: false, error: 'malformed', error_description: expect.stringContaining('policy') });
+    } finally {
+      conn.end();
+    }
+  });
+
+  it('the gateway\'s pool asks hello once per connection and signs for it: version 2 here', async () => {
+    const p = pool();
+    const s1 = await p.session(agent.node, 10_000);
+    expect(s1).toMatchObject({ nodeId: NODE, version: 2, hello: { versions: [1, 2], agent: AGENT_VERSION } });
+    const hellos = () => agent.logs.filter((l) => l.msg === 'hello').length;
+    const asked = hellos();
+    // More jobs and sessions on the same connection: no new hello.
+    expect(await p.session(agent.node, 10_000)).toBe(s1);
+    expect(await s1.run(await sign('apply', { tunnel: tunnel() }, NODE, 2), 10_000)).toMatchObject({ ok: true });
+    expect(await p.run(agent.node, await sign('apply', { tunnel: tunnel() }), 10_000)).toMatchObject({ ok: true });
+    expect(hellos()).toBe(asked);
+    // A new connection asks again; a job signed for the old one is not sent over the new one.
+    p.disconnect(NODE);
+    const s2 = await p.session(agent.node, 10_000);
+    expect(s2).not.toBe(s1);
+    expect(hellos()).toBe(asked + 1);
+    await expect(s1.run(await sign('apply', { tunnel: tunnel() }, NODE, 2), 10_000)).rejects.toMatchObject({ kind: 'connect_failed' });
+  });
+
+  it('an agent with AGENT_JOB_VERSIONS=1 (stand-in for an agent from before version 2) answers hello with 127 and refuses v 2; the pool then signs version 1, and re-asks after the agent restarts upgraded', async () => {
+    const stateDir = tmp();
+    const old = await start(stateDir, undefined, { AGENT_JOB_VERSIONS: '1' });
+    const port = old.node.port;
+    const lost: string[] = [];
+    const p = pool(gatewayKey.privateKey, 10_000, (id) => lost.push(id));
+    try {
+      const conn = await connect(old);
+      try {
+        const h = await exec(conn, 'tunnel-agent hello', '');
+        expect(h.code).toBe(127);
+        expect(oneLine(h)).toMatchObject({ ok: false, error: 'unsupported_command' });
+        const v2 = await exec(conn, 'tunnel-agent job', await sign('apply', { tunnel: tunnel() }, NODE, 2));
+        expect(v2.code).toBe(1);
+        expect(oneLine(v2)).toMatchObject({ ok: false, error: 'unsupported_version' });
+        expect(old.dataplane.calls).toEqual([]);
+      } finally {
+        conn.end();
+      }
+      const s = await p.session(old.node, 10_000);
+      expect(s).toMatchObject({ version: 1, hello: { versions: [1], agent: null } });
+      expect(await s.run(await sign('apply', { tunnel: tunnel() }, NODE, s.version), 10_000)).toMatchObject({ ok: true, op: 'apply' });
+      expect(old.logs).toContainEqual(expect.objectContaining({ msg: 'job done', v: 1 }));
+    } finally {
+      await old.running.stop(1000);
+    }
+    // The agent is upgraded: the same host key, state and port, every version. The pool notices the
+    // dropped connection, and on the next contact asks hello again.
+    const upgraded = await start(stateDir, undefined, { AGENT_LISTEN: `127.0.0.1:${port}` });
+    try {
+      await until('the pool noticed the old agent\'s connection closed', () => lost.length > 0);
+      expect(lost).toEqual([NODE]);
+      const s = await p.session(upgraded.node, 10_000);
+      expect(s).toMatchObject({ version: 2, hello: { versions: [1, 2] } });
+      expect(await s.run(await sign('apply', { tunnel: tunnel({ policy } as never) }, NODE, s.version), 10_000)).toMatchObject({ ok: true });
+      expect(upgraded.logs).toContainEqual(expect.objectContaining({ msg: 'job done', v: 2 }));
+    } finally {
+      await upgraded.running.stop(1000);
+    }
+  });
+});
+
 describe('agent SSH: shutdown', () => {
   it('stop lets a running job finish and answer, then closes; the dataplane is not closed', async () => {
     const a = await start(tmp());
@@ -409,6 +521,10 @@ describe('agent SSH: channels', () => {
     const r = await run('ssh', [...args, 'tunnelgate@127.0.0.1', 'tunnel-agent job'], jws);
     expect(r.status, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout)).toMatchObject({ ok: true, op: 'apply' });
+    // hello with no stdin (OpenSSH's -n: stdin from /dev/null).
+    const hello = await run('ssh', [...args, '-n', 'tunnelgate@127.0.0.1', 'tunnel-agent hello'], '');
+    expect(hello.status, hello.stderr).toBe(0);
+    expect(hello.stdout).toBe(`${JSON.stringify({ ok: true, versions: [1, 2], agent: JSON.parse(readFileSync(new URL('../../agent/package.json', import.meta.url), 'utf8')).version })}\n`);
     const no = await run('ssh', [...args, 'tunnelgate@127.0.0.1', 'tunnel-agent job; ls'], jws);
     expect(no.status).toBe(127);
     expect(JSON.parse(no.stdout)).toMatchObject({ ok: false, error: 'unsupported_command' });

@@ -5,7 +5,7 @@
 // test/integration/provisioning-reconcile.test.ts.
 import { describe, expect, it } from 'vitest';
 import type { Database } from '../../server/db/database.ts';
-import type { EdgeConnections, EdgeNode } from '../../server/edge/connections.ts';
+import type { EdgeConnections, EdgeNode, EdgeSession } from '../../server/edge/connections.ts';
 import type { ResultLine } from '../../server/edge/job-signing.ts';
 import { createLogger } from '../../common/log.ts';
 import { parseSecret, generateSecret } from '../../server/secrets.ts';
@@ -19,13 +19,18 @@ const BROKEN = '0d9f6a2e-31a4-4c5c-bb1e-7a4b8a4ce001';
 function workerAnswering(answer: (op: string) => ResultLine) {
   const sent: string[] = [];
   const logs: Record<string, unknown>[] = [];
-  const connections = {
-    run: async (_node: EdgeNode, jws: string) => {
+  // One FAKE session (a v2 agent's hello) whose jobs get `answer`.
+  const session: EdgeSession = {
+    nodeId: NODE.id,
+    hello: { versions: [1, 2], agent: '0.1.0' },
+    version: 2,
+    run: async (jws: string) => {
       const op = JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString('utf8')).op as string;
       sent.push(op);
       return answer(op);
     },
-  } as unknown as EdgeConnections;
+  };
+  const connections = { session: async () => session } as unknown as EdgeConnections;
   // desiredSet() reads the node's tunnels: none needed for these cases.
   const db = { query: async () => [] } as unknown as Database;
   const worker = new EdgeWorker({

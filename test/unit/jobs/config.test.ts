@@ -25,6 +25,13 @@ describe('agent configuration', () => {
     expect(loadConfig(agentEnv({ AGENT_NODE_ID: NODE.toUpperCase() })).nodeId).toBe(NODE);
   });
 
+  it('AGENT_JOB_VERSIONS: every version this agent speaks by default; a subset of them when set', () => {
+    expect(loadConfig(agentEnv()).jobVersions).toEqual([1, 2]);
+    expect(loadConfig(agentEnv({ AGENT_JOB_VERSIONS: '1' })).jobVersions).toEqual([1]);
+    expect(loadConfig(agentEnv({ AGENT_JOB_VERSIONS: ' 2, 1 ,2' })).jobVersions).toEqual([1, 2]);
+    for (const bad of ['3', '1,3', 'one', '1;2', '01', ',']) expect(() => loadConfig(agentEnv({ AGENT_JOB_VERSIONS: bad })), bad).toThrow(/AGENT_JOB_VERSIONS must be/);
+  });
+
   it('reads a key = value file with lower-case keys; the environment overrides it', () => {
     const dir = tmp();
     const file = join(dir, 'agent.conf');

@@ -41,8 +41,26 @@ describe('signJob (gateway side)', () => {
     await expect(signJob(gateway.publicKey, KID, NODE, 'apply', { tunnel: t })).rejects.toThrow(/private key/);
     await expect(signJob(gateway.privateKey, '', NODE, 'apply', { tunnel: t })).rejects.toThrow(/kid/);
   });
+
+  it('signs the version it is told (default 1); a policy only in version 2', async () => {
+    const policy = { ports: [[443, 443]] as [number, number][], protocol: 'tcp' as const, syn_proxy: false, source_pps_limit: null, drop_fragments: false };
+    const withPolicy = tunnel({ policy });
+    const claimsOf = (jws: string) => JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString()) as Record<string, unknown>;
+    const v2 = await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: withPolicy }, { now: T0, version: 2 });
+    expect(claimsOf(v2)).toMatchObject({ v: 2, tunnel: withPolicy });
+    expect(await code(v2)).toBe('ok');
+    expect(claimsOf(await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0, version: 1 })).v).toBe(1);
+    expect(claimsOf(await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0 })).v).toBe(1);
+    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: withPolicy }, { now: T0 })).rejects.toThrow(/policy.*version 2/);
+    await expect(signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [withPolicy] }, { now: T0, version: 1 })).rejects.toThrow(JobSigningError);
+    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0, version: 3 as never })).rejects.toThrow(/version must be one of 1, 2/);
+  });
 });
+
 // ---------------------------------------------------------------------------------------------------
+
+/** A policy other than the default, in the wire form of a v2 job (common/tunnel-policy.ts). */
+const POLICY = { ports: [[22, 22], [80, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 500, drop_fragments: true };
 
 describe('schema/job.schema.json', () => {
   const schema = jobSchema;
@@ -59,11 +77,16 @@ describe('schema/job.schema.json', () => {
       ['reconcile', { tunnels: [t] }],
       ['probe', { tunnel: t }],
     ] as const) {
-      const jws = await signJob(gateway.privateKey, KID, NODE, op, body as never, { now: T0 });
-      const [h, p] = jws.split('.');
-      expect(validate(JSON.parse(Buffer.from(p!, 'base64url').toString())), `${op}: ${JSON.stringify(validate.errors)}`).toBe(true);
-      expect(validateHeader(JSON.parse(Buffer.from(h!, 'base64url').toString()))).toBe(true);
+      for (const version of [1, 2] as const) {
+        const jws = await signJob(gateway.privateKey, KID, NODE, op, body as never, { now: T0, version });
+        const [h, p] = jws.split('.');
+        expect(validate(JSON.parse(Buffer.from(p!, 'base64url').toString())), `${op}: ${JSON.stringify(validate.errors)}`).toBe(true);
+        expect(validateHeader(JSON.parse(Buffer.from(h!, 'base64url').toString()))).toBe(true);
+      }
     }
+    const tp = tunnel({ policy: { ports: [[22, 22], [80, 443]], protocol: 'udp', syn_proxy: true, source_pps_limit: 100, drop_fragments: true } });
+    const p2 = (await signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [tp] }, { now: T0, version: 2 })).split('.')[1]!;
+    expect(validate(JSON.parse(Buffer.from(p2, 'base64url').toString())), JSON.stringify(validate.errors)).toBe(true);
     expect(validateHeader({ alg: 'none', typ: 'tunnel-job+jwt', kid: KID })).toBe(false);
     expect(validateHeader({ alg: 'EdDSA', typ: 'JWT', kid: KID })).toBe(false);
     expect(validateHeader({ alg: 'EdDSA', typ: 'tunnel-job+jwt' })).toBe(false);
@@ -97,6 +120,42 @@ describe('schema/job.schema.json', () => {
       claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name } }),
       claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, edge_inner: t.edge_inner } }),
       claims({ op: 'probe', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }),
+      // Version 2 and its tunnel policy.
+      claims({ v: 3 }),
+      claims({ v: '2' }),
+      claims({ v: 2, tunnel: { ...t, policy: POLICY } }),
+      claims({ v: 1, tunnel: { ...t, policy: POLICY } }),
+      claims({ v: 2, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, policy: POLICY }] }),
+      claims({ v: 1, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, policy: POLICY }] }),
+      claims({ v: 2, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
+      claims({ v: 1, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
+      ...(
+        [
+          ['ports', '*'],
+          ['ports', [[1, 65535]]],
+          ['ports', []],
+          ['ports', '22'],
+          ['ports', [[0, 22]]],
+          ['ports', [[22, 65536]]],
+          ['ports', [[22]]],
+          ['ports', [[22, 23, 24]]],
+          ['ports', [[22.5, 23]]],
+          ['ports', Array.from({ length: 33 }, (_, i) => [i + 1, i + 1])],
+          ['protocol', 'both'],
+          ['protocol', 'icmp'],
+          ['syn_proxy', 'yes'],
+          ['source_pps_limit', null],
+          ['source_pps_limit', 10],
+          ['source_pps_limit', 9],
+          ['source_pps_limit', 1_000_001],
+          ['source_pps_limit', 100.5],
+          ['drop_fragments', 0],
+          ['drop_fragments', undefined],
+          ['extra', true],
+        ] as const
+      ).map(([k, v]) => claims({ v: 2, tunnel: { ...t, policy: { ...POLICY, [k]: v } } })),
+      claims({ v: 2, tunnel: { ...t, policy: null } }),
+      claims({ v: 2, tunnel: { ...t, policy: [] } }),
       ...(
         [
           ['id', 'x'],
@@ -124,21 +183,31 @@ describe('schema/job.schema.json', () => {
     for (const c of corpus) {
       const bySchema = validate(c);
       const byAgent = (await code(await token(c))) === 'ok';
-      expect(bySchema, `${JSON.stringify(c).slice(0, 200)} schema=${bySchema} agent=${byAgent} ${JSON.stringify(validate.errors?.[0])}`).toBe(byAgent);
+      expect(bySchema, `${JSON.stringify(c).slice(0, 800)} schema=${bySchema} agent=${byAgent} ${JSON.stringify(validate.errors?.[0])}`).toBe(byAgent);
     }
   });
 
   it('names the checks it cannot express, which only the verifier makes', async () => {
     const t = tunnel();
-    // Schema-valid, refused by the agent: inner ends in two subnets, a reconcile with a duplicate id.
+    // Schema-valid, refused by the agent: inner ends in two subnets, a reconcile with a duplicate id, a
+    // port range backwards.
     for (const c of [
       claims({ tunnel: { ...t, edge_inner: '100.64.0.1/30', origin_inner: '100.64.0.6/30' } }),
       claims({ op: 'reconcile', tunnel: undefined, tunnels: [t, t] }),
+      claims({ v: 2, tunnel: { ...t, policy: { ...POLICY, ports: [[443, 80]] } } }),
     ]) {
       expect(validate(c)).toBe(true);
       expect(await code(await token(c))).toBe('malformed');
     }
     expect(String(schema.description)).toMatch(/same subnet|one \/30/);
     expect(String(schema.description)).toMatch(/distinct id/);
+    expect(String(schema.description)).toMatch(/from <= to/);
+  });
+
+  it('describes the hello line the agent answers', () => {
+    const validateHello = ajv.getSchema(`${String(schema.$id)}#/$defs/helloLine`)!;
+    expect(validateHello({ ok: true, versions: [1, 2], agent: '0.1.0' })).toBe(true);
+    expect(validateHello({ ok: true, versions: [1, 2] })).toBe(false);
+    expect(validateHello({ ok: false, error: 'unsupported_command', error_description: 'x' })).toBe(false);
   });
 });

@@ -187,8 +187,8 @@ describe('verifyJob: each refusal code', () => {
     expect(await code(await token(claims({ iat: T0 - 10, exp: T0 + 3600 })))).toBe('expired');
   });
 
-  it('unsupported_version: v missing or not 1', async () => {
-    for (const v of [undefined, 2, 0, '1', 1.5, null]) expect(await code(await token(claims({ v }))), String(v)).toBe('unsupported_version');
+  it('unsupported_version: v missing or not 1 or 2', async () => {
+    for (const v of [undefined, 3, 0, '1', '2', 1.5, null]) expect(await code(await token(claims({ v }))), String(v)).toBe('unsupported_version');
   });
 
   it('unsupported_command: an op this agent does not know', async () => {
@@ -219,6 +219,45 @@ describe('verifyJob: each refusal code', () => {
   });
 });
 
+describe('verifyJob: job version 2 (docs/CONTRACTS.md "Edge jobs", "Versions")', () => {
+  const policy = { ports: [[22, 22], [80, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 500, drop_fragments: true };
+
+  it('accepts v 2 with a tunnel policy, and hands the policy on unchanged', async () => {
+    const t = tunnel({ policy } as never);
+    for (const c of [claims({ v: 2, tunnel: t }), claims({ v: 2, op: 'probe', tunnel: t }), claims({ v: 2, op: 'remove', tunnel: t })]) {
+      const out = await verifyJob(await token(c), ctx());
+      expect(out.ok, JSON.stringify(out)).toBe(true);
+      if (out.ok && out.job.op !== 'reconcile') expect(out.job.tunnel.policy).toEqual(policy);
+    }
+    const out = await verifyJob(await token(claims({ v: 2, op: 'reconcile', tunnel: undefined, tunnels: [t] })), ctx());
+    expect(out.ok && out.job.op === 'reconcile' && out.job.v === 2 && out.job.tunnels[0]!.policy).toEqual(policy);
+    // v 2 without a policy (the default) is fine too, and so is v 1 without one.
+    expect(await code(await token(claims({ v: 2 })))).toBe('ok');
+    expect(await code(await token(claims({ v: 1 })))).toBe('ok');
+  });
+
+  it('a v 1 tunnel carrying policy is malformed; a v 2 policy of the wrong shape is malformed', async () => {
+    expect(await code(await token(claims({ v: 1, tunnel: tunnel({ policy } as never) })))).toBe('malformed');
+    expect(await code(await token(claims({ v: 1, op: 'reconcile', tunnel: undefined, tunnels: [tunnel({ policy } as never)] })))).toBe('malformed');
+    for (const bad of [{ ...policy, ports: '22' }, { ...policy, protocol: 'icmp' }, { ...policy, source_pps_limit: 1 }, { ...policy, extra: 1 }, { ...policy, drop_fragments: undefined }, null]) {
+      expect(await code(await token(claims({ v: 2, tunnel: { ...tunnel(), policy: bad } }))), JSON.stringify(bad)).toBe('malformed');
+    }
+  });
+
+  it('v 3 is unsupported_version, even with a body no version knows (not malformed)', async () => {
+    expect(await code(await token(claims({ v: 3 })))).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 3, tunnel: { ...tunnel(), policy: 'strict' } })))).toBe('unsupported_version');
+  });
+
+  it('an agent accepting only v 1 (AGENT_JOB_VERSIONS=1, an old agent\'s stand-in) refuses v 2 as unsupported_version, body unchecked', async () => {
+    const old = ctx({ versions: [1] });
+    expect(await code(await token(claims({ v: 2 })), old)).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 2, tunnel: tunnel({ policy } as never) })), old)).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 2, tunnel: undefined })), old)).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 1 })), old)).toBe('ok');
+  });
+});
+
 describe('verifyJob: precedence (malformed > invalid_signature > wrong_audience > expired > unsupported_version > unsupported_command > replayed)', () => {
   it('reports the first failing check', async () => {
     const cases: [string, () => Promise<string>, string][] = [
@@ -226,14 +265,18 @@ describe('verifyJob: precedence (malformed > invalid_signature > wrong_audience 
       ['another key and a body that does not match', async () => token(claims({ tunnel: undefined }), {}, intruder.privateKey), 'malformed'],
       ['HS256 and iat far in the future', async () => token(claims({ iat: T0 + 600, exp: T0 + 620 }), { alg: 'HS256' }, new Uint8Array(32)), 'malformed'],
       ['another key and another node', async () => token(claims({ aud: OTHER_NODE }), {}, intruder.privateKey), 'invalid_signature'],
-      ['alg none, expired, v 2', async () => unsigned(claims({ iat: T0 - 600, exp: T0 - 590, v: 2 })), 'invalid_signature'],
+      ['alg none, expired, v 3', async () => unsigned(claims({ iat: T0 - 600, exp: T0 - 590, v: 3 })), 'invalid_signature'],
       ['another node and expired', async () => token(claims({ aud: OTHER_NODE, iat: T0 - 600, exp: T0 - 590 })), 'wrong_audience'],
-      ['another edge_ip and v 2 body', async () => token(claims({ tunnel: tunnel({ edge_ip: '198.51.100.9' }) })), 'wrong_audience'],
-      ['expired and v 2', async () => token(claims({ iat: T0 - 600, exp: T0 - 590, v: 2 })), 'expired'],
+      ['another edge_ip', async () => token(claims({ tunnel: tunnel({ edge_ip: '198.51.100.9' }) })), 'wrong_audience'],
+      ['expired and v 3', async () => token(claims({ iat: T0 - 600, exp: T0 - 590, v: 3 })), 'expired'],
       ['lifetime over 60 s and unknown op', async () => token(claims({ exp: T0 + 61, op: 'destroy' })), 'expired'],
-      ['v 2 and unknown op', async () => token(claims({ v: 2, op: 'destroy' })), 'unsupported_version'],
-      // Body shapes are version 1's: a v2 job whose body v1 would not accept is unsupported_version.
-      ['v 2 with a body v1 does not know', async () => token(claims({ v: 2, tunnel: undefined, tunnel_v2: { id: 1 } })), 'unsupported_version'],
+      ['v 3 and unknown op', async () => token(claims({ v: 3, op: 'destroy' })), 'unsupported_version'],
+      ['v 2 and unknown op', async () => token(claims({ v: 2, op: 'destroy' })), 'unsupported_command'],
+      // Body shapes are only known for the versions the agent speaks: a v3 job with a body no version
+      // knows is unsupported_version, a v2 one is malformed.
+      ['v 3 with a body no version knows', async () => token(claims({ v: 3, tunnel: undefined, tunnel_v3: { id: 1 } })), 'unsupported_version'],
+      ['v 2 with a body v2 does not know', async () => token(claims({ v: 2, tunnel: undefined, tunnel_v3: { id: 1 } })), 'malformed'],
+      ['v 1 carrying a policy, and another edge_ip', async () => token(claims({ v: 1, tunnel: { ...tunnel({ edge_ip: '198.51.100.9' }), policy: { ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: null, drop_fragments: false } } })), 'malformed'],
     ];
     for (const [name, make, expected] of cases) expect(await code(await make()), name).toBe(expected);
     // replayed comes last: a replay of a job that would now fail another check reports that check.
