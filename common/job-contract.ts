@@ -30,6 +30,8 @@ export const MAX_INPUT_BYTES = 16 * 1024 * 1024;
 export const JOB_COMMAND = 'tunnel-agent job';
 /** Exec command (no stdin) that answers one HelloLine; an agent speaking only v1 answers it with status 127. */
 export const HELLO_COMMAND = 'tunnel-agent hello';
+/** The exit status of an exec command the agent does not know (so an agent from before version 2 answers hello with it). */
+export const EXIT_UNSUPPORTED_COMMAND = 127;
 export const SSH_USER = 'tunnelgate';
 
 export const OPS = ['apply', 'remove', 'reconcile', 'probe'] as const;

@@ -12,6 +12,7 @@ import { createServer, type AddressInfo, type Server as NetServer, type Socket }
 import ssh2 from 'ssh2';
 import type { AuthContext, Connection, ServerChannel } from 'ssh2';
 import {
+  EXIT_UNSUPPORTED_COMMAND,
   HELLO_COMMAND,
   JOB_COMMAND,
   JOB_VERSIONS,
@@ -65,8 +66,6 @@ export const DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = 4;
 
 /** Session-channel requests that are always refused. */
 const REFUSED_SESSION_REQUESTS = ['pty', 'shell', 'subsystem', 'sftp', 'x11', 'auth-agent', 'env', 'signal', 'window-change'] as const;
-/** The exit status for an exec command other than `tunnel-agent job`. */
-export const EXIT_UNSUPPORTED_COMMAND = 127;
 
 function sameKey(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);

@@ -3,7 +3,7 @@
 // delivered or answered. An agent's `ok: false` is a result, not an error. connections.ts runs the jobs.
 // Also what `tunnel-agent hello` comes back with (docs/CONTRACTS.md "Versions"): the versions the agent
 // accepts, or "version 1 only" from an agent that predates hello.
-import { JOB_VERSION_1, checkHello, type HelloLine, type ResultLine } from '../../common/job-contract.ts';
+import { EXIT_UNSUPPORTED_COMMAND, JOB_VERSION_1, checkHello, type HelloLine, type ResultLine } from '../../common/job-contract.ts';
 
 export type EdgeSshErrorKind =
   /** The agent presented another host key: nothing was sent. Needs an operator, not a retry. */
@@ -43,8 +43,6 @@ export interface AgentHello {
   agent: string | null;
 }
 
-/** The exit status of an exec command the agent does not know: an agent from before version 2 answers hello with it. */
-export const EXIT_UNSUPPORTED_COMMAND = 127;
 
 const oneJsonLine = (stdout: string): unknown => {
   if (!stdout.endsWith('\n') || stdout.indexOf('\n') !== stdout.length - 1) return undefined;
