@@ -55,6 +55,12 @@ export interface SendOnceOptions {
   freshSeconds?: number;
   /** Do not start it before this many seconds from now (jitter). */
   delaySeconds?: number;
+  /**
+   * Checked under the key's lock, after the live-job check: false queues nothing. For a caller that chose
+   * the job from a read made before the lock (the sweeper), so a job that ended in between, having
+   * already done the work, is not followed by a second one.
+   */
+  stillNeeded?: (sql: LockedSql) => Promise<boolean>;
 }
 
 export interface SendOnceResult {
@@ -145,6 +151,7 @@ export class EdgeQueue {
       const values = [EDGE_QUEUE, JSON.stringify(match), o.freshSeconds ?? 0];
       const live = (await sql.executeSql(text, values)).rows[0]?.id;
       if (typeof live === 'string') return { jobId: live, queued: false };
+      if (o.stillNeeded && !(await o.stillNeeded(sql))) return { jobId: null, queued: false };
       const jobId = await this.boss.send(EDGE_QUEUE, data, {
         singletonKey: data.nodeId,
         // Retry settings go on each job too: the queue's own were fixed by whichever replica created it.

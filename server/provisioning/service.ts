@@ -15,7 +15,7 @@ import { ApiError } from '../domain/errors.ts';
 import { EdgeConnections } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
 import { contactableNodes, edgeTunnel } from './edge-state.ts';
-import { KeyedLocks } from './locks.ts';
+import { KeyedLocks, type LockedSql } from './locks.ts';
 import { ProbeCoordinator } from './probes.ts';
 import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.ts';
 import { TunnelStatusBus } from './status-bus.ts';
@@ -233,8 +233,17 @@ export class ProvisioningService {
     const queue = await this.queue();
     let sent = 0;
     for (const t of stuck) {
-      // Under the tunnel's lock: a provision or delete request racing the sweeper cannot add a second job.
-      if ((await queue.sendOnce({ tunnelId: t.id, nodeId: t.node_id })).queued) sent++;
+      // Under the tunnel's lock: a provision or delete request racing the sweeper cannot add a second job,
+      // and a job that finished since the read above (another replica's sweep queued it) is not followed
+      // by a second one: the tunnel must still be stuck when the lock is held.
+      const stillNeeded = async (sql: LockedSql): Promise<boolean> =>
+        (
+          await sql.executeSql(
+            `select 1 from tunnel where id = $1 and status in ('provisioning', 'deleting') and updated_at <= now() - make_interval(secs => $2::float8)`,
+            [t.id, olderThanSeconds],
+          )
+        ).rows.length > 0;
+      if ((await queue.sendOnce({ tunnelId: t.id, nodeId: t.node_id }, { stillNeeded })).queued) sent++;
     }
     if (sent) this.log.info('sweeper queued stuck tunnels', { count: sent });
     return sent;
