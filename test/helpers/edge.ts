@@ -37,6 +37,22 @@ export interface AgentCall {
  */
 export type HoldPoint = 'before' | 'after';
 
+/**
+ * Dataplane calls in flight (announced by a held agent, not yet done) and the most there ever were at once.
+ * Each TestEdge has its own; one meter can also be added to several edges' `meters` to count across nodes.
+ */
+export class InFlightMeter {
+  now = 0;
+  max = 0;
+  enter(): void {
+    this.now++;
+    this.max = Math.max(this.max, this.now);
+  }
+  leave(): void {
+    this.now--;
+  }
+}
+
 async function freePort(): Promise<number> {
   const s = net.createServer();
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
@@ -57,6 +73,12 @@ export class TestEdge {
   holding: (c: AgentCall) => boolean = () => false;
   /** How many times start() launched the agent. */
   private runs = 0;
+  /** Calls of the running agent (held numbers) announced and not yet done. */
+  private readonly open = new Set<number>();
+  /** This node's calls in flight (a held agent only: it reports when each call is done). */
+  readonly inFlight = new InFlightMeter();
+  /** Every meter this edge's calls count on: its own, plus any a test shares between edges. */
+  readonly meters: InFlightMeter[] = [this.inFlight];
 
   private constructor(
     readonly netns: TestNetns,
@@ -113,18 +135,29 @@ export class TestEdge {
     const ready = new Promise<void>((resolveReady, reject) => {
       child.once('exit', (code) => reject(new Error(`agent exited (${code}) before it was ready: ${stderr}`)));
       createInterface({ input: child.stdout! }).on('line', (line) => {
-        const o = JSON.parse(line) as { ready?: boolean } & Partial<AgentCall>;
+        const o = JSON.parse(line) as { ready?: boolean; done?: number } & Partial<AgentCall>;
         if (o.ready) return resolveReady();
+        if (o.done !== undefined) {
+          // A call that failed before it was announced (hold `after`) was never counted in flight.
+          if (this.child === child && this.open.delete(o.done)) for (const m of this.meters) m.leave();
+          return;
+        }
         if (o.call) {
           const c: AgentCall = { call: o.call, ids: o.ids ?? [], run, ...(o.held === undefined ? {} : { held: o.held }) };
           this.calls.push(c);
+          if (c.held !== undefined) {
+            this.open.add(c.held);
+            for (const m of this.meters) m.enter();
+          }
           if (c.held !== undefined && !this.holding(c)) this.release(c);
           for (const w of this.callWaiters.splice(0)) w();
         }
       });
     });
     child.once('exit', () => {
-      if (this.child === child) this.child = null;
+      if (this.child !== child) return;
+      this.child = null;
+      this.dropOpen();
     });
     await ready;
   }
@@ -159,6 +192,23 @@ export class TestEdge {
     c.kill(signal);
     await gone;
     this.child = null;
+    this.dropOpen();
+  }
+
+  /** The agent is gone, and with it every call it had in flight. */
+  private dropOpen(): void {
+    for (const _ of this.open) for (const m of this.meters) m.leave();
+    this.open.clear();
+  }
+
+  /**
+   * Process ids holding an established TCP connection to the agent's port (ss, from the kernel): which
+   * gateway processes have an SSH connection to this edge right now. Connections are warm (kept open), so a
+   * process that ever ran a job here still shows.
+   */
+  clientPids(): number[] {
+    const out = execFileSync('ss', ['-Htnp', 'state', 'established', `( dport = :${this.port} )`], { encoding: 'utf8' });
+    return [...new Set([...out.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1])))].sort((a, b) => a - b);
   }
 
   /** Sends the agent a signal (SIGSTOP/SIGCONT freeze and thaw it mid-job, like a stalled router). */
