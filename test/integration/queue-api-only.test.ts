@@ -83,6 +83,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('API-only repli
     for (const b of [t1, t2]) await until(`${b.tunnel_name} provisioned`, async () => (await tunnelStatus(t.raw, b.id)) === 'provisioned');
     for (const b of [t1, t2]) {
       // The job queued by the API-only replica, run once, by W, on its first attempt (nobody had started it).
+      // (pg-boss marks it completed just after the handler moved the tunnel: wait for that state.)
+      await until(`${b.tunnel_name}'s job completed`, async () => (await edgeJobsFor(t.raw, b.id)).every((j) => j.state === 'completed'));
       expect(await edgeJobsFor(t.raw, b.id)).toMatchObject([{ state: 'completed', retry_count: 0 }]);
       await w.waitForLog((l) => l.msg === 'edge job done' && l.tunnel_id === b.id);
       expect(edge.links()).toContain(b.tunnel_name);

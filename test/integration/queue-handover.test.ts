@@ -84,8 +84,12 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a crashed work
     await until('the tunnel provisioned by B', async () => (await tunnelStatus(t.raw, tun.id)) === 'provisioned', 120_000);
     const done = await b.waitForLog((l) => l.msg === 'edge job done' && l.tunnel_id === tun.id);
     // The same job, handed over: still one job row for the tunnel (B's sweeper queued no second one),
-    // completed on a later attempt than the one A held.
-    const jobs = await edgeJobsFor(t.raw, tun.id);
+    // completed on a later attempt than the one A held. (pg-boss marks it completed just after the handler
+    // moved the tunnel: wait for that state.)
+    const jobs = await until('the job completed', async () => {
+      const rows = await edgeJobsFor(t.raw, tun.id);
+      return rows.every((j) => j.state === 'completed') && rows;
+    });
     expect(jobs).toHaveLength(1);
     expect(jobs[0]).toMatchObject({ id: taken!.id, state: 'completed' });
     expect(jobs[0]!.retry_count).toBeGreaterThanOrEqual(1);
