@@ -8,15 +8,18 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { Database } from '../../server/db/database.ts';
 import { addNode } from '../../server/domain/nodes.ts';
 import type { Config } from '../../server/config.ts';
 import { loadSecrets, type ServerSecrets } from '../../server/secrets.ts';
 import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
 import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
 import { TestNetns } from '../netns/netns.ts';
-import type { TestDatabase } from './db.ts';
+import { Database } from '../../server/db/database.ts';
+import { openOrm } from '../../server/db/orm.ts';
+import { createTestDatabase, type TestDatabase } from './db.ts';
+import { seedUser, type SeededUser } from './fixtures.ts';
 import { startGateway, type RunningGateway } from './gateway.ts';
+import { startGatewayProcess, type GatewayProcess } from './gateway-process.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const NODE_BIN = join(ROOT, 'node_modules/.bin/node');
@@ -278,4 +281,66 @@ export async function startProvisioningRig(opts: { config: Partial<Config>; pool
   const edge = await TestEdge.create(gw.testDb.db, secrets, opts.pool);
   if (opts.startAgent !== false) await edge.start();
   return { gw, secrets, edge };
+}
+
+/**
+ * Another gateway replica on `gw`'s database, its worker running: its own ORM and pools, queue, worker, locks
+ * and SSH connections, as a second process has. close() ends it and its ORM; the database stays `gw`'s.
+ */
+export async function startWorkerReplica(gw: RunningGateway, config: Partial<Config>): Promise<RunningGateway> {
+  const db = new Database(await openOrm({ databaseUrl: gw.testDb.url, dataDir: '' }));
+  const replica = await startGateway({ testDb: { ...gw.testDb, db }, config });
+  await replica.services.provisioning.start((await loadSecrets(db, {})).secrets, { worker: true });
+  return {
+    ...replica,
+    async close() {
+      await replica.close();
+      await db.close();
+    },
+  };
+}
+
+/** startProvisioningRig's counterpart for tests of real gateway processes (test/helpers/gateway-process.ts). */
+export interface ProcessRig {
+  db: TestDatabase;
+  edge: TestEdge;
+  /** A buyer with the default balance. */
+  user: SeededUser;
+  /** Every gateway process start() launched. */
+  gateways: GatewayProcess[];
+  /** Starts a gateway process on the rig's database (`env` on top of DATABASE_URL). */
+  start(env: Record<string, string>): Promise<GatewayProcess>;
+  /** SIGKILLs every gateway process, stops the agent and drops the database. */
+  close(): Promise<void>;
+}
+
+/**
+ * A fresh database, the agent of one edge node (pool `pool`) with its host key pinned, already listening
+ * (with `hold`, every call waits for release()), and a buyer. The server secrets are generated here first,
+ * so the gateway processes load the very keys the agent trusts.
+ */
+export async function startProcessRig(opts: { pool: string; hold?: HoldPoint }): Promise<ProcessRig> {
+  const db = await createTestDatabase();
+  const secrets = (await loadSecrets(db.db, {})).secrets;
+  const edge = await TestEdge.create(db.db, secrets, opts.pool);
+  await edge.start(opts.hold ? { hold: opts.hold } : {});
+  const user = await seedUser(db.db);
+  const gateways: GatewayProcess[] = [];
+  return {
+    db,
+    edge,
+    user,
+    gateways,
+    async start(env) {
+      const g = await startGatewayProcess({ DATABASE_URL: db.url, ...env });
+      gateways.push(g);
+      return g;
+    },
+    async close() {
+      for (const g of gateways) g.kill('SIGKILL');
+      await Promise.all(gateways.map((g) => g.exited));
+      await edge.close();
+      await db.drop();
+    },
+  };
 }

@@ -6,12 +6,9 @@
 // database finishes every one. Real PostgreSQL, real gateway processes, the real agent over real SSH with its
 // dataplane in a network namespace (veth stand-in for GRE).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadSecrets } from '../../server/secrets.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { TestEdge } from '../helpers/edge.ts';
-import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
+import { startProcessRig, type ProcessRig } from '../helpers/edge.ts';
 import { call } from '../helpers/gateway.ts';
-import { GATEWAY_START_DEADLINE_MS, startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { GATEWAY_START_DEADLINE_MS, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { buyTunnel, edgeJobsFor, tunnelStatus, type Bought } from '../helpers/queue.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { settle, until } from '../helpers/wait.ts';
@@ -22,39 +19,18 @@ const WORKER_LINES = ['"edge job done"', '"edge job failed"', '"edge reconciled"
 const workedHere = (g: GatewayProcess) => g.lines.filter((l) => WORKER_LINES.some((w) => l.includes(w)));
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('API-only replicas (EDGE_WORKER=false) queue edge jobs and never run them', () => {
-  let t: TestDatabase;
-  let edge: TestEdge;
-  let user: SeededUser;
-  const gateways: GatewayProcess[] = [];
-  const start = async (worker: boolean): Promise<GatewayProcess> => {
-    const g = await startGatewayProcess({
-      DATABASE_URL: t.url,
-      EDGE_WORKER: String(worker),
-      EDGE_WAIT_MS: '1000',
-      EDGE_RECONCILE_SECONDS: '3600',
-    });
-    gateways.push(g);
-    return g;
-  };
-  const provision = (g: GatewayProcess, b: Bought) => call(g.url, 'POST', `/api/dedicated/${b.id}/provision`, { token: user.writeKey });
+  let rig: ProcessRig;
+  const start = (worker: boolean): Promise<GatewayProcess> => rig.start({ EDGE_WORKER: String(worker), EDGE_WAIT_MS: '1000', EDGE_RECONCILE_SECONDS: '3600' });
+  const provision = (g: GatewayProcess, b: Bought) => call(g.url, 'POST', `/api/dedicated/${b.id}/provision`, { token: rig.user.writeKey });
 
   beforeAll(async () => {
-    t = await createTestDatabase();
-    // The secrets the gateway processes will load from this database (generated here, first).
-    const secrets = (await loadSecrets(t.db, {})).secrets;
-    edge = await TestEdge.create(t.db, secrets, '203.0.113.192/28');
-    await edge.start();
-    user = await seedUser(t.db);
+    rig = await startProcessRig({ pool: '203.0.113.192/28' });
   }, 60_000);
 
-  afterAll(async () => {
-    for (const g of gateways) g.kill('SIGKILL');
-    await Promise.all(gateways.map((g) => g.exited));
-    await edge?.close();
-    await t?.drop();
-  });
+  afterAll(async () => rig?.close());
 
   it('with only API-only replicas the jobs stay queued (202, provisioning), one replica exits, and a worker started later finishes them', async () => {
+    const { db: t, edge, user } = rig;
     const [c, d] = await Promise.all([start(false), start(false)]);
     for (const g of [c, d]) expect((await g.waitForLog((l) => l.msg === 'provisioning ready')).worker).toBe(false);
 

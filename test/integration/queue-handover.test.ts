@@ -5,12 +5,9 @@
 // row `active` before it kills); gateway B, started afterwards, gets the same job once it expired and
 // finishes it. The hand-over is read from pg-boss's job row (one job, retried) and from B's own log.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadSecrets } from '../../server/secrets.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { TestEdge, type AgentCall } from '../helpers/edge.ts';
-import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
+import { startProcessRig, type AgentCall, type ProcessRig } from '../helpers/edge.ts';
 import { call } from '../helpers/gateway.ts';
-import { GATEWAY_START_DEADLINE_MS, startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { GATEWAY_START_DEADLINE_MS, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { buyTunnel, edgeJobsFor, tunnelStatus } from '../helpers/queue.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
@@ -20,13 +17,9 @@ import { isRoot } from '../netns/netns.ts';
 const EXPIRE_SECONDS = 2;
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a crashed worker: its job is handed to another replica after EDGE_JOB_EXPIRE_SECONDS', () => {
-  let t: TestDatabase;
-  let edge: TestEdge;
-  let user: SeededUser;
-  const gateways: GatewayProcess[] = [];
-  const start = async (): Promise<GatewayProcess> => {
-    const g = await startGatewayProcess({
-      DATABASE_URL: t.url,
+  let rig: ProcessRig;
+  const start = (): Promise<GatewayProcess> =>
+    rig.start({
       EDGE_WORKER: 'true',
       EDGE_JOB_EXPIRE_SECONDS: String(EXPIRE_SECONDS),
       // The held call must not time out on the gateway's side: only the crash may end A's attempt.
@@ -34,28 +27,16 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a crashed work
       EDGE_WAIT_MS: '500',
       EDGE_RECONCILE_SECONDS: '3600',
     });
-    gateways.push(g);
-    return g;
-  };
 
   beforeAll(async () => {
-    t = await createTestDatabase();
-    // The secrets the gateway processes will load from this database (generated here, first).
-    const secrets = (await loadSecrets(t.db, {})).secrets;
-    edge = await TestEdge.create(t.db, secrets, '203.0.113.176/28');
     // Every dataplane call waits for the test's release before it reaches the kernel.
-    await edge.start({ hold: 'before' });
-    user = await seedUser(t.db);
+    rig = await startProcessRig({ pool: '203.0.113.176/28', hold: 'before' });
   }, 60_000);
 
-  afterAll(async () => {
-    for (const g of gateways) g.kill('SIGKILL');
-    await Promise.all(gateways.map((g) => g.exited));
-    await edge?.close();
-    await t?.drop();
-  });
+  afterAll(async () => rig?.close());
 
   it('A is SIGKILLed holding the job; B finishes that same job once it expired; the tunnel ends provisioned', async () => {
+    const { db: t, edge, user } = rig;
     const a = await start();
     const tun = await buyTunnel(a.url, user.writeKey, 'crashed-worker');
     const carries = (c: AgentCall) => c.ids.includes(tun.id);

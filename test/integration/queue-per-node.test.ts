@@ -6,12 +6,10 @@
 // and across both: one node's first job is kept running (held) while the rest of its jobs wait queued, and
 // the other node's jobs, queued after them, run meanwhile. Nothing here waits on time; only state is read.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Database } from '../../server/db/database.ts';
-import { openOrm } from '../../server/db/orm.ts';
 import { loadSecrets } from '../../server/secrets.ts';
-import { InFlightMeter, startProvisioningRig, TestEdge } from '../helpers/edge.ts';
+import { InFlightMeter, startProvisioningRig, startWorkerReplica, TestEdge } from '../helpers/edge.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
-import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { buyTunnel, edgeJobsFor, tunnelStatus, type Bought } from '../helpers/queue.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
@@ -22,7 +20,6 @@ const PER_NODE = 3;
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one edge job per node at a time, across replicas; nodes in parallel', () => {
   let gw1: RunningGateway;
   let gw2: RunningGateway;
-  let db2: Database;
   let edge1: TestEdge;
   let edge2: TestEdge;
   let user: SeededUser;
@@ -33,16 +30,12 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one edge job p
     ({ gw: gw1, edge: edge1 } = await startProvisioningRig({ config, pool: '203.0.113.208/28', startAgent: false }));
     const secrets = (await loadSecrets(gw1.testDb.db, {})).secrets;
     edge2 = await TestEdge.create(gw1.testDb.db, secrets, '203.0.113.224/28');
-    // A second replica on the same database: its own ORM and pools, queue, worker, locks and SSH connections.
-    db2 = new Database(await openOrm({ databaseUrl: gw1.testDb.url, dataDir: '' }));
-    gw2 = await startGateway({ testDb: { ...gw1.testDb, db: db2 }, config });
-    await gw2.services.provisioning.start((await loadSecrets(db2, {})).secrets, { worker: true });
+    gw2 = await startWorkerReplica(gw1, config);
     user = await seedUser(gw1.testDb.db);
   }, 120_000);
 
   afterAll(async () => {
     await gw2?.close();
-    await db2?.close();
     await gw1?.close();
     await edge1?.close();
     await edge2?.close();
