@@ -4,7 +4,13 @@
 //
 // One queue, `edge-job`, policy `singleton` with the edge node id as singletonKey: at most one job per
 // node is active at a time across every replica, so a node's reconcile never races an apply or remove
-// of one of its tunnels. Fetching uses SKIP LOCKED, so one delivery goes to one worker; a worker that
+// of one of its tunnels. The node id is also each job's group, and workers fetch with group concurrency 1:
+// a job whose node is busy is passed over at fetch time, read from the job table itself. Without that, the
+// singleton index alone refuses such a job only when it is already being started (a failed, empty fetch),
+// and pg-boss skips busy nodes only from a queue cache refreshed once a minute; so the oldest waiting job of
+// one busy node stalled every other node's jobs behind it for up to a minute (issue 15; measured in
+// test/integration/queue-per-node.test.ts). The singleton index stays the guarantee when two replicas
+// fetch for one node at the same instant. Fetching uses SKIP LOCKED, so one delivery goes to one worker; a worker that
 // dies holding a job loses it to expiry and pg-boss hands it out again. Jobs carry only ids: the worker
 // reads the tunnel's status and does what that status asks, so a duplicate or stale job is a no-op.
 //
@@ -154,6 +160,8 @@ export class EdgeQueue {
       if (o.stillNeeded && !(await o.stillNeeded(sql))) return { jobId: null, queued: false };
       const jobId = await this.boss.send(EDGE_QUEUE, data, {
         singletonKey: data.nodeId,
+        // The group work() limits to one active job: a busy node's waiting jobs are passed over, not in the way.
+        group: { id: data.nodeId },
         // Retry settings go on each job too: the queue's own were fixed by whichever replica created it.
         retryLimit: this.opts.retryLimit,
         retryDelay: 1,
@@ -178,6 +186,8 @@ export class EdgeQueue {
       includeMetadata: true as const,
       perJobResults: true as const,
       localConcurrency: concurrency,
+      // One active job per group (the node) across every replica, checked in the fetch itself (see the top).
+      groupConcurrency: 1,
       pollingIntervalSeconds: 1,
       notifyPollingIntervalSeconds: 1,
     };

@@ -8,6 +8,8 @@
 // TG_TEST_HOLD=before|after: each call is announced with a number ({"call", "ids", "held": n}) and then held,
 // before it reaches the kernel or after it did (before the job's answer goes back), until the test writes
 // {"release": n} on stdin; so a test can kill the agent or cut its connection at an exact point of a job.
+// When the held call has finished (its answer is on its way to the gateway), {"done": n} follows: between
+// the two lines the call is in flight, which is how a test counts the jobs a node runs at once.
 import { createInterface } from 'node:readline';
 import { loadConfig } from '../../agent/config.ts';
 import { restoreAtStart, startAgent } from '../../agent/main.ts';
@@ -35,15 +37,19 @@ async function report<T>(call: string, ids: string[], run: () => Promise<T>): Pr
   }
   const n = ++held;
   const released = new Promise<void>((r) => releases.set(n, r));
-  if (holdAt === 'before') {
+  try {
+    if (holdAt === 'before') {
+      say({ call, ids, held: n });
+      await released;
+      return await run();
+    }
+    const result = await run();
     say({ call, ids, held: n });
     await released;
-    return run();
+    return result;
+  } finally {
+    say({ done: n });
   }
-  const result = await run();
-  say({ call, ids, held: n });
-  await released;
-  return result;
 }
 
 const config = loadConfig(process.env);

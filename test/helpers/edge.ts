@@ -8,15 +8,18 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { Database } from '../../server/db/database.ts';
 import { addNode } from '../../server/domain/nodes.ts';
 import type { Config } from '../../server/config.ts';
 import { loadSecrets, type ServerSecrets } from '../../server/secrets.ts';
 import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
 import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
 import { TestNetns } from '../netns/netns.ts';
-import type { TestDatabase } from './db.ts';
+import { Database } from '../../server/db/database.ts';
+import { openOrm } from '../../server/db/orm.ts';
+import { createTestDatabase, type TestDatabase } from './db.ts';
+import { seedUser, type SeededUser } from './fixtures.ts';
 import { startGateway, type RunningGateway } from './gateway.ts';
+import { startGatewayProcess, type GatewayProcess } from './gateway-process.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const NODE_BIN = join(ROOT, 'node_modules/.bin/node');
@@ -36,6 +39,22 @@ export interface AgentCall {
  * or `after` it was changed but before the job's answer goes back to the gateway.
  */
 export type HoldPoint = 'before' | 'after';
+
+/**
+ * Dataplane calls in flight (announced by a held agent, not yet done) and the most there ever were at once.
+ * Each TestEdge has its own; one meter can also be added to several edges' `meters` to count across nodes.
+ */
+export class InFlightMeter {
+  now = 0;
+  max = 0;
+  enter(): void {
+    this.now++;
+    this.max = Math.max(this.max, this.now);
+  }
+  leave(): void {
+    this.now--;
+  }
+}
 
 async function freePort(): Promise<number> {
   const s = net.createServer();
@@ -59,6 +78,12 @@ export class TestEdge {
   holding: (c: AgentCall) => boolean = () => false;
   /** How many times start() launched the agent. */
   private runs = 0;
+  /** Calls of the running agent (held numbers) announced and not yet done. */
+  private readonly open = new Set<number>();
+  /** This node's calls in flight (a held agent only: it reports when each call is done). */
+  readonly inFlight = new InFlightMeter();
+  /** Every meter this edge's calls count on: its own, plus any a test shares between edges. */
+  readonly meters: InFlightMeter[] = [this.inFlight];
 
   private constructor(
     readonly netns: TestNetns,
@@ -128,18 +153,29 @@ export class TestEdge {
     const ready = new Promise<void>((resolveReady, reject) => {
       child.once('exit', (code) => reject(new Error(`agent exited (${code}) before it was ready: ${stderr}`)));
       createInterface({ input: child.stdout! }).on('line', (line) => {
-        const o = JSON.parse(line) as { ready?: boolean } & Partial<AgentCall>;
+        const o = JSON.parse(line) as { ready?: boolean; done?: number } & Partial<AgentCall>;
         if (o.ready) return resolveReady();
+        if (o.done !== undefined) {
+          // A call that failed before it was announced (hold `after`) was never counted in flight.
+          if (this.child === child && this.open.delete(o.done)) for (const m of this.meters) m.leave();
+          return;
+        }
         if (o.call) {
           const c: AgentCall = { call: o.call, ids: o.ids ?? [], run, ...(o.held === undefined ? {} : { held: o.held }) };
           this.calls.push(c);
+          if (c.held !== undefined) {
+            this.open.add(c.held);
+            for (const m of this.meters) m.enter();
+          }
           if (c.held !== undefined && !this.holding(c)) this.release(c);
           for (const w of this.callWaiters.splice(0)) w();
         }
       });
     });
     child.once('exit', () => {
-      if (this.child === child) this.child = null;
+      if (this.child !== child) return;
+      this.child = null;
+      this.dropOpen();
     });
     await ready;
   }
@@ -174,6 +210,23 @@ export class TestEdge {
     c.kill(signal);
     await gone;
     this.child = null;
+    this.dropOpen();
+  }
+
+  /** The agent is gone, and with it every call it had in flight. */
+  private dropOpen(): void {
+    for (const _ of this.open) for (const m of this.meters) m.leave();
+    this.open.clear();
+  }
+
+  /**
+   * Process ids holding an established TCP connection to the agent's port (ss, from the kernel): which
+   * gateway processes have an SSH connection to this edge right now. Connections are warm (kept open), so a
+   * process that ever ran a job here still shows.
+   */
+  clientPids(): number[] {
+    const out = execFileSync('ss', ['-Htnp', 'state', 'established', `( dport = :${this.port} )`], { encoding: 'utf8' });
+    return [...new Set([...out.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1])))].sort((a, b) => a - b);
   }
 
   /** Sends the agent a signal (SIGSTOP/SIGCONT freeze and thaw it mid-job, like a stalled router). */
@@ -243,4 +296,66 @@ export async function startProvisioningRig(opts: { config: Partial<Config>; pool
   const edge = await TestEdge.create(gw.testDb.db, secrets, opts.pool);
   if (opts.startAgent !== false) await edge.start();
   return { gw, secrets, edge };
+}
+
+/**
+ * Another gateway replica on `gw`'s database, its worker running: its own ORM and pools, queue, worker, locks
+ * and SSH connections, as a second process has. close() ends it and its ORM; the database stays `gw`'s.
+ */
+export async function startWorkerReplica(gw: RunningGateway, config: Partial<Config>): Promise<RunningGateway> {
+  const db = new Database(await openOrm({ databaseUrl: gw.testDb.url, dataDir: '' }));
+  const replica = await startGateway({ testDb: { ...gw.testDb, db }, config });
+  await replica.services.provisioning.start((await loadSecrets(db, {})).secrets, { worker: true });
+  return {
+    ...replica,
+    async close() {
+      await replica.close();
+      await db.close();
+    },
+  };
+}
+
+/** startProvisioningRig's counterpart for tests of real gateway processes (test/helpers/gateway-process.ts). */
+export interface ProcessRig {
+  db: TestDatabase;
+  edge: TestEdge;
+  /** A buyer with the default balance. */
+  user: SeededUser;
+  /** Every gateway process start() launched. */
+  gateways: GatewayProcess[];
+  /** Starts a gateway process on the rig's database (`env` on top of DATABASE_URL). */
+  start(env: Record<string, string>): Promise<GatewayProcess>;
+  /** SIGKILLs every gateway process, stops the agent and drops the database. */
+  close(): Promise<void>;
+}
+
+/**
+ * A fresh database, the agent of one edge node (pool `pool`) with its host key pinned, already listening
+ * (with `hold`, every call waits for release()), and a buyer. The server secrets are generated here first,
+ * so the gateway processes load the very keys the agent trusts.
+ */
+export async function startProcessRig(opts: { pool: string; hold?: HoldPoint }): Promise<ProcessRig> {
+  const db = await createTestDatabase();
+  const secrets = (await loadSecrets(db.db, {})).secrets;
+  const edge = await TestEdge.create(db.db, secrets, opts.pool);
+  await edge.start(opts.hold ? { hold: opts.hold } : {});
+  const user = await seedUser(db.db);
+  const gateways: GatewayProcess[] = [];
+  return {
+    db,
+    edge,
+    user,
+    gateways,
+    async start(env) {
+      const g = await startGatewayProcess({ DATABASE_URL: db.url, ...env });
+      gateways.push(g);
+      return g;
+    },
+    async close() {
+      for (const g of gateways) g.kill('SIGKILL');
+      await Promise.all(gateways.map((g) => g.exited));
+      await edge.close();
+      await db.drop();
+    },
+  };
 }

@@ -3,12 +3,9 @@
 // locks, as two processes would have), the real agent process over real SSH and its dataplane in a
 // fresh network namespace (veth stand-in for GRE). Jobs are counted in pg-boss's own table (schema pgboss).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Database } from '../../server/db/database.ts';
-import { openOrm } from '../../server/db/orm.ts';
-import { loadSecrets } from '../../server/secrets.ts';
-import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
-import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
+import { startProvisioningRig, startWorkerReplica, type TestEdge } from '../helpers/edge.ts';
 import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
@@ -22,7 +19,6 @@ interface Bought {
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge job per tunnel, one probe in flight per tunnel', () => {
   let gw: RunningGateway;
   let gw2: RunningGateway;
-  let db2: Database;
   let edge: TestEdge;
   let user: SeededUser;
   const config = { edgeWaitMs: 1500, edgeJobTimeoutMs: 5000, edgeRetryLimit: 30, edgeReconcileSeconds: 3600 };
@@ -40,16 +36,12 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge 
   beforeAll(async () => {
     // The edge is down at first: every job stays live (retrying), the case where jobs used to pile up.
     ({ gw, edge } = await startProvisioningRig({ config, pool: '203.0.113.96/28', startAgent: false }));
-    // A second replica on the same database: its own ORM and pools, queue, worker, locks and SSH connections.
-    db2 = new Database(await openOrm({ databaseUrl: gw.testDb.url, dataDir: '' }));
-    gw2 = await startGateway({ testDb: { ...gw.testDb, db: db2 }, config });
-    await gw2.services.provisioning.start((await loadSecrets(db2, {})).secrets, { worker: true });
+    gw2 = await startWorkerReplica(gw, config);
     user = await seedUser(gw.testDb.db);
   }, 60_000);
 
   afterAll(async () => {
     await gw2?.close();
-    await db2?.close();
     await gw?.close();
     await edge?.close();
   });
