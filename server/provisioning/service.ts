@@ -14,7 +14,7 @@ import type { ProbeResult } from '../../common/tunnel-spec.ts';
 import { ApiError } from '../domain/errors.ts';
 import { EdgeConnections } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
-import { contactableNodes, edgeTunnel } from './edge-state.ts';
+import { ON_EDGE, contactableNodes, edgeTunnel } from './edge-state.ts';
 import { KeyedLocks } from './locks.ts';
 import { ProbeCoordinator } from './probes.ts';
 import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.ts';
@@ -196,7 +196,24 @@ export class ProvisioningService {
     await w.promise;
   }
 
-  /** The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. */
+  /**
+   * Queues the edge work for a tunnel whose stored spec just became `revision` (a PATCH of its settings,
+   * docs/CONTRACTS.md "Tunnel settings"): a tunnel job, which applies the stored spec to a provisioned or
+   * active tunnel (worker.ts) and to a provisioning one as part of its provision. Waits up to edgeWaitMs
+   * until the edge holds that revision or the tunnel left the edge (failed, deleting): true when it did.
+   * A job already live for the tunnel is the answer: it applies the newer spec before it ends.
+   */
+  async applySpec(tunnelId: string, nodeId: string, revision: number): Promise<boolean> {
+    const done = async (): Promise<boolean> => {
+      const [t] = await this.db.query<{ status: TunnelStatus; applied_revision: number }>('select status, applied_revision from tunnel where id = ?', [tunnelId]);
+      return !t || t.applied_revision >= revision || !ON_EDGE.includes(t.status);
+    };
+    return this.bus.until(tunnelId, done, this.config.edgeWaitMs, async () => {
+      await this.bus.start();
+      await (await this.queue()).sendOnce({ tunnelId, nodeId });
+    });
+  }
+
   /**
    * The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. At most one per
    * tunnel at a time across replicas, its answer shared with every activate that asked meanwhile (probes.ts).
@@ -222,11 +239,17 @@ export class ProvisioningService {
     }
   }
 
-  /** Queues tunnels left in provisioning/deleting with no live job (a crash between commit and send). */
+  /**
+   * Queues tunnels left in provisioning/deleting with no live job (a crash between commit and send), and
+   * provisioned/active ones whose edge lacks their latest settings (a PATCH that found a job live as it
+   * ended, or whose job spent its retries).
+   */
   async sweep(olderThanSeconds: number): Promise<number> {
     if (this.stopped) return 0;
     const stuck = await this.db.query<{ id: string; node_id: string }>(
-      `select id, node_id from tunnel where status in ('provisioning', 'deleting') and updated_at <= now() - make_interval(secs => ?) order by updated_at limit 1000`,
+      `select id, node_id from tunnel
+        where (status in ('provisioning', 'deleting') or (status in ('provisioned', 'active') and applied_revision < spec_revision))
+          and updated_at <= now() - make_interval(secs => ?) order by updated_at limit 1000`,
       [olderThanSeconds],
     );
     if (stuck.length === 0) return 0;

@@ -14,6 +14,7 @@ import { TunnelService } from '../../server/domain/tunnels/index.ts';
 import { buildServices, type Services } from '../../server/services.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';
+import { DEFAULT_SETTINGS } from '../../server/domain/tunnels/settings.ts';
 
 const ORIGIN = '8.8.4.4';
 let t: TestDatabase;
@@ -74,7 +75,7 @@ async function expectConsistent(accounts: Principal[], perAccount: number): Prom
 it('36 concurrent purchases to one origin on one node: each charged once, each its own key', async () => {
   const accounts = await buyers(12);
   const svc = tunnelsWith(randomGreKey);
-  const results = await Promise.all(accounts.flatMap((p) => [0, 1, 2].map((i) => svc.purchase(p, { name: `c${i}`, originIp: ORIGIN, promocode: null }, null))));
+  const results = await Promise.all(accounts.flatMap((p) => [0, 1, 2].map((i) => svc.purchase(p, { name: `c${i}`, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, null))));
   expect(results.every((r) => !r.replayed)).toBe(true);
   const { rows } = await t.raw.query<{ node_id: string; gre_key: string | null }>('select node_id, gre_key::text as gre_key from tunnel where id = any($1)', [
     results.map((r) => r.purchase.tunnel.id),
@@ -101,7 +102,7 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
     return 7;
   };
   const svc = tunnelsWith(colliding);
-  const results = await Promise.allSettled(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null }, `order-${i}`)));
+  const results = await Promise.allSettled(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, `order-${i}`)));
   const failed = results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason));
   expect(failed).toEqual([]);
   // n first draws, then one retry for each of the n - 1 that lost the race for 7.
@@ -113,7 +114,7 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
   await expectConsistent(accounts, 1);
 
   // The same keys again: the first outcome, not a second purchase.
-  const replays = await Promise.all(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null }, `order-${i}`)));
+  const replays = await Promise.all(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, `order-${i}`)));
   expect(replays.map((r) => r.purchase)).toEqual(bought);
   expect(replays.every((r) => r.replayed)).toBe(true);
   expect(draws).toBe(2 * n - 1);
@@ -122,7 +123,7 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
 
 it('the setup script and the edge job carry the tunnel key, with the MTU a keyed GRE header leaves', async () => {
   const [p] = await buyers(1);
-  const { purchase: body } = await tunnelsWith(() => 0x01020304).purchase(p!, { name: null, originIp: ORIGIN, promocode: null }, null);
+  const { purchase: body } = await tunnelsWith(() => 0x01020304).purchase(p!, { name: null, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, null);
   const setup = await services.tunnels.setup(p!, body.tunnel.id);
   expect(setup.scripts.origin).toContain("\nreadonly GRE_KEY='16909060'\n");
   expect(setup.scripts.origin).toContain("\nreadonly GRE_KEY_DOTTED='1.2.3.4'\n");

@@ -12,6 +12,7 @@ import { PRICE_RUB_KOPECKS, type PricingService } from '../pricing.ts';
 import { discountedKopecks, normalizeCode, type PromocodeRow } from '../promocodes.ts';
 import { refuseOurAddress, requestHash, type PurchaseInput } from './input.ts';
 import { tunnelNameFor } from './naming.ts';
+import { settingsValues } from './settings.ts';
 import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
 
 /** What was bought and charged. REST adds `next_steps` (server/http/rest/paths.ts). */
@@ -213,9 +214,23 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
   );
   if (promo !== null) await sql.query('update promocode set uses = uses + 1 where code = ?', [promo]);
   await sql.query(
-    `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub)
-     values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
-    [id, principal.accountId, ipRow.node_id, input.name, ipRow.ip, input.originIp, tunnelName, ipRow.inner_index, greKey, centsToString(charge), centsToString(kopecks)],
+    `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub,
+                         ports, protocol, syn_proxy, source_pps_limit, drop_fragments)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`,
+    [
+      id,
+      principal.accountId,
+      ipRow.node_id,
+      input.name,
+      ipRow.ip,
+      input.originIp,
+      tunnelName,
+      ipRow.inner_index,
+      greKey,
+      centsToString(charge),
+      centsToString(kopecks),
+      ...settingsValues(input.settings),
+    ],
   );
   const row = await readTunnel(sql, principal, id);
   return {
