@@ -132,3 +132,29 @@ it('the setup script and the edge job carry the tunnel key, with the MTU a keyed
   const edge = await edgeTunnel(t.db, body.tunnel.id);
   expect(edge!.spec).toMatchObject({ gre_key: 0x01020304, mtu: 1472, origin_ip: ORIGIN });
 });
+
+it('moving tunnels onto one origin (PATCH origin_ip, issue 10): a key free for the new pair, concurrent moves that draw the same key retry once', async () => {
+  const NEW_ORIGIN = '9.9.9.9';
+  const n = 5;
+  const accounts = await buyers(n);
+  const ids: string[] = [];
+  for (const p of accounts) ids.push((await services.tunnels.purchase(p, { name: null, originIp: '1.1.1.1', promocode: null, settings: DEFAULT_SETTINGS }, null)).purchase.tunnel.id);
+  let draws = 0;
+  let release!: () => void;
+  const barrier = new Promise<void>((r) => (release = r));
+  const colliding: GreKeySource = async () => {
+    if (++draws > n) return randomGreKey();
+    if (draws === n) release();
+    await barrier;
+    return 7;
+  };
+  const svc = tunnelsWith(colliding);
+  const results = await Promise.allSettled(accounts.map((p, i) => svc.update(p, ids[i]!, { originIp: NEW_ORIGIN })));
+  expect(results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason))).toEqual([]);
+  // n first draws, then one retry for each of the n - 1 whose transaction the unique index refused.
+  expect(draws).toBe(2 * n - 1);
+  const { rows } = await t.raw.query<{ gre_key: string }>(`select gre_key::text as gre_key from tunnel where origin_ip = $1 and status <> 'deleted'`, [NEW_ORIGIN]);
+  expect(rows).toHaveLength(n);
+  expect(new Set(rows.map((r) => r.gre_key)).size).toBe(n);
+  expect(rows.filter((r) => r.gre_key === '7')).toHaveLength(1);
+});
