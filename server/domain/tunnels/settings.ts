@@ -5,7 +5,7 @@
 // fields a buyer may send (at purchase, all optional; in a PATCH, protection's keys merged into the
 // stored ones), the stored columns, and the wire policy an edge job carries.
 import { isPlainObject } from '../../../common/tunnel-spec.ts';
-import { DEFAULT_POLICY, PROTOCOLS, checkPolicy, formatPorts, isDefaultPolicy, parsePorts, type Protocol, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
+import { DEFAULT_POLICY, PROTOCOLS, checkPolicy, formatPorts, isDefaultPolicy, parsePorts, samePolicy, type Protocol, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
 import { ApiError } from '../errors.ts';
 
 export interface TunnelProtection {
@@ -70,14 +70,9 @@ export function isDefaultSettings(s: TunnelSettings): boolean {
   return isDefaultPolicy(policyOf(s));
 }
 
+/** Whether two settings ask the edge for the same thing (common/tunnel-policy.ts samePolicy). */
 export function sameSettings(a: TunnelSettings, b: TunnelSettings): boolean {
-  return (
-    a.ports === b.ports &&
-    a.protocol === b.protocol &&
-    a.protection.syn_proxy === b.protection.syn_proxy &&
-    a.protection.source_pps_limit === b.protection.source_pps_limit &&
-    a.protection.drop_fragments === b.protection.drop_fragments
-  );
+  return samePolicy(policyOf(a), policyOf(b));
 }
 
 export function applyChange(base: TunnelSettings, change: SettingsChange): TunnelSettings {
