@@ -37,6 +37,23 @@ function tunnelsWith(greKeys: GreKeySource): TunnelService {
   return new TunnelService(t.db, services.pricing, { adminSshPort: 52222, allowPrivateOrigins: false, greKeys }, services.provisioning);
 }
 
+/**
+ * A key source whose first n draws wait until all n are waiting (every caller has read the keys in use and
+ * not yet written), then all get 7. Later draws (the retries) are random.
+ */
+function colliding(n: number): { source: GreKeySource; draws(): number } {
+  let draws = 0;
+  let release!: () => void;
+  const barrier = new Promise<void>((r) => (release = r));
+  const source: GreKeySource = async () => {
+    if (++draws > n) return randomGreKey();
+    if (draws === n) release();
+    await barrier;
+    return 7;
+  };
+  return { source, draws: () => draws };
+}
+
 /** Buyers with 10.00 USD each; one account each, since purchases of one account run one at a time (its row lock). */
 async function buyers(n: number): Promise<Principal[]> {
   return Promise.all(
@@ -90,23 +107,13 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
   await t.raw.query('update protected_ip set tunnel_id = null');
   const n = 10;
   const accounts = await buyers(n);
-  // The first n draws wait until all n are waiting (every purchase has read the keys in use and not yet
-  // inserted), then all get 7. Later draws (the retries) are random.
-  let draws = 0;
-  let release!: () => void;
-  const barrier = new Promise<void>((r) => (release = r));
-  const colliding: GreKeySource = async () => {
-    if (++draws > n) return randomGreKey();
-    if (draws === n) release();
-    await barrier;
-    return 7;
-  };
-  const svc = tunnelsWith(colliding);
+  const keys = colliding(n);
+  const svc = tunnelsWith(keys.source);
   const results = await Promise.allSettled(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, `order-${i}`)));
   const failed = results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason));
   expect(failed).toEqual([]);
   // n first draws, then one retry for each of the n - 1 that lost the race for 7.
-  expect(draws).toBe(2 * n - 1);
+  expect(keys.draws()).toBe(2 * n - 1);
   const bought = results.map((r) => (r as PromiseFulfilledResult<Awaited<ReturnType<TunnelService['purchase']>>>).value.purchase);
   const { rows } = await t.raw.query<{ gre_key: string }>(`select gre_key::text as gre_key from tunnel where status <> 'deleted' order by gre_key`);
   expect(rows).toHaveLength(n);
@@ -117,7 +124,7 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
   const replays = await Promise.all(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, `order-${i}`)));
   expect(replays.map((r) => r.purchase)).toEqual(bought);
   expect(replays.every((r) => r.replayed)).toBe(true);
-  expect(draws).toBe(2 * n - 1);
+  expect(keys.draws()).toBe(2 * n - 1);
   await expectConsistent(accounts, 1);
 });
 
@@ -139,20 +146,12 @@ it('moving tunnels onto one origin (PATCH origin_ip, issue 10): a key free for t
   const accounts = await buyers(n);
   const ids: string[] = [];
   for (const p of accounts) ids.push((await services.tunnels.purchase(p, { name: null, originIp: '1.1.1.1', promocode: null, settings: DEFAULT_SETTINGS }, null)).purchase.tunnel.id);
-  let draws = 0;
-  let release!: () => void;
-  const barrier = new Promise<void>((r) => (release = r));
-  const colliding: GreKeySource = async () => {
-    if (++draws > n) return randomGreKey();
-    if (draws === n) release();
-    await barrier;
-    return 7;
-  };
-  const svc = tunnelsWith(colliding);
+  const keys = colliding(n);
+  const svc = tunnelsWith(keys.source);
   const results = await Promise.allSettled(accounts.map((p, i) => svc.update(p, ids[i]!, { originIp: NEW_ORIGIN })));
   expect(results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason))).toEqual([]);
   // n first draws, then one retry for each of the n - 1 whose transaction the unique index refused.
-  expect(draws).toBe(2 * n - 1);
+  expect(keys.draws()).toBe(2 * n - 1);
   const { rows } = await t.raw.query<{ gre_key: string }>(`select gre_key::text as gre_key from tunnel where origin_ip = $1 and status <> 'deleted'`, [NEW_ORIGIN]);
   expect(rows).toHaveLength(n);
   expect(new Set(rows.map((r) => r.gre_key)).size).toBe(n);
