@@ -111,6 +111,42 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     expect(edge.calls.slice(calls).filter((c) => c.ids.includes(t.id))).toEqual([]);
   }, 120_000);
 
+  it('a change stored while the provision applies the older spec: provisioned first, then the same job applies the change', async () => {
+    const t = await buy('changed while provisioning');
+    edge.holding = carries(t.id, 'apply');
+    const from = edge.calls.length;
+    const provision = call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
+    const held = await edge.waitForCall(carries(t.id, 'apply'), from);
+    const change = patch(t.id, { origin_ip: '9.9.9.9' });
+    await until('the change stored', async () => (await gw.testDb.raw.query(`select origin_ip from tunnel where id = $1`, [t.id])).rows[0]!.origin_ip === '9.9.9.9');
+    edge.holding = () => false;
+    edge.release(held);
+    const [p, r] = await Promise.all([provision, change]);
+    expect(await settle(p, 'provisioned', () => status(t.id))).toBe('provisioned');
+    expect([r.status, r.body.tunnel.status, r.body.tunnel.origin_ip]).toEqual([200, 'provisioned', '9.9.9.9']);
+    expect(onEdge(t.id)?.origin_ip).toBe('9.9.9.9');
+    expect(await jobsFor(t.id)).toBe(1);
+    expect(applies(t.id)).toBe(2);
+  }, 180_000);
+
+  it('the sweeper queues a provisioned tunnel whose edge lacks its latest spec (a change whose job was lost)', async () => {
+    const t = await provisioned('swept');
+    // Its provision's job is done (it ends just after the status moved).
+    await until('no live job', async () => {
+      const { rows } = await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data->>'tunnelId' = $1 and state < 'completed'`, [t.id]);
+      return rows[0]!.n === 0;
+    });
+    // As if a PATCH had committed and its job never ran: the stored spec is ahead of the applied one.
+    await gw.testDb.raw.query(`update tunnel set origin_ip = '1.0.0.1', spec_revision = spec_revision + 1 where id = $1`, [t.id]);
+    expect(await gw.services.provisioning.sweep(0)).toBeGreaterThanOrEqual(1);
+    await until('the edge holds the stored spec', async () => {
+      const { rows } = await gw.testDb.raw.query<{ behind: boolean }>(`select applied_revision < spec_revision as behind from tunnel where id = $1`, [t.id]);
+      return !rows[0]!.behind;
+    });
+    expect(onEdge(t.id)?.origin_ip).toBe('1.0.0.1');
+    expect(await status(t.id)).toBe('provisioned');
+  }, 180_000);
+
   it("a change stored while the tunnel's job applies an older spec is applied by that same job: one live job per tunnel", async () => {
     const t = await provisioned('twice');
     const jobs = await jobsFor(t.id);

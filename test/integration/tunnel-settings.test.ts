@@ -9,6 +9,7 @@ import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { expectMatchesOpenApi } from '../helpers/openapi.ts';
 import { until } from '../helpers/wait.ts';
+import { edgeTunnel } from '../../server/provisioning/edge-state.ts';
 
 const DEFAULT_PROTECTION = { syn_proxy: false, source_pps_limit: null, drop_fragments: false };
 
@@ -128,6 +129,15 @@ describe('PATCH /api/dedicated/{id}', () => {
     expect(r.body.tunnel).toMatchObject({ status: 'pending', name: 'renamed', ports: '80-81,443', protocol: 'udp', protection: { syn_proxy: false, source_pps_limit: 500, drop_fragments: false } });
     expect(await row(t.id)).toMatchObject({ name: 'renamed', ports: '80-81,443', protocol: 'udp', source_pps_limit: 500, spec_revision: 1 });
     expect(await jobsFor(t.id)).toBe(0);
+  });
+
+  it('the edge job carries the stored settings as the wire policy (tunnelSpecOf via edge-state.ts), none when default', async () => {
+    const t = await buy();
+    expect((await edgeTunnel(gw.testDb.db, t.id))!.spec.policy).toBeUndefined();
+    await patch(t.id, { ports: '443,80,81', protocol: 'tcp', protection: { syn_proxy: true, source_pps_limit: 50 } });
+    expect((await edgeTunnel(gw.testDb.db, t.id))!.spec.policy).toEqual({ ports: [[80, 81], [443, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 50, drop_fragments: false });
+    await patch(t.id, { ports: '*', protocol: 'both', protection: { syn_proxy: false, source_pps_limit: null } });
+    expect((await edgeTunnel(gw.testDb.db, t.id))!.spec.policy).toBeUndefined();
   });
 
   it('each key of protection is merged into the stored ones; null lifts the rate limit; name null clears the label', async () => {
