@@ -42,6 +42,9 @@ export interface ProvisioningConfig {
 /** Statuses whose tunnel an operator's `tunnel repair` can queue work for (queueRepair). */
 const REPAIRABLE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active', 'deleting'];
 
+/** How often a PATCH waiting for its revision looks whether the live job it relied on ended without it (applySpec). */
+const APPLY_RECHECK_MS = 1000;
+
 /** The periodic reconcile's spread: each round comes after 80-120% of the period, each node's job within 20% of it. */
 const RECONCILE_JITTER = 0.2;
 
@@ -201,17 +204,20 @@ export class ProvisioningService {
    * docs/CONTRACTS.md "Tunnel settings"): a tunnel job, which applies the stored spec to a provisioned or
    * active tunnel (worker.ts) and to a provisioning one as part of its provision. Waits up to edgeWaitMs
    * until the edge holds that revision or the tunnel left the edge (failed, deleting): true when it did.
-   * A job already live for the tunnel is the answer: it applies the newer spec before it ends.
+   * A job already live for the tunnel is the answer: it applies the newer spec before it ends. That job
+   * may have taken its last look at the tunnel just before this change committed, and end without it: so
+   * while the edge lacks the revision, this queues again (at most one job of its own) once no job is live,
+   * looking every APPLY_RECHECK_MS (a job's end sends no notice).
    */
   async applySpec(tunnelId: string, nodeId: string, revision: number): Promise<boolean> {
-    const done = async (): Promise<boolean> => {
+    let queued = false;
+    const check = async (): Promise<boolean> => {
       const [t] = await this.db.query<{ status: TunnelStatus; applied_revision: number }>('select status, applied_revision from tunnel where id = ?', [tunnelId]);
-      return !t || t.applied_revision >= revision || !ON_EDGE.includes(t.status);
+      if (!t || t.applied_revision >= revision || !ON_EDGE.includes(t.status)) return true;
+      if (!queued) queued = (await (await this.queue()).sendOnce({ tunnelId, nodeId })).queued;
+      return false;
     };
-    return this.bus.until(tunnelId, done, this.config.edgeWaitMs, async () => {
-      await this.bus.start();
-      await (await this.queue()).sendOnce({ tunnelId, nodeId });
-    });
+    return this.bus.until(tunnelId, check, this.config.edgeWaitMs, () => this.bus.start(), APPLY_RECHECK_MS);
   }
 
   /**

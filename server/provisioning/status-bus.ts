@@ -60,11 +60,11 @@ export class TunnelStatusBus {
   }
 
   /**
-   * Runs `start`, then re-reads with `check` after it and after every notice about `id` (or a resync)
-   * until `check` says true (resolves true) or `ms` passed (false). Subscribed before `start` runs, so a
-   * notice that `start` causes cannot come first.
+   * Runs `start`, then re-reads with `check` after it, after every notice about `id` (or a resync) and at
+   * least every `recheckMs`, until `check` says true (resolves true) or `ms` passed (false). Subscribed
+   * before `start` runs, so a notice that `start` causes cannot come first.
    */
-  async until(id: string, check: () => Promise<boolean>, ms: number, start: () => Promise<void>): Promise<boolean> {
+  async until(id: string, check: () => Promise<boolean>, ms: number, start: () => Promise<void>, recheckMs = ms): Promise<boolean> {
     let poked = false;
     let wake = () => {};
     const poke = () => {
@@ -84,7 +84,7 @@ export class TunnelStatusBus {
         // A notice during check() is not lost: `poked` is set and the loop reads again at once.
         if (!poked) {
           await new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, left);
+            const timer = setTimeout(resolve, Math.min(left, recheckMs));
             wake = () => {
               clearTimeout(timer);
               resolve();

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
 import { DESIRED_FILE } from '../../agent/dataplane/state.ts';
+import { EDGE_QUEUE } from '../../server/provisioning/queue.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, TestEdge, type AgentCall } from '../helpers/edge.ts';
@@ -29,10 +30,15 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     return r.body.tunnel as { id: string; tunnel_name: string; protected_ip: string };
   };
   const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
+  /** Tunnel jobs of `id` queued, retrying or running. */
+  const liveJobs = async (id: string) =>
+    (await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data->>'tunnelId' = $1 and state < 'completed'`, [id])).rows[0]!.n;
+  /** A provisioned tunnel whose provision job has ended too (it ends just after the status moved), so a test counts only its own jobs. */
   const provisioned = async (name: string) => {
     const t = await buy(name);
     const p = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
     expect(await settle(p, 'provisioned', () => status(t.id))).toBe('provisioned');
+    await until('the provision job ended', async () => (await liveJobs(t.id)) === 0);
     return t;
   };
   const patch = async (id: string, body: unknown) => {
@@ -64,7 +70,13 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
   beforeAll(async () => {
     // The longest wait the gateway allows, so the 200 path is the one taken whenever the agent answers at all
     // (a loaded 2-core host); every dataplane call is announced and held until the test lets it go.
-    ({ gw, edge } = await startProvisioningRig({ config: { edgeWaitMs: 60_000, edgeJobTimeoutMs: 30_000, edgeRetryLimit: 20 }, pool: '203.0.113.32/28', startAgent: false }));
+    // The sweeper's own round is an hour away: a test that needs it calls sweep() itself, and no other
+    // test passes because the sweeper happened to come by.
+    ({ gw, edge } = await startProvisioningRig({
+      config: { edgeWaitMs: 60_000, edgeJobTimeoutMs: 30_000, edgeRetryLimit: 20, edgeSweepSeconds: 3600 },
+      pool: '203.0.113.32/28',
+      startAgent: false,
+    }));
     await edge.start({ hold: 'before' });
     user = await seedUser(gw.testDb.db);
   }, 60_000);
@@ -129,13 +141,23 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     expect(applies(t.id)).toBe(2);
   }, 180_000);
 
+  it('a live job that ends without the change (it looked just before the change committed): the PATCH queues one of its own', async () => {
+    const t = await provisioned('job ended');
+    // A job live for the tunnel that will not run (due in an hour) stands for one past its last look.
+    const queue = await gw.services.provisioning.queue();
+    const stale = await queue.sendOnce({ tunnelId: t.id, nodeId: edge.nodeId }, { delaySeconds: 3600 });
+    expect(stale.queued).toBe(true);
+    const change = patch(t.id, { origin_ip: '9.9.9.9' });
+    await until('the change stored', async () => (await gw.testDb.raw.query(`select origin_ip from tunnel where id = $1`, [t.id])).rows[0]!.origin_ip === '9.9.9.9');
+    // The PATCH found that job live and queued nothing; now it ends without having applied anything.
+    await queue.boss.cancel(EDGE_QUEUE, stale.jobId!);
+    const r = await change;
+    expect([r.status, r.body.tunnel.origin_ip]).toEqual([200, '9.9.9.9']);
+    expect(onEdge(t.id)?.origin_ip).toBe('9.9.9.9');
+  }, 180_000);
+
   it('the sweeper queues a provisioned tunnel whose edge lacks its latest spec (a change whose job was lost)', async () => {
     const t = await provisioned('swept');
-    // Its provision's job is done (it ends just after the status moved).
-    await until('no live job', async () => {
-      const { rows } = await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data->>'tunnelId' = $1 and state < 'completed'`, [t.id]);
-      return rows[0]!.n === 0;
-    });
     // As if a PATCH had committed and its job never ran: the stored spec is ahead of the applied one.
     await gw.testDb.raw.query(`update tunnel set origin_ip = '1.0.0.1', spec_revision = spec_revision + 1 where id = $1`, [t.id]);
     expect(await gw.services.provisioning.sweep(0)).toBeGreaterThanOrEqual(1);
