@@ -26,7 +26,10 @@ import {
   updateFields,
 } from './types.ts';
 
-/** provision, activate, delete and update: GraphQL returns the tunnel, whose status tells a settled move from a waiting one. */
+/**
+ * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
+ * waiting one; an update moves no status, so its answer is the same whether the edge applied it yet or not.
+ */
 function tunnelOf(result: LifecycleResult): Tunnel {
   return toTunnel(result.tunnel);
 }

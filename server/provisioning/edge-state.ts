@@ -3,11 +3,10 @@
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
-import { SETTINGS_COLUMNS, tunnelSpecOf, type SpecSource } from '../domain/tunnels/spec.ts';
+import { ON_EDGE, SETTINGS_COLUMNS, tunnelSpecOf, type SpecSource } from '../domain/tunnels/spec.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 
-/** Statuses whose tunnel must exist on its edge. `failed` is left out: a reconcile clears its leftovers. */
-export const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active'];
+export { ON_EDGE } from '../domain/tunnels/spec.ts';
 
 export interface EdgeTunnel {
   spec: TunnelSpec;

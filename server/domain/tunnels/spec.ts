@@ -3,9 +3,16 @@
 // here, so the two ends of one GRE link cannot be computed apart (docs/CONTRACTS.md "Edge jobs").
 import { isDefaultPolicy } from '../../../common/tunnel-policy.ts';
 import type { TunnelSpec } from '../../../common/tunnel-spec.ts';
+import type { TunnelStatus } from '../../db/entities.ts';
 import { innerSubnet, parseCidr } from '../ip.ts';
 import { greMtu } from '../gre-keys.ts';
 import { policyOf, settingsOf, type SettingsColumns } from './settings.ts';
+
+/**
+ * Statuses whose tunnel must exist on its edge: a node's desired set (provisioning/edge-state.ts) and where a
+ * settings change is sent (update.ts). `failed` is left out: a reconcile clears its leftovers.
+ */
+export const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active'];
 
 /** The settings columns of `tunnel t` as SettingsColumns reads them: every query that feeds tunnelSpecOf selects these. */
 export const SETTINGS_COLUMNS = 't.ports, t.protocol, t.syn_proxy, t.source_pps_limit, t.drop_fragments';

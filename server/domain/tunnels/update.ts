@@ -5,7 +5,6 @@
 // but the name) bumps the stored spec's revision and, on a tunnel that is on its edge, goes there like a
 // provision: a tunnel job applies the stored spec (provisioning's applySpec; one live job per tunnel).
 import type { Database } from '../../db/database.ts';
-import type { TunnelStatus } from '../../db/entities.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { requireWrite } from '../../auth/principal.ts';
 import { ApiError } from '../errors.ts';
@@ -14,6 +13,7 @@ import { refuseOurAddress, type TunnelUpdate } from './input.ts';
 import type { EdgeDispatch, LifecycleResult } from './lifecycle.ts';
 import { readTunnel, tunnelView, type TunnelRow } from './rows.ts';
 import { applyChange, sameSettings, settingsOf, settingsValues } from './settings.ts';
+import { ON_EDGE } from './spec.ts';
 
 export interface UpdateDeps {
   db: Database;
@@ -21,9 +21,6 @@ export interface UpdateDeps {
   adminSshPort: number;
   greKeys?: GreKeySource;
 }
-
-/** Statuses whose tunnel is on its edge (or being put there): a change of its spec is sent there. */
-const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active'];
 
 /**
  * Stores the change and answers the tunnel. Settled (REST 200) when nothing had to reach an edge (a
