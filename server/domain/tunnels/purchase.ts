@@ -12,7 +12,7 @@ import { PRICE_RUB_KOPECKS, type PricingService } from '../pricing.ts';
 import { discountedKopecks, normalizeCode, type PromocodeRow } from '../promocodes.ts';
 import { refuseOurAddress, requestHash, type PurchaseInput } from './input.ts';
 import { tunnelNameFor } from './naming.ts';
-import { settingsValues } from './settings.ts';
+import { DEFAULT_SETTINGS, settingsValues } from './settings.ts';
 import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
 
 /** What was bought and charged. REST adds `next_steps` (server/http/rest/paths.ts). */
@@ -57,6 +57,19 @@ interface StoredOutcome {
 }
 
 const CREATED = 201;
+
+/**
+ * A stored outcome as it replays. A purchase recorded before tunnel settings existed (issue 10) has a
+ * tunnel without `protection`: it had the defaults, which every tunnel object shows now (docs/CONTRACTS.md
+ * "REST shapes"), so they are filled in; everything recorded is kept as it was.
+ */
+function recorded(status: number, body: StoredOutcome['body']): StoredOutcome['body'] {
+  if (status !== CREATED) return body;
+  const p = body as Purchase;
+  if (p.tunnel === undefined || p.tunnel.protection !== undefined) return body;
+  const { ports, protocol, protection } = DEFAULT_SETTINGS;
+  return { ...p, tunnel: { ...p.tunnel, ports: p.tunnel.ports ?? ports, protocol: p.tunnel.protocol ?? protocol, protection: { ...protection } } };
+}
 
 /** A refusal that is a purchase outcome (stored and replayed), unlike the input refusals that roll back. */
 class PurchaseRefused extends Error {
@@ -127,7 +140,7 @@ function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseI
         if (prev!.request_hash !== hash) {
           throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
         }
-        return { status: prev!.status_code, body: prev!.body, replayed: true };
+        return { status: prev!.status_code, body: recorded(prev!.status_code, prev!.body), replayed: true };
       }
     }
     // After the replay lookup (a replay answers as the first time did), before anything is bought.
