@@ -65,6 +65,13 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     return spec;
   };
   const applies = (id: string) => edge.count('apply', id);
+  const storedOrigin = async (id: string) => (await gw.testDb.raw.query<{ origin_ip: string }>(`select origin_ip from tunnel where id = $1`, [id])).rows[0]!.origin_ip;
+  /** Once a PATCH in flight has committed origin `ip`, stops holding and lets the held agent call go on. */
+  const letGoOnceStored = async (id: string, ip: string, held: AgentCall) => {
+    await until(`origin ${ip} stored`, async () => (await storedOrigin(id)) === ip);
+    edge.holding = () => false;
+    edge.release(held);
+  };
   const carries = (id: string, op: AgentCall['call']) => (c: AgentCall) => c.call === op && c.ids.includes(id);
 
   beforeAll(async () => {
@@ -130,9 +137,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     const provision = call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
     const held = await edge.waitForCall(carries(t.id, 'apply'), from);
     const change = patch(t.id, { origin_ip: '9.9.9.9' });
-    await until('the change stored', async () => (await gw.testDb.raw.query(`select origin_ip from tunnel where id = $1`, [t.id])).rows[0]!.origin_ip === '9.9.9.9');
-    edge.holding = () => false;
-    edge.release(held);
+    await letGoOnceStored(t.id, '9.9.9.9', held);
     const [p, r] = await Promise.all([provision, change]);
     expect(await settle(p, 'provisioned', () => status(t.id))).toBe('provisioned');
     expect([r.status, r.body.tunnel.status, r.body.tunnel.origin_ip]).toEqual([200, 'provisioned', '9.9.9.9']);
@@ -148,7 +153,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     const stale = await queue.sendOnce({ tunnelId: t.id, nodeId: edge.nodeId }, { delaySeconds: 3600 });
     expect(stale.queued).toBe(true);
     const change = patch(t.id, { origin_ip: '9.9.9.9' });
-    await until('the change stored', async () => (await gw.testDb.raw.query(`select origin_ip from tunnel where id = $1`, [t.id])).rows[0]!.origin_ip === '9.9.9.9');
+    await until('the change stored', async () => (await storedOrigin(t.id)) === '9.9.9.9');
     // The PATCH found that job live and queued nothing; now it ends without having applied anything.
     await queue.boss.cancel(EDGE_QUEUE, stale.jobId!);
     const r = await change;
@@ -179,9 +184,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     const first = patch(t.id, { origin_ip: '9.9.9.9' });
     const held = await edge.waitForCall(carries(t.id, 'apply'), from);
     const second = patch(t.id, { origin_ip: '1.0.0.1' });
-    await until('the second change stored', async () => (await gw.testDb.raw.query(`select origin_ip from tunnel where id = $1`, [t.id])).rows[0]!.origin_ip === '1.0.0.1');
-    edge.holding = () => false;
-    edge.release(held);
+    await letGoOnceStored(t.id, '1.0.0.1', held);
     const [r1, r2] = await Promise.all([first, second]);
     expect([r1.status, r2.status]).toEqual([200, 200]);
     expect(r2.body.tunnel).toMatchObject({ origin_ip: '1.0.0.1', status: 'provisioned' });
