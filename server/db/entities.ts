@@ -12,6 +12,8 @@ export type Permission = (typeof PERMISSIONS)[number];
 /** What an OAuth client's access tokens may do on the tunnel API and GraphQL (docs/CONTRACTS.md "Admin CLI"). */
 export const API_ACCESS = ['none', 'read', 'write'] as const;
 export type ApiAccess = (typeof API_ACCESS)[number];
+/** A tunnel's `protocol` setting (common/tunnel-policy.ts PROTOCOLS; docs/CONTRACTS.md "Tunnel settings"). */
+export const TUNNEL_PROTOCOLS = ['both', 'tcp', 'udp'] as const;
 
 const createdAt = () => p.datetime().defaultRaw('now()').onCreate(() => new Date());
 
@@ -126,6 +128,23 @@ export const TunnelSchema = defineEntity({
     // null only on tunnels from before, where it could be (migration Migration20261125160000_gre_keys).
     greKey: p.bigint('number').nullable(),
     status: p.enum(TUNNEL_STATUSES).default('pending'),
+    // Tunnel settings (issue 10, docs/CONTRACTS.md "Tunnel settings"); the defaults are DEFAULT_POLICY
+    // (common/tunnel-policy.ts). `ports` is the buyer's text form, normalised by parsePorts/formatPorts
+    // before it is written: "*" or at most 32 comma-separated ports and ranges. The checks are the
+    // database's guard rail for the same rules (the exact ones, from <= to and merging, are the code's).
+    ports: p.text().default('*').check(`ports = '*' or ports ~ '^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?){0,31}$'`),
+    protocol: p.enum(TUNNEL_PROTOCOLS).default('both'),
+    synProxy: p.boolean().default(false),
+    sourcePpsLimit: p.integer().nullable().check('source_pps_limit is null or (source_pps_limit >= 10 and source_pps_limit <= 1000000)'),
+    dropFragments: p.boolean().default(false),
+    // Which version of the tunnel's spec the edge holds (server/provisioning/worker.ts): a settings
+    // change that reaches the spec bumps spec_revision; the worker records the revision it applied in
+    // applied_revision, so a PATCH knows when the agent has its change, and a job that read an older
+    // spec applies again. origin_revision is the revision that last changed origin_ip: applying it
+    // moves an active tunnel back to provisioned (docs/CONTRACTS.md "Tunnel lifecycle").
+    specRevision: p.integer().default(0),
+    appliedRevision: p.integer().default(0),
+    originRevision: p.integer().default(0),
     chargedUsd: p.decimal('string').precision(14).scale(2),
     chargedRub: p.decimal('string').precision(14).scale(2),
     createdAt: createdAt(),

@@ -40,8 +40,8 @@ const MAX_DRAWS = 64;
  * member): the unique index then refuses the second insert, and the purchase retries once
  * (isGreKeyCollision, TunnelService.purchase).
  *
- * Changing a tunnel's origin_ip (PATCH /api/dedicated/{id}: issue 10) must call this for the new
- * (node, origin) pair, so a move onto an origin that already has tunnels on that edge keeps the
+ * Changing a tunnel's origin_ip (PATCH /api/dedicated/{id}, domain/tunnels/update.ts) calls this for the
+ * new (node, origin) pair, so a move onto an origin that already has tunnels on that edge keeps the
  * guarantee (issue 16).
  */
 export async function pickGreKey(sql: Pick<Sql, 'query'>, nodeId: string, originIp: string, source: GreKeySource = randomGreKey): Promise<number> {

@@ -4,7 +4,7 @@
 import 'reflect-metadata';
 import { Arg, Ctx, ID, Int, Mutation, Query, Resolver, Root, Subscription, type SubscribeResolverData } from 'type-graphql';
 import { getAccount } from '../domain/accounts.ts';
-import { validateIdempotencyKey, validatePurchase, type LifecycleResult, type TunnelView } from '../domain/tunnels/index.ts';
+import { validateIdempotencyKey, validatePurchase, validateUpdate, type LifecycleResult, type TunnelView } from '../domain/tunnels/index.ts';
 import type { GraphqlContext } from './context.ts';
 import { TUNNELS_DEFAULT_LIMIT, TUNNELS_MAX_LIMIT } from './limits.ts';
 import {
@@ -15,15 +15,21 @@ import {
   Tunnel,
   TunnelPage,
   TunnelSetup,
+  UpdateTunnelInput,
+  settingsFields,
   toAccount,
   toPricing,
   toPurchase,
   toSetup,
   toTunnel,
   toTunnelPage,
+  updateFields,
 } from './types.ts';
 
-/** provision, activate and delete: GraphQL returns the tunnel, whose status tells a settled move from a waiting one. */
+/**
+ * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
+ * waiting one; an update moves no status, so its answer is the same whether the edge applied it yet or not.
+ */
 function tunnelOf(result: LifecycleResult): Tunnel {
   return toTunnel(result.tunnel);
 }
@@ -71,7 +77,7 @@ export class TunnelResolver {
 
   @Mutation(() => PurchaseResult, {
     description:
-      'Buys a tunnel: debits the price, takes a protected IP. With an idempotencyKey, a retry with the same input replays the first outcome without charging again; the same key with other input is invalid_request. Keys are shared with the REST Idempotency-Key header of the same account.',
+      'Buys a tunnel: debits the price, takes a protected IP; ports, protocol and protection are optional (the defaults forward everything). With an idempotencyKey, a retry with the same input replays the first outcome without charging again; the same key with other input is invalid_request. Keys are shared with the REST Idempotency-Key header of the same account.',
   })
   async purchaseTunnel(
     @Ctx() ctx: GraphqlContext,
@@ -80,7 +86,7 @@ export class TunnelResolver {
   ): Promise<PurchaseResult> {
     const principal = await ctx.principal();
     const { tunnels } = ctx.services;
-    const purchase = validatePurchase({ name: input.name, origin_ip: input.originIp, promocode: input.promocode }, tunnels.allowPrivateOrigins);
+    const purchase = validatePurchase({ name: input.name, origin_ip: input.originIp, promocode: input.promocode, ...settingsFields(input) }, tunnels.allowPrivateOrigins);
     const key = validateIdempotencyKey(idempotencyKey);
     // A replay returns the first purchase, as REST does.
     const outcome = await tunnels.purchase(principal, purchase, key);
@@ -93,6 +99,16 @@ export class TunnelResolver {
   async provisionTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
     const principal = await ctx.principal();
     return tunnelOf(await ctx.services.tunnels.provision(principal, id));
+  }
+
+  @Mutation(() => Tunnel, {
+    description:
+      'Changes a tunnel\'s name, origin and settings (PATCH /api/dedicated/{id}). A pending or failed tunnel just stores them (the next provision carries them); on the edge, the change is applied like a provision and the mutation waits a few seconds for the agent. A new origin moves an ACTIVE tunnel back to PROVISIONED once applied. Deleted or deleting: invalid_state.',
+  })
+  async updateTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string, @Arg('input', () => UpdateTunnelInput) input: UpdateTunnelInput): Promise<Tunnel> {
+    const principal = await ctx.principal();
+    const { tunnels } = ctx.services;
+    return tunnelOf(await tunnels.update(principal, id, validateUpdate(updateFields(input), tunnels.allowPrivateOrigins)));
   }
 
   @Mutation(() => Tunnel, { description: 'Marks a provisioned tunnel active once the origin answers through it.' })

@@ -7,8 +7,12 @@ import { Field, Float, ID, InputType, Int, ObjectType, registerEnumType, GraphQL
 import type { Pricing as PricingView } from '../domain/pricing.ts';
 import type { Purchase as PurchaseView, SetupView, TunnelPage as TunnelPageView, TunnelView } from '../domain/tunnels/index.ts';
 import { nextStepsOf } from '../http/rest/paths.ts';
+import { PPS_MAX, PPS_MIN } from '../../common/tunnel-policy.ts';
 import type { AccountView } from '../domain/accounts.ts';
 import type { Permission as PermissionValue, Role as RoleValue, TunnelStatus as TunnelStatusValue } from '../db/entities.ts';
+
+const PORTS_INPUT = '* (all ports) or up to 32 comma-separated ports and ranges, 1-65535, e.g. "22,80,443,25565-25575"; answered normalised.';
+const PROTOCOL_INPUT = 'both, tcp or udp.';
 
 // GraphQL enum names are upper case; their internal values are the REST literals.
 export enum TunnelStatus {
@@ -85,6 +89,18 @@ export class Pricing {
   availability!: Availability;
 }
 
+@ObjectType({ description: 'What the edge does to traffic for the protected IP before it reaches the origin (docs/CONTRACTS.md "Tunnel settings").' })
+export class TunnelProtection {
+  @Field({ description: 'TCP SYN proxy: the edge completes the handshake with the client before the origin sees a SYN (the origin still sees the client address).' })
+  synProxy!: boolean;
+
+  @Field(() => Int, { nullable: true, description: `Packets per second one client address may send to the protected IP (${PPS_MIN} to ${PPS_MAX}); null: no limit.` })
+  sourcePpsLimit!: number | null;
+
+  @Field({ description: 'Drop IP fragments before they reach the origin.' })
+  dropFragments!: boolean;
+}
+
 @ObjectType({ description: 'A dedicated tunnel: a protected IPv4 on an edge router, carried over GRE to the origin.' })
 export class Tunnel {
   @Field(() => ID)
@@ -96,14 +112,17 @@ export class Tunnel {
   @Field({ description: 'The public protected IPv4 address.' })
   protectedIp!: string;
 
-  @Field({ description: 'The hidden origin server given at purchase.' })
+  @Field({ description: 'The hidden origin server given at purchase (or since changed with updateTunnel).' })
   originIp!: string;
 
-  @Field({ description: 'Always * (every port is forwarded).' })
+  @Field({ description: 'Ports forwarded to the origin: * (all), or the normalised allowlist such as "22,80-81,443" (sorted, merged). Set at purchase or with updateTunnel.' })
   ports!: string;
 
-  @Field({ description: 'Always both (TCP and UDP).' })
+  @Field({ description: 'Protocols forwarded: both (TCP and UDP), tcp or udp.' })
   protocol!: string;
+
+  @Field(() => TunnelProtection)
+  protection!: TunnelProtection;
 
   @Field({ description: 'Name of the GRE interface on both ends (a valid Linux interface name).' })
   tunnelName!: string;
@@ -215,6 +234,69 @@ export class PurchaseTunnelInput {
 
   @Field(() => String, { nullable: true })
   promocode?: string | null;
+
+  @Field(() => String, { nullable: true, description: PORTS_INPUT })
+  ports?: string | null;
+
+  @Field(() => String, { nullable: true, description: PROTOCOL_INPUT })
+  protocol?: string | null;
+
+  @Field(() => TunnelProtectionInput, { nullable: true, description: 'Left out: no SYN proxy, no rate limit, fragments forwarded.' })
+  protection?: TunnelProtectionInput | null;
+}
+
+@InputType({ description: 'The fields given change; the others keep their value (updateTunnel and purchaseTunnel).' })
+export class TunnelProtectionInput {
+  @Field(() => Boolean, { nullable: true })
+  synProxy?: boolean | null;
+
+  @Field(() => Int, { nullable: true, description: `${PPS_MIN} to ${PPS_MAX} packets per second per client address, or null for no limit.` })
+  sourcePpsLimit?: number | null;
+
+  @Field(() => Boolean, { nullable: true })
+  dropFragments?: boolean | null;
+}
+
+@InputType({ description: 'The fields to change (PATCH /api/dedicated/{id}); a field left out keeps its value.' })
+export class UpdateTunnelInput {
+  @Field(() => String, { nullable: true, description: 'A label, at most 100 characters; null clears it.' })
+  name?: string | null;
+
+  @Field(() => String, { nullable: true, description: 'A new origin, checked as at purchase. On an active tunnel: PROVISIONED once the edge applied it; run the new setup script, then activate again.' })
+  originIp?: string | null;
+
+  @Field(() => String, { nullable: true, description: PORTS_INPUT })
+  ports?: string | null;
+
+  @Field(() => String, { nullable: true, description: PROTOCOL_INPUT })
+  protocol?: string | null;
+
+  @Field(() => TunnelProtectionInput, { nullable: true })
+  protection?: TunnelProtectionInput | null;
+}
+
+// --- GraphQL input -> REST field names (validated by the same domain functions) ----------------------
+
+/** null as "left out": these fields have no null value (name's and sourcePpsLimit's nulls mean something, and are kept). */
+const unlessNull = <T>(v: T | null | undefined): T | undefined => (v === null ? undefined : v);
+
+/** The settings fields of an input, under their REST names (ports, protocol, protection). */
+export function settingsFields(input: { ports?: string | null; protocol?: string | null; protection?: TunnelProtectionInput | null }): {
+  ports?: unknown;
+  protocol?: unknown;
+  protection?: unknown;
+} {
+  const p = input.protection;
+  return {
+    ports: unlessNull(input.ports),
+    protocol: unlessNull(input.protocol),
+    protection: p === undefined || p === null ? undefined : { syn_proxy: unlessNull(p.synProxy), source_pps_limit: p.sourcePpsLimit, drop_fragments: unlessNull(p.dropFragments) },
+  };
+}
+
+/** An updateTunnel input under the REST names of a PATCH body. */
+export function updateFields(input: UpdateTunnelInput): Record<string, unknown> {
+  return { name: input.name, origin_ip: unlessNull(input.originIp), ...settingsFields(input) };
 }
 
 // --- REST wire shape -> GraphQL ---------------------------------------------------------------------
@@ -240,6 +322,7 @@ export function toTunnel(t: TunnelView): Tunnel {
     originIp: t.origin_ip,
     ports: t.ports,
     protocol: t.protocol,
+    protection: { synProxy: t.protection.syn_proxy, sourcePpsLimit: t.protection.source_pps_limit, dropFragments: t.protection.drop_fragments },
     tunnelName: t.tunnel_name,
     status: t.status as TunnelStatus,
     adminSshPort: t.admin_ssh_port,

@@ -3,11 +3,10 @@
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
-import { tunnelSpecOf } from '../domain/tunnels/spec.ts';
+import { ON_EDGE, SETTINGS_COLUMNS, tunnelSpecOf, type SpecSource } from '../domain/tunnels/spec.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 
-/** Statuses whose tunnel must exist on its edge. `failed` is left out: a reconcile clears its leftovers. */
-export const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active'];
+export { ON_EDGE } from '../domain/tunnels/spec.ts';
 
 export interface EdgeTunnel {
   spec: TunnelSpec;
@@ -15,28 +14,24 @@ export interface EdgeTunnel {
   accountId: string;
   node: EdgeNode | null;
   nodeId: string;
+  /** The stored spec's revision and the one the edge last applied (server/db/entities.ts). */
+  specRevision: number;
+  appliedRevision: number;
 }
 
-interface Row {
-  id: string;
+interface Row extends SpecSource {
   account_id: string;
   status: TunnelStatus;
-  tunnel_name: string;
-  protected_ip: string;
-  origin_ip: string;
-  inner_index: number;
-  gre_key: string | null;
   node_id: string;
-  /** The node's public_ip (the GRE underlay address). */
-  edge_ip: string;
-  inner_pool: string;
+  spec_revision: number;
+  applied_revision: number;
   ssh_host: string;
   ssh_port: number;
   host_key: string | null;
 }
 
 const COLUMNS = `t.id, t.account_id, t.status, t.tunnel_name, t.protected_ip, t.origin_ip, t.inner_index, t.gre_key::text as gre_key,
-  t.node_id, n.public_ip as edge_ip, n.inner_pool, n.ssh_host, n.ssh_port, n.host_key`;
+  t.node_id, n.public_ip as edge_ip, n.inner_pool, n.ssh_host, n.ssh_port, n.host_key, ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision`;
 
 function nodeOf(r: Pick<Row, 'node_id' | 'ssh_host' | 'ssh_port' | 'host_key'>): EdgeNode | null {
   // A node without a pinned host key is never contacted: anyone could answer in its name.
@@ -47,7 +42,15 @@ function nodeOf(r: Pick<Row, 'node_id' | 'ssh_host' | 'ssh_port' | 'host_key'>):
 export async function edgeTunnel(db: Database, tunnelId: string): Promise<EdgeTunnel | null> {
   const [r] = await db.query<Row>(`select ${COLUMNS} from tunnel t join edge_node n on n.id = t.node_id where t.id = ?`, [tunnelId]);
   if (!r) return null;
-  return { spec: tunnelSpecOf(r), status: r.status, accountId: r.account_id, node: nodeOf(r), nodeId: r.node_id };
+  return {
+    spec: tunnelSpecOf(r),
+    status: r.status,
+    accountId: r.account_id,
+    node: nodeOf(r),
+    nodeId: r.node_id,
+    specRevision: r.spec_revision,
+    appliedRevision: r.applied_revision,
+  };
 }
 
 /** A node's address and pinned host key; null when there is no such node or it has no host key. */

@@ -14,7 +14,7 @@ import type { ProbeResult } from '../../common/tunnel-spec.ts';
 import { ApiError } from '../domain/errors.ts';
 import { EdgeConnections } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
-import { contactableNodes, edgeTunnel } from './edge-state.ts';
+import { ON_EDGE, contactableNodes, edgeTunnel } from './edge-state.ts';
 import { KeyedLocks, type LockedSql } from './locks.ts';
 import { ProbeCoordinator } from './probes.ts';
 import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.ts';
@@ -42,8 +42,22 @@ export interface ProvisioningConfig {
 /** Statuses whose tunnel an operator's `tunnel repair` can queue work for (queueRepair). */
 const REPAIRABLE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active', 'deleting'];
 
+/** How often a PATCH waiting for its revision looks whether the live job it relied on ended without it (applySpec). */
+const APPLY_RECHECK_MS = 1000;
+
 /** The periodic reconcile's spread: each round comes after 80-120% of the period, each node's job within 20% of it. */
 const RECONCILE_JITTER = 0.2;
+
+
+/**
+ * A tunnel the sweeper hands the queue: a provision or delete under way, or a tunnel on the edge whose
+ * stored spec is newer than the one the edge applied (a settings change whose job was lost), unchanged
+ * for `seconds` (the placeholder given). The one definition for the sweep's read and its re-check.
+ */
+function stuckWhere(seconds: string): string {
+  return `(status in ('provisioning', 'deleting') or (status in ('provisioned', 'active') and applied_revision < spec_revision))
+    and updated_at <= now() - make_interval(secs => ${seconds})`;
+}
 
 export class ProvisioningService {
   readonly bus: TunnelStatusBus;
@@ -196,7 +210,27 @@ export class ProvisioningService {
     await w.promise;
   }
 
-  /** The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. */
+  /**
+   * Queues the edge work for a tunnel whose stored spec just became `revision` (a PATCH of its settings,
+   * docs/CONTRACTS.md "Tunnel settings"): a tunnel job, which applies the stored spec to a provisioned or
+   * active tunnel (worker.ts) and to a provisioning one as part of its provision. Waits up to edgeWaitMs
+   * until the edge holds that revision or the tunnel left the edge (failed, deleting): true when it did.
+   * A job already live for the tunnel is the answer: it applies the newer spec before it ends. That job
+   * may have taken its last look at the tunnel just before this change committed, and end without it: so
+   * while the edge lacks the revision, this queues again (at most one job of its own) once no job is live,
+   * looking every APPLY_RECHECK_MS (a job's end sends no notice).
+   */
+  async applySpec(tunnelId: string, nodeId: string, revision: number): Promise<boolean> {
+    let queued = false;
+    const check = async (): Promise<boolean> => {
+      const [t] = await this.db.query<{ status: TunnelStatus; applied_revision: number }>('select status, applied_revision from tunnel where id = ?', [tunnelId]);
+      if (!t || t.applied_revision >= revision || !ON_EDGE.includes(t.status)) return true;
+      if (!queued) queued = (await (await this.queue()).sendOnce({ tunnelId, nodeId })).queued;
+      return false;
+    };
+    return this.bus.until(tunnelId, check, this.config.edgeWaitMs, () => this.bus.start(), APPLY_RECHECK_MS);
+  }
+
   /**
    * The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. At most one per
    * tunnel at a time across replicas, its answer shared with every activate that asked meanwhile (probes.ts).
@@ -222,13 +256,14 @@ export class ProvisioningService {
     }
   }
 
-  /** Queues tunnels left in provisioning/deleting with no live job (a crash between commit and send). */
+  /**
+   * Queues tunnels left in provisioning/deleting with no live job (a crash between commit and send), and
+   * provisioned/active ones whose edge lacks their latest settings (a PATCH that found a job live as it
+   * ended, or whose job spent its retries).
+   */
   async sweep(olderThanSeconds: number): Promise<number> {
     if (this.stopped) return 0;
-    const stuck = await this.db.query<{ id: string; node_id: string }>(
-      `select id, node_id from tunnel where status in ('provisioning', 'deleting') and updated_at <= now() - make_interval(secs => ?) order by updated_at limit 1000`,
-      [olderThanSeconds],
-    );
+    const stuck = await this.db.query<{ id: string; node_id: string }>(`select id, node_id from tunnel where ${stuckWhere('?')} order by updated_at limit 1000`, [olderThanSeconds]);
     if (stuck.length === 0) return 0;
     const queue = await this.queue();
     let sent = 0;
@@ -239,7 +274,7 @@ export class ProvisioningService {
       const stillNeeded = async (sql: LockedSql): Promise<boolean> =>
         (
           await sql.executeSql(
-            `select 1 from tunnel where id = $1 and status in ('provisioning', 'deleting') and updated_at <= now() - make_interval(secs => $2::float8)`,
+            `select 1 from tunnel where id = $1 and ${stuckWhere('$2::float8')}`,
             [t.id, olderThanSeconds],
           )
         ).rows.length > 0;

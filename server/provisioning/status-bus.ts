@@ -60,6 +60,46 @@ export class TunnelStatusBus {
   }
 
   /**
+   * Runs `start`, then re-reads with `check` after it, after every notice about `id` (or a resync) and at
+   * least every `recheckMs`, until `check` says true (resolves true) or `ms` passed (false). Subscribed
+   * before `start` runs, so a notice that `start` causes cannot come first.
+   */
+  async until(id: string, check: () => Promise<boolean>, ms: number, start: () => Promise<void>, recheckMs = ms): Promise<boolean> {
+    let poked = false;
+    let wake = () => {};
+    const poke = () => {
+      poked = true;
+      wake();
+    };
+    const off = this.on(id, poke);
+    const offResync = this.onResync(poke);
+    const deadline = Date.now() + ms;
+    try {
+      await start();
+      for (;;) {
+        poked = false;
+        if (await check()) return true;
+        const left = deadline - Date.now();
+        if (left <= 0) return false;
+        // A notice during check() is not lost: `poked` is set and the loop reads again at once.
+        if (!poked) {
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, Math.min(left, recheckMs));
+            wake = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+        }
+        wake = () => {};
+      }
+    } finally {
+      off();
+      offResync();
+    }
+  }
+
+  /**
    * Resolves with the first status of `id` that `done` accepts, or null after `ms`. Subscribe with
    * this *before* causing the change, or the notice can come first.
    */

@@ -23,6 +23,37 @@ export class Transitions {
     return true;
   }
 
+  /**
+   * The edge applied the tunnel's spec of `revision` (server/db/entities.ts, spec_revision): recorded,
+   * so a PATCH waiting for it answers. When that spec carried a new origin_ip the edge did not have
+   * yet, an active tunnel moves back to provisioned: the buyer runs the new setup script on the new
+   * origin and activates again (docs/CONTRACTS.md "Tunnel lifecycle"). True when the stored spec is
+   * newer still (changed while this one was applied).
+   */
+  async applied(id: string, revision: number): Promise<boolean> {
+    const r = await this.db.transaction(async (sql) => {
+      const [row] = await sql.query<{ status: TunnelStatus; spec_revision: number; applied_revision: number; origin_revision: number }>(
+        'select status, spec_revision, applied_revision, origin_revision from tunnel where id = ? for update',
+        [id],
+      );
+      if (!row) return null;
+      const raised = revision > row.applied_revision;
+      const repoint = row.status === 'active' && row.origin_revision > row.applied_revision && row.origin_revision <= revision;
+      if (raised) {
+        await sql.query(`update tunnel set applied_revision = ?, status = ?${repoint ? ', updated_at = now()' : ''} where id = ?`, [
+          revision,
+          repoint ? 'provisioned' : row.status,
+          id,
+        ]);
+      }
+      return { raised, status: repoint ? ('provisioned' as const) : row.status, newer: row.spec_revision > Math.max(revision, row.applied_revision) };
+    });
+    if (!r) return false;
+    // Also a hint for whoever waits for this revision (a status notice is only a hint: waiters re-read).
+    if (r.raised) await this.bus.publish(id, r.status);
+    return r.newer;
+  }
+
   /** deleting -> deleted and the protected IP back to the pool, in one transaction. */
   async finishDelete(id: string): Promise<boolean> {
     const moved = await this.db.transaction(async (sql) => {

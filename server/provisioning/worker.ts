@@ -221,12 +221,14 @@ export class EdgeWorker {
   /**
    * Does what the tunnel's status asks; true when the status changed under it and asks for more.
    * `repair`: a provisioned or active tunnel is applied again without moving its status (the edge lost
-   * or garbled it; `tunnel repair`, docs/CONTRACTS.md "Admin CLI").
+   * or garbled it; `tunnel repair`, docs/CONTRACTS.md "Admin CLI"). A provisioned or active tunnel whose
+   * stored spec is newer than the one its edge applied (a PATCH of its settings, docs/CONTRACTS.md
+   * "Tunnel settings") is applied the same way, whatever job brought the worker here.
    */
   private async step(job: EdgeJob, tunnelId: string, repair = false): Promise<boolean> {
     const t = await edgeTunnel(this.o.db, tunnelId);
     if (!t) return false;
-    const reapply = repair && (t.status === 'provisioned' || t.status === 'active');
+    const reapply = (t.status === 'provisioned' || t.status === 'active') && (repair || t.appliedRevision < t.specRevision);
     const op = t.status === 'provisioning' || reapply ? 'apply' : t.status === 'deleting' ? 'remove' : null;
     if (op === null) return false;
     const started = Date.now();
@@ -235,13 +237,17 @@ export class EdgeWorker {
       await this.ensureReconciled(t.node);
       const line = await this.run(t.node, op, { tunnel: t.spec });
       if (reapply) {
-        this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, repair: true, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
-        // One more pass: a delete or provision that arrived meanwhile found this job live and queued nothing.
+        await this.o.transitions.applied(t.spec.id, t.specRevision);
+        this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, repair: true, revision: t.specRevision, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
+        // One more pass: a delete, provision or settings change that arrived meanwhile found this job live and queued nothing.
         return true;
       }
       const moved = op === 'apply' ? await this.o.transitions.move(t.spec.id, ['provisioning'], 'provisioned') : await this.o.transitions.finishDelete(t.spec.id);
+      // After the move, so a PATCH waiting for this revision answers with the tunnel provisioned.
+      const newer = op === 'apply' && (await this.o.transitions.applied(t.spec.id, t.specRevision));
       this.o.log.info('edge job done', { tunnel_id: t.spec.id, op, result: line.result, attempt: job.retryCount + 1, ms: Date.now() - started });
-      return !moved;
+      // A settings change stored while this job applied the older spec found the job live and queued nothing.
+      return !moved || newer;
     } catch (e) {
       // No retry for what needs an operator (a wrong or missing host key, a refused gateway key).
       const final = needsOperator(e);

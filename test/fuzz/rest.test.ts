@@ -165,6 +165,13 @@ const purchaseBody: fc.Arbitrary<string> = fc.oneof(
           name: fc.constantFrom('web', 'db', ' spaced ', '\u{1F600}'),
           origin_ip: fc.constantFrom('8.8.4.4', '1.1.1.1', '9.9.9.9'),
           promocode: fc.constantFrom('FUZZ10', 'fuzz10', 'FUZZONCE', 'NOPE', 'FUZZ10\u0000', '\u0000'),
+          // Tunnel settings (issue 10): valid, near-valid and wrong.
+          ports: fc.constantFrom('*', '443,80,81', ' 22 , 80 ', '1-65535', '0', '65536', '80-79', 'a', '', 443, null),
+          protocol: fc.constantFrom('both', 'tcp', 'udp', 'icmp', '', null),
+          protection: fc.oneof(
+            fc.record({ syn_proxy: fc.oneof(fc.boolean(), fc.constant('yes')), source_pps_limit: fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 2_000_000 })), drop_fragments: fc.boolean() }, { requiredKeys: [] }),
+            fc.jsonValue({ maxDepth: 2 }),
+          ),
         },
         { requiredKeys: ['origin_ip'] },
       )
@@ -311,6 +318,7 @@ describe('fuzz: path ids and methods', () => {
     ['DELETE', ''],
     ['PUT', ''],
     ['PATCH', '/setup'],
+    ['PATCH', ''],
     ['HEAD', ''],
     ['OPTIONS', '/activate'],
     ['POST', ''],

@@ -14,6 +14,7 @@ import { TunnelService } from '../../server/domain/tunnels/index.ts';
 import { buildServices, type Services } from '../../server/services.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';
+import { DEFAULT_SETTINGS } from '../../server/domain/tunnels/settings.ts';
 
 const ORIGIN = '8.8.4.4';
 let t: TestDatabase;
@@ -34,6 +35,23 @@ afterAll(async () => {
 
 function tunnelsWith(greKeys: GreKeySource): TunnelService {
   return new TunnelService(t.db, services.pricing, { adminSshPort: 52222, allowPrivateOrigins: false, greKeys }, services.provisioning);
+}
+
+/**
+ * A key source whose first n draws wait until all n are waiting (every caller has read the keys in use and
+ * not yet written), then all get 7. Later draws (the retries) are random.
+ */
+function colliding(n: number): { source: GreKeySource; draws(): number } {
+  let draws = 0;
+  let release!: () => void;
+  const barrier = new Promise<void>((r) => (release = r));
+  const source: GreKeySource = async () => {
+    if (++draws > n) return randomGreKey();
+    if (draws === n) release();
+    await barrier;
+    return 7;
+  };
+  return { source, draws: () => draws };
 }
 
 /** Buyers with 10.00 USD each; one account each, since purchases of one account run one at a time (its row lock). */
@@ -74,7 +92,7 @@ async function expectConsistent(accounts: Principal[], perAccount: number): Prom
 it('36 concurrent purchases to one origin on one node: each charged once, each its own key', async () => {
   const accounts = await buyers(12);
   const svc = tunnelsWith(randomGreKey);
-  const results = await Promise.all(accounts.flatMap((p) => [0, 1, 2].map((i) => svc.purchase(p, { name: `c${i}`, originIp: ORIGIN, promocode: null }, null))));
+  const results = await Promise.all(accounts.flatMap((p) => [0, 1, 2].map((i) => svc.purchase(p, { name: `c${i}`, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, null))));
   expect(results.every((r) => !r.replayed)).toBe(true);
   const { rows } = await t.raw.query<{ node_id: string; gre_key: string | null }>('select node_id, gre_key::text as gre_key from tunnel where id = any($1)', [
     results.map((r) => r.purchase.tunnel.id),
@@ -89,23 +107,13 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
   await t.raw.query('update protected_ip set tunnel_id = null');
   const n = 10;
   const accounts = await buyers(n);
-  // The first n draws wait until all n are waiting (every purchase has read the keys in use and not yet
-  // inserted), then all get 7. Later draws (the retries) are random.
-  let draws = 0;
-  let release!: () => void;
-  const barrier = new Promise<void>((r) => (release = r));
-  const colliding: GreKeySource = async () => {
-    if (++draws > n) return randomGreKey();
-    if (draws === n) release();
-    await barrier;
-    return 7;
-  };
-  const svc = tunnelsWith(colliding);
-  const results = await Promise.allSettled(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null }, `order-${i}`)));
+  const keys = colliding(n);
+  const svc = tunnelsWith(keys.source);
+  const results = await Promise.allSettled(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, `order-${i}`)));
   const failed = results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason));
   expect(failed).toEqual([]);
   // n first draws, then one retry for each of the n - 1 that lost the race for 7.
-  expect(draws).toBe(2 * n - 1);
+  expect(keys.draws()).toBe(2 * n - 1);
   const bought = results.map((r) => (r as PromiseFulfilledResult<Awaited<ReturnType<TunnelService['purchase']>>>).value.purchase);
   const { rows } = await t.raw.query<{ gre_key: string }>(`select gre_key::text as gre_key from tunnel where status <> 'deleted' order by gre_key`);
   expect(rows).toHaveLength(n);
@@ -113,16 +121,16 @@ it('a key drawn by concurrent purchases at once: one keeps it, the others retry 
   await expectConsistent(accounts, 1);
 
   // The same keys again: the first outcome, not a second purchase.
-  const replays = await Promise.all(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null }, `order-${i}`)));
+  const replays = await Promise.all(accounts.map((p, i) => svc.purchase(p, { name: `k${i}`, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, `order-${i}`)));
   expect(replays.map((r) => r.purchase)).toEqual(bought);
   expect(replays.every((r) => r.replayed)).toBe(true);
-  expect(draws).toBe(2 * n - 1);
+  expect(keys.draws()).toBe(2 * n - 1);
   await expectConsistent(accounts, 1);
 });
 
 it('the setup script and the edge job carry the tunnel key, with the MTU a keyed GRE header leaves', async () => {
   const [p] = await buyers(1);
-  const { purchase: body } = await tunnelsWith(() => 0x01020304).purchase(p!, { name: null, originIp: ORIGIN, promocode: null }, null);
+  const { purchase: body } = await tunnelsWith(() => 0x01020304).purchase(p!, { name: null, originIp: ORIGIN, promocode: null, settings: DEFAULT_SETTINGS }, null);
   const setup = await services.tunnels.setup(p!, body.tunnel.id);
   expect(setup.scripts.origin).toContain("\nreadonly GRE_KEY='16909060'\n");
   expect(setup.scripts.origin).toContain("\nreadonly GRE_KEY_DOTTED='1.2.3.4'\n");
@@ -130,4 +138,22 @@ it('the setup script and the edge job carry the tunnel key, with the MTU a keyed
   const { edgeTunnel } = await import('../../server/provisioning/edge-state.ts');
   const edge = await edgeTunnel(t.db, body.tunnel.id);
   expect(edge!.spec).toMatchObject({ gre_key: 0x01020304, mtu: 1472, origin_ip: ORIGIN });
+});
+
+it('moving tunnels onto one origin (PATCH origin_ip, issue 10): a key free for the new pair, concurrent moves that draw the same key retry once', async () => {
+  const NEW_ORIGIN = '9.9.9.9';
+  const n = 5;
+  const accounts = await buyers(n);
+  const ids: string[] = [];
+  for (const p of accounts) ids.push((await services.tunnels.purchase(p, { name: null, originIp: '1.1.1.1', promocode: null, settings: DEFAULT_SETTINGS }, null)).purchase.tunnel.id);
+  const keys = colliding(n);
+  const svc = tunnelsWith(keys.source);
+  const results = await Promise.allSettled(accounts.map((p, i) => svc.update(p, ids[i]!, { originIp: NEW_ORIGIN })));
+  expect(results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason))).toEqual([]);
+  // n first draws, then one retry for each of the n - 1 whose transaction the unique index refused.
+  expect(keys.draws()).toBe(2 * n - 1);
+  const { rows } = await t.raw.query<{ gre_key: string }>(`select gre_key::text as gre_key from tunnel where origin_ip = $1 and status <> 'deleted'`, [NEW_ORIGIN]);
+  expect(rows).toHaveLength(n);
+  expect(new Set(rows.map((r) => r.gre_key)).size).toBe(n);
+  expect(rows.filter((r) => r.gre_key === '7')).toHaveLength(1);
 });

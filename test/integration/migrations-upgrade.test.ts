@@ -127,6 +127,8 @@ it('an upgrade from the first migration keeps accounts, users, keys, nodes, tunn
     const got = await call(gw.url, 'GET', `/api/dedicated/${tunnel}`, { token: svcKey });
     expect(got.status).toBe(200);
     expect(got.body.tunnel).toMatchObject({ id: tunnel, status: 'active', protected_ip: '198.18.90.0', origin_ip: '8.8.4.4', name: 'legacy web' });
+    // Tunnel settings (issue 10): an existing tunnel has the defaults, what its edge does already.
+    expect(got.body.tunnel).toMatchObject({ ports: '*', protocol: 'both', protection: { syn_proxy: false, source_pps_limit: null, drop_fragments: false } });
     expect((await call(gw.url, 'GET', '/api/dedicated/pricing')).body.usd_rub_rate).toBe(95);
   } finally {
     await gw.close();
@@ -142,6 +144,11 @@ it('an upgrade from the first migration keeps accounts, users, keys, nodes, tunn
       [randomUUID(), account, node],
     ),
   ).toMatchObject({ code: '23505', constraint: 'tunnel_live_ip_uniq' });
+  // The settings' guard rails (docs/CONTRACTS.md "Tunnel settings").
+  expect(await refusal(raw, `update tunnel set ports = '80,' where id = $1`, [tunnel])).toMatchObject({ code: '23514', constraint: 'tunnel_ports_check' });
+  expect(await refusal(raw, `update tunnel set protocol = 'icmp' where id = $1`, [tunnel])).toMatchObject({ code: '23514', constraint: 'tunnel_protocol_check' });
+  expect(await refusal(raw, `update tunnel set source_pps_limit = 9 where id = $1`, [tunnel])).toMatchObject({ code: '23514', constraint: 'tunnel_source_pps_limit_check' });
+  expect(await refusal(raw, `update tunnel set ports = '22,80-81', protocol = 'udp', source_pps_limit = 10 where id = $1`, [tunnel])).toBeNull();
 });
 
 it('two replicas migrating one empty database at once: both succeed, each migration applied once', async () => {

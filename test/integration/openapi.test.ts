@@ -91,7 +91,7 @@ describe('openapi.yaml as a document', () => {
     const tags = new Set((doc.tags ?? []).map((t: Doc) => t.name));
     const schemes = new Set(Object.keys(doc.components.securitySchemes));
     const ops = listOperations();
-    expect(ops.length).toBe(12);
+    expect(ops.length).toBe(13);
     for (const { method, path, operation } of ops) {
       const where = `${method.toUpperCase()} ${path}`;
       expect(typeof operation.operationId, where).toBe('string');
@@ -154,6 +154,7 @@ describe('openapi.yaml as a document', () => {
     expect(statuses('post', '/api/dedicated/{id}/provision')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
     expect(statuses('delete', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
+    expect(statuses('patch', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('get', '/api/dedicated/pricing')).toEqual(['200', '500']);
     // Reads are 403 too for an access token of a client without API access (docs/CONTRACTS.md "Admin CLI").
     // The error code enum is the one of docs/CONTRACTS.md "REST errors".
@@ -169,6 +170,7 @@ describe('openapi.yaml as a document', () => {
   it('the validator rejects responses that drift from the document', () => {
     const tunnel = {
       id: randomUUID(), name: null, protected_ip: '198.18.0.1', origin_ip: '8.8.8.8', ports: '*', protocol: 'both',
+      protection: { syn_proxy: false, source_pps_limit: null, drop_fragments: false },
       tunnel_name: 'tg-abcdefghij', status: 'pending', admin_ssh_port: 52222, edge_ip: '192.0.2.1',
       created_at: new Date().toISOString(), updated_at: new Date().toISOString(),
     };
@@ -207,6 +209,25 @@ describe('openapi.yaml as a document', () => {
     bad({ origin_ip: '8.8.8.8', name: 'x'.repeat(101) });
     bad({ origin_ip: '8.8.8.8', name: 'a\nb' });
     bad([]);
+    // The settings (docs/CONTRACTS.md "Tunnel settings").
+    ok({ origin_ip: '8.8.8.8', ports: '22, 80,443,25565-25575', protocol: 'udp', protection: { syn_proxy: true, source_pps_limit: null } });
+    ok({ origin_ip: '8.8.8.8', ports: '*', protection: {} });
+    bad({ origin_ip: '8.8.8.8', ports: 'http' });
+    bad({ origin_ip: '8.8.8.8', protocol: 'icmp' });
+    bad({ origin_ip: '8.8.8.8', protection: { source_pps_limit: 9 } });
+    bad({ origin_ip: '8.8.8.8', protection: { ports: '*' } });
+  });
+
+  it('documents the PATCH body the implementation accepts', () => {
+    const ok = (b: unknown) => expect(requestBodyErrors('patch', '/api/dedicated/{id}', b), JSON.stringify(b)).toEqual([]);
+    const bad = (b: unknown) => expect(requestBodyErrors('patch', '/api/dedicated/{id}', b).length, JSON.stringify(b)).toBeGreaterThan(0);
+    ok({});
+    ok({ name: null, origin_ip: '8.8.4.4', ports: '80', protocol: 'tcp', protection: { drop_fragments: true, source_pps_limit: 1000000 } });
+    bad({ promocode: 'X' });
+    bad({ origin_ip: null });
+    bad({ protection: null });
+    bad({ protection: { syn_proxy: 'yes' } });
+    bad({ protection: { source_pps_limit: 1000001 } });
   });
 });
 
@@ -464,6 +485,28 @@ describe('real responses match openapi.yaml', () => {
     expect((await checked(gw, 'GET', `${ID}/setup`, `${path}/setup`, 409, { token: a.readKey })).body.error).toBe('invalid_state');
     const list = (await checked(gw, 'GET', '/api/dedicated', '/api/dedicated?limit=100', 200, { token: a.readKey })).body;
     expect(list.tunnels.map((x: any) => x.id)).not.toContain(t.id);
+  });
+
+  it('PATCH /api/dedicated/{id}: 200 (pending stores, normalised), 202 (on the edge, no agent answering), 400, 401, 403, 404, 409, 413, 415', async () => {
+    const t = (await buy(a)).tunnel;
+    const path = `/api/dedicated/${t.id}`;
+    const patched = await checked(gw, 'PATCH', ID, path, 200, { token: a.writeKey, json: { ports: '443,80,81', protection: { source_pps_limit: 500 } } });
+    expect(patched.body.tunnel).toMatchObject({ status: 'pending', ports: '80-81,443', protocol: 'both', protection: { syn_proxy: false, source_pps_limit: 500, drop_fragments: false } });
+    expect((await checked(gw, 'PATCH', ID, path, 400, { token: a.writeKey, json: { colour: 'red' } })).body.error).toBe('invalid_request');
+    expect((await checked(gw, 'PATCH', ID, path, 400, { token: a.writeKey, json: { origin_ip: '10.0.0.1' } })).body.error).toBe('invalid_origin_ip');
+    expect((await checked(gw, 'PATCH', ID, path, 400, { token: a.writeKey })).body.error).toBe('invalid_request');
+    await checked(gw, 'PATCH', ID, path, 401, { json: {} });
+    expect((await checked(gw, 'PATCH', ID, path, 403, { token: a.readKey, json: { name: 'x' } })).body.error).toBe('insufficient_scope');
+    await checked(gw, 'PATCH', ID, path, 404, { token: other.writeKey, json: { name: 'x' } });
+    await checked(gw, 'PATCH', ID, `/api/dedicated/${randomUUID()}`, 404, { token: a.writeKey, json: { name: 'x' } });
+    await checked(gw, 'PATCH', ID, path, 413, { token: a.writeKey, raw: `{"name":"${'x'.repeat(70 * 1024)}"}`, headers: { 'content-type': 'application/json' } });
+    await checked(gw, 'PATCH', ID, path, 415, { token: a.writeKey, raw: 'name=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    // On the edge (provisioning; this gateway runs no worker, so the agent never answers): 202, stored.
+    expect((await checked(gw, 'POST', `${ID}/provision`, `${path}/provision`, 202, { token: a.writeKey })).body.tunnel.status).toBe('provisioning');
+    const waiting = await checked(gw, 'PATCH', ID, path, 202, { token: a.writeKey, json: { protocol: 'udp' } });
+    expect(waiting.body.tunnel).toMatchObject({ status: 'provisioning', protocol: 'udp', ports: '80-81,443' });
+    await checked(gw, 'DELETE', ID, path, 202, { token: a.writeKey });
+    expect((await checked(gw, 'PATCH', ID, path, 409, { token: a.writeKey, json: { name: 'late' } })).body.error).toBe('invalid_state');
   });
 
   it('paths and methods outside the document answer with the Error body', async () => {

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { setRate } from '../../server/domain/settings.ts';
+import { expectMatchesOpenApi } from '../helpers/openapi.ts';
 
 let gw: RunningGateway;
 let alice: SeededUser;
@@ -44,4 +45,27 @@ it('a purchase stored by the previous version (next_steps inside the record) rep
   expect(replay.status).toBe(201);
   // Same fields and values (field order inside the record is jsonb's, as it always was).
   expect(replay.body).toEqual(first.body);
+});
+
+it('a purchase recorded before tunnel settings existed replays with the default settings every tunnel shows now (REST and GraphQL)', async () => {
+  const first = await call(gw.url, 'POST', '/api/dedicated', { token: alice.writeKey, body: { origin_ip: '8.8.4.4' }, headers: { 'idempotency-key': 'pre-settings' } });
+  expect(first.status).toBe(201);
+  // What the gateway before issue 10 kept: the tunnel with ports "*" and protocol "both", no protection.
+  const old = structuredClone(first.body) as { tunnel: Record<string, unknown> };
+  delete old.tunnel.protection;
+  await gw.testDb.raw.query('update idempotency_record set body = $3 where account_id = $1 and key = $2', [alice.accountId, 'pre-settings', JSON.stringify(old)]);
+  const replay = await call(gw.url, 'POST', '/api/dedicated', { token: alice.writeKey, body: { origin_ip: '8.8.4.4' }, headers: { 'idempotency-key': 'pre-settings' } });
+  expect(replay.status).toBe(201);
+  expect(replay.body).toEqual(first.body);
+  expectMatchesOpenApi('post', '/api/dedicated', replay.status, replay.body, replay.headers);
+  // GraphQL replays the same record (keys are shared with REST).
+  const g = await call(gw.url, 'POST', '/graphql', {
+    token: alice.writeKey,
+    body: {
+      query: 'mutation($i: PurchaseTunnelInput!, $k: String) { purchaseTunnel(input: $i, idempotencyKey: $k) { tunnel { id protection { synProxy sourcePpsLimit dropFragments } } } }',
+      variables: { i: { originIp: '8.8.4.4' }, k: 'pre-settings' },
+    },
+  });
+  expect(g.body.errors).toBeUndefined();
+  expect(g.body.data.purchaseTunnel.tunnel).toEqual({ id: first.body.tunnel.id, protection: { synProxy: false, sourcePpsLimit: null, dropFragments: false } });
 });

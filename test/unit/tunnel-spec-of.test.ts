@@ -2,7 +2,7 @@
 // job and the origin script both carry. Pure; the common validator must accept what it makes.
 import { expect, it } from 'vitest';
 import { tunnelSpecOf, type SpecSource } from '../../server/domain/tunnels/spec.ts';
-import { checkTunnel } from '../../common/tunnel-spec.ts';
+import { checkTunnel, normaliseSpec } from '../../common/tunnel-spec.ts';
 import { IpError } from '../../server/domain/ip.ts';
 
 const row: SpecSource = {
@@ -14,6 +14,11 @@ const row: SpecSource = {
   gre_key: '16909060',
   edge_ip: '192.0.2.1',
   inner_pool: '100.64.0.0/24',
+  ports: '*',
+  protocol: 'both',
+  syn_proxy: false,
+  source_pps_limit: null,
+  drop_fragments: false,
 };
 
 it('a keyed tunnel: its inner /30 by index, the key as a number, the MTU the key header leaves', () => {
@@ -40,4 +45,24 @@ it('a tunnel from before per-tunnel keys has no gre_key at all (the job contract
 
 it('stored values that give no inner subnet are an IpError, which setup() answers as invalid_state', () => {
   expect(() => tunnelSpecOf({ ...row, inner_index: 64 })).toThrow(IpError);
+});
+
+it('default settings add no policy: the spec is what it was before settings existed (a v1 job can carry it)', () => {
+  const spec = tunnelSpecOf(row);
+  expect('policy' in spec).toBe(false);
+  expect(checkTunnel(spec, true, 'tunnel', { policy: false })).toBeUndefined();
+});
+
+it('other settings add the wire policy (docs/CONTRACTS.md "Tunnel settings"): ports as ranges, every key flat', () => {
+  const spec = tunnelSpecOf({ ...row, ports: '22,80-81,443', protocol: 'tcp', syn_proxy: true, source_pps_limit: 500, drop_fragments: true });
+  expect(spec.policy).toEqual({ ports: [[22, 22], [80, 81], [443, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 500, drop_fragments: true });
+  expect(checkTunnel(spec, true)).toBeUndefined();
+  // Already in its one normalised form: what the agent stores and compares.
+  expect(normaliseSpec(spec)).toEqual(spec);
+  // Any one setting away from the default is enough.
+  expect(tunnelSpecOf({ ...row, drop_fragments: true }).policy).toEqual({ ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: null, drop_fragments: true });
+});
+
+it('stored ports the parser refuses are a stored-data error, never a policy that lets everything through', () => {
+  expect(() => tunnelSpecOf({ ...row, ports: '0-70000' })).toThrow(/stored tunnel ports/);
 });

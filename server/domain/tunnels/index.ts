@@ -3,6 +3,7 @@
 //   input.ts      what a buyer may send (purchase fields, Idempotency-Key), checked before any lock
 //   purchase.ts   the purchase transaction: idempotency, promocode, balance, IP, GRE key, ledger
 //   lifecycle.ts  provision / activate / delete: which move is allowed, handed to provisioning
+//   update.ts     PATCH: name, origin_ip and the settings (settings.ts), sent to the edge like a provision
 //   queries.ts    get, list, setup (origin scripts), watch (status changes)
 //   rows.ts       one tunnel as stored and as shown (TunnelView)
 //   spec.ts       THE tunnel spec (edge job and origin script), naming.ts, cursor.ts
@@ -12,13 +13,15 @@ import type { Database } from '../../db/database.ts';
 import type { Principal } from '../../auth/principal.ts';
 import type { GreKeySource } from '../gre-keys.ts';
 import type { PricingService } from '../pricing.ts';
-import type { PurchaseInput } from './input.ts';
+import type { PurchaseInput, TunnelUpdate } from './input.ts';
 import { activate, provision, remove, type EdgeDispatch, type LifecycleDeps, type LifecycleResult } from './lifecycle.ts';
 import { purchase, type PurchaseDeps, type PurchaseOutcome } from './purchase.ts';
 import { TunnelQueries, type SetupView, type TunnelPage } from './queries.ts';
 import type { TunnelView } from './rows.ts';
+import { update, type UpdateDeps } from './update.ts';
 
-export { validateIdempotencyKey, validatePurchase, type PurchaseInput } from './input.ts';
+export { PURCHASE_FIELDS, UPDATE_FIELDS, validateIdempotencyKey, validatePurchase, validateUpdate, type PurchaseInput, type TunnelUpdate } from './input.ts';
+export type { TunnelProtection, TunnelSettings } from './settings.ts';
 export { IDEMPOTENCY_TTL_DAYS, purgeExpiredIdempotency, type Purchase, type PurchaseOutcome } from './purchase.ts';
 export type { EdgeDispatch, LifecycleResult } from './lifecycle.ts';
 export type { SetupView, TunnelPage } from './queries.ts';
@@ -30,6 +33,7 @@ export { tunnelSpecOf, type SpecSource } from './spec.ts';
 export class TunnelService {
   private readonly purchaseDeps: PurchaseDeps;
   private readonly lifecycleDeps: LifecycleDeps;
+  private readonly updateDeps: UpdateDeps;
   private readonly queries: TunnelQueries;
 
   constructor(
@@ -45,10 +49,11 @@ export class TunnelService {
   ) {
     this.purchaseDeps = { db, pricing, adminSshPort: opts.adminSshPort, greKeys: opts.greKeys };
     this.lifecycleDeps = { db, pricing, edge, adminSshPort: opts.adminSshPort };
+    this.updateDeps = { db, edge, adminSshPort: opts.adminSshPort, greKeys: opts.greKeys };
     this.queries = new TunnelQueries(db, edge, opts.adminSshPort);
   }
 
-  /** ALLOW_PRIVATE_ORIGINS (server/config.ts): what validatePurchase is told by both adapters. */
+  /** ALLOW_PRIVATE_ORIGINS (server/config.ts): what validatePurchase and validateUpdate are told by both adapters. */
   get allowPrivateOrigins(): boolean {
     return this.opts.allowPrivateOrigins;
   }
@@ -67,6 +72,11 @@ export class TunnelService {
 
   delete(principal: Principal, id: string): Promise<LifecycleResult> {
     return remove(this.lifecycleDeps, principal, id);
+  }
+
+  /** PATCH /api/dedicated/{id}, GraphQL updateTunnel (docs/CONTRACTS.md "Tunnel settings"). */
+  update(principal: Principal, id: string, change: TunnelUpdate): Promise<LifecycleResult> {
+    return update(this.updateDeps, principal, id, change);
   }
 
   get(principal: Principal, id: string): Promise<TunnelView> {

@@ -6,12 +6,25 @@ import type { Sql } from '../../db/database.ts';
 import { ApiError } from '../errors.ts';
 import { isPublicUnicast, isUnicast, parseIPv4 } from '../ip.ts';
 import { normalizeCode } from '../promocodes.ts';
+import { DEFAULT_SETTINGS, SETTINGS_FIELDS, applyChange, isDefaultSettings, validateSettings, type SettingsChange, type TunnelSettings } from './settings.ts';
 
 export interface PurchaseInput {
   name: string | null;
   originIp: string;
   promocode: string | null;
+  /** The tunnel settings asked for, the defaults where the buyer sent none (docs/CONTRACTS.md "Tunnel settings"). */
+  settings: TunnelSettings;
 }
+
+/** What a PATCH sets (docs/CONTRACTS.md "Tunnel settings"); a key left out keeps the stored value. */
+export interface TunnelUpdate extends SettingsChange {
+  /** null clears the label. */
+  name?: string | null;
+  originIp?: string;
+}
+
+export const PURCHASE_FIELDS = ['name', 'origin_ip', 'promocode', ...SETTINGS_FIELDS] as const;
+export const UPDATE_FIELDS = ['name', 'origin_ip', ...SETTINGS_FIELDS] as const;
 
 const NAME_MAX = 100;
 const PROMO_MAX = 64;
@@ -25,16 +38,22 @@ export function validateIdempotencyKey(key: string | null | undefined): string |
   return key;
 }
 
-export function validatePurchase(
-  input: { name?: unknown; origin_ip?: unknown; promocode?: unknown },
-  allowPrivateOrigins: boolean,
-): PurchaseInput {
-  const { name, origin_ip: originIp, promocode } = input;
-  if (name !== undefined && name !== null) {
-    if (typeof name !== 'string') throw new ApiError('invalid_request', 'name must be a string.');
-    if (name.length > NAME_MAX) throw new ApiError('invalid_request', `name must be at most ${NAME_MAX} characters.`);
-    if (/[\u0000-\u001f\u007f]/.test(name)) throw new ApiError('invalid_request', 'name must not contain control characters.');
-  }
+/** A label: at most NAME_MAX characters, no control characters; blank is none (null). */
+function validateName(name: unknown): string | null {
+  if (name === undefined || name === null) return null;
+  if (typeof name !== 'string') throw new ApiError('invalid_request', 'name must be a string.');
+  if (name.length > NAME_MAX) throw new ApiError('invalid_request', `name must be at most ${NAME_MAX} characters.`);
+  if (/[\u0000-\u001f\u007f]/.test(name)) throw new ApiError('invalid_request', 'name must not contain control characters.');
+  const trimmed = name.trim();
+  return trimmed === '' ? null : trimmed;
+}
+
+/**
+ * An origin as a buyer gives it, at purchase and in a PATCH alike: a dotted quad, public unicast (any
+ * unicast with ALLOW_PRIVATE_ORIGINS). Whether it is one of our own addresses needs the database
+ * (refuseOurAddress, in the transaction).
+ */
+function validateOriginIp(originIp: unknown, allowPrivateOrigins: boolean): string {
   if (originIp === undefined || originIp === null) throw new ApiError('invalid_request', 'origin_ip is required.');
   if (typeof originIp !== 'string') throw new ApiError('invalid_request', 'origin_ip must be a string.');
   const ip = parseIPv4(originIp);
@@ -42,6 +61,16 @@ export function validatePurchase(
   if (allowPrivateOrigins ? !isUnicast(ip) : !isPublicUnicast(ip)) {
     throw new ApiError('invalid_origin_ip', `origin_ip ${originIp} is not a public unicast address.`);
   }
+  return originIp;
+}
+
+export function validatePurchase(
+  input: { name?: unknown; origin_ip?: unknown; promocode?: unknown; ports?: unknown; protocol?: unknown; protection?: unknown },
+  allowPrivateOrigins: boolean,
+): PurchaseInput {
+  const { promocode } = input;
+  const name = validateName(input.name);
+  const originIp = validateOriginIp(input.origin_ip, allowPrivateOrigins);
   if (promocode !== undefined && promocode !== null) {
     if (typeof promocode !== 'string') throw new ApiError('invalid_request', 'promocode must be a string.');
     // Codes are [A-Z0-9_-] once normalized (createPromocode); anything else cannot exist, and a NUL
@@ -50,12 +79,19 @@ export function validatePurchase(
       throw new ApiError('invalid_promocode', 'Unknown promocode.');
     }
   }
-  const trimmed = typeof name === 'string' ? name.trim() : '';
-  return {
-    name: trimmed === '' ? null : trimmed,
-    originIp,
-    promocode: typeof promocode === 'string' ? promocode : null,
-  };
+  const settings = applyChange(DEFAULT_SETTINGS, validateSettings(input));
+  return { name, originIp, promocode: typeof promocode === 'string' ? promocode : null, settings };
+}
+
+/** A PATCH body (docs/CONTRACTS.md "Tunnel settings"): only the keys given, each checked as at purchase. */
+export function validateUpdate(
+  input: { name?: unknown; origin_ip?: unknown; ports?: unknown; protocol?: unknown; protection?: unknown },
+  allowPrivateOrigins: boolean,
+): TunnelUpdate {
+  const out: TunnelUpdate = validateSettings(input);
+  if (input.name !== undefined) out.name = validateName(input.name);
+  if (input.origin_ip !== undefined) out.originIp = validateOriginIp(input.origin_ip, allowPrivateOrigins);
+  return out;
 }
 
 /**
@@ -80,6 +116,10 @@ export async function refuseOurAddress(sql: Pick<Sql, 'query'>, ip: string): Pro
 
 /** Stable digest of what was asked for, so a retried key can be told apart from a reused one. */
 export function requestHash(input: PurchaseInput): string {
-  const canonical = JSON.stringify([input.name, input.originIp, input.promocode === null ? null : normalizeCode(input.promocode)]);
+  const fields: unknown[] = [input.name, input.originIp, input.promocode === null ? null : normalizeCode(input.promocode)];
+  // Settings count as they take effect: "443,80,81" and "80-81,443" ask for the same thing, and default
+  // settings, sent or not, add nothing, so a key recorded before settings existed still replays.
+  if (!isDefaultSettings(input.settings)) fields.push(input.settings);
+  const canonical = JSON.stringify(fields);
   return createHash('sha256').update(canonical).digest('hex');
 }

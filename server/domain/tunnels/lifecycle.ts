@@ -23,6 +23,8 @@ export interface EdgeDispatch {
   /** `change` makes the status move and says whether this call moved it (a repeat did not). */
   dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<boolean>): Promise<void>;
   probe(tunnelId: string): Promise<{ reachable: boolean; rtt_ms?: number }>;
+  /** Queues the application of the tunnel's stored spec `revision`; true once the edge holds it (update.ts). */
+  applySpec(tunnelId: string, nodeId: string, revision: number): Promise<boolean>;
 }
 
 /**

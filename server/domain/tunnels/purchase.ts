@@ -12,6 +12,7 @@ import { PRICE_RUB_KOPECKS, type PricingService } from '../pricing.ts';
 import { discountedKopecks, normalizeCode, type PromocodeRow } from '../promocodes.ts';
 import { refuseOurAddress, requestHash, type PurchaseInput } from './input.ts';
 import { tunnelNameFor } from './naming.ts';
+import { DEFAULT_SETTINGS, settingsValues } from './settings.ts';
 import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
 
 /** What was bought and charged. REST adds `next_steps` (server/http/rest/paths.ts). */
@@ -56,6 +57,19 @@ interface StoredOutcome {
 }
 
 const CREATED = 201;
+
+/**
+ * A stored outcome as it replays. A purchase recorded before tunnel settings existed (issue 10) has a
+ * tunnel without `protection`: it had the defaults, which every tunnel object shows now (docs/CONTRACTS.md
+ * "REST shapes"), so they are filled in; everything recorded is kept as it was.
+ */
+function recorded(status: number, body: StoredOutcome['body']): StoredOutcome['body'] {
+  if (status !== CREATED) return body;
+  const p = body as Purchase;
+  if (p.tunnel === undefined || p.tunnel.protection !== undefined) return body;
+  const { ports, protocol, protection } = DEFAULT_SETTINGS;
+  return { ...p, tunnel: { ...p.tunnel, ports: p.tunnel.ports ?? ports, protocol: p.tunnel.protocol ?? protocol, protection: { ...protection } } };
+}
 
 /** A refusal that is a purchase outcome (stored and replayed), unlike the input refusals that roll back. */
 class PurchaseRefused extends Error {
@@ -126,7 +140,7 @@ function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseI
         if (prev!.request_hash !== hash) {
           throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
         }
-        return { status: prev!.status_code, body: prev!.body, replayed: true };
+        return { status: prev!.status_code, body: recorded(prev!.status_code, prev!.body), replayed: true };
       }
     }
     // After the replay lookup (a replay answers as the first time did), before anything is bought.
@@ -213,9 +227,23 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
   );
   if (promo !== null) await sql.query('update promocode set uses = uses + 1 where code = ?', [promo]);
   await sql.query(
-    `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub)
-     values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
-    [id, principal.accountId, ipRow.node_id, input.name, ipRow.ip, input.originIp, tunnelName, ipRow.inner_index, greKey, centsToString(charge), centsToString(kopecks)],
+    `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub,
+                         ports, protocol, syn_proxy, source_pps_limit, drop_fragments)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`,
+    [
+      id,
+      principal.accountId,
+      ipRow.node_id,
+      input.name,
+      ipRow.ip,
+      input.originIp,
+      tunnelName,
+      ipRow.inner_index,
+      greKey,
+      centsToString(charge),
+      centsToString(kopecks),
+      ...settingsValues(input.settings),
+    ],
   );
   const row = await readTunnel(sql, principal, id);
   return {

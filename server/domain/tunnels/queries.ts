@@ -11,7 +11,9 @@ import { ourAddress } from './input.ts';
 import type { EdgeDispatch } from './lifecycle.ts';
 import { routeTableFor } from './naming.ts';
 import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
-import { tunnelSpecOf } from './spec.ts';
+import { settingsOf } from './settings.ts';
+import { SETTINGS_COLUMNS, tunnelSpecOf } from './spec.ts';
+import type { Protocol } from '../../../common/tunnel-policy.ts';
 
 export interface TunnelPage {
   tunnels: TunnelView[];
@@ -23,8 +25,11 @@ export interface SetupView {
   scripts: OriginScripts;
 }
 
-/** A list row: id, name, protected_ip, origin_ip, tunnel_name, status, created_at, updated_at (UTC text), edge_ip. */
-type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string];
+/**
+ * A list row: id, name, protected_ip, origin_ip, tunnel_name, status, created_at, updated_at (UTC text),
+ * edge_ip, then the settings (ports, protocol, syn_proxy, source_pps_limit, drop_fragments).
+ */
+type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean];
 
 export class TunnelQueries {
   /** Pages built from rows that concurrent identical lists shared (Database.hotRowsShared); see list(). */
@@ -60,7 +65,8 @@ export class TunnelQueries {
     const rows = (await this.db.hotRowsShared(
       after ? 'tunnel_list_rows_after' : 'tunnel_list_rows',
       `select t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
-              (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip
+              (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip,
+              ${SETTINGS_COLUMNS}
          from tunnel t join edge_node n on n.id = t.node_id
         where t.account_id = ? and t.status <> 'deleted'${after}
         order by t.created_at desc, t.id desc limit ?`,
@@ -82,8 +88,7 @@ export class TunnelQueries {
         name: r[1],
         protected_ip: r[2],
         origin_ip: r[3],
-        ports: '*',
-        protocol: 'both',
+        ...settingsOf({ ports: r[9], protocol: r[10], syn_proxy: r[11], source_pps_limit: r[12], drop_fragments: r[13] }),
         tunnel_name: r[4],
         status: r[5],
         admin_ssh_port: this.adminSshPort,

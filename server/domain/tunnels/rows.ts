@@ -6,15 +6,19 @@ import { Database, type Sql } from '../../db/database.ts';
 import type { TunnelStatus } from '../../db/entities.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { notFound } from '../errors.ts';
-import type { SpecSource } from './spec.ts';
+import type { Protocol } from '../../../common/tunnel-policy.ts';
+import { settingsOf, type TunnelProtection } from './settings.ts';
+import { SETTINGS_COLUMNS, type SpecSource } from './spec.ts';
 
 export interface TunnelView {
   id: string;
   name: string | null;
   protected_ip: string;
   origin_ip: string;
-  ports: '*';
-  protocol: 'both';
+  /** "*" or the normalised allowlist, e.g. "80-81,443" (docs/CONTRACTS.md "Tunnel settings"). */
+  ports: string;
+  protocol: Protocol;
+  protection: TunnelProtection;
   tunnel_name: string;
   status: TunnelStatus;
   admin_ssh_port: number;
@@ -30,6 +34,9 @@ export interface TunnelRow extends SpecSource {
   updated_at: string;
   cursor_at: string;
   node_id: string;
+  /** The spec revision stored (bumped by a PATCH that reaches the spec), and the one the edge applied. */
+  spec_revision: number;
+  applied_revision: number;
 }
 
 // Times are formatted by PostgreSQL (ISO 8601, UTC, milliseconds) so the hot paths parse no dates;
@@ -37,7 +44,8 @@ export interface TunnelRow extends SpecSource {
 const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
   to_char(t.created_at at time zone 'UTC', ${ISO}) as created_at, to_char(t.updated_at at time zone 'UTC', ${ISO}) as updated_at,
-  to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool, t.node_id`;
+  to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool, t.node_id,
+  ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision`;
 
 export function tunnelView(r: TunnelRow, adminSshPort: number): TunnelView {
   return {
@@ -45,8 +53,7 @@ export function tunnelView(r: TunnelRow, adminSshPort: number): TunnelView {
     name: r.name,
     protected_ip: r.protected_ip,
     origin_ip: r.origin_ip,
-    ports: '*',
-    protocol: 'both',
+    ...settingsOf(r),
     tunnel_name: r.tunnel_name,
     status: r.status,
     admin_ssh_port: adminSshPort,

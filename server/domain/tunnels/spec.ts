@@ -1,12 +1,24 @@
 // THE derivation of a tunnel's spec from its stored row and its node: the edge job's `tunnel` object
 // (server/provisioning/edge-state.ts) and the origin script's values (queries.ts setup()) both come from
 // here, so the two ends of one GRE link cannot be computed apart (docs/CONTRACTS.md "Edge jobs").
+import { isDefaultPolicy } from '../../../common/tunnel-policy.ts';
 import type { TunnelSpec } from '../../../common/tunnel-spec.ts';
+import type { TunnelStatus } from '../../db/entities.ts';
 import { innerSubnet, parseCidr } from '../ip.ts';
 import { greMtu } from '../gre-keys.ts';
+import { policyOf, settingsOf, type SettingsColumns } from './settings.ts';
+
+/**
+ * Statuses whose tunnel must exist on its edge: a node's desired set (provisioning/edge-state.ts) and where a
+ * settings change is sent (update.ts). `failed` is left out: a reconcile clears its leftovers.
+ */
+export const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active'];
+
+/** The settings columns of `tunnel t` as SettingsColumns reads them: every query that feeds tunnelSpecOf selects these. */
+export const SETTINGS_COLUMNS = 't.ports, t.protocol, t.syn_proxy, t.source_pps_limit, t.drop_fragments';
 
 /** The stored values a spec is made of: the tunnel's columns and its node's public_ip and inner_pool. */
-export interface SpecSource {
+export interface SpecSource extends SettingsColumns {
   id: string;
   tunnel_name: string;
   protected_ip: string;
@@ -36,5 +48,9 @@ export function tunnelSpecOf(r: SpecSource): TunnelSpec {
   };
   // The job contract has gre_key optional, never null.
   if (greKey !== null) spec.gre_key = greKey;
+  // The wire policy (docs/CONTRACTS.md "Tunnel settings"), left out when it is the default: a tunnel
+  // without one gets the default on the edge, and such a spec is the same as before settings existed.
+  const policy = policyOf(settingsOf(r));
+  if (!isDefaultPolicy(policy)) spec.policy = policy;
   return spec;
 }

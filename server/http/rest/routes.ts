@@ -5,17 +5,18 @@ import type { Context } from 'koa';
 import type { Services } from '../../services.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { ApiError } from '../../domain/errors.ts';
-import { validateIdempotencyKey, validatePurchase, type LifecycleResult } from '../../domain/tunnels/index.ts';
+import { PURCHASE_FIELDS, UPDATE_FIELDS, validateIdempotencyKey, validatePurchase, validateUpdate, type LifecycleResult } from '../../domain/tunnels/index.ts';
 import { purchaseBody } from './paths.ts';
 import { expectObject, readJsonBody } from '../middleware/body.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Admission } from '../middleware/request-gate.ts';
 
-const PURCHASE_FIELDS = ['name', 'origin_ip', 'promocode'] as const;
-
 const pageJson = new WeakMap<object, string>();
 
-/** provision, activate and delete: 200 once the move is settled, 202 while the agent still has it (docs/CONTRACTS.md "Tunnel lifecycle"). */
+/**
+ * provision, activate, delete and PATCH: 200 once the move (or the change) is settled, 202 while the agent
+ * still has it (docs/CONTRACTS.md "Tunnel lifecycle", "Tunnel settings").
+ */
 function answer(ctx: Context, res: LifecycleResult): void {
   ctx.status = res.settled ? 200 : 202;
   ctx.body = { tunnel: res.tunnel };
@@ -83,6 +84,13 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
 
   router.get('/dedicated/:id', async (ctx) => {
     ctx.body = { tunnel: await tunnels.get(await principal(ctx), ctx.params.id!) };
+  });
+
+  // docs/CONTRACTS.md "Tunnel settings": any of name, origin_ip, ports, protocol, protection.
+  router.patch('/dedicated/:id', async (ctx) => {
+    const who = await principal(ctx);
+    const body = expectObject(await readJsonBody(ctx, config.bodyLimitBytes, { required: true }), UPDATE_FIELDS);
+    answer(ctx, await tunnels.update(who, ctx.params.id!, validateUpdate(body, tunnels.allowPrivateOrigins)));
   });
 
   router.get('/dedicated/:id/setup', async (ctx) => {
