@@ -7,6 +7,7 @@ import { Migration20261125010000_nodes } from './Migration20261125010000_nodes.t
 import { Migration20261125020000_identity } from './Migration20261125020000_identity.ts';
 import { Migration20261125030000_http } from './Migration20261125030000_http.ts';
 import { Migration20261125160000_gre_keys } from './Migration20261125160000_gre_keys.ts';
+import { Migration20261126110000_webhooks } from './Migration20261126110000_webhooks.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -16,4 +17,5 @@ export const migrationsList = [
   { name: 'Migration20261125020000_identity', class: Migration20261125020000_identity },
   { name: 'Migration20261125030000_http', class: Migration20261125030000_http },
   { name: 'Migration20261125160000_gre_keys', class: Migration20261125160000_gre_keys },
+  { name: 'Migration20261126110000_webhooks', class: Migration20261126110000_webhooks },
 ];
