@@ -22,6 +22,7 @@ import {
   toTunnel,
   toTunnelPage,
 } from './types.ts';
+import { WebhookResolver } from './webhooks.ts';
 
 /** provision, activate and delete: GraphQL returns the tunnel, whose status tells a settled move from a waiting one. */
 function tunnelOf(result: LifecycleResult): Tunnel {
@@ -127,4 +128,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, WebhookResolver] as const;
