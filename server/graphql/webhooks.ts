@@ -5,6 +5,7 @@ import { Arg, Ctx, Field, GraphQLISODateTime, ID, InputType, Mutation, ObjectTyp
 import type { WebhookEvent } from '../webhooks/events.ts';
 import { validateWebhookInput, type WebhookView } from '../webhooks/service.ts';
 import type { GraphqlContext } from './context.ts';
+import type { Same } from './types.ts';
 
 // Upper-case names; the values are the REST event names.
 export enum WebhookEventType {
@@ -12,7 +13,6 @@ export enum WebhookEventType {
   TUNNEL_HEALTH_CHANGED = 'tunnel.health_changed',
 }
 registerEnumType(WebhookEventType, { name: 'WebhookEventType', description: 'What a webhook receives: a tunnel status change, or a tunnel health change.' });
-type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : never;
 const _eventsCovered: Same<`${WebhookEventType}`, WebhookEvent> = true;
 void _eventsCovered;
 

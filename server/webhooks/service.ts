@@ -73,17 +73,17 @@ export function validateWebhookInput(input: { url?: unknown; events?: unknown },
   return { url: parsed.href, events: chosen };
 }
 
-const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
-const COLUMNS = `id, url, events, to_char(created_at at time zone 'UTC', ${ISO}) as created_at`;
+const COLUMNS = 'id, url, events, created_at';
 
 interface Row {
   id: string;
   url: string;
   events: WebhookEvent[];
-  created_at: string;
+  created_at: Date;
 }
 
-const view = (r: Row): WebhookView => ({ id: r.id, url: r.url, events: r.events, created_at: r.created_at });
+// ISO 8601 in UTC with milliseconds, as every time the API shows.
+const view = (r: Row): WebhookView => ({ id: r.id, url: r.url, events: r.events, created_at: new Date(r.created_at).toISOString() });
 
 export class WebhookService {
   private worker: DeliveryWorker | null = null;
