@@ -20,9 +20,9 @@ async function accountOf(ctx: CommandContext, email: string): Promise<string> {
   return user.account_id;
 }
 
-/** `--event` may repeat, and each may hold a comma-separated list; none means every event. */
+/** `--event` may repeat, `--events` takes a comma-separated list (either may); none means every event. */
 function eventsOf(o: ParsedOptions): string[] | undefined {
-  const given = list(o, 'event').flatMap((e) => e.split(',')).map((e) => e.trim()).filter(Boolean);
+  const given = [...list(o, 'event'), ...list(o, 'events')].flatMap((e) => e.split(',')).map((e) => e.trim()).filter(Boolean);
   return given.length ? given : undefined;
 }
 
@@ -43,7 +43,8 @@ export const WEBHOOK_COMMANDS: readonly Command[] = [
     options: [
       { name: 'email', value: 'EMAIL', help: 'the user whose account receives the events', required: true },
       { name: 'url', value: 'URL', help: 'https; must resolve to public addresses when deliveries are sent (unless ALLOW_PRIVATE_WEBHOOKS=true)', required: true },
-      { name: 'event', value: WEBHOOK_EVENTS.join('|'), help: 'an event to receive; repeat (or separate with commas) for more; default every event', multiple: true },
+      { name: 'event', value: WEBHOOK_EVENTS.join('|'), help: 'an event to receive; repeat for more; default every event', multiple: true },
+      { name: 'events', value: 'T1,T2', help: 'the events to receive, comma-separated (the same as repeating --event)' },
     ],
     async run(ctx, o) {
       // Refuse bad input before the secrets are loaded (and, on a fresh database, generated).

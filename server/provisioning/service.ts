@@ -51,6 +51,8 @@ const RECONCILE_JITTER = 0.2;
 export class ProvisioningService {
   readonly bus: TunnelStatusBus;
   readonly transitions: Transitions;
+  /** The tunnel webhook events: status moves emit through transitions; health collection calls healthChanged in its own transaction. */
+  readonly events: TunnelEvents;
   private queueP: Promise<EdgeQueue> | null = null;
   private edge: { worker: EdgeWorker; connections: EdgeConnections } | null = null;
   private sweepTimer: NodeJS.Timeout | null = null;
@@ -66,7 +68,8 @@ export class ProvisioningService {
     onStockChange: () => void,
   ) {
     this.bus = new TunnelStatusBus(db);
-    this.transitions = new Transitions(db, this.bus, new TunnelEvents(config.adminSshPort), onStockChange);
+    this.events = new TunnelEvents(config.adminSshPort);
+    this.transitions = new Transitions(db, this.bus, this.events, onStockChange);
     this.probeLocks = new KeyedLocks(db.url, { maxConnections: 8, application: 'tunnelgate-probe-lock' });
     this.probes = new ProbeCoordinator(db, this.probeLocks, config.edgeJobTimeoutMs + 2000);
   }

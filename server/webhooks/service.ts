@@ -59,7 +59,7 @@ export function validateWebhookInput(input: { url?: unknown; events?: unknown },
   if (parsed.username || parsed.password) throw bad('url must not carry a user name or password.');
   if (parsed.hash) throw bad('url must not have a fragment.');
   if (!parsed.hostname) throw bad('url has no host.');
-  const literal = allowPrivate ? null : literalRefusal(parsed);
+  const literal = literalRefusal(parsed, allowPrivate);
   if (literal) throw bad(`url: ${literal}.`);
   let chosen: WebhookEvent[] = [...WEBHOOK_EVENTS];
   if (events !== undefined && events !== null) {

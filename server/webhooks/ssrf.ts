@@ -59,12 +59,13 @@ export async function checkTarget(sql: Pick<Sql, 'query'>, url: URL, opts: { all
 }
 
 /**
- * The check a registration can make without resolving anything: an IP literal that is not public is
- * refused at once (a name is checked at delivery, where it counts). Null when the URL may be stored.
+ * The check a registration can make without resolving anything, or null when the URL may be stored: an
+ * IPv6 literal is refused always (deliveries go over IPv4), an IPv4 literal that is not public unless
+ * `allowPrivate`. A name is checked at delivery, where it counts.
  */
-export function literalRefusal(url: URL): string | null {
+export function literalRefusal(url: URL, allowPrivate: boolean): string | null {
   const host = hostOf(url);
   if (isIP(host) === 6) return 'IPv6 addresses are not supported; use a host name with an IPv4 address';
-  if (isIP(host) === 4 && !isPublicUnicast(parseIPv4(host)!)) return `${host} is not a public address`;
+  if (!allowPrivate && isIP(host) === 4 && !isPublicUnicast(parseIPv4(host)!)) return `${host} is not a public address`;
   return null;
 }

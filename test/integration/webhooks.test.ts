@@ -149,6 +149,8 @@ describe('registration (REST)', () => {
     }
     // The same URL rules in the lab setting accept http and loopback.
     expect(validateWebhookInput({ url: 'http://127.0.0.1:9/x' }, true)).toEqual({ url: 'http://127.0.0.1:9/x', events: ['tunnel.status_changed', 'tunnel.health_changed'] });
+    // Deliveries go over IPv4 only, so an IPv6 literal is refused in every setting.
+    expect(() => validateWebhookInput({ url: 'http://[::1]:9/x' }, true)).toThrow(/IPv6/);
   });
 
   it('caps an account at 10 webhooks', async () => {
@@ -343,6 +345,7 @@ describe('GraphQL, admin CLI and metrics over the same service', () => {
     // Without ALLOW_PRIVATE_WEBHOOKS an http URL is refused, as in REST.
     cliFailed(await adminCli(gw.testDb.url, ['webhook', 'create', '--email', other.email, '--url', receiver.url('/cli')]), 1, 'invalid_request', /url must be https/);
     cliFailed(await adminCli(gw.testDb.url, ['webhook', 'create', '--email', other.email, '--url', 'https://x.example/h', '--event', 'nope'], env), 1, 'invalid_request', /unknown event "nope"/);
+    cliFailed(await adminCli(gw.testDb.url, ['webhook', 'create', '--email', other.email, '--url', 'https://x.example/h', '--events', 'tunnel.status_changed,nope2'], env), 1, 'invalid_request', /unknown event "nope2"/);
     cliFailed(await adminCli(gw.testDb.url, ['webhook', 'create', '--email', 'nobody@example.test', '--url', 'https://x.example/h']), 1, 'not_found');
     expect(cliOk(await adminCli(gw.testDb.url, ['webhook', 'delete', '--id', made.id]))).toEqual({ id: made.id, deleted: true });
     cliFailed(await adminCli(gw.testDb.url, ['webhook', 'delete', '--id', made.id]), 1, 'not_found');
