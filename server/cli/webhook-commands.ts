@@ -22,7 +22,8 @@ async function accountOf(ctx: CommandContext, email: string): Promise<string> {
 
 /** `--event` may repeat, `--events` takes a comma-separated list (either may); none means every event. */
 function eventsOf(o: ParsedOptions): string[] | undefined {
-  const given = [...list(o, 'event'), ...list(o, 'events')].flatMap((e) => e.split(',')).map((e) => e.trim()).filter(Boolean);
+  const commaList = o['events'] as string | undefined;
+  const given = [...list(o, 'event'), ...(commaList === undefined ? [] : [commaList])].flatMap((e) => e.split(',')).map((e) => e.trim()).filter(Boolean);
   return given.length ? given : undefined;
 }
 
