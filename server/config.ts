@@ -45,7 +45,7 @@ export interface Config {
   wsAuthRecheckMs: number;
   /** SIGTERM/SIGINT: how long in-flight requests may finish before their connections are cut. */
   drainTimeoutMs: number;
-  /** ALLOW_PRIVATE_WEBHOOKS (docs/CONTRACTS.md "Health, traffic and events"): http URLs and private addresses allowed (labs, tests). */
+  /** ALLOW_PRIVATE_WEBHOOKS (docs/CONTRACTS.md "Webhooks"): http URLs and private addresses allowed (labs, tests). */
   allowPrivateWebhooks: boolean;
   /** WEBHOOK_WORKER: whether this process sends webhook deliveries; default: as EDGE_WORKER. */
   webhookWorker: boolean;

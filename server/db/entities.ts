@@ -278,7 +278,7 @@ export const OidcPayloadSchema = defineEntity({
 });
 export type OidcPayload = InferEntity<typeof OidcPayloadSchema>;
 
-// --- Webhooks (server/webhooks/; docs/CONTRACTS.md "Health, traffic and events") ---
+// --- Webhooks (server/webhooks/; docs/CONTRACTS.md "Webhooks") ---
 
 export const WebhookSchema = defineEntity({
   name: 'Webhook',

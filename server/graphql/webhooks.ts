@@ -1,4 +1,4 @@
-// Webhooks in GraphQL (docs/CONTRACTS.md "Health, traffic and events"): `webhooks`, `createWebhook` and
+// Webhooks in GraphQL (docs/CONTRACTS.md "Webhooks"): `webhooks`, `createWebhook` and
 // `deleteWebhook`, thin adapters over server/webhooks/service.ts, validated by the same function REST uses.
 import 'reflect-metadata';
 import { Arg, Ctx, Field, GraphQLISODateTime, ID, InputType, Mutation, ObjectType, Query, Resolver, registerEnumType } from 'type-graphql';

@@ -1,7 +1,7 @@
-// The delivery worker (docs/CONTRACTS.md "Health, traffic and events"): sends what the outbox
+// The delivery worker (docs/CONTRACTS.md "Webhooks"): sends what the outbox
 // (webhook_delivery) holds, at least once, with the Standard Webhooks headers.
 //
-// - Taking work: one statement claims up to `batch` due rows with FOR UPDATE SKIP LOCKED, counts the
+// - Taking work: one statement claims due rows (as many as `concurrency` leaves room for) with FOR UPDATE SKIP LOCKED, counts the
 //   attempt and pushes next_attempt_at a lease ahead (the request's timeout plus a margin). Replicas
 //   running the worker never take the same row at once; a worker that dies mid-request leaves the row to
 //   come due again when its lease ends, and another (or the restarted one) sends it then, with the same
@@ -44,8 +44,8 @@ export interface DeliveryOptions {
   timeoutMs?: number;
   /** How often due deliveries are looked for; default 1 s. */
   pollMs?: number;
-  /** Deliveries sent at once per round; default 16. */
-  batch?: number;
+  /** Attempts in flight at once in this process; default 16. */
+  concurrency?: number;
   /** Each attempt's outcome (the /metrics counter). */
   onOutcome?: (outcome: DeliveryOutcome) => void;
 }
@@ -53,6 +53,8 @@ export interface DeliveryOptions {
 /** Delivered and given-up rows are kept this long for support, then purged. */
 export const RETENTION_DAYS = 7;
 const PURGE_EVERY_MS = 3600_000;
+/** A claimed attempt's lease: the request's timeout plus this; after it, another worker may take the row. */
+const LEASE_MARGIN_MS = 5_000;
 /** How much of an answer's body is read (and discarded) before the connection is closed. */
 const MAX_ANSWER_BYTES = 64 * 1024;
 
@@ -78,7 +80,8 @@ export class DeliveryWorker {
   private readonly backoffMaxMs: number;
   private readonly giveUpAfterMs: number;
   private timer: NodeJS.Timeout | null = null;
-  private running: Promise<number> | null = null;
+  private claiming: Promise<Promise<void>[]> | null = null;
+  private readonly inFlight = new Set<Promise<void>>();
   private stopped = false;
   private lastPurge = 0;
 
@@ -94,11 +97,11 @@ export class DeliveryWorker {
     this.giveUpAfterMs = o.giveUpAfterMs ?? 24 * 3600_000;
   }
 
-  /** Polls every `pollMs` until stop(). */
+  /** Polls every `pollMs` until stop(); each poll starts what is due, up to `concurrency` in flight. */
   start(): void {
     const tick = () => {
       if (this.stopped) return;
-      void this.runOnce()
+      void this.claimAndStart()
         .catch((e: unknown) => this.o.log.warn('webhook delivery round failed', { err: (e as Error).message }))
         .finally(() => {
           if (!this.stopped) this.timer = setTimeout(tick, this.o.pollMs ?? 1000);
@@ -107,22 +110,36 @@ export class DeliveryWorker {
     tick();
   }
 
+  /** Stops polling and waits for the attempts in flight (each bounded by the timeout). */
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    await this.running?.catch(() => {});
+    await this.claiming?.catch(() => {});
+    await Promise.allSettled([...this.inFlight]);
   }
 
-  /** One round: claims what is due, sends it, records the outcomes. Resolves with how many were attempted. */
-  runOnce(): Promise<number> {
-    // Rounds never overlap in one process (a test calling it while the poll runs waits for that round).
-    const run = (this.running ?? Promise.resolve(0)).catch(() => 0).then(() => this.round());
-    this.running = run;
+  /** Claims what is due, sends it and waits for the outcomes (tests drive rounds with it). Resolves with how many were attempted. */
+  async runOnce(): Promise<number> {
+    const started = await this.claimAndStart();
+    await Promise.allSettled(started);
+    return started.length;
+  }
+
+  /**
+   * Claims due deliveries, as many as there is room for, and starts them without waiting: a slow or dead
+   * endpoint holds one slot for at most the timeout, never the next poll. Claims never overlap in one
+   * process.
+   */
+  private claimAndStart(): Promise<Promise<void>[]> {
+    const run = (this.claiming ?? Promise.resolve([])).catch(() => []).then(() => this.claim());
+    this.claiming = run;
     return run;
   }
 
-  private async round(): Promise<number> {
+  private async claim(): Promise<Promise<void>[]> {
     await this.purge();
+    const room = (this.o.concurrency ?? 16) - this.inFlight.size;
+    if (room <= 0) return [];
     const now = this.now();
     const claimed = await this.db.query<Claimed>(
       `update webhook_delivery d set attempts = d.attempts + 1, last_attempt_at = ?::timestamptz, next_attempt_at = ?::timestamptz
@@ -131,12 +148,16 @@ export class DeliveryWorker {
                 order by next_attempt_at limit ? for update skip locked) due, webhook w
         where d.id = due.id and w.id = d.webhook_id
         returning d.id, d.webhook_id, w.url, w.secret_ciphertext, d.body, d.attempts, (extract(epoch from d.created_at) * 1000)::float8 as created_ms`,
-      [iso(now), iso(now + this.timeoutMs + 5_000), iso(now), this.o.batch ?? 16],
+      [iso(now), iso(now + this.timeoutMs + LEASE_MARGIN_MS), iso(now), room],
     );
-    if (claimed.length === 0) return 0;
+    if (claimed.length === 0) return [];
     const key = await this.o.encryptionKey();
-    await Promise.all(claimed.map((c) => this.deliver(c, key)));
-    return claimed.length;
+    return claimed.map((c) => {
+      const p = this.deliver(c, key).catch((e: unknown) => this.o.log.warn('webhook delivery failed to record', { delivery: c.id, err: (e as Error).message }));
+      this.inFlight.add(p);
+      void p.finally(() => this.inFlight.delete(p));
+      return p;
+    });
   }
 
   private async deliver(c: Claimed, key: Buffer): Promise<void> {

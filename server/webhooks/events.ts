@@ -1,4 +1,4 @@
-// The events webhooks carry (docs/CONTRACTS.md "Health, traffic and events") and how one is written: into
+// The events webhooks carry (docs/CONTRACTS.md "Webhooks") and how one is written: into
 // the outbox (webhook_delivery), one row per subscribed webhook of the tunnel's account, IN THE
 // TRANSACTION of the change that causes it. So an event is never lost (it commits with the change) and
 // never sent for a change that rolled back (it rolls back with it). The delivery worker (delivery.ts)

@@ -1,4 +1,4 @@
-// Webhooks as the account sees them (docs/CONTRACTS.md "Health, traffic and events"): register an https
+// Webhooks as the account sees them (docs/CONTRACTS.md "Webhooks"): register an https
 // URL for some events and get its whsec_ signing secret once; list; delete. REST, GraphQL and the admin
 // CLI call these same functions. The secret is kept encrypted at rest (secrets/at-rest.ts, bound to the
 // webhook's id) because the delivery worker needs it in the clear to sign.

@@ -64,6 +64,14 @@ export class WebhookReceiver {
     return this.deliveries.filter((d) => d.path === path);
   }
 
+  /** Answers every held request with `status` now. */
+  release(status = 200): void {
+    for (const r of this.held.splice(0)) {
+      r.statusCode = status;
+      r.end('{}');
+    }
+  }
+
   async close(): Promise<void> {
     for (const r of this.held.splice(0)) r.destroy();
     this.server.closeAllConnections();

@@ -1,4 +1,4 @@
-// Webhooks (issue 11 item 4, docs/CONTRACTS.md "Health, traffic and events") on the real gateway and
+// Webhooks (issue 11 item 4, docs/CONTRACTS.md "Webhooks") on the real gateway and
 // real PostgreSQL, delivered over real HTTP to a receiver in this file that verifies every delivery with
 // the `standardwebhooks` package (an independent Standard Webhooks implementation). The delivery worker
 // runs in the gateway's process with a short poll and backoff base; the give-up test moves the worker's
@@ -37,7 +37,8 @@ beforeAll(async () => {
   await seedNode(gw.testDb.db, '198.18.0.0/28');
   user = await seedUser(gw.testDb.db);
   other = await seedUser(gw.testDb.db);
-  gw.services.webhooks.startDelivery(createLogger('silent'), { pollMs: 20, backoffBaseMs: 1, now: () => Date.now() + clockOffset });
+  // A long request timeout: the test of a held request releases it itself, long before.
+  gw.services.webhooks.startDelivery(createLogger('silent'), { pollMs: 20, backoffBaseMs: 1, timeoutMs: 120_000, now: () => Date.now() + clockOffset });
   // Production rules: https only, public addresses only, checked when a delivery is sent.
   strict = await startGateway({ config: { allowPrivateWebhooks: false } });
   await seedNode(strict.testDb.db, '198.18.0.0/28');
@@ -253,6 +254,22 @@ describe('deliveries', () => {
     expect(r.last_outcome).toBe('status 503');
   });
 
+  it('an endpoint that does not answer holds one attempt, not the others: a later event elsewhere is delivered meanwhile', async () => {
+    const slow = '/slow';
+    const fast = '/fast';
+    receiver.script(slow, ['hold']);
+    await register(gw, user.writeKey, { url: receiver.url(slow), events: ['tunnel.status_changed'] });
+    await statusEvent(gw, user);
+    await until('the slow endpoint holding its request', () => receiver.to(slow).length === 1);
+    await register(gw, user.writeKey, { url: receiver.url(fast), events: ['tunnel.status_changed'] });
+    await statusEvent(gw, user);
+    await until('the other endpoint served', () => receiver.to(fast).length >= 1);
+    const held = await row(gw, receiver.to(slow)[0]!.headers['webhook-id'] as string);
+    expect(held).toMatchObject({ attempts: 1, last_outcome: null, delivered_at: null });
+    receiver.release();
+    await until('the held attempt recorded', async () => (await row(gw, receiver.to(slow)[0]!.headers['webhook-id'] as string)).delivered_at);
+  });
+
   it('backoff: the first retry within 30 s by default, doubling, at most an hour apart', () => {
     const w = new DeliveryWorker(gw.testDb.db, { allowPrivate: false, encryptionKey: async () => Buffer.alloc(32), log: createLogger('silent') });
     expect(w.backoff(1)).toBeLessThanOrEqual(30_000);
@@ -306,7 +323,7 @@ describe('SSRF guard at delivery (ALLOW_PRIVATE_WEBHOOKS not set)', () => {
       expect(verified(created.secret, d!).type).toBe('tunnel.status_changed');
     } finally {
       await lab.stopDelivery();
-      lab.startDelivery(createLogger('silent'), { pollMs: 20, backoffBaseMs: 1, now: () => Date.now() + clockOffset });
+      lab.startDelivery(createLogger('silent'), { pollMs: 20, backoffBaseMs: 1, timeoutMs: 120_000, now: () => Date.now() + clockOffset });
     }
   });
 });

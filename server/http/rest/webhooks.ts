@@ -1,4 +1,4 @@
-// The webhook routes under /api (docs/CONTRACTS.md "Health, traffic and events"): thin adapters over
+// The webhook routes under /api (docs/CONTRACTS.md "Webhooks"): thin adapters over
 // server/webhooks/service.ts, the same functions GraphQL and the admin CLI call.
 import type Router from '@koa/router';
 import type { Context } from 'koa';
