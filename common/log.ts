@@ -22,12 +22,13 @@ export interface RedactionRule {
 /**
  * The credentials the product hands out: svc_ API keys keep their first 6 id characters (enough to find
  * the key in `apikey list`), and anything after `Bearer` is masked whole; and the password of a URL
- * (`postgres://user:password@host`, as a driver's error may quote DATABASE_URL) keeps only its user.
- * The default of every logger.
+ * (`postgres://user:password@host`, as a driver's error may quote DATABASE_URL) keeps only its user; a
+ * webhook signing secret (`whsec_`, server/webhooks/signing.ts) is masked whole. The default of every logger.
  */
 export const CREDENTIAL_REDACTIONS: readonly RedactionRule[] = [
   { pattern: /(svc_[0-9a-f]{6})[0-9a-f]*_[A-Za-z0-9_-]+/g, replacement: '$1…' },
   { pattern: /(Bearer\s+)\S+/gi, replacement: '$1…' },
+  { pattern: /whsec_[A-Za-z0-9+/=]+/g, replacement: 'whsec_…' },
   { pattern: /([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*):[^\s@/]*@/gi, replacement: '$1:…@' },
 ];
 

@@ -45,6 +45,10 @@ export interface Config {
   wsAuthRecheckMs: number;
   /** SIGTERM/SIGINT: how long in-flight requests may finish before their connections are cut. */
   drainTimeoutMs: number;
+  /** ALLOW_PRIVATE_WEBHOOKS (docs/CONTRACTS.md "Webhooks"): http URLs and private addresses allowed (labs, tests). */
+  allowPrivateWebhooks: boolean;
+  /** WEBHOOK_WORKER: whether this process sends webhook deliveries; default: as EDGE_WORKER. */
+  webhookWorker: boolean;
 }
 
 export class ConfigError extends Error {
@@ -85,6 +89,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (!['debug', 'info', 'warn', 'error', 'silent'].includes(level)) {
     throw new ConfigError(`LOG_LEVEL must be one of debug, info, warn, error, silent`);
   }
+  const edgeWorker = env.EDGE_WORKER === undefined || env.EDGE_WORKER === '' ? true : bool(env, 'EDGE_WORKER');
   return {
     host: env.HOST || '127.0.0.1',
     port,
@@ -102,7 +107,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     edgeWaitMs: int(env, 'EDGE_WAIT_MS', 5000, 0, 60_000),
     edgeJobTimeoutMs: int(env, 'EDGE_JOB_TIMEOUT_MS', 10_000, 100, 120_000),
     edgeRetryLimit: int(env, 'EDGE_RETRY_LIMIT', 10, 0, 1000),
-    edgeWorker: env.EDGE_WORKER === undefined || env.EDGE_WORKER === '' ? true : bool(env, 'EDGE_WORKER'),
+    edgeWorker,
     edgeWorkerConcurrency: int(env, 'EDGE_WORKER_CONCURRENCY', 8, 1, 256),
     edgeSweepSeconds: int(env, 'EDGE_SWEEP_SECONDS', 30, 1, 3600),
     edgeJobExpireSeconds: int(env, 'EDGE_JOB_EXPIRE_SECONDS', 30, 1, 3600),
@@ -112,6 +117,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     wsConnectionsPerAddress: int(env, 'WS_CONNECTIONS_PER_ADDRESS', 32, 1, 100_000),
     wsAuthRecheckMs: int(env, 'WS_AUTH_RECHECK_MS', 5_000, 100, 60_000),
     drainTimeoutMs: int(env, 'DRAIN_TIMEOUT_MS', 10_000, 0, 600_000),
+    allowPrivateWebhooks: bool(env, 'ALLOW_PRIVATE_WEBHOOKS'),
+    webhookWorker: env.WEBHOOK_WORKER === undefined || env.WEBHOOK_WORKER === '' ? edgeWorker : bool(env, 'WEBHOOK_WORKER'),
   };
 }
 

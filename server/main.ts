@@ -36,6 +36,8 @@ async function main(): Promise<void> {
   // The edge side: warm SSH to the agents, and (unless EDGE_WORKER=false) the queue worker.
   await services.provisioning.start(loaded.secrets, { worker: config.edgeWorker });
   log.info('provisioning ready', { worker: config.edgeWorker, job_key: loaded.secrets.jobSigningKey.kid });
+  // Webhook deliveries (server/webhooks/delivery.ts): WEBHOOK_WORKER, by default wherever the edge worker runs.
+  if (config.webhookWorker) services.webhooks.startDelivery(log.child({ component: 'webhooks' }));
   // On the embedded database the admin CLI cannot open the cluster this process holds; it sends its
   // command line here instead (server/cli/admin-socket.ts).
   const admin = config.databaseUrl
@@ -74,6 +76,7 @@ async function main(): Promise<void> {
     await new Promise<void>((resolve) => server.close(() => resolve()));
     admin?.close();
     await gateway.stop();
+    await services.webhooks.stopDelivery();
     await services.provisioning.stop();
     await db.close();
     clearTimeout(force);

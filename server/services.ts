@@ -8,6 +8,8 @@ import { PricingService } from './domain/pricing.ts';
 import { TunnelService } from './domain/tunnels/index.ts';
 import { createLogger, type Logger } from '../common/log.ts';
 import { ProvisioningService } from './provisioning/service.ts';
+import { loadSecrets } from './secrets.ts';
+import { WebhookService } from './webhooks/service.ts';
 
 export interface Services {
   config: Config;
@@ -17,11 +19,22 @@ export interface Services {
   tunnels: TunnelService;
   /** Edge work: the queue, the status bus, and (once started with the secrets) the worker. */
   provisioning: ProvisioningService;
+  /** Webhooks: registration (REST, GraphQL, CLI) and, where started, the delivery worker. */
+  webhooks: WebhookService;
 }
 
 export function buildServices(config: Config, db: Database, log: Logger = createLogger('silent')): Services {
   const pricing = new PricingService(db, config.adminSshPort);
   const provisioning = new ProvisioningService(db, config, log, () => pricing.invalidate());
+  // The secret-encryption key as app.ts and the CLI load it (environment or database), once, on first use.
+  let key: Promise<Buffer> | null = null;
+  const encryptionKey = () =>
+    (key ??= loadSecrets(db, process.env)
+      .then((l) => l.secrets.secretEncryptionKey)
+      .catch((e: unknown) => {
+        key = null;
+        throw e;
+      }));
   return {
     config,
     db,
@@ -29,6 +42,7 @@ export function buildServices(config: Config, db: Database, log: Logger = create
     pricing,
     tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins }, provisioning),
     provisioning,
+    webhooks: new WebhookService(db, { allowPrivate: config.allowPrivateWebhooks, encryptionKey }),
   };
 }
 

@@ -210,6 +210,7 @@ export async function main(
     const result = await command.run(
       {
         db: opened,
+        config,
         secrets: () => (secrets ??= loadSecrets(opened, env).then((l) => l.secrets)),
         progress: (line) => {
           if (io.progress) io.stderr(`${line}\n`);

@@ -14,9 +14,13 @@ import type { ServerSecrets } from '../secrets.ts';
 import { intOption, isoOption, UsageError, type OptionSpec, type ParsedOptions } from './args.ts';
 import { QUEUE_COMMANDS, type EdgeQueueing } from './queue-commands.ts';
 import { READ_COMMANDS } from './read-commands.ts';
+import { WEBHOOK_COMMANDS } from './webhook-commands.ts';
+import type { Config } from '../config.ts';
 
 export interface CommandContext {
   db: Database;
+  /** The environment's settings (ALLOW_PRIVATE_WEBHOOKS for `webhook create`). */
+  config: Config;
   /** Loads (and on first use generates) the server secrets; only the commands that need them call it. */
   secrets(): Promise<ServerSecrets>;
   /** Progress for long work: goes to stderr, never stdout. */
@@ -314,4 +318,5 @@ export const COMMANDS: readonly Command[] = [
   },
   ...READ_COMMANDS,
   ...QUEUE_COMMANDS,
+  ...WEBHOOK_COMMANDS,
 ];

@@ -297,6 +297,55 @@ export const OidcPayloadSchema = defineEntity({
 });
 export type OidcPayload = InferEntity<typeof OidcPayloadSchema>;
 
+// --- Webhooks (server/webhooks/; docs/CONTRACTS.md "Webhooks") ---
+
+export const WebhookSchema = defineEntity({
+  name: 'Webhook',
+  tableName: 'webhook',
+  properties: {
+    id: p.uuid().primary(),
+    account: () => p.manyToOne(AccountSchema).index(),
+    url: p.string().length(2048),
+    // The event types it receives (server/webhooks/events.ts WEBHOOK_EVENTS), a JSON array of strings.
+    events: p.json<string[]>(),
+    // The whsec_ signing secret under the secret-encryption key (secrets/at-rest.ts), bound to the id.
+    secretCiphertext: p.text(),
+    createdAt: createdAt(),
+  },
+});
+export type Webhook = InferEntity<typeof WebhookSchema>;
+
+export const WebhookDeliverySchema = defineEntity({
+  name: 'WebhookDelivery',
+  tableName: 'webhook_delivery',
+  properties: {
+    // The Standard Webhooks message id (`webhook-id`): written with the event, the same on every attempt.
+    id: p.string().length(64).primary(),
+    // Deleting a webhook drops what it still had to send.
+    webhook: () => p.manyToOne(WebhookSchema).deleteRule('cascade').index(),
+    eventType: p.string().length(64),
+    // The exact body signed and sent on every attempt (text, not jsonb: jsonb would reorder its keys).
+    body: p.text(),
+    attempts: p.integer().default(0),
+    nextAttemptAt: p.datetime(),
+    lastAttemptAt: p.datetime().nullable(),
+    // What the last attempt got: `status 500`, `refused: ...`, `error: ...`; null before the first.
+    lastOutcome: p.text().nullable(),
+    deliveredAt: p.datetime().nullable(),
+    givenUpAt: p.datetime().nullable(),
+    // Finished deliveries are purged by age (server/webhooks/delivery.ts, RETENTION_DAYS).
+    createdAt: createdAt().index(),
+  },
+  indexes: [
+    // What the delivery worker takes: undelivered, not given up, oldest due first (server/webhooks/delivery.ts).
+    {
+      name: 'webhook_delivery_due_idx',
+      expression: 'create index "webhook_delivery_due_idx" on "webhook_delivery" ("next_attempt_at") where "delivered_at" is null and "given_up_at" is null',
+    },
+  ],
+});
+export type WebhookDelivery = InferEntity<typeof WebhookDeliverySchema>;
+
 export const entities = [
   AccountSchema,
   UserSchema,
@@ -311,4 +360,6 @@ export const entities = [
   ServerSecretSchema,
   OAuthClientSchema,
   OidcPayloadSchema,
+  WebhookSchema,
+  WebhookDeliverySchema,
 ];

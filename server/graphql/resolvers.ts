@@ -25,6 +25,7 @@ import {
   toTunnelPage,
   updateFields,
 } from './types.ts';
+import { WebhookResolver } from './webhooks.ts';
 
 /**
  * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
@@ -143,4 +144,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, WebhookResolver] as const;

@@ -42,7 +42,8 @@ export enum Permission {
 registerEnumType(Permission, { name: 'Permission', description: 'What the credential of this request may do: READ, or WRITE (purchase, provision, activate, delete).' });
 
 // Compile-time checks that the enums cover the domain's literals exactly.
-type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : never;
+/** True only when A and B are the same union: a compile-time check that a GraphQL enum covers a domain literal type. */
+export type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : never;
 const _statusCovered: Same<`${TunnelStatus}`, TunnelStatusValue> = true;
 const _roleCovered: Same<`${Role}`, RoleValue> = true;
 const _permissionCovered: Same<`${Permission}`, PermissionValue> = true;

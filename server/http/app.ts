@@ -105,7 +105,8 @@ export interface GatewayOptions {
 }
 
 export async function createGateway(services: Services, log: Logger, server: http.Server, opts: GatewayOptions = {}): Promise<Gateway> {
-  const metrics = createMetrics();
+  const metrics = createMetrics(true, () => services.webhooks.pendingDeliveries());
+  const stopWebhookMetrics = services.webhooks.onOutcome((outcome) => metrics.webhookDeliveries.inc({ outcome }));
   const { trustProxy, publicUrl, issuerUrl, metricsToken } = services.config;
   // Koa's own proxy handling only decides the protocol (X-Forwarded-Proto) and host from here on;
   // the client address is set by requestContext.
@@ -244,6 +245,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     },
     stop: () => {
       clearInterval(idempotencyTimer);
+      stopWebhookMetrics();
       issuer.stop();
       return graphql.stop();
     },

@@ -21,6 +21,7 @@ import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.t
 import { TunnelStatusBus } from './status-bus.ts';
 import { Transitions } from './transitions.ts';
 import { AgentRefused, EdgeWorker } from './worker.ts';
+import { TunnelEvents } from '../webhooks/events.ts';
 
 export interface ProvisioningConfig {
   /** How long provision/delete wait for the agent before answering 202. */
@@ -37,6 +38,8 @@ export interface ProvisioningConfig {
   edgeJobExpireSeconds: number;
   /** Every node is reconciled about this often (jittered), besides after its connection came back. */
   edgeReconcileSeconds: number;
+  /** Part of the tunnel view the status-change webhook carries (server/webhooks/events.ts). */
+  adminSshPort: number;
 }
 
 /** Statuses whose tunnel an operator's `tunnel repair` can queue work for (queueRepair). */
@@ -62,6 +65,8 @@ function stuckWhere(seconds: string): string {
 export class ProvisioningService {
   readonly bus: TunnelStatusBus;
   readonly transitions: Transitions;
+  /** The tunnel webhook events: status moves emit through transitions; health collection calls healthChanged in its own transaction. */
+  readonly events: TunnelEvents;
   private queueP: Promise<EdgeQueue> | null = null;
   private edge: { worker: EdgeWorker; connections: EdgeConnections } | null = null;
   private sweepTimer: NodeJS.Timeout | null = null;
@@ -77,7 +82,8 @@ export class ProvisioningService {
     onStockChange: () => void,
   ) {
     this.bus = new TunnelStatusBus(db);
-    this.transitions = new Transitions(db, this.bus, onStockChange);
+    this.events = new TunnelEvents(config.adminSshPort);
+    this.transitions = new Transitions(db, this.bus, this.events, onStockChange);
     this.probeLocks = new KeyedLocks(db.url, { maxConnections: 8, application: 'tunnelgate-probe-lock' });
     this.probes = new ProbeCoordinator(db, this.probeLocks, config.edgeJobTimeoutMs + 2000);
   }

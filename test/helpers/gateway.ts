@@ -47,6 +47,7 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await gateway.stop();
+      await services.webhooks.stopDelivery();
       await services.provisioning.stop();
       if (!opts.testDb) await testDb.drop();
     },

@@ -43,6 +43,7 @@ describe('logger redaction', () => {
   it('redact() applies the same rules to free text', () => {
     expect(redact(`Authorization: Bearer ${KEY}`)).toBe('Authorization: Bearer …');
     expect(redact(KEY, CREDENTIAL_REDACTIONS)).toBe('svc_012345…');
+    expect(redact('secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw+/=; next')).toBe('secret whsec_…; next');
     expect(redact('nothing secret here')).toBe('nothing secret here');
     expect(redact('connect ECONNREFUSED postgres://tunnelgate:hunter2@db:5432/tg')).toBe('connect ECONNREFUSED postgres://tunnelgate:…@db:5432/tg');
     expect(redact('see https://example.com/a:b@c and http://host:8080/x')).toBe('see https://example.com/a:b@c and http://host:8080/x');

@@ -2,7 +2,7 @@
 // (pending/failed -> provisioning, the edge job is queued), activate (provisioned -> active once the
 // origin answers) and delete. The edge work itself is provisioning's (EdgeDispatch); this module decides
 // which move is allowed and answers with the tunnel and whether its move is settled.
-import type { Database } from '../../db/database.ts';
+import type { Database, Sql } from '../../db/database.ts';
 import type { TunnelStatus } from '../../db/entities.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { requireWrite } from '../../auth/principal.ts';
@@ -19,7 +19,11 @@ export interface EdgeDispatch {
     onResync(fn: () => void): () => void;
     start(): Promise<void>;
   };
-  readonly transitions: { move(id: string, from: readonly TunnelStatus[], to: TunnelStatus): Promise<boolean> };
+  readonly transitions: {
+    move(id: string, from: readonly TunnelStatus[], to: TunnelStatus): Promise<boolean>;
+    /** The same move inside the caller's transaction, its webhook event included (provisioning/transitions.ts). */
+    moveIn(sql: Pick<Sql, 'query'>, id: string, from: readonly TunnelStatus[], to: TunnelStatus): Promise<boolean>;
+  };
   /** `change` makes the status move and says whether this call moved it (a repeat did not). */
   dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<boolean>): Promise<void>;
   probe(tunnelId: string): Promise<{ reachable: boolean; rtt_ms?: number }>;
@@ -106,7 +110,7 @@ export async function remove(deps: LifecycleDeps, principal: Principal, id: stri
     const r = await readTunnel(sql, principal, id, true);
     if (r.status === 'deleted') throw new ApiError('invalid_state', `Tunnel ${r.id} is already deleted.`);
     if (r.status !== 'pending') return { row: r, done: false };
-    await sql.query(`update tunnel set status = 'deleted', updated_at = now() where id = ?`, [r.id]);
+    await deps.edge.transitions.moveIn(sql, r.id, ['pending'], 'deleted');
     await sql.query('update protected_ip set tunnel_id = null where tunnel_id = ?', [r.id]);
     return { row: await readTunnel(sql, principal, id), done: true };
   });

@@ -74,3 +74,14 @@ export async function readTunnel(sql: Pick<Sql, 'query'> | Database, principal: 
   if (!rows[0]) throw notFound();
   return rows[0];
 }
+
+/** One tunnel by id whoever owns it, with its account: what the gateway reports on its own (webhook events, server/webhooks/events.ts). */
+export async function readTunnelOfAnyAccount(sql: Pick<Sql, 'query'>, id: string): Promise<{ accountId: string; row: TunnelRow } | null> {
+  const [r] = await sql.query<TunnelRow & { account_id: string }>(
+    `select ${TUNNEL_COLUMNS}, t.account_id from tunnel t join edge_node n on n.id = t.node_id where t.id = ?`,
+    [id],
+  );
+  if (!r) return null;
+  const { account_id, ...row } = r;
+  return { accountId: account_id, row };
+}

@@ -10,6 +10,7 @@ import { purchaseBody } from './paths.ts';
 import { expectObject, readJsonBody } from '../middleware/body.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Admission } from '../middleware/request-gate.ts';
+import { webhookRoutes } from './webhooks.ts';
 
 const pageJson = new WeakMap<object, string>();
 
@@ -114,6 +115,8 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     await noBody(ctx);
     answer(ctx, await tunnels.delete(who, ctx.params.id!));
   });
+
+  webhookRoutes(router, services, principal, noBody);
 
   return router;
 }

@@ -1,0 +1,62 @@
+// The events webhooks carry (docs/CONTRACTS.md "Webhooks") and how one is written: into
+// the outbox (webhook_delivery), one row per subscribed webhook of the tunnel's account, IN THE
+// TRANSACTION of the change that causes it. So an event is never lost (it commits with the change) and
+// never sent for a change that rolled back (it rolls back with it). The delivery worker (delivery.ts)
+// sends it later, as often as it takes.
+import { randomBytes } from 'node:crypto';
+import type { Sql } from '../db/database.ts';
+import { readTunnelOfAnyAccount, tunnelView } from '../domain/tunnels/rows.ts';
+
+export const WEBHOOK_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;
+export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+
+/** A Standard Webhooks message id: `msg_` and 128 random bits; the `webhook-id` of every attempt. */
+export function newMessageId(): string {
+  return `msg_${randomBytes(16).toString('hex')}`;
+}
+
+/** What a tunnel's status or health change reports; passed to whoever writes the change. */
+export interface TunnelEventSink {
+  /** Call in the transaction that changed the tunnel's status, after the change. */
+  statusChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
+  /** Call in the transaction that changed the tunnel's health, after the change. */
+  healthChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
+}
+
+/**
+ * The events of tunnels, with `data: {"tunnel": <the tunnel as REST shows it>}` as it is after the change
+ * (read in the same transaction). `adminSshPort` is part of that view.
+ */
+export class TunnelEvents implements TunnelEventSink {
+  constructor(private readonly adminSshPort: number) {}
+
+  statusChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void> {
+    return this.emit(sql, 'tunnel.status_changed', tunnelId);
+  }
+
+  healthChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void> {
+    return this.emit(sql, 'tunnel.health_changed', tunnelId);
+  }
+
+  private async emit(sql: Pick<Sql, 'query'>, type: WebhookEvent, tunnelId: string): Promise<void> {
+    const t = await readTunnelOfAnyAccount(sql, tunnelId);
+    if (!t) return;
+    await enqueue(sql, t.accountId, type, { tunnel: tunnelView(t.row, this.adminSshPort) });
+  }
+}
+
+/**
+ * One outbox row per webhook of `accountId` that takes `type`, each with its own message id and the
+ * body it will be sent with on every attempt (due at once). Returns how many were written.
+ */
+export async function enqueue(sql: Pick<Sql, 'query'>, accountId: string, type: WebhookEvent, data: Record<string, unknown>): Promise<number> {
+  const hooks = await sql.query<{ id: string }>(`select id from webhook where account_id = ? and events @> jsonb_build_array(?::text)`, [accountId, type]);
+  if (hooks.length === 0) return 0;
+  const body = JSON.stringify({ type, timestamp: new Date().toISOString(), data });
+  const values = hooks.map(() => '(?, ?, ?, ?, now())').join(', ');
+  await sql.query(
+    `insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values ${values}`,
+    hooks.flatMap((h) => [newMessageId(), h.id, type, body]),
+  );
+  return hooks.length;
+}

@@ -1,0 +1,192 @@
+// Webhooks as the account sees them (docs/CONTRACTS.md "Webhooks"): register an https
+// URL for some events and get its whsec_ signing secret once; list; delete. REST, GraphQL and the admin
+// CLI call these same functions. The secret is kept encrypted at rest (secrets/at-rest.ts, bound to the
+// webhook's id) because the delivery worker needs it in the clear to sign.
+import { randomUUID } from 'node:crypto';
+import { isUuid } from '../../common/names.ts';
+import type { Database } from '../db/database.ts';
+import { requireWrite, type Principal } from '../auth/principal.ts';
+import { ApiError, notFound } from '../domain/errors.ts';
+import { encryptSecret } from '../secrets/at-rest.ts';
+import type { Logger } from '../../common/log.ts';
+import { DeliveryWorker, type DeliveryOptions, type DeliveryOutcome } from './delivery.ts';
+import { WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
+import { newWebhookSecret } from './signing.ts';
+import { literalRefusal } from './ssrf.ts';
+
+/** A sane bound per account: each webhook multiplies every event into one delivery. */
+export const MAX_WEBHOOKS_PER_ACCOUNT = 10;
+export const MAX_URL_LENGTH = 2048;
+
+/** The REST wire shape of one webhook (never its secret). */
+export interface WebhookView {
+  id: string;
+  url: string;
+  events: WebhookEvent[];
+  created_at: string;
+}
+
+export interface CreatedWebhook {
+  webhook: WebhookView;
+  /** The whsec_ secret, shown this once. */
+  secret: string;
+}
+
+export interface WebhookInput {
+  url: string;
+  events: WebhookEvent[];
+}
+
+const bad = (text: string) => new ApiError('invalid_request', text);
+
+/**
+ * `{url, events?}` as REST, GraphQL and the CLI receive it, checked the same way for all three: an
+ * absolute https URL (http too when ALLOW_PRIVATE_WEBHOOKS=true) without credentials or fragment, whose
+ * host, if an IP literal, is public; events a non-empty list of known names (default: all of them).
+ */
+export function validateWebhookInput(input: { url?: unknown; events?: unknown }, allowPrivate: boolean): WebhookInput {
+  const { url, events } = input;
+  if (typeof url !== 'string' || url === '') throw bad('url is required: a string, the https URL deliveries are POSTed to.');
+  if (url.length > MAX_URL_LENGTH) throw bad(`url is longer than ${MAX_URL_LENGTH} characters.`);
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw bad('url is not an absolute URL.');
+  }
+  const schemes = allowPrivate ? ['https:', 'http:'] : ['https:'];
+  if (!schemes.includes(parsed.protocol)) throw bad(`url must be https${allowPrivate ? ' or http' : ''}.`);
+  if (parsed.username || parsed.password) throw bad('url must not carry a user name or password.');
+  if (parsed.hash) throw bad('url must not have a fragment.');
+  if (!parsed.hostname) throw bad('url has no host.');
+  const literal = literalRefusal(parsed, allowPrivate);
+  if (literal) throw bad(`url: ${literal}.`);
+  let chosen: WebhookEvent[] = [...WEBHOOK_EVENTS];
+  if (events !== undefined && events !== null) {
+    if (!Array.isArray(events) || events.length === 0 || !events.every((e) => typeof e === 'string')) {
+      throw bad(`events must be a non-empty array of event names (${WEBHOOK_EVENTS.join(', ')}).`);
+    }
+    const unknown = events.filter((e) => !(WEBHOOK_EVENTS as readonly string[]).includes(e));
+    if (unknown.length) throw bad(`events: unknown event ${unknown.map((e) => JSON.stringify(String(e).slice(0, 64))).join(', ')}; known: ${WEBHOOK_EVENTS.join(', ')}.`);
+    chosen = WEBHOOK_EVENTS.filter((e) => events.includes(e));
+  }
+  return { url: parsed.href, events: chosen };
+}
+
+const COLUMNS = 'id, url, events, created_at';
+
+interface Row {
+  id: string;
+  url: string;
+  events: WebhookEvent[];
+  created_at: Date;
+}
+
+// ISO 8601 in UTC with milliseconds, as every time the API shows.
+const view = (r: Row): WebhookView => ({ id: r.id, url: r.url, events: r.events, created_at: new Date(r.created_at).toISOString() });
+
+export class WebhookService {
+  private worker: DeliveryWorker | null = null;
+  private readonly outcomeListeners = new Set<(o: DeliveryOutcome) => void>();
+
+  constructor(
+    private readonly db: Database,
+    private readonly opts: {
+      /** ALLOW_PRIVATE_WEBHOOKS (server/config.ts). */
+      allowPrivate: boolean;
+      /** The secret-encryption key (loaded on first use: an API replica may start before its secrets). */
+      encryptionKey: () => Promise<Buffer>;
+    },
+  ) {}
+
+  get allowPrivate(): boolean {
+    return this.opts.allowPrivate;
+  }
+
+  /**
+   * Starts this process's delivery worker (delivery.ts); main.ts does when WEBHOOK_WORKER is on. Tests
+   * pass their clock, resolver and backoff in `overrides`.
+   */
+  startDelivery(log: Logger, overrides: Partial<Omit<DeliveryOptions, 'encryptionKey' | 'onOutcome'>> = {}): DeliveryWorker {
+    if (this.worker) throw new Error('the webhook delivery worker is already running');
+    this.worker = new DeliveryWorker(this.db, {
+      allowPrivate: this.opts.allowPrivate,
+      log,
+      ...overrides,
+      encryptionKey: this.opts.encryptionKey,
+      onOutcome: (o) => {
+        for (const fn of this.outcomeListeners) fn(o);
+      },
+    });
+    this.worker.start();
+    return this.worker;
+  }
+
+  async stopDelivery(): Promise<void> {
+    const w = this.worker;
+    this.worker = null;
+    await w?.stop();
+  }
+
+  /** Each delivery attempt's outcome in this process (the /metrics counter); returns the unsubscribe. */
+  onOutcome(fn: (o: DeliveryOutcome) => void): () => void {
+    this.outcomeListeners.add(fn);
+    return () => this.outcomeListeners.delete(fn);
+  }
+
+  /** Deliveries still to be sent, across replicas (the /metrics gauge). */
+  async pendingDeliveries(): Promise<number> {
+    const [r] = await this.db.query<{ n: number }>(`select count(*)::int as n from webhook_delivery where delivered_at is null and given_up_at is null`);
+    return r?.n ?? 0;
+  }
+
+  create(principal: Principal, input: WebhookInput): Promise<CreatedWebhook> {
+    requireWrite(principal);
+    return this.createFor(principal.accountId, input);
+  }
+
+  list(principal: Principal): Promise<WebhookView[]> {
+    return this.listFor(principal.accountId);
+  }
+
+  /** Another account's webhook is not_found, as a missing one. */
+  async delete(principal: Principal, id: string): Promise<void> {
+    requireWrite(principal);
+    if (!(await this.deleteWhere(id, principal.accountId))) throw notFound('webhook');
+  }
+
+  /** The account's webhook with a new secret; at most MAX_WEBHOOKS_PER_ACCOUNT per account. */
+  async createFor(accountId: string, input: WebhookInput): Promise<CreatedWebhook> {
+    const key = await this.opts.encryptionKey();
+    const id = randomUUID();
+    const secret = newWebhookSecret();
+    const row = await this.db.transaction(async (sql) => {
+      // The account row's lock makes the count and the insert one step, whatever runs at the same time.
+      await sql.query('select id from account where id = ? for update', [accountId]);
+      const [{ n } = { n: 0 }] = await sql.query<{ n: number }>('select count(*)::int as n from webhook where account_id = ?', [accountId]);
+      if (n >= MAX_WEBHOOKS_PER_ACCOUNT) throw bad(`An account may have at most ${MAX_WEBHOOKS_PER_ACCOUNT} webhooks; delete one first.`);
+      const [r] = await sql.query<Row>(
+        `insert into webhook (id, account_id, url, events, secret_ciphertext) values (?, ?, ?, ?::jsonb, ?) returning ${COLUMNS}`,
+        [id, accountId, input.url, JSON.stringify(input.events), encryptSecret(key, secret, id)],
+      );
+      return r!;
+    });
+    return { webhook: view(row), secret };
+  }
+
+  async listFor(accountId: string): Promise<WebhookView[]> {
+    const rows = await this.db.query<Row>(`select ${COLUMNS} from webhook where account_id = ? order by created_at, id`, [accountId]);
+    return rows.map(view);
+  }
+
+  /** The operator's delete (admin CLI): any account's webhook. */
+  async deleteAny(id: string): Promise<boolean> {
+    return this.deleteWhere(id, null);
+  }
+
+  private async deleteWhere(id: string, accountId: string | null): Promise<boolean> {
+    if (!isUuid(id)) return false;
+    const rows = await this.db.query(`delete from webhook where id = ?${accountId === null ? '' : ' and account_id = ?'} returning id`, accountId === null ? [id.toLowerCase()] : [id.toLowerCase(), accountId]);
+    return rows.length > 0;
+  }
+}
