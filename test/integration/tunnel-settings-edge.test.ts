@@ -100,11 +100,22 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     await gw.testDb.raw.query(`update tunnel set status = 'active' where id = $1`, [t.id]);
     const before = applies(t.id);
     expect(onEdge(t.id)?.origin_ip).toBe('8.8.4.4');
+    // The buyer's webhook hears of the move back (written with it, in its transaction: Transitions.moveIn).
+    const hook = await call(gw.url, 'POST', '/api/webhooks', { token: user.writeKey, body: { url: 'https://hooks.example.com/tunnelgate' } });
+    expect(hook.status).toBe(201);
+    const moves = async () =>
+      (
+        await gw.testDb.raw.query<{ body: string }>(
+          `select d.body from webhook_delivery d where d.webhook_id = $1 and d.event_type = 'tunnel.status_changed' order by d.created_at`,
+          [hook.body.webhook.id],
+        )
+      ).rows.map((row) => (JSON.parse(row.body) as { data: { tunnel: { id: string; status: string } } }).data.tunnel);
 
     const r = await patch(t.id, { origin_ip: '9.9.9.9' });
     expect(r.status).toBe(200);
     expect(r.body.tunnel).toMatchObject({ status: 'provisioned', origin_ip: '9.9.9.9' });
     expect(await status(t.id)).toBe('provisioned');
+    expect(await moves()).toEqual([expect.objectContaining({ id: t.id, status: 'provisioned' })]);
     expect(applies(t.id)).toBe(before + 1);
     const { rows } = await gw.testDb.raw.query<{ gre_key: string }>('select gre_key::text as gre_key from tunnel where id = $1', [t.id]);
     expect(onEdge(t.id)).toMatchObject({ origin_ip: '9.9.9.9', gre_key: Number(rows[0]!.gre_key) });
