@@ -1,0 +1,71 @@
+// What a version 2 agent reports of its tunnels (docs/CONTRACTS.md "Edge jobs", op `status`; DESIGN 3.6
+// and 3.9): health from its own checks and monotonic counters, and the shape check both ends use. The
+// gateway turns the counters into traffic deltas (a decrease means the counter restarted, never negative
+// traffic). No I/O here.
+
+/** Why the edge dropped a packet of a tunnel (docs/CONTRACTS.md "Dataplane"). */
+export const DROP_REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
+export type DropReason = (typeof DROP_REASONS)[number];
+
+export const HEALTHS = ['up', 'down', 'unknown'] as const;
+export type Health = (typeof HEALTHS)[number];
+
+/** Monotonic for the life of the tunnel on that agent; `in` is toward the origin. */
+export interface TunnelCounters {
+  packets_in: number;
+  bytes_in: number;
+  packets_out: number;
+  bytes_out: number;
+  dropped: Record<DropReason, number>;
+}
+
+export interface TunnelReport {
+  id: string;
+  health: Health;
+  /** When the agent last checked this tunnel (ISO 8601), null before its first check. */
+  checked_at: string | null;
+  rtt_ms?: number;
+  counters: TunnelCounters;
+}
+
+/** The `status` op's result. */
+export interface StatusResult {
+  agent: { version: string; uptime_s: number; tunnels: number };
+  tunnels: TunnelReport[];
+}
+
+const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function checkCounters(c: unknown, where: string): string | undefined {
+  if (!isObject(c)) return `${where} must be an object`;
+  for (const k of ['packets_in', 'bytes_in', 'packets_out', 'bytes_out'] as const) if (!isCount(c[k])) return `${where}.${k} must be a non-negative integer`;
+  if (!isObject(c.dropped)) return `${where}.dropped must be an object`;
+  for (const r of DROP_REASONS) if (!isCount(c.dropped[r])) return `${where}.dropped.${r} must be a non-negative integer`;
+  return undefined;
+}
+
+/**
+ * A status result's shape. Undefined when right, else a sentence. Unknown extra keys are allowed (a newer
+ * agent may report more), so a gateway keeps reading an agent upgraded before it.
+ */
+export function checkStatusResult(v: unknown): string | undefined {
+  if (!isObject(v)) return 'status result must be an object';
+  const a = v.agent;
+  if (!isObject(a) || typeof a.version !== 'string' || typeof a.uptime_s !== 'number' || !(a.uptime_s >= 0) || !isCount(a.tunnels)) {
+    return 'agent must be {version: string, uptime_s: number >= 0, tunnels: integer >= 0}';
+  }
+  if (!Array.isArray(v.tunnels)) return 'tunnels must be an array';
+  for (let i = 0; i < v.tunnels.length; i++) {
+    const t: unknown = v.tunnels[i];
+    const where = `tunnels[${i}]`;
+    if (!isObject(t)) return `${where} must be an object`;
+    if (typeof t.id !== 'string') return `${where}.id must be a string`;
+    if (!(HEALTHS as readonly unknown[]).includes(t.health)) return `${where}.health must be up, down or unknown`;
+    if (t.checked_at !== null && (typeof t.checked_at !== 'string' || Number.isNaN(Date.parse(t.checked_at)))) return `${where}.checked_at must be an ISO time or null`;
+    if (t.rtt_ms !== undefined && !(typeof t.rtt_ms === 'number' && t.rtt_ms >= 0)) return `${where}.rtt_ms must be a number >= 0`;
+    const why = checkCounters(t.counters, `${where}.counters`);
+    if (why) return why;
+  }
+  return undefined;
+}

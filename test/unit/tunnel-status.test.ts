@@ -1,0 +1,39 @@
+// The status op's result shape (common/tunnel-status.ts), which the agent writes and the gateway reads.
+import { describe, expect, it } from 'vitest';
+import { checkStatusResult, DROP_REASONS, type StatusResult } from '../../common/tunnel-status.ts';
+
+const ok: StatusResult = {
+  agent: { version: '0.1.0', uptime_s: 12.5, tunnels: 1 },
+  tunnels: [
+    {
+      id: '7d3c4b0e-2f7a-4c8e-9a51-0b6f1f9b2c11',
+      health: 'up',
+      checked_at: '2026-11-25T12:00:00.000Z',
+      rtt_ms: 1.2,
+      counters: { packets_in: 10, bytes_in: 1000, packets_out: 9, bytes_out: 900, dropped: { not_allowed: 1, rate_limited: 0, spoofed: 0, invalid: 0, fragment: 0 } },
+    },
+  ],
+};
+
+describe('checkStatusResult', () => {
+  it('takes the contract shape, and extra keys a newer agent may add', () => {
+    expect(checkStatusResult(ok)).toBeUndefined();
+    expect(checkStatusResult({ ...ok, extra: 1, tunnels: [{ ...ok.tunnels[0], checked_at: null, rtt_ms: undefined, more: true }] })).toBeUndefined();
+  });
+  it('refuses what a gateway could not store', () => {
+    const t = ok.tunnels[0]!;
+    const c = t.counters;
+    for (const [bad, why] of [
+      [{ ...ok, agent: { ...ok.agent, uptime_s: -1 } }, /agent/],
+      [{ ...ok, tunnels: {} }, /tunnels must be an array/],
+      [{ ...ok, tunnels: [{ ...t, health: 'sick' }] }, /health/],
+      [{ ...ok, tunnels: [{ ...t, checked_at: 'yesterday' }] }, /checked_at/],
+      [{ ...ok, tunnels: [{ ...t, counters: { ...c, bytes_in: -5 } }] }, /bytes_in/],
+      [{ ...ok, tunnels: [{ ...t, counters: { ...c, packets_out: 1.5 } }] }, /packets_out/],
+      [{ ...ok, tunnels: [{ ...t, counters: { ...c, dropped: { ...c.dropped, spoofed: undefined } } }] }, /dropped\.spoofed/],
+    ] as const) {
+      expect(checkStatusResult(bad), JSON.stringify(bad).slice(0, 120)).toMatch(why);
+    }
+    expect(DROP_REASONS).toHaveLength(5);
+  });
+});
