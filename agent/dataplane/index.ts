@@ -101,6 +101,14 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);
     // The table first: after a reboot it is gone, and reading the links back reads its maps too.
     const table = await ensureTable(k);
+    // The SYN proxy's prerequisites (STACK.md), once the table's ct expressions loaded conntrack: a mid-stream
+    // packet without a connection is invalid (not picked up as established), and the proxy's cookies and
+    // timestamps are on. Conntrack's sysctls exist only once it is loaded, hence after the table.
+    writeSysctls(netns, [
+      [['net', 'netfilter', 'nf_conntrack_tcp_loose'], '0'],
+      [['net', 'ipv4', 'tcp_syncookies'], '1'],
+      [['net', 'ipv4', 'tcp_timestamps'], '1'],
+    ]);
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
     const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
     if (present) writeSysctls(netns, [...present.links.keys()].map((n) => [['net', 'ipv4', 'conf', n, 'rp_filter'], '2'] as const));
@@ -168,7 +176,7 @@ class EdgeDataplane implements DataplaneHandle {
     for (const o of owned.values()) if (scope === 'all' || scope.has(o.spec.id)) names.add(o.spec.tunnel_name);
     for (const t of desired) names.add(t.tunnel_name);
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
-    const view = await readView(this.k, [...names], owned);
+    const view = await readView(this.k, [...names], owned, scope === 'all');
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const mem = phases('operation', names.size);

@@ -3,6 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../agent/dataplane/diff.ts';
 import type { TunnelSpec } from '../../agent/dataplane/types.ts';
+import { tunnelCounterNames } from '../../agent/dataplane/policy.ts';
 
 const t = (i: number, over: Partial<TunnelSpec> = {}): TunnelSpec => ({
   id: `id${i}`,
@@ -26,7 +27,9 @@ function viewOf(specs: TunnelSpec[]): KernelView {
     links: new Map(specs.map((s, i) => [s.tunnel_name, linkOf(s, 10 + i)])),
     dnat: new Map(specs.map((s) => [s.protected_ip, s.origin_inner.split('/')[0]!])),
     counterMap: new Map(specs.map((s) => [s.protected_ip, s.tunnel_name])),
-    counters: new Set(specs.map((s) => s.tunnel_name)),
+    counters: new Set(specs.flatMap(tunnelCounterNames)),
+    synproxies: new Set(),
+    rateChains: new Set(),
   };
 }
 const ownedOf = (specs: TunnelSpec[]): Map<string, OwnedTunnel> => new Map(specs.map((s) => [s.id, { spec: s }]));
@@ -46,7 +49,7 @@ describe('dataplane diff', () => {
     const p = diff({ desired: [t(1)], owned: new Map(), view: viewOf([]), scope: new Set(['id1']) });
     expect(p.counts.added).toBe(1);
     expect(p.linkSteps.map((s) => s.op)).toEqual(['create', 'addr-add', 'up']);
-    expect(p.nft).toMatchObject({ addDnat: [['203.0.113.1', '100.64.0.6']], addCounterMap: [['203.0.113.1', 'tg-1']], addCounters: ['tg-1'] });
+    expect(p.nft).toMatchObject({ addDnat: [['203.0.113.1', '100.64.0.6']], addCounterMap: [['203.0.113.1', 'tg-1']], addCounters: tunnelCounterNames(t(1)) });
     expect(p.flush).toEqual(['203.0.113.1']);
   });
 
@@ -86,7 +89,7 @@ describe('dataplane diff', () => {
     expect(all.counts).toEqual({ added: 0, changed: 0, removed: 1, unchanged: 1 });
     expect(all.linkDeletes).toEqual(['tg-2']);
     expect(all.nft.delDnat.sort()).toEqual(['203.0.113.2', '203.0.113.99']);
-    expect(all.nft.delCounters.sort()).toEqual(['stray', 'tg-2']);
+    expect(all.nft.delCounters.sort()).toEqual(['stray', ...tunnelCounterNames(t(2))].sort());
     expect(all.flush).toEqual(['203.0.113.2']);
     expect([...all.owned.keys()]).toEqual(['id1']);
   });
