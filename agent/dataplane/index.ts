@@ -14,6 +14,8 @@ import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, type KernelCon
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
+import { dropCounterName } from './policy.ts';
+import { DROP_REASONS, type DropReason } from '../netlink/ruleset.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
 import { SerialQueue } from '../housekeeping/serial-queue.ts';
@@ -25,6 +27,8 @@ export { KernelError } from './types.ts';
 export type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelFailure, TunnelRef, TunnelSpec } from './types.ts';
 export type { LinkKind } from './links.ts';
 export { standinPeerName } from './links.ts';
+export { tunnelCounterNames, dropCounterName } from './policy.ts';
+export { DROP_REASONS, type DropReason } from '../netlink/ruleset.ts';
 
 export interface DataplaneOptions {
   /** This router's GRE underlay address (AGENT_EDGE_IP): every tunnel's edge_ip must be this. */
@@ -53,6 +57,11 @@ export interface DataplaneHandle extends Dataplane {
   readonly table: 'created' | 'present' | 'rebuilt';
   /** The tunnels the agent has on record. */
   tunnels(): TunnelSpec[];
+  /**
+   * Packets of this tunnel dropped so far, per reason (docs/CONTRACTS.md "Dataplane"): one GET per reason of
+   * the tunnel's own named counters, never a read of the whole table. A missing counter reads 0.
+   */
+  dropped(tunnel: Pick<TunnelSpec, 'tunnel_name'>): Promise<Record<DropReason, number>>;
   /** The last desired state the gateway gave this node (what restore() brings back). */
   desiredTunnels(): TunnelSpec[];
   /**
@@ -328,6 +337,15 @@ class EdgeDataplane implements DataplaneHandle {
 
   tunnels(): TunnelSpec[] {
     return [...this.state.tunnels.values()].map((o) => o.spec);
+  }
+
+  async dropped(tunnel: Pick<TunnelSpec, 'tunnel_name'>): Promise<Record<DropReason, number>> {
+    try {
+      const counts = await Promise.all(DROP_REASONS.map((r) => this.k.nft.getCounter(this.k.table, dropCounterName(tunnel, r))));
+      return Object.fromEntries(DROP_REASONS.map((r, i) => [r, Number(counts[i]?.packets ?? 0n)])) as Record<DropReason, number>;
+    } catch (e) {
+      throw kernelError('dropped', e);
+    }
   }
 
   async close(): Promise<void> {
