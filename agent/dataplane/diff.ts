@@ -337,7 +337,7 @@ export function diff(input: DiffInput): Plan {
       if (view.links.has(s.tunnel_name)) linkDeletes.push(s.tunnel_name);
       for (const c of tunnelCounterNames(s)) dropCounter(c);
     }
-    if (!view.elements) for (const e of tunnelElements(s)) delEls.set(e.id, e);
+    for (const e of tunnelElements(s)) if (!view.elements || view.elements.has(e.id)) delEls.set(e.id, e);
     if (!claimedIps.has(s.protected_ip)) {
       dropDnat(s.protected_ip);
       dropCounterMap(s.protected_ip);
