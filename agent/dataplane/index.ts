@@ -14,7 +14,7 @@ import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, type KernelCon
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
-import { dropCounterName } from './policy.ts';
+import { dropCounterName, tunnelCounterNames } from './policy.ts';
 import { DROP_REASONS, type DropReason } from '../netlink/ruleset.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
@@ -185,7 +185,12 @@ class EdgeDataplane implements DataplaneHandle {
     for (const o of owned.values()) if (scope === 'all' || scope.has(o.spec.id)) names.add(o.spec.tunnel_name);
     for (const t of desired) names.add(t.tunnel_name);
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
-    const view = await readView(this.k, [...names], owned, scope === 'all');
+    // A scoped change reads only its own tunnels' counters (now and as recorded: a rename drops the old ones).
+    const counterNames =
+      scope === 'all'
+        ? undefined
+        : [...desired.flatMap(tunnelCounterNames), ...[...owned.values()].filter((o) => scope.has(o.spec.id)).flatMap((o) => tunnelCounterNames(o.spec))];
+    const view = await readView(this.k, [...names], owned, scope === 'all', counterNames);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const mem = phases('operation', names.size);

@@ -59,6 +59,14 @@ async function readElements(k: KernelContext): Promise<Map<string, PolicyElement
   return out;
 }
 
+/** Which of these counters exist (one GET each), or, without a list, every counter name of the table. */
+async function listCounters(k: KernelContext, names: readonly string[] | undefined): Promise<Set<string>> {
+  if (!names) return k.nft.listCounterNames(k.table);
+  const unique = [...new Set(names)];
+  const found = await Promise.all(unique.map((n) => k.nft.getCounter(k.table, n)));
+  return new Set(unique.filter((_, i) => found[i] !== undefined));
+}
+
 /** The synproxy objects and rate-limit chains present: one per distinct value in use, never per tunnel. */
 async function readShared(k: KernelContext): Promise<{ synproxies: Set<string>; rateChains: Set<string> }> {
   const [synproxies, rules] = await Promise.all([k.nft.listObjectNames(k.table, NFT_OBJECT_SYNPROXY), k.nft.listRules(k.table)]);
@@ -168,7 +176,17 @@ async function getLinks(k: KernelContext, names: readonly string[]): Promise<Map
  * `full`: also read every policy element back (a reconcile); otherwise only what a single-tunnel change read
  * before policies existed, plus the synproxy objects and rate-limit chains (one per value in use).
  */
-export async function readView(k: KernelContext, names: readonly string[], owned: ReadonlyMap<string, OwnedTunnel>, full = false): Promise<KernelView> {
+export async function readView(
+  k: KernelContext,
+  names: readonly string[],
+  owned: ReadonlyMap<string, OwnedTunnel>,
+  full = false,
+  /**
+   * The only counters the operation can touch (a scoped apply or remove: its tunnels' own, six each): read one
+   * by one, by name, instead of listing every counter of the table (six per tunnel since drop counters).
+   */
+  counterNames?: readonly string[],
+): Promise<KernelView> {
   const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
   // Names, strings and Sets only: at 10,000 tunnels every decoded object per element is megabytes of heap.
   // A large read goes one dump at a time with a collection after each (housekeeping/memory.ts): the four
@@ -184,10 +202,10 @@ export async function readView(k: KernelContext, names: readonly string[], owned
     mem.between();
     ctrMap = await counterMap(k);
     mem.between();
-    counters = await k.nft.listCounterNames(k.table);
+    counters = await listCounters(k, counterNames);
     mem.between();
   } else {
-    [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounterNames(k.table)]);
+    [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), listCounters(k, counterNames)]);
   }
   const shared = await readShared(k);
   const policy = full ? await readElements(k) : undefined;
