@@ -266,16 +266,24 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(conntrackDst('203.0.112.1')).toBe(1);
   });
 
-  it('rule count is the same at 1 and at 1,000 tunnels', async () => {
+  it('rule count is the same at 1 and at 1,000 tunnels, policies included', async () => {
     expect(await dp.reconcile([tun(1)])).toMatchObject({ unchanged: 1, removed: 2 });
     expect(rules()).toHaveLength(EXPECTED_RULES.length);
-    const many = Array.from({ length: 1000 }, (_, i) => tun(i + 1));
+    // Every tunnel with a policy: its own port list, half of them syn-proxied, all with the same rate limit
+    // (the one rule a limit value adds), every third dropping fragments.
+    const policy = (i: number): TunnelSpec['policy'] => ({ ports: [[1000 + i, 1000 + i], [8000, 8100]], protocol: 'both', syn_proxy: i % 2 === 0, source_pps_limit: 5000, drop_fragments: i % 3 === 0 });
+    const many = Array.from({ length: 1000 }, (_, i) => tun(i + 1, { policy: policy(i + 1) }));
+    expect(await dp.reconcile([many[0]!])).toMatchObject({ changed: 1, failed: [] });
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + 1);
     expect(await dp.reconcile(many)).toEqual({ added: 999, changed: 0, removed: 0, unchanged: 1, failed: [] });
-    expect(rules()).toHaveLength(EXPECTED_RULES.length);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + 1);
     expect(mapElems('protected').size).toBe(1000);
     expect(counters().size).toBe(1000 * tunnelCounterNames(tun(1)).length);
     expect(tgLinks()).toHaveLength(1000);
     expect(await dp.reconcile(many)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1000, failed: [] });
+    // One tunnel's policy changed alone: only its elements move.
+    expect(await dp.apply(tun(7, { policy: { ...policy(7)!, ports: '*' } }))).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    expect(await dp.reconcile(many)).toMatchObject({ changed: 1, unchanged: 999 });
   }, 120_000);
 
   it('links the agent did not create are never touched, even by a reconcile to nothing', async () => {
