@@ -101,3 +101,44 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
 }
 `;
 }
+
+/** What the agent's table holds for one tunnel with the default policy, as `nft -f` lines (the benchmark's baseline). */
+export interface TextTunnel {
+  tunnel_name: string;
+  protected_ip: string;
+  origin_inner: string;
+}
+const REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
+const BY_P = REASONS.filter((r) => r !== 'spoofed');
+
+/** Adds: the six counters of each tunnel, then the dnat and counter maps, isolation sets, allowlist and drop maps. */
+export function tunnelsAddNftText(table: string, ts: readonly TextTunnel[]): string[] {
+  const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
+  const el = (set: string, f: (t: TextTunnel) => string): string => `add element ip ${table} ${set} { ${ts.map(f).join(', ')} }`;
+  return [
+    ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`)].map((c) => `add counter ip ${table} ${c}`)),
+    el('protected', (t) => `${t.protected_ip} : ${O(t)}`),
+    el('tunnel_counters', (t) => `${t.protected_ip} : "${t.tunnel_name}"`),
+    el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
+    el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
+    el('allowed', (t) => `${t.protected_ip} . tcp . 0-65535, ${t.protected_ip} . udp . 0-65535`),
+    el('drop_spoofed', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.spoofed"`),
+    ...BY_P.map((r) => el(`drop_${r}`, (t) => `${t.protected_ip} : "${t.tunnel_name}.${r}"`)),
+  ];
+}
+
+/** The same, deleted: elements first, then the counters they referred to. */
+export function tunnelsDeleteNftText(table: string, ts: readonly TextTunnel[]): string[] {
+  const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
+  const el = (set: string, f: (t: TextTunnel) => string): string => `delete element ip ${table} ${set} { ${ts.map(f).join(', ')} }`;
+  return [
+    el('tunnel_counters', (t) => t.protected_ip),
+    el('protected', (t) => t.protected_ip),
+    el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
+    el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
+    el('allowed', (t) => `${t.protected_ip} . tcp . 0-65535, ${t.protected_ip} . udp . 0-65535`),
+    el('drop_spoofed', (t) => `"${t.tunnel_name}"`),
+    ...BY_P.map((r) => el(`drop_${r}`, (t) => t.protected_ip)),
+    ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`)].map((c) => `delete counter ip ${table} ${c}`)),
+  ];
+}
