@@ -309,14 +309,21 @@ export function decodeSetElements(msg: NlMsg): DecodedElements {
  * Buffer and an object per element were the bulk of the transient heap of reading the table back.
  */
 export function eachSetElement(msg: NlMsg, visit: (key: Buffer, data: Buffer | undefined, objref: string | undefined) => void): void {
+  eachElementAttrs(msg, (e, key) => {
+    const obj = e.get(NFTA_SET_ELEM_OBJREF);
+    visit(key, e.nested(NFTA_SET_ELEM_DATA)?.get(NFTA_DATA_VALUE), obj ? readString(obj) : undefined);
+  });
+}
+
+/** The attributes and key of each element of one NFT_MSG_NEWSETELEM. */
+function eachElementAttrs(msg: NlMsg, visit: (e: AttrTable, key: Buffer) => void): void {
   const list = nftAttrs(msg, NFT_MSG_NEWSETELEM).get(NFTA_SET_ELEM_LIST_ELEMENTS);
   if (!list) return;
   for (const entry of parseAttrs(list)) {
     const e = new AttrTable(entry.data);
     const key = e.nested(NFTA_SET_ELEM_KEY)?.get(NFTA_DATA_VALUE);
     if (!key) throw new NetlinkParseError('set element without a key');
-    const obj = e.get(NFTA_SET_ELEM_OBJREF);
-    visit(key, e.nested(NFTA_SET_ELEM_DATA)?.get(NFTA_DATA_VALUE), obj ? readString(obj) : undefined);
+    visit(e, key);
   }
 }
 
@@ -335,12 +342,7 @@ const NFTA_DATA_VERDICT_ATTR = 2;
 
 /** Like eachSetElement, with interval ends and verdicts (the policy sets: docs/CONTRACTS.md "Dataplane"). */
 export function eachSetElementView(msg: NlMsg, visit: (e: ElementView) => void): void {
-  const list = nftAttrs(msg, NFT_MSG_NEWSETELEM).get(NFTA_SET_ELEM_LIST_ELEMENTS);
-  if (!list) return;
-  for (const entry of parseAttrs(list)) {
-    const e = new AttrTable(entry.data);
-    const key = e.nested(NFTA_SET_ELEM_KEY)?.get(NFTA_DATA_VALUE);
-    if (!key) throw new NetlinkParseError('set element without a key');
+  eachElementAttrs(msg, (e, key) => {
     const v: ElementView = { key };
     const keyEnd = e.nested(NFTA_SET_ELEM_KEY_END)?.get(NFTA_DATA_VALUE);
     if (keyEnd) v.keyEnd = keyEnd;
@@ -355,7 +357,7 @@ export function eachSetElementView(msg: NlMsg, visit: (e: ElementView) => void):
     const obj = e.get(NFTA_SET_ELEM_OBJREF);
     if (obj) v.objref = readString(obj);
     visit(v);
-  }
+  });
 }
 
 /** An `ipv4_addr : ipv4_addr` map's elements as strings. */
