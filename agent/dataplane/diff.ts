@@ -2,7 +2,7 @@
 // records, a view of the kernel) to a plan of link steps, one nftables batch and conntrack flushes.
 // No I/O here, so every decision (what is added, changed, left alone, never touched) is unit-testable.
 import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
-import { elementNeeds, sharedNeeds, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
+import { elementFromId, elementNeeds, sharedNeeds, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
 
 /** What identifies a tunnel link beyond its name (GRE: local, remote, ttl, key both ways). */
@@ -42,7 +42,7 @@ export interface KernelView {
    * undefined for an apply or remove, which then trusts the agent's records of the tunnel (no more reading than
    * before policies existed) and deletes with add-then-delete, so a record the kernel lost cannot fail the batch.
    */
-  elements?: Map<string, PolicyElement>;
+  elements?: Set<string>;
 }
 
 /** What the agent has recorded as its own (state file). `pending`: apply started, not confirmed. */
@@ -211,6 +211,8 @@ export function diff(input: DiffInput): Plan {
     addRateLimits: [],
   };
   const addEls = new Map<string, PolicyElement>();
+  /** Each desired tunnel's elements, built once (a reconcile of 10,000 tunnels would build them twice). */
+  const elementsOf = new Map<string, PolicyElement[]>();
   const delEls = new Map<string, PolicyElement>();
   const flush = new Set<string>();
   const nextOwned = new Map(owned);
@@ -293,6 +295,7 @@ export function diff(input: DiffInput): Plan {
 
     // The isolation and policy elements: against the kernel's (reconcile) or the tunnel's own records (apply).
     const wantEls = tunnelElements(t);
+    elementsOf.set(t.id, wantEls);
     if (view.elements) {
       for (const e of wantEls) {
         if (view.elements.has(e.id)) continue;
@@ -364,7 +367,8 @@ export function diff(input: DiffInput): Plan {
     for (const ip of view.dnat.keys()) if (!claimedIps.has(ip)) delDnat.add(ip);
     for (const ip of view.counterMap.keys()) if (!claimedIps.has(ip)) delCounterMap.add(ip);
     const wantedCounters = new Set(desired.flatMap(tunnelCounterNames));
-    const wantedEls = new Set(desired.flatMap((t) => tunnelElements(t).map((e) => e.id)));
+    const wantedEls = new Set<string>();
+    for (const els of elementsOf.values()) for (const e of els) wantedEls.add(e.id);
     for (const id of keep) {
       const o = owned.get(id);
       if (!o) continue;
@@ -372,7 +376,7 @@ export function diff(input: DiffInput): Plan {
       for (const e of tunnelElements(o.spec)) wantedEls.add(e.id);
     }
     for (const c of view.counters) if (!wantedCounters.has(c)) delCounters.add(c);
-    for (const [id, e] of view.elements ?? []) if (!wantedEls.has(id)) delEls.set(id, e);
+    for (const id of view.elements ?? []) if (!wantedEls.has(id)) delEls.set(id, elementFromId(id));
   }
 
   // Elements: an element both deleted and wanted (another tunnel took it over) stays. Scoped deletes first add

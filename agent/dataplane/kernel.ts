@@ -2,7 +2,7 @@
 // into a KernelView, building the agent's table once, and carrying out a Plan through our netlink client.
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
-import { RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyName } from '../netlink/ruleset.ts';
+import { POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
 import { TUNNEL_SETS, elementId, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import type { Conntrack } from './conntrack.ts';
@@ -65,6 +65,13 @@ async function listCounters(k: KernelContext, names: readonly string[] | undefin
   const unique = [...new Set(names)];
   const found = await Promise.all(unique.map((n) => k.nft.getCounter(k.table, n)));
   return new Set(unique.filter((_, i) => found[i] !== undefined));
+}
+
+/** The ids of the policy sets' elements (a reconcile's view: strings only, no object per element). */
+async function readElementIds(k: KernelContext): Promise<Set<string>> {
+  const out = new Set<string>();
+  for (const set of TUNNEL_SETS) await k.nft.eachSetElement(k.table, set, (e) => out.add(elementId(set, e)));
+  return out;
 }
 
 /** The synproxy objects and rate-limit chains present: one per distinct value in use, never per tunnel. */
@@ -133,13 +140,13 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
     if (refs.length) b.addElements({ table: k.table, set: COUNTER_MAP, elements: refs.map(([a, n]) => ipv4ObjElement(a, n)) });
     const { synproxies, rateChains } = elements.shared;
     for (const n of synproxies) {
-      const mss = /^synproxy_(\d+)$/.exec(n);
-      if (mss) addSynproxyObject(b, k.table, Number(mss[1]));
+      const mss = synproxyMssOf(n);
+      if (mss !== undefined) addSynproxyObject(b, k.table, mss);
     }
     for (const c of rateChains) addRateLimitChain(b, k.table, rateLimitOf(c)!);
     const keep = [...elements.policy.values()].filter((e) => {
       const o = e.el.objref;
-      if (o !== undefined) return e.set === 'syn_proxy' ? synproxies.has(o) : names.has(o);
+      if (o !== undefined) return e.set === POLICY_SETS.synproxy ? synproxies.has(o) : names.has(o);
       return e.el.verdict?.chain === undefined || rateChains.has(e.el.verdict.chain);
     });
     addPolicyElements(b, k.table, keep, 'add');
@@ -147,8 +154,6 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
   await k.nft.commit(b);
   return exists ? 'rebuilt' : 'created';
 }
-
-export { synproxyName };
 
 function counterMap(k: KernelContext): Promise<Map<string, string>> {
   return k.nft.listIpv4ObjMap(k.table, COUNTER_MAP);
@@ -208,7 +213,7 @@ export async function readView(
     [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), listCounters(k, counterNames)]);
   }
   const shared = await readShared(k);
-  const policy = full ? await readElements(k) : undefined;
+  const policy = full ? await readElementIds(k) : undefined;
   mem.between();
   const addrs = new Map<number, string[]>();
   if (links.size > 0) {

@@ -68,6 +68,21 @@ export function elementId(set: string, e: ElementView | SetElement): string {
 const element = (set: string, el: SetElement): PolicyElement => ({ set, el, id: elementId(set, el) });
 
 /**
+ * An element to delete, from its id: its set and key are all a delete sends (a reconcile keeps only the ids of
+ * what it read back, not an object per element). The value part of the id is kept for elementNeeds.
+ */
+export function elementFromId(id: string): PolicyElement {
+  const [set = '', key = '', value = ''] = id.split(' ');
+  const el: SetElement = { key: Buffer.from(key.split('-')[0]!, 'hex') };
+  if (value.startsWith('obj:')) el.objref = value.slice(4);
+  else if (value.startsWith('v:')) {
+    const [, code, chain] = value.split(':');
+    el.verdict = { code: Number(code), ...(chain ? { chain } : {}) };
+  }
+  return { set, el, id };
+}
+
+/**
  * Every element the tunnel owns, in every set of the isolation and the policy. A default policy still owns
  * the isolation (replies, origins, spoofed), the allowlist of every port, and its drop counters' map entries.
  */

@@ -121,6 +121,12 @@ export const rateLimitName = (pps: number): string => `ratelimit_${pps}`;
 /** The synproxy object for one MSS value. */
 export const synproxyName = (mss: number): string => `synproxy_${mss}`;
 
+/** The MSS of a synproxy object's name; undefined for any other name. */
+export function synproxyMssOf(name: string): number | undefined {
+  const m = /^synproxy_(\d+)$/.exec(name);
+  return m ? Number(m[1]) : undefined;
+}
+
 /** The SYN proxy's window scale (STACK.md: the recipe proven on this kernel). */
 export const SYNPROXY_WSCALE = 7;
 /** Meter elements (one per client address and protected IP) expire this long after their last packet. */

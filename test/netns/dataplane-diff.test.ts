@@ -117,7 +117,7 @@ describe('dataplane diff', () => {
     /** The kernel holding exactly these tunnels' elements and shared objects too (a reconcile's full view). */
     const fullView = (specs: TunnelSpec[]): KernelView => {
       const v = viewOf(specs);
-      v.elements = new Map(specs.flatMap(tunnelElements).map((e) => [e.id, e]));
+      v.elements = new Set(specs.flatMap(tunnelElements).map((e) => e.id));
       for (const s of specs) {
         const n = sharedNeeds(s);
         if (n.mss !== undefined) v.synproxies.add(synproxyName(n.mss));
@@ -166,7 +166,7 @@ describe('dataplane diff', () => {
       const lost = tunnelElements(a).find((e) => e.set === 'fragments')!;
       view.elements!.delete(lost.id);
       const stray = tunnelElements(t(9))[0]!;
-      view.elements!.set(stray.id, stray);
+      view.elements!.add(stray.id);
       const p = diff({ desired: [a], owned: ownedOf([a]), view, scope: 'all' });
       expect(p.counts).toMatchObject({ changed: 1 });
       expect(ids(p.nft.addElements)).toEqual([lost.id]);
