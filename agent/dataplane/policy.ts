@@ -3,7 +3,6 @@
 // objects tunnels share by value (a synproxy per MSS, a rate-limit chain per packet rate). Pure: the diff
 // compares these with what the kernel has; the kernel code encodes them.
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
-import { ipv4ToBytes } from '../netlink/attrs.ts';
 import { IFNAME_LEN, IPPROTO_TCP, IPPROTO_UDP, NFT_JUMP, type ElementView, type SetElement } from '../netlink/nftables/index.ts';
 import { DROP_REASONS, POLICY_SETS, dropMap, rateLimitName, synproxyName, type DropReason } from '../netlink/ruleset.ts';
 import type { TunnelSpec } from './types.ts';
@@ -39,48 +38,60 @@ export function sharedNeeds(t: TunnelSpec): { mss?: number; pps?: number } {
   return { ...(p.syn_proxy ? { mss: synproxyMss(t) } : {}), ...(p.source_pps_limit !== null ? { pps: p.source_pps_limit } : {}) };
 }
 
-function ifnameKey(name: string): Buffer {
-  const b = Buffer.alloc(IFNAME_LEN);
-  b.write(name, 'utf8');
-  return b;
+// Keys are built as hex strings: a reconcile compares ids of every tunnel's elements (eleven or so each), and a
+// Buffer per key field was most of its time and garbage at 10,000 tunnels. Buffers are made only for the
+// elements a batch actually carries (PolicyElement.el, parsed from the id on first use).
+const hex2 = (n: number): string => n.toString(16).padStart(2, '0');
+const ipHex = (ip: string): string => ip.split('.').map((o) => hex2(Number(o))).join('');
+/** An interface name as a 16-byte, NUL-padded key. */
+function ifnameHex(name: string): string {
+  let h = '';
+  for (let i = 0; i < name.length; i++) h += hex2(name.charCodeAt(i));
+  return h.padEnd(IFNAME_LEN * 2, '0');
 }
-
 /** P . proto . port as a concatenation key: each field padded to 4 bytes, the port big-endian. */
-function allowKey(p: Uint8Array, proto: number, port: number): Buffer {
-  const b = Buffer.alloc(12);
-  Buffer.from(p).copy(b, 0);
-  b[4] = proto;
-  b.writeUInt16BE(port, 8);
-  return b;
-}
+const allowKeyHex = (p: string, proto: number, port: number): string => `${p}${hex2(proto)}000000${port.toString(16).padStart(4, '0')}0000`;
 
 const hex = (b: Uint8Array): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
 
+/** An element's value as its id spells it: an object's name, or a verdict (code and chain). */
+function valueOf(e: ElementView | SetElement): string {
+  if (e.data) return hex(e.data);
+  if (e.objref !== undefined) return `obj:${e.objref}`;
+  if (e.verdict) return `v:${e.verdict.code}:${e.verdict.chain ?? ''}`;
+  return '';
+}
+
 /** The identity of an element: its set, key (and interval end) and value, as a dump decodes them too. */
 export function elementId(set: string, e: ElementView | SetElement): string {
-  let value = '';
-  if (e.data) value = hex(e.data);
-  else if (e.objref !== undefined) value = `obj:${e.objref}`;
-  else if (e.verdict) value = `v:${e.verdict.code}:${e.verdict.chain ?? ''}`;
-  return `${set} ${hex(e.key)}${e.keyEnd ? `-${hex(e.keyEnd)}` : ''} ${value}`;
+  return idOf(set, hex(e.key), e.keyEnd ? hex(e.keyEnd) : undefined, valueOf(e));
 }
 
-const element = (set: string, el: SetElement): PolicyElement => ({ set, el, id: elementId(set, el) });
+const idOf = (set: string, key: string, keyEnd: string | undefined, value: string): string => `${set} ${key}${keyEnd !== undefined ? `-${keyEnd}` : ''} ${value}`;
 
-/**
- * An element to delete, from its id: its set and key are all a delete sends (a reconcile keeps only the ids of
- * what it read back, not an object per element). The value part of the id is kept for elementNeeds.
- */
+/** The element an id names: set, key, interval end and value (objref or verdict), built when first asked for. */
 export function elementFromId(id: string): PolicyElement {
   const [set = '', key = '', value = ''] = id.split(' ');
-  const el: SetElement = { key: Buffer.from(key.split('-')[0]!, 'hex') };
-  if (value.startsWith('obj:')) el.objref = value.slice(4);
-  else if (value.startsWith('v:')) {
-    const [, code, chain] = value.split(':');
-    el.verdict = { code: Number(code), ...(chain ? { chain } : {}) };
-  }
-  return { set, el, id };
+  let el: SetElement | undefined;
+  return {
+    set,
+    id,
+    get el(): SetElement {
+      if (el) return el;
+      const [from = '', to] = key.split('-');
+      el = { key: Buffer.from(from, 'hex') };
+      if (to !== undefined) el.keyEnd = Buffer.from(to, 'hex');
+      if (value.startsWith('obj:')) el.objref = value.slice(4);
+      else if (value.startsWith('v:')) {
+        const [, code, chain] = value.split(':');
+        el.verdict = { code: Number(code), ...(chain ? { chain } : {}) };
+      } else if (value !== '') el.data = Buffer.from(value, 'hex');
+      return el;
+    },
+  };
 }
+
+const element = (set: string, key: string, value = '', keyEnd?: string): PolicyElement => elementFromId(idOf(set, key, keyEnd, value));
 
 /**
  * Every element the tunnel owns, in every set of the isolation and the policy. A default policy still owns
@@ -88,25 +99,25 @@ export function elementFromId(id: string): PolicyElement {
  */
 export function tunnelElements(t: TunnelSpec): PolicyElement[] {
   const p = policyOf(t);
-  const P = ipv4ToBytes(t.protected_ip);
-  const O = ipv4ToBytes(t.origin_inner.split('/')[0]!);
-  const N = ifnameKey(t.tunnel_name);
+  const P = ipHex(t.protected_ip);
+  const O = ipHex(t.origin_inner.split('/')[0]!);
+  const N = ifnameHex(t.tunnel_name);
   const out: PolicyElement[] = [
-    element(POLICY_SETS.replies, { key: Buffer.concat([N, O, P]) }),
-    element(POLICY_SETS.origins, { key: Buffer.concat([N, O]) }),
-    element(dropMap('spoofed'), { key: N, objref: dropCounterName(t, 'spoofed') }),
+    element(POLICY_SETS.replies, N + O + P),
+    element(POLICY_SETS.origins, N + O),
+    element(dropMap('spoofed'), N, `obj:${dropCounterName(t, 'spoofed')}`),
   ];
-  for (const r of DROP_REASONS) if (r !== 'spoofed') out.push(element(dropMap(r), { key: P, objref: dropCounterName(t, r) }));
+  for (const r of DROP_REASONS) if (r !== 'spoofed') out.push(element(dropMap(r), P, `obj:${dropCounterName(t, r)}`));
   const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
   const ranges = p.ports === '*' ? [PORT_ALL] : p.ports;
-  for (const proto of protos) for (const [from, to] of ranges) out.push(element(POLICY_SETS.allowed, { key: allowKey(P, proto, from), keyEnd: allowKey(P, proto, to) }));
-  if (p.drop_fragments) out.push(element(POLICY_SETS.fragments, { key: P }));
+  for (const proto of protos) for (const [from, to] of ranges) out.push(element(POLICY_SETS.allowed, allowKeyHex(P, proto, from), '', allowKeyHex(P, proto, to)));
+  if (p.drop_fragments) out.push(element(POLICY_SETS.fragments, P));
   const need = sharedNeeds(t);
   if (need.mss !== undefined) {
-    out.push(element(POLICY_SETS.synproxied, { key: P }));
-    out.push(element(POLICY_SETS.synproxy, { key: P, objref: synproxyName(need.mss) }));
+    out.push(element(POLICY_SETS.synproxied, P));
+    out.push(element(POLICY_SETS.synproxy, P, `obj:${synproxyName(need.mss)}`));
   }
-  if (need.pps !== undefined) out.push(element(POLICY_SETS.rateLimits, { key: P, verdict: { code: NFT_JUMP, chain: rateLimitName(need.pps) } }));
+  if (need.pps !== undefined) out.push(element(POLICY_SETS.rateLimits, P, `v:${NFT_JUMP}:${rateLimitName(need.pps)}`));
   return out;
 }
 
