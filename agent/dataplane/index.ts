@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { PlanConflict, checkDesired, diff, ipOf, type OwnedTunnel } from './diff.ts';
-import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, type KernelContext } from './kernel.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, tunnelLinkSysctls, type KernelContext } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
@@ -106,7 +106,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       driver: linkDriver(opts.linkKind ?? 'gre'),
       netns,
     };
-    // Forwarding on; loose rp_filter on the links we own (new ones get it when created).
+    // Forwarding on; loose rp_filter and no IPv6 on the links we own (new ones get them when created).
     writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);
     // The table first: after a reboot it is gone, and reading the links back reads its maps too.
     const table = await ensureTable(k);
@@ -120,7 +120,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     ]);
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
     const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
-    if (present) writeSysctls(netns, [...present.links.keys()].map((n) => [['net', 'ipv4', 'conf', n, 'rp_filter'], '2'] as const));
+    if (present) tunnelLinkSysctls(netns, [...present.links.keys()]);
     log('dataplane.start', { table: opts.nftTable, tableState: table, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
     return new EdgeDataplane(k, state, desired, opts, table, log, ct);
   } catch (e) {

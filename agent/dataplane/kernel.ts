@@ -159,6 +159,22 @@ function counterMap(k: KernelContext): Promise<Map<string, string>> {
   return k.nft.listIpv4ObjMap(k.table, COUNTER_MAP);
 }
 
+/**
+ * What every tunnel link gets: loose reverse-path filtering (clients' source addresses route out the upstream),
+ * and no IPv6 at all: the table is IPv4, so an origin's IPv6 through its GRE link would pass the isolation.
+ */
+export function tunnelLinkSysctls(netns: string | undefined, names: readonly string[]): void {
+  writeSysctls(
+    netns,
+    names.map((n) => [['net', 'ipv4', 'conf', n, 'rp_filter'], '2'] as const),
+  );
+  writeSysctls(
+    netns,
+    names.map((n) => [['net', 'ipv6', 'conf', n, 'disable_ipv6'], '1'] as const),
+    { skipMissing: true },
+  );
+}
+
 /** Lists fewer links than this one by one; more with one dump. */
 const LINK_GET_LIMIT = 16;
 
@@ -279,11 +295,7 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
       if (!l) throw new NetlinkError({ errno: 19, operation: `link ${c.name} vanished right after its creation` });
       index.set(c.name, l.index);
     }
-    // Loose reverse-path filtering on the tunnel link: clients' source addresses route out the upstream.
-    writeSysctls(
-      k.netns,
-      creates.map((c) => [['net', 'ipv4', 'conf', c.name, 'rp_filter'], '2'] as const),
-    );
+    tunnelLinkSysctls(k.netns, creates.map((c) => c.name));
   }
   const idx = (name: string): number => {
     const i = index.get(name);

@@ -124,6 +124,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(links().has(standinPeerName('tg-t1'))).toBe(true);
     expect(addrs('tg-t1')).toEqual(['100.64.0.5/30']);
     expect(edge.run('cat', '/proc/sys/net/ipv4/conf/tg-t1/rp_filter').trim()).toBe('2');
+    // The table is IPv4 only: IPv6 from an origin through its link would bypass the isolation, so the link has none.
+    expect(edge.run('cat', '/proc/sys/net/ipv6/conf/tg-t1/disable_ipv6').trim()).toBe('1');
     expect(mapElems('protected')).toEqual(new Map([['203.0.112.1', '100.64.0.6']]));
     expect(mapElems('tunnel_counters')).toEqual(new Map([['203.0.112.1', 'tg-t1']]));
     expect([...counters().keys()].sort()).toEqual(tunnelCounterNames(tun(1)).sort());
