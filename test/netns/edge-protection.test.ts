@@ -240,7 +240,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect(counted(ns.origin1, 'udp8080')).toBe(again);
   }, 120_000);
 
-  it('rate limit: a bounded flood reaches the origin at the limit (±10%), a second client is untouched and metered apart', async () => {
+  it('rate limit: a bounded flood reaches the origin at no more than the limit (+10%), a second client is untouched and metered apart', async () => {
     const before = await drops(T2);
     // 3,000 packets at a nominal 1,000/s from one address (over the limit however slow this host is), and
     // alongside it 10 from another address at 20/s (under it).
@@ -255,10 +255,13 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     const listing = ns.origin2.run('nft', 'list', 'table', 'ip', 'obs');
     const seconds = (expiresMs(listing, 'last') - expiresMs(listing, 'first')) / 1000;
     expect(seconds).toBeGreaterThan(0.5);
-    // limit rate over 100/second lets the bucket's burst (5 packets) through at once, then 100 a second.
+    // limit rate over 100/second lets the bucket's burst (5 packets) through at once, then 100 a second: no
+    // more than the limit (+10%). Measured here at 95-100/s on a quiet host; a sender starved of CPU on a loaded
+    // one offers nothing for a while (the bucket then holds at most its burst), which can only lower the rate
+    // (82/s seen with the host's load at 10), so the lower bound only shows the limit is not far stricter.
     const rate = (passed - 5) / seconds;
-    expect(rate).toBeGreaterThanOrEqual(LIMIT * 0.9);
     expect(rate).toBeLessThanOrEqual(LIMIT * 1.1);
+    expect(rate).toBeGreaterThanOrEqual(LIMIT * 0.5);
     expect(counted(ns.origin2, 'calm')).toBe(10);
     // Each client address has its own meter element (P . client).
     const meter = ns.edge.run('nft', 'list', 'set', 'ip', T, `ratelimit_${LIMIT}`);
