@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { standinPeerName, type ChangeCounts } from '../agent/dataplane/index.ts';
 import { AGENT_LOADER, AGENT_NODE_FLAGS } from '../agent/bin/runtime.mjs';
 import { ROOT } from './lib/process.ts';
-import { rulesetNftText } from '../test/netns/ruleset-text.ts';
+import { rulesetNftText, tunnelsAddNftText, tunnelsDeleteNftText } from '../test/netns/ruleset-text.ts';
 import { BENCH_EDGE_IP, benchTunnel } from './lib/tunnels.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 10_000);
@@ -131,19 +131,12 @@ async function main(): Promise<void> {
       `link set ${t.tunnel_name} up`,
     ]);
     writeFileSync(join(dir, 'add.ip'), ipAdd.join('\n') + '\n');
-    const nftAdd = [
-      ...tunnels.map((t) => `add counter ip ${TABLE} ${t.tunnel_name}`),
-      `add element ip ${TABLE} protected { ${tunnels.map((t) => `${t.protected_ip} : ${t.origin_inner.split('/')[0]}`).join(', ')} }`,
-      `add element ip ${TABLE} tunnel_counters { ${tunnels.map((t) => `${t.protected_ip} : "${t.tunnel_name}"`).join(', ')} }`,
-    ];
+    // The same kernel work as the agent's: each tunnel's six counters and its elements in every set (default policy).
+    const nftAdd = tunnelsAddNftText(TABLE, tunnels);
     writeFileSync(join(dir, 'add.nft'), nftAdd.join('\n') + '\n');
     const ipDel = tunnels.map((t) => `link del ${t.tunnel_name}`);
     writeFileSync(join(dir, 'del.ip'), ipDel.join('\n') + '\n');
-    const nftDel = [
-      `delete element ip ${TABLE} tunnel_counters { ${tunnels.map((t) => t.protected_ip).join(', ')} }`,
-      `delete element ip ${TABLE} protected { ${tunnels.map((t) => t.protected_ip).join(', ')} }`,
-      ...tunnels.map((t) => `delete counter ip ${TABLE} ${t.tunnel_name}`),
-    ];
+    const nftDel = tunnelsDeleteNftText(TABLE, tunnels);
     writeFileSync(join(dir, 'del.nft'), nftDel.join('\n') + '\n');
 
     const a1 = cli.timed('ip', '-batch', join(dir, 'add.ip'));

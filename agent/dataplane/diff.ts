@@ -1,6 +1,8 @@
 // Desired state against what the kernel has: a pure function from (desired tunnels, the agent's own
 // records, a view of the kernel) to a plan of link steps, one nftables batch and conntrack flushes.
 // No I/O here, so every decision (what is added, changed, left alone, never touched) is unit-testable.
+import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
+import { elementFromId, elementNeeds, sharedNeeds, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
 
 /** What identifies a tunnel link beyond its name (GRE: local, remote, ttl, key both ways). */
@@ -30,7 +32,17 @@ export interface KernelView {
   dnat: Map<string, string>;
   /** protected ip → counter name */
   counterMap: Map<string, string>;
+  /** Every named counter of the table (tunnels' traffic and drop counters). */
   counters: Set<string>;
+  /** Synproxy objects present (by name), and rate-limit chains present (by name): few, one per value in use. */
+  synproxies: Set<string>;
+  rateChains: Set<string>;
+  /**
+   * The elements of the tunnels' policy sets (policy.ts TUNNEL_SETS) by id. Read back whole only for a reconcile;
+   * undefined for an apply or remove, which then trusts the agent's records of the tunnel (no more reading than
+   * before policies existed) and deletes with add-then-delete, so a record the kernel lost cannot fail the batch.
+   */
+  elements?: Set<string>;
 }
 
 /** What the agent has recorded as its own (state file). `pending`: apply started, not confirmed. */
@@ -56,6 +68,16 @@ export interface NftChanges {
   addCounterMap: [string, string][];
   delCounters: string[];
   addCounters: string[];
+  /** Policy elements to add (idempotent: an identical element is no error) before `delElements` are deleted. */
+  ensureElements: PolicyElement[];
+  delElements: PolicyElement[];
+  addElements: PolicyElement[];
+  /** Synproxy objects by name to delete; MSS values to create one for. */
+  delSynproxies: string[];
+  addSynproxies: number[];
+  /** Rate-limit chains by name to delete; packet rates to create one for. */
+  delRateLimits: string[];
+  addRateLimits: number[];
 }
 
 export interface Plan {
@@ -91,7 +113,13 @@ function sameParams(a: LinkParams, b: LinkParams): boolean {
   return a.local === b.local && a.remote === b.remote && a.ttl === b.ttl && a.key === b.key;
 }
 
+/** Same tunnel including its policy (specs are normalised: a default policy is no policy). */
 function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
+  return sameTunnel(a, b) && JSON.stringify(a.policy ?? null) === JSON.stringify(b.policy ?? null);
+}
+
+/** Same link, addresses and mapping: a change of policy alone keeps the tunnel's connections (no conntrack flush). */
+function sameTunnel(a: TunnelSpec, b: TunnelSpec): boolean {
   return (
     a.id === b.id &&
     a.tunnel_name === b.tunnel_name &&
@@ -167,7 +195,25 @@ export function diff(input: DiffInput): Plan {
   const actions = new Map<string, TunnelAction>();
   const linkSteps: LinkStep[] = [];
   const linkDeletes: string[] = [];
-  const nft: NftChanges = { delDnat: [], addDnat: [], delCounterMap: [], addCounterMap: [], delCounters: [], addCounters: [] };
+  const nft: NftChanges = {
+    delDnat: [],
+    addDnat: [],
+    delCounterMap: [],
+    addCounterMap: [],
+    delCounters: [],
+    addCounters: [],
+    ensureElements: [],
+    delElements: [],
+    addElements: [],
+    delSynproxies: [],
+    addSynproxies: [],
+    delRateLimits: [],
+    addRateLimits: [],
+  };
+  const addEls = new Map<string, PolicyElement>();
+  /** Each desired tunnel's elements, built once (a reconcile of 10,000 tunnels would build them twice). */
+  const elementsOf = new Map<string, PolicyElement[]>();
+  const delEls = new Map<string, PolicyElement>();
   const flush = new Set<string>();
   const nextOwned = new Map(owned);
   const counts: ChangeCounts = { added: 0, changed: 0, removed: 0, unchanged: 0 };
@@ -195,7 +241,7 @@ export function diff(input: DiffInput): Plan {
     // The tunnel's previous identity, if it changed name or protected IP.
     if (prev && prev.spec.tunnel_name !== name && !claimedOtherwise(claimedNames, prev.spec.tunnel_name, t.id)) {
       if (view.links.has(prev.spec.tunnel_name)) linkDeletes.push(prev.spec.tunnel_name);
-      dropCounter(counterName(prev.spec));
+      for (const c of tunnelCounterNames(prev.spec)) dropCounter(c);
       touched = true;
     }
     if (prev && prev.spec.protected_ip !== t.protected_ip && !claimedOtherwise(claimedIps, prev.spec.protected_ip, t.id)) {
@@ -233,9 +279,12 @@ export function diff(input: DiffInput): Plan {
       mappingChanged = true;
     }
     const ctr = counterName(t);
-    if (!view.counters.has(ctr)) {
-      nft.addCounters.push(ctr);
+    let countersMissing = false;
+    for (const c of tunnelCounterNames(t)) {
+      if (view.counters.has(c)) continue;
+      nft.addCounters.push(c);
       touched = true;
+      countersMissing = true;
     }
     const curCtr = view.counterMap.get(t.protected_ip);
     if (curCtr !== ctr) {
@@ -244,11 +293,39 @@ export function diff(input: DiffInput): Plan {
       touched = true;
     }
 
+    // The isolation and policy elements: against the kernel's (reconcile) or the tunnel's own records (apply).
+    const wantEls = tunnelElements(t);
+    elementsOf.set(t.id, wantEls);
+    if (view.elements) {
+      for (const e of wantEls) {
+        if (view.elements.has(e.id)) continue;
+        addEls.set(e.id, e);
+        touched = true;
+      }
+    } else {
+      const had = prev ? tunnelElements(prev.spec) : [];
+      const wantIds = new Set(wantEls.map((e) => e.id));
+      const hadIds = new Set(had.map((e) => e.id));
+      for (const e of had) {
+        if (wantIds.has(e.id)) continue;
+        delEls.set(e.id, e);
+        touched = true;
+      }
+      // Unconfirmed records (pending) or a counter recreated (its map elements went with it): add every element.
+      const all = !prev || prev.pending === true || countersMissing;
+      for (const e of wantEls) {
+        if (!all && hadIds.has(e.id)) continue;
+        addEls.set(e.id, e);
+        if (!hadIds.has(e.id)) touched = true;
+      }
+    }
+
     let action: TunnelAction;
     if (!prev || prev.pending) action = 'added';
     else if (touched || !sameSpec(prev.spec, t)) action = 'changed';
     else action = 'unchanged';
-    if (action === 'added' || mappingChanged || (prev && !sameSpec(prev.spec, t))) flush.add(t.protected_ip);
+    // A policy change alone keeps conntrack: an established connection on a port still allowed keeps working.
+    if (action === 'added' || mappingChanged || (prev && !sameTunnel(prev.spec, t))) flush.add(t.protected_ip);
     actions.set(t.id, action);
     counts[action]++;
     nextOwned.set(t.id, { spec: t });
@@ -261,8 +338,9 @@ export function diff(input: DiffInput): Plan {
     const s = o.spec;
     if (!claimedNames.has(s.tunnel_name)) {
       if (view.links.has(s.tunnel_name)) linkDeletes.push(s.tunnel_name);
-      dropCounter(counterName(s));
+      for (const c of tunnelCounterNames(s)) dropCounter(c);
     }
+    for (const e of tunnelElements(s)) if (!view.elements || view.elements.has(e.id)) delEls.set(e.id, e);
     if (!claimedIps.has(s.protected_ip)) {
       dropDnat(s.protected_ip);
       dropCounterMap(s.protected_ip);
@@ -288,13 +366,46 @@ export function diff(input: DiffInput): Plan {
   if (all) {
     for (const ip of view.dnat.keys()) if (!claimedIps.has(ip)) delDnat.add(ip);
     for (const ip of view.counterMap.keys()) if (!claimedIps.has(ip)) delCounterMap.add(ip);
-    const wantedCounters = new Set(desired.map(counterName));
+    const wantedCounters = new Set(desired.flatMap(tunnelCounterNames));
+    const wantedEls = new Set<string>();
+    for (const els of elementsOf.values()) for (const e of els) wantedEls.add(e.id);
     for (const id of keep) {
       const o = owned.get(id);
-      if (o) wantedCounters.add(counterName(o.spec));
+      if (!o) continue;
+      for (const c of tunnelCounterNames(o.spec)) wantedCounters.add(c);
+      for (const e of tunnelElements(o.spec)) wantedEls.add(e.id);
     }
     for (const c of view.counters) if (!wantedCounters.has(c)) delCounters.add(c);
+    for (const id of view.elements ?? []) if (!wantedEls.has(id)) delEls.set(id, elementFromId(id));
   }
+
+  // Elements: an element both deleted and wanted (another tunnel took it over) stays. Scoped deletes first add
+  // the element (see KernelView.elements), unless what it refers to is missing: then it cannot exist either.
+  for (const id of addEls.keys()) delEls.delete(id);
+  nft.addElements = [...addEls.values()];
+  nft.delElements = [...delEls.values()];
+  if (!view.elements) {
+    nft.delElements = nft.delElements.filter((e) => {
+      const n = elementNeeds(e);
+      return (n.counter === undefined || view.counters.has(n.counter)) && (n.synproxy === undefined || view.synproxies.has(n.synproxy)) && (n.chain === undefined || view.rateChains.has(n.chain));
+    });
+    nft.ensureElements = nft.delElements;
+  }
+
+  // Shared objects by value: created with their first user, deleted with their last (in this same batch).
+  const mss = new Set<number>();
+  const pps = new Set<number>();
+  for (const o of nextOwned.values()) {
+    const n = sharedNeeds(o.spec);
+    if (n.mss !== undefined) mss.add(n.mss);
+    if (n.pps !== undefined) pps.add(n.pps);
+  }
+  for (const m of mss) if (!view.synproxies.has(synproxyName(m))) nft.addSynproxies.push(m);
+  const wantedSyn = new Set([...mss].map(synproxyName));
+  nft.delSynproxies = [...view.synproxies].filter((n) => !wantedSyn.has(n));
+  for (const p of pps) if (!view.rateChains.has(rateLimitName(p))) nft.addRateLimits.push(p);
+  const wantedRate = new Set([...pps].map(rateLimitName));
+  nft.delRateLimits = [...view.rateChains].filter((n) => !wantedRate.has(n));
 
   nft.delDnat = [...delDnat];
   nft.delCounterMap = [...delCounterMap];
@@ -309,5 +420,19 @@ function claimedOtherwise(claims: ReadonlyMap<string, string>, key: string, id: 
 }
 
 export function nftChangeCount(n: NftChanges): number {
-  return n.delDnat.length + n.addDnat.length + n.delCounterMap.length + n.addCounterMap.length + n.delCounters.length + n.addCounters.length;
+  return (
+    n.delDnat.length +
+    n.addDnat.length +
+    n.delCounterMap.length +
+    n.addCounterMap.length +
+    n.delCounters.length +
+    n.addCounters.length +
+    n.ensureElements.length +
+    n.delElements.length +
+    n.addElements.length +
+    n.delSynproxies.length +
+    n.addSynproxies.length +
+    n.delRateLimits.length +
+    n.addRateLimits.length
+  );
 }

@@ -10,10 +10,12 @@ import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { PlanConflict, checkDesired, diff, ipOf, type OwnedTunnel } from './diff.ts';
-import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, type KernelContext } from './kernel.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, tunnelLinkSysctls, type KernelContext } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
+import { dropCounterName, tunnelCounterNames } from './policy.ts';
+import { DROP_REASONS, type DropReason } from '../netlink/ruleset.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
 import { SerialQueue } from '../housekeeping/serial-queue.ts';
@@ -25,6 +27,8 @@ export { KernelError } from './types.ts';
 export type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelFailure, TunnelRef, TunnelSpec } from './types.ts';
 export type { LinkKind } from './links.ts';
 export { standinPeerName } from './links.ts';
+export { tunnelCounterNames, dropCounterName } from './policy.ts';
+export { DROP_REASONS, type DropReason } from '../netlink/ruleset.ts';
 
 export interface DataplaneOptions {
   /** This router's GRE underlay address (AGENT_EDGE_IP): every tunnel's edge_ip must be this. */
@@ -53,6 +57,11 @@ export interface DataplaneHandle extends Dataplane {
   readonly table: 'created' | 'present' | 'rebuilt';
   /** The tunnels the agent has on record. */
   tunnels(): TunnelSpec[];
+  /**
+   * Packets of this tunnel dropped so far, per reason (docs/CONTRACTS.md "Dataplane"): one GET per reason of
+   * the tunnel's own named counters, never a read of the whole table. A missing counter reads 0.
+   */
+  dropped(tunnel: Pick<TunnelSpec, 'tunnel_name'>): Promise<Record<DropReason, number>>;
   /** The last desired state the gateway gave this node (what restore() brings back). */
   desiredTunnels(): TunnelSpec[];
   /**
@@ -97,13 +106,21 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       driver: linkDriver(opts.linkKind ?? 'gre'),
       netns,
     };
-    // Forwarding on; loose rp_filter on the links we own (new ones get it when created).
+    // Forwarding on; loose rp_filter and no IPv6 on the links we own (new ones get them when created).
     writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);
     // The table first: after a reboot it is gone, and reading the links back reads its maps too.
     const table = await ensureTable(k);
+    // The SYN proxy's prerequisites (STACK.md), once the table's ct expressions loaded conntrack: a mid-stream
+    // packet without a connection is invalid (not picked up as established), and the proxy's cookies and
+    // timestamps are on. Conntrack's sysctls exist only once it is loaded, hence after the table.
+    writeSysctls(netns, [
+      [['net', 'netfilter', 'nf_conntrack_tcp_loose'], '0'],
+      [['net', 'ipv4', 'tcp_syncookies'], '1'],
+      [['net', 'ipv4', 'tcp_timestamps'], '1'],
+    ]);
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
     const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
-    if (present) writeSysctls(netns, [...present.links.keys()].map((n) => [['net', 'ipv4', 'conf', n, 'rp_filter'], '2'] as const));
+    if (present) tunnelLinkSysctls(netns, [...present.links.keys()]);
     log('dataplane.start', { table: opts.nftTable, tableState: table, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
     return new EdgeDataplane(k, state, desired, opts, table, log, ct);
   } catch (e) {
@@ -168,7 +185,12 @@ class EdgeDataplane implements DataplaneHandle {
     for (const o of owned.values()) if (scope === 'all' || scope.has(o.spec.id)) names.add(o.spec.tunnel_name);
     for (const t of desired) names.add(t.tunnel_name);
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
-    const view = await readView(this.k, [...names], owned);
+    // A scoped change reads only its own tunnels' counters (now and as recorded: a rename drops the old ones).
+    const counterNames =
+      scope === 'all'
+        ? undefined
+        : [...desired.flatMap(tunnelCounterNames), ...[...owned.values()].filter((o) => scope.has(o.spec.id)).flatMap((o) => tunnelCounterNames(o.spec))];
+    const view = await readView(this.k, [...names], owned, scope === 'all', counterNames);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const mem = phases('operation', names.size);
@@ -320,6 +342,15 @@ class EdgeDataplane implements DataplaneHandle {
 
   tunnels(): TunnelSpec[] {
     return [...this.state.tunnels.values()].map((o) => o.spec);
+  }
+
+  async dropped(tunnel: Pick<TunnelSpec, 'tunnel_name'>): Promise<Record<DropReason, number>> {
+    try {
+      const counts = await Promise.all(DROP_REASONS.map((r) => this.k.nft.getCounter(this.k.table, dropCounterName(tunnel, r))));
+      return Object.fromEntries(DROP_REASONS.map((r, i) => [r, Number(counts[i]?.packets ?? 0n)])) as Record<DropReason, number>;
+    } catch (e) {
+      throw kernelError('dropped', e);
+    }
   }
 
   async close(): Promise<void> {

@@ -1,8 +1,9 @@
 // The kernel side of the dataplane: reading back what is there (links, addresses, map elements, counters)
 // into a KernelView, building the agent's table once, and carrying out a Plan through our netlink client.
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
-import { NFPROTO_IPV4 } from '../netlink/nftables/index.ts';
-import { RULESET_DEFAULTS } from '../netlink/ruleset.ts';
+import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
+import { POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
+import { TUNNEL_SETS, elementId, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import type { Conntrack } from './conntrack.ts';
 import { nftChangeCount, type KernelView, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
@@ -16,12 +17,83 @@ export const COUNTER_MAP = RULESET_DEFAULTS.counterMap;
 /** Links that loading ip_gre creates in every namespace: never ours, never looked at. */
 export const FALLBACK_TUNNEL_LINKS: ReadonlySet<string> = new Set(['gre0', 'gretap0', 'erspan0']);
 
-/** The rules of a correctly built table, per chain, as expression-name lists (what listRules decodes). */
+/**
+ * The rules of a correctly built table, per chain, as expression-name lists (what listRules decodes). The
+ * rate-limit chains (one per limit value in use) are the tunnels' and are left out of this comparison.
+ */
 export const EXPECTED_RULES = [
+  'fragdrop: payload bitwise cmp payload lookup payload objref immediate',
+  'synraw: meta cmp payload bitwise cmp payload lookup notrack',
   'count: payload objref',
+  'allow: ct bitwise cmp payload lookup payload objref immediate',
+  'allow: payload meta byteorder payload lookup ct cmp payload objref immediate',
+  'allow: payload lookup',
   'prerouting: meta lookup counter payload lookup nat',
+  'nat_out: meta cmp payload lookup nat',
   'forward: meta cmp meta cmp payload bitwise cmp rt byteorder exthdr',
+  'guard: ct bitwise cmp payload objref',
+  'guard: ct bitwise cmp payload objref immediate',
+  'guard: meta cmp immediate',
+  'guard: meta cmp ct bitwise cmp immediate',
+  'guard: ct bitwise cmp payload objref immediate',
+  'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup immediate',
+  'from_tunnel: meta objref immediate',
+  'from_tunnel: immediate',
+  'local_in: meta cmp immediate',
+  'local_in: payload objref immediate',
+  'tunnel_in: ct bitwise cmp meta payload lookup immediate',
+  'tunnel_in: meta objref immediate',
+  'tunnel_in: immediate',
 ];
+
+/** The policy sets' elements by id (a whole read: reconcile, and the rebuild of a tampered table). */
+async function readElements(k: KernelContext): Promise<Map<string, PolicyElement>> {
+  const out = new Map<string, PolicyElement>();
+  for (const set of TUNNEL_SETS) {
+    await k.nft.eachSetElement(k.table, set, (e) => {
+      const el = { key: Buffer.from(e.key), ...(e.keyEnd ? { keyEnd: Buffer.from(e.keyEnd) } : {}), ...(e.data ? { data: Buffer.from(e.data) } : {}), ...(e.objref !== undefined ? { objref: e.objref } : {}), ...(e.verdict ? { verdict: e.verdict } : {}) };
+      const id = elementId(set, el);
+      out.set(id, { set, el, id });
+    });
+  }
+  return out;
+}
+
+/** Which of these counters exist (one GET each), or, without a list, every counter name of the table. */
+async function listCounters(k: KernelContext, names: readonly string[] | undefined): Promise<Set<string>> {
+  if (!names) return k.nft.listCounterNames(k.table);
+  const unique = [...new Set(names)];
+  const found = await Promise.all(unique.map((n) => k.nft.getCounter(k.table, n)));
+  return new Set(unique.filter((_, i) => found[i] !== undefined));
+}
+
+/** The ids of the policy sets' elements (a reconcile's view: strings only, no object per element). */
+async function readElementIds(k: KernelContext): Promise<Set<string>> {
+  const out = new Set<string>();
+  for (const set of TUNNEL_SETS) await k.nft.eachSetElement(k.table, set, (e) => out.add(elementId(set, e)));
+  return out;
+}
+
+/** The synproxy objects and rate-limit chains present: one per distinct value in use, never per tunnel. */
+async function readShared(k: KernelContext): Promise<{ synproxies: Set<string>; rateChains: Set<string> }> {
+  const [synproxies, rules] = await Promise.all([k.nft.listObjectNames(k.table, NFT_OBJECT_SYNPROXY), k.nft.listRules(k.table)]);
+  const rateChains = new Set(rules.filter((r) => rateLimitOf(r.chain) !== undefined).map((r) => r.chain));
+  return { synproxies, rateChains };
+}
+
+/** Adds policy elements to the batch, one add per set. */
+function addPolicyElements(b: NftBatch, table: string, els: readonly PolicyElement[], op: 'add' | 'delete'): void {
+  const bySet = new Map<string, PolicyElement['el'][]>();
+  for (const e of els) {
+    let list = bySet.get(e.set);
+    if (!list) bySet.set(e.set, (list = []));
+    list.push(e.el);
+  }
+  for (const [set, elements] of bySet) {
+    if (op === 'add') b.addElements({ table, set, elements });
+    else b.deleteElements({ table, set, elements });
+  }
+}
 
 export interface KernelContext {
   rtnl: Rtnl;
@@ -41,16 +113,21 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
   const tables = await k.nft.listTables();
   const exists = tables.some((t) => t.name === k.table && t.family === NFPROTO_IPV4);
   if (exists) {
-    const rules = (await k.nft.listRules(k.table)).map((r) => `${r.chain}: ${r.exprs.join(' ')}`);
+    const rules = (await k.nft.listRules(k.table)).filter((r) => rateLimitOf(r.chain) === undefined).map((r) => `${r.chain}: ${r.exprs.join(' ')}`);
     if (rules.length === EXPECTED_RULES.length && rules.every((r, i) => r === EXPECTED_RULES[i])) return 'present';
   }
   const b = new NftBatch();
-  let elements: { dnat: Map<string, string>; ctrMap: Map<string, string>; counters: { name: string; bytes?: bigint; packets?: bigint }[] } | undefined;
+  let elements:
+    | { dnat: Map<string, string>; ctrMap: Map<string, string>; counters: { name: string; bytes?: bigint; packets?: bigint }[]; policy: Map<string, PolicyElement>; shared: { synproxies: Set<string>; rateChains: Set<string> } }
+    | undefined;
   if (exists) {
+    // A table of an older agent lacks some sets: what cannot be read is rebuilt by the next reconcile (restore).
     elements = {
       dnat: await k.nft.listIpv4Map(k.table, DNAT_MAP).catch(() => new Map<string, string>()),
       ctrMap: await counterMap(k).catch(() => new Map<string, string>()),
       counters: await k.nft.listCounters(k.table),
+      policy: await readElements(k).catch(() => new Map<string, PolicyElement>()),
+      shared: await readShared(k).catch(() => ({ synproxies: new Set<string>(), rateChains: new Set<string>() })),
     };
     b.deleteTable(k.table);
   }
@@ -61,6 +138,18 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
     const names = new Set(elements.counters.map((c) => c.name));
     const refs = [...elements.ctrMap].filter(([, n]) => names.has(n));
     if (refs.length) b.addElements({ table: k.table, set: COUNTER_MAP, elements: refs.map(([a, n]) => ipv4ObjElement(a, n)) });
+    const { synproxies, rateChains } = elements.shared;
+    for (const n of synproxies) {
+      const mss = synproxyMssOf(n);
+      if (mss !== undefined) addSynproxyObject(b, k.table, mss);
+    }
+    for (const c of rateChains) addRateLimitChain(b, k.table, rateLimitOf(c)!);
+    const keep = [...elements.policy.values()].filter((e) => {
+      const o = e.el.objref;
+      if (o !== undefined) return e.set === POLICY_SETS.synproxy ? synproxies.has(o) : names.has(o);
+      return e.el.verdict?.chain === undefined || rateChains.has(e.el.verdict.chain);
+    });
+    addPolicyElements(b, k.table, keep, 'add');
   }
   await k.nft.commit(b);
   return exists ? 'rebuilt' : 'created';
@@ -68,6 +157,22 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
 
 function counterMap(k: KernelContext): Promise<Map<string, string>> {
   return k.nft.listIpv4ObjMap(k.table, COUNTER_MAP);
+}
+
+/**
+ * What every tunnel link gets: loose reverse-path filtering (clients' source addresses route out the upstream),
+ * and no IPv6 at all: the table is IPv4, so an origin's IPv6 through its GRE link would pass the isolation.
+ */
+export function tunnelLinkSysctls(netns: string | undefined, names: readonly string[]): void {
+  writeSysctls(
+    netns,
+    names.map((n) => [['net', 'ipv4', 'conf', n, 'rp_filter'], '2'] as const),
+  );
+  writeSysctls(
+    netns,
+    names.map((n) => [['net', 'ipv6', 'conf', n, 'disable_ipv6'], '1'] as const),
+    { skipMissing: true },
+  );
 }
 
 /** Lists fewer links than this one by one; more with one dump. */
@@ -88,7 +193,21 @@ async function getLinks(k: KernelContext, names: readonly string[]): Promise<Map
 }
 
 /** What the kernel has for these link names (owned or wanted) and the whole of the agent's table. */
-export async function readView(k: KernelContext, names: readonly string[], owned: ReadonlyMap<string, OwnedTunnel>): Promise<KernelView> {
+/**
+ * `full`: also read every policy element back (a reconcile); otherwise only what a single-tunnel change read
+ * before policies existed, plus the synproxy objects and rate-limit chains (one per value in use).
+ */
+export async function readView(
+  k: KernelContext,
+  names: readonly string[],
+  owned: ReadonlyMap<string, OwnedTunnel>,
+  full = false,
+  /**
+   * The only counters the operation can touch (a scoped apply or remove: its tunnels' own, six each): read one
+   * by one, by name, instead of listing every counter of the table (six per tunnel since drop counters).
+   */
+  counterNames?: readonly string[],
+): Promise<KernelView> {
   const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
   // Names, strings and Sets only: at 10,000 tunnels every decoded object per element is megabytes of heap.
   // A large read goes one dump at a time with a collection after each (housekeeping/memory.ts): the four
@@ -104,11 +223,14 @@ export async function readView(k: KernelContext, names: readonly string[], owned
     mem.between();
     ctrMap = await counterMap(k);
     mem.between();
-    counters = await k.nft.listCounterNames(k.table);
+    counters = await listCounters(k, counterNames);
     mem.between();
   } else {
-    [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounterNames(k.table)]);
+    [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), listCounters(k, counterNames)]);
   }
+  const shared = await readShared(k);
+  const policy = full ? await readElementIds(k) : undefined;
+  mem.between();
   const addrs = new Map<number, string[]>();
   if (links.size > 0) {
     const indexes = new Set([...links.values()].map((l) => l.index));
@@ -120,7 +242,7 @@ export async function readView(k: KernelContext, names: readonly string[], owned
     }
   }
   mem.between();
-  const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters };
+  const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters, ...shared, ...(policy ? { elements: policy } : {}) };
   for (const l of links.values()) {
     const o: ObservedLink = { name: l.name, index: l.index, up: l.up, mtu: l.mtu ?? 0, addresses: addrs.get(l.index) ?? [] };
     const p = k.driver.params(l, recordedByName.get(l.name));
@@ -173,11 +295,7 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
       if (!l) throw new NetlinkError({ errno: 19, operation: `link ${c.name} vanished right after its creation` });
       index.set(c.name, l.index);
     }
-    // Loose reverse-path filtering on the tunnel link: clients' source addresses route out the upstream.
-    writeSysctls(
-      k.netns,
-      creates.map((c) => [['net', 'ipv4', 'conf', c.name, 'rp_filter'], '2'] as const),
-    );
+    tunnelLinkSysctls(k.netns, creates.map((c) => c.name));
   }
   const idx = (name: string): number => {
     const i = index.get(name);
@@ -201,12 +319,21 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   const n = plan.nft;
   const b = new NftBatch();
   const t = k.table;
+  // Policy elements a scoped change deletes are added first (no error when present), so the delete cannot fail.
+  addPolicyElements(b, t, n.ensureElements, 'add');
   if (n.delCounterMap.length) b.deleteElements({ table: t, set: COUNTER_MAP, elements: n.delCounterMap.map((a) => ipv4ObjElement(a, '')) });
   if (n.delDnat.length) b.deleteElements({ table: t, set: DNAT_MAP, elements: n.delDnat.map((a) => ipv4MapElement(a, '0.0.0.0')) });
+  addPolicyElements(b, t, n.delElements, 'delete');
+  // What the deleted elements referred to goes after them; what added elements refer to comes before them.
+  for (const c of n.delRateLimits) deleteRateLimitChain(b, t, c);
+  for (const s of n.delSynproxies) b.deleteSynproxy(t, s);
   for (const c of n.delCounters) b.deleteCounter(t, c);
   for (const c of n.addCounters) b.addCounter({ table: t, name: c });
+  for (const m of n.addSynproxies) addSynproxyObject(b, t, m);
+  for (const p of n.addRateLimits) addRateLimitChain(b, t, p);
   if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
   if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
+  addPolicyElements(b, t, n.addElements, 'add');
   await k.nft.commit(b);
   nftMem.between();
 

@@ -1,7 +1,7 @@
 // Running a few synchronous system calls inside the agent's network namespace: opening a raw socket,
 // writing /proc/sys/net/... (sysctl files resolve against the netns of the thread that opens them).
 // Production runs the agent in the host namespace and never switches; tests pass a namespace.
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, openSync, writeSync } from 'node:fs';
 import koffi from 'koffi';
 
 const CLONE_NEWNET = 0x40000000;
@@ -47,11 +47,16 @@ export function inNetns<T>(netns: string | undefined, fn: () => T): T {
   }
 }
 
-/** Writes /proc/sys/<path> (e.g. ['net','ipv4','ip_forward']) for each entry, in the namespace. */
-export function writeSysctls(netns: string | undefined, entries: readonly (readonly [readonly string[], string])[]): void {
+/**
+ * Writes /proc/sys/<path> (e.g. ['net','ipv4','ip_forward']) for each entry, in the namespace. `skipMissing`:
+ * a setting this kernel does not have (IPv6 disabled at boot: no net/ipv6) is left alone instead of failing.
+ */
+export function writeSysctls(netns: string | undefined, entries: readonly (readonly [readonly string[], string])[], opts: { skipMissing?: boolean } = {}): void {
   inNetns(netns, () => {
     for (const [path, value] of entries) {
-      const fd = openSync(`/proc/sys/${path.join('/')}`, 'w');
+      const file = `/proc/sys/${path.join('/')}`;
+      if (opts.skipMissing && !existsSync(file)) continue;
+      const fd = openSync(file, 'w');
       try {
         writeSync(fd, `${value}\n`);
       } finally {

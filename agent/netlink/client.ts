@@ -292,10 +292,15 @@ export class Nft extends Client {
   }
 
   /** The names of a table's named counters, without their values. */
-  async listCounterNames(table: string, family = nft.NFPROTO_IPV4): Promise<Set<string>> {
+  listCounterNames(table: string, family = nft.NFPROTO_IPV4): Promise<Set<string>> {
+    return this.listObjectNames(table, nft.NFT_OBJECT_COUNTER, family);
+  }
+
+  /** The names of a table's named objects of one type (the kernel sends only that type). */
+  async listObjectNames(table: string, objType: number, family = nft.NFPROTO_IPV4): Promise<Set<string>> {
     const out = new Set<string>();
     const type = nft.nftType(nft.NFT_MSG_NEWOBJ);
-    await this.dumpEach((s) => nft.encodeGetObjects(table, s, { type: nft.NFT_OBJECT_COUNTER, family }), `list counters ${table}`, nft.nftType(nft.NFT_MSG_GETOBJ), (m) => {
+    await this.dumpEach((s) => nft.encodeGetObjects(table, s, { type: objType, family }), `list objects ${table}`, nft.nftType(nft.NFT_MSG_GETOBJ), (m) => {
       if (m.type !== type) return;
       const o = nft.decodeObjectName(m);
       if (o.table === table) out.add(o.name);
@@ -313,6 +318,26 @@ export class Nft extends Client {
       if (o.table === table) out.push(o);
     });
     return out;
+  }
+
+  /** One named counter (a single GET, not a dump of the table's counters); undefined when it does not exist. */
+  async getCounter(table: string, name: string, family = nft.NFPROTO_IPV4): Promise<nft.DecodedCounter | undefined> {
+    try {
+      const msgs = await this.call((s) => nft.encodeGetObject(table, name, nft.NFT_OBJECT_COUNTER, s, family), `get counter ${table}/${name}`, nft.nftType(nft.NFT_MSG_GETOBJ));
+      const m = msgs.find((x) => x.type === nft.nftType(nft.NFT_MSG_NEWOBJ));
+      return m ? nft.decodeObject(m) : undefined;
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'ENOENT') return undefined;
+      throw e;
+    }
+  }
+
+  /** Every element of a set, each visited as a view valid only during the call (see eachSetElementView). */
+  async eachSetElement(table: string, set: string, visit: (e: nft.ElementView) => void, family = nft.NFPROTO_IPV4): Promise<void> {
+    const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
+    await this.dumpEach((s) => nft.encodeGetSetElements(table, set, s, family), `list set ${table}/${set}`, nft.nftType(nft.NFT_MSG_GETSETELEM), (m) => {
+      if (m.type === type) nft.eachSetElementView(m, visit);
+    });
   }
 
   async listRules(table: string, family = nft.NFPROTO_IPV4): Promise<nft.DecodedRule[]> {

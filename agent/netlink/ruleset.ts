@@ -1,7 +1,40 @@
 // The agent's one nftables table (docs/CONTRACTS.md "Dataplane"), as a batch: built once, after which tunnels only add
-// and remove map elements and counters, never rules. Pure; the same messages, in the same order, that
+// and remove set and map elements and named objects, never rules (the rate-limit chains are per distinct limit
+// value, see addRateLimitChain). Pure; the same messages, in the same order, that
 // `nft -f` sends for the equivalent ruleset file (see test/fixtures/netlink/nft-setup.hex).
 import {
+  IFNAME_LEN,
+  IPS_DST_NAT,
+  IP_CT_DIR_ORIGINAL,
+  IP_CT_DIR_REPLY,
+  NFT_CT_DIRECTION,
+  NFT_CT_DST_IP,
+  NFT_CT_STATE,
+  NFT_CT_STATUS,
+  NFT_DATA_VERDICT,
+  NFT_JUMP,
+  NFT_LOOKUP_F_INV,
+  NFT_META_IIFNAME,
+  NFT_OBJECT_SYNPROXY,
+  NFT_REG32_00,
+  NFT_REG_VERDICT,
+  NFT_SET_CONCAT,
+  NFT_SET_EVAL,
+  NFT_SET_INTERVAL,
+  NFT_SET_TIMEOUT,
+  NFT_TYPE_IFNAME,
+  NFT_TYPE_INET_SERVICE,
+  NF_CT_STATE_ESTABLISHED,
+  NF_CT_STATE_INVALID,
+  NF_CT_STATE_RELATED,
+  NF_CT_STATE_UNTRACKED,
+  NF_DROP,
+  concatSetUserdata,
+  concatType,
+  ifnameObjMapUserdata,
+  ipv4SetUserdata,
+  vmapUserdata,
+  type Expr,
   IPPROTO_TCP,
   IPPROTO_UDP,
   NFPROTO_IPV4,
@@ -34,6 +67,7 @@ import {
   mapUserdata,
   objMapUserdata,
   type NftBatch,
+  type SetSpec,
 } from './nftables/index.ts';
 
 export interface RulesetOptions {
@@ -46,7 +80,7 @@ export interface RulesetOptions {
   /** The filter chain (prerouting hook, before DNAT) that counts every packet to a protected IP. */
   countChain?: string;
   forwardChain?: string;
-  /** MSS clamp applies to packets leaving through links whose name starts with this. */
+  /** Tunnel links' names start with this: the MSS clamp and the isolation rules match it. */
   ifnamePrefix: string;
   /** Named counters to create with the table (normally none: tunnels add their own). */
   counters?: readonly string[];
@@ -54,26 +88,149 @@ export interface RulesetOptions {
 
 export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', countChain: 'count', preroutingChain: 'prerouting', forwardChain: 'forward' } as const;
 
-// Byte offsets in the headers the rules read: IPv4 destination address, TCP flags byte, MSS option value.
+/** Why a packet was dropped; each tunnel has one named counter per reason (docs/CONTRACTS.md "Dataplane"). */
+export const DROP_REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
+export type DropReason = (typeof DROP_REASONS)[number];
+
+/**
+ * The sets and maps of the isolation and the policy, every one keyed by protected IP P, or by tunnel link
+ * name N for traffic coming out of a tunnel. Tunnels add and remove elements; the rules never change.
+ */
+export const POLICY_SETS = {
+  /** N . O . P: replies from origin O through link N of connections DNAT-ed to P may leave the tunnel. */
+  replies: 'replies',
+  /** N . O: the agent's probe replies (to the edge itself) from origin O through link N. */
+  origins: 'origins',
+  /** P . tcp|udp . port-range: the allowlist (interval set). */
+  allowed: 'allowed',
+  /** P: fragments to P are dropped. */
+  fragments: 'fragments',
+  /** P: SYNs to P skip conntrack and meet the SYN proxy in forward. */
+  synproxied: 'synproxied',
+  /** P → synproxy object (one per MSS value in use, synproxyName). */
+  synproxy: 'syn_proxy',
+  /** P → jump to the rate-limit chain of its limit (rateLimitName). */
+  rateLimits: 'rate_limits',
+} as const;
+
+/** The object map reaching a tunnel's drop counter for a reason: keyed by N for `spoofed`, by P otherwise. */
+export const dropMap = (reason: DropReason): string => `drop_${reason}`;
+
+/** The chain and its meter set for one per-client limit value (packets per second). */
+export const rateLimitName = (pps: number): string => `ratelimit_${pps}`;
+/** The synproxy object for one MSS value. */
+export const synproxyName = (mss: number): string => `synproxy_${mss}`;
+
+/** The MSS of a synproxy object's name; undefined for any other name. */
+export function synproxyMssOf(name: string): number | undefined {
+  const m = /^synproxy_(\d+)$/.exec(name);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** The SYN proxy's window scale (STACK.md: the recipe proven on this kernel). */
+export const SYNPROXY_WSCALE = 7;
+/** Meter elements (one per client address and protected IP) expire this long after their last packet. */
+export const RATE_METER_TIMEOUT_MS = 60_000;
+/** At most this many client addresses per limit value are metered at once (a full meter adds no new client: it passes). */
+export const RATE_METER_SIZE = 65_535;
+
+// Chain names. `fwd`, `frag`, `raw`, `policy`, `input` and `output` are nft keywords: a file using them does not parse,
+// and the text twin (test/netns/ruleset-text.ts) must stay loadable with `nft -f`.
+export const CHAINS = {
+  fragments: 'fragdrop',
+  synraw: 'synraw',
+  allow: 'allow',
+  natOut: 'nat_out',
+  guard: 'guard',
+  fromTunnel: 'from_tunnel',
+  localIn: 'local_in',
+  tunnelIn: 'tunnel_in',
+} as const;
+
+// Hook priorities: before defragmentation (-400), raw (-300), after conntrack (-200) and our count (mangle,
+// -150) but before DNAT (-100), and filter (0).
+export const PRIO_BEFORE_DEFRAG = -450;
+export const PRIO_RAW = -300;
+export const PRIO_ALLOW = -140;
+export const PRIO_FILTER = 0;
+const NF_INET_LOCAL_IN = 1;
+const NF_INET_LOCAL_OUT = 3;
+
+// Byte offsets in the headers the rules read.
+const IPV4_FRAG_OFF_OFFSET = 6;
+const IPV4_SADDR_OFFSET = 12;
 const IPV4_DADDR_OFFSET = 16;
+const TH_DPORT_OFFSET = 2;
 const TCP_FLAGS_OFFSET = 13;
 const TCPOPT_MAXSEG_VALUE_OFFSET = 2;
+/** IP_MF | IP_OFFSET: any fragment, first or later. */
+const IPV4_FRAG_MASK = Uint8Array.of(0x3f, 0xff);
+/** fin|syn|rst|ack: of these, only syn set is a connection's first packet. */
+const TCP_FLAGS_FSRA = 0x17;
+
+// 32-bit registers of the concatenations (nft's own choice, kept for byte equality): a 16-byte ifname fills
+// NFT_REG_1 (32-bit registers 0-3), the next field starts at NFT_REG_2 (4-7).
+const NFT_REG_2 = 2;
+const REG32 = (n: number): number => NFT_REG32_00 + n;
+
+const hostU32 = (v: number): Uint8Array => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(v);
+  return b;
+};
+const daddr = (dreg = NFT_REG_1): Expr => expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_DADDR_OFFSET, 4, dreg);
+const saddr = (dreg = NFT_REG_1): Expr => expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_SADDR_OFFSET, 4, dreg);
+const drop = (): Expr => expr.immediateVerdict(NF_DROP);
+const accept = (): Expr => expr.immediateVerdict(NF_ACCEPT);
+/** `ct state a,b`: the packet's state bit is one of these (a flag test nft derives itself: no explicit op). */
+const ctStateIn = (bits: number): Expr[] => [expr.ct(NFT_CT_STATE), expr.bitwise(4, hostU32(bits), hostU32(0)), expr.cmp(NFT_CMP_NEQ, hostU32(0))];
+/** `ct status & dnat == 0` (or `!= 0`). */
+const ctDnat = (op: number): Expr[] => [expr.ct(NFT_CT_STATUS), expr.bitwise(4, hostU32(IPS_DST_NAT), hostU32(0), NFT_REG_1, NFT_REG_1, true), expr.cmp(op, hostU32(0))];
+/** `counter name KEY map @drop_<reason> drop`: a key missing from the map ends the rule (no count, no drop). */
+const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): Expr[] => [key, expr.objrefMap({ name: dropMap(reason), id: ids.get(dropMap(reason)) }), drop()];
 
 /**
  * table ip T {
- *   map protected { type ipv4_addr : ipv4_addr }
- *   map tunnel_counters { type ipv4_addr : counter }
- *   chain count { type filter hook prerouting priority mangle; policy accept;
+ *   (maps and sets: see POLICY_SETS, dropMap, and docs/CONTRACTS.md "Dataplane")
+ *   chain fragdrop { type filter hook prerouting priority -450;
+ *     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop }
+ *   chain synraw { type filter hook prerouting priority raw;
+ *     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack }
+ *   chain count { type filter hook prerouting priority mangle;
  *     counter name ip daddr map @tunnel_counters }
- *   chain prerouting { type nat hook prerouting priority dstnat; policy accept;
+ *   chain allow { type filter hook prerouting priority -140;
+ *     ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
+ *     ip daddr . meta l4proto . th dport != @allowed ct state != related counter name ip daddr map @drop_not_allowed drop
+ *     ip daddr vmap @rate_limits }
+ *   chain prerouting { type nat hook prerouting priority dstnat;
  *     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected }
- *   chain forward { type filter hook forward priority mangle; policy accept;
+ *   chain nat_out { type nat hook output priority -100;
+ *     meta l4proto tcp dnat to ip daddr map @protected }
+ *   chain forward { type filter hook forward priority mangle;
  *     oifname "PREFIX*" tcp flags syn tcp option maxseg size set rt mtu }
+ *   chain guard { type filter hook forward priority filter;
+ *     ct state invalid,untracked synproxy name ip daddr map @syn_proxy
+ *     ct state invalid counter name ip daddr map @drop_invalid drop
+ *     iifname "PREFIX*" jump from_tunnel
+ *     oifname "PREFIX*" ct status & dnat == 0 drop
+ *     ct status & dnat == 0 counter name ip daddr map @drop_invalid drop }
+ *   chain from_tunnel {
+ *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
+ *     counter name iifname map @drop_spoofed drop
+ *     drop }
+ *   chain local_in { type filter hook input priority filter;
+ *     iifname "PREFIX*" jump tunnel_in
+ *     counter name ip daddr map @drop_invalid drop }
+ *   chain tunnel_in {
+ *     ct state established,related iifname . ip saddr @origins accept
+ *     counter name iifname map @drop_spoofed drop
+ *     drop }
  * }
  * The per-tunnel counter sits in a filter chain of its own: a nat chain sees only the first packet of
  * each connection, a filter chain sees every packet, and at mangle priority (-150) it runs before DNAT
  * (-100), while `ip daddr` is still the protected IP. Its own chain and rule also mean an object-map miss
  * (which ends the rule it is in) never costs a tunnel its NAT. Client-to-origin direction only.
+ * Why each of the other rules is there, and why where it is: docs/CONTRACTS.md "Dataplane".
  */
 export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const dnatMap = o.dnatMap ?? RULESET_DEFAULTS.dnatMap;
@@ -82,15 +239,82 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const count = o.countChain ?? RULESET_DEFAULTS.countChain;
   const fwd = o.forwardChain ?? RULESET_DEFAULTS.forwardChain;
   const t = o.table;
+  const prefix = Buffer.from(o.ifnamePrefix, 'utf8');
   b.addTable(t);
-  b.addChain({ table: t, name: count, type: 'filter', hook: NF_INET_PRE_ROUTING, priority: NF_IP_PRI_MANGLE, policy: NF_ACCEPT });
-  b.addChain({ table: t, name: pre, type: 'nat', hook: NF_INET_PRE_ROUTING, priority: NF_IP_PRI_NAT_DST, policy: NF_ACCEPT });
-  b.addChain({ table: t, name: fwd, type: 'filter', hook: NF_INET_FORWARD, priority: NF_IP_PRI_MANGLE, policy: NF_ACCEPT });
+  const base = (name: string, type: string, hook: number, priority: number): void => void b.addChain({ table: t, name, type, hook, priority, policy: NF_ACCEPT });
+  base(CHAINS.fragments, 'filter', NF_INET_PRE_ROUTING, PRIO_BEFORE_DEFRAG);
+  base(CHAINS.synraw, 'filter', NF_INET_PRE_ROUTING, PRIO_RAW);
+  base(count, 'filter', NF_INET_PRE_ROUTING, NF_IP_PRI_MANGLE);
+  base(CHAINS.allow, 'filter', NF_INET_PRE_ROUTING, PRIO_ALLOW);
+  base(pre, 'nat', NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST);
+  base(CHAINS.natOut, 'nat', NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST);
+  base(fwd, 'filter', NF_INET_FORWARD, NF_IP_PRI_MANGLE);
+  base(CHAINS.guard, 'filter', NF_INET_FORWARD, PRIO_FILTER);
+  b.addChain({ table: t, name: CHAINS.fromTunnel });
+  base(CHAINS.localIn, 'filter', NF_INET_LOCAL_IN, PRIO_FILTER);
+  b.addChain({ table: t, name: CHAINS.tunnelIn });
   for (const c of o.counters ?? []) b.addCounter({ table: t, name: c });
-  const mapId = b.addSet({ table: t, name: dnatMap, flags: NFT_SET_MAP, keyType: NFT_TYPE_IPADDR, keyLen: 4, dataType: NFT_TYPE_IPADDR, dataLen: 4, userdata: mapUserdata() });
-  const ctrId = b.addSet({ table: t, name: counterMap, flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IPADDR, keyLen: 4, objType: NFT_OBJECT_COUNTER, userdata: objMapUserdata() });
 
-  b.addRule({ table: t, chain: count, exprs: [expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_DADDR_OFFSET, 4), expr.objrefMap({ name: counterMap, id: ctrId })] });
+  const ids = new Map<string, number>();
+  const set = (s: Omit<SetSpec, 'table'>): number => {
+    const id = b.addSet({ table: t, ...s });
+    ids.set(s.name, id);
+    return id;
+  };
+  const ipv4ObjMap = (name: string, objType: number): number => set({ name, flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IPADDR, keyLen: 4, objType, userdata: objMapUserdata() });
+  const mapId = set({ name: dnatMap, flags: NFT_SET_MAP, keyType: NFT_TYPE_IPADDR, keyLen: 4, dataType: NFT_TYPE_IPADDR, dataLen: 4, userdata: mapUserdata() });
+  const ctrId = ipv4ObjMap(counterMap, NFT_OBJECT_COUNTER);
+  set({ name: POLICY_SETS.replies, flags: 0, keyType: concatType([NFT_TYPE_IFNAME, NFT_TYPE_IPADDR, NFT_TYPE_IPADDR]), keyLen: IFNAME_LEN + 8, userdata: concatSetUserdata() });
+  set({ name: POLICY_SETS.origins, flags: 0, keyType: concatType([NFT_TYPE_IFNAME, NFT_TYPE_IPADDR]), keyLen: IFNAME_LEN + 4, userdata: concatSetUserdata() });
+  set({
+    name: POLICY_SETS.allowed,
+    flags: NFT_SET_INTERVAL | NFT_SET_CONCAT,
+    keyType: concatType([NFT_TYPE_IPADDR, NFT_TYPE_INET_PROTOCOL, NFT_TYPE_INET_SERVICE]),
+    keyLen: 12,
+    descConcat: [4, 1, 2],
+    userdata: concatSetUserdata(),
+  });
+  set({ name: POLICY_SETS.fragments, flags: 0, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
+  set({ name: POLICY_SETS.synproxied, flags: 0, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
+  ipv4ObjMap(POLICY_SETS.synproxy, NFT_OBJECT_SYNPROXY);
+  set({ name: POLICY_SETS.rateLimits, flags: NFT_SET_MAP, keyType: NFT_TYPE_IPADDR, keyLen: 4, dataType: NFT_DATA_VERDICT, dataLen: 0, userdata: vmapUserdata() });
+  set({ name: dropMap('spoofed'), flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IFNAME, keyLen: IFNAME_LEN, objType: NFT_OBJECT_COUNTER, userdata: ifnameObjMapUserdata() });
+  for (const r of DROP_REASONS) if (r !== 'spoofed') ipv4ObjMap(dropMap(r), NFT_OBJECT_COUNTER);
+  const ref = (name: string): { name: string; id?: number } => ({ name, id: ids.get(name) });
+  const rule = (chain: string, exprs: Expr[]): void => void b.addRule({ table: t, chain, exprs });
+
+  rule(CHAINS.fragments, [
+    expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_FRAG_OFF_OFFSET, 2),
+    expr.bitwise(2, IPV4_FRAG_MASK, Uint8Array.of(0, 0), NFT_REG_1, NFT_REG_1, true),
+    expr.cmp(NFT_CMP_NEQ, Uint8Array.of(0, 0)),
+    daddr(),
+    expr.lookup(ref(POLICY_SETS.fragments)),
+    ...countedDrop('fragment', daddr(), ids),
+  ]);
+  rule(CHAINS.synraw, [
+    expr.meta(NFT_META_L4PROTO),
+    expr.cmp(NFT_CMP_EQ, Uint8Array.of(IPPROTO_TCP)),
+    expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TCP_FLAGS_OFFSET, 1),
+    expr.bitwise(1, Uint8Array.of(TCP_FLAGS_FSRA), Uint8Array.of(0), NFT_REG_1, NFT_REG_1, true),
+    expr.cmp(NFT_CMP_EQ, Uint8Array.of(TCP_FLAG_SYN)),
+    daddr(),
+    expr.lookup(ref(POLICY_SETS.synproxied)),
+    expr.notrack(),
+  ]);
+  rule(count, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId })]);
+  // Invalid packets to a syn-proxied IP are the proxy's to judge (the client's handshake ACK is invalid until then).
+  rule(CHAINS.allow, [...ctStateIn(NF_CT_STATE_INVALID), daddr(), expr.lookup(ref(POLICY_SETS.synproxied), NFT_REG_1, undefined, NFT_LOOKUP_F_INV), ...countedDrop('invalid', daddr(), ids)]);
+  rule(CHAINS.allow, [
+    daddr(),
+    expr.meta(NFT_META_L4PROTO, REG32(1)),
+    expr.byteorder(NFT_BYTEORDER_HTON, 1, 2, REG32(1), REG32(1)),
+    expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_DPORT_OFFSET, 2, REG32(2)),
+    expr.lookup(ref(POLICY_SETS.allowed), NFT_REG_1, undefined, NFT_LOOKUP_F_INV),
+    expr.ct(NFT_CT_STATE),
+    expr.cmp(NFT_CMP_NEQ, hostU32(NF_CT_STATE_RELATED)),
+    ...countedDrop('not_allowed', daddr(), ids),
+  ]);
+  rule(CHAINS.allow, [daddr(), expr.lookup(ref(POLICY_SETS.rateLimits), NFT_REG_1, NFT_REG_VERDICT)]);
 
   // `{ tcp, udp }` is an anonymous constant set; the kernel names it (__set0...) from the "%d" template.
   const anonId = b.addSet({
@@ -103,34 +327,96 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     userdata: l4protoSetUserdata(),
   });
   b.addElements({ table: t, set: '__set%d', setId: anonId, elements: [{ key: Uint8Array.of(IPPROTO_TCP) }, { key: Uint8Array.of(IPPROTO_UDP) }] });
-  b.addRule({
-    table: t,
-    chain: pre,
-    exprs: [
-      expr.meta(NFT_META_L4PROTO),
-      expr.lookup({ name: '__set%d', id: anonId }),
-      expr.counter(),
-      expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_DADDR_OFFSET, 4),
-      expr.lookup({ name: dnatMap, id: mapId }, NFT_REG_1, NFT_REG_1),
-      expr.nat(NFT_NAT_DNAT, NFPROTO_IPV4, NFT_REG_1),
-    ],
-  });
+  rule(pre, [
+    expr.meta(NFT_META_L4PROTO),
+    expr.lookup({ name: '__set%d', id: anonId }),
+    expr.counter(),
+    daddr(),
+    expr.lookup({ name: dnatMap, id: mapId }, NFT_REG_1, NFT_REG_1),
+    expr.nat(NFT_NAT_DNAT, NFPROTO_IPV4, NFT_REG_1),
+  ]);
+  // The SYN proxy sends the origin its SYN from the edge itself (STACK.md): without DNAT here it never arrives.
+  rule(CHAINS.natOut, [
+    expr.meta(NFT_META_L4PROTO),
+    expr.cmp(NFT_CMP_EQ, Uint8Array.of(IPPROTO_TCP)),
+    daddr(),
+    expr.lookup({ name: dnatMap, id: mapId }, NFT_REG_1, NFT_REG_1),
+    expr.nat(NFT_NAT_DNAT, NFPROTO_IPV4, NFT_REG_1),
+  ]);
+  rule(fwd, [
+    expr.meta(NFT_META_OIFNAME),
+    // A wildcard name compares only the prefix bytes (no NUL), which is how nft encodes "tg-*".
+    expr.cmp(NFT_CMP_EQ, prefix),
+    expr.meta(NFT_META_L4PROTO),
+    expr.cmp(NFT_CMP_EQ, Uint8Array.of(IPPROTO_TCP)),
+    expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TCP_FLAGS_OFFSET, 1),
+    expr.bitwise(1, Uint8Array.of(TCP_FLAG_SYN), Uint8Array.of(0)),
+    expr.cmp(NFT_CMP_NEQ, Uint8Array.of(0)),
+    expr.rt(NFT_RT_TCPMSS),
+    expr.byteorder(NFT_BYTEORDER_HTON, 2, 2),
+    expr.exthdrTcpoptWrite(TCPOPT_MAXSEG, TCPOPT_MAXSEG_VALUE_OFFSET, 2),
+  ]);
+  rule(CHAINS.guard, [...ctStateIn(NF_CT_STATE_INVALID | NF_CT_STATE_UNTRACKED), daddr(), expr.objrefMap(ref(POLICY_SETS.synproxy))]);
+  rule(CHAINS.guard, [...ctStateIn(NF_CT_STATE_INVALID), ...countedDrop('invalid', daddr(), ids)]);
+  rule(CHAINS.guard, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.fromTunnel)]);
+  rule(CHAINS.guard, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), ...ctDnat(NFT_CMP_EQ), drop()]);
+  rule(CHAINS.guard, [...ctDnat(NFT_CMP_EQ), ...countedDrop('invalid', daddr(), ids)]);
+  rule(CHAINS.fromTunnel, [
+    expr.ct(NFT_CT_DIRECTION),
+    expr.cmp(NFT_CMP_EQ, Uint8Array.of(IP_CT_DIR_REPLY)),
+    ...ctDnat(NFT_CMP_NEQ),
+    expr.meta(NFT_META_IIFNAME),
+    saddr(NFT_REG_2),
+    expr.ct(NFT_CT_DST_IP, REG32(5), IP_CT_DIR_ORIGINAL),
+    expr.lookup(ref(POLICY_SETS.replies)),
+    accept(),
+  ]);
+  rule(CHAINS.fromTunnel, countedDrop('spoofed', expr.meta(NFT_META_IIFNAME), ids));
+  rule(CHAINS.fromTunnel, [drop()]);
+  rule(CHAINS.localIn, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.tunnelIn)]);
+  rule(CHAINS.localIn, countedDrop('invalid', daddr(), ids));
+  rule(CHAINS.tunnelIn, [...ctStateIn(NF_CT_STATE_ESTABLISHED | NF_CT_STATE_RELATED), expr.meta(NFT_META_IIFNAME), saddr(NFT_REG_2), expr.lookup(ref(POLICY_SETS.origins)), accept()]);
+  rule(CHAINS.tunnelIn, countedDrop('spoofed', expr.meta(NFT_META_IIFNAME), ids));
+  rule(CHAINS.tunnelIn, [drop()]);
+}
 
-  b.addRule({
-    table: t,
-    chain: fwd,
-    exprs: [
-      expr.meta(NFT_META_OIFNAME),
-      // A wildcard name compares only the prefix bytes (no NUL), which is how nft encodes "tg-*".
-      expr.cmp(NFT_CMP_EQ, Buffer.from(o.ifnamePrefix, 'utf8')),
-      expr.meta(NFT_META_L4PROTO),
-      expr.cmp(NFT_CMP_EQ, Uint8Array.of(IPPROTO_TCP)),
-      expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TCP_FLAGS_OFFSET, 1),
-      expr.bitwise(1, Uint8Array.of(TCP_FLAG_SYN), Uint8Array.of(0)),
-      expr.cmp(NFT_CMP_NEQ, Uint8Array.of(0)),
-      expr.rt(NFT_RT_TCPMSS),
-      expr.byteorder(NFT_BYTEORDER_HTON, 2, 2),
-      expr.exthdrTcpoptWrite(TCPOPT_MAXSEG, TCPOPT_MAXSEG_VALUE_OFFSET, 2),
-    ],
+/**
+ * The chain and meter of one per-client limit value, created when the first tunnel uses it:
+ *   set ratelimit_N { type ipv4_addr . ipv4_addr; size 65535; flags dynamic,timeout; timeout 1m; }
+ *   chain ratelimit_N { update @ratelimit_N { ip daddr . ip saddr limit rate over N/second } counter name ip daddr map @drop_rate_limited drop }
+ * A limit is a rule's, so tunnels with the same value share one chain (their meter elements are keyed by P and
+ * the client address, so they never share a budget): the rule count grows with distinct values, never with tunnels.
+ */
+export function addRateLimitChain(b: NftBatch, table: string, pps: number, opts: { dropMapId?: number } = {}): void {
+  const name = rateLimitName(pps);
+  const id = b.addSet({
+    table,
+    name,
+    flags: NFT_SET_TIMEOUT | NFT_SET_EVAL,
+    keyType: concatType([NFT_TYPE_IPADDR, NFT_TYPE_IPADDR]),
+    keyLen: 8,
+    descSize: RATE_METER_SIZE,
+    timeoutMs: RATE_METER_TIMEOUT_MS,
+    userdata: concatSetUserdata(),
   });
+  b.addChain({ table, name });
+  b.addRule({ table, chain: name, exprs: [daddr(), saddr(REG32(1)), expr.dynsetUpdateLimit({ name, id }, pps), daddr(), expr.objrefMap({ name: dropMap('rate_limited'), id: opts.dropMapId }), drop()] });
+}
+
+/** The packet rate of a rate-limit chain's name; undefined for any other name. */
+export function rateLimitOf(chain: string): number | undefined {
+  const m = /^ratelimit_(\d+)$/.exec(chain);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** Removes a rate-limit chain and its meter (after the batch removed every rate_limits element jumping to it). */
+export function deleteRateLimitChain(b: NftBatch, table: string, name: string): void {
+  b.flushChain(table, name);
+  b.deleteChain(table, name);
+  b.deleteSet(table, name);
+}
+
+/** The SYN proxy for one MSS value (tunnel MTU - 40: STACK.md, the proxy's MSS is the one the client uses). */
+export function addSynproxyObject(b: NftBatch, table: string, mss: number): void {
+  b.addSynproxy({ table, name: synproxyName(mss), mss, wscale: SYNPROXY_WSCALE });
 }

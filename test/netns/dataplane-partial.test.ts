@@ -65,6 +65,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a half-done ap
     expect(linkIndex('tg-p2')).toBeDefined();
     // Applying once more changes nothing: the repaired tunnel is whole.
     expect(await dp.apply(tun(2))).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1 });
+    // Tunnel 1 was restored by hand without its drop counters and isolation elements: its apply adds them, once.
+    expect(await dp.apply(tun(1))).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
     expect(await dp.apply(tun(1))).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1 });
   });
 });

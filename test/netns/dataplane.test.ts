@@ -5,9 +5,11 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KernelError, standinPeerName, type DataplaneHandle } from '../../agent/dataplane/index.ts';
+import { KernelError, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { STATE_FILE } from '../../agent/dataplane/state.ts';
 import { DataplaneEdge, NFT_TABLE as T, numberedTunnels } from './dataplane-edge.ts';
+import { EXPECTED_RULES } from '../../agent/dataplane/kernel.ts';
+import { tunnelCounterNames } from '../../agent/dataplane/policy.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 
@@ -85,7 +87,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
   it('start builds the table once, enables forwarding; no tunnel yet', () => {
     expect(dp.table).toBe('created');
     expect(edge.run('cat', '/proc/sys/net/ipv4/ip_forward').trim()).toBe('1');
-    expect(rules()).toHaveLength(3);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length);
     expect(ruleset().filter((o) => o.table).map((o) => o.table!.name)).toEqual([T]);
     expect(mapElems('protected').size).toBe(0);
   });
@@ -100,10 +102,12 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(links().has(standinPeerName('tg-t1'))).toBe(true);
     expect(addrs('tg-t1')).toEqual(['100.64.0.5/30']);
     expect(edge.run('cat', '/proc/sys/net/ipv4/conf/tg-t1/rp_filter').trim()).toBe('2');
+    // The table is IPv4 only: IPv6 from an origin through its link would bypass the isolation, so the link has none.
+    expect(edge.run('cat', '/proc/sys/net/ipv6/conf/tg-t1/disable_ipv6').trim()).toBe('1');
     expect(mapElems('protected')).toEqual(new Map([['203.0.112.1', '100.64.0.6']]));
     expect(mapElems('tunnel_counters')).toEqual(new Map([['203.0.112.1', 'tg-t1']]));
-    expect([...counters().keys()]).toEqual(['tg-t1']);
-    expect(rules()).toHaveLength(3);
+    expect([...counters().keys()].sort()).toEqual(tunnelCounterNames(tun(1)).sort());
+    expect(rules()).toHaveLength(EXPECTED_RULES.length);
     expect(await dp.has(t.id)).toBe(true);
   });
 
@@ -140,7 +144,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(counters().size).toBe(0);
     expect(await dp.has(tun(1).id)).toBe(false);
     expect(await dp.remove(tun(1))).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 0 });
-    expect(rules()).toHaveLength(3);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length);
   });
 
   it('refuses what it must not do, as KernelError, before touching the kernel', async () => {
@@ -170,7 +174,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(tgLinks()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
     expect([...mapElems('protected').keys()].sort()).toEqual(['203.0.112.1', '203.0.112.2', '203.0.112.4', '203.0.112.7']);
     expect(mapElems('protected').get('203.0.112.2')).toBe('100.64.0.10');
-    expect([...counters().keys()].sort()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
+    expect([...counters().keys()].sort()).toEqual([1, 2, 4, 7].flatMap((i) => tunnelCounterNames(tun(i))).sort());
     expect(await dp.reconcile([tun(1), tun(2, { origin_ip: '198.18.7.7', origin_inner: '100.64.0.10/30' }), tun(4), tun(7)])).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 4, failed: [] });
   });
 
@@ -214,12 +218,12 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     await dp.close();
     const handle = ruleset().find((o) => o.rule && (o.rule.chain as string) === 'forward')!.rule!.handle as number;
     edge.run('nft', 'delete', 'rule', 'ip', T, 'forward', 'handle', String(handle));
-    expect(rules()).toHaveLength(2);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length - 1);
     dp = await open();
     expect(dp.table).toBe('rebuilt');
-    expect(rules()).toHaveLength(3);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length);
     expect(mapElems('protected').size).toBe(4);
-    expect([...counters().keys()].sort()).toEqual(['tg-t1', 'tg-t2', 'tg-t4', 'tg-t7']);
+    expect([...counters().keys()].sort()).toEqual([1, 2, 4, 7].flatMap((i) => tunnelCounterNames(tun(i))).sort());
   });
 
   it('conntrack entries of a changed and of a removed protected IP are flushed, others kept', async () => {
@@ -242,16 +246,24 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(conntrackDst('203.0.112.1')).toBe(1);
   });
 
-  it('rule count is the same at 1 and at 1,000 tunnels', async () => {
+  it('rule count is the same at 1 and at 1,000 tunnels, policies included', async () => {
     expect(await dp.reconcile([tun(1)])).toMatchObject({ unchanged: 1, removed: 2 });
-    expect(rules()).toHaveLength(3);
-    const many = Array.from({ length: 1000 }, (_, i) => tun(i + 1));
+    expect(rules()).toHaveLength(EXPECTED_RULES.length);
+    // Every tunnel with a policy: its own port list, half of them syn-proxied, all with the same rate limit
+    // (the one rule a limit value adds), every third dropping fragments.
+    const policy = (i: number): TunnelSpec['policy'] => ({ ports: [[1000 + i, 1000 + i], [8000, 8100]], protocol: 'both', syn_proxy: i % 2 === 0, source_pps_limit: 5000, drop_fragments: i % 3 === 0 });
+    const many = Array.from({ length: 1000 }, (_, i) => tun(i + 1, { policy: policy(i + 1) }));
+    expect(await dp.reconcile([many[0]!])).toMatchObject({ changed: 1, failed: [] });
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + 1);
     expect(await dp.reconcile(many)).toEqual({ added: 999, changed: 0, removed: 0, unchanged: 1, failed: [] });
-    expect(rules()).toHaveLength(3);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + 1);
     expect(mapElems('protected').size).toBe(1000);
-    expect(counters().size).toBe(1000);
+    expect(counters().size).toBe(1000 * tunnelCounterNames(tun(1)).length);
     expect(tgLinks()).toHaveLength(1000);
     expect(await dp.reconcile(many)).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1000, failed: [] });
+    // One tunnel's policy changed alone: only its elements move.
+    expect(await dp.apply(tun(7, { policy: { ...policy(7)!, ports: '*' } }))).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    expect(await dp.reconcile(many)).toMatchObject({ changed: 1, unchanged: 999 });
   }, 120_000);
 
   it('links the agent did not create are never touched, even by a reconcile to nothing', async () => {
@@ -264,6 +276,6 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(links().has('foreignp')).toBe(true);
     expect(mapElems('protected').size).toBe(0);
     expect(counters().size).toBe(0);
-    expect(rules()).toHaveLength(3);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length);
   }, 120_000);
 });

@@ -1,6 +1,7 @@
 // Our nftables client against this machine's kernel, in a fresh network namespace, with `nft` as the oracle.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NetlinkError, Nft, NftBatch, NftBatchError, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../agent/netlink/client.ts';
+import { EXPECTED_RULES } from '../../agent/dataplane/kernel.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 
@@ -47,23 +48,32 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(text).toContain('counter name ip daddr map @tunnel_counters');
     expect(text).toContain('type filter hook forward priority mangle; policy accept;');
     expect(text).toContain('oifname "tg-*" tcp flags syn tcp option maxseg size set rt mtu');
+    expect(text).toContain('ip daddr . meta l4proto . th dport != @allowed ct state != related counter name ip daddr map @drop_not_allowed drop');
+    expect(text).toContain('ct direction reply ct status dnat iifname . ip saddr . ct original ip daddr @replies accept');
+    expect(text).toContain('ct state invalid,untracked synproxy name ip daddr map @syn_proxy');
     const json = listJson('ruleset').nftables;
-    expect(json.filter((o) => o.map).map((o) => o.map)).toEqual([
-      expect.objectContaining({ family: 'ip', name: 'protected', table: T, type: 'ipv4_addr', map: 'ipv4_addr' }),
-      expect.objectContaining({ family: 'ip', name: 'tunnel_counters', table: T, type: 'ipv4_addr', map: 'counter' }),
-    ]);
-    expect(json.filter((o) => o.chain).map((o) => o.chain)).toEqual([
-      // per-tunnel counters in a filter chain (every packet), before DNAT (the protected IP is still daddr)
-      expect.objectContaining({ name: 'count', type: 'filter', hook: 'prerouting', prio: -150, policy: 'accept' }),
-      expect.objectContaining({ name: 'prerouting', type: 'nat', hook: 'prerouting', prio: -100, policy: 'accept' }),
-      expect.objectContaining({ name: 'forward', type: 'filter', hook: 'forward', prio: -150, policy: 'accept' }),
-    ]);
-    expect(json.filter((o) => o.rule)).toHaveLength(3);
-    expect((await nft.listRules(T)).map((r) => r.exprs.join(' '))).toEqual([
-      'payload objref',
-      'meta lookup counter payload lookup nat',
-      'meta cmp meta cmp payload bitwise cmp rt byteorder exthdr',
-    ]);
+    expect(json.filter((o) => o.map).map((o) => o.map)).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ family: 'ip', name: 'protected', table: T, type: 'ipv4_addr', map: 'ipv4_addr' }),
+        expect.objectContaining({ family: 'ip', name: 'tunnel_counters', table: T, type: 'ipv4_addr', map: 'counter' }),
+        expect.objectContaining({ name: 'drop_spoofed', type: 'ifname', map: 'counter' }),
+        expect.objectContaining({ name: 'rate_limits', type: 'ipv4_addr', map: 'verdict' }),
+      ]),
+    );
+    expect(json.filter((o) => o.chain).map((o) => o.chain)).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ name: 'fragdrop', type: 'filter', hook: 'prerouting', prio: -450, policy: 'accept' }),
+        // per-tunnel counters in a filter chain (every packet), before DNAT (the protected IP is still daddr)
+        expect.objectContaining({ name: 'count', type: 'filter', hook: 'prerouting', prio: -150, policy: 'accept' }),
+        expect.objectContaining({ name: 'allow', type: 'filter', hook: 'prerouting', prio: -140, policy: 'accept' }),
+        expect.objectContaining({ name: 'prerouting', type: 'nat', hook: 'prerouting', prio: -100, policy: 'accept' }),
+        expect.objectContaining({ name: 'nat_out', type: 'nat', hook: 'output', prio: -100, policy: 'accept' }),
+        expect.objectContaining({ name: 'forward', type: 'filter', hook: 'forward', prio: -150, policy: 'accept' }),
+        expect.objectContaining({ name: 'guard', type: 'filter', hook: 'forward', prio: 0, policy: 'accept' }),
+      ]),
+    );
+    expect(json.filter((o) => o.rule)).toHaveLength(EXPECTED_RULES.length);
+    expect((await nft.listRules(T)).map((r) => `${r.chain}: ${r.exprs.join(' ')}`)).toEqual(EXPECTED_RULES);
   });
 
   it('1,000 tunnels (map element + named counter + counter-map element) in one batch, listed back', async () => {
@@ -91,7 +101,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(await nft.listCounterNames(T)).toEqual(new Set(counters.map((c) => c.name)));
     expect(listJson('counters', 'table', 'ip', T).nftables.filter((o) => o.counter)).toHaveLength(1000);
     // the rule count does not grow with tunnels
-    expect(await nft.listRules(T)).toHaveLength(3);
+    expect(await nft.listRules(T)).toHaveLength(EXPECTED_RULES.length);
   });
 
   it('changes 250 mappings atomically (delete + add in one batch)', async () => {
@@ -168,7 +178,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect((await nft.listIpv4Map(T, 'protected')).size).toBe(0);
     expect(mapElemsByNft().size).toBe(0);
     expect((await nft.listCounters(T)).map((c) => c.name)).toEqual(['gen-a']);
-    expect(await nft.listRules(T)).toHaveLength(3);
+    expect(await nft.listRules(T)).toHaveLength(EXPECTED_RULES.length);
   });
 
   it('10,000 elements in one batch (split under 64 KiB per message) round-trip', async () => {

@@ -6,10 +6,11 @@ import { writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Nft, NftBatch, addTunnelgateRuleset } from '../../agent/netlink/client.ts';
+import { Nft, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../agent/netlink/client.ts';
+import { tunnelCounterNames, tunnelElements } from '../../agent/dataplane/policy.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { isRoot, TestNetns } from './netns.ts';
-import { rulesetNftText } from './ruleset-text.ts';
+import { rulesetNftText, tunnelsAddNftText, tunnelsDeleteNftText } from './ruleset-text.ts';
 
 const T = 'tunnelgate';
 const PREFIX = 'tg-';
@@ -54,5 +55,28 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the nft -f twi
     const a = listed(ours);
     expect(a.length).toBeGreaterThan(5); // table, two maps, three chains, their rules
     expect(listed(theirs)).toEqual(a);
+  });
+
+  it("the text twin of tunnels' counters and elements (the benchmark's baseline) lists as the agent's own", async () => {
+    const tunnels = [1, 2, 3].map((i) => ({ tunnel_name: `tg-t${i}`, protected_ip: `203.0.113.${i}`, origin_inner: `100.64.0.${4 * i + 2}/30` }));
+    const nft = Nft.open({ netns: ours.path });
+    try {
+      const b = new NftBatch();
+      for (const t of tunnels) for (const c of tunnelCounterNames(t)) b.addCounter({ table: T, name: c });
+      b.addElements({ table: T, set: 'protected', elements: tunnels.map((t) => ipv4MapElement(t.protected_ip, t.origin_inner.split('/')[0]!)) });
+      b.addElements({ table: T, set: 'tunnel_counters', elements: tunnels.map((t) => ipv4ObjElement(t.protected_ip, t.tunnel_name)) });
+      const els = tunnels.flatMap((t) => tunnelElements({ ...t, id: '', origin_ip: '', edge_ip: '', edge_inner: '', mtu: 1476 }));
+      for (const set of new Set(els.map((e) => e.set))) b.addElements({ table: T, set, elements: els.filter((e) => e.set === set).map((e) => e.el) });
+      await nft.commit(b);
+    } finally {
+      nft.close();
+    }
+    const file = join(mkdtempSync(join(tmpdir(), 'tg-ruleset-')), 'tunnels.nft');
+    writeFileSync(file, tunnelsAddNftText(T, tunnels).join('\n') + '\n');
+    theirs.run('nft', '-f', file);
+    expect(listed(theirs)).toEqual(listed(ours));
+    writeFileSync(file, tunnelsDeleteNftText(T, tunnels).join('\n') + '\n');
+    theirs.run('nft', '-f', file);
+    expect(listed(theirs).length).toBeLessThan(listed(ours).length);
   });
 });

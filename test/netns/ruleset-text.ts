@@ -8,18 +8,137 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
   map tunnel_counters {
     type ipv4_addr : counter
   }
+  set replies {
+    type ifname . ipv4_addr . ipv4_addr
+  }
+  set origins {
+    type ifname . ipv4_addr
+  }
+  set allowed {
+    type ipv4_addr . inet_proto . inet_service
+    flags interval
+  }
+  set fragments {
+    type ipv4_addr
+  }
+  set synproxied {
+    type ipv4_addr
+  }
+  map syn_proxy {
+    type ipv4_addr : synproxy
+  }
+  map rate_limits {
+    type ipv4_addr : verdict
+  }
+  map drop_spoofed {
+    type ifname : counter
+  }
+  map drop_not_allowed {
+    type ipv4_addr : counter
+  }
+  map drop_rate_limited {
+    type ipv4_addr : counter
+  }
+  map drop_invalid {
+    type ipv4_addr : counter
+  }
+  map drop_fragment {
+    type ipv4_addr : counter
+  }
+  chain fragdrop {
+    type filter hook prerouting priority -450; policy accept;
+    ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
+  }
+  chain synraw {
+    type filter hook prerouting priority raw; policy accept;
+    tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack
+  }
   chain count {
     type filter hook prerouting priority mangle; policy accept;
     counter name ip daddr map @tunnel_counters
+  }
+  chain allow {
+    type filter hook prerouting priority -140; policy accept;
+    ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
+    ip daddr . meta l4proto . th dport != @allowed ct state != related counter name ip daddr map @drop_not_allowed drop
+    ip daddr vmap @rate_limits
   }
   chain prerouting {
     type nat hook prerouting priority dstnat; policy accept;
     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected
   }
+  chain nat_out {
+    type nat hook output priority -100; policy accept;
+    meta l4proto tcp dnat to ip daddr map @protected
+  }
   chain forward {
     type filter hook forward priority mangle; policy accept;
     oifname "${opts.ifnamePrefix}*" tcp flags syn tcp option maxseg size set rt mtu
   }
+  chain guard {
+    type filter hook forward priority filter; policy accept;
+    ct state invalid,untracked synproxy name ip daddr map @syn_proxy
+    ct state invalid counter name ip daddr map @drop_invalid drop
+    iifname "${opts.ifnamePrefix}*" jump from_tunnel
+    oifname "${opts.ifnamePrefix}*" ct status & dnat == 0 drop
+    ct status & dnat == 0 counter name ip daddr map @drop_invalid drop
+  }
+  chain from_tunnel {
+    ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
+    counter name iifname map @drop_spoofed drop
+    drop
+  }
+  chain local_in {
+    type filter hook input priority filter; policy accept;
+    iifname "${opts.ifnamePrefix}*" jump tunnel_in
+    counter name ip daddr map @drop_invalid drop
+  }
+  chain tunnel_in {
+    ct state established,related iifname . ip saddr @origins accept
+    counter name iifname map @drop_spoofed drop
+    drop
+  }
 }
 `;
+}
+
+/** What the agent's table holds for one tunnel with the default policy, as `nft -f` lines (the benchmark's baseline). */
+export interface TextTunnel {
+  tunnel_name: string;
+  protected_ip: string;
+  origin_inner: string;
+}
+const REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
+const BY_P = REASONS.filter((r) => r !== 'spoofed');
+
+/** Adds: the six counters of each tunnel, then the dnat and counter maps, isolation sets, allowlist and drop maps. */
+export function tunnelsAddNftText(table: string, ts: readonly TextTunnel[]): string[] {
+  const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
+  const el = (set: string, f: (t: TextTunnel) => string): string => `add element ip ${table} ${set} { ${ts.map(f).join(', ')} }`;
+  return [
+    ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`)].map((c) => `add counter ip ${table} ${c}`)),
+    el('protected', (t) => `${t.protected_ip} : ${O(t)}`),
+    el('tunnel_counters', (t) => `${t.protected_ip} : "${t.tunnel_name}"`),
+    el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
+    el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
+    el('allowed', (t) => `${t.protected_ip} . tcp . 0-65535, ${t.protected_ip} . udp . 0-65535`),
+    el('drop_spoofed', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.spoofed"`),
+    ...BY_P.map((r) => el(`drop_${r}`, (t) => `${t.protected_ip} : "${t.tunnel_name}.${r}"`)),
+  ];
+}
+
+/** The same, deleted: elements first, then the counters they referred to. */
+export function tunnelsDeleteNftText(table: string, ts: readonly TextTunnel[]): string[] {
+  const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
+  const el = (set: string, f: (t: TextTunnel) => string): string => `delete element ip ${table} ${set} { ${ts.map(f).join(', ')} }`;
+  return [
+    el('tunnel_counters', (t) => t.protected_ip),
+    el('protected', (t) => t.protected_ip),
+    el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
+    el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
+    el('allowed', (t) => `${t.protected_ip} . tcp . 0-65535, ${t.protected_ip} . udp . 0-65535`),
+    el('drop_spoofed', (t) => `"${t.tunnel_name}"`),
+    ...BY_P.map((r) => el(`drop_${r}`, (t) => t.protected_ip)),
+    ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`)].map((c) => `delete counter ip ${table} ${c}`)),
+  ];
 }

@@ -32,9 +32,11 @@ const plain: TunnelSpec = {
   origin_inner: '100.127.0.2/30',
   mtu: 1476,
 };
-// With a GRE key the header grows by 4 bytes: MTU 1472.
+// With a GRE key the header grows by 4 bytes: MTU 1472. Its id must not share the first five hex digits with
+// the plain one's: the origin's routing table is numbered from them (routeTableFor), and one table for both
+// would send the plain tunnel's replies out of the keyed link, which the edge's isolation drops as spoofed.
 const keyed: TunnelSpec = {
-  id: '0a1b2c3d-0000-4000-8000-000000000002',
+  id: '1a1b2c3d-0000-4000-8000-000000000002',
   tunnel_name: 'tg-vmkey',
   protected_ip: '203.0.113.11',
   origin_ip: LAB.origin,

@@ -10,7 +10,10 @@ import {
   NFNL_SUBSYS_NFTABLES,
   NFPROTO_IPV4,
   NFPROTO_UNSPEC,
+  NFT_MSG_DELCHAIN,
   NFT_MSG_DELOBJ,
+  NFT_MSG_DELRULE,
+  NFT_MSG_DELSET,
   NFT_MSG_DELSETELEM,
   NFT_MSG_DELTABLE,
   NFT_MSG_NEWCHAIN,
@@ -22,10 +25,18 @@ import {
   nfgenmsg,
   nftType,
 } from './message.ts';
-import { counterBody, deleteCounterBody, type CounterSpec } from './object.ts';
+import { NFT_OBJECT_SYNPROXY, counterBody, deleteCounterBody, deleteObjectBody, synproxyBody, type CounterSpec, type SynproxySpec } from './object.ts';
 import { ruleBody, type RuleSpec } from './rule.ts';
 import { elementSize, elementsBody, elementsHeaderSize, setBody, type ElementsSpec, type SetElement, type SetSpec } from './set.ts';
 import { tableBody } from './table.ts';
+
+// Attribute numbers of the delete messages (nf_tables.h: NFTA_SET_*, NFTA_RULE_*, NFTA_CHAIN_*).
+const NFTA_SET_TABLE_ATTR = 1;
+const NFTA_SET_NAME_ATTR = 2;
+const NFTA_RULE_TABLE_ATTR = 1;
+const NFTA_RULE_CHAIN_ATTR = 2;
+const NFTA_CHAIN_TABLE_ATTR = 1;
+const NFTA_CHAIN_NAME_ATTR = 3;
 
 /** Each netlink message of a batch stays below this (nla_len is a u16, and the kernel's nests with it). */
 export const MAX_NFT_MESSAGE = 0xffff;
@@ -111,9 +122,31 @@ export class NftBatch {
     return this.elements(NFT_MSG_NEWSETELEM, NLM_F_REQUEST | NLM_F_CREATE | (e.exclusive ? NLM_F_EXCL : 0), 'add', e);
   }
 
-  /** Deletes by key (data and objref are ignored by the kernel and not sent). */
+  /** Deletes by key (data, objref and an interval's end are ignored by the kernel and not sent, as nft does). */
   deleteElements(e: ElementsSpec): this {
     return this.elements(NFT_MSG_DELSETELEM, NLM_F_REQUEST, 'delete', { ...e, elements: e.elements.map((x) => ({ key: x.key })) });
+  }
+
+  deleteSet(table: string, name: string): this {
+    return this.push(NFT_MSG_DELSET, NLM_F_REQUEST, `delete set ${table}/${name}`, (w) => w.attrString(NFTA_SET_TABLE_ATTR, table).attrString(NFTA_SET_NAME_ATTR, name));
+  }
+
+  /** Deletes every rule of a chain (`flush chain`). */
+  flushChain(table: string, chain: string): this {
+    return this.push(NFT_MSG_DELRULE, NLM_F_REQUEST, `flush chain ${table}/${chain}`, (w) => w.attrString(NFTA_RULE_TABLE_ATTR, table).attrString(NFTA_RULE_CHAIN_ATTR, chain));
+  }
+
+  /** Deletes an empty chain nothing jumps to. */
+  deleteChain(table: string, name: string): this {
+    return this.push(NFT_MSG_DELCHAIN, NLM_F_REQUEST, `delete chain ${table}/${name}`, (w) => w.attrString(NFTA_CHAIN_TABLE_ATTR, table).attrString(NFTA_CHAIN_NAME_ATTR, name));
+  }
+
+  addSynproxy(s: SynproxySpec): this {
+    return this.push(NFT_MSG_NEWOBJ, NLM_F_REQUEST | NLM_F_CREATE, `add synproxy ${s.table}/${s.name}`, (w) => synproxyBody(w, s));
+  }
+
+  deleteSynproxy(table: string, name: string): this {
+    return this.push(NFT_MSG_DELOBJ, NLM_F_REQUEST, `delete synproxy ${table}/${name}`, (w) => deleteObjectBody(w, table, name, NFT_OBJECT_SYNPROXY));
   }
 
   /**

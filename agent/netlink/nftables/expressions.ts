@@ -7,9 +7,16 @@ export const NFT_REG_VERDICT = 0;
 export const NFT_REG_1 = 1;
 
 const NFTA_VERDICT_CODE = 1;
+const NFTA_VERDICT_CHAIN = 2;
+// include/uapi/linux/netfilter/nf_tables.h enum nft_verdicts; NF_DROP/NF_ACCEPT from netfilter.h
+export const NF_DROP = 0;
+export const NFT_JUMP = -3;
+/** 32-bit registers (NFT_REG32_00 + n): concatenations put each field in the next 4-byte register. */
+export const NFT_REG32_00 = 8;
 
 const NFTA_META_DREG = 1;
 const NFTA_META_KEY = 2;
+export const NFT_META_IIFNAME = 6;
 export const NFT_META_OIFNAME = 7;
 export const NFT_META_L4PROTO = 16;
 
@@ -23,6 +30,9 @@ const NFTA_LOOKUP_SET = 1;
 const NFTA_LOOKUP_SREG = 2;
 const NFTA_LOOKUP_DREG = 3;
 const NFTA_LOOKUP_SET_ID = 4;
+const NFTA_LOOKUP_FLAGS = 5;
+/** `!= @set`: the lookup matches when the key is NOT in the set. */
+export const NFT_LOOKUP_F_INV = 1;
 
 const NFTA_PAYLOAD_DREG = 1;
 const NFTA_PAYLOAD_BASE = 2;
@@ -62,6 +72,42 @@ const NFTA_BITWISE_DREG = 2;
 const NFTA_BITWISE_LEN = 3;
 const NFTA_BITWISE_MASK = 4;
 const NFTA_BITWISE_XOR = 5;
+const NFTA_BITWISE_OP = 6;
+const NFT_BITWISE_BOOL = 0;
+
+const NFTA_CT_DREG = 1;
+const NFTA_CT_KEY = 2;
+const NFTA_CT_DIRECTION = 3;
+export const NFT_CT_STATE = 0;
+export const NFT_CT_DIRECTION = 1;
+export const NFT_CT_STATUS = 2;
+export const NFT_CT_DST_IP = 20;
+export const IP_CT_DIR_ORIGINAL = 0;
+export const IP_CT_DIR_REPLY = 1;
+// conntrack state bits (nf_conntrack_common.h: NF_CT_STATE_BIT(ctinfo), invalid and untracked)
+export const NF_CT_STATE_INVALID = 0x01;
+export const NF_CT_STATE_ESTABLISHED = 0x02;
+export const NF_CT_STATE_RELATED = 0x04;
+export const NF_CT_STATE_UNTRACKED = 0x40;
+/** IPS_DST_NAT: the connection's destination was rewritten (it went through our DNAT). */
+export const IPS_DST_NAT = 0x20;
+
+const NFTA_DYNSET_SET_NAME = 1;
+const NFTA_DYNSET_SET_ID = 2;
+const NFTA_DYNSET_OP = 3;
+const NFTA_DYNSET_SREG_KEY = 4;
+const NFTA_DYNSET_EXPR = 7;
+export const NFT_DYNSET_OP_UPDATE = 1;
+
+const NFTA_LIMIT_RATE = 1;
+const NFTA_LIMIT_UNIT = 2;
+const NFTA_LIMIT_BURST = 3;
+const NFTA_LIMIT_TYPE = 4;
+const NFTA_LIMIT_FLAGS = 5;
+const NFT_LIMIT_PKTS = 0;
+const NFT_LIMIT_F_INV = 1;
+/** nft's default burst for `limit rate N/second` (packets). */
+export const NFT_LIMIT_DEFAULT_BURST = 5;
 
 const NFTA_BYTEORDER_SREG = 1;
 const NFTA_BYTEORDER_DREG = 2;
@@ -78,10 +124,18 @@ export const TCPOPT_MAXSEG = 2;
 // TCP flags byte: SYN
 export const TCP_FLAG_SYN = 0x02;
 
-/** One nft expression: its name and a writer of its NFTA_EXPR_DATA attributes. */
+/** One nft expression: its name and a writer of its NFTA_EXPR_DATA attributes (none at all: no nest, as nft sends notrack). */
 export interface Expr {
   readonly name: string;
-  readonly data: (w: NlWriter) => void;
+  readonly data?: (w: NlWriter) => void;
+}
+
+/** The NFTA_DATA_VERDICT nest: a verdict code, and the chain of a jump/goto. */
+export function verdictData(w: NlWriter, code: number, chain?: string): void {
+  w.nest(NFTA_DATA_VERDICT, (v) => {
+    v.attrU32be(NFTA_VERDICT_CODE, code >>> 0);
+    if (chain !== undefined) v.attrString(NFTA_VERDICT_CHAIN, chain);
+  });
 }
 
 /** A reference to a set: by name, plus its batch-local id when it is created in the same batch. */
@@ -98,8 +152,8 @@ export const expr = {
   cmp(op: number, data: Uint8Array, sreg = NFT_REG_1): Expr {
     return { name: 'cmp', data: (w) => (w.attrU32be(NFTA_CMP_SREG, sreg).attrU32be(NFTA_CMP_OP, op), dataValue(w, NFTA_CMP_DATA, data)) };
   },
-  /** Set membership (no dreg) or map lookup (dreg receives the mapped value). */
-  lookup(set: SetRef, sreg = NFT_REG_1, dreg?: number): Expr {
+  /** Set membership (no dreg) or map lookup (dreg receives the mapped value; NFT_REG_VERDICT: a vmap). */
+  lookup(set: SetRef, sreg = NFT_REG_1, dreg?: number, flags?: number): Expr {
     return {
       name: 'lookup',
       data: (w) => {
@@ -107,18 +161,58 @@ export const expr = {
         if (dreg !== undefined) w.attrU32be(NFTA_LOOKUP_DREG, dreg);
         w.attrString(NFTA_LOOKUP_SET, set.name);
         if (set.id !== undefined) w.attrU32be(NFTA_LOOKUP_SET_ID, set.id);
+        if (flags !== undefined) w.attrU32be(NFTA_LOOKUP_FLAGS, flags);
+      },
+    };
+  },
+  /** `ct KEY` (optionally `ct original KEY`) into dreg. */
+  ct(key: number, dreg = NFT_REG_1, direction?: number): Expr {
+    return {
+      name: 'ct',
+      data: (w) => {
+        w.attrU32be(NFTA_CT_KEY, key).attrU32be(NFTA_CT_DREG, dreg);
+        if (direction !== undefined) w.attrU8(NFTA_CT_DIRECTION, direction);
+      },
+    };
+  },
+  /** `notrack`: the packet skips connection tracking (sent without a data nest). */
+  notrack(): Expr {
+    return { name: 'notrack' };
+  },
+  /**
+   * `update @set { KEY limit rate over N/second }`: the element for the key in sreg is added or refreshed and
+   * its own limit (a copy of this template per element) decides whether the rule goes on.
+   */
+  dynsetUpdateLimit(set: SetRef, perSecond: number, sreg = NFT_REG_1): Expr {
+    return {
+      name: 'dynset',
+      data: (w) => {
+        w.attrU32be(NFTA_DYNSET_SREG_KEY, sreg).attrU32be(NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE).attrString(NFTA_DYNSET_SET_NAME, set.name);
+        if (set.id !== undefined) w.attrU32be(NFTA_DYNSET_SET_ID, set.id);
+        w.nest(NFTA_DYNSET_EXPR, (e) => {
+          e.attrString(1 /* NFTA_EXPR_NAME */, 'limit');
+          e.nest(2 /* NFTA_EXPR_DATA */, (d) =>
+            d
+              .attrU64be(NFTA_LIMIT_RATE, BigInt(perSecond))
+              .attrU64be(NFTA_LIMIT_UNIT, 1n)
+              .attrU32be(NFTA_LIMIT_BURST, NFT_LIMIT_DEFAULT_BURST)
+              .attrU32be(NFTA_LIMIT_TYPE, NFT_LIMIT_PKTS)
+              .attrU32be(NFTA_LIMIT_FLAGS, NFT_LIMIT_F_INV),
+          );
+        });
       },
     };
   },
   payload(base: number, offset: number, len: number, dreg = NFT_REG_1): Expr {
     return { name: 'payload', data: (w) => w.attrU32be(NFTA_PAYLOAD_DREG, dreg).attrU32be(NFTA_PAYLOAD_BASE, base).attrU32be(NFTA_PAYLOAD_OFFSET, offset).attrU32be(NFTA_PAYLOAD_LEN, len) };
   },
-  immediateVerdict(code: number, dreg = NFT_REG_VERDICT): Expr {
+  /** accept / drop (`NF_ACCEPT`, `NF_DROP`), or `jump CHAIN` (`NFT_JUMP` with the chain's name). */
+  immediateVerdict(code: number, chain?: string, dreg = NFT_REG_VERDICT): Expr {
     return {
       name: 'immediate',
       data: (w) => {
         w.attrU32be(NFTA_IMMEDIATE_DREG, dreg);
-        w.nest(NFTA_IMMEDIATE_DATA, (d) => d.nest(NFTA_DATA_VERDICT, (v) => v.attrU32be(NFTA_VERDICT_CODE, code)));
+        w.nest(NFTA_IMMEDIATE_DATA, (d) => verdictData(d, code, chain));
       },
     };
   },
@@ -157,11 +251,17 @@ export const expr = {
   rt(key: number, dreg = NFT_REG_1): Expr {
     return { name: 'rt', data: (w) => w.attrU32be(NFTA_RT_KEY, key).attrU32be(NFTA_RT_DREG, dreg) };
   },
-  bitwise(len: number, mask: Uint8Array, xor: Uint8Array, sreg = NFT_REG_1, dreg = NFT_REG_1): Expr {
+  /**
+   * `reg & mask ^ xor`. `explicitOp`: nft names the operation (NFTA_BITWISE_OP bool) when the rule text wrote
+   * the `&` itself (`ip frag-off & 0x3fff`), not for a flag test it derived (`ct state invalid`).
+   */
+  bitwise(len: number, mask: Uint8Array, xor: Uint8Array, sreg = NFT_REG_1, dreg = NFT_REG_1, explicitOp = false): Expr {
     return {
       name: 'bitwise',
       data: (w) => {
-        w.attrU32be(NFTA_BITWISE_SREG, sreg).attrU32be(NFTA_BITWISE_DREG, dreg).attrU32be(NFTA_BITWISE_LEN, len);
+        w.attrU32be(NFTA_BITWISE_SREG, sreg).attrU32be(NFTA_BITWISE_DREG, dreg);
+        if (explicitOp) w.attrU32be(NFTA_BITWISE_OP, NFT_BITWISE_BOOL);
+        w.attrU32be(NFTA_BITWISE_LEN, len);
         dataValue(w, NFTA_BITWISE_MASK, mask);
         dataValue(w, NFTA_BITWISE_XOR, xor);
       },

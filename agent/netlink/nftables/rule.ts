@@ -24,7 +24,8 @@ export function ruleBody(w: NlWriter, r: RuleSpec): void {
     for (const x of r.exprs) {
       l.nest(NFTA_LIST_ELEM, (e) => {
         e.attrString(NFTA_EXPR_NAME, x.name);
-        e.nest(NFTA_EXPR_DATA, (d) => x.data(d));
+        const data = x.data;
+        if (data) e.nest(NFTA_EXPR_DATA, (d) => data(d));
       });
     }
   });

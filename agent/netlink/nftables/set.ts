@@ -3,7 +3,7 @@
 // writes, so our batches compare byte for byte with captures of `nft -f`.
 import { AttrTable, NetlinkParseError, NlWriter, bytesToIpv4, ipv4ToBytes, parseAttrs, readString } from '../attrs.ts';
 import { NLM_F_DUMP, NLM_F_REQUEST, NLMSG_HDRLEN, type NlMsg } from '../message.ts';
-import { NFT_META_L4PROTO } from './expressions.ts';
+import { NFT_META_L4PROTO, verdictData } from './expressions.ts';
 import { NFPROTO_IPV4, NFTA_DATA_VALUE, NFT_MSG_GETSETELEM, NFT_MSG_NEWSETELEM, dataValue, getMessage, nftAttrs } from './message.ts';
 
 const NFTA_SET_TABLE = 1;
@@ -15,13 +15,24 @@ const NFTA_SET_DATA_TYPE = 6;
 const NFTA_SET_DATA_LEN = 7;
 const NFTA_SET_DESC = 9;
 const NFTA_SET_ID = 10;
+const NFTA_SET_TIMEOUT = 11;
 const NFTA_SET_USERDATA = 13;
 const NFTA_SET_OBJ_TYPE = 15;
 const NFTA_SET_DESC_SIZE = 1;
+const NFTA_SET_DESC_CONCAT = 2;
+const NFTA_SET_FIELD_LEN = 1;
+const NFTA_LIST_ELEM = 1;
 export const NFT_SET_ANONYMOUS = 0x1;
 export const NFT_SET_CONSTANT = 0x2;
+export const NFT_SET_INTERVAL = 0x4;
 export const NFT_SET_MAP = 0x8;
+export const NFT_SET_TIMEOUT = 0x10;
+/** "dynamic": the packet path may add elements (`update @set`). */
+export const NFT_SET_EVAL = 0x20;
 export const NFT_SET_OBJECT = 0x40;
+export const NFT_SET_CONCAT = 0x80;
+/** Map data type of a verdict map (NFT_DATA_VERDICT). */
+export const NFT_DATA_VERDICT = 0xffffff00;
 
 const NFTA_SET_ELEM_LIST_TABLE = 1;
 const NFTA_SET_ELEM_LIST_SET = 2;
@@ -31,15 +42,29 @@ const NFTA_SET_ELEM_KEY = 1;
 const NFTA_SET_ELEM_DATA = 2;
 const NFTA_SET_ELEM_FLAGS = 3;
 const NFTA_SET_ELEM_OBJREF = 9;
+const NFTA_SET_ELEM_KEY_END = 10;
 
 // nftables userspace (src/datatype.h, not uapi): set key/data type ids nft stores and prints by
 export const NFT_TYPE_IPADDR = 7;
 export const NFT_TYPE_INET_PROTOCOL = 12;
+export const NFT_TYPE_INET_SERVICE = 13;
+export const NFT_TYPE_IFNAME = 41;
+/** Bits per type id in a concatenation's type (nft: TYPE_BITS). */
+const CONCAT_TYPE_BITS = 6;
+/** The key type nft stores for `type a . b . c`. */
+export function concatType(types: readonly number[]): number {
+  return types.reduce((acc, t) => acc * 2 ** CONCAT_TYPE_BITS + t, 0);
+}
+/** IFNAMSIZ: an interface name as a set key, NUL-padded. */
+export const IFNAME_LEN = 16;
 
 // libnftnl include/udata.h & nftables userspace: set userdata TLVs (u8 type, u8 len, value)
 const NFTNL_UDATA_SET_KEYBYTEORDER = 0;
 const NFTNL_UDATA_SET_DATABYTEORDER = 1;
 const NFTNL_UDATA_SET_KEY_TYPEOF = 3;
+const BYTEORDER_INVALID = 0;
+// nftables 1.0.6 src/expression.h: EXPR_CONCAT, what it records as the "typeof" of a concatenated `type` key
+const NFT_EXPR_CONCAT = 13;
 const NFTNL_UDATA_SET_DATA_INTERVAL = 6;
 const NFTNL_UDATA_SET_TYPEOF_EXPR = 0;
 const NFTNL_UDATA_SET_TYPEOF_DATA = 1;
@@ -61,8 +86,12 @@ export interface SetSpec {
   dataLen?: number;
   /** For object maps (NFT_SET_OBJECT): the object type, e.g. NFT_OBJECT_COUNTER. */
   objType?: number;
-  /** NFTA_SET_DESC_SIZE (nft sends the element count for constant anonymous sets). */
+  /** NFTA_SET_DESC_SIZE (nft sends the element count for constant anonymous sets, and a set's `size`). */
   descSize?: number;
+  /** NFTA_SET_DESC_CONCAT: the byte length of each field of a concatenated key (intervals need it). */
+  descConcat?: readonly number[];
+  /** NFTA_SET_TIMEOUT: the default element timeout, ms. */
+  timeoutMs?: number;
   userdata?: Uint8Array;
 }
 
@@ -74,10 +103,14 @@ export function setBody(w: NlWriter, s: SetSpec, id: number): void {
   if (s.dataLen !== undefined) w.attrU32be(NFTA_SET_DATA_LEN, s.dataLen);
   if (s.objType !== undefined) w.attrU32be(NFTA_SET_OBJ_TYPE, s.objType);
   w.attrU32be(NFTA_SET_ID, id);
-  if (s.descSize !== undefined) {
-    const n = s.descSize;
-    w.nest(NFTA_SET_DESC, (d) => d.attrU32be(NFTA_SET_DESC_SIZE, n));
+  if (s.descSize !== undefined || s.descConcat !== undefined) {
+    const { descSize, descConcat } = s;
+    w.nest(NFTA_SET_DESC, (d) => {
+      if (descSize !== undefined) d.attrU32be(NFTA_SET_DESC_SIZE, descSize);
+      if (descConcat !== undefined) d.nest(NFTA_SET_DESC_CONCAT, (c) => descConcat.forEach((len) => c.nest(NFTA_LIST_ELEM, (f) => f.attrU32be(NFTA_SET_FIELD_LEN, len))));
+    });
   }
+  if (s.timeoutMs !== undefined) w.attrU64be(NFTA_SET_TIMEOUT, BigInt(s.timeoutMs));
   if (s.userdata) w.attrBytes(NFTA_SET_USERDATA, s.userdata);
 }
 
@@ -116,6 +149,36 @@ export function objMapUserdata(): Buffer {
   ]);
 }
 
+/** ... for a set of ipv4 addresses (`type ipv4_addr`). */
+export function ipv4SetUserdata(): Buffer {
+  return udata([[NFTNL_UDATA_SET_KEYBYTEORDER, hostU32(BYTEORDER_BIG_ENDIAN)]]);
+}
+
+/** ... for a set or map keyed by a concatenation (`type a . b`): nft records the key as a concat expression. */
+export function concatSetUserdata(): Buffer {
+  return udata([
+    [NFTNL_UDATA_SET_KEYBYTEORDER, hostU32(BYTEORDER_INVALID)],
+    [NFTNL_UDATA_SET_KEY_TYPEOF, udata([[NFTNL_UDATA_SET_TYPEOF_EXPR, hostU32(NFT_EXPR_CONCAT)], [NFTNL_UDATA_SET_TYPEOF_DATA, new Uint8Array(0)]])],
+  ]);
+}
+
+/** ... for an object map keyed by an interface name (`type ifname : counter`): host byte order. */
+export function ifnameObjMapUserdata(): Buffer {
+  return udata([
+    [NFTNL_UDATA_SET_KEYBYTEORDER, hostU32(BYTEORDER_HOST_ENDIAN)],
+    [NFTNL_UDATA_SET_DATA_INTERVAL, hostU32(0)],
+  ]);
+}
+
+/** ... for a verdict map keyed by ipv4 (`type ipv4_addr : verdict`). */
+export function vmapUserdata(): Buffer {
+  return udata([
+    [NFTNL_UDATA_SET_KEYBYTEORDER, hostU32(BYTEORDER_BIG_ENDIAN)],
+    [NFTNL_UDATA_SET_DATABYTEORDER, hostU32(BYTEORDER_INVALID)],
+    [NFTNL_UDATA_SET_DATA_INTERVAL, hostU32(0)],
+  ]);
+}
+
 /** ... for the anonymous set of `meta l4proto { tcp, udp }` (typeof meta l4proto). */
 export function l4protoSetUserdata(): Buffer {
   return udata([
@@ -134,8 +197,12 @@ export function l4protoSetUserdata(): Buffer {
 
 export interface SetElement {
   key: Uint8Array;
+  /** The last key of an interval element (sets with NFT_SET_INTERVAL and a concatenated key). */
+  keyEnd?: Uint8Array;
   /** Map value (NFTA_SET_ELEM_DATA). */
   data?: Uint8Array;
+  /** Verdict map value (NFTA_SET_ELEM_DATA holding a verdict): a code and, for a jump, the chain. */
+  verdict?: { code: number; chain?: string };
   /** Object map value: the object's name (NFTA_SET_ELEM_OBJREF). */
   objref?: string;
 }
@@ -160,7 +227,9 @@ export function elementsHeaderSize(e: ElementsSpec): number {
 /** Bytes one element adds to an element message. */
 export function elementSize(el: SetElement): number {
   let n = 4 + 4 + attrSize(el.key.length); // list entry + KEY nest + DATA_VALUE
+  if (el.keyEnd) n += 4 + attrSize(el.keyEnd.length);
   if (el.data) n += 4 + attrSize(el.data.length);
+  if (el.verdict) n += 4 + 4 + 8 + (el.verdict.chain !== undefined ? attrSize(Buffer.byteLength(el.verdict.chain) + 1) : 0);
   if (el.objref !== undefined) n += attrSize(Buffer.byteLength(el.objref) + 1);
   return n;
 }
@@ -177,7 +246,10 @@ export function elementsBody(w: NlWriter, e: ElementsSpec, els: readonly SetElem
 
 function encodeElement(w: NlWriter, el: SetElement): void {
   dataValue(w, NFTA_SET_ELEM_KEY, el.key);
+  if (el.keyEnd) dataValue(w, NFTA_SET_ELEM_KEY_END, el.keyEnd);
   if (el.data) dataValue(w, NFTA_SET_ELEM_DATA, el.data);
+  const v = el.verdict;
+  if (v) w.nest(NFTA_SET_ELEM_DATA, (d) => verdictData(d, v.code, v.chain));
   if (el.objref !== undefined) w.attrString(NFTA_SET_ELEM_OBJREF, el.objref);
 }
 
@@ -237,15 +309,55 @@ export function decodeSetElements(msg: NlMsg): DecodedElements {
  * Buffer and an object per element were the bulk of the transient heap of reading the table back.
  */
 export function eachSetElement(msg: NlMsg, visit: (key: Buffer, data: Buffer | undefined, objref: string | undefined) => void): void {
+  eachElementAttrs(msg, (e, key) => {
+    const obj = e.get(NFTA_SET_ELEM_OBJREF);
+    visit(key, e.nested(NFTA_SET_ELEM_DATA)?.get(NFTA_DATA_VALUE), obj ? readString(obj) : undefined);
+  });
+}
+
+/** The attributes and key of each element of one NFT_MSG_NEWSETELEM. */
+function eachElementAttrs(msg: NlMsg, visit: (e: AttrTable, key: Buffer) => void): void {
   const list = nftAttrs(msg, NFT_MSG_NEWSETELEM).get(NFTA_SET_ELEM_LIST_ELEMENTS);
   if (!list) return;
   for (const entry of parseAttrs(list)) {
     const e = new AttrTable(entry.data);
     const key = e.nested(NFTA_SET_ELEM_KEY)?.get(NFTA_DATA_VALUE);
     if (!key) throw new NetlinkParseError('set element without a key');
-    const obj = e.get(NFTA_SET_ELEM_OBJREF);
-    visit(key, e.nested(NFTA_SET_ELEM_DATA)?.get(NFTA_DATA_VALUE), obj ? readString(obj) : undefined);
+    visit(e, key);
   }
+}
+
+/** One element as a dump reports it, every field the agent's sets use (views into the message). */
+export interface ElementView {
+  key: Buffer;
+  keyEnd?: Buffer;
+  data?: Buffer;
+  objref?: string;
+  verdict?: { code: number; chain?: string };
+}
+
+const NFTA_VERDICT_CODE_ATTR = 1;
+const NFTA_VERDICT_CHAIN_ATTR = 2;
+const NFTA_DATA_VERDICT_ATTR = 2;
+
+/** Like eachSetElement, with interval ends and verdicts (the policy sets: docs/CONTRACTS.md "Dataplane"). */
+export function eachSetElementView(msg: NlMsg, visit: (e: ElementView) => void): void {
+  eachElementAttrs(msg, (e, key) => {
+    const v: ElementView = { key };
+    const keyEnd = e.nested(NFTA_SET_ELEM_KEY_END)?.get(NFTA_DATA_VALUE);
+    if (keyEnd) v.keyEnd = keyEnd;
+    const data = e.nested(NFTA_SET_ELEM_DATA);
+    const value = data?.get(NFTA_DATA_VALUE);
+    if (value) v.data = value;
+    const verdict = data?.nested(NFTA_DATA_VERDICT_ATTR);
+    if (verdict) {
+      const chain = verdict.get(NFTA_VERDICT_CHAIN_ATTR);
+      v.verdict = { code: (verdict.u32be(NFTA_VERDICT_CODE_ATTR) ?? 0) | 0, ...(chain ? { chain: readString(chain) } : {}) };
+    }
+    const obj = e.get(NFTA_SET_ELEM_OBJREF);
+    if (obj) v.objref = readString(obj);
+    visit(v);
+  });
 }
 
 /** An `ipv4_addr : ipv4_addr` map's elements as strings. */

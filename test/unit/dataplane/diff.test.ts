@@ -3,6 +3,9 @@
 import { describe, expect, it } from 'vitest';
 import { PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
+import { sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
+import { DEFAULT_POLICY, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
 
 const t = (i: number, over: Partial<TunnelSpec> = {}): TunnelSpec => ({
   id: `id${i}`,
@@ -26,7 +29,9 @@ function viewOf(specs: TunnelSpec[]): KernelView {
     links: new Map(specs.map((s, i) => [s.tunnel_name, linkOf(s, 10 + i)])),
     dnat: new Map(specs.map((s) => [s.protected_ip, s.origin_inner.split('/')[0]!])),
     counterMap: new Map(specs.map((s) => [s.protected_ip, s.tunnel_name])),
-    counters: new Set(specs.map((s) => s.tunnel_name)),
+    counters: new Set(specs.flatMap(tunnelCounterNames)),
+    synproxies: new Set(),
+    rateChains: new Set(),
   };
 }
 const ownedOf = (specs: TunnelSpec[]): Map<string, OwnedTunnel> => new Map(specs.map((s) => [s.id, { spec: s }]));
@@ -46,7 +51,7 @@ describe('dataplane diff', () => {
     const p = diff({ desired: [t(1)], owned: new Map(), view: viewOf([]), scope: new Set(['id1']) });
     expect(p.counts.added).toBe(1);
     expect(p.linkSteps.map((s) => s.op)).toEqual(['create', 'addr-add', 'up']);
-    expect(p.nft).toMatchObject({ addDnat: [['203.0.113.1', '100.64.0.6']], addCounterMap: [['203.0.113.1', 'tg-1']], addCounters: ['tg-1'] });
+    expect(p.nft).toMatchObject({ addDnat: [['203.0.113.1', '100.64.0.6']], addCounterMap: [['203.0.113.1', 'tg-1']], addCounters: tunnelCounterNames(t(1)) });
     expect(p.flush).toEqual(['203.0.113.1']);
   });
 
@@ -86,7 +91,7 @@ describe('dataplane diff', () => {
     expect(all.counts).toEqual({ added: 0, changed: 0, removed: 1, unchanged: 1 });
     expect(all.linkDeletes).toEqual(['tg-2']);
     expect(all.nft.delDnat.sort()).toEqual(['203.0.113.2', '203.0.113.99']);
-    expect(all.nft.delCounters.sort()).toEqual(['stray', 'tg-2']);
+    expect(all.nft.delCounters.sort()).toEqual(['stray', ...tunnelCounterNames(t(2))].sort());
     expect(all.flush).toEqual(['203.0.113.2']);
     expect([...all.owned.keys()]).toEqual(['id1']);
   });
@@ -104,5 +109,70 @@ describe('dataplane diff', () => {
     const view = viewOf([t(1)]);
     expect(diff({ desired: [], owned: new Map(), view, scope: new Set(['idX']), orphanProtectedIps: ['203.0.113.1'] }).counts.removed).toBe(1);
     expect(diff({ desired: [], owned: new Map(), view, scope: new Set(['idX']), orphanProtectedIps: ['203.0.113.50'] }).counts.removed).toBe(0);
+  });
+
+  describe('policies', () => {
+    const policy = (over: Partial<TunnelPolicy> = {}): TunnelPolicy => ({ ...DEFAULT_POLICY, ...over });
+    const ids = (els: { id: string }[]): string[] => els.map((e) => e.id).sort();
+    /** The kernel holding exactly these tunnels' elements and shared objects too (a reconcile's full view). */
+    const fullView = (specs: TunnelSpec[]): KernelView => {
+      const v = viewOf(specs);
+      v.elements = new Set(specs.flatMap(tunnelElements).map((e) => e.id));
+      for (const s of specs) {
+        const n = sharedNeeds(s);
+        if (n.mss !== undefined) v.synproxies.add(synproxyName(n.mss));
+        if (n.pps !== undefined) v.rateChains.add(rateLimitName(n.pps));
+      }
+      return v;
+    };
+
+    it('a new port list is a delete and an add of allowlist elements in the one plan, with no conntrack flush', () => {
+      const old = t(1, { policy: policy({ ports: [[80, 80]] }) });
+      const now = t(1, { policy: policy({ ports: [[80, 80], [443, 443]] }) });
+      const p = diff({ desired: [now], owned: ownedOf([old]), view: viewOf([old]), scope: new Set(['id1']) });
+      expect(p.counts.changed).toBe(1);
+      expect(p.flush).toEqual([]);
+      const added = ids(p.nft.addElements);
+      expect(added).toEqual(ids(tunnelElements(now).filter((e) => !tunnelElements(old).some((o) => o.id === e.id))));
+      expect(added.length).toBe(2); // 443 for tcp and for udp
+      expect(p.nft.delElements).toEqual([]);
+      const back = diff({ desired: [old], owned: ownedOf([now]), view: viewOf([now]), scope: new Set(['id1']) });
+      expect(ids(back.nft.delElements)).toEqual(added);
+      // A scoped delete first adds what it deletes: a record the kernel lost cannot fail the batch.
+      expect(ids(back.nft.ensureElements)).toEqual(added);
+    });
+
+    it('a rate-limit chain comes with its first user and goes with its last; a synproxy object per MSS likewise', () => {
+      const a = t(1, { policy: policy({ source_pps_limit: 500, syn_proxy: true }) });
+      const b = t(2, { policy: policy({ source_pps_limit: 500 }) });
+      let p = diff({ desired: [a], owned: new Map(), view: viewOf([]), scope: new Set(['id1']) });
+      expect(p.nft.addRateLimits).toEqual([500]);
+      expect(p.nft.addSynproxies).toEqual([1436]);
+      // the second user of the same limit adds no chain
+      p = diff({ desired: [b], owned: ownedOf([a]), view: fullView([a]), scope: new Set(['id2']) });
+      expect(p.nft.addRateLimits).toEqual([]);
+      // removing one user keeps it, removing the last deletes it (after its elements, in the same batch)
+      p = diff({ desired: [], owned: ownedOf([a, b]), view: fullView([a, b]), scope: new Set(['id1']) });
+      expect(p.nft.delRateLimits).toEqual([]);
+      expect(p.nft.delSynproxies).toEqual([synproxyName(1436)]);
+      p = diff({ desired: [], owned: ownedOf([b]), view: fullView([b]), scope: new Set(['id2']) });
+      expect(p.nft.delRateLimits).toEqual([rateLimitName(500)]);
+      expect(p.nft.delElements.some((e) => e.el.verdict?.chain === rateLimitName(500))).toBe(true);
+    });
+
+    it('a reconcile puts back a policy element deleted by hand and deletes one nobody owns', () => {
+      const a = t(1, { policy: policy({ ports: [[22, 22]], drop_fragments: true }) });
+      const view = fullView([a]);
+      const lost = tunnelElements(a).find((e) => e.set === 'fragments')!;
+      view.elements!.delete(lost.id);
+      const stray = tunnelElements(t(9))[0]!;
+      view.elements!.add(stray.id);
+      const p = diff({ desired: [a], owned: ownedOf([a]), view, scope: 'all' });
+      expect(p.counts).toMatchObject({ changed: 1 });
+      expect(ids(p.nft.addElements)).toEqual([lost.id]);
+      expect(ids(p.nft.delElements)).toEqual([stray.id]);
+      expect(p.nft.ensureElements).toEqual([]);
+      expect(diff({ desired: [a], owned: ownedOf([a]), view: fullView([a]), scope: 'all' }).counts).toMatchObject({ unchanged: 1 });
+    });
   });
 });

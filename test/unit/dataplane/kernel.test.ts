@@ -26,7 +26,7 @@ import {
 import { RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
-import { ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
+import { EXPECTED_RULES, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
 import { KernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
 import { capturedMessages, loadCapture } from '../netlink/fixtures.ts';
@@ -85,7 +85,7 @@ describe('ensureTable over recorded replies', () => {
     const built = new NftBatch();
     addTunnelgateRuleset(built, { table: 'tunnelgate', ifnamePrefix: 'tg-' });
     const rules = messagesOf(built.encode({ firstSeq: 1, ack: false }).data).filter((b) => b.readUInt16LE(4) === nftType(NFT_MSG_NEWRULE));
-    expect(rules).toHaveLength(3);
+    expect(rules).toHaveLength(EXPECTED_RULES.length);
     const { k, kernel } = context((m) => {
       if (m.type === nftType(NFT_MSG_GETTABLE)) return { messages: TABLE };
       if (m.type === nftType(NFT_MSG_GETRULE)) return { messages: rules };

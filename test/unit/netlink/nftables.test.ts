@@ -19,7 +19,10 @@ import {
   ipv4MapElement,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
-import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
+import { addRateLimitChain, addSynproxyObject, addTunnelgateRuleset, deleteRateLimitChain, rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
+import type { SetElement } from '../../../agent/netlink/nftables/index.ts';
+import { tunnelElements } from '../../../agent/dataplane/policy.ts';
+import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { capturedMessages, loadCapture, norm } from './fixtures.ts';
 
 /** The sendmsg that carried nft's transaction: BATCH_BEGIN first, and something between it and END. */
@@ -63,6 +66,62 @@ describe('nft batches, byte for byte', () => {
     expect(norm(encodeLikeNft(new NftBatch().addCounter({ table: 'tunnelgate', name: 'tun-2' })))).toBe(norm(capturedBatch('nft-counter-add')));
     expect(norm(encodeLikeNft(new NftBatch().deleteCounter('tunnelgate', 'tun-2')))).toBe(norm(capturedBatch('nft-counter-del')));
     expect(norm(encodeLikeNft(new NftBatch().deleteTable('tunnelgate')))).toBe(norm(capturedBatch('nft-table-del')));
+  });
+
+  it('a rate-limit chain: its meter (dynamic, timeout, size), the chain, and the dynset + limit rule', () => {
+    const b = new NftBatch();
+    // nft names the drop map by its cache id too (13); the kernel finds an existing set by name.
+    addRateLimitChain(b, 'tunnelgate', 100, { dropMapId: 13 });
+    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-ratelimit-add')));
+  });
+
+  it('a synproxy object (mss, wscale, timestamp and sack-perm)', () => {
+    const b = new NftBatch();
+    addSynproxyObject(b, 'tunnelgate', 1436);
+    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-synproxy-add')));
+  });
+
+  it("one tunnel's policy elements: concatenations with an ifname, concatenated intervals, objrefs, a jump", () => {
+    const spec: TunnelSpec = {
+      id: '00000000-0000-4000-8000-000000000001',
+      tunnel_name: 'tg-t1',
+      protected_ip: '203.0.113.1',
+      origin_ip: '198.18.0.1',
+      edge_ip: '192.0.2.2',
+      edge_inner: '100.64.0.1/30',
+      origin_inner: '100.64.0.2/30',
+      mtu: 1476,
+      policy: { ports: [[80, 80]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 100, drop_fragments: true },
+    };
+    const udp = tunnelElements({ ...spec, policy: { ...spec.policy!, ports: [[27000, 27015]], protocol: 'udp' } });
+    const els = tunnelElements(spec);
+    const one = (set: string, from = els): SetElement[] => from.filter((e) => e.set === set).map((e) => e.el);
+    // The capture's drop maps point at the one counter that existed then.
+    const ctr = (x: SetElement[]): SetElement[] => x.map((e) => ({ ...e, objref: 'tun-1.not_allowed' }));
+    const b = new NftBatch();
+    // nft sends each set's cache id with its elements; the kernel finds an existing set by name.
+    b.addElements({ table: 'tunnelgate', set: 'replies', setId: 3, elements: one('replies') });
+    b.addElements({ table: 'tunnelgate', set: 'origins', setId: 4, elements: one('origins') });
+    b.addElements({ table: 'tunnelgate', set: 'allowed', setId: 5, elements: [...one('allowed'), ...one('allowed', udp)] });
+    b.addElements({ table: 'tunnelgate', set: 'fragments', setId: 6, elements: one('fragments') });
+    b.addElements({ table: 'tunnelgate', set: 'syn_proxy', setId: 8, elements: one('syn_proxy') });
+    b.addElements({ table: 'tunnelgate', set: 'rate_limits', setId: 9, elements: one('rate_limits') });
+    b.addElements({ table: 'tunnelgate', set: 'drop_spoofed', setId: 10, elements: ctr(one('drop_spoofed')) });
+    b.addElements({ table: 'tunnelgate', set: 'drop_not_allowed', setId: 11, elements: ctr(one('drop_not_allowed')) });
+    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-policy-elements')));
+    // Deleting sends the key alone (an interval's start names it).
+    const d = new NftBatch();
+    d.deleteElements({ table: 'tunnelgate', set: 'allowed', elements: one('allowed') });
+    d.deleteElements({ table: 'tunnelgate', set: 'rate_limits', elements: one('rate_limits') });
+    d.deleteElements({ table: 'tunnelgate', set: 'replies', elements: one('replies') });
+    expect(norm(encodeLikeNft(d))).toBe(norm(capturedBatch('nft-policy-elements-del')));
+  });
+
+  it('removing a rate-limit chain (flush, delete chain, delete meter) and a synproxy object', () => {
+    const b = new NftBatch();
+    deleteRateLimitChain(b, 'tunnelgate', rateLimitName(100));
+    b.deleteSynproxy('tunnelgate', synproxyName(1436));
+    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-ratelimit-del')));
   });
 
   it('GETSETELEM dump request as `nft list map` sends it', () => {

@@ -1,0 +1,129 @@
+// A tunnel's isolation and policy as nftables elements (docs/CONTRACTS.md "Dataplane"): which element of which
+// set or map each tunnel owns, its named objects (the traffic counter and one drop counter per reason), and the
+// objects tunnels share by value (a synproxy per MSS, a rate-limit chain per packet rate). Pure: the diff
+// compares these with what the kernel has; the kernel code encodes them.
+import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { IFNAME_LEN, IPPROTO_TCP, IPPROTO_UDP, NFT_JUMP, type ElementView, type SetElement } from '../netlink/nftables/index.ts';
+import { DROP_REASONS, POLICY_SETS, dropMap, rateLimitName, synproxyName, type DropReason } from '../netlink/ruleset.ts';
+import type { TunnelSpec } from './types.ts';
+
+/** One element of one of the agent's sets; `id` names it (set, key, value) for comparing with a dump. */
+export interface PolicyElement {
+  set: string;
+  el: SetElement;
+  id: string;
+}
+
+/** The sets whose elements belong to tunnels (read back whole only by a reconcile). */
+export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ...DROP_REASONS.map(dropMap)];
+
+const PORT_ALL: [number, number] = [0, 65535];
+
+export const policyOf = (t: Pick<TunnelSpec, 'policy'>): TunnelPolicy => t.policy ?? DEFAULT_POLICY;
+
+/** The named counter of one drop reason of a tunnel: `<tunnel_name>.<reason>`. */
+export const dropCounterName = (t: Pick<TunnelSpec, 'tunnel_name'>, reason: DropReason): string => `${t.tunnel_name}.${reason}`;
+
+/** Every named counter a tunnel owns: its traffic counter (named as the tunnel) and one per drop reason. */
+export function tunnelCounterNames(t: Pick<TunnelSpec, 'tunnel_name'>): string[] {
+  return [t.tunnel_name, ...DROP_REASONS.map((r) => dropCounterName(t, r))];
+}
+
+/** The SYN proxy's MSS for a tunnel: what fits its MTU (IPv4 and TCP headers, 40 bytes, without options). */
+export const synproxyMss = (t: Pick<TunnelSpec, 'mtu'>): number => t.mtu - 40;
+
+/** The shared objects a tunnel needs: a synproxy object (by MSS) and a rate-limit chain (by packets per second). */
+export function sharedNeeds(t: TunnelSpec): { mss?: number; pps?: number } {
+  const p = policyOf(t);
+  return { ...(p.syn_proxy ? { mss: synproxyMss(t) } : {}), ...(p.source_pps_limit !== null ? { pps: p.source_pps_limit } : {}) };
+}
+
+// Keys are built as hex strings: a reconcile compares ids of every tunnel's elements (eleven or so each), and a
+// Buffer per key field was most of its time and garbage at 10,000 tunnels. Buffers are made only for the
+// elements a batch actually carries (PolicyElement.el, parsed from the id on first use).
+const hex2 = (n: number): string => n.toString(16).padStart(2, '0');
+const ipHex = (ip: string): string => ip.split('.').map((o) => hex2(Number(o))).join('');
+/** An interface name as a 16-byte, NUL-padded key. */
+function ifnameHex(name: string): string {
+  let h = '';
+  for (let i = 0; i < name.length; i++) h += hex2(name.charCodeAt(i));
+  return h.padEnd(IFNAME_LEN * 2, '0');
+}
+/** P . proto . port as a concatenation key: each field padded to 4 bytes, the port big-endian. */
+const allowKeyHex = (p: string, proto: number, port: number): string => `${p}${hex2(proto)}000000${port.toString(16).padStart(4, '0')}0000`;
+
+const hex = (b: Uint8Array): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
+
+/** An element's value as its id spells it: an object's name, or a verdict (code and chain). */
+function valueOf(e: ElementView | SetElement): string {
+  if (e.data) return hex(e.data);
+  if (e.objref !== undefined) return `obj:${e.objref}`;
+  if (e.verdict) return `v:${e.verdict.code}:${e.verdict.chain ?? ''}`;
+  return '';
+}
+
+/** The identity of an element: its set, key (and interval end) and value, as a dump decodes them too. */
+export function elementId(set: string, e: ElementView | SetElement): string {
+  return idOf(set, hex(e.key), e.keyEnd ? hex(e.keyEnd) : undefined, valueOf(e));
+}
+
+const idOf = (set: string, key: string, keyEnd: string | undefined, value: string): string => `${set} ${key}${keyEnd !== undefined ? `-${keyEnd}` : ''} ${value}`;
+
+/** The element an id names: set, key, interval end and value (objref or verdict), built when first asked for. */
+export function elementFromId(id: string): PolicyElement {
+  const [set = '', key = '', value = ''] = id.split(' ');
+  let el: SetElement | undefined;
+  return {
+    set,
+    id,
+    get el(): SetElement {
+      if (el) return el;
+      const [from = '', to] = key.split('-');
+      el = { key: Buffer.from(from, 'hex') };
+      if (to !== undefined) el.keyEnd = Buffer.from(to, 'hex');
+      if (value.startsWith('obj:')) el.objref = value.slice(4);
+      else if (value.startsWith('v:')) {
+        const [, code, chain] = value.split(':');
+        el.verdict = { code: Number(code), ...(chain ? { chain } : {}) };
+      } else if (value !== '') el.data = Buffer.from(value, 'hex');
+      return el;
+    },
+  };
+}
+
+const element = (set: string, key: string, value = '', keyEnd?: string): PolicyElement => elementFromId(idOf(set, key, keyEnd, value));
+
+/**
+ * Every element the tunnel owns, in every set of the isolation and the policy. A default policy still owns
+ * the isolation (replies, origins, spoofed), the allowlist of every port, and its drop counters' map entries.
+ */
+export function tunnelElements(t: TunnelSpec): PolicyElement[] {
+  const p = policyOf(t);
+  const P = ipHex(t.protected_ip);
+  const O = ipHex(t.origin_inner.split('/')[0]!);
+  const N = ifnameHex(t.tunnel_name);
+  const out: PolicyElement[] = [
+    element(POLICY_SETS.replies, N + O + P),
+    element(POLICY_SETS.origins, N + O),
+    element(dropMap('spoofed'), N, `obj:${dropCounterName(t, 'spoofed')}`),
+  ];
+  for (const r of DROP_REASONS) if (r !== 'spoofed') out.push(element(dropMap(r), P, `obj:${dropCounterName(t, r)}`));
+  const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
+  const ranges = p.ports === '*' ? [PORT_ALL] : p.ports;
+  for (const proto of protos) for (const [from, to] of ranges) out.push(element(POLICY_SETS.allowed, allowKeyHex(P, proto, from), '', allowKeyHex(P, proto, to)));
+  if (p.drop_fragments) out.push(element(POLICY_SETS.fragments, P));
+  const need = sharedNeeds(t);
+  if (need.mss !== undefined) {
+    out.push(element(POLICY_SETS.synproxied, P));
+    out.push(element(POLICY_SETS.synproxy, P, `obj:${synproxyName(need.mss)}`));
+  }
+  if (need.pps !== undefined) out.push(element(POLICY_SETS.rateLimits, P, `v:${NFT_JUMP}:${rateLimitName(need.pps)}`));
+  return out;
+}
+
+/** What an element depends on existing first: a named counter, a synproxy object or a rate-limit chain. */
+export function elementNeeds(e: PolicyElement): { counter?: string; synproxy?: string; chain?: string } {
+  if (e.el.objref !== undefined) return e.set === POLICY_SETS.synproxy ? { synproxy: e.el.objref } : { counter: e.el.objref };
+  if (e.el.verdict?.chain !== undefined) return { chain: e.el.verdict.chain };
+  return {};
+}

@@ -1,0 +1,376 @@
+// Issue 10 item 5, the host half: the edge's isolation and per-tunnel policy proven on this kernel, with a
+// client, an attacker, the edge (the agent's dataplane in its namespace) and two origins, all namespaces made
+// here. This kernel has no GRE: the tunnel links are the dataplane's veth stand-in, the far end moved into the
+// origin (as in nat.test.ts); the GRE half runs in the VM. Floods are hping3 runs with a fixed packet count
+// inside these namespaces. What reached a namespace is read from nftables counters in that namespace.
+//
+// Each check first shows the drop (and its per-tunnel, per-reason counter), then deletes the ONE rule of the
+// agent's table that makes it (by handle) and shows the same traffic now passes, so the check proves that rule.
+// The table is then repaired the way the agent repairs it (a restart rebuilds a tampered table, a reconcile
+// puts back a rate-limit chain), which proves that repair too.
+//
+//  client   198.51.100.10 ── up0 ┐                    ┌ tg-e1 100.64.0.1/30 ≈≈ 100.64.0.2 origin1 (P1 203.0.113.1)
+//  attacker 198.51.101.10 ── up1 ┴ edge (the agent)  ─┴ tg-e2 100.64.0.5/30 ≈≈ 100.64.0.6 origin2 (P2 203.0.113.2)
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
+import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { onPath, skipUnless } from '../helpers/requirements.ts';
+import { until } from '../helpers/wait.ts';
+import { isRoot, TestNetns } from './netns.ts';
+
+const T = 'tunnelgate';
+const EDGE = '192.0.2.2';
+const CLIENT = '198.51.100.10';
+const ATTACKER = '198.51.101.10';
+const LIMIT = 100;
+
+const T1_POLICY: TunnelPolicy = { ports: [[8080, 8080]], protocol: 'tcp', syn_proxy: true, source_pps_limit: null, drop_fragments: false };
+const T2_POLICY: TunnelPolicy = { ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: LIMIT, drop_fragments: true };
+const tunnel = (i: 1 | 2, policy: TunnelPolicy): TunnelSpec => ({
+  id: `00000000-0000-4000-8000-00000000e00${i}`,
+  tunnel_name: `tg-e${i}`,
+  protected_ip: `203.0.113.${i}`,
+  origin_ip: `198.18.0.${i}`,
+  edge_ip: EDGE,
+  edge_inner: `100.64.0.${4 * i - 3}/30`,
+  origin_inner: `100.64.0.${4 * i - 2}/30`,
+  mtu: 1476,
+  policy,
+});
+const T1 = tunnel(1, T1_POLICY);
+const T2 = tunnel(2, T2_POLICY);
+
+// An origin's TCP service: every line gets "peer=<client address> echo=<line>" back, on ports 8080 and 9090.
+const SERVER = `
+const net = require('node:net');
+let n = 0;
+for (const port of [8080, 9090]) {
+  net.createServer((s) => { let b = ''; s.on('data', (d) => { b += d; let i; while ((i = b.indexOf('\\n')) >= 0) { s.write('peer=' + s.remoteAddress + ' echo=' + b.slice(0, i) + '\\n'); b = b.slice(i + 1); } }); s.on('error', () => {}); })
+    .listen(port, '0.0.0.0', () => { if (++n === 2) console.log('ready'); });
+}`;
+// A client holding one connection: stdin lines go out, answers come back on stdout; 'open'/'closed' say its state.
+const KEEP = `
+const net = require('node:net');
+const [host, port] = process.argv.slice(1);
+const s = net.connect({ host, port: Number(port) }, () => console.log('open'));
+s.on('data', (d) => process.stdout.write(d));
+s.on('error', (e) => console.log('closed ' + e.code));
+s.on('close', () => { console.log('closed'); process.exit(0); });
+process.stdin.on('data', (d) => s.write(d));`;
+
+/** A long-lived process in a namespace whose stdout lines the test waits on. */
+class Proc {
+  readonly lines: string[] = [];
+  readonly child: ChildProcess;
+  constructor(ns: TestNetns, script: string, args: string[] = []) {
+    this.child = spawn('ip', ['netns', 'exec', ns.name, process.execPath, '-e', script, ...args], { stdio: ['pipe', 'pipe', 'inherit'] });
+    let buf = '';
+    this.child.stdout!.on('data', (d: Buffer) => {
+      buf += String(d);
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        this.lines.push(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+      }
+    });
+  }
+  saw(pred: (l: string) => boolean): Promise<string> {
+    return until('a line from a namespace process', () => this.lines.find(pred), 30_000);
+  }
+  send(line: string): void {
+    this.child.stdin!.write(`${line}\n`);
+  }
+  stop(): void {
+    if (this.child.exitCode === null) this.child.kill('SIGTERM');
+  }
+}
+
+/** Named counters (and the first/last-packet timeout sets) in a namespace's own `obs` table. */
+function observe(ns: TestNetns, hook: 'input' | 'forward', rules: Record<string, string>): void {
+  // Named `n_<label>`: a bare label may be an nft keyword (icmp, frag...).
+  const counters = Object.keys(rules)
+    .map((n) => `  counter n_${n} {}\n`)
+    .join('');
+  const body = Object.entries(rules)
+    .map(([n, m]) => `    ${m} counter name "n_${n}"\n`)
+    .join('');
+  const file = `table ip obs {\n${counters}  set first { type ipv4_addr; flags timeout; timeout 1h; }\n  set last { type ipv4_addr; flags timeout; timeout 1h; }\n  chain c {\n    type filter hook ${hook} priority 10; policy accept;\n${body}  }\n}\n`;
+  ns.run('bash', '-c', `nft -f - <<'EOF'\n${file}EOF`);
+}
+function counted(ns: TestNetns, name: string): number {
+  const j = JSON.parse(ns.run('nft', '-j', 'list', 'counter', 'ip', 'obs', `n_${name}`)) as { nftables: { counter?: { packets: number } }[] };
+  return j.nftables.find((o) => o.counter)!.counter!.packets;
+}
+/** Milliseconds left until an element's timeout: "expires 59m58s40ms". */
+function expiresMs(text: string, set: string): number {
+  const m = new RegExp(`set ${set} \\{[^}]*expires ((?:\\d+h)?(?:\\d+m)?(?:\\d+s)?(?:\\d+ms)?)`).exec(text);
+  if (!m) throw new Error(`no element in set ${set}`);
+  let ms = 0;
+  for (const [, v, u] of m[1]!.matchAll(/(\d+)(h|ms|m|s)/g)) ms += Number(v) * { h: 3_600_000, m: 60_000, s: 1000, ms: 1 }[u as 'h' | 'm' | 's' | 'ms'];
+  return ms;
+}
+
+/** A bounded hping3 run (fixed count, stops by itself); its exit status says nothing about drops. */
+const hping = (ns: TestNetns, args: string): void => void ns.run('bash', '-c', `hping3 -q ${args} >/dev/null 2>&1 || true`);
+
+describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: root (network namespaces) and hping3'))('edge isolation and per-tunnel policy (veth stand-in for GRE)', () => {
+  const ns: Record<'client' | 'attacker' | 'edge' | 'origin1' | 'origin2', TestNetns> = {} as never;
+  let stateDir: string;
+  let dp: DataplaneHandle;
+  const servers: Proc[] = [];
+
+  const open = (): Promise<DataplaneHandle> => createDataplane({ edgeIp: EDGE, nftTable: T, stateDir, netns: ns.edge.name, linkKind: 'veth-standin' });
+  /** Deletes the one rule of `chain` whose text contains `text` (by its handle), as an operator would by hand. */
+  const deleteRule = (chain: string, text: string): void => {
+    const lines = ns.edge.run('nft', '-a', 'list', 'chain', 'ip', T, chain).split('\n').filter((l) => l.includes(text) && l.includes('# handle'));
+    expect(lines, `one rule in ${chain} with "${text}"`).toHaveLength(1);
+    ns.edge.run('nft', 'delete', 'rule', 'ip', T, chain, 'handle', /# handle (\d+)/.exec(lines[0]!)![1]!);
+  };
+  /** The agent restarts: a table whose rules were tampered with is rebuilt, its elements and objects kept. */
+  const restart = async (): Promise<void> => {
+    await dp.close();
+    dp = await open();
+    expect(dp.table).toBe('rebuilt');
+  };
+  const drops = (t: TunnelSpec) => dp.dropped(t);
+
+  beforeAll(async () => {
+    for (const k of ['client', 'attacker', 'edge', 'origin1', 'origin2'] as const) {
+      ns[k] = new TestNetns();
+      ns[k].run('ip', 'link', 'set', 'lo', 'up');
+    }
+    const e = ns.edge;
+    e.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', ns.client.name);
+    e.run('ip', 'link', 'add', 'up1', 'type', 'veth', 'peer', 'name', 'a0', 'netns', ns.attacker.name);
+    e.run('ip', 'addr', 'add', '198.51.100.1/24', 'dev', 'up0');
+    e.run('ip', 'addr', 'add', '198.51.101.1/24', 'dev', 'up1');
+    e.run('ip', 'addr', 'add', `${EDGE}/32`, 'dev', 'lo');
+    for (const l of ['up0', 'up1']) e.run('ip', 'link', 'set', l, 'up');
+    // The edge's upstream default route: a protected IP is not local, the kernel forwards it (the SYN proxy sits in forward).
+    e.run('ip', 'route', 'add', 'default', 'via', CLIENT);
+    for (const [n, dev, addr, gw] of [
+      [ns.client, 'c0', `${CLIENT}/24`, '198.51.100.1'],
+      [ns.attacker, 'a0', `${ATTACKER}/24`, '198.51.101.1'],
+    ] as const) {
+      n.run('ip', 'addr', 'add', addr, 'dev', dev);
+      n.run('ip', 'link', 'set', dev, 'up');
+      n.run('ip', 'route', 'add', 'default', 'via', gw);
+    }
+    stateDir = mkdtempSync(join(tmpdir(), 'tg-protect-'));
+    dp = await open();
+    expect(await dp.reconcile([T1, T2])).toMatchObject({ added: 2, failed: [] });
+    // Each stand-in's far end becomes its origin's tunnel link (point-to-point like GRE: no ARP, one MAC).
+    for (const [t, o] of [
+      [T1, ns.origin1],
+      [T2, ns.origin2],
+    ] as const) {
+      const peer = standinPeerName(t.tunnel_name);
+      const mac = e.ipJson<{ address: string }[]>('link', 'show', 'dev', t.tunnel_name)[0]!.address;
+      e.run('ip', 'link', 'set', 'dev', t.tunnel_name, 'arp', 'off');
+      e.run('ip', 'link', 'set', 'dev', peer, 'address', mac, 'arp', 'off', 'netns', o.name);
+      o.run('ip', 'link', 'set', 'dev', peer, 'name', t.tunnel_name);
+      o.run('ip', 'link', 'set', 'dev', t.tunnel_name, 'up');
+      o.run('ip', 'addr', 'add', t.origin_inner, 'dev', t.tunnel_name);
+      o.run('ip', 'route', 'add', 'default', 'dev', t.tunnel_name);
+    }
+    observe(ns.origin1, 'input', {
+      syn8080: 'tcp dport 8080 tcp flags & (syn|ack) == syn',
+      syn9090: 'tcp dport 9090 tcp flags & (syn|ack) == syn',
+      udp8080: 'udp dport 8080',
+      icmp: 'icmp type echo-request',
+    });
+    observe(ns.origin2, 'input', {
+      flood: `udp dport 7000 ip saddr ${ATTACKER} add @first { ip saddr } update @last { ip saddr }`,
+      calm: `udp dport 7000 ip saddr ${CLIENT}`,
+      neighbour: 'udp dport 7002',
+      frag: 'udp dport 7003',
+    });
+    observe(ns.client, 'input', { spoofed: 'udp dport 7000', newconn: 'tcp dport 7001' });
+    observe(ns.edge, 'input', { ssh: 'tcp dport 52222' });
+    // Every link was just made: wait until each path carries packets (TestNetns.waitForPing), then start the servers.
+    await ns.client.waitForPing('198.51.100.1');
+    await ns.attacker.waitForPing('198.51.101.1');
+    await ns.edge.waitForPing('100.64.0.2');
+    await ns.edge.waitForPing('100.64.0.6');
+    for (const o of [ns.origin1, ns.origin2]) {
+      const p = new Proc(o, SERVER);
+      servers.push(p);
+      await p.saw((l) => l === 'ready');
+    }
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const s of servers) s.stop();
+    await dp?.close();
+    for (const n of Object.values(ns)) n?.delete();
+    if (stateDir) rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  it('allowlist: the allowed port passes; a denied port and a denied protocol are dropped, counted not_allowed', async () => {
+    const before = await drops(T1);
+    const conn = new Proc(ns.client, KEEP, [T1.protected_ip, '8080']);
+    await conn.saw((l) => l === 'open');
+    conn.send('hello');
+    expect(await conn.saw((l) => l.includes('echo=hello'))).toBe(`peer=${CLIENT} echo=hello`);
+    conn.stop();
+    hping(ns.client, `-S -c 5 -i u20000 -p 9090 ${T1.protected_ip}`);
+    hping(ns.client, `--udp -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
+    hping(ns.client, `--icmp -c 5 -i u20000 ${T1.protected_ip}`);
+    expect(counted(ns.origin1, 'syn9090')).toBe(0);
+    expect(counted(ns.origin1, 'udp8080')).toBe(0);
+    expect((await drops(T1)).not_allowed - before.not_allowed).toBe(15);
+    // Without the allowlist rule the same traffic reaches the origin (ICMP to a protected IP is never DNAT-ed,
+    // so the TCP and UDP ports are what shows it; a SYN to this syn-proxied IP reaches the origin only once
+    // the client completed the handshake, so TCP is a real connection).
+    deleteRule('allow', '@allowed');
+    hping(ns.client, `--udp -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
+    expect(counted(ns.origin1, 'udp8080')).toBe(5);
+    const denied = new Proc(ns.client, KEEP, [T1.protected_ip, '9090']);
+    await denied.saw((l) => l === 'open');
+    denied.send('now-open');
+    await denied.saw((l) => l.includes('echo=now-open'));
+    denied.stop();
+    await restart();
+    const again = counted(ns.origin1, 'udp8080');
+    hping(ns.client, `--udp -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
+    expect(counted(ns.origin1, 'udp8080')).toBe(again);
+  }, 120_000);
+
+  it('rate limit: a bounded flood reaches the origin at no more than the limit (+10%), a second client is untouched and metered apart', async () => {
+    const before = await drops(T2);
+    // 3,000 packets at a nominal 1,000/s from one address (over the limit however slow this host is), and
+    // alongside it 10 from another address at 20/s (under it).
+    const calm = spawn('ip', ['netns', 'exec', ns.client.name, 'hping3', '-q', '--udp', '-c', '10', '-i', 'u50000', '-p', '7000', T2.protected_ip], { stdio: 'ignore' });
+    hping(ns.attacker, `--udp -c 3000 -i u1000 -p 7000 ${T2.protected_ip}`);
+    await new Promise((r) => calm.on('exit', r));
+    const passed = counted(ns.origin2, 'flood');
+    const dropped = (await drops(T2)).rate_limited - before.rate_limited;
+    expect(passed + dropped).toBe(3000);
+    // The flood's duration from the kernel's own timestamps: when the first and the last passed packet arrived
+    // (the timeouts of elements added at the first and refreshed at the last packet, read in one listing).
+    const listing = ns.origin2.run('nft', 'list', 'table', 'ip', 'obs');
+    const seconds = (expiresMs(listing, 'last') - expiresMs(listing, 'first')) / 1000;
+    expect(seconds).toBeGreaterThan(0.5);
+    // limit rate over 100/second lets the bucket's burst (5 packets) through at once, then 100 a second: no
+    // more than the limit (+10%). Measured here at 95-100/s on a quiet host; a sender starved of CPU on a loaded
+    // one offers nothing for a while (the bucket then holds at most its burst), which can only lower the rate
+    // (82/s seen with the host's load at 10), so the lower bound only shows the limit is not far stricter.
+    const rate = (passed - 5) / seconds;
+    expect(rate).toBeLessThanOrEqual(LIMIT * 1.1);
+    expect(rate).toBeGreaterThanOrEqual(LIMIT * 0.5);
+    expect(counted(ns.origin2, 'calm')).toBe(10);
+    // Each client address has its own meter element (P . client).
+    const meter = ns.edge.run('nft', 'list', 'set', 'ip', T, `ratelimit_${LIMIT}`);
+    expect(meter).toContain(`${T2.protected_ip} . ${ATTACKER}`);
+    expect(meter).toContain(`${T2.protected_ip} . ${CLIENT}`);
+    // Without the chain's rule the same flood passes whole.
+    deleteRule(`ratelimit_${LIMIT}`, 'limit rate over');
+    const base = counted(ns.origin2, 'flood');
+    hping(ns.attacker, `--udp -c 500 -i u1000 -p 7000 ${T2.protected_ip}`);
+    expect(counted(ns.origin2, 'flood') - base).toBe(500);
+    // A reconcile puts the chain's rule back (the chain without it is drift).
+    expect(await dp.reconcile([T1, T2])).toMatchObject({ failed: [] });
+    expect(ns.edge.run('nft', 'list', 'chain', 'ip', T, `ratelimit_${LIMIT}`)).toContain(`limit rate over ${LIMIT}/second`);
+  }, 120_000);
+
+  it('SYN proxy: a spoofed SYN flood sends the origin no SYN; a real client connects and the origin sees its address', async () => {
+    const before = counted(ns.origin1, 'syn8080');
+    hping(ns.attacker, `-S --rand-source -c 300 -i u2000 -p 8080 ${T1.protected_ip}`);
+    expect(counted(ns.origin1, 'syn8080')).toBe(before);
+    const conn = new Proc(ns.client, KEEP, [T1.protected_ip, '8080']);
+    await conn.saw((l) => l === 'open');
+    conn.send('through-the-proxy');
+    expect(await conn.saw((l) => l.includes('echo=through-the-proxy'))).toBe(`peer=${CLIENT} echo=through-the-proxy`);
+    conn.stop();
+    // One SYN reached the origin: the proxy's, for the client that finished its handshake.
+    expect(counted(ns.origin1, 'syn8080')).toBe(before + 1);
+    // Without the notrack of SYNs the proxy never sees them: the flood reaches the origin.
+    deleteRule('synraw', 'notrack');
+    hping(ns.attacker, `-S --rand-source -c 50 -i u2000 -p 8080 ${T1.protected_ip}`);
+    expect(counted(ns.origin1, 'syn8080')).toBeGreaterThan(before + 1);
+    await restart();
+  }, 120_000);
+
+  it('from inside a tunnel: a spoofed source, a new connection out, another tunnel, the edge port 52222: dropped, counted spoofed', async () => {
+    const before = (await drops(T1)).spoofed;
+    const send = (): void => {
+      hping(ns.origin1, `--udp -a 192.0.2.99 -c 5 -i u20000 -p 7000 ${CLIENT}`);
+      hping(ns.origin1, `-S -c 5 -i u20000 -p 7001 ${CLIENT}`);
+      hping(ns.origin1, `--udp -c 5 -i u20000 -p 7002 100.64.0.6`);
+      hping(ns.origin1, `-S -c 5 -i u20000 -p 52222 100.64.0.1`);
+      hping(ns.origin1, `-S -c 5 -i u20000 -p 52222 ${EDGE}`);
+    };
+    send();
+    expect([counted(ns.client, 'spoofed'), counted(ns.client, 'newconn'), counted(ns.origin2, 'neighbour'), counted(ns.edge, 'ssh')]).toEqual([0, 0, 0, 0]);
+    // Every one of the 25 was counted (a late packet of an earlier test's connection may add to it, never less).
+    expect((await drops(T1)).spoofed - before).toBeGreaterThanOrEqual(25);
+    // The agent's probe still gets its answer from the origin's inner address.
+    expect(await dp.probe(T1)).toMatchObject({ reachable: true });
+    // Without the two jumps into the isolation chains, the same packets get through.
+    deleteRule('guard', 'jump from_tunnel');
+    deleteRule('local_in', 'jump tunnel_in');
+    send();
+    expect(counted(ns.client, 'spoofed')).toBe(5);
+    expect(counted(ns.client, 'newconn')).toBe(5);
+    expect(counted(ns.edge, 'ssh')).toBe(10);
+    // Another tunnel is guarded twice: only a DNAT-ed connection may enter a tunnel link at all.
+    expect(counted(ns.origin2, 'neighbour')).toBe(0);
+    deleteRule('guard', 'oifname "tg-*" ct status');
+    hping(ns.origin1, `--udp -c 5 -i u20000 -p 7002 100.64.0.6`);
+    expect(counted(ns.origin2, 'neighbour')).toBe(5);
+    await restart();
+  }, 120_000);
+
+  it('fragments to a tunnel that drops them are dropped before reassembly, counted fragment', async () => {
+    const before = (await drops(T2)).fragment;
+    // hping3 -f: each datagram as IP fragments (the edge would otherwise reassemble and forward it).
+    hping(ns.client, `--udp -f -d 200 -c 3 -i u20000 -p 7003 ${T2.protected_ip}`);
+    expect(counted(ns.origin2, 'frag')).toBe(0);
+    expect((await drops(T2)).fragment - before).toBeGreaterThanOrEqual(3);
+    deleteRule('fragdrop', '@fragments');
+    hping(ns.client, `--udp -f -d 200 -c 3 -i u20000 -p 7003 ${T2.protected_ip}`);
+    expect(counted(ns.origin2, 'frag')).toBe(3);
+    await restart();
+  }, 120_000);
+
+  it('a new port list on a live tunnel takes effect, and connections on ports it still allows keep working', async () => {
+    const on8080 = new Proc(ns.client, KEEP, [T1.protected_ip, '8080']);
+    await on8080.saw((l) => l === 'open');
+    on8080.send('one');
+    await on8080.saw((l) => l.includes('echo=one'));
+    const syn9090 = counted(ns.origin1, 'syn9090');
+    hping(ns.client, `-S -c 3 -i u20000 -p 9090 ${T1.protected_ip}`);
+    expect(counted(ns.origin1, 'syn9090')).toBe(syn9090);
+    // 9090 opens; 8080 stays: its connection carries on.
+    expect(await dp.apply({ ...T1, policy: { ...T1_POLICY, ports: [[8080, 8080], [9090, 9090]] } })).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    on8080.send('two');
+    await on8080.saw((l) => l.includes('echo=two'));
+    const on9090 = new Proc(ns.client, KEEP, [T1.protected_ip, '9090']);
+    await on9090.saw((l) => l === 'open');
+    on9090.send('three');
+    expect(await on9090.saw((l) => l.includes('echo=three'))).toBe(`peer=${CLIENT} echo=three`);
+    // 8080 closes: its packets are dropped from now on; 9090's connection carries on.
+    const na = (await drops(T1)).not_allowed;
+    expect(await dp.apply({ ...T1, policy: { ...T1_POLICY, ports: [[9090, 9090]] } })).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    on9090.send('four');
+    await on9090.saw((l) => l.includes('echo=four'));
+    on8080.send('five');
+    await until('the closed port dropping the connection', async () => (await drops(T1)).not_allowed > na, 30_000);
+    expect(on8080.lines.some((l) => l.includes('echo=five'))).toBe(false);
+    on8080.stop();
+    on9090.stop();
+    // Back to the first policy: a reconcile with it, everything intact.
+    expect(await dp.reconcile([T1, T2])).toMatchObject({ changed: 1, unchanged: 1, failed: [] });
+  }, 120_000);
+
+  it('the rule count does not depend on the number of tunnels', () => {
+    // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
+    const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
+    // 22 rules of the table, plus one per distinct rate limit in use (here one).
+    expect(rules).toBe(23);
+  });
+});
