@@ -49,8 +49,18 @@ describe('ip', () => {
     expect(Buffer.byteLength(name)).toBeLessThanOrEqual(15);
     expect(tunnelNameFor('0f8fad5b-d9cb-469f-a165-70867728950e')).toBe(name);
     expect(tunnelNameFor('1f8fad5b-d9cb-469f-a165-70867728950e')).not.toBe(name);
-    const table = routeTableFor('ffffffff-d9cb-469f-a165-70867728950e');
-    expect(table).toBeGreaterThan(255);
-    expect(table).toBeLessThan(2 ** 31);
+  });
+
+  it('numbers the origin\'s route table from the inner address: distinct for distinct inner subnets, /31 included', () => {
+    const tables = ['100.64.0.2/30', '100.64.0.6/30', '100.64.1.1/31', '100.64.1.3/31', '100.64.1.4/31', '100.127.255.254/30', '10.0.0.2/30'].map(routeTableFor);
+    expect(new Set(tables).size).toBe(tables.length);
+    for (const t of [...tables, routeTableFor('255.255.255.255/32')]) {
+      expect(t).toBeGreaterThan(255);
+      expect(t).toBeLessThan(2 ** 31);
+      expect(Number.isInteger(t)).toBe(true);
+    }
+    // Not from the id any more: two tunnels to one origin whose ids share their first hex digits differ.
+    expect(routeTableFor('100.64.0.2/30')).toBe(routeTableFor('100.64.0.2'));
+    expect(() => routeTableFor('not-an-address')).toThrow(/originInner/);
   });
 });

@@ -32,11 +32,9 @@ const plain: TunnelSpec = {
   origin_inner: '100.127.0.2/30',
   mtu: 1476,
 };
-// With a GRE key the header grows by 4 bytes: MTU 1472. Its id must not share the first five hex digits with
-// the plain one's: the origin's routing table is numbered from them (routeTableFor), and one table for both
-// would send the plain tunnel's replies out of the keyed link, which the edge's isolation drops as spoofed.
+// With a GRE key the header grows by 4 bytes: MTU 1472.
 const keyed: TunnelSpec = {
-  id: '1a1b2c3d-0000-4000-8000-000000000002',
+  id: '0a1b2c3d-0000-4000-8000-000000000002', // shares the plain one's first hex digits: the route tables must still differ
   tunnel_name: 'tg-vmkey',
   protected_ip: '203.0.113.11',
   origin_ip: LAB.origin,
@@ -58,7 +56,7 @@ function originScript(t: TunnelSpec): string {
     originInner: t.origin_inner,
     mtu: t.mtu,
     greKey: t.gre_key ?? null,
-    routeTable: routeTableFor(t.id),
+    routeTable: routeTableFor(t.origin_inner),
   }).origin;
 }
 

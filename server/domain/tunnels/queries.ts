@@ -126,7 +126,7 @@ export class TunnelQueries {
         originInner: spec.origin_inner,
         mtu: spec.mtu,
         greKey: spec.gre_key ?? null,
-        routeTable: routeTableFor(r.id),
+        routeTable: routeTableFor(spec.origin_inner),
       });
     } catch (e) {
       // renderOriginScripts refuses bad values with a TypeError naming the field ("origin script: ...").
