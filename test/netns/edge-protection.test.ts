@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { counterArgv, counterPackets, firstLastSeconds, OBS_TABLE, observeRuleset, ruleHandle } from '../helpers/nft-observe.ts';
 import { onPath, skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
 import { isRoot, TestNetns } from './netns.ts';
@@ -89,30 +90,11 @@ class Proc {
   }
 }
 
-/** Named counters (and the first/last-packet timeout sets) in a namespace's own `obs` table. */
+/** Named counters (and the first/last-packet timeout sets) in a namespace's own `obs` table (test/helpers/nft-observe.ts). */
 function observe(ns: TestNetns, hook: 'input' | 'forward', rules: Record<string, string>): void {
-  // Named `n_<label>`: a bare label may be an nft keyword (icmp, frag...).
-  const counters = Object.keys(rules)
-    .map((n) => `  counter n_${n} {}\n`)
-    .join('');
-  const body = Object.entries(rules)
-    .map(([n, m]) => `    ${m} counter name "n_${n}"\n`)
-    .join('');
-  const file = `table ip obs {\n${counters}  set first { type ipv4_addr; flags timeout; timeout 1h; }\n  set last { type ipv4_addr; flags timeout; timeout 1h; }\n  chain c {\n    type filter hook ${hook} priority 10; policy accept;\n${body}  }\n}\n`;
-  ns.run('bash', '-c', `nft -f - <<'EOF'\n${file}EOF`);
+  ns.run('bash', '-c', `nft -f - <<'EOF'\n${observeRuleset(hook, rules)}EOF`);
 }
-function counted(ns: TestNetns, name: string): number {
-  const j = JSON.parse(ns.run('nft', '-j', 'list', 'counter', 'ip', 'obs', `n_${name}`)) as { nftables: { counter?: { packets: number } }[] };
-  return j.nftables.find((o) => o.counter)!.counter!.packets;
-}
-/** Milliseconds left until an element's timeout: "expires 59m58s40ms". */
-function expiresMs(text: string, set: string): number {
-  const m = new RegExp(`set ${set} \\{[^}]*expires ((?:\\d+h)?(?:\\d+m)?(?:\\d+s)?(?:\\d+ms)?)`).exec(text);
-  if (!m) throw new Error(`no element in set ${set}`);
-  let ms = 0;
-  for (const [, v, u] of m[1]!.matchAll(/(\d+)(h|ms|m|s)/g)) ms += Number(v) * { h: 3_600_000, m: 60_000, s: 1000, ms: 1 }[u as 'h' | 'm' | 's' | 'ms'];
-  return ms;
-}
+const counted = (ns: TestNetns, name: string): number => counterPackets(ns.run(...counterArgv(name)));
 
 /** A bounded hping3 run (fixed count, stops by itself); its exit status says nothing about drops. */
 const hping = (ns: TestNetns, args: string): void => void ns.run('bash', '-c', `hping3 -q ${args} >/dev/null 2>&1 || true`);
@@ -126,9 +108,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   const open = (): Promise<DataplaneHandle> => createDataplane({ edgeIp: EDGE, nftTable: T, stateDir, netns: ns.edge.name, linkKind: 'veth-standin' });
   /** Deletes the one rule of `chain` whose text contains `text` (by its handle), as an operator would by hand. */
   const deleteRule = (chain: string, text: string): void => {
-    const lines = ns.edge.run('nft', '-a', 'list', 'chain', 'ip', T, chain).split('\n').filter((l) => l.includes(text) && l.includes('# handle'));
-    expect(lines, `one rule in ${chain} with "${text}"`).toHaveLength(1);
-    ns.edge.run('nft', 'delete', 'rule', 'ip', T, chain, 'handle', /# handle (\d+)/.exec(lines[0]!)![1]!);
+    ns.edge.run('nft', 'delete', 'rule', 'ip', T, chain, 'handle', ruleHandle(ns.edge.run('nft', '-a', 'list', 'chain', 'ip', T, chain), text));
   };
   /** The agent restarts: a table whose rules were tampered with is rebuilt, its elements and objects kept. */
   const restart = async (): Promise<void> => {
@@ -252,8 +232,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect(passed + dropped).toBe(3000);
     // The flood's duration from the kernel's own timestamps: when the first and the last passed packet arrived
     // (the timeouts of elements added at the first and refreshed at the last packet, read in one listing).
-    const listing = ns.origin2.run('nft', 'list', 'table', 'ip', 'obs');
-    const seconds = (expiresMs(listing, 'last') - expiresMs(listing, 'first')) / 1000;
+    const seconds = firstLastSeconds(ns.origin2.run('nft', 'list', 'table', 'ip', OBS_TABLE));
     expect(seconds).toBeGreaterThan(0.5);
     // limit rate over 100/second lets the bucket's burst (5 packets) through at once, then 100 a second: no
     // more than the limit (+10%). Measured here at 95-100/s on a quiet host; a sender starved of CPU on a loaded

@@ -16,6 +16,7 @@ import { loadSecrets } from '../../server/secrets.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { LAB } from './protocol.ts';
+import { labClient, labServe } from './lab.ts';
 import { TestVm, buildAssets, vmRequired, vmUnavailable } from './vm.ts';
 
 const unavailable = vmUnavailable();
@@ -68,11 +69,6 @@ function writeArtifact(name: string, text: string): void {
   mkdirSync(ARTIFACTS, { recursive: true });
   writeFileSync(join(ARTIFACTS, name), text);
 }
-// The origin's services answer with the peer address they saw and their own (post-DNAT) address.
-const ANSWER = `read -r l; echo "peer=$SOCAT_PEERADDR local=$SOCAT_SOCKADDR got=$l"`;
-const TCP_PORT = 8080;
-const UDP_PORT = 5353;
-
 // Generous per-test time: the guest's CPU is emulated, and CI hosts run other tests beside it.
 describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU guest', { timeout: 240_000 }, () => {
   let vm: TestVm;
@@ -86,45 +82,8 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
     }
   };
 
-  /**
-   * One exchange from the client, up to three fresh attempts (new source port, new conntrack entry); a
-   * broken path fails all three. TCP: socat connects to the protected IP, so an answer came from it.
-   * UDP: bash's /dev/udp is a connected socket, which the kernel hands only datagrams whose source is the
-   * protected IP; one `dd` read takes the whole datagram (bash's `read` would take one byte of it). Every
-   * wait starts at the network step itself (socat's connect-timeout, -t and -T; `timeout dd` after the
-   * send): on a loaded host the emulated guest can take seconds just to start a process.
-   */
-  const client = async (proto: 'tcp' | 'udp', ip: string, attempts = 3): Promise<string> => {
-    let out = '';
-    for (let i = 0; i < attempts && !out.includes('peer='); i++) {
-      const argv =
-        proto === 'tcp'
-          ? ['socat', '-t10', '-T10', '-', `TCP4:${ip}:${TCP_PORT},connect-timeout=10`]
-          : // --norc: the control server's pipes are sockets, so bash takes itself for an ssh session and
-            // sources ~/.bashrc (the host's, shared over 9p), which cost 12-16 s per call in the guest.
-            ['bash', '--norc', '--noprofile', '-c', `exec 3<>/dev/udp/${ip}/${UDP_PORT} && echo hello-udp-${i} >&3 && timeout 10 dd bs=4096 count=1 status=none <&3`];
-      const r = await vm.exec({ ns: 'client', argv, input: `hello-tcp-${i}\n`, timeoutMs: 120_000 });
-      out = r.stdout.trim();
-      if (!out.includes('peer=')) process.stderr.write(`test/vm: ${proto} ${ip} attempt ${i + 1}: no answer after ${r.ms} ms (exit ${r.code ?? r.signal}) ${r.stderr.trim()}\n`);
-    }
-    return out;
-  };
-
-  /** Starts a socat server in the origin and waits until its socket is bound. */
-  const serve = async (name: string, proto: 'tcp' | 'udp', bind?: string): Promise<void> => {
-    const listen = proto === 'tcp' ? `TCP4-LISTEN:${TCP_PORT},reuseaddr,fork` : `UDP4-RECVFROM:${UDP_PORT},fork`;
-    // -t10: once the client has sent its line and shut its side, the server still waits up to 10 s for the
-    // answer script (socat's default is 0.5 s; a loaded guest can take longer just to fork the shell, and
-    // the client then saw a clean close with no answer).
-    await vm.spawn({ name, ns: 'origin', argv: ['socat', '-t10', bind ? `${listen},bind=${bind}` : listen, `SYSTEM:${ANSWER}`] });
-    const want = `${bind ?? (proto === 'tcp' ? '0.0.0.0' : '*')}:${proto === 'tcp' ? TCP_PORT : UDP_PORT} `;
-    for (let i = 0; ; i++) {
-      const ss = await vm.run('origin', ['ss', '-Hln', proto === 'tcp' ? '-t' : '-u']);
-      if (ss.includes(want)) return;
-      if (i > 100) throw new Error(`origin: ${name} is not listening on ${want}: ${ss}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  };
+  const client = (proto: 'tcp' | 'udp', ip: string, attempts = 3): Promise<string> => labClient(vm, proto, ip, { attempts });
+  const serve = (name: string, proto: 'tcp' | 'udp', bind?: string): Promise<void> => labServe(vm, name, proto, bind === undefined ? {} : { bind });
 
   beforeAll(async () => {
     if (unavailable) throw new Error(`the VM test is required here (TUNNELGATE_VM=require or CI) but cannot run: ${unavailable}`);

@@ -65,4 +65,8 @@ export type DataplaneRequest =
   | { op: 'apply'; tunnel: TunnelSpec }
   | { op: 'remove'; tunnel: TunnelRef }
   | { op: 'probe'; tunnel: TunnelSpec }
+  /** The tunnel's drop counters per reason (DataplaneHandle.dropped; docs/CONTRACTS.md "Dataplane"). */
+  | { op: 'dropped'; tunnel: Pick<TunnelSpec, 'tunnel_name'> }
+  /** What open did to the table ('created', 'present' or 'rebuilt'): a reopen after tampering rebuilds it. */
+  | { op: 'table' }
   | { op: 'close' };

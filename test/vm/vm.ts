@@ -13,6 +13,7 @@ import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ChangeCounts, ProbeResult } from '../../agent/dataplane/types.ts';
+import type { DropReason } from '../../common/tunnel-status.ts';
 import { LAB, type DataplaneRequest, type ExecRequest, type ExecResult, type Netns, type ProcessOutput, type SpawnRequest } from './protocol.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -242,6 +243,8 @@ export class TestVm {
   dataplane(req: Extract<DataplaneRequest, { op: 'apply' | 'remove' }>): Promise<ChangeCounts>;
   dataplane(req: Extract<DataplaneRequest, { op: 'probe' }>): Promise<ProbeResult>;
   dataplane(req: Extract<DataplaneRequest, { op: 'open' | 'close' }>): Promise<{ ok: true }>;
+  dataplane(req: Extract<DataplaneRequest, { op: 'dropped' }>): Promise<Record<DropReason, number>>;
+  dataplane(req: Extract<DataplaneRequest, { op: 'table' }>): Promise<{ table: 'created' | 'present' | 'rebuilt' }>;
   dataplane(req: DataplaneRequest): Promise<unknown> {
     return this.call('POST', '/dataplane', req);
   }

@@ -96,6 +96,10 @@ async function dataplane(req: DataplaneRequest): Promise<unknown> {
       return dp.remove(req.tunnel);
     case 'probe':
       return dp.probe(req.tunnel);
+    case 'dropped':
+      return dp.dropped(req.tunnel);
+    case 'table':
+      return { table: dp.table };
     case 'close':
       await dp.close();
       dp = undefined;
