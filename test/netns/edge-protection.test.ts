@@ -11,17 +11,18 @@
 //
 //  client   198.51.100.10 ── up0 ┐                    ┌ tg-e1 100.64.0.1/30 ≈≈ 100.64.0.2 origin1 (P1 203.0.113.1)
 //  attacker 198.51.101.10 ── up1 ┴ edge (the agent)  ─┴ tg-e2 100.64.0.5/30 ≈≈ 100.64.0.6 origin2 (P2 203.0.113.2)
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
+import { createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { counterArgv, counterPackets, firstLastSeconds, OBS_TABLE, observeRuleset, ruleHandle } from '../helpers/nft-observe.ts';
 import { onPath, skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
 import { isRoot, TestNetns } from './netns.ts';
+import { attachStandinOrigin, KEEP, Proc, SERVER } from './origin-standin.ts';
 
 const T = 'tunnelgate';
 const EDGE = '192.0.2.2';
@@ -44,51 +45,6 @@ const tunnel = (i: 1 | 2, policy: TunnelPolicy): TunnelSpec => ({
 });
 const T1 = tunnel(1, T1_POLICY);
 const T2 = tunnel(2, T2_POLICY);
-
-// An origin's TCP service: every line gets "peer=<client address> echo=<line>" back, on ports 8080 and 9090.
-const SERVER = `
-const net = require('node:net');
-let n = 0;
-for (const port of [8080, 9090]) {
-  net.createServer((s) => { let b = ''; s.on('data', (d) => { b += d; let i; while ((i = b.indexOf('\\n')) >= 0) { s.write('peer=' + s.remoteAddress + ' echo=' + b.slice(0, i) + '\\n'); b = b.slice(i + 1); } }); s.on('error', () => {}); })
-    .listen(port, '0.0.0.0', () => { if (++n === 2) console.log('ready'); });
-}`;
-// A client holding one connection: stdin lines go out, answers come back on stdout; 'open'/'closed' say its state.
-const KEEP = `
-const net = require('node:net');
-const [host, port] = process.argv.slice(1);
-const s = net.connect({ host, port: Number(port) }, () => console.log('open'));
-s.on('data', (d) => process.stdout.write(d));
-s.on('error', (e) => console.log('closed ' + e.code));
-s.on('close', () => { console.log('closed'); process.exit(0); });
-process.stdin.on('data', (d) => s.write(d));`;
-
-/** A long-lived process in a namespace whose stdout lines the test waits on. */
-class Proc {
-  readonly lines: string[] = [];
-  readonly child: ChildProcess;
-  constructor(ns: TestNetns, script: string, args: string[] = []) {
-    this.child = spawn('ip', ['netns', 'exec', ns.name, process.execPath, '-e', script, ...args], { stdio: ['pipe', 'pipe', 'inherit'] });
-    let buf = '';
-    this.child.stdout!.on('data', (d: Buffer) => {
-      buf += String(d);
-      let i;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        this.lines.push(buf.slice(0, i));
-        buf = buf.slice(i + 1);
-      }
-    });
-  }
-  saw(pred: (l: string) => boolean): Promise<string> {
-    return until('a line from a namespace process', () => this.lines.find(pred), 30_000);
-  }
-  send(line: string): void {
-    this.child.stdin!.write(`${line}\n`);
-  }
-  stop(): void {
-    if (this.child.exitCode === null) this.child.kill('SIGTERM');
-  }
-}
 
 /** Named counters (and the first/last-packet timeout sets) in a namespace's own `obs` table (test/helpers/nft-observe.ts). */
 function observe(ns: TestNetns, hook: 'input' | 'forward', rules: Record<string, string>): void {
@@ -143,20 +99,12 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     stateDir = mkdtempSync(join(tmpdir(), 'tg-protect-'));
     dp = await open();
     expect(await dp.reconcile([T1, T2])).toMatchObject({ added: 2, failed: [] });
-    // Each stand-in's far end becomes its origin's tunnel link (point-to-point like GRE: no ARP, one MAC).
+    // Each stand-in's far end becomes its origin's tunnel link (test/netns/origin-standin.ts).
     for (const [t, o] of [
       [T1, ns.origin1],
       [T2, ns.origin2],
-    ] as const) {
-      const peer = standinPeerName(t.tunnel_name);
-      const mac = e.ipJson<{ address: string }[]>('link', 'show', 'dev', t.tunnel_name)[0]!.address;
-      e.run('ip', 'link', 'set', 'dev', t.tunnel_name, 'arp', 'off');
-      e.run('ip', 'link', 'set', 'dev', peer, 'address', mac, 'arp', 'off', 'netns', o.name);
-      o.run('ip', 'link', 'set', 'dev', peer, 'name', t.tunnel_name);
-      o.run('ip', 'link', 'set', 'dev', t.tunnel_name, 'up');
-      o.run('ip', 'addr', 'add', t.origin_inner, 'dev', t.tunnel_name);
-      o.run('ip', 'route', 'add', 'default', 'dev', t.tunnel_name);
-    }
+    ] as const)
+      attachStandinOrigin(e, o, t);
     observe(ns.origin1, 'input', {
       syn8080: 'tcp dport 8080 tcp flags & (syn|ack) == syn',
       syn9090: 'tcp dport 9090 tcp flags & (syn|ack) == syn',
