@@ -9,14 +9,13 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TunnelSpec } from '../../agent/dataplane/types.ts';
-import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
 import { routeTableFor, tunnelNameFor } from '../../server/domain/tunnels/index.ts';
 import { addNode, updateNode } from '../../server/domain/nodes.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { LAB } from './protocol.ts';
-import { labClient, labServe } from './lab.ts';
+import { labClient, labServe, originScript } from './lab.ts';
 import { TestVm, buildAssets, vmRequired, vmUnavailable } from './vm.ts';
 
 const unavailable = vmUnavailable();
@@ -45,21 +44,6 @@ const keyed: TunnelSpec = {
   mtu: 1472,
   gre_key: 4242,
 };
-
-function originScript(t: TunnelSpec): string {
-  return renderOriginScripts({
-    tunnelId: t.id,
-    tunnelName: t.tunnel_name,
-    protectedIp: t.protected_ip,
-    originIp: t.origin_ip,
-    edgeIp: t.edge_ip,
-    edgeInner: t.edge_inner,
-    originInner: t.origin_inner,
-    mtu: t.mtu,
-    greKey: t.gre_key ?? null,
-    routeTable: routeTableFor(t.origin_inner),
-  }).origin;
-}
 
 const inner = (cidr: string) => cidr.split('/')[0]!;
 

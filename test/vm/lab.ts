@@ -1,6 +1,25 @@
 // The lab's client and origin services, shared by the VM's test files (gre.test.ts, protection.test.ts):
 // what they say, how a client tries, and how a server is known to be listening.
+import type { TunnelSpec } from '../../agent/dataplane/types.ts';
+import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
+import { routeTableFor } from '../../server/domain/tunnels/index.ts';
 import type { TestVm } from './vm.ts';
+
+/** The origin script the gateway would hand the buyer of this tunnel (run with `bash -s` in the origin). */
+export function originScript(t: TunnelSpec): string {
+  return renderOriginScripts({
+    tunnelId: t.id,
+    tunnelName: t.tunnel_name,
+    protectedIp: t.protected_ip,
+    originIp: t.origin_ip,
+    edgeIp: t.edge_ip,
+    edgeInner: t.edge_inner,
+    originInner: t.origin_inner,
+    mtu: t.mtu,
+    greKey: t.gre_key ?? null,
+    routeTable: routeTableFor(t.origin_inner),
+  }).origin;
+}
 
 // The origin's services answer with the peer address they saw and their own (post-DNAT) address.
 const ANSWER = `read -r l; echo "peer=$SOCAT_PEERADDR local=$SOCAT_SOCKADDR got=$l"`;

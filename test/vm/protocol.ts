@@ -64,6 +64,7 @@ export type DataplaneRequest =
   | { op: 'open'; edgeIp: string; nftTable: string; stateDir: string }
   | { op: 'apply'; tunnel: TunnelSpec }
   | { op: 'remove'; tunnel: TunnelRef }
+  | { op: 'reconcile'; tunnels: TunnelSpec[] }
   | { op: 'probe'; tunnel: TunnelSpec }
   /** The tunnel's drop counters per reason (DataplaneHandle.dropped; docs/CONTRACTS.md "Dataplane"). */
   | { op: 'dropped'; tunnel: Pick<TunnelSpec, 'tunnel_name'> }

@@ -12,7 +12,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ChangeCounts, ProbeResult } from '../../agent/dataplane/types.ts';
+import type { ChangeCounts, ProbeResult, ReconcileResult } from '../../agent/dataplane/types.ts';
 import type { DropReason } from '../../common/tunnel-status.ts';
 import { LAB, type DataplaneRequest, type ExecRequest, type ExecResult, type Netns, type ProcessOutput, type SpawnRequest } from './protocol.ts';
 
@@ -243,6 +243,7 @@ export class TestVm {
   dataplane(req: Extract<DataplaneRequest, { op: 'apply' | 'remove' }>): Promise<ChangeCounts>;
   dataplane(req: Extract<DataplaneRequest, { op: 'probe' }>): Promise<ProbeResult>;
   dataplane(req: Extract<DataplaneRequest, { op: 'open' | 'close' }>): Promise<{ ok: true }>;
+  dataplane(req: Extract<DataplaneRequest, { op: 'reconcile' }>): Promise<ReconcileResult>;
   dataplane(req: Extract<DataplaneRequest, { op: 'dropped' }>): Promise<Record<DropReason, number>>;
   dataplane(req: Extract<DataplaneRequest, { op: 'table' }>): Promise<{ table: 'created' | 'present' | 'rebuilt' }>;
   dataplane(req: DataplaneRequest): Promise<unknown> {

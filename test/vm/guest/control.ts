@@ -94,6 +94,8 @@ async function dataplane(req: DataplaneRequest): Promise<unknown> {
       return dp.apply(req.tunnel);
     case 'remove':
       return dp.remove(req.tunnel);
+    case 'reconcile':
+      return dp.reconcile(req.tunnels);
     case 'probe':
       return dp.probe(req.tunnel);
     case 'dropped':
