@@ -36,7 +36,7 @@ export const EXPECTED_RULES = [
   'guard: meta cmp immediate',
   'guard: meta cmp ct bitwise cmp immediate',
   'guard: ct bitwise cmp payload objref immediate',
-  'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup immediate',
+  'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup meta objref immediate',
   'from_tunnel: meta objref immediate',
   'from_tunnel: immediate',
   'local_in: meta cmp immediate',
@@ -203,8 +203,8 @@ export async function readView(
   owned: ReadonlyMap<string, OwnedTunnel>,
   full = false,
   /**
-   * The only counters the operation can touch (a scoped apply or remove: its tunnels' own, six each): read one
-   * by one, by name, instead of listing every counter of the table (six per tunnel since drop counters).
+   * The only counters the operation can touch (a scoped apply or remove: its tunnels' own, seven each): read one
+   * by one, by name, instead of listing every counter of the table (seven per tunnel: traffic in, five drop reasons, out).
    */
   counterNames?: readonly string[],
 ): Promise<KernelView> {
