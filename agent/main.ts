@@ -13,7 +13,7 @@ import type { Dataplane } from './dataplane/types.ts';
 import type { DataplaneHandle } from './dataplane/index.ts';
 import { JobHandler } from './jobs/handle.ts';
 import type { StatusResult } from '../common/tunnel-status.ts';
-import { HealthScheduler } from './health/scheduler.ts';
+import { HealthScheduler, type HealthClock } from './health/scheduler.ts';
 import { StatusReporter } from './health/status.ts';
 import { outCounterName } from './dataplane/policy.ts';
 import { ReplayCache } from './jobs/replay-cache.ts';
@@ -54,13 +54,15 @@ export interface RunningHealth {
  */
 export function startHealth(
   dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'>,
-  opts: { intervalS: number; log?: Logger; startedAt?: number },
+  opts: { intervalS: number; log?: Logger; startedAt?: number; clock?: HealthClock; concurrency?: number; timer?: boolean },
 ): RunningHealth {
   const scheduler = new HealthScheduler({
     tunnels: () => dataplane.desiredTunnels(),
     probe: (t) => dataplane.probe(t),
     outPackets: (t) => dataplane.counterPackets(outCounterName(t)),
     intervalMs: opts.intervalS * 1000,
+    ...(opts.clock ? { clock: opts.clock } : {}),
+    ...(opts.concurrency ? { concurrency: opts.concurrency } : {}),
     ...(opts.log ? { log: (event: string, fields?: Record<string, unknown>) => opts.log!.info(event, fields) } : {}),
   });
   const reporter = new StatusReporter({
@@ -69,8 +71,10 @@ export function startHealth(
     health: (id) => scheduler.get(id),
     version: agentVersion(),
     startedAt: opts.startedAt ?? Date.now(),
+    ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
   });
-  scheduler.start();
+  // timer: false leaves the checks to whoever calls scheduler.runDue() (tests with an injected clock).
+  if (opts.timer !== false) scheduler.start();
   return { scheduler, status: () => reporter.status(), stop: () => scheduler.stop() };
 }
 
