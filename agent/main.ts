@@ -42,6 +42,9 @@ export interface StartOptions {
   status?: () => Promise<StatusResult>;
 }
 
+/** The health checks' probe timeout. */
+export const HEALTH_PROBE_TIMEOUT_MS = 1000;
+
 export interface RunningHealth {
   scheduler: HealthScheduler;
   status: () => Promise<StatusResult>;
@@ -54,11 +57,13 @@ export interface RunningHealth {
  */
 export function startHealth(
   dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'>,
-  opts: { intervalS: number; log?: Logger; startedAt?: number; clock?: HealthClock; concurrency?: number; timer?: boolean },
+  opts: { intervalS: number; log?: Logger; startedAt?: number; clock?: HealthClock; concurrency?: number; timer?: boolean; probeTimeoutMs?: number },
 ): RunningHealth {
   const scheduler = new HealthScheduler({
     tunnels: () => dataplane.desiredTunnels(),
-    probe: (t) => dataplane.probe(t),
+    // 1 s (the job probe's default is 3 s): a failed check then holds its slot a third as long, and one lost
+    // echo is absorbed by the hysteresis (3 failures in a row before down).
+    probe: (t) => dataplane.probe(t, { timeoutMs: opts.probeTimeoutMs ?? HEALTH_PROBE_TIMEOUT_MS }),
     outPackets: (t) => dataplane.counterPackets(outCounterName(t)),
     intervalMs: opts.intervalS * 1000,
     ...(opts.clock ? { clock: opts.clock } : {}),

@@ -328,14 +328,14 @@ class EdgeDataplane implements DataplaneHandle {
     return [...this.desired.tunnels.values()].map((o) => o.spec);
   }
 
-  probe(tunnel: TunnelSpec): Promise<ProbeResult> {
+  probe(tunnel: TunnelSpec, opts: { timeoutMs?: number } = {}): Promise<ProbeResult> {
     // Not serialised: a probe waits on the network, not the kernel's configuration, and changes nothing.
     return (async () => {
       try {
         const t = this.checkSpec(tunnel);
         const link = await this.k.rtnl.findLink(t.tunnel_name);
         if (!link || !link.up) return { reachable: false };
-        return await probeEcho({ netns: this.k.netns, link: t.tunnel_name, source: t.edge_ip, target: ipOf(t.origin_inner), timeoutMs: this.opts.probeTimeoutMs });
+        return await probeEcho({ netns: this.k.netns, link: t.tunnel_name, source: t.edge_ip, target: ipOf(t.origin_inner), timeoutMs: opts.timeoutMs ?? this.opts.probeTimeoutMs });
       } catch (e) {
         throw kernelError('probe', e);
       }

@@ -93,7 +93,7 @@ describe.skipIf(skipUnless(isRoot, 'health tests: root (network namespaces)'))('
     ns.client.run('ip', 'route', 'add', 'default', 'via', '198.51.100.1');
     stateDir = mkdtempSync(join(tmpdir(), 'tg-health-'));
     // A short probe timeout: a failed check costs its timeout, and the test runs three of them.
-    dp = await createDataplane({ edgeIp: EDGE, nftTable: 'tunnelgate', stateDir, netns: e.name, linkKind: 'veth-standin', probeTimeoutMs: 600 });
+    dp = await createDataplane({ edgeIp: EDGE, nftTable: 'tunnelgate', stateDir, netns: e.name, linkKind: 'veth-standin' });
     expect(await dp.reconcile([T1])).toMatchObject({ added: 1, failed: [] });
     const peer = standinPeerName(T1.tunnel_name);
     const mac = e.ipJson<{ address: string }[]>('link', 'show', 'dev', T1.tunnel_name)[0]!.address;
@@ -107,7 +107,7 @@ describe.skipIf(skipUnless(isRoot, 'health tests: root (network namespaces)'))('
     await e.waitForPing('100.64.0.2');
     echo = nodeIn(o, ECHO);
     await lineOf(echo, (l) => l === 'ready');
-    health = startHealth(dp, { intervalS: INTERVAL_S, clock, timer: false, startedAt: clock.t });
+    health = startHealth(dp, { intervalS: INTERVAL_S, clock, timer: false, startedAt: clock.t, probeTimeoutMs: 600 });
     // The scheduler meets the tunnel now; its first check falls within the coming interval.
     await health.scheduler.runDue();
   }, 120_000);
