@@ -36,7 +36,8 @@ export const EXPECTED_RULES = [
   'guard: meta cmp immediate',
   'guard: meta cmp ct bitwise cmp immediate',
   'guard: ct bitwise cmp payload objref immediate',
-  'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup meta objref immediate',
+  'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup meta objref',
+  'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup immediate',
   'from_tunnel: meta objref immediate',
   'from_tunnel: immediate',
   'local_in: meta cmp immediate',
@@ -50,11 +51,16 @@ export const EXPECTED_RULES = [
 async function readElements(k: KernelContext): Promise<Map<string, PolicyElement>> {
   const out = new Map<string, PolicyElement>();
   for (const set of TUNNEL_SETS) {
-    await k.nft.eachSetElement(k.table, set, (e) => {
-      const el = { key: Buffer.from(e.key), ...(e.keyEnd ? { keyEnd: Buffer.from(e.keyEnd) } : {}), ...(e.data ? { data: Buffer.from(e.data) } : {}), ...(e.objref !== undefined ? { objref: e.objref } : {}), ...(e.verdict ? { verdict: e.verdict } : {}) };
-      const id = elementId(set, el);
-      out.set(id, { set, el, id });
-    });
+    // A table of an older agent lacks the newer sets (tunnel_out, issue 11): keep what the others hold.
+    await k.nft
+      .eachSetElement(k.table, set, (e) => {
+        const el = { key: Buffer.from(e.key), ...(e.keyEnd ? { keyEnd: Buffer.from(e.keyEnd) } : {}), ...(e.data ? { data: Buffer.from(e.data) } : {}), ...(e.objref !== undefined ? { objref: e.objref } : {}), ...(e.verdict ? { verdict: e.verdict } : {}) };
+        const id = elementId(set, el);
+        out.set(id, { set, el, id });
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof NetlinkError && err.code === 'ENOENT')) throw err;
+      });
   }
   return out;
 }

@@ -222,7 +222,8 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     oifname "PREFIX*" ct status & dnat == 0 drop
  *     ct status & dnat == 0 counter name ip daddr map @drop_invalid drop }
  *   chain from_tunnel {
- *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out accept
+ *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out
+ *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
  *     counter name iifname map @drop_spoofed drop
  *     drop }
  *   chain local_in { type filter hook input priority filter;
@@ -370,7 +371,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   rule(CHAINS.guard, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.fromTunnel)]);
   rule(CHAINS.guard, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), ...ctDnat(NFT_CMP_EQ), drop()]);
   rule(CHAINS.guard, [...ctDnat(NFT_CMP_EQ), ...countedDrop('invalid', daddr(), ids)]);
-  rule(CHAINS.fromTunnel, [
+  const isReply = (): Expr[] => [
     expr.ct(NFT_CT_DIRECTION),
     expr.cmp(NFT_CMP_EQ, Uint8Array.of(IP_CT_DIR_REPLY)),
     ...ctDnat(NFT_CMP_NEQ),
@@ -378,13 +379,12 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     saddr(NFT_REG_2),
     expr.ct(NFT_CT_DST_IP, REG32(5), IP_CT_DIR_ORIGINAL),
     expr.lookup(ref(POLICY_SETS.replies)),
-    // Counted in the rule that accepts: only replies that really leave count as `out`. The tunnel's element
-    // goes into tunnel_out in the same batch as its replies element, so a miss (which would end this rule and
-    // drop the reply as spoofed) means the table was edited by hand, and reconcile repairs it.
-    expr.meta(NFT_META_IIFNAME),
-    expr.objrefMap(ref(OUT_MAP)),
-    accept(),
-  ]);
+  ];
+  // The `out` counter in a rule of its own, with the same match as the accept after it and no verdict: a
+  // tunnel missing from tunnel_out (a table rebuilt by an upgrade before the restore adds its counter, an
+  // element deleted by hand) ends only this rule, so its replies go uncounted, never dropped.
+  rule(CHAINS.fromTunnel, [...isReply(), expr.meta(NFT_META_IIFNAME), expr.objrefMap(ref(OUT_MAP))]);
+  rule(CHAINS.fromTunnel, [...isReply(), accept()]);
   rule(CHAINS.fromTunnel, countedDrop('spoofed', expr.meta(NFT_META_IIFNAME), ids));
   rule(CHAINS.fromTunnel, [drop()]);
   rule(CHAINS.localIn, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.tunnelIn)]);

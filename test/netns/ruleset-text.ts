@@ -87,7 +87,8 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
     ct status & dnat == 0 counter name ip daddr map @drop_invalid drop
   }
   chain from_tunnel {
-    ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out accept
+    ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out
+    ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
     counter name iifname map @drop_spoofed drop
     drop
   }
