@@ -28,6 +28,7 @@ export const CONFIG_KEYS = [
   'AGENT_ALLOW_FROM',
   'AGENT_PROTECTED_POOLS',
   'AGENT_JOB_VERSIONS',
+  'AGENT_HEALTH_INTERVAL_S',
 ] as const;
 export type ConfigKey = (typeof CONFIG_KEYS)[number];
 
@@ -57,6 +58,8 @@ export interface AgentConfig {
    * unsupported_version (docs/CONTRACTS.md "Agent configuration"); for testing a rolling upgrade.
    */
   jobVersions: JobVersion[];
+  /** AGENT_HEALTH_INTERVAL_S (default 30): every tunnel of the desired state is checked once per interval (agent/health). */
+  healthIntervalS: number;
   /** Where each key came from, for the start-up log line. */
   sources: Partial<Record<ConfigKey, 'env' | 'file' | 'default'>>;
 }
@@ -208,6 +211,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     },
     JOB_VERSIONS.join(','),
   );
+  const healthIntervalS = need(
+    'AGENT_HEALTH_INTERVAL_S',
+    (v) => {
+      const n = /^[0-9]{1,5}$/.test(v) ? Number(v) : NaN;
+      if (!(n >= 1 && n <= 86_400)) throw new ConfigError(`AGENT_HEALTH_INTERVAL_S must be whole seconds from 1 to 86400, got "${v}"`);
+      return n;
+    },
+    '30',
+  );
   const allowFrom = cidrs('AGENT_ALLOW_FROM', 'the CIDRs the gateway connects from (IPv4 or IPv6)', false);
   const protectedPools = cidrs('AGENT_PROTECTED_POOLS', 'the IPv4 CIDRs of this node\'s protected pools', true);
 
@@ -225,6 +237,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     nftTable: nftTable!,
     logLevel: logLevel!,
     jobVersions: jobVersions!,
+    healthIntervalS: healthIntervalS!,
     ...(allowFrom ? { allowFrom } : {}),
     ...(protectedPools ? { protectedPools } : {}),
     sources,

@@ -12,6 +12,11 @@ import { ConfigError, loadConfig, type AgentConfig } from './config.ts';
 import type { Dataplane } from './dataplane/types.ts';
 import type { DataplaneHandle } from './dataplane/index.ts';
 import { JobHandler } from './jobs/handle.ts';
+import type { StatusResult } from '../common/tunnel-status.ts';
+import { HealthScheduler, type HealthClock } from './health/scheduler.ts';
+import { StatusReporter } from './health/status.ts';
+import { outCounterName } from './dataplane/policy.ts';
+import { releaseMemory } from './housekeeping/memory.ts';
 import { ReplayCache } from './jobs/replay-cache.ts';
 import { loadOrCreateHostKey, type HostKey } from './ssh/keys.ts';
 import { AgentSshServer } from './ssh/server.ts';
@@ -34,6 +39,64 @@ export interface StartOptions {
   inputTimeoutMs?: number;
   /** Accept to authenticated (default 10 s, docs/CONTRACTS.md "Hardening of the listener"); tests shorten it. */
   handshakeTimeoutMs?: number;
+  /** The status op's answer (startHealth); without it the agent answers status with kernel_error. */
+  status?: () => Promise<StatusResult>;
+}
+
+/** The health checks' probe timeout. */
+export const HEALTH_PROBE_TIMEOUT_MS = 1000;
+
+export interface RunningHealth {
+  scheduler: HealthScheduler;
+  status: () => Promise<StatusResult>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the health checks over the dataplane's desired state and builds the status op's answer (agent/health;
+ * DESIGN 3.6 and 3.7). Checks at most 16 tunnels at once, each at its own slot in the interval.
+ */
+export function startHealth(
+  dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'>,
+  opts: { intervalS: number; log?: Logger; startedAt?: number; clock?: HealthClock; concurrency?: number; timer?: boolean; probeTimeoutMs?: number },
+): RunningHealth {
+  const scheduler = new HealthScheduler({
+    tunnels: () => dataplane.desiredTunnels(),
+    // 1 s (the job probe's default is 3 s): a failed check then holds its slot a third as long, and one lost
+    // echo is absorbed by the hysteresis (3 failures in a row before down).
+    probe: (t) => dataplane.probe(t, { timeoutMs: opts.probeTimeoutMs ?? HEALTH_PROBE_TIMEOUT_MS }),
+    outPackets: (t) => dataplane.counterPackets(outCounterName(t)),
+    intervalMs: opts.intervalS * 1000,
+    ...(opts.clock ? { clock: opts.clock } : {}),
+    ...(opts.concurrency ? { concurrency: opts.concurrency } : {}),
+    ...(opts.log ? { log: (event: string, fields?: Record<string, unknown>) => opts.log!.info(event, fields) } : {}),
+  });
+  const reporter = new StatusReporter({
+    tunnels: () => dataplane.desiredTunnels(),
+    counters: () => dataplane.counters(),
+    health: (id) => scheduler.get(id),
+    version: agentVersion(),
+    startedAt: opts.startedAt ?? Date.now(),
+    ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
+  });
+  // timer: false leaves the checks to whoever calls scheduler.runDue() (tests with an injected clock).
+  let release: NodeJS.Timeout | undefined;
+  if (opts.timer !== false) {
+    scheduler.start();
+    // Probes leave freed native memory in glibc's arenas that only malloc_trim hands back, and they are no
+    // dataplane operation (which releases after itself): once per interval, as bench:agent-health measures
+    // (RSS flat over 8 intervals with it, creeping without). One full collection of a ~15 MB heap per interval.
+    release = setInterval(() => releaseMemory(), opts.intervalS * 1000);
+    release.unref();
+  }
+  return {
+    scheduler,
+    status: () => reporter.status(),
+    stop: () => {
+      if (release) clearInterval(release);
+      return scheduler.stop();
+    },
+  };
 }
 
 /** This agent's version, from agent/package.json (what `tunnel-agent hello` reports). */
@@ -53,6 +116,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     { nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now, versions: config.jobVersions, ...(config.protectedPools ? { protectedPools: config.protectedPools } : {}) },
     opts.dataplane,
     log,
+    opts.status,
   );
   const server = new AgentSshServer({
     host: config.listen.host,
@@ -136,6 +200,7 @@ async function main(): Promise<void> {
     allow_from: config.allowFrom?.entries ?? 'any',
     protected_pools: config.protectedPools?.entries ?? 'any',
     job_versions: config.jobVersions,
+    health_interval_s: config.healthIntervalS,
     version: agentVersion(),
     gateway_key: config.authorizedKey.fingerprint,
     job_key: config.jobKey.kid ?? config.jobKey.thumbprint,
@@ -155,10 +220,12 @@ async function main(): Promise<void> {
   // reconcile. Tunnels already right are left alone; one the kernel refuses is logged, not fatal, and the
   // agent still starts, so the gateway can reach it.
   await restoreAtStart(dataplane, log);
+  const health = startHealth(dataplane, { intervalS: config.healthIntervalS, log: log.child({ component: 'health' }), startedAt: Date.now() - Math.round(process.uptime() * 1000) });
   let agent: RunningAgent;
   try {
-    agent = await startAgent(config, { dataplane, log });
+    agent = await startAgent(config, { dataplane, log, status: health.status });
   } catch (e) {
+    await health.stop();
     await dataplane.close();
     throw e;
   }
@@ -171,6 +238,7 @@ async function main(): Promise<void> {
     log.info('shutting down; the dataplane stays as it is', { signal });
     try {
       await agent.stop();
+      await health.stop();
       await dataplane.close();
       log.info('stopped');
     } catch (e) {

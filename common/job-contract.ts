@@ -4,6 +4,7 @@
 // schema/job.schema.json describes the same claims as JSON Schema; test/unit/jobs/gateway-contract.test.ts checks
 // that the two agree. No I/O here.
 import { checkTunnel, type ChangeCounts, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from './tunnel-spec.ts';
+import type { StatusResult } from './tunnel-status.ts';
 
 export type { ReconcileResult, TunnelFailure } from './tunnel-spec.ts';
 
@@ -34,8 +35,23 @@ export const HELLO_COMMAND = 'tunnel-agent hello';
 export const EXIT_UNSUPPORTED_COMMAND = 127;
 export const SSH_USER = 'tunnelgate';
 
-export const OPS = ['apply', 'remove', 'reconcile', 'probe'] as const;
+/** Every op of every version. */
+export const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status'] as const;
 export type Op = (typeof OPS)[number];
+
+/**
+ * The ops each version has (docs/CONTRACTS.md "Edge jobs", "Version 2"): `status` came with version 2, so a
+ * signed v 1 job naming it is `unsupported_command`, as any op unknown to that version.
+ */
+export const OPS_BY_VERSION: Readonly<Record<JobVersion, readonly Op[]>> = {
+  1: ['apply', 'remove', 'reconcile', 'probe'],
+  2: OPS,
+};
+
+/** Whether `op` is an op of version `v`. */
+export function isOpOf(op: unknown, v: JobVersion): op is Op {
+  return typeof op === 'string' && (OPS_BY_VERSION[v] as readonly string[]).includes(op);
+}
 
 export const ERROR_CODES = [
   'malformed',
@@ -57,6 +73,8 @@ export interface JobBodies {
   remove: { tunnel: TunnelRef & Partial<TunnelSpec> };
   reconcile: { tunnels: TunnelSpec[] };
   probe: { tunnel: TunnelSpec };
+  /** Version 2: no body; the result is the node's StatusResult (common/tunnel-status.ts). */
+  status: Record<string, never>;
 }
 
 export interface StandardClaims {
@@ -73,9 +91,10 @@ export type JobClaims<O extends Op = Op> = O extends Op ? StandardClaims & { op:
 /**
  * apply/remove: the four counts; reconcile: the four counts and `failed` (always present, possibly empty:
  * the tunnels the kernel refused, each `{id, error: "kernel_error", error_description}`, while the rest was
- * applied, so one broken tunnel does not block its node); probe: reachable (and rtt_ms).
+ * applied, so one broken tunnel does not block its node); probe: reachable (and rtt_ms); status (v 2):
+ * StatusResult.
  */
-export type OkResult = ChangeCounts | ReconcileResult | ProbeResult;
+export type OkResult = ChangeCounts | ReconcileResult | ProbeResult | StatusResult;
 
 /** What `tunnel-agent hello` writes, as one line: the versions the agent accepts and its own version. */
 export interface HelloLine {
@@ -104,7 +123,7 @@ export type ResultLine =
 // A tunnel object is checked by the tunnel spec's one validator (common/tunnel-spec.ts).
 
 const STANDARD_KEYS = ['iss', 'aud', 'jti', 'iat', 'exp', 'v', 'op'];
-const BODY_KEY: Record<Op, 'tunnel' | 'tunnels'> = { apply: 'tunnel', remove: 'tunnel', reconcile: 'tunnels', probe: 'tunnel' };
+const BODY_KEY: Record<Op, 'tunnel' | 'tunnels' | undefined> = { apply: 'tunnel', remove: 'tunnel', reconcile: 'tunnels', probe: 'tunnel', status: undefined };
 
 export function isOp(v: unknown): v is Op {
   return typeof v === 'string' && (OPS as readonly string[]).includes(v);
@@ -117,6 +136,7 @@ export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion
   for (const k of Object.keys(claims)) {
     if (claims[k] !== undefined && !STANDARD_KEYS.includes(k) && k !== bodyKey) return `op "${op}" carries an unexpected claim "${k}"`;
   }
+  if (bodyKey === undefined) return undefined;
   if (claims[bodyKey] === undefined) return `op "${op}" needs a "${bodyKey}" claim`;
   if (op !== 'reconcile') return checkTunnel(claims.tunnel, op !== 'remove', 'tunnel', opts);
   const list = claims.tunnels;
@@ -138,11 +158,13 @@ export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion
 /** The protected_ip values a job names (each must lie in AGENT_PROTECTED_POOLS when that is set). */
 export function protectedIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.protected_ip);
+  if (claims.op === 'status') return [];
   return [claims.tunnel.protected_ip];
 }
 
 /** The edge_ip values a job names (each must be this router's). */
 export function edgeIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.edge_ip);
+  if (claims.op === 'status') return [];
   return claims.tunnel.edge_ip === undefined ? [] : [claims.tunnel.edge_ip];
 }

@@ -65,6 +65,13 @@ export interface DataplaneHandle extends Dataplane {
   /** The last desired state the gateway gave this node (what restore() brings back). */
   desiredTunnels(): TunnelSpec[];
   /**
+   * Every named counter of the table, in one netlink dump (the status op: issue 11), by name. Not serialised
+   * with changes: it reads, and a counter being replaced reads as missing or restarted.
+   */
+  counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>>;
+  /** One named counter's packets (a single GET: the health check's look at a tunnel's `out`); undefined when missing. */
+  counterPackets(name: string): Promise<bigint | undefined>;
+  /**
    * Reconciles the kernel to the last desired state recorded in stateDir: after a restart nothing changes,
    * after a reboot (links and table gone) everything is rebuilt. The agent calls it at start, before it
    * accepts jobs (docs/CONTRACTS.md "Restart and reboot", "Dataplane").
@@ -321,14 +328,14 @@ class EdgeDataplane implements DataplaneHandle {
     return [...this.desired.tunnels.values()].map((o) => o.spec);
   }
 
-  probe(tunnel: TunnelSpec): Promise<ProbeResult> {
+  probe(tunnel: TunnelSpec, opts: { timeoutMs?: number } = {}): Promise<ProbeResult> {
     // Not serialised: a probe waits on the network, not the kernel's configuration, and changes nothing.
     return (async () => {
       try {
         const t = this.checkSpec(tunnel);
         const link = await this.k.rtnl.findLink(t.tunnel_name);
         if (!link || !link.up) return { reachable: false };
-        return await probeEcho({ netns: this.k.netns, link: t.tunnel_name, source: t.edge_ip, target: ipOf(t.origin_inner), timeoutMs: this.opts.probeTimeoutMs });
+        return await probeEcho({ netns: this.k.netns, link: t.tunnel_name, source: t.edge_ip, target: ipOf(t.origin_inner), timeoutMs: opts.timeoutMs ?? this.opts.probeTimeoutMs });
       } catch (e) {
         throw kernelError('probe', e);
       }
@@ -350,6 +357,24 @@ class EdgeDataplane implements DataplaneHandle {
       return Object.fromEntries(DROP_REASONS.map((r, i) => [r, Number(counts[i]?.packets ?? 0n)])) as Record<DropReason, number>;
     } catch (e) {
       throw kernelError('dropped', e);
+    }
+  }
+
+  async counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>> {
+    try {
+      const out = new Map<string, { packets: bigint; bytes: bigint }>();
+      for (const c of await this.k.nft.listCounters(this.k.table)) out.set(c.name, { packets: c.packets ?? 0n, bytes: c.bytes ?? 0n });
+      return out;
+    } catch (e) {
+      throw kernelError('counters', e);
+    }
+  }
+
+  async counterPackets(name: string): Promise<bigint | undefined> {
+    try {
+      return (await this.k.nft.getCounter(this.k.table, name))?.packets;
+    } catch (e) {
+      throw kernelError('counter', e);
     }
   }
 

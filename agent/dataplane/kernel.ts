@@ -36,6 +36,7 @@ export const EXPECTED_RULES = [
   'guard: meta cmp immediate',
   'guard: meta cmp ct bitwise cmp immediate',
   'guard: ct bitwise cmp payload objref immediate',
+  'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup meta objref',
   'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup immediate',
   'from_tunnel: meta objref immediate',
   'from_tunnel: immediate',
@@ -50,11 +51,16 @@ export const EXPECTED_RULES = [
 async function readElements(k: KernelContext): Promise<Map<string, PolicyElement>> {
   const out = new Map<string, PolicyElement>();
   for (const set of TUNNEL_SETS) {
-    await k.nft.eachSetElement(k.table, set, (e) => {
-      const el = { key: Buffer.from(e.key), ...(e.keyEnd ? { keyEnd: Buffer.from(e.keyEnd) } : {}), ...(e.data ? { data: Buffer.from(e.data) } : {}), ...(e.objref !== undefined ? { objref: e.objref } : {}), ...(e.verdict ? { verdict: e.verdict } : {}) };
-      const id = elementId(set, el);
-      out.set(id, { set, el, id });
-    });
+    // A table of an older agent lacks the newer sets (tunnel_out, issue 11): keep what the others hold.
+    await k.nft
+      .eachSetElement(k.table, set, (e) => {
+        const el = { key: Buffer.from(e.key), ...(e.keyEnd ? { keyEnd: Buffer.from(e.keyEnd) } : {}), ...(e.data ? { data: Buffer.from(e.data) } : {}), ...(e.objref !== undefined ? { objref: e.objref } : {}), ...(e.verdict ? { verdict: e.verdict } : {}) };
+        const id = elementId(set, el);
+        out.set(id, { set, el, id });
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof NetlinkError && err.code === 'ENOENT')) throw err;
+      });
   }
   return out;
 }
@@ -203,8 +209,8 @@ export async function readView(
   owned: ReadonlyMap<string, OwnedTunnel>,
   full = false,
   /**
-   * The only counters the operation can touch (a scoped apply or remove: its tunnels' own, six each): read one
-   * by one, by name, instead of listing every counter of the table (six per tunnel since drop counters).
+   * The only counters the operation can touch (a scoped apply or remove: its tunnels' own, seven each): read one
+   * by one, by name, instead of listing every counter of the table (seven per tunnel: traffic in, five drop reasons, out).
    */
   counterNames?: readonly string[],
 ): Promise<KernelView> {

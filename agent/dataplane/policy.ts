@@ -4,7 +4,7 @@
 // compares these with what the kernel has; the kernel code encodes them.
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { IFNAME_LEN, IPPROTO_TCP, IPPROTO_UDP, NFT_JUMP, type ElementView, type SetElement } from '../netlink/nftables/index.ts';
-import { DROP_REASONS, POLICY_SETS, dropMap, rateLimitName, synproxyName, type DropReason } from '../netlink/ruleset.ts';
+import { DROP_REASONS, OUT_MAP, POLICY_SETS, dropMap, rateLimitName, synproxyName, type DropReason } from '../netlink/ruleset.ts';
 import type { TunnelSpec } from './types.ts';
 
 /** One element of one of the agent's sets; `id` names it (set, key, value) for comparing with a dump. */
@@ -15,7 +15,7 @@ export interface PolicyElement {
 }
 
 /** The sets whose elements belong to tunnels (read back whole only by a reconcile). */
-export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ...DROP_REASONS.map(dropMap)];
+export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ...DROP_REASONS.map(dropMap), OUT_MAP];
 
 const PORT_ALL: [number, number] = [0, 65535];
 
@@ -24,9 +24,15 @@ export const policyOf = (t: Pick<TunnelSpec, 'policy'>): TunnelPolicy => t.polic
 /** The named counter of one drop reason of a tunnel: `<tunnel_name>.<reason>`. */
 export const dropCounterName = (t: Pick<TunnelSpec, 'tunnel_name'>, reason: DropReason): string => `${t.tunnel_name}.${reason}`;
 
-/** Every named counter a tunnel owns: its traffic counter (named as the tunnel) and one per drop reason. */
+/** The named counter of a tunnel's replies leaving toward clients: `<tunnel_name>.out` (reached by OUT_MAP). */
+export const outCounterName = (t: Pick<TunnelSpec, 'tunnel_name'>): string => `${t.tunnel_name}.out`;
+
+/**
+ * Every named counter a tunnel owns: its traffic counter toward the origin (named as the tunnel), one per drop
+ * reason, and its `out` counter (seven).
+ */
 export function tunnelCounterNames(t: Pick<TunnelSpec, 'tunnel_name'>): string[] {
-  return [t.tunnel_name, ...DROP_REASONS.map((r) => dropCounterName(t, r))];
+  return [t.tunnel_name, ...DROP_REASONS.map((r) => dropCounterName(t, r)), outCounterName(t)];
 }
 
 /** The SYN proxy's MSS for a tunnel: what fits its MTU (IPv4 and TCP headers, 40 bytes, without options). */
@@ -106,6 +112,7 @@ export function tunnelElements(t: TunnelSpec): PolicyElement[] {
     element(POLICY_SETS.replies, N + O + P),
     element(POLICY_SETS.origins, N + O),
     element(dropMap('spoofed'), N, `obj:${dropCounterName(t, 'spoofed')}`),
+    element(OUT_MAP, N, `obj:${outCounterName(t)}`),
   ];
   for (const r of DROP_REASONS) if (r !== 'spoofed') out.push(element(dropMap(r), P, `obj:${dropCounterName(t, r)}`));
   const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];

@@ -15,8 +15,11 @@ export interface Dataplane {
    * the kernel refuses is reported in `failed` and left as it was; everything else is still applied.
    */
   reconcile(tunnels: TunnelSpec[]): Promise<ReconcileResult>;
-  /** Whether traffic from the origin's inner address comes back through the tunnel. */
-  probe(tunnel: TunnelSpec): Promise<ProbeResult>;
+  /**
+   * Whether traffic from the origin's inner address comes back through the tunnel. `timeoutMs` overrides the
+   * dataplane's probe timeout (the health checks use a shorter one: their hysteresis absorbs a lost echo).
+   */
+  probe(tunnel: TunnelSpec, opts?: { timeoutMs?: number }): Promise<ProbeResult>;
   /** Whether this node currently has the tunnel (for `unknown_tunnel` on probe). */
   has(id: string): Promise<boolean>;
   close(): Promise<void>;

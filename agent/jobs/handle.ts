@@ -6,7 +6,8 @@
 // Errors from the dataplane: a tunnel it finds unusable before touching the kernel (InvalidTunnel, e.g. a
 // tunnel_name without the agent's link prefix) is `malformed`; anything else is `kernel_error`.
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure } from '../dataplane/types.ts';
-import type { JobErrorCode, ResultLine } from '../../common/job-contract.ts';
+import type { JobErrorCode, OkResult, ResultLine } from '../../common/job-contract.ts';
+import { checkStatusResult, type StatusResult } from '../../common/tunnel-status.ts';
 import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
 import { InvalidTunnel } from '../dataplane/validate.ts';
 
@@ -58,6 +59,8 @@ export class JobHandler {
     private readonly ctx: VerifyContext,
     private readonly dataplane: Dataplane,
     private readonly log: JobLog,
+    /** The status op's answer (agent/health/status.ts); an agent built without one answers status with kernel_error. */
+    private readonly status?: () => Promise<StatusResult>,
   ) {}
 
   /** A refusal decided outside the verifier (the SSH layer: another command, oversize input); logged here. */
@@ -95,11 +98,11 @@ export class JobHandler {
   private async run(job: VerifiedJob, fields: Record<string, unknown>): Promise<ResultLine> {
     const { jti, op, v } = job;
     const started = performance.now();
-    const tunnelId = op === 'reconcile' ? undefined : job.tunnel.id;
+    const tunnelId = op === 'reconcile' || op === 'status' ? undefined : job.tunnel.id;
     // `v`: which job version the gateway sent (a rolling upgrade is visible in the agent's log).
     const logFields = { ...fields, jti, op, v, ...(tunnelId ? { tunnel_id: tunnelId } : { tunnels: job.op === 'reconcile' ? job.tunnels.length : 0 }) };
     try {
-      let result: ChangeCounts | ReconcileResult | ProbeResult;
+      let result: OkResult;
       switch (job.op) {
         case 'apply':
           result = counts(await this.dataplane.apply(job.tunnel));
@@ -119,6 +122,16 @@ export class JobHandler {
           }
           result = probeResult(await this.dataplane.probe(job.tunnel));
           break;
+        case 'status': {
+          if (!this.status) throw new KernelError('this agent keeps no status (it was started without health checks)');
+          const r = await this.status();
+          // The shape both ends check (common/tunnel-status.ts): never answer what the gateway would refuse.
+          const why = checkStatusResult(r);
+          if (why) throw new KernelError(`status result: ${why}`);
+          // Logged as a count: the whole result is one line per tunnel, too much for a log line at 10,000.
+          this.log.info('job done', { ...logFields, tunnels: r.tunnels.length, ms: Math.round(performance.now() - started) });
+          return { ok: true, jti, op, result: r };
+        }
       }
       this.log.info('job done', { ...logFields, result, ms: Math.round(performance.now() - started) });
       return { ok: true, jti, op, result };

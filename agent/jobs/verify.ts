@@ -16,7 +16,8 @@
 //   4. expired              now > exp + 30 s, or exp more than 60 s after iat.
 //   5. unsupported_version  v missing or not one of the versions this agent speaks (ctx.versions: 1 and 2,
 //                           or fewer with AGENT_JOB_VERSIONS).
-//   6. unsupported_command  a signed job of a version this agent speaks whose op it does not know.
+//   6. unsupported_command  a signed job of a version this agent speaks whose op that version does not have
+//                           (common/job-contract.ts OPS_BY_VERSION: `status` is version 2's, so a v 1 status).
 //   7. replayed             the jti was used before (remembered until exp + 30 s, the skew window).
 // Body shapes depend on the version (v 2 adds `tunnel.policy`), so they are only checked when v is one this
 // agent speaks: a job of another version gets unsupported_version rather than malformed (docs/CONTRACTS.md
@@ -32,10 +33,11 @@ import {
   JOB_VERSIONS,
   MAX_INPUT_BYTES,
   MAX_LIFETIME_S,
+  OPS_BY_VERSION,
   checkBody,
   edgeIpsOf,
   isJobVersion,
-  isOp,
+  isOpOf,
   protectedIpsOf,
   type JobClaims,
   type JobErrorCode,
@@ -132,7 +134,7 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   if (typeof claims.op !== 'string') return refuse('malformed', 'op must be a string');
   const versions = ctx.versions ?? JOB_VERSIONS;
   const version = isJobVersion(claims.v) && versions.includes(claims.v) ? claims.v : undefined;
-  const known = version !== undefined && isOp(claims.op);
+  const known = version !== undefined && isOpOf(claims.op, version);
   if (known) {
     const why = checkBody(claims.op as JobClaims['op'], claims, version);
     if (why) return refuse('malformed', `the body does not match the op: ${why}`);
@@ -169,7 +171,7 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
 
   // 5. unsupported_version / 6. unsupported_command ------------------------------------------------
   if (version === undefined) return refuse('unsupported_version', `v must be ${versions.join(' or ')}, got ${JSON.stringify(claims.v ?? null)}`);
-  if (!isOp(claims.op)) return refuse('unsupported_command', `op ${JSON.stringify(claims.op)} is not one of apply, remove, reconcile, probe`);
+  if (!isOpOf(claims.op, version)) return refuse('unsupported_command', `op ${JSON.stringify(claims.op)} is not one of ${OPS_BY_VERSION[version].join(', ')} (job version ${version})`);
 
   // 7. replayed -------------------------------------------------------------------------------
   if (!(await ctx.replay.use(jti, claims.exp + CLOCK_SKEW_S))) return refuse('replayed', 'this jti was used before');
@@ -177,6 +179,6 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   // UUIDs compare case-insensitively; the dataplane keys tunnels by id, so hand it the canonical form.
   const job = { ...(claims as unknown as JobClaims), jti, kid: header.kid } as VerifiedJob;
   if (job.op === 'reconcile') job.tunnels = job.tunnels.map((t) => ({ ...t, id: t.id.toLowerCase() }));
-  else job.tunnel = { ...job.tunnel, id: job.tunnel.id.toLowerCase() };
+  else if (job.op !== 'status') job.tunnel = { ...job.tunnel, id: job.tunnel.id.toLowerCase() };
   return { ok: true, job };
 }

@@ -116,6 +116,13 @@ export const POLICY_SETS = {
 /** The object map reaching a tunnel's drop counter for a reason: keyed by N for `spoofed`, by P otherwise. */
 export const dropMap = (reason: DropReason): string => `drop_${reason}`;
 
+/**
+ * N → the tunnel's `out` counter (`<N>.out`): replies accepted out of link N toward clients (the status op's
+ * packets_out and bytes_out, docs/CONTRACTS.md "Edge jobs"). Keyed by link name like drop_spoofed, because a
+ * reply's destination is a client, not P.
+ */
+export const OUT_MAP = 'tunnel_out';
+
 /** The chain and its meter set for one per-client limit value (packets per second). */
 export const rateLimitName = (pps: number): string => `ratelimit_${pps}`;
 /** The synproxy object for one MSS value. */
@@ -215,6 +222,7 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     oifname "PREFIX*" ct status & dnat == 0 drop
  *     ct status & dnat == 0 counter name ip daddr map @drop_invalid drop }
  *   chain from_tunnel {
+ *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out
  *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
  *     counter name iifname map @drop_spoofed drop
  *     drop }
@@ -280,6 +288,8 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   set({ name: POLICY_SETS.rateLimits, flags: NFT_SET_MAP, keyType: NFT_TYPE_IPADDR, keyLen: 4, dataType: NFT_DATA_VERDICT, dataLen: 0, userdata: vmapUserdata() });
   set({ name: dropMap('spoofed'), flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IFNAME, keyLen: IFNAME_LEN, objType: NFT_OBJECT_COUNTER, userdata: ifnameObjMapUserdata() });
   for (const r of DROP_REASONS) if (r !== 'spoofed') ipv4ObjMap(dropMap(r), NFT_OBJECT_COUNTER);
+  // Last of the sets, so the ids nft gives the others (a rate-limit chain names drop_rate_limited by id) stay.
+  set({ name: OUT_MAP, flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IFNAME, keyLen: IFNAME_LEN, objType: NFT_OBJECT_COUNTER, userdata: ifnameObjMapUserdata() });
   const ref = (name: string): { name: string; id?: number } => ({ name, id: ids.get(name) });
   const rule = (chain: string, exprs: Expr[]): void => void b.addRule({ table: t, chain, exprs });
 
@@ -361,7 +371,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   rule(CHAINS.guard, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.fromTunnel)]);
   rule(CHAINS.guard, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), ...ctDnat(NFT_CMP_EQ), drop()]);
   rule(CHAINS.guard, [...ctDnat(NFT_CMP_EQ), ...countedDrop('invalid', daddr(), ids)]);
-  rule(CHAINS.fromTunnel, [
+  const isReply = (): Expr[] => [
     expr.ct(NFT_CT_DIRECTION),
     expr.cmp(NFT_CMP_EQ, Uint8Array.of(IP_CT_DIR_REPLY)),
     ...ctDnat(NFT_CMP_NEQ),
@@ -369,8 +379,12 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     saddr(NFT_REG_2),
     expr.ct(NFT_CT_DST_IP, REG32(5), IP_CT_DIR_ORIGINAL),
     expr.lookup(ref(POLICY_SETS.replies)),
-    accept(),
-  ]);
+  ];
+  // The `out` counter in a rule of its own, with the same match as the accept after it and no verdict: a
+  // tunnel missing from tunnel_out (a table rebuilt by an upgrade before the restore adds its counter, an
+  // element deleted by hand) ends only this rule, so its replies go uncounted, never dropped.
+  rule(CHAINS.fromTunnel, [...isReply(), expr.meta(NFT_META_IIFNAME), expr.objrefMap(ref(OUT_MAP))]);
+  rule(CHAINS.fromTunnel, [...isReply(), accept()]);
   rule(CHAINS.fromTunnel, countedDrop('spoofed', expr.meta(NFT_META_IIFNAME), ids));
   rule(CHAINS.fromTunnel, [drop()]);
   rule(CHAINS.localIn, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.tunnelIn)]);

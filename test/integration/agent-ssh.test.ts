@@ -18,7 +18,8 @@ import { signJob } from '../../server/edge/job-signing.ts';
 import { EdgeConnections, type EdgeNode } from '../../server/edge/connections.ts';
 import { EdgeSshError } from '../../server/edge/result-line.ts';
 import { loadConfig, type AgentConfig } from '../../agent/config.ts';
-import { startAgent, type RunningAgent } from '../../agent/main.ts';
+import { startAgent, startHealth, type RunningAgent, type RunningHealth } from '../../agent/main.ts';
+import { checkStatusResult } from '../../common/tunnel-status.ts';
 import { HOST_KEY_FILE } from '../../agent/ssh/keys.ts';
 import { MAX_INPUT_BYTES } from '../../common/job-contract.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
@@ -50,6 +51,17 @@ class RecordingDataplane implements Dataplane {
   }
   async has(id: string): Promise<boolean> {
     return this.tunnels.has(id);
+  }
+  // What the health checks and the status op read (agent/main.ts startHealth): the FAKE's tunnels, and a
+  // named counter `<tunnel_name>` of 7 packets / 700 bytes each (its traffic toward the origin).
+  desiredTunnels(): TunnelSpec[] {
+    return [...this.tunnels.values()];
+  }
+  async counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>> {
+    return new Map([...this.tunnels.values()].map((t) => [t.tunnel_name, { packets: 7n, bytes: 700n }]));
+  }
+  async counterPackets(): Promise<bigint | undefined> {
+    return undefined;
   }
   async close(): Promise<void> {}
 }
@@ -85,6 +97,7 @@ const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, node
 
 interface Agent {
   running: RunningAgent;
+  health: RunningHealth;
   dataplane: RecordingDataplane;
   logs: Record<string, unknown>[];
   stateDir: string;
@@ -96,8 +109,10 @@ async function start(stateDir = tmp(), inputTimeoutMs?: number, env: Record<stri
   const dataplane = new RecordingDataplane();
   const logs: Record<string, unknown>[] = [];
   const log = createLogger('debug', {}, (l) => logs.push(JSON.parse(l) as Record<string, unknown>));
-  const running = await startAgent(configFor(stateDir, env), { dataplane, log, ...(inputTimeoutMs ? { inputTimeoutMs } : {}) });
-  return { running, dataplane, logs, stateDir, node: { id: NODE, host: '127.0.0.1', port: running.address.port, hostKeyFingerprint: running.hostKey.fingerprint } };
+  // The health checks run on demand here (timer off): the status op reports what they decided.
+  const health = startHealth(dataplane, { intervalS: 30, timer: false });
+  const running = await startAgent(configFor(stateDir, env), { dataplane, log, status: health.status, ...(inputTimeoutMs ? { inputTimeoutMs } : {}) });
+  return { running, health, dataplane, logs, stateDir, node: { id: NODE, host: '127.0.0.1', port: running.address.port, hostKeyFingerprint: running.hostKey.fingerprint } };
 }
 
 /** A raw ssh2 client, connected and authenticated, or the connection error. */
@@ -312,6 +327,40 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     } finally {
       conn.end();
     }
+  });
+
+  it('status over SSH: a v 2 job answers the shape both ends check; a v 1 status is unsupported_command', async () => {
+    const t = tunnel({ tunnel_name: 'tg-status' });
+    expect(await edge.run(agent.node, await sign('apply', { tunnel: t }, NODE, 2), 10_000)).toMatchObject({ ok: true });
+    // Signed here, not by the gateway's signer (server/edge/job-signing.ts, the gateway's side, another change):
+    // the standard claims of a signed apply, with op status and no body.
+    const statusJob = async (version: 1 | 2): Promise<string> => {
+      const [h, p] = (await sign('apply', { tunnel: tunnel() }, NODE, version)).split('.');
+      const claims: Record<string, unknown> = { ...(JSON.parse(Buffer.from(p!, 'base64url').toString()) as Record<string, unknown>), op: 'status' };
+      delete claims.tunnel;
+      return new CompactSign(Buffer.from(JSON.stringify(claims))).setProtectedHeader(JSON.parse(Buffer.from(h!, 'base64url').toString()) as { alg: string }).sign(jobSigning.privateKey);
+    };
+    const r = await edge.run(agent.node, await statusJob(2), 10_000);
+    expect(r).toMatchObject({ ok: true, op: 'status' });
+    const result = (r as { result: unknown }).result;
+    expect(checkStatusResult(result)).toBeUndefined();
+    expect(result).toMatchObject({ agent: { version: AGENT_VERSION, tunnels: agent.dataplane.tunnels.size } });
+    expect((result as { tunnels: unknown[] }).tunnels).toContainEqual({
+      id: t.id,
+      health: 'unknown',
+      checked_at: null,
+      counters: { packets_in: 7, bytes_in: 700, packets_out: 0, bytes_out: 0, dropped: { not_allowed: 0, rate_limited: 0, spoofed: 0, invalid: 0, fragment: 0 } },
+    });
+    // A v 1 status: exit 1, unsupported_command.
+    const conn = await connect(agent);
+    try {
+      const v1 = await exec(conn, 'tunnel-agent job', await statusJob(1));
+      expect(v1.code).toBe(1);
+      expect(oneLine(v1)).toMatchObject({ ok: false, error: 'unsupported_command' });
+    } finally {
+      conn.end();
+    }
+    expect(agent.logs).toContainEqual(expect.objectContaining({ msg: 'job done', op: 'status', v: 2 }));
   });
 
   it('a v 2 job carrying a policy runs, and the dataplane gets the policy unchanged; v 1 with a policy is malformed', async () => {

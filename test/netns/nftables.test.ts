@@ -49,6 +49,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(text).toContain('type filter hook forward priority mangle; policy accept;');
     expect(text).toContain('oifname "tg-*" tcp flags syn tcp option maxseg size set rt mtu');
     expect(text).toContain('ip daddr . meta l4proto . th dport != @allowed ct state != related counter name ip daddr map @drop_not_allowed drop');
+    expect(text).toContain('ct direction reply ct status dnat iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out');
     expect(text).toContain('ct direction reply ct status dnat iifname . ip saddr . ct original ip daddr @replies accept');
     expect(text).toContain('ct state invalid,untracked synproxy name ip daddr map @syn_proxy');
     const json = listJson('ruleset').nftables;

@@ -45,6 +45,9 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
   map drop_fragment {
     type ipv4_addr : counter
   }
+  map tunnel_out {
+    type ifname : counter
+  }
   chain fragdrop {
     type filter hook prerouting priority -450; policy accept;
     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
@@ -84,6 +87,7 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
     ct status & dnat == 0 counter name ip daddr map @drop_invalid drop
   }
   chain from_tunnel {
+    ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out
     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
     counter name iifname map @drop_spoofed drop
     drop
@@ -111,18 +115,19 @@ export interface TextTunnel {
 const REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
 const BY_P = REASONS.filter((r) => r !== 'spoofed');
 
-/** Adds: the six counters of each tunnel, then the dnat and counter maps, isolation sets, allowlist and drop maps. */
+/** Adds: the seven counters of each tunnel, then the dnat and counter maps, isolation sets, allowlist and drop maps. */
 export function tunnelsAddNftText(table: string, ts: readonly TextTunnel[]): string[] {
   const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
   const el = (set: string, f: (t: TextTunnel) => string): string => `add element ip ${table} ${set} { ${ts.map(f).join(', ')} }`;
   return [
-    ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`)].map((c) => `add counter ip ${table} ${c}`)),
+    ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`), `${t.tunnel_name}.out`].map((c) => `add counter ip ${table} ${c}`)),
     el('protected', (t) => `${t.protected_ip} : ${O(t)}`),
     el('tunnel_counters', (t) => `${t.protected_ip} : "${t.tunnel_name}"`),
     el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
     el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
     el('allowed', (t) => `${t.protected_ip} . tcp . 0-65535, ${t.protected_ip} . udp . 0-65535`),
     el('drop_spoofed', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.spoofed"`),
+    el('tunnel_out', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.out"`),
     ...BY_P.map((r) => el(`drop_${r}`, (t) => `${t.protected_ip} : "${t.tunnel_name}.${r}"`)),
   ];
 }
@@ -138,7 +143,8 @@ export function tunnelsDeleteNftText(table: string, ts: readonly TextTunnel[]): 
     el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
     el('allowed', (t) => `${t.protected_ip} . tcp . 0-65535, ${t.protected_ip} . udp . 0-65535`),
     el('drop_spoofed', (t) => `"${t.tunnel_name}"`),
+    el('tunnel_out', (t) => `"${t.tunnel_name}"`),
     ...BY_P.map((r) => el(`drop_${r}`, (t) => t.protected_ip)),
-    ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`)].map((c) => `delete counter ip ${table} ${c}`)),
+    ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`), `${t.tunnel_name}.out`].map((c) => `delete counter ip ${table} ${c}`)),
   ];
 }

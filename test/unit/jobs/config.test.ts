@@ -32,6 +32,12 @@ describe('agent configuration', () => {
     for (const bad of ['3', '1,3', 'one', '1;2', '01', ',']) expect(() => loadConfig(agentEnv({ AGENT_JOB_VERSIONS: bad })), bad).toThrow(/AGENT_JOB_VERSIONS must be/);
   });
 
+  it('AGENT_HEALTH_INTERVAL_S: 30 by default, whole seconds from 1 to 86400 when set', () => {
+    expect(loadConfig(agentEnv()).healthIntervalS).toBe(30);
+    expect(loadConfig(agentEnv({ AGENT_HEALTH_INTERVAL_S: '5' })).healthIntervalS).toBe(5);
+    for (const bad of ['0', '-1', '1.5', '86401', 'ten']) expect(() => loadConfig(agentEnv({ AGENT_HEALTH_INTERVAL_S: bad })), bad).toThrow(/AGENT_HEALTH_INTERVAL_S must be/);
+  });
+
   it('reads a key = value file with lower-case keys; the environment overrides it', () => {
     const dir = tmp();
     const file = join(dir, 'agent.conf');

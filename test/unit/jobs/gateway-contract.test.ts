@@ -129,6 +129,12 @@ describe('schema/job.schema.json', () => {
       claims({ v: 1, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, policy: POLICY }] }),
       claims({ v: 2, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
       claims({ v: 1, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
+      // status (version 2, no body): a v 1 status, and a status carrying a body, are refused by both.
+      claims({ v: 2, op: 'status', tunnel: undefined }),
+      claims({ v: 1, op: 'status', tunnel: undefined }),
+      claims({ v: 2, op: 'status' }),
+      claims({ v: 2, op: 'status', tunnel: undefined, tunnels: [] }),
+      claims({ v: 2, op: 'status', tunnel: undefined, extra: {} }),
       ...(
         [
           ['ports', '*'],

@@ -34,6 +34,27 @@ describe('JobHandler', () => {
     expect(lines.filter((l) => l.msg === 'job done')).toHaveLength(6);
   });
 
+  it('status (v 2): answers what the status source gives, shape-checked; without a source kernel_error; v 1 refused', async () => {
+    const dp = new RecordingDataplane();
+    const lines: Record<string, unknown>[] = [];
+    const log = createLogger('debug', {}, (l) => lines.push(JSON.parse(l) as Record<string, unknown>));
+    const dropped = { not_allowed: 1, rate_limited: 0, spoofed: 2, invalid: 0, fragment: 0 };
+    const report = { agent: { version: '1.2.3', uptime_s: 5, tunnels: 1 }, tunnels: [{ id: tunnel().id, health: 'up' as const, checked_at: new Date(0).toISOString(), rtt_ms: 0.5, counters: { packets_in: 3, bytes_in: 300, packets_out: 2, bytes_out: 200, dropped } }] };
+    let answer: unknown = report;
+    const h = new JobHandler(ctx(), dp, log, async () => answer as typeof report);
+    const valid = resultLineValidator();
+    const line = await h.handle(await token(claims({ v: 2, op: 'status', tunnel: undefined })));
+    expect(line).toMatchObject({ ok: true, op: 'status', result: report });
+    expect(valid(line), JSON.stringify(valid.errors)).toBe(true);
+    expect(dp.calls).toEqual([]);
+    // A source answering a wrong shape is never passed on: the gateway would refuse it.
+    answer = { ...report, tunnels: [{ ...report.tunnels[0], health: 'fine' }] };
+    expect(await h.handle(await token(claims({ v: 2, op: 'status', tunnel: undefined })))).toMatchObject({ ok: false, error: 'kernel_error' });
+    expect(await h.handle(await token(claims({ v: 1, op: 'status', tunnel: undefined })))).toMatchObject({ ok: false, error: 'unsupported_command' });
+    const bare = handlerWith(dp);
+    expect(await bare.h.handle(await token(claims({ v: 2, op: 'status', tunnel: undefined })))).toMatchObject({ ok: false, error: 'kernel_error' });
+  });
+
   it('result counts always carry all four keys', async () => {
     const dp = new RecordingDataplane();
     dp.partialCounts = true;

@@ -196,6 +196,13 @@ describe('verifyJob: each refusal code', () => {
     expect(await code(await token(claims({ op: 'APPLY' })))).toBe('unsupported_command');
   });
 
+  it('status is version 2\'s: a v 2 status (no body) is accepted, a v 1 status is unsupported_command', async () => {
+    expect(await code(await token(claims({ v: 2, op: 'status', tunnel: undefined })))).toBe('ok');
+    expect(await code(await token(claims({ v: 1, op: 'status', tunnel: undefined })))).toBe('unsupported_command');
+    // An agent configured for version 1 only (AGENT_JOB_VERSIONS=1): a v 2 status is unsupported_version.
+    expect(await code(await token(claims({ v: 2, op: 'status', tunnel: undefined })), ctx({ versions: [1] }))).toBe('unsupported_version');
+  });
+
   it('replayed: a jti seen before, also when both arrive at once', async () => {
     const jws = await token();
     expect(await code(jws)).toBe('ok');
@@ -272,6 +279,11 @@ describe('verifyJob: precedence (malformed > invalid_signature > wrong_audience 
       ['lifetime over 60 s and unknown op', async () => token(claims({ exp: T0 + 61, op: 'destroy' })), 'expired'],
       ['v 3 and unknown op', async () => token(claims({ v: 3, op: 'destroy' })), 'unsupported_version'],
       ['v 2 and unknown op', async () => token(claims({ v: 2, op: 'destroy' })), 'unsupported_command'],
+      // A v 1 status: its body is not checked (status is no op of v 1), so a body it should not carry does not
+      // make it malformed; it is unsupported_command, after the audience and expiry checks.
+      ['v 1 status carrying a tunnel', async () => token(claims({ v: 1, op: 'status' })), 'unsupported_command'],
+      ['v 1 status, expired', async () => token(claims({ v: 1, op: 'status', tunnel: undefined, iat: T0 - 600, exp: T0 - 590 })), 'expired'],
+      ['v 2 status carrying a tunnel', async () => token(claims({ v: 2, op: 'status' })), 'malformed'],
       // Body shapes are only known for the versions the agent speaks: a v3 job with a body no version
       // knows is unsupported_version, a v2 one is malformed.
       ['v 3 with a body no version knows', async () => token(claims({ v: 3, tunnel: undefined, tunnel_v3: { id: 1 } })), 'unsupported_version'],

@@ -1,0 +1,149 @@
+// Health checks and the status op at scale (issue 11): N tunnels (default 10,000) on the agent's production
+// dataplane in a fresh namespace, each with an origin that answers (the veth stand-in's far end moved into an
+// origin namespace, with the origin's policy route `from <origin inner> lookup <table>`, as the origin script
+// sets up), then the agent's health scheduler (agent/main.ts startHealth, real timer, real probe) runs for
+// TG_BENCH_INTERVALS intervals of AGENT_HEALTH_INTERVAL_S (default 2 x 30 s). Reported: CPU time of this
+// process (it is the agent: the same dataplane and scheduler) per interval as a % of one core, heap and RSS
+// after each interval (growth), the checks done, and one `status` round's time and JSON size.
+//
+// This kernel has no GRE: the links are veth pairs (the dataplane's 'veth-standin'), so a probe's cost here is
+// the agent's (socket, send, poll, receive) plus a veth hop, not GRE encapsulation.
+//
+//   npm run bench:agent-health     (root; TG_BENCH_N=2000 for a quicker run; TG_BENCH_ORIGINS=0: status round only)
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createDataplane, standinPeerName } from '../agent/dataplane/index.ts';
+import { startHealth } from '../agent/main.ts';
+import { releaseMemory } from '../agent/housekeeping/memory.ts';
+import { BENCH_EDGE_IP, benchTunnel } from './lib/tunnels.ts';
+import { rulesetNftText, tunnelsAddNftText } from '../test/netns/ruleset-text.ts';
+
+const N = Number(process.env.TG_BENCH_N ?? 10_000);
+const INTERVAL_S = Number(process.env.TG_BENCH_INTERVAL_S ?? 30);
+const INTERVALS = Number(process.env.TG_BENCH_INTERVALS ?? 2);
+/** TG_BENCH_ORIGINS=0: no origins (their policy rules take minutes to add at 10,000): the status round alone. */
+const ORIGINS = process.env.TG_BENCH_ORIGINS !== '0';
+
+if (process.getuid?.() !== 0) {
+  console.error('bench/agent-health.ts needs root (network namespaces)');
+  process.exit(2);
+}
+
+const nsName = (tag: string): string => `tg-hb-${tag}-${randomBytes(3).toString('hex')}`;
+const edgeNs = nsName('e');
+const originNs = nsName('o');
+const inNs = (ns: string, ...args: string[]): string => execFileSync('ip', ['netns', 'exec', ns, ...args], { encoding: 'utf8', maxBuffer: 1 << 30 });
+/** `ip -batch` in a namespace: one process for thousands of commands. */
+function ipBatch(ns: string, lines: string[]): void {
+  const f = join(tmpdir(), `${ns}.ip`);
+  writeFileSync(f, `${lines.join('\n')}\n`);
+  try {
+    inNs(ns, 'ip', '-batch', f);
+  } finally {
+    rmSync(f, { force: true });
+  }
+}
+const ms = (t: number): string => `${(performance.now() - t).toFixed(0)} ms`;
+
+const stateDir = mkdtempSync(join(tmpdir(), 'tg-health-bench-'));
+execFileSync('ip', ['netns', 'add', edgeNs]);
+execFileSync('ip', ['netns', 'add', originNs]);
+let cleanup = (): void => undefined;
+try {
+  inNs(edgeNs, 'ip', 'link', 'set', 'lo', 'up');
+  inNs(edgeNs, 'ip', 'addr', 'add', `${BENCH_EDGE_IP}/32`, 'dev', 'lo');
+  inNs(originNs, 'ip', 'link', 'set', 'lo', 'up');
+  const tunnels = Array.from({ length: N }, (_, i) => benchTunnel(i + 1));
+  let t = performance.now();
+  if (!ORIGINS) {
+    // The status round reads the table, not the links: load the table with every tunnel's elements and seven
+    // counters through `nft -f` (test/netns/ruleset-text.ts, the table's text twin) and make no links, so
+    // 10,000 tunnels set up in seconds and leave no 20,000 veths for the kernel to tear down.
+    const f = join(tmpdir(), `${edgeNs}.nft`);
+    writeFileSync(f, `${rulesetNftText({ table: 'tunnelgate', ifnamePrefix: 'tg-' })}\n${tunnelsAddNftText('tunnelgate', tunnels).join('\n')}\n`);
+    try {
+      inNs(edgeNs, 'nft', '-f', f);
+    } finally {
+      rmSync(f, { force: true });
+    }
+  }
+  const dp = await createDataplane({ edgeIp: BENCH_EDGE_IP, nftTable: 'tunnelgate', stateDir, netns: edgeNs, linkKind: 'veth-standin' });
+  if (ORIGINS) {
+    const r = await dp.reconcile(tunnels);
+    console.log(`set-up: ${N} tunnels applied (${r.added} added, ${r.failed.length} failed) in ${ms(t)}`);
+  } else console.log(`set-up: ${N} tunnels' elements and counters loaded by nft -f (table ${dp.table}) in ${ms(t)}`);
+  t = performance.now();
+  if (ORIGINS) {
+    // Each far end into the origin namespace: its inner address, up, and the origin's policy route back into it.
+    // Point-to-point like GRE: no ARP on either end (with ARP, thousands of veths overflow the kernel's
+    // neighbour table, gc_thresh3, and tunnels look down for a reason GRE does not have); the far end takes
+    // the edge end's MAC, so frames addressed to it are accepted (as test/netns/edge-protection.test.ts does).
+    const macs = new Map((JSON.parse(inNs(edgeNs, 'ip', '-j', 'link', 'show')) as { ifname: string; address: string }[]).map((l) => [l.ifname, l.address]));
+    ipBatch(
+      edgeNs,
+      tunnels.flatMap((x) => [`link set dev ${x.tunnel_name} arp off`, `link set dev ${standinPeerName(x.tunnel_name)} address ${macs.get(x.tunnel_name)} arp off netns ${originNs}`]),
+    );
+    ipBatch(
+      originNs,
+      tunnels.flatMap((x, i) => {
+        const peer = standinPeerName(x.tunnel_name);
+        return [`addr add ${x.origin_inner} dev ${peer}`, `link set dev ${peer} up`, `route add default dev ${peer} table ${1000 + i}`, `rule add from ${x.origin_inner.split('/')[0]} lookup ${1000 + i}`];
+      }),
+    );
+    console.log(`set-up: ${N} origins answering through their tunnel in ${ms(t)}`);
+  }
+  cleanup = () => void dp.close();
+
+  // One status round before the checks (every tunnel unknown) and one after, timed, with the JSON's size.
+  const health = startHealth(ORIGINS ? dp : { desiredTunnels: () => tunnels, probe: (x, o) => dp.probe(x, o), counters: () => dp.counters(), counterPackets: (n) => dp.counterPackets(n) }, { intervalS: INTERVAL_S, timer: false });
+  const statusRound = async (label: string): Promise<void> => {
+    const s0 = performance.now();
+    const cpu0 = process.cpuUsage();
+    const result = await health.status();
+    const line = JSON.stringify({ ok: true, jti: '00000000-0000-4000-8000-000000000000', op: 'status', result });
+    const cpu = process.cpuUsage(cpu0);
+    const byHealth: Record<string, number> = {};
+    for (const x of result.tunnels) byHealth[x.health] = (byHealth[x.health] ?? 0) + 1;
+    console.log(`status round (${label}): ${(performance.now() - s0).toFixed(0)} ms wall, ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms CPU, ${result.tunnels.length} tunnels, result line ${(line.length / 1024).toFixed(0)} KiB; health ${JSON.stringify(byHealth)}`);
+  };
+  await statusRound('before checks');
+
+  // The checks, on the real timer, over whole intervals.
+  releaseMemory();
+  const mem0 = process.memoryUsage();
+  console.log(`before checks: heap ${(mem0.heapUsed / 2 ** 20).toFixed(1)} MiB, rss ${(mem0.rss / 2 ** 20).toFixed(1)} MiB`);
+  if (ORIGINS) health.scheduler.start();
+  for (let k = 1; k <= (ORIGINS ? INTERVALS : 0); k++) {
+    const cpu0 = process.cpuUsage();
+    const w0 = performance.now();
+    const checks0 = health.scheduler.stats.checks;
+    await new Promise((res) => setTimeout(res, INTERVAL_S * 1000));
+    const cpu = process.cpuUsage(cpu0);
+    const wall = performance.now() - w0;
+    const rssBefore = process.memoryUsage.rss();
+    // What the agent's housekeeping does when idle (housekeeping/memory.ts): a full collection and malloc_trim.
+    // RSS before it counts freed native memory glibc still holds; after it, what is really kept.
+    releaseMemory();
+    const m = process.memoryUsage();
+    const pct = ((cpu.user + cpu.system) / 1000 / wall) * 100;
+    console.log(
+      `interval ${k}: ${health.scheduler.stats.checks - checks0} checks in ${(wall / 1000).toFixed(1)} s, CPU ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms = ${pct.toFixed(2)}% of one core; heap ${(m.heapUsed / 2 ** 20).toFixed(1)} MiB, external ${(m.external / 2 ** 20).toFixed(1)} MiB, rss ${(rssBefore / 2 ** 20).toFixed(1)} MiB, after release ${(m.rss / 2 ** 20).toFixed(1)} MiB`,
+    );
+  }
+  await health.stop();
+  console.log(`checks: ${JSON.stringify(health.scheduler.stats)}`);
+  await statusRound('after checks');
+} finally {
+  cleanup();
+  for (const ns of [edgeNs, originNs]) {
+    try {
+      execFileSync('ip', ['netns', 'del', ns]);
+    } catch {
+      // already gone
+    }
+  }
+  rmSync(stateDir, { recursive: true, force: true });
+}

@@ -1,0 +1,187 @@
+// The health scheduler (agent/health/scheduler.ts) with an injected clock and a FAKE prober (FakeProber: no
+// network; the real probe is test/netns/health.test.ts's): hysteresis (down after 3 failures in a row, up
+// after one success), spreading over the interval, bounded concurrency, traffic as evidence of life.
+import { describe, expect, it } from 'vitest';
+import { HealthScheduler, nextHealth, type TunnelHealth } from '../../../agent/health/scheduler.ts';
+import { StatusReporter } from '../../../agent/health/status.ts';
+import { checkStatusResult } from '../../../common/tunnel-status.ts';
+import type { ProbeResult, TunnelSpec } from '../../../agent/dataplane/types.ts';
+import { tunnelSpec } from '../../helpers/tunnel-spec.ts';
+
+const INTERVAL = 30_000;
+
+/** A FAKE prober: answers what the test sets per tunnel, counts calls, and can hold answers to test concurrency. */
+class FakeProber {
+  answers = new Map<string, boolean>();
+  calls: string[] = [];
+  inFlight = 0;
+  maxInFlight = 0;
+  hold: Promise<void> | undefined;
+  probe = async (t: TunnelSpec): Promise<ProbeResult> => {
+    this.calls.push(t.id);
+    this.inFlight++;
+    this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
+    try {
+      if (this.hold) await this.hold;
+      return this.answers.get(t.id) ?? true ? { reachable: true, rtt_ms: 2 } : { reachable: false };
+    } finally {
+      this.inFlight--;
+    }
+  };
+}
+
+function setup(n: number, opts: { concurrency?: number; out?: Map<string, bigint> } = {}) {
+  const clock = { t: 1_000_000 * INTERVAL, now() { return this.t; } };
+  const tunnels = Array.from({ length: n }, (_, i) => tunnelSpec({ tunnel_name: `tg-${i}` }));
+  const prober = new FakeProber();
+  const s = new HealthScheduler({
+    tunnels: () => tunnels,
+    probe: prober.probe,
+    intervalMs: INTERVAL,
+    clock,
+    ...(opts.concurrency ? { concurrency: opts.concurrency } : {}),
+    ...(opts.out ? { outPackets: async (t: TunnelSpec) => opts.out!.get(t.id) } : {}),
+  });
+  // The scheduler meets the tunnels now: each is due at its slot within the coming interval.
+  void s.runDue();
+  /** Moves the clock on by `ms` in steps of `step`, running due checks at each (what the timer does). */
+  const advance = async (ms: number, step = 1000) => {
+    const end = clock.t + ms;
+    while (clock.t < end) {
+      clock.t = Math.min(end, clock.t + step);
+      await s.runDue();
+    }
+  };
+  return { clock, tunnels, prober, s, advance };
+}
+
+describe('health hysteresis (nextHealth)', () => {
+  it('down after 3 failures in a row, up after one success; unknown stays unknown for 2 failures', () => {
+    let h: TunnelHealth = { health: 'unknown', failures: 0 };
+    h = nextHealth(h, false, 1);
+    h = nextHealth(h, false, 2);
+    expect(h.health).toBe('unknown');
+    h = nextHealth(h, false, 3);
+    expect(h).toMatchObject({ health: 'down', failures: 3, checkedAt: 3 });
+    h = nextHealth(h, true, 4, 1.5);
+    expect(h).toMatchObject({ health: 'up', failures: 0, rttMs: 1.5, checkedAt: 4 });
+    h = nextHealth(h, false, 5);
+    h = nextHealth(h, false, 6);
+    expect(h.health).toBe('up');
+    h = nextHealth(h, true, 7);
+    h = nextHealth(h, false, 8);
+    h = nextHealth(h, false, 9);
+    expect(h.health).toBe('up'); // the success in between reset the count
+    h = nextHealth(h, false, 10);
+    expect(h.health).toBe('down');
+  });
+});
+
+describe('HealthScheduler (injected clock, FakeProber)', () => {
+  it('checks every tunnel once per interval, spread over it, not all at once', async () => {
+    const { s, prober, advance } = setup(300);
+    expect(s.get('x').health).toBe('unknown');
+    await advance(INTERVAL);
+    expect(prober.calls.length).toBe(300);
+    expect(new Set(prober.calls).size).toBe(300);
+    await advance(INTERVAL);
+    expect(prober.calls.length).toBe(600);
+    // Spread: per 1 s step, at most a few times the mean of 10 checks (FNV slots of random ids).
+    const { s: s2, prober: p2, clock } = setup(300);
+    const perStep: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const before = p2.calls.length;
+      clock.t += 1000;
+      await s2.runDue();
+      perStep.push(p2.calls.length - before);
+    }
+    expect(perStep.reduce((a, b) => a + b, 0)).toBe(300);
+    expect(Math.max(...perStep)).toBeLessThan(40);
+  });
+
+  it('a tunnel whose probe fails is down after exactly 3 checks, up again after one success', async () => {
+    const { s, prober, tunnels, advance } = setup(3);
+    const [a, b] = tunnels as [TunnelSpec, TunnelSpec];
+    await advance(INTERVAL);
+    expect(s.get(a.id)).toMatchObject({ health: 'up', rttMs: 2 });
+    expect(s.get(a.id).checkedAt).toBeTypeOf('number');
+    prober.answers.set(a.id, false);
+    await advance(INTERVAL);
+    await advance(INTERVAL);
+    expect(s.get(a.id).health).toBe('up');
+    await advance(INTERVAL);
+    expect(s.get(a.id)).toMatchObject({ health: 'down', failures: 3 });
+    expect(s.get(b.id).health).toBe('up');
+    prober.answers.set(a.id, true);
+    await advance(INTERVAL);
+    expect(s.get(a.id).health).toBe('up');
+  });
+
+  it('at most `concurrency` checks at once', async () => {
+    const { s, prober, clock } = setup(100, { concurrency: 4 });
+    let release!: () => void;
+    prober.hold = new Promise((r) => (release = r));
+    clock.t += INTERVAL; // every tunnel due at once (a scheduler that fell behind)
+    const done = s.runDue();
+    await new Promise((r) => setImmediate(r));
+    expect(prober.inFlight).toBe(4);
+    release();
+    await done;
+    expect(prober.calls.length).toBe(100);
+    expect(prober.maxInFlight).toBe(4);
+  });
+
+  it('reply traffic (the out counter grew) counts as a success without a probe; a still counter means a probe', async () => {
+    const out = new Map<string, bigint>();
+    const { s, prober, tunnels, advance } = setup(1, { out });
+    const [a] = tunnels as [TunnelSpec];
+    out.set(a.id, 10n);
+    prober.answers.set(a.id, false);
+    await advance(INTERVAL);
+    await advance(INTERVAL);
+    expect(prober.calls.length).toBe(2); // no growth yet: probed (and failed)
+    out.set(a.id, 11n);
+    await advance(INTERVAL);
+    expect(prober.calls.length).toBe(2);
+    expect(s.get(a.id)).toMatchObject({ health: 'up', failures: 0 });
+    expect(s.stats.byTraffic).toBe(1);
+    // The origin stops answering anyone: probes resume and fail, down after 3.
+    for (let i = 0; i < 3; i++) await advance(INTERVAL);
+    expect(prober.calls.length).toBe(5);
+    expect(s.get(a.id).health).toBe('down');
+  });
+
+  it('a tunnel leaving the desired state is forgotten; a changed origin starts from unknown', async () => {
+    const { s, tunnels, advance } = setup(2);
+    await advance(INTERVAL);
+    const [a, b] = tunnels as [TunnelSpec, TunnelSpec];
+    expect(s.get(a.id).health).toBe('up');
+    tunnels[1] = { ...b, origin_ip: '198.51.100.77' };
+    tunnels.shift();
+    await s.runDue();
+    expect(s.get(a.id).health).toBe('unknown');
+    expect(s.get(b.id).health).toBe('unknown');
+  });
+});
+
+describe('StatusReporter', () => {
+  it('reports every desired tunnel with its health and counters, monotonic across a counter recreated', async () => {
+    const t = tunnelSpec({ tunnel_name: 'tg-a' });
+    const counters = new Map<string, { packets: bigint; bytes: bigint }>([
+      ['tg-a', { packets: 10n, bytes: 1000n }],
+      ['tg-a.out', { packets: 5n, bytes: 500n }],
+      ['tg-a.spoofed', { packets: 2n, bytes: 80n }],
+    ]);
+    const r = new StatusReporter({ tunnels: () => [t], counters: async () => counters, health: () => ({ health: 'up', failures: 0, checkedAt: 0, rttMs: 1 }), version: '9.9.9', startedAt: 0, now: () => 61_000 });
+    const first = await r.status();
+    expect(checkStatusResult(first)).toBeUndefined();
+    expect(first).toEqual({
+      agent: { version: '9.9.9', uptime_s: 61, tunnels: 1 },
+      tunnels: [{ id: t.id, health: 'up', checked_at: '1970-01-01T00:00:00.000Z', rtt_ms: 1, counters: { packets_in: 10, bytes_in: 1000, packets_out: 5, bytes_out: 500, dropped: { not_allowed: 0, rate_limited: 0, spoofed: 2, invalid: 0, fragment: 0 } } }],
+    });
+    // The in counter recreated (reads 3 again from 0): reported 10 + 3, never less than before.
+    counters.set('tg-a', { packets: 3n, bytes: 300n });
+    const second = await r.status();
+    expect(second.tunnels[0]!.counters).toMatchObject({ packets_in: 13, bytes_in: 1300, packets_out: 5 });
+  });
+});
