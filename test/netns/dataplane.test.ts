@@ -12,6 +12,7 @@ import { EXPECTED_RULES } from '../../agent/dataplane/kernel.ts';
 import { tunnelCounterNames } from '../../agent/dataplane/policy.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
+import { until } from '../helpers/wait.ts';
 
 /** Tunnel i: protected 203.0.(112+i/256).(i%256), inner /30 number i of 100.64.0.0/10. */
 const tun = numberedTunnels('tg-t', 112);
@@ -228,11 +229,21 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
 
   it('conntrack entries of a changed and of a removed protected IP are flushed, others kept', async () => {
     // Real flows from the client to three protected IPs: the entries exist once the packets were forwarded.
-    for (const ip of ['203.0.112.1', '203.0.112.4', '203.0.112.7']) client.run('bash', '-c', `echo probe > /dev/udp/${ip}/5353`);
+    // A datagram can be lost on a loaded host (a CI run once saw none for .1), so each is sent until its entry
+    // is there: every resend is a new flow (a new source port), hence counts are compared, not fixed. The
+    // unreplied UDP entries must outlive a slow test (30 s by default): "others kept" must not read an expiry.
+    edge.run('sysctl', '-qw', 'net.netfilter.nf_conntrack_udp_timeout=3600');
+    for (const ip of ['203.0.112.1', '203.0.112.4', '203.0.112.7']) {
+      await until(`a conntrack entry for ${ip}`, async () => {
+        client.run('bash', '-c', `echo probe > /dev/udp/${ip}/5353`);
+        return conntrackDst(ip) >= 1;
+      });
+    }
     client.run('bash', '-c', 'timeout 2 bash -c "exec 3<>/dev/tcp/203.0.112.4/80" 2>/dev/null || true');
-    expect(conntrackDst('203.0.112.1')).toBe(1);
+    const kept = conntrackDst('203.0.112.1');
+    expect(kept).toBeGreaterThanOrEqual(1);
     expect(conntrackDst('203.0.112.4')).toBeGreaterThanOrEqual(2);
-    expect(conntrackDst('203.0.112.7')).toBe(1);
+    expect(conntrackDst('203.0.112.7')).toBeGreaterThanOrEqual(1);
     // The counters count per tunnel: traffic to .4 was counted on tg-t4 only.
     const ctr = ruleset().filter((o) => o.counter).map((o) => o.counter!) as { name: string; packets: number }[];
     expect(ctr.find((c) => c.name === 'tg-t4')!.packets).toBeGreaterThanOrEqual(2);
@@ -240,10 +251,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
 
     expect(await dp.remove(tun(4))).toEqual({ added: 0, changed: 0, removed: 1, unchanged: 0 });
     expect(conntrackDst('203.0.112.4')).toBe(0);
-    expect(conntrackDst('203.0.112.1')).toBe(1);
+    expect(conntrackDst('203.0.112.1')).toBe(kept);
     expect(await dp.apply(tun(7, { origin_inner: '100.64.0.29/30', edge_inner: '100.64.0.30/30' }))).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
     expect(conntrackDst('203.0.112.7')).toBe(0);
-    expect(conntrackDst('203.0.112.1')).toBe(1);
+    expect(conntrackDst('203.0.112.1')).toBe(kept);
   });
 
   it('rule count is the same at 1 and at 1,000 tunnels, policies included', async () => {
