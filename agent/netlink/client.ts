@@ -332,6 +332,35 @@ export class Nft extends Client {
     }
   }
 
+  /**
+   * One element by key (a single GET, not a dump of the set); undefined when the set has no element with that
+   * key (the kernel's ENOENT). The answer is copied out of the reply: key, interval end, value, object, verdict.
+   */
+  async getSetElement(table: string, set: string, key: Pick<nft.SetElement, 'key' | 'keyEnd'>, family = nft.NFPROTO_IPV4): Promise<nft.ElementView | undefined> {
+    let msgs: NlMsg[];
+    try {
+      msgs = await this.call((s) => nft.encodeGetSetElement(table, set, key, s, family), `get element of ${table}/${set}`, nft.nftType(nft.NFT_MSG_GETSETELEM));
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'ENOENT') return undefined;
+      throw e;
+    }
+    const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
+    let out: nft.ElementView | undefined;
+    for (const m of msgs) {
+      if (m.type !== type) continue;
+      nft.eachSetElementView(m, (e) => {
+        out ??= {
+          key: Buffer.from(e.key),
+          ...(e.keyEnd ? { keyEnd: Buffer.from(e.keyEnd) } : {}),
+          ...(e.data ? { data: Buffer.from(e.data) } : {}),
+          ...(e.objref !== undefined ? { objref: e.objref } : {}),
+          ...(e.verdict ? { verdict: e.verdict } : {}),
+        };
+      });
+    }
+    return out;
+  }
+
   /** Every element of a set, each visited as a view valid only during the call (see eachSetElementView). */
   async eachSetElement(table: string, set: string, visit: (e: nft.ElementView) => void, family = nft.NFPROTO_IPV4): Promise<void> {
     const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
