@@ -361,6 +361,17 @@ export class Nft extends Client {
     return out;
   }
 
+  /** Whether the table has a named object of this type and name (a single GET by name, not a dump). */
+  async hasObject(table: string, name: string, objType: number, family = nft.NFPROTO_IPV4): Promise<boolean> {
+    try {
+      const msgs = await this.call((s) => nft.encodeGetObject(table, name, objType, s, family), `get object ${table}/${name}`, nft.nftType(nft.NFT_MSG_GETOBJ));
+      return msgs.some((x) => x.type === nft.nftType(nft.NFT_MSG_NEWOBJ));
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'ENOENT') return false;
+      throw e;
+    }
+  }
+
   /** Every element of a set, each visited as a view valid only during the call (see eachSetElementView). */
   async eachSetElement(table: string, set: string, visit: (e: nft.ElementView) => void, family = nft.NFPROTO_IPV4): Promise<void> {
     const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
