@@ -233,20 +233,30 @@ export async function readView(
   const shared = await readShared(k);
   const policy = full ? await readElementIds(k) : undefined;
   mem.between();
-  const addrs = new Map<number, string[]>();
-  if (links.size > 0) {
-    const indexes = new Set([...links.values()].map((l) => l.index));
-    for (const a of await k.rtnl.listAddresses(undefined, { keepIndex: (i) => indexes.has(i) })) {
-      if (!a.local) continue;
-      let list = addrs.get(a.index);
-      if (!list) addrs.set(a.index, (list = []));
-      list.push(`${a.local}/${a.prefixLen}`);
-    }
-  }
+  const addrs = await readAddresses(k, links);
   mem.between();
   const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters, ...shared, ...(policy ? { elements: policy } : {}) };
   observeLinks(k, view, links, addrs, recordedByName);
   return view;
+}
+
+/** The IPv4 addresses of these links, by index (other links' addresses are not decoded). */
+async function readAddresses(k: KernelContext, links: ReadonlyMap<string, LinkInfo>): Promise<Map<number, string[]>> {
+  const addrs = new Map<number, string[]>();
+  if (links.size === 0) return addrs;
+  const indexes = new Set([...links.values()].map((l) => l.index));
+  // A few links: one dump per link, filtered by the kernel (strict dumps), so a single job's read stays its own.
+  const found =
+    indexes.size < LINK_GET_LIMIT
+      ? (await Promise.all([...indexes].map((i) => k.rtnl.listAddresses(i)))).flat()
+      : await k.rtnl.listAddresses(undefined, { keepIndex: (i) => indexes.has(i) });
+  for (const a of found) {
+    if (!a.local) continue;
+    let list = addrs.get(a.index);
+    if (!list) addrs.set(a.index, (list = []));
+    list.push(`${a.local}/${a.prefixLen}`);
+  }
+  return addrs;
 }
 
 function observeLinks(k: KernelContext, view: KernelView, links: ReadonlyMap<string, LinkInfo>, addrs: ReadonlyMap<number, string[]>, recordedByName: ReadonlyMap<string, TunnelSpec>): void {
@@ -310,16 +320,7 @@ async function readScoped(k: KernelContext, names: readonly string[], owned: Rea
     const got = present[i];
     if (got && elementId(e.set, got) === e.id) view.elements!.add(e.id);
   });
-  const addrs = new Map<number, string[]>();
-  if (links.size > 0) {
-    const indexes = new Set([...links.values()].map((l) => l.index));
-    for (const a of await k.rtnl.listAddresses(undefined, { keepIndex: (i) => indexes.has(i) })) {
-      if (!a.local) continue;
-      let list = addrs.get(a.index);
-      if (!list) addrs.set(a.index, (list = []));
-      list.push(`${a.local}/${a.prefixLen}`);
-    }
-  }
+  const addrs = await readAddresses(k, links);
   observeLinks(k, view, links, addrs, new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec])));
   return view;
 }

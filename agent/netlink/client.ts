@@ -53,7 +53,8 @@ abstract class Client {
 
 export class Rtnl extends Client {
   static open(opts: NetlinkSocketOptions = {}): Rtnl {
-    return new Rtnl(NetlinkSocket.open(NETLINK_ROUTE, opts));
+    // Strict dumps: the addresses of one link are one link's worth of reply, not every link's.
+    return new Rtnl(NetlinkSocket.open(NETLINK_ROUTE, { strictDumps: true, ...opts }));
   }
 
   private async index(dev: Dev): Promise<number> {
@@ -134,7 +135,7 @@ export class Rtnl extends Client {
   async listAddresses(dev?: Dev, opts: { keepIndex?: (index: number) => boolean } = {}): Promise<rt.AddressInfo[]> {
     const index = dev === undefined ? undefined : await this.index(dev);
     const out: rt.AddressInfo[] = [];
-    await this.dumpEach((s) => rt.encodeDumpAddresses(s), 'list addresses', rt.RTM_GETADDR, (m) => {
+    await this.dumpEach((s) => rt.encodeDumpAddresses(s, undefined, index ?? 0), 'list addresses', rt.RTM_GETADDR, (m) => {
       if (m.type !== rt.RTM_NEWADDR) return;
       if (opts.keepIndex && !opts.keepIndex(rt.addressIndex(m))) return;
       const a = rt.decodeAddress(m);
