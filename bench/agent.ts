@@ -108,6 +108,20 @@ class AgentProcess {
   }
 }
 
+interface Quantiles {
+  p50: number;
+  p99: number;
+  mean: number;
+}
+
+/** Nearest-rank p50 and p99 of a sample, and its mean (ms, one decimal). */
+function quantiles(xs: readonly number[]): Quantiles {
+  const s = [...xs].sort((a, b) => a - b);
+  const at = (p: number): number => s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))] ?? Number.NaN;
+  const r = (x: number): number => +x.toFixed(1);
+  return { p50: r(at(0.5)), p99: r(at(0.99)), mean: r(s.reduce((a, b) => a + b, 0) / s.length) };
+}
+
 const fmt = (ms: number): string => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);
 const mb = (b: number): string => `${(b / 1048576).toFixed(1)} MB`;
 
@@ -198,19 +212,22 @@ async function main(): Promise<void> {
     // One-tunnel jobs at this scale (each reads the map and the tunnel's link back, as a job does).
     const extra = Array.from({ length: SAMPLE_JOBS }, (_, i) => tun(N + 1 + i));
     // Each answer's peak is that command's own VmHWM (the agent resets it before each command).
-    let jobApply = 0;
+    const applyMs: number[] = [];
     let jobPeak = 0;
     for (const x of extra) {
       const a = await agent.call({ op: 'apply', tunnel: x });
-      jobApply += a.ms / SAMPLE_JOBS;
+      applyMs.push(a.ms);
       jobPeak = Math.max(jobPeak, a.peak);
     }
-    let jobRemove = 0;
+    const removeMs: number[] = [];
     for (const x of extra) {
       const a = await agent.call({ op: 'remove', tunnel: x });
-      jobRemove += a.ms / SAMPLE_JOBS;
+      removeMs.push(a.ms);
       jobPeak = Math.max(jobPeak, a.peak);
     }
+    // The target is a p50 (issue 10 item 4); on this shared host a mean is dragged by the odd stall.
+    const jobApply = quantiles(applyMs);
+    const jobRemove = quantiles(removeMs);
     const afterJobs = await agent.call({ op: 'stats' });
     const rssJobs = afterJobs.rss;
     // The highest RSS during apply, reconciles and single jobs.
@@ -238,8 +255,8 @@ async function main(): Promise<void> {
       reconcile_noop_ms: Math.round(reconcileNoop),
       reconcile_1pct_drift_ms: Math.round(reconcileDrift),
       drift_repaired: repaired.result.changed,
-      single_job_apply_ms_at_n: +jobApply.toFixed(1),
-      single_job_remove_ms_at_n: +jobRemove.toFixed(1),
+      single_job_apply_ms_at_n: jobApply,
+      single_job_remove_ms_at_n: jobRemove,
       agent_node_flags: AGENT_NODE_FLAGS.join(' '),
       rss_after_apply: mb(rssApplied),
       rss_after_reconciles: mb(rssReconciled),
@@ -249,11 +266,12 @@ async function main(): Promise<void> {
       peak_rss_before_removal: mb(peak),
     });
     console.log('');
-    console.log(`per tunnel apply      ours ${(ourApply / N).toFixed(3)} ms   cli ${(cliApply / N).toFixed(3)} ms   ratio ${(ourApply / cliApply).toFixed(2)}x (target <= 1.5x)`);
-    console.log(`per tunnel remove     ours ${(ourRemove / N).toFixed(3)} ms   cli ${(cliRemove / N).toFixed(3)} ms   ratio ${(ourRemove / cliRemove).toFixed(2)}x (target <= 1.5x)`);
+    console.log(`per tunnel apply      ours ${(ourApply / N).toFixed(3)} ms   cli ${(cliApply / N).toFixed(3)} ms   ratio ${(ourApply / cliApply).toFixed(2)}x (target <= 1.2x, issue 10 item 6)`);
+    console.log(`per tunnel remove     ours ${(ourRemove / N).toFixed(3)} ms   cli ${(cliRemove / N).toFixed(3)} ms   ratio ${(ourRemove / cliRemove).toFixed(2)}x (target <= 1.2x, issue 10 item 6)`);
     console.log(`nft rules             ${rules1} at 1 tunnel, ${rulesN} at ${N} (command line: ${String(out.cli_rules_at_n)})`);
     console.log(`reconcile ${N}        no change ${fmt(reconcileNoop)}, 1% drift (${victims.length} repaired) ${fmt(reconcileDrift)} (target < 5 s)`);
-    console.log(`one-tunnel job at ${N}: apply ${jobApply.toFixed(1)} ms, remove ${jobRemove.toFixed(1)} ms (mean of ${SAMPLE_JOBS})`);
+    const q = (x: Quantiles): string => `p50 ${x.p50} ms, p99 ${x.p99} ms, mean ${x.mean} ms`;
+    console.log(`one-tunnel job at ${N}: apply ${q(jobApply)}; remove ${q(jobRemove)} (${SAMPLE_JOBS} each; target p50 < 10 ms)`);
     console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, ${mb(rssJobs)} after single jobs, peak (VmHWM) ${mb(peakApply)} during the apply, ${mb(same.peak)} during a no-change reconcile, ${mb(repaired.peak)} during the 1% drift repair, ${mb(jobPeak)} during single jobs (target < 150 MB; node ${AGENT_NODE_FLAGS.join(' ')})`);
     console.log(JSON.stringify(out));
   } finally {

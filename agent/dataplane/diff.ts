@@ -38,9 +38,10 @@ export interface KernelView {
   synproxies: Set<string>;
   rateChains: Set<string>;
   /**
-   * The elements of the tunnels' policy sets (policy.ts TUNNEL_SETS) by id. Read back whole only for a reconcile;
-   * undefined for an apply or remove, which then trusts the agent's records of the tunnel (no more reading than
-   * before policies existed) and deletes with add-then-delete, so a record the kernel lost cannot fail the batch.
+   * The elements of the tunnels' policy sets (policy.ts TUNNEL_SETS) by id: read back whole for a reconcile, and
+   * for a scoped apply or remove only its tunnels' own, by key (kernel.ts readScoped). Undefined (trust the
+   * records, delete with add-then-delete so a record the kernel lost cannot fail the batch) is what callers
+   * without a read of the elements pass, e.g. the diff's unit tests.
    */
   elements?: Set<string>;
 }
@@ -301,6 +302,16 @@ export function diff(input: DiffInput): Plan {
         if (view.elements.has(e.id)) continue;
         addEls.set(e.id, e);
         touched = true;
+      }
+      // A scoped change read its own elements by key (kernel.ts readScoped): what the record had, the kernel
+      // still has and the tunnel no longer wants goes here (a reconcile's sweep does it for the whole table).
+      if (!all && prev) {
+        const wantIds = new Set(wantEls.map((e) => e.id));
+        for (const e of tunnelElements(prev.spec)) {
+          if (wantIds.has(e.id) || !view.elements.has(e.id)) continue;
+          delEls.set(e.id, e);
+          touched = true;
+        }
       }
     } else {
       const had = prev ? tunnelElements(prev.spec) : [];

@@ -10,12 +10,12 @@ import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { PlanConflict, checkDesired, diff, ipOf, type OwnedTunnel } from './diff.ts';
-import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, tunnelLinkSysctls, type KernelContext } from './kernel.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { probeEcho } from './probe.ts';
-import { dropCounterName, tunnelCounterNames } from './policy.ts';
-import { DROP_REASONS, type DropReason } from '../netlink/ruleset.ts';
+import { dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
+import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
 import { SerialQueue } from '../housekeeping/serial-queue.ts';
@@ -192,12 +192,22 @@ class EdgeDataplane implements DataplaneHandle {
     for (const o of owned.values()) if (scope === 'all' || scope.has(o.spec.id)) names.add(o.spec.tunnel_name);
     for (const t of desired) names.add(t.tunnel_name);
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
-    // A scoped change reads only its own tunnels' counters (now and as recorded: a rename drops the old ones).
-    const counterNames =
+    // A scoped change reads only its own tunnels' elements, counters and objects, by key and by name: what the
+    // desired specs ask for and what the records say they had (a rename or a new protected IP drops the old ones).
+    const specs = scope === 'all' ? [] : [...desired, ...[...owned.values()].filter((o) => scope.has(o.spec.id)).map((o) => o.spec)];
+    const scoped: ScopedRead | undefined =
       scope === 'all'
         ? undefined
-        : [...desired.flatMap(tunnelCounterNames), ...[...owned.values()].filter((o) => scope.has(o.spec.id)).flatMap((o) => tunnelCounterNames(o.spec))];
-    const view = await readView(this.k, [...names], owned, scope === 'all', counterNames);
+        : {
+            protectedIps: [...specs.map((t) => t.protected_ip), ...orphans],
+            counterNames: specs.flatMap(tunnelCounterNames),
+            elements: specs.flatMap(tunnelElements),
+            synproxies: specs.flatMap((t) => {
+              const mss = sharedNeeds(t).mss;
+              return mss === undefined ? [] : [synproxyName(mss)];
+            }),
+          };
+    const view = await readView(this.k, [...names], owned, scope === 'all', scoped);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const mem = phases('operation', names.size);

@@ -5,6 +5,8 @@ import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts'
 import { POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
 import { TUNNEL_SETS, elementId, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
+import { bytesToIpv4 } from '../netlink/attrs.ts';
+import type { TunnelSpec } from './types.ts';
 import type { Conntrack } from './conntrack.ts';
 import { nftChangeCount, type KernelView, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
 import type { LinkDriver } from './links.ts';
@@ -65,9 +67,8 @@ async function readElements(k: KernelContext): Promise<Map<string, PolicyElement
   return out;
 }
 
-/** Which of these counters exist (one GET each), or, without a list, every counter name of the table. */
-async function listCounters(k: KernelContext, names: readonly string[] | undefined): Promise<Set<string>> {
-  if (!names) return k.nft.listCounterNames(k.table);
+/** Which of these counters exist (one GET each). */
+async function listCounters(k: KernelContext, names: readonly string[]): Promise<Set<string>> {
   const unique = [...new Set(names)];
   const found = await Promise.all(unique.map((n) => k.nft.getCounter(k.table, n)));
   return new Set(unique.filter((_, i) => found[i] !== undefined));
@@ -209,11 +210,12 @@ export async function readView(
   owned: ReadonlyMap<string, OwnedTunnel>,
   full = false,
   /**
-   * The only counters the operation can touch (a scoped apply or remove: its tunnels' own, seven each): read one
-   * by one, by name, instead of listing every counter of the table (seven per tunnel: traffic in, five drop reasons, out).
+   * A scoped apply or remove: everything the operation can touch, read by key or by name (links, map elements,
+   * counters, policy elements, synproxy objects), never a dump that grows with the tunnels (issue 10 item 4).
    */
-  counterNames?: readonly string[],
+  scoped?: ScopedRead,
 ): Promise<KernelView> {
+  if (scoped) return readScoped(k, names, owned, scoped);
   const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
   // Names, strings and Sets only: at 10,000 tunnels every decoded object per element is megabytes of heap.
   // A large read goes one dump at a time with a collection after each (housekeeping/memory.ts): the four
@@ -229,32 +231,103 @@ export async function readView(
     mem.between();
     ctrMap = await counterMap(k);
     mem.between();
-    counters = await listCounters(k, counterNames);
+    counters = await k.nft.listCounterNames(k.table);
     mem.between();
   } else {
-    [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), listCounters(k, counterNames)]);
+    [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounterNames(k.table)]);
   }
   const shared = await readShared(k);
   const policy = full ? await readElementIds(k) : undefined;
   mem.between();
-  const addrs = new Map<number, string[]>();
-  if (links.size > 0) {
-    const indexes = new Set([...links.values()].map((l) => l.index));
-    for (const a of await k.rtnl.listAddresses(undefined, { keepIndex: (i) => indexes.has(i) })) {
-      if (!a.local) continue;
-      let list = addrs.get(a.index);
-      if (!list) addrs.set(a.index, (list = []));
-      list.push(`${a.local}/${a.prefixLen}`);
-    }
-  }
+  const addrs = await readAddresses(k, links);
   mem.between();
   const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters, ...shared, ...(policy ? { elements: policy } : {}) };
+  observeLinks(k, view, links, addrs, recordedByName);
+  return view;
+}
+
+/** The IPv4 addresses of these links, by index (other links' addresses are not decoded). */
+async function readAddresses(k: KernelContext, links: ReadonlyMap<string, LinkInfo>): Promise<Map<number, string[]>> {
+  const addrs = new Map<number, string[]>();
+  if (links.size === 0) return addrs;
+  const indexes = new Set([...links.values()].map((l) => l.index));
+  // A few links: one dump per link, filtered by the kernel (strict dumps), so a single job's read stays its own.
+  const found =
+    indexes.size < LINK_GET_LIMIT
+      ? (await Promise.all([...indexes].map((i) => k.rtnl.listAddresses(i)))).flat()
+      : await k.rtnl.listAddresses(undefined, { keepIndex: (i) => indexes.has(i) });
+  for (const a of found) {
+    if (!a.local) continue;
+    let list = addrs.get(a.index);
+    if (!list) addrs.set(a.index, (list = []));
+    list.push(`${a.local}/${a.prefixLen}`);
+  }
+  return addrs;
+}
+
+function observeLinks(k: KernelContext, view: KernelView, links: ReadonlyMap<string, LinkInfo>, addrs: ReadonlyMap<number, string[]>, recordedByName: ReadonlyMap<string, TunnelSpec>): void {
   for (const l of links.values()) {
     const o: ObservedLink = { name: l.name, index: l.index, up: l.up, mtu: l.mtu ?? 0, addresses: addrs.get(l.index) ?? [] };
     const p = k.driver.params(l, recordedByName.get(l.name));
     if (p) o.params = p;
     view.links.set(l.name, o);
   }
+}
+
+/** What a scoped apply or remove reads: its tunnels' keys and names, from the desired specs and the agent's records. */
+export interface ScopedRead {
+  /** Protected IPs whose `protected` and `tunnel_counters` elements are read (one GET each). */
+  protectedIps: readonly string[];
+  /** Named counters (the tunnels' traffic and drop counters). */
+  counterNames: readonly string[];
+  /** Policy and isolation elements (policy.ts tunnelElements), each read by its key; present when the kernel's is the same element. */
+  elements: readonly PolicyElement[];
+  /** Synproxy object names the tunnels use or used. */
+  synproxies: readonly string[];
+}
+
+/**
+ * The scoped read: one request per key or name, all in flight together (the socket coalesces them into a few
+ * datagrams), so its cost is the tunnel's dozen-odd elements whatever the number of tunnels. The policy
+ * elements' ids become KernelView.elements: the diff then repairs this tunnel's own drift from the kernel's
+ * answer, as a reconcile does for all of them.
+ */
+async function readScoped(k: KernelContext, names: readonly string[], owned: ReadonlyMap<string, OwnedTunnel>, r: ScopedRead): Promise<KernelView> {
+  const t = k.table;
+  const ips = [...new Set(r.protectedIps)];
+  const els = [...new Map(r.elements.map((e) => [e.id, e])).values()];
+  const [links, dnat, ctr, counters, present, synproxies, rules] = await Promise.all([
+    getLinks(k, names),
+    Promise.all(ips.map((ip) => k.nft.getSetElement(t, DNAT_MAP, ipv4MapElement(ip, '0.0.0.0')))),
+    Promise.all(ips.map((ip) => k.nft.getSetElement(t, COUNTER_MAP, ipv4ObjElement(ip, '')))),
+    listCounters(k, r.counterNames),
+    Promise.all(els.map((e) => k.nft.getSetElement(t, e.set, e.el))),
+    Promise.all([...new Set(r.synproxies)].map(async (n) => ((await k.nft.hasObject(t, n, NFT_OBJECT_SYNPROXY)) ? n : undefined))),
+    // The table's rules: its fixed two dozen plus one rate-limit chain per limit value in use, never per tunnel.
+    k.nft.listRules(t),
+  ]);
+  const view: KernelView = {
+    links: new Map(),
+    dnat: new Map(),
+    counterMap: new Map(),
+    counters,
+    synproxies: new Set(synproxies.filter((n): n is string => n !== undefined)),
+    rateChains: new Set(rules.filter((x) => rateLimitOf(x.chain) !== undefined).map((x) => x.chain)),
+    elements: new Set(),
+  };
+  ips.forEach((ip, i) => {
+    const d = dnat[i]?.data;
+    if (d) view.dnat.set(ip, bytesToIpv4(d));
+    const o = ctr[i]?.objref;
+    if (o !== undefined) view.counterMap.set(ip, o);
+  });
+  // An interval set answers the interval holding the key: only the very same element counts as present.
+  els.forEach((e, i) => {
+    const got = present[i];
+    if (got && elementId(e.set, got) === e.id) view.elements!.add(e.id);
+  });
+  const addrs = await readAddresses(k, links);
+  observeLinks(k, view, links, addrs, new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec])));
   return view;
 }
 

@@ -53,7 +53,8 @@ abstract class Client {
 
 export class Rtnl extends Client {
   static open(opts: NetlinkSocketOptions = {}): Rtnl {
-    return new Rtnl(NetlinkSocket.open(NETLINK_ROUTE, opts));
+    // Strict dumps: the addresses of one link are one link's worth of reply, not every link's.
+    return new Rtnl(NetlinkSocket.open(NETLINK_ROUTE, { strictDumps: true, ...opts }));
   }
 
   private async index(dev: Dev): Promise<number> {
@@ -134,7 +135,7 @@ export class Rtnl extends Client {
   async listAddresses(dev?: Dev, opts: { keepIndex?: (index: number) => boolean } = {}): Promise<rt.AddressInfo[]> {
     const index = dev === undefined ? undefined : await this.index(dev);
     const out: rt.AddressInfo[] = [];
-    await this.dumpEach((s) => rt.encodeDumpAddresses(s), 'list addresses', rt.RTM_GETADDR, (m) => {
+    await this.dumpEach((s) => rt.encodeDumpAddresses(s, undefined, index ?? 0), 'list addresses', rt.RTM_GETADDR, (m) => {
       if (m.type !== rt.RTM_NEWADDR) return;
       if (opts.keepIndex && !opts.keepIndex(rt.addressIndex(m))) return;
       const a = rt.decodeAddress(m);
@@ -328,6 +329,46 @@ export class Nft extends Client {
       return m ? nft.decodeObject(m) : undefined;
     } catch (e) {
       if (e instanceof NetlinkError && e.code === 'ENOENT') return undefined;
+      throw e;
+    }
+  }
+
+  /**
+   * One element by key (a single GET, not a dump of the set); undefined when the set has no element with that
+   * key (the kernel's ENOENT). The answer is copied out of the reply: key, interval end, value, object, verdict.
+   */
+  async getSetElement(table: string, set: string, key: Pick<nft.SetElement, 'key' | 'keyEnd'>, family = nft.NFPROTO_IPV4): Promise<nft.ElementView | undefined> {
+    let msgs: NlMsg[];
+    try {
+      msgs = await this.call((s) => nft.encodeGetSetElement(table, set, key, s, family), `get element of ${table}/${set}`, nft.nftType(nft.NFT_MSG_GETSETELEM));
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'ENOENT') return undefined;
+      throw e;
+    }
+    const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
+    let out: nft.ElementView | undefined;
+    for (const m of msgs) {
+      if (m.type !== type) continue;
+      nft.eachSetElementView(m, (e) => {
+        out ??= {
+          key: Buffer.from(e.key),
+          ...(e.keyEnd ? { keyEnd: Buffer.from(e.keyEnd) } : {}),
+          ...(e.data ? { data: Buffer.from(e.data) } : {}),
+          ...(e.objref !== undefined ? { objref: e.objref } : {}),
+          ...(e.verdict ? { verdict: e.verdict } : {}),
+        };
+      });
+    }
+    return out;
+  }
+
+  /** Whether the table has a named object of this type and name (a single GET by name, not a dump). */
+  async hasObject(table: string, name: string, objType: number, family = nft.NFPROTO_IPV4): Promise<boolean> {
+    try {
+      const msgs = await this.call((s) => nft.encodeGetObject(table, name, objType, s, family), `get object ${table}/${name}`, nft.nftType(nft.NFT_MSG_GETOBJ));
+      return msgs.some((x) => x.type === nft.nftType(nft.NFT_MSG_NEWOBJ));
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'ENOENT') return false;
       throw e;
     }
   }

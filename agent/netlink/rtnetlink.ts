@@ -376,8 +376,9 @@ export function encodeDelAddress(spec: AddressSpec, seq: number): Buffer {
   return message(RTM_DELADDR, FLAGS_ACK, seq, (w) => addrBody(w, spec));
 }
 
-export function encodeDumpAddresses(seq: number, family = AF_INET): Buffer {
-  return message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, seq, (w) => ifaddrmsg(w, { index: 0, prefixLen: 0 }, family));
+/** `index`: only that link's addresses, on a socket with strict dump checking (NetlinkSocketOptions.strictDumps). */
+export function encodeDumpAddresses(seq: number, family = AF_INET, index = 0): Buffer {
+  return message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, seq, (w) => ifaddrmsg(w, { index, prefixLen: 0 }, family));
 }
 
 export interface AddressInfo {

@@ -40,6 +40,8 @@ const MSG_DONTWAIT = 0x40;
 // include/uapi/linux/netlink.h: socket options
 const NETLINK_CAP_ACK = 10;
 const NETLINK_EXT_ACK = 11;
+/** Dump requests' headers are checked and their filters honoured (an address dump of one ifindex). */
+const NETLINK_GET_STRICT_CHK = 12;
 // include/uapi/linux/sched.h
 const CLONE_NEWNET = 0x40000000;
 // include/uapi/asm-generic/poll.h
@@ -159,6 +161,13 @@ class KernelEndpoint implements NetlinkEndpoint {
       // being echoed back whole (which would eat the receive buffer on a big batch).
       setInt(c, fd, SOL_NETLINK, NETLINK_EXT_ACK, 1);
       setInt(c, fd, SOL_NETLINK, NETLINK_CAP_ACK, 1);
+      if (opts.strictDumps) {
+        try {
+          setInt(c, fd, SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1);
+        } catch {
+          // An older kernel: dumps stay unfiltered, which the callers' own filters cover.
+        }
+      }
       const addr = Buffer.alloc(12);
       addr.writeUInt16LE(AF_NETLINK, 0);
       if (c.bind(fd, addr, 12) < 0) throw sysError('bind(AF_NETLINK)');
@@ -213,6 +222,12 @@ export interface NetlinkSocketOptions {
   sndbuf?: number;
   /** Open the socket inside this network namespace (a /run/netns/NAME path); the socket stays there. */
   netns?: string;
+  /**
+   * NETLINK_GET_STRICT_CHK: the kernel honours a dump's filters (rtnetlink: an address dump of one ifindex)
+   * instead of sending everything. Best effort: a kernel without it (before 4.20) sends all, and the client
+   * still filters what it decodes.
+   */
+  strictDumps?: boolean;
   /** Default per-request timeout. */
   timeoutMs?: number;
   /** Milliseconds now, for request deadlines; Date.now unless a test drives the time itself. */

@@ -120,6 +120,17 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(edge.run('nft', 'list', 'ruleset')).toBe(before.rs);
   });
 
+  it('a single apply repairs its own lost policy elements (read back by key), and only its own', async () => {
+    // Fails when a single apply trusts its records instead of reading its elements: it would answer unchanged.
+    edge.run('nft', 'delete', 'element', 'ip', T, 'drop_not_allowed', '{ 203.0.112.1 }');
+    edge.run('nft', 'delete', 'element', 'ip', T, 'drop_invalid', '{ 203.0.112.1 }');
+    expect(mapElems('drop_not_allowed').has('203.0.112.1')).toBe(false);
+    expect(await dp.apply(tun(1))).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    expect(mapElems('drop_not_allowed').get('203.0.112.1')).toBe('tg-t1.not_allowed');
+    expect(mapElems('drop_invalid').get('203.0.112.1')).toBe('tg-t1.invalid');
+    expect(await dp.apply(tun(1))).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1 });
+  });
+
   it('change (new origin, new inner subnet): link and elements updated, counted as changed', async () => {
     const t = tun(1, { origin_ip: '198.18.9.9', edge_inner: '100.64.9.1/30', origin_inner: '100.64.9.2/30', mtu: 1400 });
     expect(await dp.apply(t)).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });

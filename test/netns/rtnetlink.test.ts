@@ -1,6 +1,9 @@
 // Our rtnetlink client against this machine's kernel, in a fresh network namespace, with `ip -j` as the oracle.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NetlinkError, Rtnl } from '../../agent/netlink/client.ts';
+import { NETLINK_ROUTE } from '../../agent/netlink/message.ts';
+import { NetlinkSocket } from '../../agent/netlink/socket.ts';
+import { RTM_NEWADDR, encodeDumpAddresses } from '../../agent/netlink/rtnetlink.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
@@ -167,6 +170,28 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('rtnetlink in a
     expect((await rtnl.listLinks({ keepName: (n) => n === 'tgv1' })).map((l) => [l.name, l.index])).toEqual([['tgv1', tgv1.index]]);
     const ipCount = ns.run('ip', '-4', '-o', 'addr', 'show', 'dev', 'tgv1').trim().split('\n').length;
     expect(ipCount).toBe(1500);
+  });
+
+  it('strict dumps: the kernel itself sends one link\'s addresses only (not 1,500 of another link)', async () => {
+    await rtnl.addAddress('tgv0', '100.64.7.1/32');
+    const tgv0 = await rtnl.getLink('tgv0');
+    const replies = async (strictDumps: boolean): Promise<number> => {
+      const sock = NetlinkSocket.open(NETLINK_ROUTE, { netns: ns.path, strictDumps });
+      try {
+        const seq = sock.allocSeq();
+        const res = await sock.request({ data: encodeDumpAddresses(seq, undefined, tgv0.index), seqs: [seq], dump: true });
+        return res.replies.get(seq)!.messages.filter((m) => m.type === RTM_NEWADDR).length;
+      } finally {
+        sock.close();
+      }
+    };
+    // Without strict checking the kernel ignores the index and sends every address (tgv1's 1,500 too).
+    expect(await replies(false)).toBeGreaterThanOrEqual(1500);
+    const own = ns.run('ip', '-4', '-o', 'addr', 'show', 'dev', 'tgv0').trim().split('\n').length;
+    expect(await replies(true)).toBe(own);
+    expect(own).toBeLessThan(10);
+    expect((await rtnl.listAddresses('tgv0')).map((a) => a.local)).toContain('100.64.7.1');
+    await rtnl.deleteAddress('tgv0', '100.64.7.1/32');
   });
 
   it('delete by name removes the pair', async () => {

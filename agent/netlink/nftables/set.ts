@@ -2,7 +2,7 @@
 // the userdata blobs nft stores with a set to print it back. Userdata follows what nft 1.0.6 (libnftnl)
 // writes, so our batches compare byte for byte with captures of `nft -f`.
 import { AttrTable, NetlinkParseError, NlWriter, bytesToIpv4, ipv4ToBytes, parseAttrs, readString } from '../attrs.ts';
-import { NLM_F_DUMP, NLM_F_REQUEST, NLMSG_HDRLEN, type NlMsg } from '../message.ts';
+import { NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_HDRLEN, type NlMsg } from '../message.ts';
 import { NFT_META_L4PROTO, verdictData } from './expressions.ts';
 import { NFPROTO_IPV4, NFTA_DATA_VALUE, NFT_MSG_GETSETELEM, NFT_MSG_NEWSETELEM, dataValue, getMessage, nftAttrs } from './message.ts';
 
@@ -266,6 +266,24 @@ export function ipv4ObjElement(key: string, objName: string): SetElement {
 /** NFT_MSG_GETSETELEM dump of one set (the attribute order is nft's: set, then table). */
 export function encodeGetSetElements(table: string, set: string, seq: number, family = NFPROTO_IPV4): Buffer {
   return getMessage(NFT_MSG_GETSETELEM, NLM_F_REQUEST | NLM_F_DUMP, seq, family, (w) => w.attrString(NFTA_SET_ELEM_LIST_SET, set).attrString(NFTA_SET_ELEM_LIST_TABLE, table));
+}
+
+/**
+ * NFT_MSG_GETSETELEM for one element by key, not a dump (what `nft get element` sends: set, table, then the
+ * element list with the key, and the interval end for an interval set). The kernel answers one NEWSETELEM
+ * and the ack, or refuses with ENOENT when no element has that key (test/fixtures/netlink/reply-nft-get-elem*).
+ * One key per request: a list of keys is answered up to the first missing one only.
+ */
+export function encodeGetSetElement(table: string, set: string, key: Pick<SetElement, 'key' | 'keyEnd'>, seq: number, family = NFPROTO_IPV4): Buffer {
+  return getMessage(NFT_MSG_GETSETELEM, NLM_F_REQUEST | NLM_F_ACK, seq, family, (w) => {
+    w.attrString(NFTA_SET_ELEM_LIST_SET, set).attrString(NFTA_SET_ELEM_LIST_TABLE, table);
+    w.nest(NFTA_SET_ELEM_LIST_ELEMENTS, (l) =>
+      l.nest(1, (x) => {
+        dataValue(x, NFTA_SET_ELEM_KEY, key.key);
+        if (key.keyEnd) dataValue(x, NFTA_SET_ELEM_KEY_END, key.keyEnd);
+      }),
+    );
+  });
 }
 
 export interface DecodedElement {

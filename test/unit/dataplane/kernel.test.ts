@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { Nft, Rtnl } from '../../../agent/netlink/client.ts';
 import { AttrTable } from '../../../agent/netlink/attrs.ts';
-import { NLM_F_ACK, parseMessages, type NlMsg } from '../../../agent/netlink/message.ts';
+import { NLM_F_ACK, NLM_F_DUMP, parseMessages, type NlMsg } from '../../../agent/netlink/message.ts';
 import {
   NFT_MSG_DELTABLE,
   NFT_MSG_GETOBJ,
@@ -29,6 +29,8 @@ import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
 import { EXPECTED_RULES, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
 import { KernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
+import { tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { benchTunnel } from '../../../bench/lib/tunnels.ts';
 import { capturedMessages, loadCapture } from '../netlink/fixtures.ts';
 
 const recorded = (name: string, type: number) => capturedMessages(name).filter((b) => b.readUInt16LE(4) === type);
@@ -127,5 +129,34 @@ describe('readView over recorded replies', () => {
     expect([...view.counters]).toEqual(['tun-1']);
     expect(view.counterMap.size).toBe(0);
     expect(kernel.requests.some((r) => r.type === RTM_GETADDR)).toBe(true);
+  });
+
+  it('a scoped read asks for its keys and names only: no dump of any set, map or counter list', async () => {
+    // The recorded `nft get element` answer for 203.0.113.1; every other key is ENOENT, as the kernel says.
+    const [elem] = recorded('reply-nft-get-elem', nftType(NFT_MSG_NEWSETELEM)).filter((b) => (b.readUInt16LE(6) & 0x2) === 0);
+    const { k, kernel } = context((m) => {
+      if (m.type === RTM_GETLINK) return { messages: [LINK] };
+      if (m.type === nftType(NFT_MSG_GETSETELEM)) return setOf(m) === 'protected' && m.payload.at(-1) === 1 ? { messages: [elem!] } : { errno: 2 };
+      if (m.type === nftType(NFT_MSG_GETOBJ)) return { errno: 2 };
+      return undefined;
+    });
+    const spec = { ...benchTunnel(1), protected_ip: '203.0.113.1' };
+    const view = await readView(k, ['tgv0'], new Map(), false, {
+      protectedIps: [spec.protected_ip],
+      counterNames: tunnelCounterNames(spec),
+      elements: tunnelElements(spec),
+      synproxies: ['syn1436'],
+    });
+    expect(Object.fromEntries(view.dnat)).toEqual({ '203.0.113.1': '100.64.0.10' });
+    expect(view.counterMap.size).toBe(0);
+    expect(view.elements?.size).toBe(0);
+    expect(view.links.get('tgv0')).toMatchObject({ name: 'tgv0', mtu: 1476 });
+    const nftRequests = kernel.requests.filter((r) => r.type !== RTM_GETLINK && r.type !== RTM_GETADDR);
+    const dumps = nftRequests.filter((r) => (r.flags & NLM_F_DUMP) !== 0).map((r) => r.type);
+    // Only the rule list (two dozen rules and one chain per rate limit in use, never per tunnel).
+    expect(dumps).toEqual([nftType(NFT_MSG_GETRULE)]);
+    // One GET per key: two maps, the tunnel's elements, its six counters and the synproxy object.
+    expect(nftRequests.filter((r) => r.type === nftType(NFT_MSG_GETSETELEM))).toHaveLength(2 + tunnelElements(spec).length);
+    expect(nftRequests.filter((r) => r.type === nftType(NFT_MSG_GETOBJ))).toHaveLength(tunnelCounterNames(spec).length + 1);
   });
 });

@@ -86,6 +86,30 @@ describe('Rtnl over recorded kernel replies', () => {
 });
 
 describe('Nft over recorded kernel replies', () => {
+  it('getSetElement: one key per GET (no dump), the recorded answer decoded; ENOENT is undefined', async () => {
+    const [present] = recorded('reply-nft-get-elem', nftType(NFT_MSG_NEWSETELEM)).filter((b) => (b.readUInt16LE(6) & 0x2) === 0);
+    const missing = capturedMessages('reply-nft-get-elem-missing').flatMap((c) => parseMessages(c)).find((m) => m.type === NLMSG_ERROR && parseError(m).errno === E.ENOENT);
+    expect(missing).toBeDefined();
+    const { kernel, nft } = nftOver((m) => {
+      if (m.type !== nftType(NFT_MSG_GETSETELEM)) return undefined;
+      // The key's last byte tells the two recorded answers apart: 203.0.113.1 is there, 203.0.113.9 is not.
+      return m.payload.at(-1) === 1 ? { messages: [present!] } : { errno: E.ENOENT };
+    });
+    const el = await nft.getSetElement('tunnelgate', 'protected', { key: Buffer.from([203, 0, 113, 1]) });
+    expect(el && [...el.key]).toEqual([203, 0, 113, 1]);
+    expect(el && [...el.data!]).toEqual([100, 64, 0, 10]);
+    await expect(nft.getSetElement('tunnelgate', 'protected', { key: Buffer.from([203, 0, 113, 9]) })).resolves.toBeUndefined();
+    expect(kernel.requests.map((r) => r.flags & 0x300)).toEqual([0, 0]);
+    const other = nftOver((m) => (m.type === nftType(NFT_MSG_GETSETELEM) ? { errno: E.EPERM } : undefined));
+    await expect(other.nft.getSetElement('tunnelgate', 'protected', { key: Buffer.from([203, 0, 113, 1]) })).rejects.toMatchObject({ code: 'EPERM' });
+  });
+
+  it('getSetElement of an object map: the counter name the kernel answers', async () => {
+    const [present] = recorded('reply-nft-get-objmap-elem', nftType(NFT_MSG_NEWSETELEM)).filter((b) => (b.readUInt16LE(6) & 0x2) === 0);
+    const { nft } = nftOver((m) => (m.type === nftType(NFT_MSG_GETSETELEM) ? { messages: [present!] } : undefined));
+    await expect(nft.getSetElement('tunnelgate', 'tunnel_counters', { key: Buffer.from([203, 0, 113, 1]) })).resolves.toMatchObject({ objref: 'tun-1' });
+  });
+
   it('lists a map from the recorded dump (several datagrams, then NLMSG_DONE)', async () => {
     const parts = recorded('reply-nft-list-map', nftType(NFT_MSG_NEWSETELEM));
     const { kernel, nft } = nftOver((m) => (m.type === nftType(NFT_MSG_GETSETELEM) ? { messages: parts } : undefined));

@@ -15,6 +15,7 @@ import {
   decodeIpv4MapElements,
   decodeObject,
   decodeSetElements,
+  encodeGetSetElement,
   encodeGetSetElements,
   ipv4MapElement,
   nftType,
@@ -136,6 +137,20 @@ describe('nft batches, byte for byte', () => {
     expect(ours[end]).toBe(0);
     expect(ours.length).toBe(theirs!.length);
     expect(norm(ours).slice(0, end * 2)).toBe(norm(theirs!).slice(0, end * 2));
+  });
+
+  it('GETSETELEM of one key, not a dump, as `nft get element` sends it', () => {
+    const theirs = capturedMessages('nft-get-elem').filter((b) => b.readUInt16LE(4) === nftType(NFT_MSG_GETSETELEM)).at(-1)!;
+    // nft's request for the element (REQUEST | ACK, no DUMP), after its cache dumps of every set.
+    expect(theirs.readUInt16LE(6)).toBe(0x5);
+    const ours = encodeGetSetElement('tunnelgate', 'protected', ipv4MapElement('203.0.113.1', '0.0.0.0'), 0);
+    // nft leaves the set name's two alignment bytes uninitialised (outside its nla_len, never read by the
+    // kernel); ours are zero. Every other byte must match.
+    expect(ours.length).toBe(theirs.length);
+    const pad = 16 + 4 + 4 + 'protected'.length + 1; // nlmsghdr, nfgenmsg, attribute header, name and NUL
+    expect([ours[pad], ours[pad + 1]]).toEqual([0, 0]);
+    expect(norm(ours).slice(0, pad * 2)).toBe(norm(theirs).slice(0, pad * 2));
+    expect(norm(ours).slice((pad + 2) * 2)).toBe(norm(theirs).slice((pad + 2) * 2));
   });
 });
 
