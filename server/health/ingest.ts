@@ -1,0 +1,188 @@
+// One node's `status` answer into the database (issue 11 item 2, docs/CONTRACTS.md "Health and traffic";
+// the answer's shape is common/tunnel-status.ts): the seam the collector calls after each round, and
+// that tests call with real PostgreSQL until the agent answers `status`.
+//
+// Counters -> deltas: the agent's counters are monotonic for the life of a tunnel on that agent; each
+// round's delta is taken against the last counters seen for the tunnel (traffic.seen). A counter that
+// went down restarted (agent restart, tunnel re-created): the delta is its new value, never negative.
+// A tunnel seen for the first time only sets the baseline (delta 0): what it carried before is not
+// known to fall in this minute. Nonzero deltas go into the round's minute (traffic.minute); a minute
+// already rolled up (storage.ts) gets them in its hour too, so both views stay exact.
+//
+// Health: each tunnel on the edge (provisioning, provisioned, active) takes what the agent reports;
+// one the agent did not report is 'unknown' (it does not have it), as is every tunnel of a node that
+// did not answer (markUnknown: we do not know, which is not 'down'). A health change writes its
+// `tunnel.health_changed` webhook event in the same transaction and, once committed, is published on
+// the status bus (the `tunnelStatus` subscription).
+import type { Database, Sql } from '../db/database.ts';
+import type { TunnelStatus } from '../db/entities.ts';
+import { ON_EDGE } from '../domain/tunnels/spec.ts';
+import { DROP_REASONS, checkStatusResult, type DropReason, type Health, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
+import type { TunnelEventSink } from '../webhooks/events.ts';
+import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
+import { MINUTE_MS, dropsColumn, type TrafficStore } from './storage.ts';
+
+/** A status answer that does not have the contract's shape: nothing of it is stored. */
+export class StatusRejected extends Error {
+  override name = 'StatusRejected';
+}
+
+export interface IngestOutcome {
+  /** Tunnels of this node the answer reported (others are ignored). */
+  reported: number;
+  /** Tunnels whose deltas were nonzero (rows written to the minute). */
+  carried: number;
+  /** Tunnels whose health changed (each with its webhook event). */
+  healthChanged: string[];
+}
+
+type Counts = Omit<TunnelCounters, 'dropped'> & { dropped: number[] };
+
+const KEYS = ['packets_in', 'bytes_in', 'packets_out', 'bytes_out'] as const;
+
+/** One counter's delta: a decrease means the counter restarted, so the new value is what was carried since. */
+export function counterDelta(prev: number | undefined, cur: number): number {
+  if (prev === undefined) return 0;
+  return cur >= prev ? cur - prev : cur;
+}
+
+/** The deltas of one tunnel's counters against the last seen (undefined: first sighting, all zero). */
+export function deltasOf(prev: Counts | undefined, cur: TunnelCounters): Counts {
+  const dropped = DROP_REASONS.map((r, i) => counterDelta(prev ? (prev.dropped[i] ?? 0) : undefined, cur.dropped[r]));
+  return {
+    packets_in: counterDelta(prev?.packets_in, cur.packets_in),
+    bytes_in: counterDelta(prev?.bytes_in, cur.bytes_in),
+    packets_out: counterDelta(prev?.packets_out, cur.packets_out),
+    bytes_out: counterDelta(prev?.bytes_out, cur.bytes_out),
+    dropped,
+  };
+}
+
+const isZero = (c: Counts) => KEYS.every((k) => c[k] === 0) && c.dropped.every((d) => d === 0);
+const dropsRecord = (d: number[]) => Object.fromEntries(DROP_REASONS.map((r, i) => [r, d[i] ?? 0])) as Record<DropReason, number>;
+
+interface KnownRow {
+  id: string;
+  status: TunnelStatus;
+  health: Health;
+  checked_ms: string | null;
+  packets_in: string | null;
+  bytes_in: string | null;
+  packets_out: string | null;
+  bytes_out: string | null;
+  dropped: string[] | null;
+}
+
+export class StatusIngest {
+  constructor(
+    private readonly db: Database,
+    private readonly store: TrafficStore,
+    private readonly events: Pick<TunnelEventSink, 'healthChanged'>,
+    private readonly bus: Pick<TunnelStatusBus, 'publish'>,
+  ) {}
+
+  /** Stores one `status` answer of node `nodeId`, collected at `at`. StatusRejected when malformed. */
+  async ingestStatus(nodeId: string, result: StatusResult, at: Date): Promise<IngestOutcome> {
+    const why = checkStatusResult(result);
+    if (why) throw new StatusRejected(`the status answer of node ${nodeId} breaks the contract: ${why}`);
+    const reports = new Map(result.tunnels.map((t) => [t.id.toLowerCase(), t]));
+    await this.store.ensureFor(at);
+    const minute = new Date(Math.floor(at.getTime() / MINUTE_MS) * MINUTE_MS);
+    const out = await this.db.transaction(async (sql) => {
+      // Shared: a rollup (storage.ts) waits for this round, and this round sees where it stopped.
+      const [r] = await sql.query<{ done_through: string | Date }>('select done_through from traffic.rollup where id = 1 for share');
+      const rolled = minute < new Date(r!.done_through);
+      const rows = await sql.query<KnownRow>(
+        `select t.id, t.status, t.health, (extract(epoch from t.health_checked_at) * 1000)::bigint::text as checked_ms,
+                s.packets_in::text, s.bytes_in::text, s.packets_out::text, s.bytes_out::text, s.dropped::text[] as dropped
+           from tunnel t left join traffic.seen s on s.tunnel_id = t.id
+          where t.node_id = ? and (t.status in (${ON_EDGE.map(() => '?').join(', ')}) or t.id = any(?::uuid[]))`,
+        [nodeId, ...ON_EDGE, [...reports.keys()]],
+      );
+      const seen: { id: string; c: TunnelCounters }[] = [];
+      const carried: { id: string; d: Counts }[] = [];
+      const health: { id: string; h: Health; c: string | null }[] = [];
+      const changed: { id: string; status: TunnelStatus; health: Health }[] = [];
+      for (const row of rows) {
+        const rep = reports.get(row.id);
+        if (rep) {
+          const prev: Counts | undefined =
+            row.packets_in === null
+              ? undefined
+              : { packets_in: Number(row.packets_in), bytes_in: Number(row.bytes_in), packets_out: Number(row.packets_out), bytes_out: Number(row.bytes_out), dropped: (row.dropped ?? []).map(Number) };
+          const d = deltasOf(prev, rep.counters);
+          seen.push({ id: row.id, c: rep.counters });
+          if (!isZero(d)) carried.push({ id: row.id, d });
+        }
+        if (!ON_EDGE.includes(row.status)) continue;
+        const h: Health = rep ? rep.health : 'unknown';
+        const checked = rep ? rep.checked_at : null;
+        const checkedMs = checked === null ? null : Date.parse(checked);
+        const keepChecked = checked === null;
+        if (h !== row.health || (!keepChecked && String(checkedMs) !== row.checked_ms)) health.push({ id: row.id, h, c: checked });
+        if (h !== row.health) changed.push({ id: row.id, status: row.status, health: h });
+      }
+      if (seen.length > 0) {
+        await sql.query(
+          `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at)
+           select id, pi, bi, po, bo, d::bigint[], ?::timestamptz from unnest(?::uuid[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::text[]) as x(id, pi, bi, po, bo, d)
+           on conflict (tunnel_id) do update set packets_in = excluded.packets_in, bytes_in = excluded.bytes_in, packets_out = excluded.packets_out,
+             bytes_out = excluded.bytes_out, dropped = excluded.dropped, seen_at = excluded.seen_at`,
+          [
+            at.toISOString(),
+            seen.map((s) => s.id),
+            ...KEYS.map((k) => seen.map((s) => s.c[k])),
+            seen.map((s) => `{${DROP_REASONS.map((r) => s.c.dropped[r]).join(',')}}`),
+          ],
+        );
+      }
+      if (carried.length > 0) {
+        const params = [minute.toISOString(), carried.map((c) => c.id), ...KEYS.map((k) => carried.map((c) => c.d[k])), carried.map((c) => dropsColumn(dropsRecord(c.d.dropped)))];
+        for (const table of rolled ? ['minute', 'hour'] : ['minute']) {
+          await sql.query(
+            `insert into traffic.${table} (tunnel_id, t, packets_in, bytes_in, packets_out, bytes_out, dropped)
+             select id, ${table === 'hour' ? `date_trunc('hour', ?::timestamptz)` : '?::timestamptz'}, pi, bi, po, bo, d::bigint[]
+               from unnest(?::uuid[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::text[]) as x(id, pi, bi, po, bo, d)
+             on conflict (tunnel_id, t) do update set packets_in = ${table}.packets_in + excluded.packets_in, bytes_in = ${table}.bytes_in + excluded.bytes_in,
+               packets_out = ${table}.packets_out + excluded.packets_out, bytes_out = ${table}.bytes_out + excluded.bytes_out,
+               dropped = traffic.add_drops(${table}.dropped, excluded.dropped)`,
+            params,
+          );
+        }
+      }
+      await this.writeHealth(sql, health, changed);
+      return { reported: seen.length, carried: carried.length, changed };
+    });
+    await this.publish(out.changed);
+    return { reported: out.reported, carried: out.carried, healthChanged: out.changed.map((c) => c.id) };
+  }
+
+  /** Node `nodeId` did not answer: each of its tunnels on the edge is 'unknown'. Returns those that changed. */
+  async markUnknown(nodeId: string): Promise<string[]> {
+    const changed = await this.db.transaction(async (sql) => {
+      const rows = await sql.query<{ id: string; status: TunnelStatus }>(
+        `update tunnel set health = 'unknown' where node_id = ? and health <> 'unknown' and status in (${ON_EDGE.map(() => '?').join(', ')}) returning id, status`,
+        [nodeId, ...ON_EDGE],
+      );
+      for (const r of rows) await this.events.healthChanged(sql, r.id);
+      return rows.map((r) => ({ id: r.id, status: r.status, health: 'unknown' as const }));
+    });
+    await this.publish(changed);
+    return changed.map((c) => c.id);
+  }
+
+  private async writeHealth(sql: Pick<Sql, 'query'>, health: { id: string; h: Health; c: string | null }[], changed: { id: string }[]): Promise<void> {
+    if (health.length === 0) return;
+    await sql.query(
+      `update tunnel t set health = x.h, health_checked_at = coalesce(x.c, t.health_checked_at)
+         from unnest(?::uuid[], ?::text[], ?::timestamptz[]) as x(id, h, c) where t.id = x.id`,
+      [health.map((x) => x.id), health.map((x) => x.h), health.map((x) => x.c)],
+    );
+    // After the change, in its transaction (server/webhooks/events.ts): the event carries the new health.
+    for (const c of changed) await this.events.healthChanged(sql, c.id);
+  }
+
+  private async publish(changed: { id: string; status: TunnelStatus; health: Health }[]): Promise<void> {
+    for (const c of changed) await this.bus.publish(c.id, c.status, c.health);
+  }
+}
