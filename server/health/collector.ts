@@ -7,14 +7,15 @@
 //
 // A node that does not answer (connection, timeout, refusal): its tunnels become 'unknown' and it is
 // recorded unreachable (the /metrics gauge reads traffic.node_poll, so every replica shows the fleet). An
-// agent that speaks job version 1 only has no `status`: it is reachable, its tunnels stay 'unknown', and
-// that is logged once per node for the life of this process.
+// agent that speaks job version 1 only (or refuses the op as unsupported_command: version 2 from before
+// `status`) has no `status`: it is reachable, its tunnels stay 'unknown', and that is logged once per node
+// for the life of this process.
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 import type { StatusResult } from '../../common/tunnel-status.ts';
 import type { KeyedLocks } from '../provisioning/locks.ts';
-import { StatusUnsupported } from '../provisioning/worker.ts';
+import { AgentRefused, StatusUnsupported } from '../provisioning/worker.ts';
 import type { StatusIngest } from './ingest.ts';
 import type { TrafficStore } from './storage.ts';
 
@@ -102,7 +103,8 @@ export class Collector {
       tunnels = result.tunnels.length;
       poll = 'answered';
     } catch (e) {
-      if (e instanceof StatusUnsupported) {
+      // An agent that lists version 2 from before `status` existed refuses the op: reachable, no status.
+      if (e instanceof StatusUnsupported || (e instanceof AgentRefused && e.code === 'unsupported_command')) {
         if (!this.v1Logged.has(node.id)) {
           this.v1Logged.add(node.id);
           this.o.log.warn('edge agent has no status op: its tunnels stay unknown until it is upgraded', { node_id: node.id, err: e.message });

@@ -17,10 +17,10 @@
 import type { Database, Sql } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import { ON_EDGE } from '../domain/tunnels/spec.ts';
-import { DROP_REASONS, checkStatusResult, type DropReason, type Health, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
+import { DROP_REASONS, checkStatusResult, type Health, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
 import type { TunnelEventSink } from '../webhooks/events.ts';
 import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
-import { MINUTE_MS, dropsColumn, type TrafficStore } from './storage.ts';
+import { MINUTE_MS, type TrafficStore } from './storage.ts';
 
 /** A status answer that does not have the contract's shape: nothing of it is stored. */
 export class StatusRejected extends Error {
@@ -59,7 +59,6 @@ export function deltasOf(prev: Counts | undefined, cur: TunnelCounters): Counts 
 }
 
 const isZero = (c: Counts) => KEYS.every((k) => c[k] === 0) && c.dropped.every((d) => d === 0);
-const dropsRecord = (d: number[]) => Object.fromEntries(DROP_REASONS.map((r, i) => [r, d[i] ?? 0])) as Record<DropReason, number>;
 
 interface KnownRow {
   id: string;
@@ -96,8 +95,8 @@ export class StatusIngest {
         `select t.id, t.status, t.health, (extract(epoch from t.health_checked_at) * 1000)::bigint::text as checked_ms,
                 s.packets_in::text, s.bytes_in::text, s.packets_out::text, s.bytes_out::text, s.dropped::text[] as dropped
            from tunnel t left join traffic.seen s on s.tunnel_id = t.id
-          where t.node_id = ? and (t.status in (${ON_EDGE.map(() => '?').join(', ')}) or t.id = any(?::uuid[]))`,
-        [nodeId, ...ON_EDGE, [...reports.keys()]],
+          where t.node_id = ? and (t.status in (${ON_EDGE.map(() => '?').join(', ')}) or t.id in (select x::uuid from jsonb_array_elements_text(?::jsonb) as x))`,
+        [nodeId, ...ON_EDGE, JSON.stringify([...reports.keys()])],
       );
       const seen: { id: string; c: TunnelCounters }[] = [];
       const carried: { id: string; d: Counts }[] = [];
@@ -125,28 +124,24 @@ export class StatusIngest {
       if (seen.length > 0) {
         await sql.query(
           `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at)
-           select id, pi, bi, po, bo, d::bigint[], ?::timestamptz from unnest(?::uuid[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::text[]) as x(id, pi, bi, po, bo, d)
+           select id, pi, bi, po, bo, d, ?::timestamptz from jsonb_to_recordset(?::jsonb) as x(id uuid, pi bigint, bi bigint, po bigint, bo bigint, d bigint[])
            on conflict (tunnel_id) do update set packets_in = excluded.packets_in, bytes_in = excluded.bytes_in, packets_out = excluded.packets_out,
              bytes_out = excluded.bytes_out, dropped = excluded.dropped, seen_at = excluded.seen_at`,
-          [
-            at.toISOString(),
-            seen.map((s) => s.id),
-            ...KEYS.map((k) => seen.map((s) => s.c[k])),
-            seen.map((s) => `{${DROP_REASONS.map((r) => s.c.dropped[r]).join(',')}}`),
-          ],
+          [at.toISOString(), JSON.stringify(seen.map((x) => ({ id: x.id, pi: x.c.packets_in, bi: x.c.bytes_in, po: x.c.packets_out, bo: x.c.bytes_out, d: DROP_REASONS.map((r) => x.c.dropped[r]) })))],
         );
       }
       if (carried.length > 0) {
-        const params = [minute.toISOString(), carried.map((c) => c.id), ...KEYS.map((k) => carried.map((c) => c.d[k])), carried.map((c) => dropsColumn(dropsRecord(c.d.dropped)))];
+        // One statement per table whatever the number of tunnels: the rows travel as one JSON document.
+        const rowsJson = JSON.stringify(carried.map((c) => ({ id: c.id, pi: c.d.packets_in, bi: c.d.bytes_in, po: c.d.packets_out, bo: c.d.bytes_out, d: c.d.dropped.every((x) => x === 0) ? null : c.d.dropped })));
         for (const table of rolled ? ['minute', 'hour'] : ['minute']) {
           await sql.query(
             `insert into traffic.${table} (tunnel_id, t, packets_in, bytes_in, packets_out, bytes_out, dropped)
-             select id, ${table === 'hour' ? `date_trunc('hour', ?::timestamptz)` : '?::timestamptz'}, pi, bi, po, bo, d::bigint[]
-               from unnest(?::uuid[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::text[]) as x(id, pi, bi, po, bo, d)
+             select id, ${table === 'hour' ? `date_trunc('hour', ?::timestamptz)` : '?::timestamptz'}, pi, bi, po, bo, d
+               from jsonb_to_recordset(?::jsonb) as x(id uuid, pi bigint, bi bigint, po bigint, bo bigint, d bigint[])
              on conflict (tunnel_id, t) do update set packets_in = ${table}.packets_in + excluded.packets_in, bytes_in = ${table}.bytes_in + excluded.bytes_in,
                packets_out = ${table}.packets_out + excluded.packets_out, bytes_out = ${table}.bytes_out + excluded.bytes_out,
                dropped = traffic.add_drops(${table}.dropped, excluded.dropped)`,
-            params,
+            [minute.toISOString(), rowsJson],
           );
         }
       }
@@ -175,8 +170,8 @@ export class StatusIngest {
     if (health.length === 0) return;
     await sql.query(
       `update tunnel t set health = x.h, health_checked_at = coalesce(x.c, t.health_checked_at)
-         from unnest(?::uuid[], ?::text[], ?::timestamptz[]) as x(id, h, c) where t.id = x.id`,
-      [health.map((x) => x.id), health.map((x) => x.h), health.map((x) => x.c)],
+         from jsonb_to_recordset(?::jsonb) as x(id uuid, h text, c timestamptz) where t.id = x.id`,
+      [JSON.stringify(health.map((x) => ({ id: x.id, h: x.h, c: x.c })))],
     );
     // After the change, in its transaction (server/webhooks/events.ts): the event carries the new health.
     for (const c of changed) await this.events.healthChanged(sql, c.id);

@@ -54,11 +54,6 @@ export function partitionOf(table: 'minute' | 'hour', at: Date): { name: string;
   return { name: monthName(from), from, to: nextMonth(from) };
 }
 
-/** `dropped` as stored: null when every reason is zero, else the counts in DROP_REASONS order. */
-export function dropsColumn(d: Record<DropReason, number>): string | null {
-  return DROP_REASONS.every((r) => d[r] === 0) ? null : `{${DROP_REASONS.map((r) => d[r]).join(',')}}`;
-}
-
 function dropsOf(v: unknown): Record<DropReason, number> {
   const arr = Array.isArray(v) ? v : [];
   return Object.fromEntries(DROP_REASONS.map((r, i) => [r, Number(arr[i] ?? 0)])) as Record<DropReason, number>;
