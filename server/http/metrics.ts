@@ -1,5 +1,5 @@
 // Prometheus metrics for the gateway, on a registry of our own so tests can build several apps.
-// deploy/grafana/tunnelgate.json charts them; test/integration/metrics-dashboard.test.ts checks that
+// server/deploy/grafana/tunnelgate.json charts them; test/integration/metrics-dashboard.test.ts checks that
 // every metric its queries name is one this registry exports.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
