@@ -89,7 +89,8 @@ export class TrafficStore {
 
   /**
    * Partitions ahead (today and two more days, this month and the next), whole partitions past
-   * retention dropped, and the hours that are over rolled up. Returns what was dropped and rolled.
+   * retention dropped, the hours that are over rolled up, deleted tunnels' baselines forgotten. Returns
+   * what was dropped and how far the rollup went.
    */
   async maintain(now = new Date()): Promise<{ dropped: string[]; rolledThrough: Date }> {
     for (let d = 0; d < 3; d++) await this.ensurePartition('minute', new Date(now.getTime() + d * 24 * HOUR_MS));
@@ -97,6 +98,8 @@ export class TrafficStore {
     await this.ensurePartition('hour', nextMonth(now));
     const rolledThrough = await this.rollup(now);
     const dropped = await this.dropExpired(now);
+    // The baselines of deleted tunnels (their points age out with their partitions).
+    await this.db.query(`delete from traffic.seen s where not exists (select 1 from tunnel t where t.id = s.tunnel_id and t.status <> 'deleted')`);
     return { dropped, rolledThrough };
   }
 

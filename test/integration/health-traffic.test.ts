@@ -167,7 +167,12 @@ describe('counters into traffic points', () => {
       );
     const name = (prefix: string, d: Date, day: boolean) => `${prefix}_${d.toISOString().slice(0, day ? 10 : 7).replaceAll('-', '')}`;
     expect(await parts()).toEqual(expect.arrayContaining([name('minute', old, true), name('hour', oldHour, false)]));
+    // A deleted tunnel's baseline goes with the upkeep too.
+    const gone = await buy(user);
+    await gw.services.health.ingest.ingestStatus(nodeId, status([{ id: gone, c: counters({}) }]), now);
+    await gw.testDb.raw.query(`update tunnel set status = 'deleted' where id = $1`, [gone]);
     const { dropped } = await store.maintain(now);
+    expect((await gw.testDb.raw.query('select 1 from traffic.seen where tunnel_id = $1', [gone])).rows).toHaveLength(0);
     expect(dropped).toEqual(expect.arrayContaining([name('minute', old, true), name('hour', oldHour, false)]));
     const left = await parts();
     expect(left).not.toContain(name('minute', old, true));
