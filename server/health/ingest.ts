@@ -6,8 +6,11 @@
 // round's delta is taken against the last counters seen for the tunnel (traffic.seen). A counter that
 // went down restarted (agent restart, tunnel re-created): the delta is its new value, never negative.
 // A tunnel seen for the first time only sets the baseline (delta 0): what it carried before is not
-// known to fall in this minute. Nonzero deltas go into the round's minute (traffic.minute); a minute
-// already rolled up (storage.ts) gets them in its hour too, so both views stay exact.
+// known to fall in this minute. Nonzero deltas go into the round's minute: added up in the tunnel's
+// traffic.seen row while the minute lasts (that row is rewritten every round anyway) and written to
+// traffic.minute once, by the first round of a later minute or by the rollup (storage.ts); readers add
+// the buffered minute in. A round of an hour already rolled up (late) goes to the minute and the hour at
+// once, so both views stay exact.
 //
 // Health: each tunnel on the edge (provisioning, provisioned, active) takes what the agent reports;
 // one the agent did not report is 'unknown' (it does not have it), as is every tunnel of a node that
@@ -20,7 +23,7 @@ import { ON_EDGE } from '../domain/tunnels/spec.ts';
 import { DROP_REASONS, checkStatusResult, type Health, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
 import type { TunnelEventSink } from '../webhooks/events.ts';
 import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
-import { MINUTE_MS, type TrafficStore } from './storage.ts';
+import { HOUR_MS, MINUTE_MS, type TrafficStore } from './storage.ts';
 
 /** A status answer that does not have the contract's shape: nothing of it is stored. */
 export class StatusRejected extends Error {
@@ -30,7 +33,7 @@ export class StatusRejected extends Error {
 export interface IngestOutcome {
   /** Tunnels of this node the answer reported (others are ignored). */
   reported: number;
-  /** Tunnels whose deltas were nonzero (rows written to the minute). */
+  /** Tunnels whose deltas were nonzero. */
   carried: number;
   /** Tunnels whose health changed (each with its webhook event). */
   healthChanged: string[];
@@ -60,6 +63,32 @@ export function deltasOf(prev: Counts | undefined, cur: TunnelCounters): Counts 
 
 const isZero = (c: Counts) => KEYS.every((k) => c[k] === 0) && c.dropped.every((d) => d === 0);
 
+/** The deltas of a tunnel's latest minute, buffered in traffic.seen until that minute is complete. */
+interface Pending {
+  t: number;
+  d: Counts;
+}
+
+const addCounts = (a: Counts, b: Counts): Counts => ({
+  packets_in: a.packets_in + b.packets_in,
+  bytes_in: a.bytes_in + b.bytes_in,
+  packets_out: a.packets_out + b.packets_out,
+  bytes_out: a.bytes_out + b.bytes_out,
+  dropped: DROP_REASONS.map((_, i) => (a.dropped[i] ?? 0) + (b.dropped[i] ?? 0)),
+});
+
+/** `dropped` as stored: null when nothing was dropped (most rows), else the counts in DROP_REASONS order. */
+const dropsColumn = (d: number[]): number[] | null => (d.every((x) => x === 0) ? null : d);
+
+function pendingOf(row: KnownRow): Pending | null {
+  if (row.pend_ms === null) return null;
+  const d = (row.pend_d ?? []).map(Number);
+  return {
+    t: Number(row.pend_ms),
+    d: { packets_in: Number(row.pend_pi), bytes_in: Number(row.pend_bi), packets_out: Number(row.pend_po), bytes_out: Number(row.pend_bo), dropped: DROP_REASONS.map((_, i) => d[i] ?? 0) },
+  };
+}
+
 interface KnownRow {
   id: string;
   status: TunnelStatus;
@@ -70,6 +99,12 @@ interface KnownRow {
   packets_out: string | null;
   bytes_out: string | null;
   dropped: string[] | null;
+  pend_ms: string | null;
+  pend_pi: string | null;
+  pend_bi: string | null;
+  pend_po: string | null;
+  pend_bo: string | null;
+  pend_d: string[] | null;
 }
 
 export class StatusIngest {
@@ -90,16 +125,18 @@ export class StatusIngest {
     const out = await this.db.transaction(async (sql) => {
       // Shared: a rollup (storage.ts) waits for this round, and this round sees where it stopped.
       const [r] = await sql.query<{ done_through: string | Date }>('select done_through from traffic.rollup where id = 1 for share');
-      const rolled = minute < new Date(r!.done_through);
+      const doneThrough = new Date(r!.done_through).getTime();
       const rows = await sql.query<KnownRow>(
         `select t.id, t.status, t.health, (extract(epoch from t.health_checked_at) * 1000)::bigint::text as checked_ms,
-                s.packets_in::text, s.bytes_in::text, s.packets_out::text, s.bytes_out::text, s.dropped::text[] as dropped
+                s.packets_in::text, s.bytes_in::text, s.packets_out::text, s.bytes_out::text, s.dropped::text[] as dropped,
+                (extract(epoch from s.pend_t) * 1000)::bigint::text as pend_ms, s.pend_pi::text, s.pend_bi::text, s.pend_po::text, s.pend_bo::text, s.pend_d::text[] as pend_d
            from tunnel t left join traffic.seen s on s.tunnel_id = t.id
           where t.node_id = ? and (t.status in (${ON_EDGE.map(() => '?').join(', ')}) or t.id in (select x::uuid from jsonb_array_elements_text(?::jsonb) as x))`,
         [nodeId, ...ON_EDGE, JSON.stringify([...reports.keys()])],
       );
-      const seen: { id: string; c: TunnelCounters }[] = [];
-      const carried: { id: string; d: Counts }[] = [];
+      const seen: { id: string; c: TunnelCounters; pend: Pending | null }[] = [];
+      const flush: { id: string; t: number; d: Counts }[] = [];
+      let carried = 0;
       const health: { id: string; h: Health; c: string | null }[] = [];
       const changed: { id: string; status: TunnelStatus; health: Health }[] = [];
       for (const row of rows) {
@@ -110,8 +147,24 @@ export class StatusIngest {
               ? undefined
               : { packets_in: Number(row.packets_in), bytes_in: Number(row.bytes_in), packets_out: Number(row.packets_out), bytes_out: Number(row.bytes_out), dropped: (row.dropped ?? []).map(Number) };
           const d = deltasOf(prev, rep.counters);
-          seen.push({ id: row.id, c: rep.counters });
-          if (!isZero(d)) carried.push({ id: row.id, d });
+          let pend = pendingOf(row);
+          if (!isZero(d)) {
+            carried++;
+            if (minute.getTime() < doneThrough) {
+              // Late: its hour is rolled up already, so it goes to the minute and the hour at once.
+              flush.push({ id: row.id, t: minute.getTime(), d });
+            } else if (pend && pend.t === minute.getTime()) {
+              pend = { t: pend.t, d: addCounts(pend.d, d) };
+            } else {
+              if (pend) flush.push({ id: row.id, t: pend.t, d: pend.d });
+              pend = { t: minute.getTime(), d };
+            }
+          } else if (pend && pend.t < minute.getTime()) {
+            // A later minute came: the buffered one is complete.
+            flush.push({ id: row.id, t: pend.t, d: pend.d });
+            pend = null;
+          }
+          seen.push({ id: row.id, c: rep.counters, pend });
         }
         if (!ON_EDGE.includes(row.status)) continue;
         const h: Health = rep ? rep.health : 'unknown';
@@ -123,30 +176,47 @@ export class StatusIngest {
       }
       if (seen.length > 0) {
         await sql.query(
-          `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at)
-           select id, pi, bi, po, bo, d, ?::timestamptz from jsonb_to_recordset(?::jsonb) as x(id uuid, pi bigint, bi bigint, po bigint, bo bigint, d bigint[])
+          `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at, pend_t, pend_pi, pend_bi, pend_po, pend_bo, pend_d)
+           select id, pi, bi, po, bo, d, ?::timestamptz, pt, coalesce(ppi, 0), coalesce(pbi, 0), coalesce(ppo, 0), coalesce(pbo, 0), pd
+             from jsonb_to_recordset(?::jsonb) as x(id uuid, pi bigint, bi bigint, po bigint, bo bigint, d bigint[], pt timestamptz, ppi bigint, pbi bigint, ppo bigint, pbo bigint, pd bigint[])
            on conflict (tunnel_id) do update set packets_in = excluded.packets_in, bytes_in = excluded.bytes_in, packets_out = excluded.packets_out,
-             bytes_out = excluded.bytes_out, dropped = excluded.dropped, seen_at = excluded.seen_at`,
-          [at.toISOString(), JSON.stringify(seen.map((x) => ({ id: x.id, pi: x.c.packets_in, bi: x.c.bytes_in, po: x.c.packets_out, bo: x.c.bytes_out, d: DROP_REASONS.map((r) => x.c.dropped[r]) })))],
+             bytes_out = excluded.bytes_out, dropped = excluded.dropped, seen_at = excluded.seen_at, pend_t = excluded.pend_t, pend_pi = excluded.pend_pi,
+             pend_bi = excluded.pend_bi, pend_po = excluded.pend_po, pend_bo = excluded.pend_bo, pend_d = excluded.pend_d`,
+          [
+            at.toISOString(),
+            JSON.stringify(
+              seen.map((x) => ({
+                id: x.id,
+                pi: x.c.packets_in,
+                bi: x.c.bytes_in,
+                po: x.c.packets_out,
+                bo: x.c.bytes_out,
+                d: DROP_REASONS.map((r) => x.c.dropped[r]),
+                ...(x.pend ? { pt: new Date(x.pend.t).toISOString(), ppi: x.pend.d.packets_in, pbi: x.pend.d.bytes_in, ppo: x.pend.d.packets_out, pbo: x.pend.d.bytes_out, pd: dropsColumn(x.pend.d.dropped) } : {}),
+              })),
+            ),
+          ],
         );
       }
-      if (carried.length > 0) {
+      if (flush.length > 0) {
         // One statement per table whatever the number of tunnels: the rows travel as one JSON document.
-        const rowsJson = JSON.stringify(carried.map((c) => ({ id: c.id, pi: c.d.packets_in, bi: c.d.bytes_in, po: c.d.packets_out, bo: c.d.bytes_out, d: c.d.dropped.every((x) => x === 0) ? null : c.d.dropped })));
-        for (const table of rolled ? ['minute', 'hour'] : ['minute']) {
+        const json = (list: typeof flush, hour: boolean) =>
+          JSON.stringify(list.map((c) => ({ id: c.id, t: new Date(hour ? Math.floor(c.t / HOUR_MS) * HOUR_MS : c.t).toISOString(), pi: c.d.packets_in, bi: c.d.bytes_in, po: c.d.packets_out, bo: c.d.bytes_out, d: dropsColumn(c.d.dropped) })));
+        const late = flush.filter((c) => c.t < doneThrough);
+        for (const [table, list] of [['minute', flush], ['hour', late]] as const) {
+          if (list.length === 0) continue;
           await sql.query(
             `insert into traffic.${table} (tunnel_id, t, packets_in, bytes_in, packets_out, bytes_out, dropped)
-             select id, ${table === 'hour' ? `date_trunc('hour', ?::timestamptz)` : '?::timestamptz'}, pi, bi, po, bo, d
-               from jsonb_to_recordset(?::jsonb) as x(id uuid, pi bigint, bi bigint, po bigint, bo bigint, d bigint[])
+             select id, t, pi, bi, po, bo, d from jsonb_to_recordset(?::jsonb) as x(id uuid, t timestamptz, pi bigint, bi bigint, po bigint, bo bigint, d bigint[])
              on conflict (tunnel_id, t) do update set packets_in = ${table}.packets_in + excluded.packets_in, bytes_in = ${table}.bytes_in + excluded.bytes_in,
                packets_out = ${table}.packets_out + excluded.packets_out, bytes_out = ${table}.bytes_out + excluded.bytes_out,
                dropped = traffic.add_drops(${table}.dropped, excluded.dropped)`,
-            [minute.toISOString(), rowsJson],
+            [json(list, table === 'hour')],
           );
         }
       }
       await this.writeHealth(sql, health, changed);
-      return { reported: seen.length, carried: carried.length, changed };
+      return { reported: seen.length, carried, changed };
     });
     await this.publish(out.changed);
     return { reported: out.reported, carried: out.carried, healthChanged: out.changed.map((c) => c.id) };

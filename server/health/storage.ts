@@ -3,6 +3,8 @@
 //   - 1-minute points in traffic.minute, range-partitioned by day (UTC), kept 48 hours;
 //   - 1-hour points in traffic.hour, partitioned by month (UTC), kept 90 days;
 //   - a minute with no traffic has no row (the reader fills zeros), so an idle tunnel costs nothing;
+//   - a minute's row is inserted once, complete (ingest.ts buffers the latest minute in traffic.seen),
+//     never updated, so the partitions hold no dead rows;
 //   - partitions are created ahead (today and the next two days, this month and the next) and dropped
 //     whole once every point they hold is past retention: no DELETE, no bloat, no vacuum debt;
 //   - the hourly rollup sums an hour's minutes into traffic.hour once that hour is over; how far it went
@@ -139,6 +141,16 @@ export class TrafficStore {
       const [r] = await sql.query<{ done_through: Date | string }>('select done_through from traffic.rollup where id = 1 for update');
       const done = new Date(r!.done_through);
       if (target <= done) return done;
+      // Minutes still buffered in traffic.seen (ingest.ts) that fall before the target are written first.
+      await sql.query(
+        `insert into traffic.minute (tunnel_id, t, packets_in, bytes_in, packets_out, bytes_out, dropped)
+         select tunnel_id, pend_t, pend_pi, pend_bi, pend_po, pend_bo, pend_d from traffic.seen where pend_t < ?
+         on conflict (tunnel_id, t) do update set packets_in = minute.packets_in + excluded.packets_in, bytes_in = minute.bytes_in + excluded.bytes_in,
+           packets_out = minute.packets_out + excluded.packets_out, bytes_out = minute.bytes_out + excluded.bytes_out,
+           dropped = traffic.add_drops(minute.dropped, excluded.dropped)`,
+        [target.toISOString()],
+      );
+      await sql.query(`update traffic.seen set pend_t = null, pend_pi = 0, pend_bi = 0, pend_po = 0, pend_bo = 0, pend_d = null where pend_t < ?`, [target.toISOString()]);
       await sql.query(
         `insert into traffic.hour (tunnel_id, t, packets_in, bytes_in, packets_out, bytes_out, dropped)
          select tunnel_id, date_trunc('hour', t), sum(packets_in), sum(bytes_in), sum(packets_out), sum(bytes_out), traffic.sum_drops(dropped)
@@ -163,19 +175,22 @@ export class TrafficStore {
     const start = new Date(Math.floor(from.getTime() / ms) * ms);
     if (to <= start) return [];
     const last = new Date(Math.ceil(to.getTime() / ms) * ms - ms);
+    // The minutes: those written, and the tunnel's latest one still buffered in traffic.seen (ingest.ts).
+    const minutes = `select t, packets_in, bytes_in, packets_out, bytes_out, dropped from traffic.minute where tunnel_id = ?::uuid
+        union all select pend_t, pend_pi, pend_bi, pend_po, pend_bo, pend_d from traffic.seen where tunnel_id = ?::uuid and pend_t is not null`;
     const source =
       step === '1m'
-        ? `select t, packets_in, bytes_in, packets_out, bytes_out, dropped from traffic.minute where tunnel_id = ?::uuid and t >= ?::timestamptz and t <= ?::timestamptz`
+        ? `select * from (${minutes}) m where t >= ?::timestamptz and t <= ?::timestamptz`
         : `select t, packets_in, bytes_in, packets_out, bytes_out, dropped from traffic.hour
              where tunnel_id = ?::uuid and t >= ?::timestamptz and t <= ?::timestamptz and t < (select done_through from traffic.rollup where id = 1)
            union all
-           select date_trunc('hour', t), sum(packets_in), sum(bytes_in), sum(packets_out), sum(bytes_out), traffic.sum_drops(dropped) from traffic.minute
-             where tunnel_id = ?::uuid and t >= greatest(?::timestamptz, (select done_through from traffic.rollup where id = 1)) and t < ?::timestamptz + interval '1 hour'
+           select date_trunc('hour', t), sum(packets_in), sum(bytes_in), sum(packets_out), sum(bytes_out), traffic.sum_drops(dropped) from (${minutes}) m
+             where t >= greatest(?::timestamptz, (select done_through from traffic.rollup where id = 1)) and t < ?::timestamptz + interval '1 hour'
              group by 1`;
     const params =
       step === '1m'
-        ? [tunnelId, start.toISOString(), last.toISOString()]
-        : [tunnelId, start.toISOString(), last.toISOString(), tunnelId, start.toISOString(), last.toISOString()];
+        ? [tunnelId, tunnelId, start.toISOString(), last.toISOString()]
+        : [tunnelId, start.toISOString(), last.toISOString(), tunnelId, tunnelId, start.toISOString(), last.toISOString()];
     const rows = await q.query<{ t: string; packets_in: string; bytes_in: string; packets_out: string; bytes_out: string; dropped: unknown }>(
       `with s as (${source})
        select to_char(g.t at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as t,
