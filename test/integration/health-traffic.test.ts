@@ -81,6 +81,8 @@ describe('counters into traffic points', () => {
     await round(95_000, counters({ packets_in: 30, bytes_in: 3000, packets_out: 0, bytes_out: 0, dropped: { spoofed: 4 } }));
     // Minute 2: nothing moved.
     expect((await round(125_000, counters({ packets_in: 30, bytes_in: 3000, dropped: { spoofed: 4 } }))).carried).toBe(0);
+    // Minute 3: still nothing (the round that completes minute 2).
+    expect((await round(185_000, counters({ packets_in: 30, bytes_in: 3000, dropped: { spoofed: 4 } }))).carried).toBe(0);
 
     const r = await traffic(id, { from: iso(t0), to: iso(t0 + 3 * MINUTE_MS), step: '1m' });
     expect(r.status).toBe(200);
