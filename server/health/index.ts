@@ -87,6 +87,7 @@ export class HealthService {
 
   /** Starts the collector (where the edge worker runs; provisioning must be started first). */
   startCollector(log: Logger, opts: { intervalSeconds: number; concurrency?: number }): Collector {
+    if (this.collector) throw new Error('the status collector is already running in this process');
     this.locks = new KeyedLocks(this.db.url, { maxConnections: 4, application: 'tunnelgate-status-lock' });
     this.collector = new Collector({
       db: this.db,

@@ -4,7 +4,8 @@
 // restart, idle minutes), minute points and the hourly rollup, partitions dropped at retention, the
 // traffic API's shapes and errors (validated against schema/openapi.yaml), a health change reaching the
 // graphql-ws subscription and the webhook outbox once, and a node that does not answer (a real SSH
-// connection to a closed port) turning its tunnels unknown with the metric saying so.
+// connection to a closed port) turning its tunnels unknown with the metric saying so, polled once per
+// round by two replicas together.
 import { createClient } from 'graphql-ws';
 import net from 'node:net';
 import WebSocket from 'ws';
@@ -303,6 +304,12 @@ describe('health', () => {
   });
 });
 
+/** Status jobs a gateway sent, from its /metrics. */
+async function statusJobs(g: RunningGateway): Promise<number> {
+  const text = (await call(g.url, 'GET', '/metrics')).text;
+  return [...text.matchAll(/^tunnelgate_edge_job_duration_seconds_count\{op="status",[^}]*\} (\d+)$/gm)].reduce((n, x) => n + Number(x[1]), 0);
+}
+
 describe('a node that does not answer', () => {
   it('its tunnels become unknown (one event each), /metrics says it is unreachable and counts the failed status job', async () => {
     // A port nobody listens on: the collector's real SSH connection is refused.
@@ -321,7 +328,8 @@ describe('a node that does not answer', () => {
     await gw.services.health.ingest.ingestStatus(dead, status([{ id, c: counters({}), health: 'up' }]), new Date());
     expect((await call(gw.url, 'GET', `/api/dedicated/${id}`, { token: user.readKey })).body.tunnel.health).toBe('up');
 
-    await gw.services.provisioning.start((await loadSecrets(gw.testDb.db, {})).secrets, { worker: false });
+    const secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
+    await gw.services.provisioning.start(secrets, { worker: false });
     gw.services.health.startCollector(createLogger('silent'), { intervalSeconds: 3600 });
     const round = await gw.services.health.collectNow();
     expect(round?.nodes[dead]).toBe('unreachable');
@@ -335,5 +343,26 @@ describe('a node that does not answer', () => {
     expect(m.text).toMatch(/tunnelgate_tunnels\{status="active",health="unknown"\} [1-9]/);
     expect(m.text).toMatch(/tunnelgate_edge_job_duration_seconds_count\{op="status",outcome="connect_failed"\} [1-9]/);
     expect(m.text).toMatch(/tunnelgate_edge_queue_depth|# TYPE tunnelgate_edge_queue_depth gauge/);
+
+    // One replica per node per round: two replicas' rounds at once poll the node once between them,
+    // and a round within half an interval of the last poll leaves the node alone.
+    await gw.services.health.stopCollector();
+    await gw.testDb.raw.query('delete from traffic.node_poll');
+    const replica = await startGateway({ testDb: gw.testDb, config: { edgeJobTimeoutMs: 3000 } });
+    try {
+      await replica.services.provisioning.start(secrets, { worker: false });
+      const before = await statusJobs(gw);
+      const a = gw.services.health.startCollector(createLogger('silent'), { intervalSeconds: 3600 });
+      const b = replica.services.health.startCollector(createLogger('silent'), { intervalSeconds: 3600 });
+      // startCollector runs a round at once; these come while or after it ran.
+      const [ra, rb] = await Promise.all([a.round(), b.round()]);
+      expect([ra.nodes[dead], rb.nodes[dead]]).toEqual(['skipped', 'skipped']);
+      // Status jobs sent, by each replica's /metrics: one between the two replicas' four rounds.
+      await gw.services.health.stopCollector();
+      await replica.services.health.stopCollector();
+      expect((await statusJobs(gw)) + (await statusJobs(replica)) - before).toBe(1);
+    } finally {
+      await replica.close();
+    }
   }, 60_000);
 });
