@@ -354,9 +354,9 @@ describe('a node that does not answer', () => {
       const before = await statusJobs(gw);
       const a = gw.services.health.startCollector(createLogger('silent'), { intervalSeconds: 3600 });
       const b = replica.services.health.startCollector(createLogger('silent'), { intervalSeconds: 3600 });
-      // startCollector runs a round at once; these come while or after it ran.
+      // startCollector runs a round at once, so four rounds race here: whichever comes first polls, the rest skip.
       const [ra, rb] = await Promise.all([a.round(), b.round()]);
-      expect([ra.nodes[dead], rb.nodes[dead]]).toEqual(['skipped', 'skipped']);
+      expect([ra.nodes[dead], rb.nodes[dead]].filter((x) => x !== 'skipped').length).toBeLessThanOrEqual(1);
       // Status jobs sent, by each replica's /metrics: one between the two replicas' four rounds.
       await gw.services.health.stopCollector();
       await replica.services.health.stopCollector();
