@@ -32,6 +32,8 @@ export interface Config {
   edgeJobExpireSeconds: number;
   /** Every node is reconciled about this often (jittered ±20%), besides on every reconnect (docs/CONTRACTS.md "Dataplane" drift). */
   edgeReconcileSeconds: number;
+  /** EDGE_STATUS_SECONDS (docs/CONTRACTS.md "Health and traffic"): how often every node is asked for op `status`. */
+  edgeStatusSeconds: number;
   /**
    * TRUST_PROXY=N (docs/CONTRACTS.md "Starting it"): the client address is the N-th X-Forwarded-For entry from the right
    * (the one the outermost of our N proxies appended); 0 = the socket's address.
@@ -112,6 +114,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     edgeSweepSeconds: int(env, 'EDGE_SWEEP_SECONDS', 30, 1, 3600),
     edgeJobExpireSeconds: int(env, 'EDGE_JOB_EXPIRE_SECONDS', 30, 1, 3600),
     edgeReconcileSeconds: int(env, 'EDGE_RECONCILE_SECONDS', 300, 1, 86_400),
+    edgeStatusSeconds: int(env, 'EDGE_STATUS_SECONDS', 30, 1, 3600),
     trustProxy: trustProxy(env),
     metricsToken: metricsToken(env),
     wsConnectionsPerAddress: int(env, 'WS_CONNECTIONS_PER_ADDRESS', 32, 1, 100_000),

@@ -36,6 +36,8 @@ async function main(): Promise<void> {
   // The edge side: warm SSH to the agents, and (unless EDGE_WORKER=false) the queue worker.
   await services.provisioning.start(loaded.secrets, { worker: config.edgeWorker });
   log.info('provisioning ready', { worker: config.edgeWorker, job_key: loaded.secrets.jobSigningKey.kid });
+  // Health and traffic (server/health/): the status collector runs where the edge worker runs.
+  if (config.edgeWorker) services.health.startCollector(log.child({ component: 'health' }), { intervalSeconds: config.edgeStatusSeconds });
   // Webhook deliveries (server/webhooks/delivery.ts): WEBHOOK_WORKER, by default wherever the edge worker runs.
   if (config.webhookWorker) services.webhooks.startDelivery(log.child({ component: 'webhooks' }));
   // On the embedded database the admin CLI cannot open the cluster this process holds; it sends its
@@ -77,6 +79,7 @@ async function main(): Promise<void> {
     admin?.close();
     await gateway.stop();
     await services.webhooks.stopDelivery();
+    await services.health.stopCollector();
     await services.provisioning.stop();
     await db.close();
     clearTimeout(force);

@@ -10,6 +10,7 @@ import { createLogger, type Logger } from '../common/log.ts';
 import { ProvisioningService } from './provisioning/service.ts';
 import { loadSecrets } from './secrets.ts';
 import { WebhookService } from './webhooks/service.ts';
+import { HealthService } from './health/index.ts';
 
 export interface Services {
   config: Config;
@@ -21,6 +22,8 @@ export interface Services {
   provisioning: ProvisioningService;
   /** Webhooks: registration (REST, GraphQL, CLI) and, where started, the delivery worker. */
   webhooks: WebhookService;
+  /** Health and traffic: the traffic query, the status ingest and, where started, the collector. */
+  health: HealthService;
 }
 
 export function buildServices(config: Config, db: Database, log: Logger = createLogger('silent')): Services {
@@ -43,6 +46,7 @@ export function buildServices(config: Config, db: Database, log: Logger = create
     tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins }, provisioning),
     provisioning,
     webhooks: new WebhookService(db, { allowPrivate: config.allowPrivateWebhooks, encryptionKey }),
+    health: new HealthService(db, provisioning),
   };
 }
 

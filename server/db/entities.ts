@@ -14,6 +14,8 @@ export const API_ACCESS = ['none', 'read', 'write'] as const;
 export type ApiAccess = (typeof API_ACCESS)[number];
 /** A tunnel's `protocol` setting (common/tunnel-policy.ts PROTOCOLS; docs/CONTRACTS.md "Tunnel settings"). */
 export const TUNNEL_PROTOCOLS = ['both', 'tcp', 'udp'] as const;
+/** A tunnel's health (common/tunnel-status.ts HEALTHS; docs/CONTRACTS.md "Health and traffic"). */
+export const TUNNEL_HEALTHS = ['up', 'down', 'unknown'] as const;
 
 const createdAt = () => p.datetime().defaultRaw('now()').onCreate(() => new Date());
 
@@ -145,6 +147,10 @@ export const TunnelSchema = defineEntity({
     specRevision: p.integer().default(0),
     appliedRevision: p.integer().default(0),
     originRevision: p.integer().default(0),
+    // Health from the edge's checks (issue 11, docs/CONTRACTS.md "Health and traffic"; server/health/):
+    // 'unknown' before the first check and while its node does not answer. Traffic is in schema `traffic`.
+    health: p.enum(TUNNEL_HEALTHS).default('unknown'),
+    healthCheckedAt: p.datetime().nullable(),
     chargedUsd: p.decimal('string').precision(14).scale(2),
     chargedRub: p.decimal('string').precision(14).scale(2),
     createdAt: createdAt(),

@@ -30,6 +30,9 @@ const common = {
   migrations: { migrationsList, tableName: 'mikro_orm_migrations', snapshot: false, silent: true },
   // Entities are plain schemas; nothing to discover from the file system.
   discovery: { warnWhenNoEntities: true },
+  // Traffic points are managed with PostgreSQL's own tools (partitions created and dropped by
+  // server/health/storage.ts, migration Migration20261127100000_health_traffic), not as entities.
+  schemaGenerator: { ignoreSchema: ['traffic'] },
   allowGlobalContext: false,
 };
 

@@ -44,22 +44,43 @@ function toKey(privateKey: KeyLike | JWK): KeyLike {
   return key;
 }
 
-/** One signed job: the compact JWS to write to the agent's `tunnel-agent job`. */
-export async function signJob<O extends Op>(privateKey: KeyLike | JWK, kid: string, nodeId: string, op: O, body: JobBodies[O], opts: SignJobOptions = {}): Promise<string> {
+/**
+ * The op `status` (docs/CONTRACTS.md "Version 2"): an empty body, version 2 only. The gateway's side of
+ * the op (the agent's answer is common/tunnel-status.ts StatusResult); kept out of common/job-contract.ts
+ * OPS until the agent handles it, so no agent verifier takes it for one of the ops it runs.
+ */
+export const STATUS_OP = 'status';
+
+/** One signed `status` job for an agent whose hello listed version 2 (JobSigningError for version 1). */
+export async function signStatusJob(privateKey: KeyLike | JWK, kid: string, nodeId: string, opts: SignJobOptions & { version: JobVersion }): Promise<string> {
+  if (opts.version < 2) throw new JobSigningError('op status needs job version 2; the agent must list 2 in its hello');
+  const std = standardClaims(kid, nodeId, opts);
+  return new CompactSign(Buffer.from(JSON.stringify({ ...std, op: STATUS_OP }), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
+}
+
+/** iss, aud, jti, iat, exp and v, checked: what every job carries besides its op and body. */
+function standardClaims(kid: string, nodeId: string, opts: SignJobOptions): { iss: typeof JOB_ISS; aud: string; jti: string; iat: number; exp: number; v: JobVersion } {
   if (typeof kid !== 'string' || kid === '') throw new JobSigningError('kid must be a non-empty string');
   if (!isUuid(nodeId)) throw new JobSigningError(`node id must be a UUID, got ${JSON.stringify(nodeId)}`);
-  if (!isOp(op)) throw new JobSigningError(`op must be one of apply, remove, reconcile, probe; got ${JSON.stringify(op)}`);
   const ttl = opts.ttlSeconds ?? MAX_LIFETIME_S;
   if (!Number.isInteger(ttl) || ttl < 1 || ttl > MAX_LIFETIME_S) throw new JobSigningError(`ttlSeconds must be an integer from 1 to ${MAX_LIFETIME_S}`);
   const version = opts.version ?? JOB_VERSION_1;
   if (!isJobVersion(version)) throw new JobSigningError(`version must be one of ${JOB_VERSIONS.join(', ')}, got ${JSON.stringify(version)}`);
   const jti = opts.jti ?? randomUUID();
   if (!isUuid(jti)) throw new JobSigningError('jti must be a UUID');
+  const iat = Math.floor(opts.now ?? Date.now() / 1000);
+  return { iss: JOB_ISS, aud: nodeId.toLowerCase(), jti, iat, exp: iat + ttl, v: version };
+}
+
+/** One signed job: the compact JWS to write to the agent's `tunnel-agent job`. */
+export async function signJob<O extends Op>(privateKey: KeyLike | JWK, kid: string, nodeId: string, op: O, body: JobBodies[O], opts: SignJobOptions = {}): Promise<string> {
+  if (!isOp(op)) throw new JobSigningError(`op must be one of apply, remove, reconcile, probe; got ${JSON.stringify(op)}`);
+  const std = standardClaims(kid, nodeId, opts);
+  const version = std.v;
   const bodyKey = op === 'reconcile' ? 'tunnels' : 'tunnel';
   const keys = body && typeof body === 'object' ? Object.keys(body) : [];
   if (keys.length !== 1 || keys[0] !== bodyKey) throw new JobSigningError(`the ${op} body must be exactly {${bodyKey}}`);
-  const iat = Math.floor(opts.now ?? Date.now() / 1000);
-  const claims = { iss: JOB_ISS, aud: nodeId.toLowerCase(), jti, iat, exp: iat + ttl, v: version, op, ...body } as JobClaims;
+  const claims = { ...std, op, ...body } as JobClaims;
   const why = checkBody(op, claims as unknown as Record<string, unknown>, version);
   if (why) throw new JobSigningError(`the ${op} body does not match the job contract: ${why}`);
   return new CompactSign(Buffer.from(JSON.stringify(claims), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));

@@ -26,6 +26,7 @@ import {
   updateFields,
 } from './types.ts';
 import { WebhookResolver } from './webhooks.ts';
+import { TunnelTrafficResolver } from './health.ts';
 
 /**
  * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
@@ -131,7 +132,7 @@ export class TunnelResolver {
 export class TunnelStatusResolver {
   @Subscription(() => Tunnel, {
     description:
-      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...), from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization.',
+      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...) or its health changes, from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization.',
     subscribe: async ({ args, context }: SubscribeResolverData<unknown, { id: string }, GraphqlContext>) => {
       const principal = await context.principal();
       // Refuse another account's or a missing tunnel now, as a subscription error, not mid-stream.
@@ -144,4 +145,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, WebhookResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, WebhookResolver] as const;

@@ -9,6 +9,7 @@ import type { Purchase as PurchaseView, SetupView, TunnelPage as TunnelPageView,
 import { nextStepsOf } from '../http/rest/paths.ts';
 import { PPS_MAX, PPS_MIN } from '../../common/tunnel-policy.ts';
 import type { AccountView } from '../domain/accounts.ts';
+import type { Health } from '../../common/tunnel-status.ts';
 import type { Permission as PermissionValue, Role as RoleValue, TunnelStatus as TunnelStatusValue } from '../db/entities.ts';
 
 const PORTS_INPUT = '* (all ports) or up to 32 comma-separated ports and ranges, 1-65535, e.g. "22,80,443,25565-25575"; answered normalised.';
@@ -29,6 +30,16 @@ registerEnumType(TunnelStatus, {
   description: 'Lifecycle of a tunnel: PENDING after purchase, then PROVISIONING, PROVISIONED, ACTIVE; FAILED when the edge gave up; DELETING, DELETED.',
 });
 
+export enum TunnelHealth {
+  UP = 'up',
+  DOWN = 'down',
+  UNKNOWN = 'unknown',
+}
+registerEnumType(TunnelHealth, {
+  name: 'TunnelHealth',
+  description: "From the edge's checks through the tunnel: UP, DOWN, or UNKNOWN (before the first check, while its edge does not answer, and whenever the tunnel is not on an edge).",
+});
+
 export enum Role {
   OWNER = 'owner',
   VIEWER = 'viewer',
@@ -47,6 +58,8 @@ export type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : never) : ne
 const _statusCovered: Same<`${TunnelStatus}`, TunnelStatusValue> = true;
 const _roleCovered: Same<`${Role}`, RoleValue> = true;
 const _permissionCovered: Same<`${Permission}`, PermissionValue> = true;
+const _healthCovered: Same<`${TunnelHealth}`, Health> = true;
+void _healthCovered;
 void _statusCovered;
 void _roleCovered;
 void _permissionCovered;
@@ -130,6 +143,12 @@ export class Tunnel {
 
   @Field(() => TunnelStatus)
   status!: TunnelStatus;
+
+  @Field(() => TunnelHealth, { description: 'Whether the tunnel carries traffic, from the edge\'s checks (tunnelStatus also fires when it changes).' })
+  health!: TunnelHealth;
+
+  @Field(() => GraphQLISODateTime, { nullable: true, description: 'When the edge last checked the tunnel; null before the first check.' })
+  healthCheckedAt!: Date | null;
 
   @Field(() => Int)
   adminSshPort!: number;
@@ -326,6 +345,8 @@ export function toTunnel(t: TunnelView): Tunnel {
     protection: { synProxy: t.protection.syn_proxy, sourcePpsLimit: t.protection.source_pps_limit, dropFragments: t.protection.drop_fragments },
     tunnelName: t.tunnel_name,
     status: t.status as TunnelStatus,
+    health: t.health as TunnelHealth,
+    healthCheckedAt: t.health_checked_at === null ? null : new Date(t.health_checked_at),
     adminSshPort: t.admin_ssh_port,
     edgeIp: t.edge_ip,
     createdAt: new Date(t.created_at),

@@ -105,8 +105,14 @@ export interface GatewayOptions {
 }
 
 export async function createGateway(services: Services, log: Logger, server: http.Server, opts: GatewayOptions = {}): Promise<Gateway> {
-  const metrics = createMetrics(true, () => services.webhooks.pendingDeliveries());
+  const metrics = createMetrics(true, {
+    pendingWebhooks: () => services.webhooks.pendingDeliveries(),
+    queueDepth: () => services.provisioning.queueDepth(),
+    nodeReachability: () => services.health.nodeReachability(),
+    tunnelCounts: () => services.health.tunnelCounts(),
+  });
   const stopWebhookMetrics = services.webhooks.onOutcome((outcome) => metrics.webhookDeliveries.inc({ outcome }));
+  const stopJobMetrics = services.provisioning.onJob((op, outcome, seconds) => metrics.edgeJobs.observe({ op, outcome }, seconds));
   const { trustProxy, publicUrl, issuerUrl, metricsToken } = services.config;
   // Koa's own proxy handling only decides the protocol (X-Forwarded-Proto) and host from here on;
   // the client address is set by requestContext.
@@ -246,6 +252,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     stop: () => {
       clearInterval(idempotencyTimer);
       stopWebhookMetrics();
+      stopJobMetrics();
       issuer.stop();
       return graphql.stop();
     },

@@ -20,7 +20,10 @@ import { ProbeCoordinator } from './probes.ts';
 import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.ts';
 import { TunnelStatusBus } from './status-bus.ts';
 import { Transitions } from './transitions.ts';
-import { AgentRefused, EdgeWorker } from './worker.ts';
+import { AgentRefused, EdgeWorker, type JobObserver } from './worker.ts';
+import type { EdgeNode } from '../edge/connections.ts';
+import type { StatusResult } from '../../common/tunnel-status.ts';
+import { BOSS_SCHEMA, EDGE_QUEUE } from './queue.ts';
 import { TunnelEvents } from '../webhooks/events.ts';
 
 export interface ProvisioningConfig {
@@ -74,6 +77,7 @@ export class ProvisioningService {
   private stopped = false;
   private readonly probeLocks: KeyedLocks;
   private readonly probes: ProbeCoordinator;
+  private readonly jobObservers = new Set<JobObserver>();
 
   constructor(
     private readonly db: Database,
@@ -119,6 +123,9 @@ export class ProvisioningService {
       transitions: this.transitions,
       log: this.log.child({ component: 'edge-worker' }),
       jobTimeoutMs: this.config.edgeJobTimeoutMs,
+      onJob: (op, outcome, seconds) => {
+        for (const fn of this.jobObservers) fn(op, outcome, seconds);
+      },
     });
     this.edge = { worker, connections };
     if (!opts.worker) return;
@@ -188,6 +195,29 @@ export class ProvisioningService {
         .finally(() => this.scheduleReconcileRound());
     }, ms);
     this.reconcileTimer.unref();
+  }
+
+  /** Each edge job this process sends: op, outcome, seconds (the /metrics histogram). Returns the unsubscribe. */
+  onJob(fn: JobObserver): () => void {
+    this.jobObservers.add(fn);
+    return () => this.jobObservers.delete(fn);
+  }
+
+  /**
+   * Op `status` of one node over its warm connection (server/health/collector.ts). Throws EdgeSshError,
+   * AgentRefused, or StatusUnsupported for an agent that speaks job version 1 only.
+   */
+  async nodeStatus(node: EdgeNode): Promise<StatusResult> {
+    if (!this.edge) throw new EdgeSshError('connect_failed', 'the edge side of this gateway is not started');
+    return this.edge.worker.status(node);
+  }
+
+  /** Edge jobs waiting to run (created or waiting for a retry), across replicas; null before the queue exists. */
+  async queueDepth(): Promise<number | null> {
+    const [t] = await this.db.query<{ ok: boolean }>(`select to_regclass('${BOSS_SCHEMA}.job') is not null as ok`);
+    if (!t?.ok) return null;
+    const [r] = await this.db.query<{ n: string }>(`select count(*)::text as n from ${BOSS_SCHEMA}.job where name = ? and state in ('created', 'retry')`, [EDGE_QUEUE]);
+    return Number(r?.n ?? 0);
   }
 
   /** Test hook: the warm connections of this process. */

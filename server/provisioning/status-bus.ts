@@ -7,12 +7,15 @@
 import { EventEmitter } from 'node:events';
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
+import type { Health } from '../../common/tunnel-status.ts';
 
 export const STATUS_CHANNEL = 'tunnel_status';
 
 export interface StatusChange {
   id: string;
   status: TunnelStatus;
+  /** Set when the notice is about a health change (server/health/ingest.ts): the new health. */
+  health?: Health;
 }
 
 /** The event the bus raises when notices may have been missed (ids are UUIDs, so it cannot clash). */
@@ -39,9 +42,9 @@ export class TunnelStatusBus {
     return this.started;
   }
 
-  /** Tells every replica that tunnel `id` is now `status`. */
-  async publish(id: string, status: TunnelStatus): Promise<void> {
-    await this.db.notify(STATUS_CHANNEL, JSON.stringify({ id, status } satisfies StatusChange));
+  /** Tells every replica that tunnel `id` is now `status` (and, after a health change, `health`). */
+  async publish(id: string, status: TunnelStatus, health?: Health): Promise<void> {
+    await this.db.notify(STATUS_CHANNEL, JSON.stringify({ id, status, ...(health ? { health } : {}) } satisfies StatusChange));
   }
 
   /** Calls `fn` for each change of tunnel `id`; returns the unsubscribe function. */

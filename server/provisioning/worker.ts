@@ -24,7 +24,8 @@
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
-import { signJob } from '../edge/job-signing.ts';
+import { STATUS_OP, signJob, signStatusJob } from '../edge/job-signing.ts';
+import { checkStatusResult, type StatusResult } from '../../common/tunnel-status.ts';
 import type { EdgeConnections, EdgeNode, EdgeSession } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
 import type { JobSigningKey } from '../secrets.ts';
@@ -96,6 +97,23 @@ export function bodyFor<O extends Op>(op: O, body: JobBodies[O], v: JobVersion):
   return { body: out as JobBodies[O], unenforced };
 }
 
+/** The agent speaks job version 1 only: it has no `status` op (its tunnels' health stays unknown). */
+export class StatusUnsupported extends Error {
+  override name = 'StatusUnsupported';
+}
+
+/** How one edge job ended, for /metrics: `ok`, the agent's error code, or the transport failure's kind. */
+export function jobOutcome(e: unknown): string {
+  if (e === undefined) return 'ok';
+  if (e instanceof AgentRefused) return e.code;
+  if (e instanceof EdgeSshError) return e.kind;
+  if (e instanceof StatusUnsupported) return 'unsupported_version';
+  return 'error';
+}
+
+/** Told of every edge job this worker sent: op, outcome (jobOutcome) and its duration in seconds. */
+export type JobObserver = (op: string, outcome: string, seconds: number) => void;
+
 export interface EdgeWorkerOptions {
   db: Database;
   connections: EdgeConnections;
@@ -104,6 +122,8 @@ export interface EdgeWorkerOptions {
   log: Logger;
   /** Per job on the agent (connect included). */
   jobTimeoutMs: number;
+  /** Each job's op, outcome and duration (the /metrics histogram). */
+  onJob?: JobObserver;
 }
 
 export class EdgeWorker {
@@ -122,6 +142,42 @@ export class EdgeWorker {
 
   /** Signs and runs one job on a node; transport failures throw EdgeSshError, `ok: false` throws AgentRefused. */
   async run<O extends Op>(node: EdgeNode, op: O, body: JobBodies[O]): Promise<ResultLine & { ok: true }> {
+    return this.timed(op, () => this.runUntimed(node, op, body));
+  }
+
+  /** Runs `fn` as edge job `op`, telling the observer its outcome and duration. */
+  private async timed<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    let failure: unknown;
+    try {
+      return await fn();
+    } catch (e) {
+      failure = e ?? new Error('unknown');
+      throw e;
+    } finally {
+      this.o.onJob?.(op, jobOutcome(failure), (performance.now() - started) / 1000);
+    }
+  }
+
+  /**
+   * Op `status` (docs/CONTRACTS.md "Version 2"): the node's tunnels, their health and counters, checked
+   * against common/tunnel-status.ts. Version 2 only: an agent whose hello did not list 2 gets no job
+   * (StatusUnsupported). A status changes nothing on the node, so a failure does not mark it out of sync.
+   */
+  async status(node: EdgeNode): Promise<StatusResult> {
+    return this.timed(STATUS_OP, async () => {
+      const { privateKey, kid } = this.o.signingKey;
+      const session = await this.session(node);
+      if (session.version < 2) throw new StatusUnsupported(`the agent of node ${node.id} (${session.hello.agent}) speaks job version 1 only`);
+      const line = await session.run(await signStatusJob(privateKey, kid, node.id, { version: session.version }), this.o.jobTimeoutMs);
+      if (!line.ok) throw new AgentRefused(line.error, line.error_description);
+      const why = checkStatusResult(line.result);
+      if (why) throw new EdgeSshError('protocol', `the status answer of node ${node.id} breaks the contract: ${why}`);
+      return line.result as unknown as StatusResult;
+    });
+  }
+
+  private async runUntimed<O extends Op>(node: EdgeNode, op: O, body: JobBodies[O]): Promise<ResultLine & { ok: true }> {
     const { privateKey, kid } = this.o.signingKey;
     let line: ResultLine;
     try {

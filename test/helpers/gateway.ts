@@ -48,6 +48,7 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await gateway.stop();
       await services.webhooks.stopDelivery();
+      await services.health.stopCollector();
       await services.provisioning.stop();
       if (!opts.testDb) await testDb.drop();
     },

@@ -4,6 +4,7 @@
 // which move is allowed and answers with the tunnel and whether its move is settled.
 import type { Database, Sql } from '../../db/database.ts';
 import type { TunnelStatus } from '../../db/entities.ts';
+import type { StatusChange } from '../../provisioning/status-bus.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { requireWrite } from '../../auth/principal.ts';
 import { ApiError } from '../errors.ts';
@@ -14,7 +15,7 @@ import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
 export interface EdgeDispatch {
   readonly bus: {
     publish(id: string, status: TunnelStatus): Promise<void>;
-    on(id: string, fn: (c: { status: TunnelStatus }) => void): () => void;
+    on(id: string, fn: (c: StatusChange) => void): () => void;
     /** `fn` runs when notices may have been missed (see TunnelStatusBus.onResync). */
     onResync(fn: () => void): () => void;
     start(): Promise<void>;

@@ -2,6 +2,8 @@
 // scripts (setup) and a tunnel's status changes as they happen (watch). Nothing here writes.
 import type { Database } from '../../db/database.ts';
 import type { TunnelStatus } from '../../db/entities.ts';
+import type { Health } from '../../../common/tunnel-status.ts';
+import type { StatusChange } from '../../provisioning/status-bus.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { ApiError } from '../errors.ts';
 import { IpError } from '../ip.ts';
@@ -10,7 +12,7 @@ import { decodeCursor, encodeCursor, utcText } from './cursor.ts';
 import { ourAddress } from './input.ts';
 import type { EdgeDispatch } from './lifecycle.ts';
 import { routeTableFor } from './naming.ts';
-import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
+import { readTunnel, shownHealth, tunnelView, type TunnelView } from './rows.ts';
 import { settingsOf } from './settings.ts';
 import { SETTINGS_COLUMNS, tunnelSpecOf } from './spec.ts';
 import type { Protocol } from '../../../common/tunnel-policy.ts';
@@ -27,9 +29,10 @@ export interface SetupView {
 
 /**
  * A list row: id, name, protected_ip, origin_ip, tunnel_name, status, created_at, updated_at (UTC text),
- * edge_ip, then the settings (ports, protocol, syn_proxy, source_pps_limit, drop_fragments).
+ * edge_ip, then the settings (ports, protocol, syn_proxy, source_pps_limit, drop_fragments), then health
+ * and health_checked_at (UTC text or null).
  */
-type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean];
+type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, Health, string | null];
 
 export class TunnelQueries {
   /** Pages built from rows that concurrent identical lists shared (Database.hotRowsShared); see list(). */
@@ -66,7 +69,7 @@ export class TunnelQueries {
       after ? 'tunnel_list_rows_after' : 'tunnel_list_rows',
       `select t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
               (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip,
-              ${SETTINGS_COLUMNS}
+              ${SETTINGS_COLUMNS}, t.health, (t.health_checked_at at time zone 'UTC')::text
          from tunnel t join edge_node n on n.id = t.node_id
         where t.account_id = ? and t.status <> 'deleted'${after}
         order by t.created_at desc, t.id desc limit ?`,
@@ -91,6 +94,8 @@ export class TunnelQueries {
         ...settingsOf({ ports: r[9], protocol: r[10], syn_proxy: r[11], source_pps_limit: r[12], drop_fragments: r[13] }),
         tunnel_name: r[4],
         status: r[5],
+        health: shownHealth(r[5], r[14]),
+        health_checked_at: r[15] === null ? null : utcText(r[15]).millis,
         admin_ssh_port: this.adminSshPort,
         edge_ip: r[8],
         created_at: utcText(r[6]).millis,
@@ -137,17 +142,17 @@ export class TunnelQueries {
   }
 
   /**
-   * The tunnel now, then again each time its status changes (from any replica), until it is deleted or
+   * The tunnel now, then again each time its status or health changes (from any replica), until it is deleted or
    * the consumer stops. Access is checked once, up front, like get().
    */
   async *watch(principal: Principal, id: string): AsyncGenerator<TunnelView> {
     await this.edge.bus.start();
-    const pending: TunnelStatus[] = [];
+    const pending: StatusChange[] = [];
     let resync = false;
     let wake: (() => void) | null = null;
     // Subscribe before the first read, so a change between the two is not lost.
     const off = this.edge.bus.on(id.toLowerCase(), (c) => {
-      pending.push(c.status);
+      pending.push(c);
       wake?.();
     });
     // Notices may have been missed (this replica's LISTEN connection dropped): read the row again.
@@ -167,11 +172,13 @@ export class TunnelQueries {
         const fresh = await this.get(principal, id);
         if (resync) {
           resync = false;
-          pending.push(fresh.status);
+          pending.push({ id: fresh.id, status: fresh.status, health: fresh.health });
         }
-        for (const status of pending.splice(0)) {
-          if (status === last.status) continue;
-          last = { ...fresh, status };
+        // A health change (server/health/ingest.ts) is a change too: the subscription fires on it.
+        for (const c of pending.splice(0)) {
+          const health = c.health ?? fresh.health;
+          if (c.status === last.status && health === last.health) continue;
+          last = { ...fresh, status: c.status, health };
           yield last;
         }
       }

@@ -4,11 +4,12 @@
 import { isUuid } from '../../../common/names.ts';
 import { Database, type Sql } from '../../db/database.ts';
 import type { TunnelStatus } from '../../db/entities.ts';
+import type { Health } from '../../../common/tunnel-status.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { notFound } from '../errors.ts';
 import type { Protocol } from '../../../common/tunnel-policy.ts';
 import { settingsOf, type TunnelProtection } from './settings.ts';
-import { SETTINGS_COLUMNS, type SpecSource } from './spec.ts';
+import { ON_EDGE, SETTINGS_COLUMNS, type SpecSource } from './spec.ts';
 
 export interface TunnelView {
   id: string;
@@ -21,15 +22,29 @@ export interface TunnelView {
   protection: TunnelProtection;
   tunnel_name: string;
   status: TunnelStatus;
+  /**
+   * From the edge's checks (server/health/, docs/CONTRACTS.md "Health and traffic"): 'unknown' before
+   * the first, while its node does not answer, and whenever the tunnel is not on an edge.
+   */
+  health: Health;
+  /** When the edge last checked it (ISO 8601), null before the first check. */
+  health_checked_at: string | null;
   admin_ssh_port: number;
   edge_ip: string;
   created_at: string;
   updated_at: string;
 }
 
+/** What the view shows as health: the stored one only while the tunnel is on an edge. */
+export function shownHealth(status: TunnelStatus, health: Health): Health {
+  return ON_EDGE.includes(status) ? health : 'unknown';
+}
+
 export interface TunnelRow extends SpecSource {
   name: string | null;
   status: TunnelStatus;
+  health: Health;
+  health_checked_at: string | null;
   created_at: string;
   updated_at: string;
   cursor_at: string;
@@ -45,7 +60,8 @@ const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
   to_char(t.created_at at time zone 'UTC', ${ISO}) as created_at, to_char(t.updated_at at time zone 'UTC', ${ISO}) as updated_at,
   to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool, t.node_id,
-  ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision`;
+  ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision, t.health,
+  to_char(t.health_checked_at at time zone 'UTC', ${ISO}) as health_checked_at`;
 
 export function tunnelView(r: TunnelRow, adminSshPort: number): TunnelView {
   return {
@@ -56,6 +72,8 @@ export function tunnelView(r: TunnelRow, adminSshPort: number): TunnelView {
     ...settingsOf(r),
     tunnel_name: r.tunnel_name,
     status: r.status,
+    health: shownHealth(r.status, r.health),
+    health_checked_at: r.health_checked_at,
     admin_ssh_port: adminSshPort,
     edge_ip: r.edge_ip,
     created_at: r.created_at,

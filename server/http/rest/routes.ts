@@ -94,6 +94,17 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     answer(ctx, await tunnels.update(who, ctx.params.id!, validateUpdate(body, tunnels.allowPrivateOrigins)));
   });
 
+  // docs/CONTRACTS.md "Health and traffic": from, to (ISO 8601), step 1m|1h; server/health/index.ts trafficRange.
+  router.get('/dedicated/:id/traffic', async (ctx) => {
+    const who = await principal(ctx);
+    const allowed = ['from', 'to', 'step'];
+    const extra = Object.keys(ctx.query).filter((k) => !allowed.includes(k));
+    if (extra.length) throw new ApiError('invalid_request', `Unknown query parameter: ${extra.join(', ')}.`);
+    const { from, to, step } = ctx.query;
+    if (Array.isArray(from) || Array.isArray(to) || Array.isArray(step)) throw new ApiError('invalid_request', 'from, to and step may be given once.');
+    ctx.body = await services.health.traffic(who, ctx.params.id!, { from, to, step });
+  });
+
   router.get('/dedicated/:id/setup', async (ctx) => {
     ctx.body = await tunnels.setup(await principal(ctx), ctx.params.id!);
   });

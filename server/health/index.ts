@@ -1,0 +1,133 @@
+// Health and traffic as the rest of the gateway sees them (issue 11, docs/CONTRACTS.md "Health and
+// traffic"): the traffic query REST and GraphQL share (validation and retention rules written once),
+// the ingest seam, and the collector on the replicas that run the edge worker.
+import type { Database } from '../db/database.ts';
+import type { Logger } from '../../common/log.ts';
+import type { Principal } from '../auth/principal.ts';
+import { ApiError } from '../domain/errors.ts';
+import { readTunnel } from '../domain/tunnels/rows.ts';
+import { ON_EDGE } from '../domain/tunnels/spec.ts';
+import type { ProvisioningService } from '../provisioning/service.ts';
+import { KeyedLocks } from '../provisioning/locks.ts';
+import { contactableNodes, edgeNode } from '../provisioning/edge-state.ts';
+import type { EdgeNode } from '../edge/connections.ts';
+import { Collector, type RoundOutcome } from './collector.ts';
+import { StatusIngest } from './ingest.ts';
+import { HOUR_MS, RETENTION_MS, STEPS, STEP_MS, TrafficStore, type Step, type TrafficPoint } from './storage.ts';
+
+export type { Step, TrafficPoint } from './storage.ts';
+
+/** At most this many points in one answer (DESIGN 3.9). */
+export const MAX_POINTS = 10_000;
+/** Without `from`: the last hour of minutes, or the last day of hours. */
+export const DEFAULT_SPAN_MS: Record<Step, number> = { '1m': HOUR_MS, '1h': 24 * HOUR_MS };
+
+export interface TrafficView {
+  tunnel_id: string;
+  step: Step;
+  points: TrafficPoint[];
+}
+
+/** The query as a client sends it (strings or absent), from REST's query string or GraphQL's arguments. */
+export interface TrafficQueryInput {
+  from?: string | null;
+  to?: string | null;
+  step?: string | null;
+}
+
+function time(v: string, name: string): Date {
+  // ISO 8601 with a date and a time (an offset or Z); Date.parse alone accepts too much.
+  if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(v) || Number.isNaN(Date.parse(v))) {
+    throw new ApiError('invalid_request', `${name} must be an ISO 8601 time such as 2026-11-25T12:00:00Z.`);
+  }
+  return new Date(v);
+}
+
+/**
+ * The range a query asks for, checked: step 1m (default) or 1h; `to` defaults to now, `from` to `to`
+ * minus DEFAULT_SPAN_MS; from < to; `from` within the step's retention (48 h of minutes, 90 days of hours);
+ * at most MAX_POINTS points. Anything else is invalid_request.
+ */
+export function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to: Date; step: Step } {
+  const step = (q.step ?? '1m') as Step;
+  if (!STEPS.includes(step)) throw new ApiError('invalid_request', 'step must be 1m or 1h.');
+  const to = q.to ? time(q.to, 'to') : now;
+  const from = q.from ? time(q.from, 'from') : new Date(to.getTime() - DEFAULT_SPAN_MS[step]);
+  if (from >= to) throw new ApiError('invalid_request', 'from must be before to.');
+  const oldest = now.getTime() - RETENTION_MS[step];
+  if (from.getTime() < oldest) {
+    throw new ApiError('invalid_request', `from is outside retention: ${step} points are kept ${step === '1m' ? '48 hours' : '90 days'} (from ${new Date(oldest).toISOString()}).`);
+  }
+  const ms = STEP_MS[step];
+  const points = Math.ceil(to.getTime() / ms) - Math.floor(from.getTime() / ms);
+  if (points > MAX_POINTS) throw new ApiError('invalid_request', `the range holds ${points} points of ${step}; at most ${MAX_POINTS}.`);
+  return { from, to, step };
+}
+
+export class HealthService {
+  readonly store: TrafficStore;
+  readonly ingest: StatusIngest;
+  private collector: Collector | null = null;
+  private locks: KeyedLocks | null = null;
+
+  constructor(
+    private readonly db: Database,
+    private readonly provisioning: ProvisioningService,
+  ) {
+    this.store = new TrafficStore(db);
+    this.ingest = new StatusIngest(db, this.store, provisioning.events, provisioning.bus);
+  }
+
+  /** GET /api/dedicated/{id}/traffic and Tunnel.traffic: another account's tunnel is not_found. */
+  async traffic(principal: Principal, id: string, q: TrafficQueryInput, now = new Date()): Promise<TrafficView> {
+    const range = trafficRange(q, now);
+    const t = await readTunnel(this.db, principal, id);
+    return { tunnel_id: t.id, step: range.step, points: await this.store.points(this.db, t.id, range.from, range.to, range.step) };
+  }
+
+  /** Starts the collector (where the edge worker runs; provisioning must be started first). */
+  startCollector(log: Logger, opts: { intervalSeconds: number; concurrency?: number }): Collector {
+    if (this.collector) throw new Error('the status collector is already running in this process');
+    this.locks = new KeyedLocks(this.db.url, { maxConnections: 4, application: 'tunnelgate-status-lock' });
+    this.collector = new Collector({
+      db: this.db,
+      ingest: this.ingest,
+      store: this.store,
+      locks: this.locks,
+      log,
+      nodes: async () => (await Promise.all((await contactableNodes(this.db)).map((id) => edgeNode(this.db, id)))).filter((n): n is EdgeNode => n !== null),
+      status: (node) => this.provisioning.nodeStatus(node),
+      intervalSeconds: opts.intervalSeconds,
+      concurrency: opts.concurrency ?? 8,
+    });
+    this.collector.start();
+    return this.collector;
+  }
+
+  /** One round now (tests, the admin's curiosity); null when no collector runs here. */
+  async collectNow(): Promise<RoundOutcome | null> {
+    return this.collector ? this.collector.round({ force: true }) : null;
+  }
+
+  async stopCollector(): Promise<void> {
+    await this.collector?.stop();
+    this.collector = null;
+    await this.locks?.close();
+    this.locks = null;
+  }
+
+  /** Nodes as the last round found them, across replicas (the /metrics gauge). */
+  async nodeReachability(): Promise<{ node_id: string; reachable: boolean }[]> {
+    return this.db.query<{ node_id: string; reachable: boolean }>('select node_id::text, reachable from traffic.node_poll p where exists (select 1 from edge_node n where n.id = p.node_id)');
+  }
+
+  /** Tunnels by status and by health as the API shows it (not on an edge: unknown); deleted ones left out. */
+  async tunnelCounts(): Promise<{ status: string; health: string; n: number }[]> {
+    const rows = await this.db.query<{ status: string; health: string; n: string }>(
+      `select status, case when status in (${ON_EDGE.map(() => '?').join(', ')}) then health else 'unknown' end as health, count(*)::text as n
+         from tunnel where status <> 'deleted' group by 1, 2`,
+      [...ON_EDGE],
+    );
+    return rows.map((r) => ({ status: r.status, health: r.health, n: Number(r.n) }));
+  }
+}

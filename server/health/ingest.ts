@@ -1,0 +1,253 @@
+// One node's `status` answer into the database (issue 11 item 2, docs/CONTRACTS.md "Health and traffic";
+// the answer's shape is common/tunnel-status.ts): the seam the collector calls after each round, and
+// that tests call with real PostgreSQL until the agent answers `status`.
+//
+// Counters -> deltas: the agent's counters are monotonic for the life of a tunnel on that agent; each
+// round's delta is taken against the last counters seen for the tunnel (traffic.seen). A counter that
+// went down restarted (agent restart, tunnel re-created): the delta is its new value, never negative.
+// A tunnel seen for the first time only sets the baseline (delta 0): what it carried before is not
+// known to fall in this minute. Nonzero deltas go into the round's minute: added up in the tunnel's
+// traffic.seen row while the minute lasts (that row is rewritten every round anyway) and written to
+// traffic.minute once, by the first round of a later minute or by the rollup (storage.ts); readers add
+// the buffered minute in. A round of an hour already rolled up (late) goes to the minute and the hour at
+// once, so both views stay exact.
+//
+// Health: each tunnel on the edge (provisioning, provisioned, active) takes what the agent reports;
+// one the agent did not report is 'unknown' (it does not have it), as is every tunnel of a node that
+// did not answer (markUnknown: we do not know, which is not 'down'). A health change writes its
+// `tunnel.health_changed` webhook event in the same transaction and, once committed, is published on
+// the status bus (the `tunnelStatus` subscription).
+import type { Database, Sql } from '../db/database.ts';
+import type { TunnelStatus } from '../db/entities.ts';
+import { ON_EDGE } from '../domain/tunnels/spec.ts';
+import { DROP_REASONS, checkStatusResult, type Health, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
+import type { TunnelEventSink } from '../webhooks/events.ts';
+import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
+import { HOUR_MS, MINUTE_MS, type TrafficStore } from './storage.ts';
+
+/** A status answer that does not have the contract's shape: nothing of it is stored. */
+export class StatusRejected extends Error {
+  override name = 'StatusRejected';
+}
+
+export interface IngestOutcome {
+  /** Tunnels of this node the answer reported (others are ignored). */
+  reported: number;
+  /** Tunnels whose deltas were nonzero. */
+  carried: number;
+  /** Tunnels whose health changed (each with its webhook event). */
+  healthChanged: string[];
+}
+
+type Counts = Omit<TunnelCounters, 'dropped'> & { dropped: number[] };
+
+const KEYS = ['packets_in', 'bytes_in', 'packets_out', 'bytes_out'] as const;
+
+/** One counter's delta: a decrease means the counter restarted, so the new value is what was carried since. */
+export function counterDelta(prev: number | undefined, cur: number): number {
+  if (prev === undefined) return 0;
+  return cur >= prev ? cur - prev : cur;
+}
+
+/** The deltas of one tunnel's counters against the last seen (undefined: first sighting, all zero). */
+export function deltasOf(prev: Counts | undefined, cur: TunnelCounters): Counts {
+  const dropped = DROP_REASONS.map((r, i) => counterDelta(prev ? (prev.dropped[i] ?? 0) : undefined, cur.dropped[r]));
+  return {
+    packets_in: counterDelta(prev?.packets_in, cur.packets_in),
+    bytes_in: counterDelta(prev?.bytes_in, cur.bytes_in),
+    packets_out: counterDelta(prev?.packets_out, cur.packets_out),
+    bytes_out: counterDelta(prev?.bytes_out, cur.bytes_out),
+    dropped,
+  };
+}
+
+const isZero = (c: Counts) => KEYS.every((k) => c[k] === 0) && c.dropped.every((d) => d === 0);
+
+/** The deltas of a tunnel's latest minute, buffered in traffic.seen until that minute is complete. */
+interface Pending {
+  t: number;
+  d: Counts;
+}
+
+const addCounts = (a: Counts, b: Counts): Counts => ({
+  packets_in: a.packets_in + b.packets_in,
+  bytes_in: a.bytes_in + b.bytes_in,
+  packets_out: a.packets_out + b.packets_out,
+  bytes_out: a.bytes_out + b.bytes_out,
+  dropped: DROP_REASONS.map((_, i) => (a.dropped[i] ?? 0) + (b.dropped[i] ?? 0)),
+});
+
+/** `dropped` as stored: null when nothing was dropped (most rows), else the counts in DROP_REASONS order. */
+const dropsColumn = (d: number[]): number[] | null => (d.every((x) => x === 0) ? null : d);
+
+function pendingOf(row: KnownRow): Pending | null {
+  if (row.pend_ms === null) return null;
+  const d = (row.pend_d ?? []).map(Number);
+  return {
+    t: Number(row.pend_ms),
+    d: { packets_in: Number(row.pend_pi), bytes_in: Number(row.pend_bi), packets_out: Number(row.pend_po), bytes_out: Number(row.pend_bo), dropped: DROP_REASONS.map((_, i) => d[i] ?? 0) },
+  };
+}
+
+interface KnownRow {
+  id: string;
+  status: TunnelStatus;
+  health: Health;
+  checked_ms: string | null;
+  packets_in: string | null;
+  bytes_in: string | null;
+  packets_out: string | null;
+  bytes_out: string | null;
+  dropped: string[] | null;
+  pend_ms: string | null;
+  pend_pi: string | null;
+  pend_bi: string | null;
+  pend_po: string | null;
+  pend_bo: string | null;
+  pend_d: string[] | null;
+}
+
+export class StatusIngest {
+  constructor(
+    private readonly db: Database,
+    private readonly store: TrafficStore,
+    private readonly events: Pick<TunnelEventSink, 'healthChanged'>,
+    private readonly bus: Pick<TunnelStatusBus, 'publish'>,
+  ) {}
+
+  /** Stores one `status` answer of node `nodeId`, collected at `at`. StatusRejected when malformed. */
+  async ingestStatus(nodeId: string, result: StatusResult, at: Date): Promise<IngestOutcome> {
+    const why = checkStatusResult(result);
+    if (why) throw new StatusRejected(`the status answer of node ${nodeId} breaks the contract: ${why}`);
+    const reports = new Map(result.tunnels.map((t) => [t.id.toLowerCase(), t]));
+    await this.store.ensureFor(at);
+    const minute = new Date(Math.floor(at.getTime() / MINUTE_MS) * MINUTE_MS);
+    const out = await this.db.transaction(async (sql) => {
+      // Shared: a rollup (storage.ts) waits for this round, and this round sees where it stopped.
+      const [r] = await sql.query<{ done_through: string | Date }>('select done_through from traffic.rollup where id = 1 for share');
+      const doneThrough = new Date(r!.done_through).getTime();
+      const rows = await sql.query<KnownRow>(
+        `select t.id, t.status, t.health, (extract(epoch from t.health_checked_at) * 1000)::bigint::text as checked_ms,
+                s.packets_in::text, s.bytes_in::text, s.packets_out::text, s.bytes_out::text, s.dropped::text[] as dropped,
+                (extract(epoch from s.pend_t) * 1000)::bigint::text as pend_ms, s.pend_pi::text, s.pend_bi::text, s.pend_po::text, s.pend_bo::text, s.pend_d::text[] as pend_d
+           from tunnel t left join traffic.seen s on s.tunnel_id = t.id
+          where t.node_id = ? and (t.status in (${ON_EDGE.map(() => '?').join(', ')}) or t.id in (select x::uuid from jsonb_array_elements_text(?::jsonb) as x))`,
+        [nodeId, ...ON_EDGE, JSON.stringify([...reports.keys()])],
+      );
+      const seen: { id: string; c: TunnelCounters; pend: Pending | null }[] = [];
+      const flush: { id: string; t: number; d: Counts }[] = [];
+      let carried = 0;
+      const health: { id: string; h: Health; c: string | null }[] = [];
+      const changed: { id: string; status: TunnelStatus; health: Health }[] = [];
+      for (const row of rows) {
+        const rep = reports.get(row.id);
+        if (rep) {
+          const prev: Counts | undefined =
+            row.packets_in === null
+              ? undefined
+              : { packets_in: Number(row.packets_in), bytes_in: Number(row.bytes_in), packets_out: Number(row.packets_out), bytes_out: Number(row.bytes_out), dropped: (row.dropped ?? []).map(Number) };
+          const d = deltasOf(prev, rep.counters);
+          let pend = pendingOf(row);
+          if (!isZero(d)) {
+            carried++;
+            if (minute.getTime() < doneThrough) {
+              // Late: its hour is rolled up already, so it goes to the minute and the hour at once.
+              flush.push({ id: row.id, t: minute.getTime(), d });
+            } else if (pend && pend.t === minute.getTime()) {
+              pend = { t: pend.t, d: addCounts(pend.d, d) };
+            } else {
+              if (pend) flush.push({ id: row.id, t: pend.t, d: pend.d });
+              pend = { t: minute.getTime(), d };
+            }
+          } else if (pend && pend.t < minute.getTime()) {
+            // A later minute came: the buffered one is complete.
+            flush.push({ id: row.id, t: pend.t, d: pend.d });
+            pend = null;
+          }
+          seen.push({ id: row.id, c: rep.counters, pend });
+        }
+        if (!ON_EDGE.includes(row.status)) continue;
+        const h: Health = rep ? rep.health : 'unknown';
+        const checked = rep ? rep.checked_at : null;
+        const checkedMs = checked === null ? null : Date.parse(checked);
+        const keepChecked = checked === null;
+        if (h !== row.health || (!keepChecked && String(checkedMs) !== row.checked_ms)) health.push({ id: row.id, h, c: checked });
+        if (h !== row.health) changed.push({ id: row.id, status: row.status, health: h });
+      }
+      if (seen.length > 0) {
+        await sql.query(
+          `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at, pend_t, pend_pi, pend_bi, pend_po, pend_bo, pend_d)
+           select id, pi, bi, po, bo, d, ?::timestamptz, pt, coalesce(ppi, 0), coalesce(pbi, 0), coalesce(ppo, 0), coalesce(pbo, 0), pd
+             from jsonb_to_recordset(?::jsonb) as x(id uuid, pi bigint, bi bigint, po bigint, bo bigint, d bigint[], pt timestamptz, ppi bigint, pbi bigint, ppo bigint, pbo bigint, pd bigint[])
+           on conflict (tunnel_id) do update set packets_in = excluded.packets_in, bytes_in = excluded.bytes_in, packets_out = excluded.packets_out,
+             bytes_out = excluded.bytes_out, dropped = excluded.dropped, seen_at = excluded.seen_at, pend_t = excluded.pend_t, pend_pi = excluded.pend_pi,
+             pend_bi = excluded.pend_bi, pend_po = excluded.pend_po, pend_bo = excluded.pend_bo, pend_d = excluded.pend_d`,
+          [
+            at.toISOString(),
+            JSON.stringify(
+              seen.map((x) => ({
+                id: x.id,
+                pi: x.c.packets_in,
+                bi: x.c.bytes_in,
+                po: x.c.packets_out,
+                bo: x.c.bytes_out,
+                d: DROP_REASONS.map((r) => x.c.dropped[r]),
+                ...(x.pend ? { pt: new Date(x.pend.t).toISOString(), ppi: x.pend.d.packets_in, pbi: x.pend.d.bytes_in, ppo: x.pend.d.packets_out, pbo: x.pend.d.bytes_out, pd: dropsColumn(x.pend.d.dropped) } : {}),
+              })),
+            ),
+          ],
+        );
+      }
+      if (flush.length > 0) {
+        // One statement per table whatever the number of tunnels: the rows travel as one JSON document.
+        const json = (list: typeof flush, hour: boolean) =>
+          JSON.stringify(list.map((c) => ({ id: c.id, t: new Date(hour ? Math.floor(c.t / HOUR_MS) * HOUR_MS : c.t).toISOString(), pi: c.d.packets_in, bi: c.d.bytes_in, po: c.d.packets_out, bo: c.d.bytes_out, d: dropsColumn(c.d.dropped) })));
+        const late = flush.filter((c) => c.t < doneThrough);
+        for (const [table, list] of [['minute', flush], ['hour', late]] as const) {
+          if (list.length === 0) continue;
+          await sql.query(
+            `insert into traffic.${table} (tunnel_id, t, packets_in, bytes_in, packets_out, bytes_out, dropped)
+             select id, t, pi, bi, po, bo, d from jsonb_to_recordset(?::jsonb) as x(id uuid, t timestamptz, pi bigint, bi bigint, po bigint, bo bigint, d bigint[])
+             on conflict (tunnel_id, t) do update set packets_in = ${table}.packets_in + excluded.packets_in, bytes_in = ${table}.bytes_in + excluded.bytes_in,
+               packets_out = ${table}.packets_out + excluded.packets_out, bytes_out = ${table}.bytes_out + excluded.bytes_out,
+               dropped = traffic.add_drops(${table}.dropped, excluded.dropped)`,
+            [json(list, table === 'hour')],
+          );
+        }
+      }
+      await this.writeHealth(sql, health, changed);
+      return { reported: seen.length, carried, changed };
+    });
+    await this.publish(out.changed);
+    return { reported: out.reported, carried: out.carried, healthChanged: out.changed.map((c) => c.id) };
+  }
+
+  /** Node `nodeId` did not answer: each of its tunnels on the edge is 'unknown'. Returns those that changed. */
+  async markUnknown(nodeId: string): Promise<string[]> {
+    const changed = await this.db.transaction(async (sql) => {
+      const rows = await sql.query<{ id: string; status: TunnelStatus }>(
+        `update tunnel set health = 'unknown' where node_id = ? and health <> 'unknown' and status in (${ON_EDGE.map(() => '?').join(', ')}) returning id, status`,
+        [nodeId, ...ON_EDGE],
+      );
+      for (const r of rows) await this.events.healthChanged(sql, r.id);
+      return rows.map((r) => ({ id: r.id, status: r.status, health: 'unknown' as const }));
+    });
+    await this.publish(changed);
+    return changed.map((c) => c.id);
+  }
+
+  private async writeHealth(sql: Pick<Sql, 'query'>, health: { id: string; h: Health; c: string | null }[], changed: { id: string }[]): Promise<void> {
+    if (health.length === 0) return;
+    await sql.query(
+      `update tunnel t set health = x.h, health_checked_at = coalesce(x.c, t.health_checked_at)
+         from jsonb_to_recordset(?::jsonb) as x(id uuid, h text, c timestamptz) where t.id = x.id`,
+      [JSON.stringify(health.map((x) => ({ id: x.id, h: x.h, c: x.c })))],
+    );
+    // After the change, in its transaction (server/webhooks/events.ts): the event carries the new health.
+    for (const c of changed) await this.events.healthChanged(sql, c.id);
+  }
+
+  private async publish(changed: { id: string; status: TunnelStatus; health: Health }[]): Promise<void> {
+    for (const c of changed) await this.bus.publish(c.id, c.status, c.health);
+  }
+}
