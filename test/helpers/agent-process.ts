@@ -12,7 +12,7 @@
 // the two lines the call is in flight, which is how a test counts the jobs a node runs at once.
 import { createInterface } from 'node:readline';
 import { loadConfig } from '../../agent/config.ts';
-import { restoreAtStart, startAgent } from '../../agent/main.ts';
+import { restoreAtStart, startAgent, startHealth } from '../../agent/main.ts';
 import { createDataplane, type Dataplane, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { createLogger } from '../../common/log.ts';
 
@@ -68,9 +68,13 @@ const log = createLogger((process.env.AGENT_LOG_LEVEL as 'silent' | undefined) ?
 // As agent/main.ts does: the last desired state is restored before any job can arrive. It goes to the
 // inner dataplane directly, so it is not reported as a call (a call is a job the gateway sent).
 await restoreAtStart(inner, log);
-const agent = await startAgent(config, { dataplane, log });
+// Health checks and the status op only when the test asks (AGENT_HEALTH_INTERVAL_S set): their probes
+// would otherwise run beside every other test's jobs. They use the inner dataplane: not calls either.
+const health = process.env.AGENT_HEALTH_INTERVAL_S ? startHealth(inner, { intervalS: config.healthIntervalS }) : undefined;
+const agent = await startAgent(config, { dataplane, log, ...(health ? { status: health.status } : {}) });
 say({ ready: true, port: agent.address.port, fingerprint: agent.hostKey.fingerprint });
 const stop = async () => {
+  await health?.stop();
   await agent.stop();
   await dataplane.close();
   process.exit(0);

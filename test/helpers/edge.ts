@@ -117,7 +117,7 @@ export class TestEdge {
    * release(). `jobVersions`: AGENT_JOB_VERSIONS (`1` stands in for an agent from before job version 2).
    * `log`: the agent logs at info and its lines are kept in `logs`.
    */
-  async start(opts: { hold?: HoldPoint; jobVersions?: string; log?: boolean } = {}): Promise<void> {
+  async start(opts: { hold?: HoldPoint; jobVersions?: string; log?: boolean; healthIntervalS?: number } = {}): Promise<void> {
     if (this.child) return;
     const child = spawn(NODE_BIN, ['--import', join(ROOT, 'loader/register.mjs'), join(ROOT, 'test/helpers/agent-process.ts')], {
       cwd: ROOT,
@@ -133,6 +133,7 @@ export class TestEdge {
         TG_TEST_NETNS: this.netns.name,
         ...(opts.hold ? { TG_TEST_HOLD: opts.hold } : {}),
         ...(opts.jobVersions !== undefined ? { AGENT_JOB_VERSIONS: opts.jobVersions } : {}),
+        ...(opts.healthIntervalS !== undefined ? { AGENT_HEALTH_INTERVAL_S: String(opts.healthIntervalS) } : {}),
       },
       stdio: [opts.hold ? 'pipe' : 'ignore', 'pipe', 'pipe'],
     });
