@@ -264,9 +264,16 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)') || skipUnless(ca
     for (const t of bought) await until(`${t.id} provisioned`, async () => (await status(t.id)) === 'provisioned');
     await expectConsistent(gw.testDb.raw, user.accountId, bought, edge, 'provisioned');
 
+    // The provision jobs end just after their tunnels moved (the worker then records the applied spec under
+    // the tunnel's row lock): one still running would be the session found waiting below, and the restart
+    // would cut it instead of a delete. So wait until they ended, and until every delete waits.
+    await until('the provision jobs ended', async () => {
+      const live = await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data->>'tunnelId' = any($1::text[]) and state < 'completed'`, [bought.map((t) => t.id)]);
+      return live.rows[0]!.n === 0;
+    });
     before = retries;
     const deletes = bought.map((t) => retrying('DELETE', `/api/dedicated/${t.id}`));
-    await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], 1);
+    await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], N);
     for (const r of await Promise.all(deletes)) expect([200, 202, 409]).toContain(r.status);
     expect(retries - before, 'a delete cut by the restart was sent again').toBeGreaterThan(0);
     for (const t of bought) await until(`${t.id} deleted`, async () => (await status(t.id)) === 'deleted');
