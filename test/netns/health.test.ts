@@ -92,7 +92,6 @@ describe.skipIf(skipUnless(isRoot, 'health tests: root (network namespaces)'))('
     ns.client.run('ip', 'link', 'set', 'c0', 'up');
     ns.client.run('ip', 'route', 'add', 'default', 'via', '198.51.100.1');
     stateDir = mkdtempSync(join(tmpdir(), 'tg-health-'));
-    // A short probe timeout: a failed check costs its timeout, and the test runs three of them.
     dp = await createDataplane({ edgeIp: EDGE, nftTable: 'tunnelgate', stateDir, netns: e.name, linkKind: 'veth-standin' });
     expect(await dp.reconcile([T1])).toMatchObject({ added: 1, failed: [] });
     const peer = standinPeerName(T1.tunnel_name);
@@ -107,7 +106,10 @@ describe.skipIf(skipUnless(isRoot, 'health tests: root (network namespaces)'))('
     await e.waitForPing('100.64.0.2');
     echo = nodeIn(o, ECHO);
     await lineOf(echo, (l) => l === 'ready');
-    health = startHealth(dp, { intervalS: INTERVAL_S, clock, timer: false, startedAt: clock.t, probeTimeoutMs: 600 });
+    // The job probe's 3 s rather than the checks' 1 s: on a loaded CI host an echo over a local veth has taken
+    // longer than a short timeout, and a check that should pass must not fail for it (the three checks that
+    // must fail cost 9 s).
+    health = startHealth(dp, { intervalS: INTERVAL_S, clock, timer: false, startedAt: clock.t, probeTimeoutMs: 3000 });
     // The scheduler meets the tunnel now; its first check falls within the coming interval.
     await health.scheduler.runDue();
   }, 120_000);
