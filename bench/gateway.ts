@@ -7,19 +7,17 @@
 // run, interleaved (default 1; the table shows each one's median). BENCH_ONLY=list (or pricing, purchase; comma-separated) runs the
 // baseline and those scenarios only. BENCH_CPU_PROF=DIR starts the gateway with --cpu-prof into DIR;
 // `node bench/profile-summary.ts DIR/*.cpuprofile` prints where its time went.
+import pg from 'pg';
 import autocannon from 'autocannon';
 import type { Result } from 'autocannon';
-import pg from 'pg';
-import { randomBytes } from 'node:crypto';
-import { dropDatabase, ensureLocalPostgres, withDatabase } from '../test/helpers/postgres.ts';
-import { Database } from '../server/db/database.ts';
-import { migrate, openOrm } from '../server/db/orm.ts';
+import { dropDatabase } from '../test/helpers/postgres.ts';
 import { addNode } from '../server/domain/nodes.ts';
 import { createUser } from '../server/domain/accounts.ts';
 import { createApiKey } from '../server/auth/api-keys.ts';
 import { setRate } from '../server/domain/settings.ts';
 import { startTs } from './lib/process.ts';
 import { totalCpuMs } from './lib/cpu.ts';
+import { createBenchDatabase } from './lib/database.ts';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const CONNECTIONS = 50;
@@ -46,15 +44,7 @@ async function run(name: string, opts: Parameters<typeof autocannon>[0], sides =
 }
 
 async function main(): Promise<void> {
-  const adminUrl = process.env.BENCH_DATABASE_URL ?? ensureLocalPostgres();
-  const dbName = `tg_bench_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`create database ${dbName}`);
-  const url = withDatabase(adminUrl, dbName);
-  const orm = await openOrm({ databaseUrl: url, dataDir: '' });
-  await migrate(orm);
-  const db = new Database(orm);
+  const { admin, dbName, url, db } = await createBenchDatabase('tg_bench');
   process.stderr.write('seeding: a /16 pool, one account, 50 tunnels to list\n');
   // A pinned host key: purchases skip nodes without one (no agent runs here; nothing is provisioned).
   await addNode(db, { name: 'bench-edge', publicIp: '192.0.2.1', sshHost: '127.0.0.1', pool: '198.18.0.0/16', hostKey: `SHA256:${'B'.repeat(43)}` });

@@ -20,16 +20,14 @@
 // (default 32) and BENCH_SECONDS (refresh run length, default 8) tune it.
 import { createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
-import { dropDatabase, ensureLocalPostgres, withDatabase } from '../test/helpers/postgres.ts';
+import { dropDatabase } from '../test/helpers/postgres.ts';
 import { authorizeUrl, CookieJar, driveAuthorize, pkce, type Credentials } from '../test/helpers/oidc.ts';
-import { Database } from '../server/db/database.ts';
-import { migrate, openOrm } from '../server/db/orm.ts';
 import { createUser } from '../server/domain/accounts.ts';
 import { createClient } from '../server/domain/clients.ts';
 import { loadSecrets } from '../server/secrets.ts';
 import { startTs } from './lib/process.ts';
 import { load, merge, type Job, type LoadResult } from './lib/load.ts';
+import { createBenchDatabase } from './lib/database.ts';
 
 const CODES = Number(process.env.BENCH_CODES ?? 4000);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 32);
@@ -137,15 +135,7 @@ function runChains(side: Side, current: string[], seconds: number): Promise<Load
 const fmt = (r: LoadResult) => `${Math.round(r.rate)} /s | ${r.p50.toFixed(1)} | ${r.p99.toFixed(1)}`;
 
 async function main(): Promise<void> {
-  const adminUrl = process.env.BENCH_DATABASE_URL ?? ensureLocalPostgres();
-  const dbName = `tg_bench_oidc_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`create database ${dbName}`);
-  const url = withDatabase(adminUrl, dbName);
-  const orm = await openOrm({ databaseUrl: url, dataDir: '' });
-  await migrate(orm);
-  const db = new Database(orm);
+  const { admin, dbName, url, db } = await createBenchDatabase('tg_bench_oidc');
   const email = 'bench@example.test';
   const password = 'bench password long enough';
   await createUser(db, { email, name: 'Bench', password, balanceUsd: '0' });

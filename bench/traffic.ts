@@ -13,14 +13,13 @@
 // no upsert, no health, no baseline table): what any per-round write costs at least.
 //
 //   npm run bench:traffic          (a PostgreSQL: BENCH_DATABASE_URL or the local test cluster)
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { ensureLocalPostgres, withDatabase } from '../test/helpers/postgres.ts';
-import { Database } from '../server/db/database.ts';
-import { migrate, openOrm } from '../server/db/orm.ts';
+import { ensureLocalPostgres } from '../test/helpers/postgres.ts';
 import { StatusIngest } from '../server/health/ingest.ts';
 import { HOUR_MS, MINUTE_MS, TrafficStore } from '../server/health/storage.ts';
 import { DROP_REASONS, type StatusResult } from '../common/tunnel-status.ts';
+import { createBenchDatabase } from './lib/database.ts';
 
 const TUNNELS = Number(process.env.TG_BENCH_TUNNELS ?? 10_000);
 const MINUTES = Number(process.env.TG_BENCH_MINUTES ?? 60);
@@ -45,14 +44,7 @@ async function trafficBytes(raw: pg.Client): Promise<{ minute: number; hour: num
 }
 
 async function run(label: string, active: number, adminUrl: string): Promise<Record<string, unknown>> {
-  const dbName = `tg_bench_traffic_${randomBytes(4).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`create database ${dbName}`);
-  const url = withDatabase(adminUrl, dbName);
-  const orm = await openOrm({ databaseUrl: url, dataDir: '' });
-  await migrate(orm);
-  const db = new Database(orm);
+  const { admin, dbName, url, db } = await createBenchDatabase('tg_bench_traffic', adminUrl);
   const raw = new pg.Client({ connectionString: url });
   await raw.connect();
   try {
@@ -160,7 +152,7 @@ async function run(label: string, active: number, adminUrl: string): Promise<Rec
     };
   } finally {
     await raw.end();
-    await orm.close();
+    await db.close();
     await admin.query(`drop database ${dbName} with (force)`);
     await admin.end();
   }
