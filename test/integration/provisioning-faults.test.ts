@@ -215,17 +215,19 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)') || skipUnless(ca
   }
 
   /**
-   * Holds the rows `lockSql` selects FOR UPDATE on a connection of its own, so the requests that change them
-   * stop inside their transactions; once PostgreSQL shows at least `atLeast` sessions waiting on that lock,
-   * restarts the cluster under them (which also ends the holder). In flight is observed, never assumed.
+   * Holds the rows `lockSql` selects FOR UPDATE on a connection of its own, then sends the requests `send`
+   * makes, so the ones that change those rows stop inside their transactions (taken before any request is
+   * sent, the lock cannot be missed by a quick one); once PostgreSQL shows at least `atLeast` sessions waiting
+   * on it, restarts the cluster under them (which also ends the holder). In flight is observed, never assumed.
    */
-  async function restartUnder(lockSql: string, params: unknown[], atLeast: number): Promise<void> {
+  async function restartUnder<T>(lockSql: string, params: unknown[], atLeast: number, send: () => Promise<T>[]): Promise<T[]> {
     const holder = new pg.Client({ connectionString: gw.testDb.url });
     holder.on('error', () => {}); // the restart ends it
     await holder.connect();
     await holder.query('begin');
     await holder.query(lockSql, params);
     const { rows } = await holder.query<{ pid: number }>('select pg_backend_pid() as pid');
+    const sent = send();
     await until(`${atLeast} requests waiting inside their transactions`, async () => {
       const w = await gw.testDb.raw.query<{ n: number }>(
         `select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and $1::int = any(pg_blocking_pids(pid))`,
@@ -235,15 +237,17 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)') || skipUnless(ca
     });
     await cluster.restart();
     await holder.end().catch(() => {});
+    return Promise.all(sent);
   }
 
   it('purchases, provisions and deletes cut by a restart mid-transaction each happen exactly once', async () => {
     const N = 10;
     // Purchases lock the account row first: with it held, they stop inside their transactions.
     let before = retries;
-    const buys = Array.from({ length: N }, (_, i) => retrying('POST', '/api/dedicated', { name: `load-${i}`, origin_ip: '8.8.4.4' }, { 'idempotency-key': `load-${i}` }));
-    await restartUnder('select 1 from account where id = $1 for update', [user.accountId], 1);
-    const bought = (await Promise.all(buys)).map((r) => {
+    const buys = await restartUnder('select 1 from account where id = $1 for update', [user.accountId], 1, () =>
+      Array.from({ length: N }, (_, i) => retrying('POST', '/api/dedicated', { name: `load-${i}`, origin_ip: '8.8.4.4' }, { 'idempotency-key': `load-${i}` })),
+    );
+    const bought = buys.map((r) => {
       expect(r.status).toBe(201);
       return r.body.tunnel as Bought;
     });
@@ -252,9 +256,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)') || skipUnless(ca
 
     // Provisions change the tunnel rows: held, they stop on them.
     before = retries;
-    const provisions = bought.map((t) => retrying('POST', `/api/dedicated/${t.id}/provision`));
-    await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], 1);
-    for (const r of await Promise.all(provisions)) {
+    const provisions = await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], 1, () =>
+      bought.map((t) => retrying('POST', `/api/dedicated/${t.id}/provision`)),
+    );
+    for (const r of provisions) {
       // 409 only when an earlier attempt already got it provisioned.
       if (r.status === 409) expect(r.body.error_description).toMatch(/provisioned/);
       else expect([200, 202]).toContain(r.status);
@@ -272,9 +277,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)') || skipUnless(ca
       return live.rows[0]!.n === 0;
     });
     before = retries;
-    const deletes = bought.map((t) => retrying('DELETE', `/api/dedicated/${t.id}`));
-    await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], N);
-    for (const r of await Promise.all(deletes)) expect([200, 202, 409]).toContain(r.status);
+    const deletes = await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], N, () =>
+      bought.map((t) => retrying('DELETE', `/api/dedicated/${t.id}`)),
+    );
+    for (const r of deletes) expect([200, 202, 409]).toContain(r.status);
     expect(retries - before, 'a delete cut by the restart was sent again').toBeGreaterThan(0);
     for (const t of bought) await until(`${t.id} deleted`, async () => (await status(t.id)) === 'deleted');
     await expectConsistent(gw.testDb.raw, user.accountId, bought, edge, 'deleted');
