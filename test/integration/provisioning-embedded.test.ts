@@ -47,7 +47,11 @@ it.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisions through p
   try {
     // The job kept failing while the agent was down, so its next try may be up to a minute of backoff away
     // (server/provisioning/queue.ts: retryDelayMax), and PGlite boots slowly on a loaded host: bounds, not expectations.
-    await until('the job queued before the restart to finish after it', async () => (await statusAt(second.url, t2.id)) === 'provisioned', 240_000);
+    await until('the job queued before the restart to finish after it', async () => (await statusAt(second.url, t2.id)) === 'provisioned', 240_000).catch(async (e: Error) => {
+      // Say where the job stood, so a failure here can be told apart from a slow backoff.
+      const jobs = await second.db.query(`select name, state, retry_count, start_after, started_on from pgboss.job where data->>'tunnelId' = ?`, [t2.id]);
+      throw new Error(`${e.message}; its jobs: ${JSON.stringify(jobs)}`);
+    });
     expect(edge.links()).toContain(t2.tunnel_name);
     expect(edge.mapElements()).toContain(t2.protected_ip);
   } finally {
