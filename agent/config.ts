@@ -161,7 +161,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     try {
       return parseJobKeys(v);
     } catch (e) {
-      if (e instanceof JobKeyError) throw new ConfigError(`AGENT_JOB_KEY (the gateway's job-signing public key, a JWK or SPKI PEM, or a JSON array of two during a rotation): ${e.message}`);
+      if (e instanceof JobKeyError) throw new ConfigError(`AGENT_JOB_KEY (the gateway's job-signing public key, a JWK or SPKI PEM, or two keys during a rotation: a JWK Set or two PEMs): ${e.message}`);
       throw e;
     }
   });

@@ -16,48 +16,53 @@ export class JobKeyError extends Error {
 }
 
 /**
- * AGENT_JOB_KEY: the key(s) a job may be signed with. One key (a JWK or an SPKI PEM), or, while the
- * gateway's job-signing key is being rotated (README "Rotating the job-signing key"), two: a JSON array
- * of two items, each a JWK object or a PEM string (`[{"kty":"OKP",...,"kid":"old"}, "-----BEGIN PUBLIC
- * KEY-----\n..."]`), or two PEM blocks one after the other. A job verifying with either is accepted. More
- * than two is refused: an old key left in the list would stay trusted long after the rotation ended.
+ * AGENT_JOB_KEY: the key(s) a job may be signed with (docs/CONTRACTS.md "Agent configuration"). One key, a
+ * JWK or an SPKI PEM; or, while the gateway's job-signing key is rotated (README "Rotating the job-signing
+ * key"), two: a JWK Set (`{"keys": [old, new]}`, each with its own `kid`, which tells them apart) or two
+ * PEM blocks one after the other (what openssl prints; no kid, so both are tried). A job verifying with
+ * either is accepted. More than two is refused: an old key left in the set would stay trusted long after
+ * the rotation ended.
  */
 export function parseJobKeys(text: string): JobKey[] {
   const t = text.trim();
   let keys: JobKey[];
-  if (t.startsWith('[')) {
-    let items: unknown;
+  if (t.startsWith('{')) {
+    let json: unknown;
     try {
-      items = JSON.parse(t);
+      json = JSON.parse(t);
     } catch (e) {
       throw new JobKeyError(`not valid JSON: ${(e as Error).message}`);
     }
-    if (!Array.isArray(items) || items.length === 0) throw new JobKeyError('a list of job keys must be a non-empty JSON array');
-    keys = items.map((item, i) => {
-      const where = `key ${i + 1} of the list`;
-      if (typeof item === 'string') return withWhere(where, () => parsePem(item));
-      if (item !== null && typeof item === 'object' && !Array.isArray(item)) return withWhere(where, () => parseJwk(item as Record<string, unknown>));
-      throw new JobKeyError(`${where} must be a JWK object or a PEM string`);
-    });
-  } else if (t.startsWith('{')) {
-    let jwk: unknown;
-    try {
-      jwk = JSON.parse(t);
-    } catch (e) {
-      throw new JobKeyError(`not valid JSON: ${(e as Error).message}`);
-    }
-    if (jwk === null || typeof jwk !== 'object' || Array.isArray(jwk)) throw new JobKeyError('the JWK must be a JSON object');
-    keys = [parseJwk(jwk as Record<string, unknown>)];
+    if (!isObject(json)) throw new JobKeyError('the JWK must be a JSON object');
+    if ('keys' in json) keys = parseJwkSet(json.keys);
+    else keys = [parseJwk(json)];
   } else if (t.includes('-----BEGIN')) {
     const pem = t.includes('\n') ? t.replace(/\r\n/g, '\n') : t.replace(/\\n/g, '\n');
     const blocks = pem.match(/-----BEGIN [^-]+-----[\s\S]*?-----END [^-]+-----/g) ?? [pem];
-    keys = blocks.map((b, i) => (blocks.length > 1 ? withWhere(`PEM block ${i + 1}`, () => parsePem(b)) : parsePem(b)));
+    keys = blocks.length === 1 ? [parsePem(blocks[0]!)] : blocks.map((b, i) => withWhere(`PEM block ${i + 1}`, () => parsePem(b)));
   } else {
-    throw new JobKeyError('must be an Ed25519 public key as a JWK (JSON) or an SPKI PEM, or a JSON array of two such keys during a rotation');
+    throw new JobKeyError('must be an Ed25519 public key as a JWK (JSON) or an SPKI PEM, or two keys (a JWK Set or two PEMs) during a rotation');
   }
   if (keys.length > 2) throw new JobKeyError(`at most two keys (the old and the new one during a rotation), got ${keys.length}`);
   if (keys.length === 2 && keys[0]!.thumbprint === keys[1]!.thumbprint) throw new JobKeyError('the two keys are the same key');
   return keys;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/** A JWK Set's `keys`: JWKs that each carry a distinct `kid`, the name a job's header picks its key by. */
+function parseJwkSet(keys: unknown): JobKey[] {
+  if (!Array.isArray(keys) || keys.length === 0) throw new JobKeyError('a JWK Set\'s "keys" must be a non-empty array');
+  const parsed = keys.map((k, i) => {
+    const where = `key ${i + 1} of the JWK Set`;
+    if (!isObject(k)) throw new JobKeyError(`${where} must be a JWK object`);
+    const key = withWhere(where, () => parseJwk(k));
+    if (key.kid === undefined) throw new JobKeyError(`${where} has no kid; in a set each key needs the kid node add printed with it`);
+    return key;
+  });
+  const kids = parsed.map((k) => k.kid);
+  if (new Set(kids).size !== kids.length) throw new JobKeyError(`two keys of the JWK Set have the same kid ${JSON.stringify(kids.find((k, i) => kids.indexOf(k) !== i))}`);
+  return parsed;
 }
 
 /** Exactly one key: what the agent took before rotations (kept for callers that trust one key). */
