@@ -83,14 +83,17 @@ describe.skipIf(skipUnless(onPath('docker-compose') && onPath('openssl'), 'compo
     const made = spawnSync('bash', [join(ROOT, 'server/deploy/make-env.sh')], { encoding: 'utf8' });
     expect(made.stderr).toBe('');
     expect(made.status).toBe(0);
-    const secrets = Object.fromEntries(made.stdout.trim().split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    // KEY='value' lines: single quotes, so a shell's `set -a; . ./.env` (README "Operator guide") reads them alike.
+    const lines = made.stdout.trim().split('\n');
+    for (const l of lines) expect(l).toMatch(/^[A-Z_]+='[^']+'$/);
+    const secrets = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 2, -1)]));
     expect(Object.keys(secrets).sort()).toEqual(SECRET_NAMES.map((n) => SECRET_ENV[n]).sort());
     // What `node add` prints from these secrets (server/cli/commands.ts): the SSH public key line and the job JWK.
     const ssh = parseSecret('gateway_ssh_key', secrets.GATEWAY_SSH_KEY!);
     const job = parseSecret('job_signing_key', secrets.JOB_SIGNING_KEY!);
     const nodeId = randomUUID();
     const agentValues = { AGENT_NODE_ID: nodeId, AGENT_AUTHORIZED_KEY: ssh.publicKey, AGENT_JOB_KEY: JSON.stringify(job.publicJwk), AGENT_EDGE_IP: '192.0.2.10' };
-    const envText = [...Object.entries(secrets), ...Object.entries(agentValues)].map(([k, v]) => `${k}=${v}`).join('\n') + '\n';
+    const envText = [...Object.entries(secrets), ...Object.entries(agentValues)].map(([k, v]) => `${k}='${v}'`).join('\n') + '\n';
 
     const r = composeConfig(envText, 'edge');
     expect(r.stderr).not.toMatch(/ERROR/);
@@ -102,6 +105,15 @@ describe.skipIf(skipUnless(onPath('docker-compose') && onPath('openssl'), 'compo
       expect(gateway[SECRET_ENV[n]]).toBe(secrets[SECRET_ENV[n]]);
       expect(() => parseSecret(n, gateway[SECRET_ENV[n]]!)).not.toThrow();
     }
+    // The same file sourced by a shell, as README's operator guide does for `npm start` and the admin CLI.
+    const envFile = join(dir, 'sourced.env');
+    writeFileSync(envFile, envText, { mode: 0o600 });
+    const sourced = spawnSync('bash', ['-c', 'set -a; . "$1"; set +a; node -e "process.stdout.write(JSON.stringify(process.env))"', 'bash', envFile], { encoding: 'utf8' });
+    expect(sourced.status).toBe(0);
+    const shellEnv = JSON.parse(sourced.stdout) as Record<string, string>;
+    for (const n of SECRET_NAMES) expect(shellEnv[SECRET_ENV[n]]).toBe(secrets[SECRET_ENV[n]]);
+    expect(shellEnv.AGENT_JOB_KEY).toBe(agentValues.AGENT_JOB_KEY);
+
     const agent = loadAgentConfig(envOf(r.services.agent));
     expect(agent.nodeId).toBe(nodeId);
     expect(agent.edgeIp).toBe('192.0.2.10');
