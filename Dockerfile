@@ -15,5 +15,11 @@ COPY server ./server
 COPY agent ./agent
 COPY schema ./schema
 ENV HOST=0.0.0.0 PORT=4000 NODE_ENV=production
+# The gateway runs as the image's unprivileged `node` user: the code stays root-owned (read-only to it);
+# the one place it may write is DATA_DIR (the embedded database, when no DATABASE_URL is given, and the
+# admin socket beside it). The edge agent, which configures the kernel, is started as root instead
+# (docker-compose.yml `user: root`).
+RUN mkdir -p /app/.data && chown node:node /app/.data
+USER node
 EXPOSE 4000
 CMD ["npm", "start"]

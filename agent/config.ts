@@ -13,7 +13,7 @@ import { CidrError, parseCidrList, type CidrList } from './cidr.ts';
 import { parseIPv4 } from '../common/ipv4.ts';
 import { isUuid } from '../common/names.ts';
 import { JOB_VERSIONS, isJobVersion, type JobVersion } from '../common/job-contract.ts';
-import { JobKeyError, parseJobKey, type JobKey } from './jobs/job-key.ts';
+import { JobKeyError, parseJobKeys, type JobKey } from './jobs/job-key.ts';
 import { SshKeyError, parseAuthorizedKey, type AuthorizedKey } from './ssh/keys.ts';
 
 export const CONFIG_KEYS = [
@@ -43,7 +43,8 @@ export interface AgentConfig {
   /** Absolute path: host key and replay cache. */
   stateDir: string;
   authorizedKey: AuthorizedKey;
-  jobKey: JobKey;
+  /** One key, or two during a rotation of the gateway's job-signing key (agent/jobs/job-key.ts). */
+  jobKeys: readonly JobKey[];
   /** This router's GRE underlay address; every job's `edge_ip`. */
   edgeIp: string;
   nftTable: string;
@@ -156,11 +157,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
       throw e;
     }
   });
-  const jobKey = need('AGENT_JOB_KEY', (v) => {
+  const jobKeys = need('AGENT_JOB_KEY', (v) => {
     try {
-      return parseJobKey(v);
+      return parseJobKeys(v);
     } catch (e) {
-      if (e instanceof JobKeyError) throw new ConfigError(`AGENT_JOB_KEY (the gateway's job-signing public key, a JWK or SPKI PEM): ${e.message}`);
+      if (e instanceof JobKeyError) throw new ConfigError(`AGENT_JOB_KEY (the gateway's job-signing public key, a JWK or SPKI PEM, or two keys during a rotation: a JWK Set or two PEMs): ${e.message}`);
       throw e;
     }
   });
@@ -232,7 +233,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     listen: listen!,
     stateDir: stateDir!,
     authorizedKey: authorizedKey!,
-    jobKey: jobKey!,
+    jobKeys: jobKeys!,
     edgeIp: edgeIp!,
     nftTable: nftTable!,
     logLevel: logLevel!,

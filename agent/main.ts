@@ -113,7 +113,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
   const replay = await ReplayCache.open(config.stateDir, { now, warn: (m, f) => log.warn(m, f) });
   const hostKey = await loadOrCreateHostKey(config.stateDir);
   const jobs = new JobHandler(
-    { nodeId: config.nodeId, edgeIp: config.edgeIp, jobKey: config.jobKey, replay, now, versions: config.jobVersions, ...(config.protectedPools ? { protectedPools: config.protectedPools } : {}) },
+    { nodeId: config.nodeId, edgeIp: config.edgeIp, jobKeys: config.jobKeys, replay, now, versions: config.jobVersions, ...(config.protectedPools ? { protectedPools: config.protectedPools } : {}) },
     opts.dataplane,
     log,
     opts.status,
@@ -203,7 +203,7 @@ async function main(): Promise<void> {
     health_interval_s: config.healthIntervalS,
     version: agentVersion(),
     gateway_key: config.authorizedKey.fingerprint,
-    job_key: config.jobKey.kid ?? config.jobKey.thumbprint,
+    job_keys: config.jobKeys.map((k) => k.kid ?? k.thumbprint),
     sources: config.sources,
   });
   // Loaded here rather than at the top so `tunnel-agent fingerprint` needs no netlink.

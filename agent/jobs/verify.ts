@@ -59,7 +59,11 @@ export interface VerifyContext {
   nodeId: string;
   /** This router's GRE underlay address (AGENT_EDGE_IP). */
   edgeIp: string;
-  jobKey: JobKey;
+  /**
+   * AGENT_JOB_KEY: one key, or two while the gateway's job-signing key is rotated; a job signed by either
+   * is accepted (README "Rotating the job-signing key").
+   */
+  jobKeys: readonly JobKey[];
   /**
    * AGENT_PROTECTED_POOLS: the protected IPs this router may map; undefined = any. A stolen job key then
    * cannot map other addresses through this router (docs/CONTRACTS.md "Hardening of the listener").
@@ -142,14 +146,24 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
 
   // 2. invalid_signature ----------------------------------------------------------------------
   if (header.alg !== JOB_ALG) return refuse('invalid_signature', `alg must be ${JOB_ALG}, got ${JSON.stringify(header.alg ?? null)}`);
-  if (ctx.jobKey.kid !== undefined && header.kid !== ctx.jobKey.kid) {
-    return refuse('invalid_signature', `signed with key ${JSON.stringify(header.kid)}; this agent trusts ${JSON.stringify(ctx.jobKey.kid)}`);
+  // A key with a kid (a JWK from node add) is tried only for jobs naming it; a PEM key has none and is
+  // tried for any. The gateway names its key by its thumbprint (server/edge/job-signing.ts).
+  const candidates = ctx.jobKeys.filter((k) => k.kid === undefined || k.kid === header.kid);
+  if (candidates.length === 0) {
+    const trusted = ctx.jobKeys.map((k) => JSON.stringify(k.kid)).join(' and ');
+    return refuse('invalid_signature', `signed with key ${JSON.stringify(header.kid)}; this agent trusts ${trusted}`);
   }
-  try {
-    await compactVerify(text, ctx.jobKey.key, { algorithms: [JOB_ALG] });
-  } catch {
-    return refuse('invalid_signature', 'the signature does not verify with this agent\'s job key');
+  let verified = false;
+  for (const k of candidates) {
+    try {
+      await compactVerify(text, k.key, { algorithms: [JOB_ALG] });
+      verified = true;
+      break;
+    } catch {
+      // the next key, if any
+    }
   }
+  if (!verified) return refuse('invalid_signature', `the signature does not verify with this agent's job key${ctx.jobKeys.length > 1 ? 's' : ''}`);
 
   // 3. wrong_audience -------------------------------------------------------------------------
   if (typeof claims.aud !== 'string' || claims.aud.toLowerCase() !== ctx.nodeId) {

@@ -1,7 +1,9 @@
 // The admin CLI: `npm run admin -- <command> [options]` (docs/CONTRACTS.md "Admin CLI").
 //
 // Output contract
-// - Success: exactly one JSON object on stdout (one line), exit status 0.
+// - Success: exactly one JSON object on stdout (one line), exit status 0. A read command given
+//   `--format table` prints the same result as aligned text for people instead (server/cli/table.ts);
+//   failures stay JSON either way.
 // - Failure: exactly one `{"error": code, "error_description": text}` object on stderr (one line),
 //   nothing on stdout, and a non-zero exit status:
 //     2  usage error (`usage_error`): no or unknown command, unknown option, a required option missing,
@@ -31,6 +33,7 @@ import { loadSecrets, SecretsError, type ServerSecrets } from '../secrets.ts';
 import { openDatabase } from '../services.ts';
 import { formatUsage, parseOptions, UsageError, type ParsedOptions } from './args.ts';
 import { COMMANDS, type Command } from './commands.ts';
+import { renderTable } from './table.ts';
 import { adminSocketPath, forwardToGateway } from './admin-socket.ts';
 import { createLogger } from '../../common/log.ts';
 import { ProvisioningService } from '../provisioning/service.ts';
@@ -106,7 +109,8 @@ function globalUsage(): string {
     'Commands:',
     ...COMMANDS.map((c) => `  ${c.name.padEnd(width)}  prints ${c.prints}`),
     '',
-    'Success: one JSON object on stdout, exit 0. Failure: {"error", "error_description"} on stderr and',
+    'Success: one JSON object on stdout, exit 0 (read commands: --format table prints it as a table for people).',
+    'Failure: {"error", "error_description"} on stderr and',
     'exit 2 (usage error: the command line is wrong), 1 (refused: nothing was written) or 3 (failure:',
     'environment, database or a bug). Money amounts are given as decimal strings such as 25.50 and printed as JSON numbers.',
     '',
@@ -219,7 +223,7 @@ export async function main(
       },
       options,
     );
-    io.stdout(JSON.stringify(result) + '\n');
+    io.stdout(options.format === 'table' ? renderTable(result) : JSON.stringify(result) + '\n');
     return EXIT.ok;
   } catch (e) {
     return fail(classify(e));

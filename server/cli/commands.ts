@@ -14,6 +14,7 @@ import type { ServerSecrets } from '../secrets.ts';
 import { intOption, isoOption, UsageError, type OptionSpec, type ParsedOptions } from './args.ts';
 import { QUEUE_COMMANDS, type EdgeQueueing } from './queue-commands.ts';
 import { READ_COMMANDS } from './read-commands.ts';
+import { FORMAT_OPTION } from './table.ts';
 import { WEBHOOK_COMMANDS } from './webhook-commands.ts';
 import type { Config } from '../config.ts';
 
@@ -36,6 +37,8 @@ export interface Command {
   /** Printed keys, for the help text. */
   prints: string;
   options: readonly OptionSpec[];
+  /** A read command: changes nothing, and takes `--format table` besides JSON (server/cli/table.ts). */
+  read?: true;
   /** Checks of the command line that need no database; a failure is a usage error (exit 2). */
   check?(o: ParsedOptions): void;
   run(ctx: CommandContext, o: ParsedOptions): Promise<Record<string, unknown>>;
@@ -45,7 +48,7 @@ const str = (o: ParsedOptions, name: string): string => o[name] as string;
 const opt = (o: ParsedOptions, name: string): string | undefined => o[name] as string | undefined;
 const list = (o: ParsedOptions, name: string): string[] => (o[name] as string[] | undefined) ?? [];
 
-export const COMMANDS: readonly Command[] = [
+const ALL_COMMANDS: readonly Command[] = [
   {
     name: 'user create',
     summary: 'Create a user with their own account (and optionally an opening balance).',
@@ -148,6 +151,7 @@ export const COMMANDS: readonly Command[] = [
   },
   {
     name: 'client list',
+    read: true,
     summary: 'List the OAuth clients with their redirect URIs and API access (never their secrets).',
     prints: '{items: [{client_id, name, redirect_uris, api_access, created_at, secret_rotated_at}], next_cursor}',
     options: [
@@ -240,8 +244,12 @@ export const COMMANDS: readonly Command[] = [
   },
   {
     name: 'node list',
-    summary: 'Edge nodes, oldest first: addresses, pinned host key, whether they sell (sellable and a host key), pool size and free IPs.',
-    prints: '{items: [...], next_cursor}',
+    read: true,
+    summary:
+      'Edge nodes, oldest first: addresses, pinned host key, whether they sell (sellable and a host key), pool size and free IPs, ' +
+      'tunnels by status, live tunnels by health, and the last status round (when, and whether the agent answered).',
+    prints:
+      '{items: [{node_id, name, public_ip, ssh_host, ssh_port, host_key, sellable, selling, pool, pool_size, free, tunnels: {STATUS: n}, health: {up, down, unknown}, last_poll: {at, reachable} | null, created_at}], next_cursor}',
     options: [
       { name: 'limit', value: 'N', help: 'at most N nodes (1-500, default 50)' },
       { name: 'cursor', value: 'CURSOR', help: 'next_cursor of the previous page' },
@@ -257,8 +265,9 @@ export const COMMANDS: readonly Command[] = [
   },
   {
     name: 'node show',
+    read: true,
     summary: 'One edge node, as node list shows it.',
-    prints: '{node_id, name, public_ip, ssh_host, ssh_port, host_key, sellable, selling, pool, pool_size, free, created_at}',
+    prints: '{node_id, name, public_ip, ssh_host, ssh_port, host_key, sellable, selling, pool, pool_size, free, tunnels, health, last_poll, created_at}',
     options: [{ name: 'id', value: 'ID', help: 'the node id printed by node add', required: true }],
     run: ({ db }, o) => showNode(db, str(o, 'id')).then((node) => ({ ...node })),
   },
@@ -320,3 +329,6 @@ export const COMMANDS: readonly Command[] = [
   ...QUEUE_COMMANDS,
   ...WEBHOOK_COMMANDS,
 ];
+
+/** Every command; each read command with --format added here, once, rather than in every option list. */
+export const COMMANDS: readonly Command[] = ALL_COMMANDS.map((c) => (c.read ? { ...c, options: [...c.options, FORMAT_OPTION] } : c));

@@ -27,6 +27,7 @@ function pageOf(o: ParsedOptions): PageRequest {
 export const READ_COMMANDS: readonly Command[] = [
   {
     name: 'user list',
+    read: true,
     summary: 'List users with their account balance, newest first (never their password hashes).',
     prints: '{items: [{id, account_id, email, name, role, picture, balance_usd, created_at}], next_cursor}',
     options: PAGE_OPTIONS,
@@ -35,6 +36,7 @@ export const READ_COMMANDS: readonly Command[] = [
   },
   {
     name: 'user show',
+    read: true,
     summary: "One user with their account balance, their account's tunnels by status and its live API keys.",
     prints: '{id, account_id, email, name, role, picture, balance_usd, created_at, tunnels, active_api_keys}',
     options: [{ name: 'email', value: 'EMAIL', help: 'the user (case-insensitive)', required: true }],
@@ -42,6 +44,7 @@ export const READ_COMMANDS: readonly Command[] = [
   },
   {
     name: 'tunnel list',
+    read: true,
     summary: 'List tunnels of every account (deleted ones too), newest first, optionally filtered.',
     prints:
       '{items: [{id, account_id, node_id, node_name, name, protected_ip, origin_ip, tunnel_name, status, charged_usd, charged_rub, created_at, updated_at}], next_cursor}',
@@ -57,6 +60,7 @@ export const READ_COMMANDS: readonly Command[] = [
   },
   {
     name: 'ledger',
+    read: true,
     summary: "A user's account ledger (top-ups and purchases), newest first.",
     prints: '{items: [{id, kind, amount_usd, balance_after, tunnel_id, promocode, created_at}], next_cursor}',
     options: [
@@ -76,6 +80,7 @@ export const READ_COMMANDS: readonly Command[] = [
   },
   {
     name: 'promocode list',
+    read: true,
     summary: 'List promocodes with their discount, uses and expiry, newest first.',
     prints: '{items: [{code, percent, amount_rub, max_uses, uses, expires_at, created_at}], next_cursor}',
     options: PAGE_OPTIONS,
@@ -84,6 +89,7 @@ export const READ_COMMANDS: readonly Command[] = [
   },
   {
     name: 'apikey list',
+    read: true,
     summary: "List the API keys of a user's account (revoked ones too), newest first; never the keys or their hashes.",
     prints: '{items: [{id, user_id, permission, created_at, revoked_at, last_used_at}], next_cursor}',
     options: [{ name: 'email', value: 'EMAIL', help: "the user whose account's keys are listed", required: true }, ...PAGE_OPTIONS],

@@ -30,6 +30,7 @@ function eventsOf(o: ParsedOptions): string[] | undefined {
 export const WEBHOOK_COMMANDS: readonly Command[] = [
   {
     name: 'webhook list',
+    read: true,
     summary: "A user's account's webhooks, oldest first (never their secrets).",
     prints: '{items: [{id, url, events, created_at}], next_cursor}',
     options: [{ name: 'email', value: 'EMAIL', help: 'the user whose account is listed', required: true }],

@@ -3,6 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { isUuid } from '../../common/names.ts';
 import type { Database, Sql } from '../db/database.ts';
+import { TUNNEL_HEALTHS, TUNNEL_STATUSES, type TunnelStatus } from '../db/entities.ts';
 import { ApiError } from './errors.ts';
 import { cidrRange, formatIPv4, INNER_POOL, INNER_SLOTS, IpError, isUnicast, parseCidr, parseIPv4, poolAddresses, type Cidr } from './ip.ts';
 
@@ -139,6 +140,15 @@ export interface NodeView {
   pool: string | null;
   pool_size: number;
   free: number;
+  /** Its tunnels by status, every status present (0 when none), deleted ones included. */
+  tunnels: Record<TunnelStatus, number>;
+  /** Its live (not deleted) tunnels by health: up, down or unknown (docs/CONTRACTS.md "Health and traffic"). */
+  health: Record<(typeof TUNNEL_HEALTHS)[number], number>;
+  /**
+   * The gateway's last status round with the node (traffic.node_poll, server/health/collector.ts): when,
+   * and whether the agent answered; null when never polled. The operator's "when did we last reach it".
+   */
+  last_poll: { at: string; reachable: boolean } | null;
   created_at: string;
 }
 
@@ -153,6 +163,10 @@ interface NodeRow {
   pool: string | null;
   pool_size: string;
   free: string;
+  tunnels: Record<string, number> | null;
+  health: Record<string, number>;
+  polled_at: string | null;
+  reachable: boolean | null;
   created_at: string;
   cursor_at: string;
 }
@@ -160,9 +174,13 @@ interface NodeRow {
 const NODE_SELECT = `select n.id, n.name, n.public_ip, n.ssh_host, n.ssh_port, n.host_key, n.sellable, n.pool,
     (select count(*) from protected_ip p where p.node_id = n.id) as pool_size,
     (select count(*) from protected_ip p where p.node_id = n.id and p.tunnel_id is null) as free,
+    (select json_object_agg(s.status, s.c) from (select t.status, count(*)::int as c from tunnel t where t.node_id = n.id group by t.status) s) as tunnels,
+    (select json_build_object('up', count(*) filter (where t.health = 'up'), 'down', count(*) filter (where t.health = 'down'),
+       'unknown', count(*) filter (where t.health = 'unknown')) from tunnel t where t.node_id = n.id and t.status <> 'deleted') as health,
+    to_char(np.polled_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as polled_at, np.reachable,
     to_char(n.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as created_at,
     to_json(n.created_at) #>> '{}' as cursor_at
-  from edge_node n`;
+  from edge_node n left join traffic.node_poll np on np.node_id = n.id`;
 
 function nodeView(r: NodeRow): NodeView {
   return {
@@ -177,6 +195,9 @@ function nodeView(r: NodeRow): NodeView {
     pool: r.pool,
     pool_size: Number(r.pool_size),
     free: Number(r.free),
+    tunnels: Object.fromEntries(TUNNEL_STATUSES.map((st) => [st, Number(r.tunnels?.[st] ?? 0)])) as NodeView['tunnels'],
+    health: Object.fromEntries(TUNNEL_HEALTHS.map((h) => [h, Number(r.health[h] ?? 0)])) as NodeView['health'],
+    last_poll: r.polled_at === null ? null : { at: r.polled_at, reachable: r.reachable === true },
     created_at: r.created_at,
   };
 }

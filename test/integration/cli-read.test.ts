@@ -11,6 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiKey, revokeApiKey } from '../../server/auth/api-keys.ts';
 import { main } from '../../server/cli/admin.ts';
+import { COMMANDS } from '../../server/cli/commands.ts';
 import { loadConfig } from '../../server/config.ts';
 import { addBalance, createUser } from '../../server/domain/accounts.ts';
 import { addNode } from '../../server/domain/nodes.ts';
@@ -234,6 +235,79 @@ describe('read and queue commands against PostgreSQL', () => {
     expect((await allPages(env, ['apikey', 'list', '--email', emails[0]!], 1)).items).toEqual(items(k));
     expect(items(ok(await runAdminCli(env, ['apikey', 'list', '--email', emails[1]!])))).toEqual([]);
     cliFailed(await runAdminCli(env, ['apikey', 'list', '--email', 'nobody@example.test']), 1, 'not_found');
+  }, 120_000);
+
+  it('node list and node show: tunnels by status, live tunnels by health, the last status round', async () => {
+    // Health as the collector records it (server/health/), and one status round for edge-a only.
+    await t.raw.query(`update tunnel set health = 'up' where id = $1`, [tunnels['ann-1']]);
+    await t.raw.query(`update tunnel set health = 'down' where id = $1`, [tunnels['ann-4']]);
+    await t.raw.query(`update tunnel set health = 'up' where id = $1`, [tunnels['bob-1']]); // deleted: not counted
+    await t.raw.query(`insert into traffic.node_poll (node_id, polled_at, reachable, tunnels) values ($1, '2026-11-25T10:00:00Z', true, 3)`, [nodeA]);
+    try {
+      const list = items(ok(await runAdminCli(env, ['node', 'list'])));
+      const zero = { pending: 0, provisioning: 0, provisioned: 0, active: 0, failed: 0, deleting: 0, deleted: 0 };
+      const a = { tunnels: { ...zero, active: 1, pending: 1, provisioned: 1 }, health: { up: 1, down: 1, unknown: 1 }, last_poll: { at: '2026-11-25T10:00:00.000Z', reachable: true } };
+      const b = { tunnels: { ...zero, active: 1, deleted: 1 }, health: { up: 0, down: 0, unknown: 1 }, last_poll: null };
+      expect(list.map(({ name, tunnels: byStatus, health, last_poll }) => ({ name, tunnels: byStatus, health, last_poll }))).toEqual([
+        { name: 'edge-a', ...a },
+        { name: 'edge-b', ...b },
+      ]);
+      expect(list[0]).toMatchObject({ pool_size: 6, free: 3, host_key: null, sellable: true, selling: false });
+      expect(ok(await runAdminCli(env, ['node', 'show', '--id', nodeB]))).toMatchObject({ node_id: nodeB, pool_size: 6, free: 4, ...b });
+    } finally {
+      await t.raw.query(`update tunnel set health = 'unknown'`);
+      await t.raw.query(`delete from traffic.node_poll`);
+    }
+  }, 120_000);
+
+  it('--format table: every read command takes it and prints the JSON result as aligned text; bad values are usage errors', async () => {
+    // Every read command, and only they (a write prints a secret once, as JSON for the script that keeps it).
+    const readNames = COMMANDS.filter((c) => / (list|show)$/.test(c.name) || c.name === 'ledger').map((c) => c.name);
+    expect(readNames.length).toBeGreaterThanOrEqual(10);
+    for (const c of COMMANDS) expect(c.options.some((o) => o.name === 'format'), c.name).toBe(readNames.includes(c.name));
+
+    // A list: a header of the JSON's keys, one row per item with the same values, the cursor line when paged.
+    const json = items(ok(await runAdminCli(env, ['user', 'list'])));
+    const table = await runAdminCli(env, ['user', 'list', '--format', 'table']);
+    expect({ code: table.code, stderr: table.stderr }).toEqual({ code: 0, stderr: '' });
+    noSecrets(table.stdout);
+    const lines = table.stdout.trimEnd().split('\n');
+    expect(lines[0]!.split(/ {2,}/)).toEqual(Object.keys(json[0]!));
+    expect(lines).toHaveLength(1 + json.length);
+    for (const [i, u] of json.entries()) {
+      expect(lines[i + 1]!.split(/ {2,}/)).toEqual(Object.values(u).map((v) => (v === null ? '-' : String(v))));
+    }
+    // Columns line up: each header name starts where its column's values start.
+    const starts = (line: string) => [...line.matchAll(/(?:^| {2})(\S)/g)].map((m) => m.index! + (m.index === 0 ? 0 : 2));
+    for (const l of lines.slice(1)) expect(starts(l)).toEqual(starts(lines[0]!));
+
+    const paged = await runAdminCli(env, ['ledger', '--email', emails[0]!, '--limit', '1', '--format', 'table']);
+    expect(paged.code).toBe(0);
+    const cursor = (ok(await runAdminCli(env, ['ledger', '--email', emails[0]!, '--limit', '1'])).next_cursor as string);
+    expect(paged.stdout.trimEnd().split('\n')).toEqual([expect.stringMatching(/^id +kind +amount_usd +balance_after +tunnel_id +promocode +created_at$/), expect.stringMatching(/^\d+ +purchase +-1\.11 +29\.14 /), `next_cursor: ${cursor}`]);
+    expect((await runAdminCli(env, ['tunnel', 'list', '--email', emails[2]!, '--format', 'table'])).stdout).toBe('(none)\n');
+
+    // One object: a key and its value per line; nested counts show what is there.
+    const shown = await runAdminCli(env, ['user', 'show', '--email', emails[0]!, '--format', 'table']);
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).toMatch(/^email +ann@example\.test$/m);
+    expect(shown.stdout).toMatch(/^balance_usd +30\.25$/m);
+    expect(shown.stdout).toMatch(/^tunnels +(?=.*active=2)(?=.*pending=1)(?=.*provisioned=1).*$/m);
+    const nodes = await runAdminCli(env, ['node', 'list', '--format', 'table']);
+    // tunnels (0 counts left out), health, last_poll ("-": never polled), created_at.
+    expect(nodes.stdout.split('\n')[1]).toMatch(/^[0-9a-f-]{36} +edge-a +192\.0\.2\.10 .* pending=1 provisioned=1 active=1 +unknown=3 +- +\d{4}-\S+$/);
+    expect(nodes.stdout.split('\n')[2]).toMatch(/^[0-9a-f-]{36} +edge-b +192\.0\.2\.11 .* active=1 deleted=1 +unknown=1 +- +\d{4}-\S+$/);
+
+    // JSON stays the default and --format json is the same bytes.
+    expect((await runAdminCli(env, ['promocode', 'list', '--format', 'json'])).stdout).toBe((await runAdminCli(env, ['promocode', 'list'])).stdout);
+
+    // Bad input: clear usage errors (exit 2), nothing on stdout.
+    cliFailed(await inProcess(env, ['user', 'list', '--format', 'xml']), 2, 'usage_error', /--format must be one of json, table; got "xml"/);
+    cliFailed(await inProcess(env, ['user', 'list', '--format']), 2, 'usage_error', /--format needs a value/);
+    cliFailed(await inProcess(env, ['user', 'list', '--format', 'table', '--format', 'json']), 2, 'usage_error', /--format was given 2 times/);
+    cliFailed(await inProcess(env, ['balance', 'add', '--email', emails[0]!, '--usd', '1', '--format', 'table']), 2, 'usage_error', /unknown option --format/);
+    // Failures stay JSON with --format table (a script may still parse them).
+    cliFailed(await runAdminCli(env, ['user', 'show', '--email', 'nobody@example.test', '--format', 'table']), 1, 'not_found');
   }, 120_000);
 
   it('bad --limit is a usage error; a cursor not printed by the same list is invalid_request', async () => {

@@ -17,7 +17,7 @@ describe('agent configuration', () => {
     expect(c.listen).toEqual({ host: '0.0.0.0', port: 52222 });
     expect(c.nftTable).toBe('tunnelgate');
     expect(c.edgeIp).toBe(EDGE_IP);
-    expect(c.jobKey.kid).toBe(KID);
+    expect(c.jobKeys[0]!.kid).toBe(KID);
     expect(c.authorizedKey.type).toBe('ssh-ed25519');
     expect(c.authorizedKey.fingerprint).toMatch(/^SHA256:[A-Za-z0-9+/]{43}$/);
     expect(c.sources).toMatchObject({ AGENT_NODE_ID: 'env', AGENT_LISTEN: 'default' });
@@ -59,8 +59,8 @@ describe('agent configuration', () => {
     const c = loadConfig({}, file);
     expect(c.listen).toEqual({ host: '127.0.0.1', port: 52222 });
     expect(c.nftTable).toBe('tg_test');
-    expect(c.jobKey.kid).toBeUndefined();
-    expect(c.jobKey.thumbprint).toBe(KID);
+    expect(c.jobKeys[0]!.kid).toBeUndefined();
+    expect(c.jobKeys[0]!.thumbprint).toBe(KID);
     expect(c.sources.AGENT_JOB_KEY).toBe('file');
     const o = loadConfig({ AGENT_EDGE_IP: '198.51.100.99' }, file);
     expect(o.edgeIp).toBe('198.51.100.99');

@@ -61,7 +61,7 @@ export function resetVerifier(): void {
   verifier.clock = T0;
   verifier.replay = new MemoryReplay();
 }
-export const ctx = (over: Partial<VerifyContext> = {}): VerifyContext => ({ nodeId: NODE, edgeIp: EDGE_IP, jobKey, replay: verifier.replay, now: () => verifier.clock, ...over });
+export const ctx = (over: Partial<VerifyContext> = {}): VerifyContext => ({ nodeId: NODE, edgeIp: EDGE_IP, jobKeys: [jobKey], replay: verifier.replay, now: () => verifier.clock, ...over });
 export const code = async (jws: string | Uint8Array, c: VerifyContext = ctx()) => {
   const out = await verifyJob(jws, c);
   return out.ok ? 'ok' : out.error;

@@ -75,7 +75,7 @@ class FuzzDataplane implements Dataplane {
 
 const dataplane = new FuzzDataplane();
 const handler = new JobHandler(
-  { nodeId: NODE, edgeIp: EDGE_IP, jobKey, replay: new MemoryReplay(), now: () => T0, protectedPools: parseCidrList('203.0.113.0/24, 198.51.100.0/24') },
+  { nodeId: NODE, edgeIp: EDGE_IP, jobKeys: [jobKey], replay: new MemoryReplay(), now: () => T0, protectedPools: parseCidrList('203.0.113.0/24, 198.51.100.0/24') },
   dataplane,
   createLogger('silent'),
 );

@@ -43,7 +43,7 @@ describe('verifyJob: accepted jobs', () => {
   it('accepts a PEM job key (no kid to match) and lower-cases UUIDs', async () => {
     const pemKey = parseJobKey(gateway.publicKey.export({ format: 'pem', type: 'spki' }).toString());
     const upper = randomUUID().toUpperCase();
-    const out = await verifyJob(await token(claims({ jti: upper, aud: NODE.toUpperCase(), tunnel: tunnel({ id: upper }) }), { kid: 'any-kid' }), ctx({ jobKey: pemKey }));
+    const out = await verifyJob(await token(claims({ jti: upper, aud: NODE.toUpperCase(), tunnel: tunnel({ id: upper }) }), { kid: 'any-kid' }), ctx({ jobKeys: [pemKey] }));
     expect(out.ok).toBe(true);
     if (out.ok && out.job.op === 'apply') {
       expect(out.job.jti).toBe(upper.toLowerCase());
