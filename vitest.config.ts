@@ -13,8 +13,11 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/helpers/global-setup.ts'],
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // Bounds that turn a hang into a failure, never expectations: as long as the waits inside a test
+    // (test/helpers/wait.ts `until`, 120 s), so a test slowed by a loaded host (the RTNL lock held by
+    // another namespace test, a QEMU guest beside it) fails by naming what it waited for, or not at all.
+    testTimeout: 150_000,
+    hookTimeout: 150_000,
     // 2 cores: a few forks keep PostgreSQL and the test processes from starving each other.
     pool: 'forks',
     maxWorkers: 2,

@@ -30,7 +30,7 @@ export class TestNetns {
    * linkwatch work runs, and that work waits for the RTNL lock, which other namespace tests on the same
    * host may hold for a long time. Tests wait for the path instead of timing out on the first packet.
    */
-  async waitForPing(target: string, deadlineMs = 30_000): Promise<void> {
+  async waitForPing(target: string, deadlineMs = 120_000): Promise<void> {
     await until(`${this.name}: an answer from ${target}`, () => {
       this.run('ping', '-n', '-q', '-c', '1', '-W', '1', target);
       return true;
