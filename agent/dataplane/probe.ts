@@ -129,6 +129,7 @@ class EchoWaiter {
   private readonly readable = new Map<number, () => void>();
   private waiting = false;
   private readonly events = Buffer.alloc(EVENT_SIZE * MAX_EVENTS);
+  private readonly ev = Buffer.alloc(EVENT_SIZE);
 
   add(fd: number, onReadable: () => void): void {
     const s = load();
@@ -136,10 +137,10 @@ class EchoWaiter {
       this.epfd = s.epollCreate(EPOLL_CLOEXEC);
       if (this.epfd < 0) throw new Error(`epoll_create1 failed: errno ${koffi.errno()}`);
     }
-    const ev = Buffer.alloc(EVENT_SIZE);
-    ev.writeUInt32LE(EPOLLIN, 0);
-    ev.writeInt32LE(fd, EVENT_DATA);
-    if (s.epollCtl(this.epfd, EPOLL_CTL_ADD, fd, ev) < 0) throw new Error(`epoll_ctl ADD: errno ${koffi.errno()}`);
+    // The kernel copies the event at the call: one buffer serves every ADD.
+    this.ev.writeUInt32LE(EPOLLIN, 0);
+    this.ev.writeInt32LE(fd, EVENT_DATA);
+    if (s.epollCtl(this.epfd, EPOLL_CTL_ADD, fd, this.ev) < 0) throw new Error(`epoll_ctl ADD: errno ${koffi.errno()}`);
     this.readable.set(fd, onReadable);
     if (!this.waiting) void this.loop();
   }
@@ -184,7 +185,7 @@ export async function probeEcho(o: ProbeOptions): Promise<ProbeResult> {
   const attempts = o.attempts ?? 3;
   const fd = inNetns(o.netns, () => s.socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_ICMP));
   if (fd < 0) throw new Error(`socket(AF_INET, SOCK_RAW, IPPROTO_ICMP) failed: errno ${koffi.errno()}`);
-  const timers: NodeJS.Timeout[] = [];
+  let timer: NodeJS.Timeout | undefined;
   let registered = false;
   try {
     const dev = Buffer.from(`${o.link}\0`);
@@ -224,13 +225,18 @@ export async function probeEcho(o: ProbeOptions): Promise<ProbeResult> {
       };
       waiter.add(fd, drain);
       registered = true;
-      // The attempts spread over the timeout (a lost first echo, a neighbour still resolving), then the end.
-      send();
-      for (let k = 1; k < attempts; k++) timers.push(setTimeout(send, (timeoutMs * k) / attempts));
-      timers.push(setTimeout(() => resolve({ reachable: false }), timeoutMs));
+      // The attempts spread over the timeout (a lost first echo, a neighbour still resolving), then the end:
+      // one timer at a time, so a probe answered at once set only one.
+      const step = timeoutMs / attempts;
+      const tick = () => {
+        if (seq >= attempts) return resolve({ reachable: false });
+        send();
+        timer = setTimeout(tick, step);
+      };
+      tick();
     });
   } finally {
-    for (const t of timers) clearTimeout(t);
+    clearTimeout(timer);
     if (registered) waiter.remove(fd);
     s.close(fd);
   }
