@@ -13,7 +13,7 @@ import type { Dataplane } from './dataplane/types.ts';
 import type { DataplaneHandle } from './dataplane/index.ts';
 import { JobHandler } from './jobs/handle.ts';
 import type { StatusResult } from '../common/tunnel-status.ts';
-import { HealthScheduler, type HealthClock } from './health/scheduler.ts';
+import { HealthScheduler, type CheckRecord, type HealthClock } from './health/scheduler.ts';
 import { StatusReporter } from './health/status.ts';
 import { outCounterName } from './dataplane/policy.ts';
 import { releaseMemory } from './housekeeping/memory.ts';
@@ -70,6 +70,9 @@ export function startHealth(
     ...(opts.clock ? { clock: opts.clock } : {}),
     ...(opts.concurrency ? { concurrency: opts.concurrency } : {}),
     ...(opts.log ? { log: (event: string, fields?: Record<string, unknown>) => opts.log!.info(event, fields) } : {}),
+    // Each check at debug (AGENT_LOG_LEVEL=debug): which slot it ran for and what it decided, so an outage's
+    // checks can be counted (test/vm/gre.test.ts); at info and above the logger drops it.
+    ...(opts.log ? { onCheck: (c: CheckRecord) => opts.log!.debug('health check', { ...c, slot: new Date(c.slot).toISOString() }) } : {}),
   });
   const reporter = new StatusReporter({
     tunnels: () => dataplane.desiredTunnels(),

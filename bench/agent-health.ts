@@ -13,6 +13,7 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createDataplane, standinPeerName } from '../agent/dataplane/index.ts';
@@ -26,6 +27,11 @@ const INTERVAL_S = Number(process.env.TG_BENCH_INTERVAL_S ?? 30);
 const INTERVALS = Number(process.env.TG_BENCH_INTERVALS ?? 2);
 /** TG_BENCH_ORIGINS=0: no origins (their policy rules take minutes to add at 10,000): the status round alone. */
 const ORIGINS = process.env.TG_BENCH_ORIGINS !== '0';
+/**
+ * TG_BENCH_ORIGINS=silent: the links, but no origin behind them, so every probe fails after its whole timeout:
+ * what failing probes cost, and how long the libuv threadpool (fs, dns, crypto) makes others wait meanwhile.
+ */
+const SILENT = process.env.TG_BENCH_ORIGINS === 'silent';
 
 if (process.getuid?.() !== 0) {
   console.error('bench/agent-health.ts needs root (network namespaces)');
@@ -76,7 +82,7 @@ try {
     console.log(`set-up: ${N} tunnels applied (${r.added} added, ${r.failed.length} failed) in ${ms(t)}`);
   } else console.log(`set-up: ${N} tunnels' elements and counters loaded by nft -f (table ${dp.table}) in ${ms(t)}`);
   t = performance.now();
-  if (ORIGINS) {
+  if (ORIGINS && !SILENT) {
     // Each far end into the origin namespace: its inner address, up, and the origin's policy route back into it.
     // Point-to-point like GRE: no ARP on either end (with ARP, thousands of veths overflow the kernel's
     // neighbour table, gc_thresh3, and tunnels look down for a reason GRE does not have); the far end takes
@@ -120,7 +126,24 @@ try {
     const cpu0 = process.cpuUsage();
     const w0 = performance.now();
     const checks0 = health.scheduler.stats.checks;
+    // With silent origins, the threadpool's latency meanwhile: an fs.stat (a threadpool job) one after the
+    // other through the interval. Not otherwise: its own CPU would count in the checks' figure.
+    const pool: number[] = [];
+    let sampling = SILENT;
+    const sampler = (async () => {
+      while (sampling) {
+        const p0 = performance.now();
+        await stat(stateDir);
+        pool.push(performance.now() - p0);
+        await new Promise((res) => setTimeout(res, 20));
+      }
+    })();
     await new Promise((res) => setTimeout(res, INTERVAL_S * 1000));
+    sampling = false;
+    await sampler;
+    pool.sort((a, b) => a - b);
+    if (SILENT)
+      console.log(`interval ${k}: threadpool latency (fs.stat) p50 ${pool[Math.floor(pool.length / 2)]!.toFixed(1)} ms, p99 ${pool[Math.floor(pool.length * 0.99)]!.toFixed(1)} ms, max ${pool.at(-1)!.toFixed(1)} ms (${pool.length} samples)`);
     const cpu = process.cpuUsage(cpu0);
     const wall = performance.now() - w0;
     const rssBefore = process.memoryUsage.rss();

@@ -8,6 +8,14 @@
 // Why a raw socket through koffi rather than `ping -I`: ping can pin the source address or the device but
 // not both (and with the device it picks the inner address, which would make the probe pass without the
 // origin's policy route); koffi is already how the agent talks to the kernel, and an echo costs no process.
+//
+// Waiting: koffi has no hook into Node's event loop, so a blocking wait runs in libuv's threadpool (4 threads,
+// shared with fs, dns and crypto). A wait per probe (as before) put up to 16 health checks' 50 ms polls into
+// it, and failing probes, which wait their whole timeout, queued behind each other and behind everything
+// else. Now every probe's socket joins ONE epoll set per process (EchoWaiter): a single epoll_wait runs in
+// the threadpool while any probe is pending, the sends and the timeout are timers on the event loop, and a
+// readable socket is drained on the event loop. Each probe keeps its own socket bound to its tunnel link, so
+// what `reachable` means is unchanged.
 import { randomBytes } from 'node:crypto';
 import koffi from 'koffi';
 import { ipv4ToBytes } from '../netlink/attrs.ts';
@@ -22,9 +30,17 @@ const IPPROTO_ICMP = 1;
 const SOL_SOCKET = 1;
 const SO_BINDTODEVICE = 25;
 const MSG_DONTWAIT = 0x40;
-const POLLIN = 1;
 const EAGAIN = 11;
 const EINTR = 4;
+
+const EPOLLIN = 1;
+const EPOLL_CTL_ADD = 1;
+const EPOLL_CTL_DEL = 2;
+const EPOLL_CLOEXEC = 0o2000000;
+/** struct epoll_event: packed (12 bytes) on x86_64, 16 elsewhere; the fd sits in its data word. */
+const EVENT_SIZE = process.arch === 'x64' ? 12 : 16;
+const EVENT_DATA = process.arch === 'x64' ? 4 : 8;
+const MAX_EVENTS = 64;
 
 interface Sys {
   socket(d: number, t: number, p: number): number;
@@ -33,7 +49,9 @@ interface Sys {
   sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, alen: number): number;
   recv(fd: number, buf: Buffer, len: number, flags: number): number;
   close(fd: number): number;
-  poll(pfd: Buffer, n: number, ms: number): Promise<number>;
+  epollCreate(flags: number): number;
+  epollCtl(epfd: number, op: number, fd: number, ev: Buffer | null): number;
+  epollWait(epfd: number, events: Buffer, max: number, ms: number): Promise<number>;
 }
 
 let sys: Sys | undefined;
@@ -47,7 +65,9 @@ function load(): Sys {
   const sendto = lib.func('intptr_t sendto(int, void *, size_t, int, void *, uint32_t)');
   const recv = lib.func('intptr_t recv(int, void *, size_t, int)');
   const close = lib.func('int close(int)');
-  const poll = lib.func('int poll(void *, unsigned long, int)');
+  const epollCreate = lib.func('int epoll_create1(int)');
+  const epollCtl = lib.func('int epoll_ctl(int, int, int, void *)');
+  const epollWait = lib.func('int epoll_wait(int, void *, int, int)');
   sys = {
     socket: (d, t, p) => num(socket(d, t, p)),
     setsockopt: (fd, l, n, v, len) => num(setsockopt(fd, l, n, v, len)),
@@ -55,7 +75,10 @@ function load(): Sys {
     sendto: (fd, b, l, f, a, al) => num(sendto(fd, b, l, f, a, al)),
     recv: (fd, b, l, f) => num(recv(fd, b, l, f)),
     close: (fd) => num(close(fd)),
-    poll: (pfd, n, ms) => new Promise((res, rej) => poll.async(pfd, n, ms, (err: unknown, r: unknown) => (err ? rej(err as Error) : res(num(r))))),
+    epollCreate: (flags) => num(epollCreate(flags)),
+    epollCtl: (epfd, op, fd, ev) => num(epollCtl(epfd, op, fd, ev)),
+    epollWait: (epfd, events, max, ms) =>
+      new Promise((res, rej) => epollWait.async(epfd, events, max, ms, (err: unknown, r: unknown) => (err ? rej(err as Error) : res(num(r))))),
   };
   return sys;
 }
@@ -95,6 +118,55 @@ export function parseEchoReply(pkt: Buffer): { src: string; id: number; seq: num
   return { src: `${pkt[12]}.${pkt[13]}.${pkt[14]}.${pkt[15]}`, id: icmp.readUInt16BE(4), seq: icmp.readUInt16BE(6), payload: icmp.subarray(8) };
 }
 
+/**
+ * One epoll set for every probe socket of the process; one epoll_wait in the threadpool while any is
+ * registered (none when idle). epoll_ctl from the event loop while that wait runs is what epoll allows, and
+ * a socket added then is reported by the wait under way. A wake for an fd already closed and reused by a
+ * newer probe is harmless: the probe drains its socket and finds nothing.
+ */
+class EchoWaiter {
+  private epfd = -1;
+  private readonly readable = new Map<number, () => void>();
+  private waiting = false;
+  private readonly events = Buffer.alloc(EVENT_SIZE * MAX_EVENTS);
+  private readonly ev = Buffer.alloc(EVENT_SIZE);
+
+  add(fd: number, onReadable: () => void): void {
+    const s = load();
+    if (this.epfd < 0) {
+      this.epfd = s.epollCreate(EPOLL_CLOEXEC);
+      if (this.epfd < 0) throw new Error(`epoll_create1 failed: errno ${koffi.errno()}`);
+    }
+    // The kernel copies the event at the call: one buffer serves every ADD.
+    this.ev.writeUInt32LE(EPOLLIN, 0);
+    this.ev.writeInt32LE(fd, EVENT_DATA);
+    if (s.epollCtl(this.epfd, EPOLL_CTL_ADD, fd, this.ev) < 0) throw new Error(`epoll_ctl ADD: errno ${koffi.errno()}`);
+    this.readable.set(fd, onReadable);
+    if (!this.waiting) void this.loop();
+  }
+
+  /** Before the fd is closed. */
+  remove(fd: number): void {
+    if (!this.readable.delete(fd)) return;
+    load().epollCtl(this.epfd, EPOLL_CTL_DEL, fd, null);
+  }
+
+  private async loop(): Promise<void> {
+    this.waiting = true;
+    try {
+      // A bounded wait (100 ms) so that the loop notices when the last probe left; nothing waits on it.
+      while (this.readable.size > 0) {
+        const n = await load().epollWait(this.epfd, this.events, MAX_EVENTS, 100);
+        for (let i = 0; i < n; i++) this.readable.get(this.events.readInt32LE(i * EVENT_SIZE + EVENT_DATA))?.();
+      }
+    } finally {
+      this.waiting = false;
+    }
+  }
+}
+
+const waiter = new EchoWaiter();
+
 export interface ProbeOptions {
   netns?: string;
   /** The tunnel link the reply must arrive on. */
@@ -113,6 +185,8 @@ export async function probeEcho(o: ProbeOptions): Promise<ProbeResult> {
   const attempts = o.attempts ?? 3;
   const fd = inNetns(o.netns, () => s.socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_ICMP));
   if (fd < 0) throw new Error(`socket(AF_INET, SOCK_RAW, IPPROTO_ICMP) failed: errno ${koffi.errno()}`);
+  let timer: NodeJS.Timeout | undefined;
+  let registered = false;
   try {
     const dev = Buffer.from(`${o.link}\0`);
     if (s.setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, dev, dev.length) < 0) throw new Error(`SO_BINDTODEVICE ${o.link}: errno ${koffi.errno()}`);
@@ -121,41 +195,49 @@ export async function probeEcho(o: ProbeOptions): Promise<ProbeResult> {
     const token = randomBytes(16);
     const dst = sockaddrIn(o.target);
     const sentAt = new Map<number, bigint>();
-    const pfd = Buffer.alloc(8);
-    pfd.writeInt32LE(fd, 0);
-    pfd.writeUInt16LE(POLLIN, 4);
     const buf = Buffer.alloc(2048);
-    const start = Date.now();
-    let nextSend = start;
-    let seq = 0;
-    while (Date.now() - start < timeoutMs) {
-      if (seq < attempts && Date.now() >= nextSend) {
+    return await new Promise<ProbeResult>((resolve, reject) => {
+      let seq = 0;
+      const send = () => {
         seq++;
         const req = echoRequest(id, seq, token);
         sentAt.set(seq, process.hrtime.bigint());
         // A send can fail while the link is down or has no route yet: keep listening, the next attempt may go.
         s.sendto(fd, req, req.length, 0, dst, 16);
-        nextSend = start + (timeoutMs * seq) / attempts;
-      }
-      for (;;) {
-        const n = s.recv(fd, buf, buf.length, MSG_DONTWAIT);
-        if (n < 0) {
-          const e = koffi.errno();
-          if (e === EAGAIN || e === EINTR) break;
-          throw new Error(`recv: errno ${e}`);
+      };
+      /** Reads every datagram waiting (the socket is level-triggered in the epoll set); resolves on our reply. */
+      const drain = () => {
+        for (;;) {
+          const n = s.recv(fd, buf, buf.length, MSG_DONTWAIT);
+          if (n < 0) {
+            const e = koffi.errno();
+            if (e === EAGAIN || e === EINTR) return;
+            reject(new Error(`recv: errno ${e}`));
+            return;
+          }
+          const r = parseEchoReply(buf.subarray(0, n));
+          if (r && r.src === o.target && r.id === id && r.payload.equals(token) && sentAt.has(r.seq)) {
+            const rtt = Number(process.hrtime.bigint() - sentAt.get(r.seq)!) / 1e6;
+            resolve({ reachable: true, rtt_ms: Math.round(rtt * 1000) / 1000 });
+            return;
+          }
         }
-        const r = parseEchoReply(buf.subarray(0, n));
-        if (r && r.src === o.target && r.id === id && r.payload.equals(token) && sentAt.has(r.seq)) {
-          const rtt = Number(process.hrtime.bigint() - sentAt.get(r.seq)!) / 1e6;
-          return { reachable: true, rtt_ms: Math.round(rtt * 1000) / 1000 };
-        }
-      }
-      const untilSend = seq < attempts ? nextSend - Date.now() : Number.POSITIVE_INFINITY;
-      const wait = Math.max(1, Math.min(50, untilSend, timeoutMs - (Date.now() - start)));
-      await s.poll(pfd, 1, wait);
-    }
-    return { reachable: false };
+      };
+      waiter.add(fd, drain);
+      registered = true;
+      // The attempts spread over the timeout (a lost first echo, a neighbour still resolving), then the end:
+      // one timer at a time, so a probe answered at once set only one.
+      const step = timeoutMs / attempts;
+      const tick = () => {
+        if (seq >= attempts) return resolve({ reachable: false });
+        send();
+        timer = setTimeout(tick, step);
+      };
+      tick();
+    });
   } finally {
+    clearTimeout(timer);
+    if (registered) waiter.remove(fd);
     s.close(fd);
   }
 }

@@ -43,6 +43,19 @@ export function nextHealth(prev: TunnelHealth, ok: boolean, at: number, rttMs?: 
   return { health, checkedAt: at, failures, ...(prev.rttMs !== undefined ? { rttMs: prev.rttMs } : {}) };
 }
 
+/** One check as it ended (HealthOptions.onCheck): what the agent's debug log says of each check. */
+export interface CheckRecord {
+  tunnel_id: string;
+  /** The slot this check ran for (ms since the epoch): one interval after the tunnel's previous slot. */
+  slot: number;
+  ok: boolean;
+  /** How it was decided: reply traffic counted since the last check, a probe, or a probe that could not run. */
+  by: 'traffic' | 'probe' | 'error';
+  /** The tunnel's health and failed checks in a row after this check. */
+  health: Health;
+  failures: number;
+}
+
 export interface HealthOptions {
   /** The tunnels to check: the desired state. Read at every runDue, so a new tunnel joins and a removed one leaves. */
   tunnels: () => readonly TunnelSpec[];
@@ -58,6 +71,8 @@ export interface HealthOptions {
   concurrency?: number;
   clock?: HealthClock;
   log?: (event: string, fields?: Record<string, unknown>) => void;
+  /** Every check as it ended (the agent logs it at debug): the account of the check rounds that tests count. */
+  onCheck?: (c: CheckRecord) => void;
 }
 
 interface Entry {
@@ -173,16 +188,20 @@ export class HealthScheduler {
   private async check(e: Entry): Promise<void> {
     const spec = e.spec;
     const key = e.key;
+    const slotAt = e.due;
     let ok = false;
+    let by: CheckRecord['by'] = 'error';
     let rtt: number | undefined;
     try {
       const out = this.o.outPackets ? await this.o.outPackets(spec) : undefined;
       if (out !== undefined && e.lastOut !== undefined && out > e.lastOut) {
         ok = true;
+        by = 'traffic';
         this.stats.byTraffic++;
       } else {
         this.stats.probes++;
         const r = await this.o.probe(spec);
+        by = 'probe';
         ok = r.reachable;
         rtt = r.reachable ? r.rtt_ms : undefined;
       }
@@ -201,6 +220,7 @@ export class HealthScheduler {
     }
     e.state = nextHealth(e.state, ok, at, rtt);
     if (e.state.health !== before) this.o.log?.('tunnel health changed', { tunnel_id: e.id, from: before, to: e.state.health });
+    this.o.onCheck?.({ tunnel_id: e.id, slot: slotAt, ok, by, health: e.state.health, failures: e.state.failures });
     // The next slot: one interval after this one (not after the check ended), so checks do not drift.
     e.due += this.o.intervalMs;
     if (e.due <= at) e.due += Math.ceil((at - e.due + 1) / this.o.intervalMs) * this.o.intervalMs;

@@ -1,7 +1,10 @@
 // Health end to end on the host (namespace, veth stand-in for GRE): the real agent checks its tunnel
 // (agent/health), answers the v2 `status` op over real SSH, and the gateway's collector stores what it
 // said (server/health). The stand-in's far end has no origin, so the checks fail: `down` after three
-// (DESIGN 3.7), and the buyer's webhook outbox gets exactly one `tunnel.health_changed`.
+// (DESIGN 3.7), and the buyer's webhook outbox gets exactly one `tunnel.health_changed`. Then the agent
+// stops answering (SIGSTOP: the process is alive, its SSH port open, nothing comes back): its tunnels turn
+// `unknown`, not `down` (we do not know), and /metrics says the node is unreachable (docs/CONTRACTS.md
+// "Health and traffic", `tunnelgate_edge_node_reachable`); thawed, the next round brings `down` back.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
@@ -59,5 +62,40 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('health collect
     const traffic = await call(gw.url, 'GET', `/api/dedicated/${id}/traffic`, { token: user.readKey });
     expect(traffic.status).toBe(200);
     expect(traffic.body.tunnel_id).toBe(id);
+  }, 120_000);
+
+  it('an agent that stops answering: its tunnels unknown (not down), the node unreachable in /metrics; back once it answers', async () => {
+    const { rows } = await gw.testDb.raw.query<{ id: string }>(`select id from tunnel where node_id = $1 and status = 'provisioned'`, [edge.nodeId]);
+    expect(rows).toHaveLength(1);
+    const id = rows[0]!.id;
+    const health = async () => (await call(gw.url, 'GET', `/api/dedicated/${id}`, { token: user.readKey })).body.tunnel.health as string;
+    /** This node's `tunnelgate_edge_node_reachable` value as /metrics shows it. */
+    const reachable = async () =>
+      [...(await call(gw.url, 'GET', '/metrics')).text.matchAll(/^tunnelgate_edge_node_reachable\{node_id="([^"]+)"\} (\d)$/gm)].find((m) => m[1] === edge.nodeId)?.[2];
+    expect(await health()).toBe('down');
+    expect(await reachable()).toBe('1');
+
+    // Frozen, not dead: the connection stays open and the status job gets no answer (EDGE_JOB_TIMEOUT_MS).
+    edge.signal('SIGSTOP');
+    try {
+      const round = await gw.services.health.collectNow();
+      expect(round?.nodes[edge.nodeId]).toBe('unreachable');
+      expect(await health()).toBe('unknown');
+      expect(await reachable()).toBe('0');
+      const m = (await call(gw.url, 'GET', '/metrics')).text;
+      // A warm connection times out; a new one may fail its handshake instead: either is a status job that failed.
+      expect(m).toMatch(/^tunnelgate_edge_job_duration_seconds_count\{op="status",outcome="(timeout|connect_failed)"\} [1-9]/m);
+    } finally {
+      edge.signal('SIGCONT');
+    }
+    // Thawed: the agent's own view (still down: its origin never answers) comes back with the next round.
+    await until('the node answering again', async () => (await gw.services.health.collectNow())?.nodes[edge.nodeId] === 'answered', 60_000);
+    expect(await health()).toBe('down');
+    expect(await reachable()).toBe('1');
+    const events = await gw.testDb.raw.query<{ h: string }>(
+      `select body::jsonb #>> '{data,tunnel,health}' as h from webhook_delivery where event_type = 'tunnel.health_changed' and body::jsonb #>> '{data,tunnel,id}' = $1 order by created_at, id`,
+      [id],
+    );
+    expect(events.rows.map((r) => r.h)).toEqual(['down', 'unknown', 'down']);
   }, 120_000);
 });

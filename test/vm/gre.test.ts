@@ -14,6 +14,10 @@ import { addNode, updateNode } from '../../server/domain/nodes.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { until } from '../helpers/wait.ts';
+import { verified, WebhookReceiver } from '../helpers/webhook-receiver.ts';
+import { createLogger } from '../../common/log.ts';
+import type { CheckRecord } from '../../agent/health/scheduler.ts';
 import { LAB } from './protocol.ts';
 import { labClient, labServe, originScript } from './lab.ts';
 import { TestVm, buildAssets, vmRequired, vmUnavailable } from './vm.ts';
@@ -46,6 +50,8 @@ const keyed: TunnelSpec = {
 };
 
 const inner = (cidr: string) => cidr.split('/')[0]!;
+/** The product agent's health interval (AGENT_HEALTH_INTERVAL_S): short, so an outage takes seconds, not minutes. */
+const HEALTH_INTERVAL_S = 4;
 
 // The guest console and the agent's log are kept in test-results/ (git-ignored) for a failed run.
 const ARTIFACTS = resolve(import.meta.dirname, '../../test-results');
@@ -225,7 +231,8 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
     beforeAll(async () => {
       await timed('productSetup', async () => {
         // Slow guest: the gateway waits longer for the agent before answering 202, and each job may take longer.
-        gw = await startGateway({ config: { allowPrivateOrigins: true, edgeWaitMs: 30_000, edgeJobTimeoutMs: 45_000, edgeRetryLimit: 20 } });
+        // Private webhooks: the health test's receiver listens on 127.0.0.1 here.
+        gw = await startGateway({ config: { allowPrivateOrigins: true, allowPrivateWebhooks: true, edgeWaitMs: 30_000, edgeJobTimeoutMs: 45_000, edgeRetryLimit: 20 } });
         const secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
         await gw.services.provisioning.start(secrets, { worker: true });
         const envFor = (stateDir: string, edgeIp: string) => ({
@@ -254,7 +261,15 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
         await updateNode(gw.testDb.db, { id: node2, sellable: false });
         await vm.spawn({ name: 'agent2-relay', ns: 'edge', argv: ['socat', `TCP4-LISTEN:${LAB.agent2RelayPort},fork,reuseaddr`, `TCP4:${LAB.edge2}:${LAB.agentPort}`] });
         await Promise.all([
-          vm.spawn({ name: 'agent', ns: 'edge', argv: agentArgv, env: { ...env, AGENT_NODE_ID: node1 }, readyText: 'host key fingerprint', readyTimeoutMs: 180_000 }),
+          // Health checks every HEALTH_INTERVAL_S, each logged at debug: the health test counts them.
+          vm.spawn({
+            name: 'agent',
+            ns: 'edge',
+            argv: agentArgv,
+            env: { ...env, AGENT_NODE_ID: node1, AGENT_HEALTH_INTERVAL_S: String(HEALTH_INTERVAL_S), AGENT_LOG_LEVEL: 'debug' },
+            readyText: 'host key fingerprint',
+            readyTimeoutMs: 180_000,
+          }),
           vm.spawn({ name: 'agent2', ns: 'edge2', argv: agentArgv, env: { ...env2, AGENT_NODE_ID: node2 }, readyText: 'host key fingerprint', readyTimeoutMs: 180_000 }),
         ]);
         user = await seedUser(gw.testDb.db);
@@ -326,6 +341,121 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
       const ct = await vm.run('edge', ['conntrack', '-L', '-d', tunnel.protected_ip]);
       expect(ct).toMatch(new RegExp(`tcp .*src=${LAB.client} dst=${tunnel.protected_ip} .* src=${originInner} dst=${LAB.client}`));
       expect(ct).toMatch(new RegExp(`udp .*src=${LAB.client} dst=${tunnel.protected_ip} .* src=${originInner} dst=${LAB.client}`));
+    });
+
+    // Issue 11 item 6: the origin's GRE link goes down and comes back. The agent checks the tunnel once per
+    // interval (agent/health/scheduler.ts) and logs each check at debug with the slot it ran for; the test
+    // counts those checks (never the clock): `down` at the third failed check in a row, `up` at the first
+    // that answers. The gateway's collector brings each to the API (one round per test step, its own timer
+    // an hour away) and writes one `tunnel.health_changed` event per change, delivered to a real receiver
+    // that verifies the Standard Webhooks signature with the `standardwebhooks` package.
+    it('the GRE link down on the origin: `down` within 3 checks and one signed webhook; back up: `up` within 2 checks and one webhook', async () => {
+      const receiver = await WebhookReceiver.start();
+      const silent = createLogger('silent', { service: 'test' }, () => {});
+      /** The origin's link is down (or its route gone) until the repair below: a failure before it still repairs. */
+      let broken = false;
+      let webhookId: string | undefined;
+      try {
+        gw.services.webhooks.startDelivery(silent, { pollMs: 100, backoffBaseMs: 100 });
+        gw.services.health.startCollector(silent, { intervalSeconds: 3600 });
+        const health = async () => ((await api('GET', `/api/dedicated/${tunnel.id}`)).body as { tunnel: { health: string } }).tunnel.health;
+        /** Collection rounds until the API shows `want` (a pause between rounds spares the emulated guest). */
+        const collected = (want: string) =>
+          until(
+            `health ${want} through the collector`,
+            async () => {
+              await gw.services.health.collectNow();
+              if ((await health()) === want) return true;
+              await new Promise((r) => setTimeout(r, 1000));
+              return false;
+            },
+            180_000,
+          );
+        /** This tunnel's checks as the agent logged them, oldest first. */
+        const checks = async (): Promise<(Omit<CheckRecord, 'slot'> & { slot: string })[]> =>
+          (await vm.output('agent')).output
+            .split('\n')
+            .filter((l) => l.startsWith('{') && l.includes('"health check"'))
+            .map((l) => JSON.parse(l) as Omit<CheckRecord, 'slot'> & { slot: string; msg: string })
+            .filter((c) => c.msg === 'health check' && c.tunnel_id === tunnel.id);
+        /** The slot of the last check logged so far: every later slot is a check that had not ended yet. */
+        const lastSlot = async () => (await checks()).at(-1)?.slot ?? '';
+        const hooks = () => receiver.to('/vm-health');
+        /** Every event in the outbox was delivered: then the receiver holds exactly what was written. */
+        const allDelivered = async (n: number) => {
+          await until(`${n} deliveries`, async () => {
+            const { rows } = await gw.testDb.raw.query<{ n: string; undelivered: string }>(
+              'select count(*)::text as n, count(*) filter (where delivered_at is null)::text as undelivered from webhook_delivery where webhook_id = $1',
+              [webhookId!],
+            );
+            return rows[0]!.n === String(n) && rows[0]!.undelivered === '0' && hooks().length >= n;
+          });
+          expect(hooks()).toHaveLength(n);
+        };
+
+        // The tunnel carries traffic (the tests above): its health is up once a round brought it home.
+        await collected('up');
+        const hook = await api('POST', '/api/webhooks', { url: receiver.url('/vm-health'), events: ['tunnel.health_changed'] });
+        expect(hook.status, hook.text).toBe(201);
+        const secret = (hook.body as { secret: string }).secret;
+        webhookId = (hook.body as { webhook: { id: string } }).webhook.id;
+
+        // Down: the probes' echoes get no answer. A check under way when the link went down may still have
+        // passed (the first one after the mark); from there on, three failures in a row.
+        const beforeDown = await lastSlot();
+        broken = true;
+        await vm.run('origin', ['ip', 'link', 'set', 'dev', tunnel.tunnel_name, 'down']);
+        await timed('healthDown', () => collected('down'));
+        const downChecks = (await checks()).filter((c) => c.slot > beforeDown);
+        const downAt = downChecks.findIndex((c) => c.health === 'down');
+        const toDown = downChecks.slice(0, downAt + 1);
+        // DESIGN 3.7: the third failed check in a row turns it down (3 written out: the contract, not the
+        // code's constant). Counted: at most one check before them (the one under way), none passed after it.
+        expect(downAt, JSON.stringify(downChecks)).toBeGreaterThanOrEqual(0);
+        expect(downChecks[downAt], JSON.stringify(downChecks)).toMatchObject({ ok: false, failures: 3, health: 'down' });
+        expect(toDown.slice(1).every((c) => !c.ok), JSON.stringify(toDown)).toBe(true);
+        expect(toDown.filter((c) => !c.ok).length, JSON.stringify(toDown)).toBeLessThanOrEqual(3);
+        // Another round with the tunnel still down writes no second event.
+        await gw.services.health.collectNow();
+        expect(await health()).toBe('down');
+        await allDelivered(1);
+        const down = verified(secret, hooks()[0]!);
+        expect(down.type).toBe('tunnel.health_changed');
+        expect(down.data.tunnel).toMatchObject({ id: tunnel.id, health: 'down', status: 'active' });
+
+        // Up: the link comes back. The kernel dropped the routes through the link when it went down, the
+        // policy route of replies from the inner address among them (table ROUTE_TABLE), so replies would
+        // leave by the underlay: the origin script's `up` repairs that, as its usage says.
+        await vm.run('origin', ['ip', 'link', 'set', 'dev', tunnel.tunnel_name, 'up']);
+        const routeTable = /\nreadonly ROUTE_TABLE='(\d+)'\n/.exec(script)![1]!;
+        expect(await vm.run('origin', ['ip', 'route', 'show', 'table', routeTable])).toBe('');
+        await vm.run('origin', ['bash', '-s'], script);
+        broken = false;
+        expect(await vm.run('origin', ['ip', 'route', 'show', 'table', routeTable])).toContain(`dev ${tunnel.tunnel_name}`);
+        const beforeUp = await lastSlot();
+        await timed('healthUp', () => collected('up'));
+        const upChecks = (await checks()).filter((c) => c.slot > beforeUp);
+        const upAt = upChecks.findIndex((c) => c.health === 'up');
+        // The check under way while the script ran may have failed; then up within two checks.
+        expect(upAt, JSON.stringify(upChecks)).toBeGreaterThanOrEqual(0);
+        expect(upAt, JSON.stringify(upChecks)).toBeLessThanOrEqual(2);
+        expect(upChecks[upAt], JSON.stringify(upChecks)).toMatchObject({ ok: true, failures: 0 });
+        await gw.services.health.collectNow();
+        await allDelivered(2);
+        const up = verified(secret, hooks()[1]!);
+        expect(up.data.tunnel).toMatchObject({ id: tunnel.id, health: 'up' });
+        expect(hooks().map((d) => verified(secret, d).data.tunnel.health)).toEqual(['down', 'up']);
+      } finally {
+        // The tests after this one need the tunnel carrying traffic again.
+        if (broken) {
+          await vm.run('origin', ['ip', 'link', 'set', 'dev', tunnel.tunnel_name, 'up']).catch(() => undefined);
+          await vm.run('origin', ['bash', '-s'], script).catch(() => undefined);
+        }
+        // The tests after it send no more events to a receiver that is gone.
+        if (webhookId) await api('DELETE', `/api/webhooks/${webhookId}`);
+        await gw.services.health.stopCollector();
+        await receiver.close();
+      }
     });
 
     it('delete removes the GRE link, the map element and the conntrack entries, and the IP returns to stock', async () => {

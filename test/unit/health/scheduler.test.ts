@@ -2,7 +2,7 @@
 // network; the real probe is test/netns/health.test.ts's): hysteresis (down after 3 failures in a row, up
 // after one success), spreading over the interval, bounded concurrency, traffic as evidence of life.
 import { describe, expect, it } from 'vitest';
-import { HealthScheduler, nextHealth, type TunnelHealth } from '../../../agent/health/scheduler.ts';
+import { HealthScheduler, nextHealth, type CheckRecord, type TunnelHealth } from '../../../agent/health/scheduler.ts';
 import { StatusReporter } from '../../../agent/health/status.ts';
 import { checkStatusResult } from '../../../common/tunnel-status.ts';
 import type { ProbeResult, TunnelSpec } from '../../../agent/dataplane/types.ts';
@@ -115,6 +115,36 @@ describe('HealthScheduler (injected clock, FakeProber)', () => {
     prober.answers.set(a.id, true);
     await advance(INTERVAL);
     expect(s.get(a.id).health).toBe('up');
+  });
+
+  it('onCheck reports every check with its slot, one interval after the last, what decided it and the health after it', async () => {
+    const clock = { t: 1_000_000 * INTERVAL, now() { return this.t; } };
+    const t = tunnelSpec({ tunnel_name: 'tg-rec' });
+    const prober = new FakeProber();
+    const out = new Map<string, bigint>([[t.id, 0n]]);
+    const seen: CheckRecord[] = [];
+    const s = new HealthScheduler({ tunnels: () => [t], probe: prober.probe, outPackets: async (x) => out.get(x.id), intervalMs: INTERVAL, clock, onCheck: (c) => seen.push(c) });
+    const interval = async () => {
+      for (let i = 0; i < INTERVAL / 1000; i++) {
+        clock.t += 1000;
+        await s.runDue();
+      }
+    };
+    await s.runDue();
+    await interval(); // probed: up
+    out.set(t.id, 5n);
+    await interval(); // the out counter grew: up by traffic
+    prober.answers.set(t.id, false);
+    for (let i = 0; i < 3; i++) await interval(); // probed, no answer: down at the third
+    expect(seen.map(({ by, ok, health, failures }) => ({ by, ok, health, failures }))).toEqual([
+      { by: 'probe', ok: true, health: 'up', failures: 0 },
+      { by: 'traffic', ok: true, health: 'up', failures: 0 },
+      { by: 'probe', ok: false, health: 'up', failures: 1 },
+      { by: 'probe', ok: false, health: 'up', failures: 2 },
+      { by: 'probe', ok: false, health: 'down', failures: 3 },
+    ]);
+    expect(seen.every((c) => c.tunnel_id === t.id)).toBe(true);
+    for (let i = 1; i < seen.length; i++) expect(seen[i]!.slot - seen[i - 1]!.slot).toBe(INTERVAL);
   });
 
   it('at most `concurrency` checks at once', async () => {
