@@ -159,9 +159,13 @@ class Lab {
   }
 
   /** Sends `count` datagrams to `dst`; answers the rate the origin received them at. */
-  flood(bin: string, dst: string, count = PACKETS): { received: number; sent: number; pps: number; ppsCpu: number } {
+  flood(bin: string, dst: string, count = PACKETS, perfData?: string): { received: number; sent: number; pps: number; ppsCpu: number } {
     execFileSync('ip', ['netns', 'exec', this.origin.name, 'nft', 'reset', 'counter', 'ip', 'sink', 'got']);
-    const out = execFileSync('ip', ['netns', 'exec', this.client.name, bin, dst, String(PORT), String(count), String(PAYLOAD)], { encoding: 'utf8' });
+    const gen = ['ip', 'netns', 'exec', this.client.name, bin, dst, String(PORT), String(count), String(PAYLOAD)];
+    // TG_BENCH_PERF: the generator under `perf record -g`, whose samples hold the forwarding path (it runs in
+    // the sender's softirq work, see the header).
+    const cmd = perfData ? ['perf', 'record', '-q', '-g', '-o', perfData, '--', ...gen] : gen;
+    const out = execFileSync(cmd[0]!, cmd.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
     const { sent, ns, cpu_ns } = JSON.parse(out) as { sent: number; ns: number; cpu_ns: number };
     const c = JSON.parse(this.origin.run('nft', '-j', 'list', 'counter', 'ip', 'sink', 'got')) as { nftables: { counter?: { packets: number } }[] };
     const received = c.nftables.find((o) => o.counter)?.counter?.packets ?? 0;
@@ -216,6 +220,9 @@ async function main(): Promise<void> {
         console.log(`round ${r + 1} ${lab.label.padEnd(5)} ${kpps(f.ppsCpu)} per CPU second, ${kpps(f.pps)} by elapsed time (${f.received} of ${f.sent} received)`);
       }
     }
+    // TG_BENCH_PERF=<dir>: one more run per lab under perf, profiles in <dir>/<lab>.data (`perf report -i`).
+    const perfDir = process.env.TG_BENCH_PERF;
+    if (perfDir) for (const lab of labs) lab.flood(bin, target.protected_ip, PACKETS, join(perfDir, `${lab.label}.data`));
     const m = { plain: median(rates.plain!), nat: median(rates.nat!), one: median(rates.one!), many: median(rates.many!) };
     const policyCost = 1 - m.many / m.plain;
     const scale = m.many / m.one;

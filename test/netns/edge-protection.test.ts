@@ -154,7 +154,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     // Without the allowlist rule the same traffic reaches the origin (ICMP to a protected IP is never DNAT-ed,
     // so the TCP and UDP ports are what shows it; a SYN to this syn-proxied IP reaches the origin only once
     // the client completed the handshake, so TCP is a real connection).
-    deleteRule('allow', '@allowed');
+    deleteRule('allowlist', '@drop_not_allowed');
     hping(ns.client, `--udp -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
     expect(counted(ns.origin1, 'udp8080')).toBe(5);
     const denied = new Proc(ns.client, KEEP, [T1.protected_ip, '9090']);
@@ -297,7 +297,8 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   it('the rule count does not depend on the number of tunnels', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // 23 rules of the table (the out counter's rule since issue 11), plus one per distinct rate limit in use (here one).
-    expect(rules).toBe(24);
+    // 29 rules of the table (the out counter's rule since issue 11, the allowlist's six lookups and drop since
+    // issue 10 item 6), plus one per distinct rate limit in use (here one).
+    expect(rules).toBe(30);
   });
 });
