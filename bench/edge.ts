@@ -21,6 +21,9 @@
 // link is a veth too), so the figures compare the rule path, not GRE encapsulation.
 //
 //   npm run bench:edge          (root; TG_BENCH_N=2000 TG_BENCH_PACKETS=300000 for a quicker run)
+//   TG_BENCH_PORTS=any          policies without a port list
+//   TG_BENCH_PERF=DIR           one more run per lab under `perf record -g`: DIR/<lab>.data
+//   TG_BENCH_EDIT='nft script'  applied to the largest lab's table; with TG_BENCH_N=1, many/one is what it removes
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -205,6 +208,10 @@ async function main(): Promise<void> {
     const t0 = performance.now();
     await many.ours(tunnels);
     console.log(`set-up: ${N} tunnels applied in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    // TG_BENCH_EDIT: an `nft -f` script applied to the largest lab's table after its set-up, to see what a rule
+    // costs (with TG_BENCH_N=1 the `many` lab is then the `one` lab less that rule: their ratio is its cost).
+    const edit = process.env.TG_BENCH_EDIT;
+    if (edit) execFileSync('ip', ['netns', 'exec', many.edge.name, 'nft', '-f', '-'], { input: edit, stdio: ['pipe', 'ignore', 'inherit'] });
 
     // Then one warm-up each: the first packets of a flow build the conntrack entry and the meter element.
     for (const lab of labs) await lab.waitForPath(bin, target.protected_ip);
