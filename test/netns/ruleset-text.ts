@@ -93,17 +93,20 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
     type nat hook output priority -100; policy accept;
     meta l4proto tcp dnat to ip daddr map @protected
   }
-  chain forward {
-    type filter hook forward priority mangle; policy accept;
-    oifname "${opts.ifnamePrefix}*" tcp flags syn tcp option maxseg size set rt mtu
-  }
   chain guard {
     type filter hook forward priority filter; policy accept;
-    ct state invalid,untracked synproxy name ip daddr map @syn_proxy
-    ct state invalid counter name ip daddr map @drop_invalid drop
+    oifname "${opts.ifnamePrefix}*" tcp flags syn tcp option maxseg size set rt mtu
+    ct state invalid,untracked jump guard_ct
     iifname "${opts.ifnamePrefix}*" jump from_tunnel
-    oifname "${opts.ifnamePrefix}*" ct status & dnat == 0 drop
-    ct status & dnat == 0 counter name ip daddr map @drop_invalid drop
+    ct status & dnat == 0 jump guard_nodnat
+  }
+  chain guard_ct {
+    synproxy name ip daddr map @syn_proxy
+    ct state invalid counter name ip daddr map @drop_invalid drop
+  }
+  chain guard_nodnat {
+    oifname "${opts.ifnamePrefix}*" drop
+    counter name ip daddr map @drop_invalid drop
   }
   chain from_tunnel {
     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out

@@ -238,7 +238,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('edge isolation and pe
         expect([await reaches('client', 'spoofed', 5), await reaches('client', 'newconn', 5), await reaches('edge', 'ssh', 5)]).toEqual([5, 5, 5]);
         // Another tunnel is guarded twice: only a DNAT-ed connection may enter a tunnel link at all.
         expect(await txPackets('edge', T3.tunnel_name)).toBe(t3);
-        await deleteRule('guard', 'oifname "tg-*" ct status');
+        await deleteRule('guard_nodnat', 'oifname "tg-*" drop');
         await hping('origin', `--udp -c 5 -i u20000 -p 7002 ${inner(T3.origin_inner)}`);
         await until('the other tunnel carrying them', async () => ((await txPackets('edge', T3.tunnel_name)) - t3 >= 5 ? true : undefined), 60_000).catch(() => undefined);
         expect((await txPackets('edge', T3.tunnel_name)) - t3).toBe(5);
