@@ -116,6 +116,8 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       calm: `udp dport 7000 ip saddr ${CLIENT}`,
       neighbour: 'udp dport 7002',
       frag: 'udp dport 7003',
+      mss1436: 'tcp dport 7004 tcp flags & (syn|ack) == syn tcp option maxseg size 1436',
+      syn7004: 'tcp dport 7004 tcp flags & (syn|ack) == syn',
     });
     observe(ns.client, 'input', { spoofed: 'udp dport 7000', newconn: 'tcp dport 7001' });
     observe(ns.edge, 'input', { ssh: 'tcp dport 52222' });
@@ -293,6 +295,21 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     // Back to the first policy: a reconcile with it, everything intact.
     expect(await dp.reconcile([T1, T2])).toMatchObject({ changed: 1, unchanged: 1, failed: [] });
   }, 120_000);
+
+  it('a SYN into a tunnel has its MSS clamped to the tunnel MTU - 40 (the clamp is the forward chain\'s first rule)', async () => {
+    // The client's kernel offers MSS 1460 (its 1500-byte link); tg-e2's MTU is 1476. No listener: the origin resets.
+    const connect = (): void => void ns.client.run('bash', '-c', `timeout 5 bash -c 'echo > /dev/tcp/${T2.protected_ip}/7004' 2>/dev/null || true`);
+    connect();
+    expect(counted(ns.origin2, 'syn7004')).toBeGreaterThanOrEqual(1);
+    expect(counted(ns.origin2, 'mss1436')).toBe(counted(ns.origin2, 'syn7004'));
+    // Without the clamp the SYN reaches the origin with the client's 1460.
+    deleteRule('guard', 'maxseg');
+    const [syn, mss] = [counted(ns.origin2, 'syn7004'), counted(ns.origin2, 'mss1436')];
+    connect();
+    expect(counted(ns.origin2, 'syn7004')).toBeGreaterThan(syn);
+    expect(counted(ns.origin2, 'mss1436')).toBe(mss);
+    await restart();
+  }, 60_000);
 
   it('the rule count does not depend on the number of tunnels', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
