@@ -154,7 +154,8 @@ class Lab {
    * linkwatch work attaches its qdisc, which waits for the RTNL lock (long after thousands of new links).
    */
   async waitForPath(bin: string, dst: string): Promise<void> {
-    for (let i = 0; i < 300; i++) {
+    // Up to 3 min: 10,000 new links on a loaded 2-core host once took longer than 1 min.
+    for (let i = 0; i < 900; i++) {
       if (this.flood(bin, dst, 10).received > 0) return;
       await new Promise((r) => setTimeout(r, 200));
     }
