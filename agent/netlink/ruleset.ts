@@ -287,7 +287,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   base(pre, 'nat', NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST);
   base(CHAINS.natOut, 'nat', NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST);
   // One forward chain, the MSS clamp first: a second base chain, and the guard testing ct state and ct status
-  // twice each, cost 3-4% of the forwarding rate (bench:edge, issue 10 item 6); jumps test each once.
+  // twice each, cost 2-4% of the forwarding rate (bench:edge, issue 10 item 6); jumps test each once.
   base(CHAINS.guard, 'filter', NF_INET_FORWARD, PRIO_FILTER);
   b.addChain({ table: t, name: CHAINS.guardCt });
   b.addChain({ table: t, name: CHAINS.guardNoDnat });
