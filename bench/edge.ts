@@ -21,6 +21,9 @@
 // link is a veth too), so the figures compare the rule path, not GRE encapsulation.
 //
 //   npm run bench:edge          (root; TG_BENCH_N=2000 TG_BENCH_PACKETS=300000 for a quicker run)
+//   TG_BENCH_PORTS=any          policies without a port list
+//   TG_BENCH_PERF=DIR           one more run per lab under `perf record -g`: DIR/<lab>.data
+//   TG_BENCH_EDIT='nft script'  applied to the largest lab's table; with TG_BENCH_N=1, many/one is what it removes
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -151,7 +154,8 @@ class Lab {
    * linkwatch work attaches its qdisc, which waits for the RTNL lock (long after thousands of new links).
    */
   async waitForPath(bin: string, dst: string): Promise<void> {
-    for (let i = 0; i < 300; i++) {
+    // Up to 3 min: 10,000 new links on a loaded 2-core host once took longer than 1 min.
+    for (let i = 0; i < 900; i++) {
       if (this.flood(bin, dst, 10).received > 0) return;
       await new Promise((r) => setTimeout(r, 200));
     }
@@ -159,9 +163,13 @@ class Lab {
   }
 
   /** Sends `count` datagrams to `dst`; answers the rate the origin received them at. */
-  flood(bin: string, dst: string, count = PACKETS): { received: number; sent: number; pps: number; ppsCpu: number } {
+  flood(bin: string, dst: string, count = PACKETS, perfData?: string): { received: number; sent: number; pps: number; ppsCpu: number } {
     execFileSync('ip', ['netns', 'exec', this.origin.name, 'nft', 'reset', 'counter', 'ip', 'sink', 'got']);
-    const out = execFileSync('ip', ['netns', 'exec', this.client.name, bin, dst, String(PORT), String(count), String(PAYLOAD)], { encoding: 'utf8' });
+    const gen = ['ip', 'netns', 'exec', this.client.name, bin, dst, String(PORT), String(count), String(PAYLOAD)];
+    // TG_BENCH_PERF: the generator under `perf record -g`, whose samples hold the forwarding path (it runs in
+    // the sender's softirq work, see the header).
+    const cmd = perfData ? ['perf', 'record', '-q', '-g', '-o', perfData, '--', ...gen] : gen;
+    const out = execFileSync(cmd[0]!, cmd.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
     const { sent, ns, cpu_ns } = JSON.parse(out) as { sent: number; ns: number; cpu_ns: number };
     const c = JSON.parse(this.origin.run('nft', '-j', 'list', 'counter', 'ip', 'sink', 'got')) as { nftables: { counter?: { packets: number } }[] };
     const received = c.nftables.find((o) => o.counter)?.counter?.packets ?? 0;
@@ -201,6 +209,10 @@ async function main(): Promise<void> {
     const t0 = performance.now();
     await many.ours(tunnels);
     console.log(`set-up: ${N} tunnels applied in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    // TG_BENCH_EDIT: an `nft -f` script applied to the largest lab's table after its set-up, to see what a rule
+    // costs (with TG_BENCH_N=1 the `many` lab is then the `one` lab less that rule: their ratio is its cost).
+    const edit = process.env.TG_BENCH_EDIT;
+    if (edit) execFileSync('ip', ['netns', 'exec', many.edge.name, 'nft', '-f', '-'], { input: edit, stdio: ['pipe', 'ignore', 'inherit'] });
 
     // Then one warm-up each: the first packets of a flow build the conntrack entry and the meter element.
     for (const lab of labs) await lab.waitForPath(bin, target.protected_ip);
@@ -216,6 +228,9 @@ async function main(): Promise<void> {
         console.log(`round ${r + 1} ${lab.label.padEnd(5)} ${kpps(f.ppsCpu)} per CPU second, ${kpps(f.pps)} by elapsed time (${f.received} of ${f.sent} received)`);
       }
     }
+    // TG_BENCH_PERF=<dir>: one more run per lab under perf, profiles in <dir>/<lab>.data (`perf report -i`).
+    const perfDir = process.env.TG_BENCH_PERF;
+    if (perfDir) for (const lab of labs) lab.flood(bin, target.protected_ip, PACKETS, join(perfDir, `${lab.label}.data`));
     const m = { plain: median(rates.plain!), nat: median(rates.nat!), one: median(rates.one!), many: median(rates.many!) };
     const policyCost = 1 - m.many / m.plain;
     const scale = m.many / m.one;

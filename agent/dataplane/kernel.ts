@@ -3,7 +3,7 @@
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
 import { POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
-import { TUNNEL_SETS, elementId, type PolicyElement } from './policy.ts';
+import { LEGACY_ALLOWED_SET, TUNNEL_SETS, elementId, fromLegacyAllowed, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
@@ -28,16 +28,24 @@ export const EXPECTED_RULES = [
   'synraw: meta cmp payload bitwise cmp payload lookup notrack',
   'count: payload objref',
   'allow: ct bitwise cmp payload lookup payload objref immediate',
-  'allow: payload meta byteorder payload lookup ct cmp payload objref immediate',
+  'allow: ct cmp immediate',
   'allow: payload lookup',
+  'allowlist: payload meta lookup immediate',
+  'allowlist: payload meta payload bitwise lookup immediate',
+  'allowlist: payload meta payload bitwise lookup immediate',
+  'allowlist: payload meta payload bitwise lookup immediate',
+  'allowlist: payload meta payload lookup immediate',
+  'allowlist: payload objref immediate',
   'prerouting: meta lookup counter payload lookup nat',
   'nat_out: meta cmp payload lookup nat',
-  'forward: meta cmp meta cmp payload bitwise cmp rt byteorder exthdr',
-  'guard: ct bitwise cmp payload objref',
-  'guard: ct bitwise cmp payload objref immediate',
+  'guard: meta cmp meta cmp payload bitwise cmp rt byteorder exthdr',
+  'guard: ct bitwise cmp immediate',
   'guard: meta cmp immediate',
-  'guard: meta cmp ct bitwise cmp immediate',
-  'guard: ct bitwise cmp payload objref immediate',
+  'guard: ct bitwise cmp immediate',
+  'guard_ct: payload objref',
+  'guard_ct: ct bitwise cmp payload objref immediate',
+  'guard_nodnat: meta cmp immediate',
+  'guard_nodnat: payload objref immediate',
   'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup meta objref',
   'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup immediate',
   'from_tunnel: meta objref immediate',
@@ -64,6 +72,14 @@ async function readElements(k: KernelContext): Promise<Map<string, PolicyElement
         if (!(err instanceof NetlinkError && err.code === 'ENOENT')) throw err;
       });
   }
+  // A table of an agent before the port blocks: its interval allowlist, as the blocks allowing the same ports.
+  await k.nft
+    .eachSetElement(k.table, LEGACY_ALLOWED_SET, (e) => {
+      for (const b of fromLegacyAllowed(e)) out.set(b.id, b);
+    })
+    .catch((err: unknown) => {
+      if (!(err instanceof NetlinkError && err.code === 'ENOENT')) throw err;
+    });
   return out;
 }
 

@@ -2,9 +2,9 @@
 // set or map each tunnel owns, its named objects (the traffic counter and one drop counter per reason), and the
 // objects tunnels share by value (a synproxy per MSS, a rate-limit chain per packet rate). Pure: the diff
 // compares these with what the kernel has; the kernel code encodes them.
-import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { DEFAULT_POLICY, mergeRanges, type PortRange, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { IFNAME_LEN, IPPROTO_TCP, IPPROTO_UDP, NFT_JUMP, type ElementView, type SetElement } from '../netlink/nftables/index.ts';
-import { DROP_REASONS, OUT_MAP, POLICY_SETS, dropMap, rateLimitName, synproxyName, type DropReason } from '../netlink/ruleset.ts';
+import { ALLOWED_SETS, DROP_REASONS, OUT_MAP, PORT_BLOCK_BITS, POLICY_SETS, allowedSet, dropMap, rateLimitName, synproxyName, type DropReason, type PortBlockBits } from '../netlink/ruleset.ts';
 import type { TunnelSpec } from './types.ts';
 
 /** One element of one of the agent's sets; `id` names it (set, key, value) for comparing with a dump. */
@@ -15,9 +15,26 @@ export interface PolicyElement {
 }
 
 /** The sets whose elements belong to tunnels (read back whole only by a reconcile). */
-export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ...DROP_REASONS.map(dropMap), OUT_MAP];
+export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ...ALLOWED_SETS, ...DROP_REASONS.map(dropMap), OUT_MAP];
 
-const PORT_ALL: [number, number] = [0, 65535];
+const PORT_ALL: PortRange = [0, 65535];
+
+/**
+ * Port ranges as the aligned blocks the allowlist sets hold (agent/netlink/ruleset.ts PORT_BLOCK_BITS): each
+ * range, once overlapping and adjacent ones are merged, cut from its start into the largest aligned block that
+ * fits, so the blocks are disjoint and each port is in exactly one. [bits, first port] pairs, in port order.
+ */
+export function portBlocks(ranges: readonly PortRange[]): [PortBlockBits, number][] {
+  const out: [PortBlockBits, number][] = [];
+  for (const [from, to] of mergeRanges(ranges)) {
+    for (let port = from; port <= to; ) {
+      const bits = PORT_BLOCK_BITS.find((b) => port % (1 << b) === 0 && port + (1 << b) - 1 <= to)!;
+      out.push([bits, port]);
+      port += 1 << bits;
+    }
+  }
+  return out;
+}
 
 export const policyOf = (t: Pick<TunnelSpec, 'policy'>): TunnelPolicy => t.policy ?? DEFAULT_POLICY;
 
@@ -55,8 +72,9 @@ function ifnameHex(name: string): string {
   for (let i = 0; i < name.length; i++) h += hex2(name.charCodeAt(i));
   return h.padEnd(IFNAME_LEN * 2, '0');
 }
-/** P . proto . port as a concatenation key: each field padded to 4 bytes, the port big-endian. */
-const allowKeyHex = (p: string, proto: number, port: number): string => `${p}${hex2(proto)}000000${port.toString(16).padStart(4, '0')}0000`;
+/** P . proto (. port) as a concatenation key: each field padded to 4 bytes, the port big-endian; no port for every port. */
+const allowKeyHex = (p: string, proto: number, bits: PortBlockBits, port: number): string =>
+  `${p}${hex2(proto)}000000${bits === 16 ? '' : `${port.toString(16).padStart(4, '0')}0000`}`;
 
 const hex = (b: Uint8Array): string => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('hex');
 
@@ -117,7 +135,8 @@ export function tunnelElements(t: TunnelSpec): PolicyElement[] {
   for (const r of DROP_REASONS) if (r !== 'spoofed') out.push(element(dropMap(r), P, `obj:${dropCounterName(t, r)}`));
   const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
   const ranges = p.ports === '*' ? [PORT_ALL] : p.ports;
-  for (const proto of protos) for (const [from, to] of ranges) out.push(element(POLICY_SETS.allowed, allowKeyHex(P, proto, from), '', allowKeyHex(P, proto, to)));
+  const blocks = portBlocks(ranges);
+  for (const proto of protos) for (const [bits, port] of blocks) out.push(element(allowedSet(bits), allowKeyHex(P, proto, bits, port)));
   if (p.drop_fragments) out.push(element(POLICY_SETS.fragments, P));
   const need = sharedNeeds(t);
   if (need.mss !== undefined) {
@@ -126,6 +145,23 @@ export function tunnelElements(t: TunnelSpec): PolicyElement[] {
   }
   if (need.pps !== undefined) out.push(element(POLICY_SETS.rateLimits, P, `v:${NFT_JUMP}:${rateLimitName(need.pps)}`));
   return out;
+}
+
+/**
+ * The interval set an agent before the port blocks kept its allowlist in (`P . proto . from-to`). Read only when
+ * a newer agent rebuilds such a table, so the allowlist carries over into the block sets in the same batch and
+ * no allowed port is closed between the rebuild and the restore's reconcile.
+ */
+export const LEGACY_ALLOWED_SET = 'allowed';
+
+/** A legacy `allowed` interval element as the block elements that allow the same ports. */
+export function fromLegacyAllowed(e: Pick<SetElement, 'key' | 'keyEnd'>): PolicyElement[] {
+  const key = Buffer.from(e.key.buffer, e.key.byteOffset, e.key.byteLength);
+  if (key.length !== 12 || !e.keyEnd || e.keyEnd.byteLength !== 12) return [];
+  const end = Buffer.from(e.keyEnd.buffer, e.keyEnd.byteOffset, e.keyEnd.byteLength);
+  const P = key.subarray(0, 4).toString('hex');
+  const proto = key[4]!;
+  return portBlocks([[key.readUInt16BE(8), end.readUInt16BE(8)]]).map(([bits, port]) => element(allowedSet(bits), allowKeyHex(P, proto, bits, port)));
 }
 
 /** What an element depends on existing first: a named counter, a synproxy object or a rate-limit chain. */

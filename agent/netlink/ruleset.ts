@@ -13,14 +13,13 @@ import {
   NFT_CT_STATUS,
   NFT_DATA_VERDICT,
   NFT_JUMP,
+  NFT_RETURN,
   NFT_LOOKUP_F_INV,
   NFT_META_IIFNAME,
   NFT_OBJECT_SYNPROXY,
   NFT_REG32_00,
   NFT_REG_VERDICT,
-  NFT_SET_CONCAT,
   NFT_SET_EVAL,
-  NFT_SET_INTERVAL,
   NFT_SET_TIMEOUT,
   NFT_TYPE_IFNAME,
   NFT_TYPE_INET_SERVICE,
@@ -79,14 +78,13 @@ export interface RulesetOptions {
   preroutingChain?: string;
   /** The filter chain (prerouting hook, before DNAT) that counts every packet to a protected IP. */
   countChain?: string;
-  forwardChain?: string;
   /** Tunnel links' names start with this: the MSS clamp and the isolation rules match it. */
   ifnamePrefix: string;
   /** Named counters to create with the table (normally none: tunnels add their own). */
   counters?: readonly string[];
 }
 
-export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', countChain: 'count', preroutingChain: 'prerouting', forwardChain: 'forward' } as const;
+export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', countChain: 'count', preroutingChain: 'prerouting' } as const;
 
 /** Why a packet was dropped; each tunnel has one named counter per reason (docs/CONTRACTS.md "Dataplane"). */
 export const DROP_REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
@@ -101,8 +99,6 @@ export const POLICY_SETS = {
   replies: 'replies',
   /** N . O: the agent's probe replies (to the edge itself) from origin O through link N. */
   origins: 'origins',
-  /** P . tcp|udp . port-range: the allowlist (interval set). */
-  allowed: 'allowed',
   /** P: fragments to P are dropped. */
   fragments: 'fragments',
   /** P: SYNs to P skip conntrack and meet the SYN proxy in forward. */
@@ -112,6 +108,21 @@ export const POLICY_SETS = {
   /** P → jump to the rate-limit chain of its limit (rateLimitName). */
   rateLimits: 'rate_limits',
 } as const;
+
+/**
+ * The port allowlist, as exact hash lookups (issue 10 item 6: an interval set of concatenations is the pipapo
+ * backend, whose lookup cost grows with its element count, so with the number of tunnels). Each allowed range
+ * of P is split into aligned blocks of 16^k ports (k = 4 .. 0: every port, 4096, 256, 16, 1), and a block of
+ * 16^k ports is the element `P . proto . first port` of the set for that size (`P . proto` for every port).
+ * A packet's port, masked to each block size in turn, is looked up in each of the five sets: at most five
+ * hash lookups, whatever the number of tunnels. Coarse to fine, so "every port" (the default) costs one.
+ * A range costs at most 2 x 15 elements per block size (typically a few: 5000-10000 is 36).
+ */
+export const PORT_BLOCK_BITS = [16, 12, 8, 4, 0] as const;
+export type PortBlockBits = (typeof PORT_BLOCK_BITS)[number];
+/** The set of blocks of 2^bits ports: `allowed_all`, `allowed_4096`, `allowed_256`, `allowed_16`, `allowed_1`. */
+export const allowedSet = (bits: PortBlockBits): string => (bits === 16 ? 'allowed_all' : `allowed_${1 << bits}`);
+export const ALLOWED_SETS: readonly string[] = PORT_BLOCK_BITS.map(allowedSet);
 
 /** The object map reaching a tunnel's drop counter for a reason: keyed by N for `spoofed`, by P otherwise. */
 export const dropMap = (reason: DropReason): string => `drop_${reason}`;
@@ -147,8 +158,11 @@ export const CHAINS = {
   fragments: 'fragdrop',
   synraw: 'synraw',
   allow: 'allow',
+  allowlist: 'allowlist',
   natOut: 'nat_out',
   guard: 'guard',
+  guardCt: 'guard_ct',
+  guardNoDnat: 'guard_nodnat',
   fromTunnel: 'from_tunnel',
   localIn: 'local_in',
   tunnelIn: 'tunnel_in',
@@ -180,6 +194,12 @@ const TCP_FLAGS_FSRA = 0x17;
 const NFT_REG_2 = 2;
 const REG32 = (n: number): number => NFT_REG32_00 + n;
 
+/** The network-order mask keeping a port's block of 2^bits ports (its first port). */
+const portMask = (bits: number): Uint8Array => {
+  const b = Buffer.alloc(2);
+  b.writeUInt16BE((0xffff << bits) & 0xffff);
+  return b;
+};
 const hostU32 = (v: number): Uint8Array => {
   const b = Buffer.alloc(4);
   b.writeUInt32LE(v);
@@ -207,20 +227,30 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     counter name ip daddr map @tunnel_counters }
  *   chain allow { type filter hook prerouting priority -140;
  *     ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
- *     ip daddr . meta l4proto . th dport != @allowed ct state != related counter name ip daddr map @drop_not_allowed drop
+ *     ct state != related jump allowlist
  *     ip daddr vmap @rate_limits }
+ *   chain allowlist {
+ *     ip daddr . meta l4proto @allowed_all return
+ *     ip daddr . meta l4proto . th dport & 0xf000 @allowed_4096 return
+ *     ip daddr . meta l4proto . th dport & 0xff00 @allowed_256 return
+ *     ip daddr . meta l4proto . th dport & 0xfff0 @allowed_16 return
+ *     ip daddr . meta l4proto . th dport @allowed_1 return
+ *     counter name ip daddr map @drop_not_allowed drop }
  *   chain prerouting { type nat hook prerouting priority dstnat;
  *     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected }
  *   chain nat_out { type nat hook output priority -100;
  *     meta l4proto tcp dnat to ip daddr map @protected }
- *   chain forward { type filter hook forward priority mangle;
- *     oifname "PREFIX*" tcp flags syn tcp option maxseg size set rt mtu }
  *   chain guard { type filter hook forward priority filter;
- *     ct state invalid,untracked synproxy name ip daddr map @syn_proxy
- *     ct state invalid counter name ip daddr map @drop_invalid drop
+ *     oifname "PREFIX*" tcp flags syn tcp option maxseg size set rt mtu
+ *     ct state invalid,untracked jump guard_ct
  *     iifname "PREFIX*" jump from_tunnel
- *     oifname "PREFIX*" ct status & dnat == 0 drop
- *     ct status & dnat == 0 counter name ip daddr map @drop_invalid drop }
+ *     ct status & dnat == 0 jump guard_nodnat }
+ *   chain guard_ct {
+ *     synproxy name ip daddr map @syn_proxy
+ *     ct state invalid counter name ip daddr map @drop_invalid drop }
+ *   chain guard_nodnat {
+ *     oifname "PREFIX*" drop
+ *     counter name ip daddr map @drop_invalid drop }
  *   chain from_tunnel {
  *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out
  *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
@@ -245,7 +275,6 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const counterMap = o.counterMap ?? RULESET_DEFAULTS.counterMap;
   const pre = o.preroutingChain ?? RULESET_DEFAULTS.preroutingChain;
   const count = o.countChain ?? RULESET_DEFAULTS.countChain;
-  const fwd = o.forwardChain ?? RULESET_DEFAULTS.forwardChain;
   const t = o.table;
   const prefix = Buffer.from(o.ifnamePrefix, 'utf8');
   b.addTable(t);
@@ -254,10 +283,14 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   base(CHAINS.synraw, 'filter', NF_INET_PRE_ROUTING, PRIO_RAW);
   base(count, 'filter', NF_INET_PRE_ROUTING, NF_IP_PRI_MANGLE);
   base(CHAINS.allow, 'filter', NF_INET_PRE_ROUTING, PRIO_ALLOW);
+  b.addChain({ table: t, name: CHAINS.allowlist });
   base(pre, 'nat', NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST);
   base(CHAINS.natOut, 'nat', NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST);
-  base(fwd, 'filter', NF_INET_FORWARD, NF_IP_PRI_MANGLE);
+  // One forward chain, the MSS clamp first: a second base chain, and the guard testing ct state and ct status
+  // twice each, cost 2-4% of the forwarding rate (bench:edge, issue 10 item 6); jumps test each once.
   base(CHAINS.guard, 'filter', NF_INET_FORWARD, PRIO_FILTER);
+  b.addChain({ table: t, name: CHAINS.guardCt });
+  b.addChain({ table: t, name: CHAINS.guardNoDnat });
   b.addChain({ table: t, name: CHAINS.fromTunnel });
   base(CHAINS.localIn, 'filter', NF_INET_LOCAL_IN, PRIO_FILTER);
   b.addChain({ table: t, name: CHAINS.tunnelIn });
@@ -274,14 +307,16 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const ctrId = ipv4ObjMap(counterMap, NFT_OBJECT_COUNTER);
   set({ name: POLICY_SETS.replies, flags: 0, keyType: concatType([NFT_TYPE_IFNAME, NFT_TYPE_IPADDR, NFT_TYPE_IPADDR]), keyLen: IFNAME_LEN + 8, userdata: concatSetUserdata() });
   set({ name: POLICY_SETS.origins, flags: 0, keyType: concatType([NFT_TYPE_IFNAME, NFT_TYPE_IPADDR]), keyLen: IFNAME_LEN + 4, userdata: concatSetUserdata() });
-  set({
-    name: POLICY_SETS.allowed,
-    flags: NFT_SET_INTERVAL | NFT_SET_CONCAT,
-    keyType: concatType([NFT_TYPE_IPADDR, NFT_TYPE_INET_PROTOCOL, NFT_TYPE_INET_SERVICE]),
-    keyLen: 12,
-    descConcat: [4, 1, 2],
-    userdata: concatSetUserdata(),
-  });
+  for (const bits of PORT_BLOCK_BITS) {
+    const all = bits === 16;
+    set({
+      name: allowedSet(bits),
+      flags: 0,
+      keyType: concatType(all ? [NFT_TYPE_IPADDR, NFT_TYPE_INET_PROTOCOL] : [NFT_TYPE_IPADDR, NFT_TYPE_INET_PROTOCOL, NFT_TYPE_INET_SERVICE]),
+      keyLen: all ? 8 : 12,
+      userdata: concatSetUserdata(),
+    });
+  }
   set({ name: POLICY_SETS.fragments, flags: 0, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
   set({ name: POLICY_SETS.synproxied, flags: 0, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
   ipv4ObjMap(POLICY_SETS.synproxy, NFT_OBJECT_SYNPROXY);
@@ -314,17 +349,15 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   rule(count, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId })]);
   // Invalid packets to a syn-proxied IP are the proxy's to judge (the client's handshake ACK is invalid until then).
   rule(CHAINS.allow, [...ctStateIn(NF_CT_STATE_INVALID), daddr(), expr.lookup(ref(POLICY_SETS.synproxied), NFT_REG_1, undefined, NFT_LOOKUP_F_INV), ...countedDrop('invalid', daddr(), ids)]);
-  rule(CHAINS.allow, [
-    daddr(),
-    expr.meta(NFT_META_L4PROTO, REG32(1)),
-    expr.byteorder(NFT_BYTEORDER_HTON, 1, 2, REG32(1), REG32(1)),
-    expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_DPORT_OFFSET, 2, REG32(2)),
-    expr.lookup(ref(POLICY_SETS.allowed), NFT_REG_1, undefined, NFT_LOOKUP_F_INV),
-    expr.ct(NFT_CT_STATE),
-    expr.cmp(NFT_CMP_NEQ, hostU32(NF_CT_STATE_RELATED)),
-    ...countedDrop('not_allowed', daddr(), ids),
-  ]);
+  rule(CHAINS.allow, [expr.ct(NFT_CT_STATE), expr.cmp(NFT_CMP_NEQ, hostU32(NF_CT_STATE_RELATED)), expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
   rule(CHAINS.allow, [daddr(), expr.lookup(ref(POLICY_SETS.rateLimits), NFT_REG_1, NFT_REG_VERDICT)]);
+  // One exact lookup per block size, the port masked to it: a hit returns to `allow` (the rate limit next).
+  for (const bits of PORT_BLOCK_BITS) {
+    const port: Expr[] = bits === 16 ? [] : [expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_DPORT_OFFSET, 2, REG32(2))];
+    if (bits !== 0 && bits !== 16) port.push(expr.bitwise(2, portMask(bits), Uint8Array.of(0, 0), REG32(2), REG32(2), true));
+    rule(CHAINS.allowlist, [daddr(), expr.meta(NFT_META_L4PROTO, REG32(1)), ...port, expr.lookup(ref(allowedSet(bits))), expr.immediateVerdict(NFT_RETURN)]);
+  }
+  rule(CHAINS.allowlist, countedDrop('not_allowed', daddr(), ids));
 
   // `{ tcp, udp }` is an anonymous constant set; the kernel names it (__set0...) from the "%d" template.
   const anonId = b.addSet({
@@ -353,7 +386,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     expr.lookup({ name: dnatMap, id: mapId }, NFT_REG_1, NFT_REG_1),
     expr.nat(NFT_NAT_DNAT, NFPROTO_IPV4, NFT_REG_1),
   ]);
-  rule(fwd, [
+  rule(CHAINS.guard, [
     expr.meta(NFT_META_OIFNAME),
     // A wildcard name compares only the prefix bytes (no NUL), which is how nft encodes "tg-*".
     expr.cmp(NFT_CMP_EQ, prefix),
@@ -366,11 +399,15 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     expr.byteorder(NFT_BYTEORDER_HTON, 2, 2),
     expr.exthdrTcpoptWrite(TCPOPT_MAXSEG, TCPOPT_MAXSEG_VALUE_OFFSET, 2),
   ]);
-  rule(CHAINS.guard, [...ctStateIn(NF_CT_STATE_INVALID | NF_CT_STATE_UNTRACKED), daddr(), expr.objrefMap(ref(POLICY_SETS.synproxy))]);
-  rule(CHAINS.guard, [...ctStateIn(NF_CT_STATE_INVALID), ...countedDrop('invalid', daddr(), ids)]);
+  rule(CHAINS.guard, [...ctStateIn(NF_CT_STATE_INVALID | NF_CT_STATE_UNTRACKED), expr.immediateVerdict(NFT_JUMP, CHAINS.guardCt)]);
   rule(CHAINS.guard, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.fromTunnel)]);
-  rule(CHAINS.guard, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), ...ctDnat(NFT_CMP_EQ), drop()]);
-  rule(CHAINS.guard, [...ctDnat(NFT_CMP_EQ), ...countedDrop('invalid', daddr(), ids)]);
+  rule(CHAINS.guard, [...ctDnat(NFT_CMP_EQ), expr.immediateVerdict(NFT_JUMP, CHAINS.guardNoDnat)]);
+  // Invalid or untracked: the SYN proxy's (a syn-proxied P's handshake); what is left invalid is dropped.
+  rule(CHAINS.guardCt, [daddr(), expr.objrefMap(ref(POLICY_SETS.synproxy))]);
+  rule(CHAINS.guardCt, [...ctStateIn(NF_CT_STATE_INVALID), ...countedDrop('invalid', daddr(), ids)]);
+  // Not DNAT-ed: never into a tunnel, and never to P (counted when P is a tunnel's).
+  rule(CHAINS.guardNoDnat, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), drop()]);
+  rule(CHAINS.guardNoDnat, countedDrop('invalid', daddr(), ids));
   const isReply = (): Expr[] => [
     expr.ct(NFT_CT_DIRECTION),
     expr.cmp(NFT_CMP_EQ, Uint8Array.of(IP_CT_DIR_REPLY)),

@@ -228,8 +228,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
 
   it('a tampered table is rebuilt at start with its elements and counters kept', async () => {
     await dp.close();
-    const handle = ruleset().find((o) => o.rule && (o.rule.chain as string) === 'forward')!.rule!.handle as number;
-    edge.run('nft', 'delete', 'rule', 'ip', T, 'forward', 'handle', String(handle));
+    const handle = ruleset().find((o) => o.rule && (o.rule.chain as string) === 'guard')!.rule!.handle as number;
+    edge.run('nft', 'delete', 'rule', 'ip', T, 'guard', 'handle', String(handle));
     expect(rules()).toHaveLength(EXPECTED_RULES.length - 1);
     dp = await open();
     expect(dp.table).toBe('rebuilt');

@@ -116,6 +116,8 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       calm: `udp dport 7000 ip saddr ${CLIENT}`,
       neighbour: 'udp dport 7002',
       frag: 'udp dport 7003',
+      mss1436: 'tcp dport 7004 tcp flags & (syn|ack) == syn tcp option maxseg size 1436',
+      syn7004: 'tcp dport 7004 tcp flags & (syn|ack) == syn',
     });
     observe(ns.client, 'input', { spoofed: 'udp dport 7000', newconn: 'tcp dport 7001' });
     observe(ns.edge, 'input', { ssh: 'tcp dport 52222' });
@@ -154,7 +156,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     // Without the allowlist rule the same traffic reaches the origin (ICMP to a protected IP is never DNAT-ed,
     // so the TCP and UDP ports are what shows it; a SYN to this syn-proxied IP reaches the origin only once
     // the client completed the handshake, so TCP is a real connection).
-    deleteRule('allow', '@allowed');
+    deleteRule('allowlist', '@drop_not_allowed');
     hping(ns.client, `--udp -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
     expect(counted(ns.origin1, 'udp8080')).toBe(5);
     const denied = new Proc(ns.client, KEEP, [T1.protected_ip, '9090']);
@@ -246,7 +248,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect(counted(ns.edge, 'ssh')).toBe(10);
     // Another tunnel is guarded twice: only a DNAT-ed connection may enter a tunnel link at all.
     expect(counted(ns.origin2, 'neighbour')).toBe(0);
-    deleteRule('guard', 'oifname "tg-*" ct status');
+    deleteRule('guard_nodnat', 'oifname "tg-*" drop');
     hping(ns.origin1, `--udp -c 5 -i u20000 -p 7002 100.64.0.6`);
     expect(counted(ns.origin2, 'neighbour')).toBe(5);
     await restart();
@@ -294,10 +296,26 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect(await dp.reconcile([T1, T2])).toMatchObject({ changed: 1, unchanged: 1, failed: [] });
   }, 120_000);
 
+  it('a SYN into a tunnel has its MSS clamped to the tunnel MTU - 40 (the clamp is the forward chain\'s first rule)', async () => {
+    // The client's kernel offers MSS 1460 (its 1500-byte link); tg-e2's MTU is 1476. No listener: the origin resets.
+    const connect = (): void => void ns.client.run('bash', '-c', `timeout 5 bash -c 'echo > /dev/tcp/${T2.protected_ip}/7004' 2>/dev/null || true`);
+    connect();
+    expect(counted(ns.origin2, 'syn7004')).toBeGreaterThanOrEqual(1);
+    expect(counted(ns.origin2, 'mss1436')).toBe(counted(ns.origin2, 'syn7004'));
+    // Without the clamp the SYN reaches the origin with the client's 1460.
+    deleteRule('guard', 'maxseg');
+    const [syn, mss] = [counted(ns.origin2, 'syn7004'), counted(ns.origin2, 'mss1436')];
+    connect();
+    expect(counted(ns.origin2, 'syn7004')).toBeGreaterThan(syn);
+    expect(counted(ns.origin2, 'mss1436')).toBe(mss);
+    await restart();
+  }, 60_000);
+
   it('the rule count does not depend on the number of tunnels', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // 23 rules of the table (the out counter's rule since issue 11), plus one per distinct rate limit in use (here one).
-    expect(rules).toBe(24);
+    // 31 rules of the table (the out counter's rule since issue 11; since issue 10 item 6 the allowlist's five
+    // lookups and its drop, and the guard's two jumped-to chains), plus one per distinct rate limit in use (here one).
+    expect(rules).toBe(32);
   });
 });

@@ -14,9 +14,20 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
   set origins {
     type ifname . ipv4_addr
   }
-  set allowed {
+  set allowed_all {
+    type ipv4_addr . inet_proto
+  }
+  set allowed_4096 {
     type ipv4_addr . inet_proto . inet_service
-    flags interval
+  }
+  set allowed_256 {
+    type ipv4_addr . inet_proto . inet_service
+  }
+  set allowed_16 {
+    type ipv4_addr . inet_proto . inet_service
+  }
+  set allowed_1 {
+    type ipv4_addr . inet_proto . inet_service
   }
   set fragments {
     type ipv4_addr
@@ -63,8 +74,16 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
   chain allow {
     type filter hook prerouting priority -140; policy accept;
     ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
-    ip daddr . meta l4proto . th dport != @allowed ct state != related counter name ip daddr map @drop_not_allowed drop
+    ct state != related jump allowlist
     ip daddr vmap @rate_limits
+  }
+  chain allowlist {
+    ip daddr . meta l4proto @allowed_all return
+    ip daddr . meta l4proto . th dport & 0xf000 @allowed_4096 return
+    ip daddr . meta l4proto . th dport & 0xff00 @allowed_256 return
+    ip daddr . meta l4proto . th dport & 0xfff0 @allowed_16 return
+    ip daddr . meta l4proto . th dport @allowed_1 return
+    counter name ip daddr map @drop_not_allowed drop
   }
   chain prerouting {
     type nat hook prerouting priority dstnat; policy accept;
@@ -74,17 +93,20 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
     type nat hook output priority -100; policy accept;
     meta l4proto tcp dnat to ip daddr map @protected
   }
-  chain forward {
-    type filter hook forward priority mangle; policy accept;
-    oifname "${opts.ifnamePrefix}*" tcp flags syn tcp option maxseg size set rt mtu
-  }
   chain guard {
     type filter hook forward priority filter; policy accept;
-    ct state invalid,untracked synproxy name ip daddr map @syn_proxy
-    ct state invalid counter name ip daddr map @drop_invalid drop
+    oifname "${opts.ifnamePrefix}*" tcp flags syn tcp option maxseg size set rt mtu
+    ct state invalid,untracked jump guard_ct
     iifname "${opts.ifnamePrefix}*" jump from_tunnel
-    oifname "${opts.ifnamePrefix}*" ct status & dnat == 0 drop
-    ct status & dnat == 0 counter name ip daddr map @drop_invalid drop
+    ct status & dnat == 0 jump guard_nodnat
+  }
+  chain guard_ct {
+    synproxy name ip daddr map @syn_proxy
+    ct state invalid counter name ip daddr map @drop_invalid drop
+  }
+  chain guard_nodnat {
+    oifname "${opts.ifnamePrefix}*" drop
+    counter name ip daddr map @drop_invalid drop
   }
   chain from_tunnel {
     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out
@@ -125,7 +147,7 @@ export function tunnelsAddNftText(table: string, ts: readonly TextTunnel[]): str
     el('tunnel_counters', (t) => `${t.protected_ip} : "${t.tunnel_name}"`),
     el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
     el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
-    el('allowed', (t) => `${t.protected_ip} . tcp . 0-65535, ${t.protected_ip} . udp . 0-65535`),
+    el('allowed_all', (t) => `${t.protected_ip} . tcp, ${t.protected_ip} . udp`),
     el('drop_spoofed', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.spoofed"`),
     el('tunnel_out', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.out"`),
     ...BY_P.map((r) => el(`drop_${r}`, (t) => `${t.protected_ip} : "${t.tunnel_name}.${r}"`)),
@@ -141,7 +163,7 @@ export function tunnelsDeleteNftText(table: string, ts: readonly TextTunnel[]): 
     el('protected', (t) => t.protected_ip),
     el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
     el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
-    el('allowed', (t) => `${t.protected_ip} . tcp . 0-65535, ${t.protected_ip} . udp . 0-65535`),
+    el('allowed_all', (t) => `${t.protected_ip} . tcp, ${t.protected_ip} . udp`),
     el('drop_spoofed', (t) => `"${t.tunnel_name}"`),
     el('tunnel_out', (t) => `"${t.tunnel_name}"`),
     ...BY_P.map((r) => el(`drop_${r}`, (t) => t.protected_ip)),

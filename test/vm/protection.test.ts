@@ -142,7 +142,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('edge isolation and pe
       expect([await counted('origin', 'syn9090'), await counted('origin', 'udp8080')]).toEqual([0, 0]);
       // Without the allowlist rule the same traffic reaches the origin: UDP 8080 arrives, and a TCP
       // connection to 9090 completes (through the SYN proxy: the origin sees a SYN only after the handshake).
-      await deleteRule('allow', '@allowed');
+      await deleteRule('allowlist', '@drop_not_allowed');
       await hping('client', `--udp -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
       expect(await reaches('origin', 'udp8080', 5)).toBe(5);
       expect(await labClient(vm, 'tcp', T1.protected_ip, { port: 9090 })).toMatch(new RegExp(`^peer=${LAB.client} `));
@@ -238,7 +238,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('edge isolation and pe
         expect([await reaches('client', 'spoofed', 5), await reaches('client', 'newconn', 5), await reaches('edge', 'ssh', 5)]).toEqual([5, 5, 5]);
         // Another tunnel is guarded twice: only a DNAT-ed connection may enter a tunnel link at all.
         expect(await txPackets('edge', T3.tunnel_name)).toBe(t3);
-        await deleteRule('guard', 'oifname "tg-*" ct status');
+        await deleteRule('guard_nodnat', 'oifname "tg-*" drop');
         await hping('origin', `--udp -c 5 -i u20000 -p 7002 ${inner(T3.origin_inner)}`);
         await until('the other tunnel carrying them', async () => ((await txPackets('edge', T3.tunnel_name)) - t3 >= 5 ? true : undefined), 60_000).catch(() => undefined);
         expect((await txPackets('edge', T3.tunnel_name)) - t3).toBe(5);

@@ -82,7 +82,7 @@ describe('nft batches, byte for byte', () => {
     expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-synproxy-add')));
   });
 
-  it("one tunnel's policy elements: concatenations with an ifname, concatenated intervals, objrefs, a jump", () => {
+  it("one tunnel's policy elements: concatenations with an ifname, port blocks, objrefs, a jump", () => {
     const spec: TunnelSpec = {
       id: '00000000-0000-4000-8000-000000000001',
       tunnel_name: 'tg-t1',
@@ -94,7 +94,9 @@ describe('nft batches, byte for byte', () => {
       mtu: 1476,
       policy: { ports: [[80, 80]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 100, drop_fragments: true },
     };
-    const udp = tunnelElements({ ...spec, policy: { ...spec.policy!, ports: [[27000, 27015]], protocol: 'udp' } });
+    // 80 is a block of one port, 27008-27023 one of 16, "*" every port: three of the allowlist's five sets.
+    const udp = tunnelElements({ ...spec, policy: { ...spec.policy!, ports: [[27008, 27023]], protocol: 'udp' } });
+    const all = tunnelElements({ ...spec, policy: { ...spec.policy!, ports: '*', protocol: 'udp' } });
     const els = tunnelElements(spec);
     const one = (set: string, from = els): SetElement[] => from.filter((e) => e.set === set).map((e) => e.el);
     // The capture's drop maps point at the one counter that existed then.
@@ -103,16 +105,20 @@ describe('nft batches, byte for byte', () => {
     // nft sends each set's cache id with its elements; the kernel finds an existing set by name.
     b.addElements({ table: 'tunnelgate', set: 'replies', setId: 3, elements: one('replies') });
     b.addElements({ table: 'tunnelgate', set: 'origins', setId: 4, elements: one('origins') });
-    b.addElements({ table: 'tunnelgate', set: 'allowed', setId: 5, elements: [...one('allowed'), ...one('allowed', udp)] });
-    b.addElements({ table: 'tunnelgate', set: 'fragments', setId: 6, elements: one('fragments') });
-    b.addElements({ table: 'tunnelgate', set: 'syn_proxy', setId: 8, elements: one('syn_proxy') });
-    b.addElements({ table: 'tunnelgate', set: 'rate_limits', setId: 9, elements: one('rate_limits') });
-    b.addElements({ table: 'tunnelgate', set: 'drop_spoofed', setId: 10, elements: ctr(one('drop_spoofed')) });
-    b.addElements({ table: 'tunnelgate', set: 'drop_not_allowed', setId: 11, elements: ctr(one('drop_not_allowed')) });
+    expect(one('allowed_1')).toHaveLength(1);
+    b.addElements({ table: 'tunnelgate', set: 'allowed_1', setId: 9, elements: one('allowed_1') });
+    expect(one('allowed_16', udp)).toHaveLength(1);
+    b.addElements({ table: 'tunnelgate', set: 'allowed_16', setId: 8, elements: one('allowed_16', udp) });
+    b.addElements({ table: 'tunnelgate', set: 'allowed_all', setId: 5, elements: one('allowed_all', all) });
+    b.addElements({ table: 'tunnelgate', set: 'fragments', setId: 10, elements: one('fragments') });
+    b.addElements({ table: 'tunnelgate', set: 'syn_proxy', setId: 12, elements: one('syn_proxy') });
+    b.addElements({ table: 'tunnelgate', set: 'rate_limits', setId: 13, elements: one('rate_limits') });
+    b.addElements({ table: 'tunnelgate', set: 'drop_spoofed', setId: 14, elements: ctr(one('drop_spoofed')) });
+    b.addElements({ table: 'tunnelgate', set: 'drop_not_allowed', setId: 15, elements: ctr(one('drop_not_allowed')) });
     expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-policy-elements')));
-    // Deleting sends the key alone (an interval's start names it).
+    // Deleting sends the key alone.
     const d = new NftBatch();
-    d.deleteElements({ table: 'tunnelgate', set: 'allowed', elements: one('allowed') });
+    d.deleteElements({ table: 'tunnelgate', set: 'allowed_1', elements: one('allowed_1') });
     d.deleteElements({ table: 'tunnelgate', set: 'rate_limits', elements: one('rate_limits') });
     d.deleteElements({ table: 'tunnelgate', set: 'replies', elements: one('replies') });
     expect(norm(encodeLikeNft(d))).toBe(norm(capturedBatch('nft-policy-elements-del')));

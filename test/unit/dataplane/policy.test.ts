@@ -1,0 +1,77 @@
+// The port allowlist as aligned blocks (agent/dataplane/policy.ts portBlocks, docs/CONTRACTS.md "Dataplane"):
+// the kernel looks a packet's port up in one set per block size, so the blocks must hold exactly the allowed
+// ports, each once. Checked port by port against the ranges, for edge cases and for seeded random lists.
+import { describe, expect, it } from 'vitest';
+import type { PortRange } from '../../../common/tunnel-policy.ts';
+import { portBlocks, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { ALLOWED_SETS, PORT_BLOCK_BITS } from '../../../agent/netlink/ruleset.ts';
+import { benchTunnel } from '../../../bench/lib/tunnels.ts';
+
+/** Which ports the blocks cover, and how often (a port in two blocks would be an element twice). */
+function coverage(blocks: [number, number][]): Uint8Array {
+  const seen = new Uint8Array(65536);
+  for (const [bits, start] of blocks) {
+    expect(PORT_BLOCK_BITS).toContain(bits);
+    expect(start % (1 << bits)).toBe(0); // aligned: the rule masks the port to the block's first port
+    for (let p = start; p < start + (1 << bits); p++) seen[p]!++;
+  }
+  return seen;
+}
+
+function expectExact(ranges: PortRange[]): [number, number][] {
+  const blocks = portBlocks(ranges);
+  const seen = coverage(blocks);
+  const want = new Uint8Array(65536);
+  for (const [a, b] of ranges) for (let p = a; p <= b; p++) want[p] = 1;
+  for (let p = 0; p < 65536; p++) if (seen[p] !== want[p]) throw new Error(`port ${p}: covered ${seen[p]} times, allowed ${want[p]}`);
+  return blocks;
+}
+
+/** A small deterministic generator (mulberry32), so a failure names its seed. */
+function rng(seed: number): () => number {
+  let a = seed;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+describe('port blocks', () => {
+  it('cover exactly the allowed ports, each once, with the fewest blocks for the edge cases', () => {
+    expect(expectExact([[0, 65535]])).toEqual([[16, 0]]);
+    expect(expectExact([[80, 80]])).toEqual([[0, 80]]);
+    expect(expectExact([[4096, 8191]])).toEqual([[12, 4096]]);
+    expect(expectExact([[27008, 27023]])).toEqual([[4, 27008]]);
+    expect(expectExact([[65535, 65535], [0, 0]])).toEqual([[0, 0], [0, 65535]]);
+    // Overlapping and adjacent ranges are merged first: no port twice, 80-81 and 81-90 are one range.
+    expectExact([[80, 81], [81, 90], [91, 91], [1, 65534]]);
+    // 5000-10000 (the benchmark's range): 36 blocks, at most 2 x 15 per size.
+    expect(expectExact([[5000, 10000]])).toHaveLength(36);
+  });
+
+  it('cover exactly the allowed ports for random lists (seeded)', () => {
+    for (let seed = 1; seed <= 40; seed++) {
+      const r = rng(seed);
+      const ranges: PortRange[] = Array.from({ length: 1 + Math.floor(r() * 6) }, () => {
+        const a = Math.floor(r() * 65536);
+        return [a, Math.min(65535, a + Math.floor(r() * (r() < 0.5 ? 40 : 20000)))];
+      });
+      const blocks = expectExact(ranges);
+      for (const bits of PORT_BLOCK_BITS) expect(blocks.filter(([b]) => b === bits).length, `seed ${seed}`).toBeLessThanOrEqual(2 * 15 * ranges.length);
+    }
+  });
+
+  it("a tunnel's allowlist elements: one per block and protocol, in the set of the block's size", () => {
+    const t = { ...benchTunnel(1), policy: { ports: [[22, 22], [4096, 8191]] as PortRange[], protocol: 'both' as const, syn_proxy: false, source_pps_limit: null, drop_fragments: false } };
+    const els = tunnelElements(t).filter((e) => ALLOWED_SETS.includes(e.set));
+    expect(els.map((e) => e.set).sort()).toEqual(['allowed_1', 'allowed_1', 'allowed_4096', 'allowed_4096']);
+    // P . proto . first port, each field padded to 4 bytes; "every port" is P . proto alone.
+    const key = Buffer.from(els.find((e) => e.set === 'allowed_4096')!.el.key);
+    expect(key).toHaveLength(12);
+    expect(key.readUInt16BE(8)).toBe(4096);
+    const all = tunnelElements({ ...t, policy: { ...t.policy, ports: '*' } }).filter((e) => ALLOWED_SETS.includes(e.set));
+    expect(all.map((e) => [e.set, Buffer.from(e.el.key).length])).toEqual([['allowed_all', 8], ['allowed_all', 8]]);
+  });
+});
