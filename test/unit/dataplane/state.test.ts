@@ -19,17 +19,10 @@ vi.mock('node:fs', async (importOriginal) => {
 });
 
 const { DESIRED_FILE, STATE_FILE, StateStore } = await import('../../../agent/dataplane/state.ts');
+const { numberedTunnels } = await import('../../netns/dataplane-edge.ts');
 
-const spec = (i: number) => ({
-  id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-  tunnel_name: `tg-${i}`,
-  protected_ip: `203.0.113.${i}`,
-  origin_ip: `198.18.0.${i}`,
-  edge_ip: '192.0.2.2',
-  edge_inner: `100.64.0.${4 * i + 1}/30`,
-  origin_inner: `100.64.0.${4 * i + 2}/30`,
-  mtu: 1476,
-});
+/** Tunnel i of the dataplane tests: tg-<i>, protected 203.0.113.<i>. */
+const spec = numberedTunnels('tg-', 113);
 
 describe('StateStore durability', () => {
   it('the desired state is fdatasynced on every commit; the records of kernel state are written without one', () => {
