@@ -52,6 +52,75 @@ export interface OwnedTunnel {
   pending?: boolean;
 }
 
+/**
+ * The agent's records by link name and by protected IP, and how many of them need each shared object
+ * (synproxy by MSS, rate-limit chain by rate). The state store keeps one up to date with every commit, so a
+ * single-tunnel change looks its neighbours up instead of walking all 10,000 records (issue 10 item 4); the
+ * diff builds one itself when it is given none (a reconcile walks every record anyway).
+ */
+export class OwnedIndex {
+  private readonly names = new Map<string, Set<string>>();
+  private readonly ips = new Map<string, Set<string>>();
+  private readonly mss = new Map<number, number>();
+  private readonly pps = new Map<number, number>();
+
+  static of(owned: ReadonlyMap<string, OwnedTunnel>): OwnedIndex {
+    const ix = new OwnedIndex();
+    for (const o of owned.values()) ix.add(o.spec);
+    return ix;
+  }
+
+  add(t: TunnelSpec): void {
+    addTo(this.names, t.tunnel_name, t.id);
+    addTo(this.ips, t.protected_ip, t.id);
+    const n = sharedNeeds(t);
+    if (n.mss !== undefined) this.mss.set(n.mss, (this.mss.get(n.mss) ?? 0) + 1);
+    if (n.pps !== undefined) this.pps.set(n.pps, (this.pps.get(n.pps) ?? 0) + 1);
+  }
+
+  delete(t: TunnelSpec): void {
+    removeFrom(this.names, t.tunnel_name, t.id);
+    removeFrom(this.ips, t.protected_ip, t.id);
+    const n = sharedNeeds(t);
+    if (n.mss !== undefined) decrement(this.mss, n.mss);
+    if (n.pps !== undefined) decrement(this.pps, n.pps);
+  }
+
+  /** Ids of the records with this link name, or with this protected IP (normally one at most). */
+  byName(name: string): ReadonlySet<string> | undefined {
+    return this.names.get(name);
+  }
+  byIp(ip: string): ReadonlySet<string> | undefined {
+    return this.ips.get(ip);
+  }
+  /** How many records need each synproxy MSS and each rate limit (only values in use). */
+  mssUsers(): ReadonlyMap<number, number> {
+    return this.mss;
+  }
+  ppsUsers(): ReadonlyMap<number, number> {
+    return this.pps;
+  }
+}
+
+function addTo(m: Map<string, Set<string>>, key: string, id: string): void {
+  let s = m.get(key);
+  if (!s) m.set(key, (s = new Set()));
+  s.add(id);
+}
+
+function removeFrom(m: Map<string, Set<string>>, key: string, id: string): void {
+  const s = m.get(key);
+  if (!s) return;
+  s.delete(id);
+  if (s.size === 0) m.delete(key);
+}
+
+function decrement(m: Map<number, number>, key: number): void {
+  const n = (m.get(key) ?? 0) - 1;
+  if (n > 0) m.set(key, n);
+  else m.delete(key);
+}
+
 export type LinkStep =
   | { op: 'create'; name: string; spec: TunnelSpec }
   | { op: 'delete'; name: string }
@@ -160,6 +229,8 @@ export interface DiffInput {
   scope: 'all' | ReadonlySet<string>;
   /** Extra protected IPs to clean out of the maps in a scoped remove of a tunnel the agent has no record of. */
   orphanProtectedIps?: readonly string[];
+  /** `owned` looked up by name, IP and shared object (the state store's); built from `owned` when absent. */
+  index?: OwnedIndex;
   /**
    * With scope 'all': owned tunnels left exactly as they are (neither changed nor removed; their names,
    * protected IPs and counters stay claimed). A reconcile's tunnels that the kernel refused.
@@ -174,14 +245,22 @@ export function diff(input: DiffInput): Plan {
   const keep = input.keep ?? new Set<string>();
   const inScope = (id: string): boolean => (all ? !keep.has(id) : (scope as ReadonlySet<string>).has(id));
 
-  // Names and protected IPs claimed by tunnels that stay (desired, or owned and out of scope).
-  const claimedNames = new Map<string, string>();
-  const claimedIps = new Map<string, string>();
-  for (const [id, o] of owned) {
-    if (inScope(id)) continue;
-    claimedNames.set(o.spec.tunnel_name, id);
-    claimedIps.set(o.spec.protected_ip, id);
+  const index = input.index ?? OwnedIndex.of(owned);
+  // The owned tunnels this change may alter: every one for a reconcile (but those it keeps), else the scope's.
+  const scopedOwned: OwnedTunnel[] = [];
+  if (all) {
+    for (const o of owned.values()) if (!keep.has(o.spec.id)) scopedOwned.push(o);
+  } else {
+    for (const id of scope as ReadonlySet<string>) {
+      const o = owned.get(id);
+      if (o) scopedOwned.push(o);
+    }
   }
+
+  // Names and protected IPs claimed by tunnels that stay (desired, or owned and out of scope): the desired
+  // claims are kept here, the owned ones looked up in the index (never a walk of every record).
+  const claimedNames = claims((n) => index.byName(n), inScope);
+  const claimedIps = claims((ip) => index.byIp(ip), inScope);
   for (const t of desired) {
     if (!inScope(t.id)) throw new PlanConflict(`tunnel ${t.id} is outside the scope of this change`);
     const byName = claimedNames.get(t.tunnel_name);
@@ -191,7 +270,7 @@ export function diff(input: DiffInput): Plan {
     claimedNames.set(t.tunnel_name, t.id);
     claimedIps.set(t.protected_ip, t.id);
   }
-  const ownedNames = new Set([...owned.values()].map((o) => o.spec.tunnel_name));
+  const ownedName = (name: string): boolean => (index.byName(name)?.size ?? 0) > 0;
 
   const actions = new Map<string, TunnelAction>();
   const linkSteps: LinkStep[] = [];
@@ -216,7 +295,9 @@ export function diff(input: DiffInput): Plan {
   const elementsOf = new Map<string, PolicyElement[]>();
   const delEls = new Map<string, PolicyElement>();
   const flush = new Set<string>();
-  const nextOwned = new Map(owned);
+  /** Records this plan replaces (desired) or drops (removed): the agent's records after it are built from these. */
+  const putOwned = new Map<string, OwnedTunnel>();
+  const dropOwned = new Set<string>();
   const counts: ChangeCounts = { added: 0, changed: 0, removed: 0, unchanged: 0 };
   const delDnat = new Set<string>();
   const delCounterMap = new Set<string>();
@@ -235,7 +316,7 @@ export function diff(input: DiffInput): Plan {
     const prev = owned.get(t.id);
     const name = t.tunnel_name;
     const link = view.links.get(name);
-    if (link && !ownedNames.has(name)) throw new PlanConflict(`link ${name} exists and was not created by this agent`);
+    if (link && !ownedName(name)) throw new PlanConflict(`link ${name} exists and was not created by this agent`);
     let touched = false;
     let mappingChanged = false;
 
@@ -339,13 +420,13 @@ export function diff(input: DiffInput): Plan {
     if (action === 'added' || mappingChanged || (prev && !sameTunnel(prev.spec, t))) flush.add(t.protected_ip);
     actions.set(t.id, action);
     counts[action]++;
-    nextOwned.set(t.id, { spec: t });
+    putOwned.set(t.id, { spec: t });
   }
 
   // Owned tunnels in scope that are no longer desired.
-  const desiredIds = new Set(desired.map((t) => t.id));
-  for (const [id, o] of owned) {
-    if (!inScope(id) || desiredIds.has(id)) continue;
+  for (const o of scopedOwned) {
+    const id = o.spec.id;
+    if (putOwned.has(id)) continue;
     const s = o.spec;
     if (!claimedNames.has(s.tunnel_name)) {
       if (view.links.has(s.tunnel_name)) linkDeletes.push(s.tunnel_name);
@@ -357,7 +438,7 @@ export function diff(input: DiffInput): Plan {
       dropCounterMap(s.protected_ip);
       flush.add(s.protected_ip);
     }
-    nextOwned.delete(id);
+    dropOwned.add(id);
     actions.set(id, 'removed');
     counts.removed++;
   }
@@ -404,13 +485,21 @@ export function diff(input: DiffInput): Plan {
   }
 
   // Shared objects by value: created with their first user, deleted with their last (in this same batch).
-  const mss = new Set<number>();
-  const pps = new Set<number>();
-  for (const o of nextOwned.values()) {
+  // Users after the plan: the index's counts, less the records this plan replaces or drops, plus the desired.
+  const mssUsers = new Map(index.mssUsers());
+  const ppsUsers = new Map(index.ppsUsers());
+  for (const o of scopedOwned) {
     const n = sharedNeeds(o.spec);
-    if (n.mss !== undefined) mss.add(n.mss);
-    if (n.pps !== undefined) pps.add(n.pps);
+    if (n.mss !== undefined) mssUsers.set(n.mss, (mssUsers.get(n.mss) ?? 0) - 1);
+    if (n.pps !== undefined) ppsUsers.set(n.pps, (ppsUsers.get(n.pps) ?? 0) - 1);
   }
+  for (const o of putOwned.values()) {
+    const n = sharedNeeds(o.spec);
+    if (n.mss !== undefined) mssUsers.set(n.mss, (mssUsers.get(n.mss) ?? 0) + 1);
+    if (n.pps !== undefined) ppsUsers.set(n.pps, (ppsUsers.get(n.pps) ?? 0) + 1);
+  }
+  const mss = [...mssUsers].filter(([, n]) => n > 0).map(([m]) => m);
+  const pps = [...ppsUsers].filter(([, n]) => n > 0).map(([p]) => p);
   for (const m of mss) if (!view.synproxies.has(synproxyName(m))) nft.addSynproxies.push(m);
   const wantedSyn = new Set([...mss].map(synproxyName));
   nft.delSynproxies = [...view.synproxies].filter((n) => !wantedSyn.has(n));
@@ -422,10 +511,42 @@ export function diff(input: DiffInput): Plan {
   nft.delCounterMap = [...delCounterMap];
   const adding = new Set(nft.addCounters);
   nft.delCounters = [...delCounters].filter((c) => !adding.has(c));
-  return { actions, linkSteps, nft, linkDeletes: [...new Set(linkDeletes)], flush: [...flush], counts, owned: nextOwned };
+  let nextOwned: Map<string, OwnedTunnel> | undefined;
+  return {
+    actions,
+    linkSteps,
+    nft,
+    linkDeletes: [...new Set(linkDeletes)],
+    flush: [...flush],
+    counts,
+    // Built only when asked for (tests): a copy of 10,000 records per single-tunnel change is what this avoids.
+    get owned(): Map<string, OwnedTunnel> {
+      if (!nextOwned) {
+        nextOwned = new Map(owned);
+        for (const id of dropOwned) nextOwned.delete(id);
+        for (const [id, o] of putOwned) nextOwned.set(id, o);
+      }
+      return nextOwned;
+    },
+  };
 }
 
-function claimedOtherwise(claims: ReadonlyMap<string, string>, key: string, id: string): boolean {
+/**
+ * Claims on a key (link name or protected IP): those set by this plan's desired tunnels first, then an owned
+ * record's that this plan does not touch (out of scope), looked up by key.
+ */
+function claims(owners: (key: string) => ReadonlySet<string> | undefined, inScope: (id: string) => boolean): { get(key: string): string | undefined; has(key: string): boolean; set(key: string, id: string): void } {
+  const mine = new Map<string, string>();
+  const get = (key: string): string | undefined => {
+    const m = mine.get(key);
+    if (m !== undefined) return m;
+    for (const id of owners(key) ?? []) if (!inScope(id)) return id;
+    return undefined;
+  };
+  return { get, has: (key) => get(key) !== undefined, set: (key, id) => void mine.set(key, id) };
+}
+
+function claimedOtherwise(claims: { get(key: string): string | undefined }, key: string, id: string): boolean {
   const c = claims.get(key);
   return c !== undefined && c !== id;
 }

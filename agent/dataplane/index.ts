@@ -188,17 +188,27 @@ class EdgeDataplane implements DataplaneHandle {
 
   private async run(desired: TunnelSpec[], scope: 'all' | Set<string>, orphans: string[] = [], keep?: ReadonlySet<string>): Promise<ChangeCounts> {
     const owned = this.state.tunnels;
+    // The records this change may alter: all of them for a reconcile, else the scope's, looked up by id (a
+    // single-tunnel change never walks every record: issue 10 item 4).
+    const recorded: TunnelSpec[] = [];
+    if (scope === 'all') for (const o of owned.values()) recorded.push(o.spec);
+    else
+      for (const id of scope) {
+        const o = owned.get(id);
+        if (o) recorded.push(o.spec);
+      }
     const names = new Set<string>();
-    for (const o of owned.values()) if (scope === 'all' || scope.has(o.spec.id)) names.add(o.spec.tunnel_name);
+    for (const t of recorded) names.add(t.tunnel_name);
     for (const t of desired) names.add(t.tunnel_name);
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
     // A scoped change reads only its own tunnels' elements, counters and objects, by key and by name: what the
     // desired specs ask for and what the records say they had (a rename or a new protected IP drops the old ones).
-    const specs = scope === 'all' ? [] : [...desired, ...[...owned.values()].filter((o) => scope.has(o.spec.id)).map((o) => o.spec)];
+    const specs = scope === 'all' ? [] : [...desired, ...recorded];
     const scoped: ScopedRead | undefined =
       scope === 'all'
         ? undefined
         : {
+            recorded,
             protectedIps: [...specs.map((t) => t.protected_ip), ...orphans],
             counterNames: specs.flatMap(tunnelCounterNames),
             elements: specs.flatMap(tunnelElements),
@@ -212,7 +222,7 @@ class EdgeDataplane implements DataplaneHandle {
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const mem = phases('operation', names.size);
     mem.between();
-    const plan = diff({ desired, owned, view, scope, orphanProtectedIps: orphans, ...(keep ? { keep } : {}) });
+    const plan = diff({ desired, owned, index: this.state.index, view, scope, orphanProtectedIps: orphans, ...(keep ? { keep } : {}) });
     mem.between();
     const c = plan.counts;
     if (mem.large || phases('operation', c.added + c.changed + c.removed).large) this.largeOperation = true;
@@ -222,7 +232,7 @@ class EdgeDataplane implements DataplaneHandle {
     this.state.commit(intents, []);
     const { flushed } = await applyPlan(this.k, plan, view);
     const puts = desired.filter((t) => plan.actions.get(t.id) !== 'unchanged').map((t) => ({ spec: t }));
-    const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id).filter((id) => !plan.owned.has(id));
+    const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id);
     this.state.commit(puts, dels);
     this.log('dataplane.applied', { ...plan.counts, links: plan.linkSteps.length + plan.linkDeletes.length, conntrackFlushed: flushed });
     return plan.counts;

@@ -292,6 +292,8 @@ function observeLinks(k: KernelContext, view: KernelView, links: ReadonlyMap<str
 
 /** What a scoped apply or remove reads: its tunnels' keys and names, from the desired specs and the agent's records. */
 export interface ScopedRead {
+  /** The agent's records of the tunnels in scope (a GRE link's parameters are read against its record). */
+  recorded?: readonly TunnelSpec[];
   /** Protected IPs whose `protected` and `tunnel_counters` elements are read (one GET each). */
   protectedIps: readonly string[];
   /** Named counters (the tunnels' traffic and drop counters). */
@@ -343,7 +345,8 @@ async function readScoped(k: KernelContext, names: readonly string[], owned: Rea
     if (got && elementId(e.set, got) === e.id) view.elements!.add(e.id);
   });
   const addrs = await readAddresses(k, links);
-  observeLinks(k, view, links, addrs, new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec])));
+  const recorded = r.recorded ?? [...owned.values()].map((o) => o.spec);
+  observeLinks(k, view, links, addrs, new Map(recorded.map((s) => [s.tunnel_name, s])));
   return view;
 }
 
@@ -368,7 +371,7 @@ const ignoreCode =
   };
 
 /** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
-export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number }> {
+export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined }> {
   const steps = plan.linkSteps;
   // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
   await inChunks(

@@ -1,8 +1,12 @@
 // The one way the agent keeps state that must survive a crash (AGENT_STATE_DIR): an append-only file of
 // JSON lines. The replay cache (jobs/replay-cache.ts) and the dataplane's records (dataplane/state.ts) both
 // sit on it.
-//  - append: the lines, then fdatasync, before the caller goes on (a job's id counts as used, a link is on
-//    record, before anything depends on it);
+//  - append: the lines, then fdatasync, before the caller goes on (a job's id counts as used, what the
+//    gateway asked for is on record, before anything depends on it). An owner whose lines describe only
+//    kernel state may append without the fdatasync (`durable: false`): the write is in the page cache before
+//    the caller goes on, so it survives the agent's crash or kill; what a crash of the machine can take
+//    back (the last seconds not yet written back) described links and elements that crash took too. The
+//    next durable append or compaction of that file makes them durable as well (one file, in order);
 //  - torn tail: a crash in the middle of an append leaves a partial last line; reading back skips any line
 //    that is not JSON its owner accepts, and counts it;
 //  - compaction: the owner rewrites the live lines when the file has grown well past them: a new file,
@@ -86,12 +90,15 @@ export class Journal<L> {
     return this.count;
   }
 
-  /** Appends the lines durably (write, then fdatasync). */
-  append(lines: readonly L[]): void {
+  /**
+   * Appends the lines: written, then fdatasync (durable, the default); `durable: false` only writes them (the
+   * page cache: survives the process, not a crash of the machine; see the header).
+   */
+  append(lines: readonly L[], opts: { durable?: boolean } = {}): void {
     if (lines.length === 0) return;
     if (this.fd < 0) throw new Error(`journal ${this.path} is closed`);
     writeLines(this.fd, lines);
-    fdatasyncSync(this.fd);
+    if (opts.durable !== false) fdatasyncSync(this.fd);
     this.count += lines.length;
   }
 

@@ -125,6 +125,13 @@ describe('renderOriginScripts', () => {
     expect(origin).toContain('\nset -euo pipefail\n');
     expect(origin).toContain('POST /api/dedicated/$TUNNEL_ID/activate');
     expect(origin).toContain('Bind UDP services to $ORIGIN_INNER_IP, not 0.0.0.0');
+    // Issue 10 item 7: the served script's comments tell the buyer what each edge setting does, how to pick
+    // the rate limit, and why UDP services bind to the inner address.
+    const comments = origin.split('\n').filter((l) => l.startsWith('#')).join('\n');
+    for (const setting of ['ports', 'protocol', 'protection.syn_proxy', 'protection.source_pps_limit', 'protection.drop_fragments']) expect(comments).toContain(`#   ${setting}`);
+    expect(comments).toMatch(/peak packet rate of one legitimate client/);
+    expect(comments).toMatch(/UDP services should bind to this server's inner address \(\$ORIGIN_INNER_IP\), not 0\.0\.0\.0/);
+    expect(comments).toMatch(/reply leaves outside the tunnel/);
     expect(systemd_origin).toContain('ExecStart=/bin/bash /usr/local/sbin/tunnelgate-tg-3k9x0a1b.sh up\n');
     expect(systemd_origin).toContain('ExecStop=/bin/bash /usr/local/sbin/tunnelgate-tg-3k9x0a1b.sh --remove\n');
     expect(systemd_origin).toContain('systemctl enable --now tunnelgate-tg-3k9x0a1b.service');

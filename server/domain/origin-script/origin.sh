@@ -36,6 +36,34 @@ readonly GRE_TTL=255
 readonly NFT_TABLE=tunnelgate_origin
 LOCAL_IP=''
 
+# What this script does: the origin's end of the tunnel (the GRE link to the edge, this server's inner
+# address, a routing table so replies from the inner address go back through the tunnel, loose reverse-path
+# filtering, an MSS clamp). It does not filter anything: the tunnel's protection runs on the edge, before
+# traffic uses this server's bandwidth, and is set with PATCH /api/dedicated/{id} (or GraphQL updateTunnel),
+# never here. Those settings, for reference:
+#   ports              "*" (every port) or the destination ports that may reach this server, e.g.
+#                      "22,80,443,25565-25575" (at most 32 ports or ranges); anything else is dropped.
+#   protocol           "both", "tcp" or "udp": the other protocol is dropped.
+#   protection.syn_proxy
+#                      the edge completes each TCP handshake itself and opens the connection to this server
+#                      only after the client answered, so a SYN flood from spoofed addresses never reaches
+#                      it; this server still sees each client's real address. Worth it for any TCP service.
+#   protection.source_pps_limit
+#                      packets per second one client address may send to the protected IP (10 to 1000000,
+#                      or null: no limit); the excess is dropped. Pick it from the service's own traffic:
+#                      the peak packet rate of one legitimate client (measure it, e.g. the packets of one
+#                      player's session per second), times 2 to 5 for headroom, and higher when many users
+#                      share one address (offices, carrier NAT). Too low drops real clients' packets.
+#   protection.drop_fragments
+#                      drops IP fragments at the edge (fragment floods). TCP never needs fragments here (the
+#                      MSS is clamped to the tunnel's MTU); leave it off for a UDP service whose clients
+#                      send datagrams larger than the path's MTU (they arrive as fragments).
+# UDP services should bind to this server's inner address ($ORIGIN_INNER_IP), not 0.0.0.0: clients' packets
+# arrive addressed to it, and a UDP socket bound to 0.0.0.0 answers from whichever address the main routing
+# table picks (the public one), so the reply leaves outside the tunnel, never reaches the client, and shows
+# this server's real address. The routing table above only catches packets sent from the inner address.
+# TCP answers from the address it was reached on, so TCP services may listen on 0.0.0.0.
+
 say() { printf 'tunnelgate: %s\n' "$*"; }
 warn() { printf 'tunnelgate: warning: %s\n' "$*" >&2; }
 die() {

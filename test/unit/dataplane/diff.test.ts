@@ -1,7 +1,7 @@
 // The dataplane's pure diff (no kernel, no root): what a plan does for each shape of drift and scope.
 // The kernel that the plan drives is tested in test/netns/dataplane*.test.ts.
 import { describe, expect, it } from 'vitest';
-import { PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
+import { OwnedIndex, PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
@@ -158,6 +158,60 @@ describe('dataplane diff', () => {
       p = diff({ desired: [], owned: ownedOf([b]), view: fullView([b]), scope: new Set(['id2']) });
       expect(p.nft.delRateLimits).toEqual([rateLimitName(500)]);
       expect(p.nft.delElements.some((e) => e.el.verdict?.chain === rateLimitName(500))).toBe(true);
+    });
+
+    it('a single-tunnel change with the records\' index never walks the records, and plans as without it', () => {
+      // Issue 10 item 4: at 10,000 tunnels a walk of every record per job is what made a job grow with the node.
+      const a = t(1, { policy: policy({ source_pps_limit: 500, syn_proxy: true }) });
+      const b = t(2, { policy: policy({ source_pps_limit: 500, syn_proxy: true }) });
+      const c = t(3);
+      const records = ownedOf([a, b, c]);
+      const walked: string[] = [];
+      /** The records, refusing every walk (a lookup by id is all a scoped change may do). */
+      class NoWalk extends Map<string, OwnedTunnel> {
+        override entries(): MapIterator<[string, OwnedTunnel]> {
+          walked.push('entries');
+          return super.entries();
+        }
+        override values(): MapIterator<OwnedTunnel> {
+          walked.push('values');
+          return super.values();
+        }
+        override keys(): MapIterator<string> {
+          walked.push('keys');
+          return super.keys();
+        }
+        override [Symbol.iterator](): MapIterator<[string, OwnedTunnel]> {
+          walked.push('iterator');
+          return super[Symbol.iterator]();
+        }
+        override forEach(): void {
+          walked.push('forEach');
+        }
+      }
+      const index = OwnedIndex.of(records);
+      const owned = new NoWalk(records);
+      walked.length = 0;
+      const view = fullView([a, b, c]);
+      const changes = [
+        // remove one of two users: the shared chain and synproxy stay
+        { desired: [], scope: new Set(['id1']) },
+        // a changed policy (no rate limit any more): the other user keeps the chain
+        { desired: [t(2, { policy: policy({ syn_proxy: true }) })], scope: new Set(['id2']) },
+        // a new tunnel next to the others; and a new one taking tunnel 3's name, which must be refused
+        { desired: [t(4, { policy: policy({ source_pps_limit: 500 }) })], scope: new Set(['id4']) },
+      ];
+      for (const ch of changes) {
+        const withIndex = diff({ ...ch, owned, index, view });
+        const plain = diff({ ...ch, owned: records, view });
+        expect(walked).toEqual([]);
+        expect({ ...withIndex, owned: undefined }).toEqual({ ...plain, owned: undefined });
+        expect([...withIndex.owned]).toEqual([...plain.owned]);
+        walked.length = 0;
+      }
+      expect(() => diff({ desired: [t(4, { tunnel_name: 'tg-3' })], scope: new Set(['id4']), owned, index, view })).toThrow(PlanConflict);
+      expect(() => diff({ desired: [t(4, { protected_ip: '203.0.113.3' })], scope: new Set(['id4']), owned, index, view })).toThrow(PlanConflict);
+      expect(walked).toEqual([]);
     });
 
     it('a reconcile puts back a policy element deleted by hand and deletes one nobody owns', () => {
