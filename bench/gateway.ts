@@ -130,20 +130,30 @@ function pgbenchInit(url: string): Promise<void> {
  * `nodeId`, each holding an IP of the node's pool taken from the far end (purchases take the near end),
  * to origins of their own, so the GRE keys and IPs stay unique as the constraints require.
  */
-async function seedTunnels(db: pg.Client, nodeId: string, accountId: string, n: number, name: string): Promise<void> {
-  await db.query(
+async function seedTunnels(db: pg.Client, nodeIds: readonly string[], accountId: string, n: number, name: string): Promise<void> {
+  for (const nodeId of nodeIds) {
+    if (n <= 0) return;
+    const made = await seedOnNode(db, nodeId, accountId, n, name);
+    n -= made;
+  }
+  if (n > 0) throw new Error(`the bench's pools are full: ${n} tunnels not seeded`);
+}
+
+async function seedOnNode(db: pg.Client, nodeId: string, accountId: string, n: number, name: string): Promise<number> {
+  const r = await db.query(
     `with picked as (
        select ip, inner_index, position from protected_ip where node_id = $1 and tunnel_id is null order by position desc limit $3
      ), ins as (
        insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub)
        select gen_random_uuid(), $2, $1, $4, ip, '11.' || (position >> 16) || '.' || ((position >> 8) & 255) || '.' || (position & 255),
-              'f' || replace(substr(ip, 5), '.', 'x'), inner_index, 1 + position, 'active', 1.11, 100
+              'f' || replace(ip, '.', 'x'), inner_index, 1 + position, 'active', 1.11, 100
          from picked
        returning id, protected_ip
      )
      update protected_ip p set tunnel_id = ins.id from ins where p.ip = ins.protected_ip`,
     [nodeId, accountId, n, name],
   );
+  return r.rowCount ?? 0;
 }
 
 async function main(): Promise<void> {
@@ -151,10 +161,13 @@ async function main(): Promise<void> {
   const raw = new pg.Client({ connectionString: url });
   await raw.connect();
   const pgbDb = `${dbName}_pgbench`;
-  process.stderr.write(`seeding: a /15 pool, ${ACCOUNTS} accounts with ${OWN_TUNNELS} tunnels each, pgbench scale ${PGBENCH_SCALE}\n`);
+  process.stderr.write(`seeding: three /16 pools, ${ACCOUNTS} accounts with ${OWN_TUNNELS} tunnels each, pgbench scale ${PGBENCH_SCALE}\n`);
   // A pinned host key: purchases skip nodes without one (no agent runs here; nothing is provisioned).
-  // A /15 holds the curve's 100,000 tunnels beside the purchases.
-  const node = await addNode(db, { name: 'bench-edge', publicIp: '192.0.2.1', sshHost: '127.0.0.1', pool: '198.18.0.0/15', hostKey: `SHA256:${'B'.repeat(43)}` });
+  // Three /16 pools (a node's largest) hold the curve's 100,000 tunnels beside the purchases.
+  const nodes: string[] = [];
+  for (const [i, pool] of ['198.18.0.0/16', '198.19.0.0/16', '198.20.0.0/16'].entries()) {
+    nodes.push((await addNode(db, { name: `bench-edge-${i}`, publicIp: `192.0.2.${i + 1}`, sshHost: '127.0.0.1', pool, hostKey: `SHA256:${'B'.repeat(43)}` })).node_id);
+  }
   await setRate(db, '90');
   const accounts: { accountId: string; readKey: string; writeKey: string }[] = [];
   for (let i = 0; i < ACCOUNTS; i++) {
@@ -164,7 +177,7 @@ async function main(): Promise<void> {
       readKey: (await createApiKey(db, user.account_id, user.user_id, 'read')).key,
       writeKey: (await createApiKey(db, user.account_id, user.user_id, 'write')).key,
     });
-    await seedTunnels(raw, node.node_id, user.account_id, OWN_TUNNELS, 'seed');
+    await seedTunnels(raw, nodes, user.account_id, OWN_TUNNELS, 'seed');
   }
   const filler = await createUser(db, { email: 'filler@example.test', name: 'Filler', password: 'bench password', balanceUsd: '0' });
   await admin.query(`create database ${pgbDb}`);
@@ -247,7 +260,7 @@ async function main(): Promise<void> {
       process.stderr.write(`scaling curve: list and purchases at ${CURVE.join(', ')} tunnels in the database\n`);
       for (const n of CURVE) {
         const { rows: [c] } = await raw.query<{ n: number }>(`select count(*)::int as n from tunnel`);
-        if (c!.n < n) await seedTunnels(raw, node.node_id, filler.account_id, n - c!.n, 'filler');
+        if (c!.n < n) await seedTunnels(raw, nodes, filler.account_id, n - c!.n, 'filler');
         await raw.query('vacuum analyze tunnel, protected_ip');
         const b = await run('bare node:http', { url: `${bare.url}/` }, { server: () => [bare.proc.pid!], database: async () => [] });
         const list = await scenario.list();

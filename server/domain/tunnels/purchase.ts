@@ -7,7 +7,7 @@ import type { Principal } from '../../auth/principal.ts';
 import { requireWrite } from '../../auth/principal.ts';
 import { ApiError, type ErrorBody } from '../errors.ts';
 import { centsToNumber, centsToString, dbToCents, kopecksToNumber, parseRate, rubToUsdCents } from '../money.ts';
-import { isGreKeyCollision, pickGreKey, randomGreKey, type GreKeySource } from '../gre-keys.ts';
+import { drawGreKey, isGreKeyCollision, pickGreKey, randomGreKey, type GreKeySource } from '../gre-keys.ts';
 import { PRICE_RUB_KOPECKS, type PricingService } from '../pricing.ts';
 import { discountedKopecks, normalizeCode, type PromocodeRow } from '../promocodes.ts';
 import { refuseOurAddress, requestHash, type PurchaseInput } from './input.ts';
@@ -93,16 +93,17 @@ export interface PurchaseDeps {
 export async function purchase(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null): Promise<PurchaseOutcome> {
   requireWrite(principal);
   const hash = requestHash(input);
-  // Two concurrent purchases for one (node, origin) pair can draw the same GRE key unseen by each other
-  // (2^-32); the unique index refuses the second tunnel and its whole transaction rolls back: nothing
-  // was charged, the Idempotency-Key was not claimed. It is then run once more, and sees the first one's
-  // key (issue 16).
+  // The GRE key is drawn without reading the pair's keys in use (issue 12: that read grew with the
+  // tunnels to one origin). A key already taken by a live tunnel of the (node, origin) pair, or drawn by
+  // a concurrent purchase (odds n/2^32), is refused by the unique index: the whole transaction rolls
+  // back, nothing was charged, the Idempotency-Key was not claimed. It is then run once more, reading
+  // the keys in use this time, so it picks one no committed tunnel has (issue 16).
   let outcome: StoredOutcome;
   try {
-    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash);
+    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash, false);
   } catch (e) {
     if (!isGreKeyCollision(e)) throw e;
-    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash);
+    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash, true);
   }
   if (outcome.status !== CREATED) {
     const body = outcome.body as { error: ConstructorParameters<typeof ApiError>[0]; error_description: string };
@@ -112,8 +113,8 @@ export async function purchase(deps: PurchaseDeps, principal: Principal, input: 
   return { purchase: outcome.body as Purchase, replayed: outcome.replayed };
 }
 
-/** One attempt of purchase(), in one transaction. */
-function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string): Promise<StoredOutcome> {
+/** One attempt of purchase(), in one transaction; `readKeys`: pick a GRE key the pair does not use (the retry). */
+function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string, readKeys: boolean): Promise<StoredOutcome> {
   return deps.db.transaction(async (sql): Promise<StoredOutcome> => {
     // The account row is locked first: the idempotency insert below takes a FOR KEY SHARE lock on it
     // (foreign key), and two purchases that each held that and then asked for FOR UPDATE deadlocked
@@ -149,7 +150,7 @@ function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseI
     await refuseOurAddress(sql, input.originIp);
     let result: StoredOutcome;
     try {
-      result = { status: CREATED, body: await buy(deps, sql, principal, input), replayed: false };
+      result = { status: CREATED, body: await buy(deps, sql, principal, input, readKeys), replayed: false };
     } catch (e) {
       if (!(e instanceof PurchaseRefused)) throw e;
       result = { status: e.error.status, body: e.error.body, replayed: false };
@@ -167,7 +168,7 @@ function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseI
 }
 
 /** The purchase proper. Refusals are thrown as PurchaseRefused before anything is written. */
-async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: PurchaseInput): Promise<Purchase> {
+async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: PurchaseInput, readKeys: boolean): Promise<Purchase> {
   const [account] = await sql.query<{ balance_usd: string; rate: string }>(
     `select balance_usd, (select value from setting where key = 'usd_rub_rate') as rate
        from account where id = ? for update`,
@@ -211,8 +212,10 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
   if (!ipRow) throw new PurchaseRefused(new ApiError('out_of_stock', 'No protected IP is free right now; nothing was charged.'));
 
   // A key unused by this node's live tunnels to the same origin: GRE links are unique by local,
-  // remote and key, so it is what lets any number of tunnels share an origin on one edge.
-  const greKey = await pickGreKey(sql, ipRow.node_id, input.originIp, deps.greKeys ?? randomGreKey);
+  // remote and key, so it is what lets any number of tunnels share an origin on one edge. Drawn blind
+  // first; the unique index guards it, and the retry after a collision reads (purchase() above).
+  const source = deps.greKeys ?? randomGreKey;
+  const greKey = readKeys ? await pickGreKey(sql, ipRow.node_id, input.originIp, source) : await drawGreKey(source);
 
   const id = randomUUID();
   const tunnelName = tunnelNameFor(id);

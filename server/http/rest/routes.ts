@@ -47,7 +47,9 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
   });
 
   router.get('/dedicated/pricing', async (ctx) => {
-    ctx.body = await pricing.get();
+    // The bytes PricingService made once for this rate and stock (issue 12): no query, no JSON per request.
+    ctx.type = 'application/json';
+    ctx.body = await pricing.json();
   });
 
   router.post('/dedicated', async (ctx) => {
