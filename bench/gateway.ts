@@ -182,7 +182,7 @@ async function main(): Promise<void> {
   const filler = await createUser(db, { email: 'filler@example.test', name: 'Filler', password: 'bench password', balanceUsd: '0' });
   await admin.query(`create database ${pgbDb}`);
   const pgbUrl = withDatabase(url, pgbDb);
-  await pgbenchInit(pgbUrl);
+  if (wanted('purchase')) await pgbenchInit(pgbUrl);
 
   const bare = await startTs('bench/bare-server.ts', {});
   const gw = await startTs('server/main.ts', {
