@@ -142,7 +142,9 @@ async function seedTunnels(db: pg.Client, nodeIds: readonly string[], accountId:
 async function seedOnNode(db: pg.Client, nodeId: string, accountId: string, n: number, name: string): Promise<number> {
   const r = await db.query(
     `with picked as (
-       select ip, inner_index, position from protected_ip where node_id = $1 and tunnel_id is null order by position desc limit $3
+       -- Locked, so an IP that a purchase still in flight (autocannon stops counting before the gateway
+       -- answers them all) took after this statement's snapshot is re-checked and left out.
+       select ip, inner_index, position from protected_ip where node_id = $1 and tunnel_id is null order by position desc limit $3 for update skip locked
      ), ins as (
        insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub)
        select gen_random_uuid(), $2, $1, $4, ip, '11.' || (position >> 16) || '.' || ((position >> 8) & 255) || '.' || (position & 255),
