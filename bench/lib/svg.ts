@@ -20,8 +20,9 @@ export function lineChart(opts: { title: string; xLabel: string; yLabel: string;
   const ph = H - m.top - m.bottom;
   const all = opts.series.flatMap((s) => s.points);
   const xs = all.map((p) => Math.log10(Math.max(1, p.x)));
-  const x0 = Math.floor(Math.min(...xs, 0));
-  const x1 = Math.max(Math.ceil(Math.max(...xs, 1)), x0 + 1);
+  // The decades the points span (1,000 to 100,000 for the gateway's curve, 1 to 10,000 for the agent's).
+  const x0 = Math.floor(Math.min(...xs));
+  const x1 = Math.max(Math.ceil(Math.max(...xs)), x0 + 1);
   const yMax = Math.max(...all.map((p) => p.y), 1e-9) * 1.1;
   const X = (x: number) => m.left + ((Math.log10(Math.max(1, x)) - x0) / (x1 - x0)) * pw;
   const Y = (y: number) => m.top + ph - (y / yMax) * ph;
