@@ -10,7 +10,7 @@
 //                                            the edge, 100,000 in the gateway's curve, longer runs)
 //   BENCH_AGENT_CURVE=1 npm run bench:all    also bench:agent at 1, 1,000 and 10,000 tunnels (the
 //                                            agent's scaling curve, plotted into bench/results/; takes
-//                                            many minutes at 10,000)
+//                                            many minutes at 10,000); `-- agent-curve` runs it alone
 //
 // Benches: gateway, oidc, provision, traffic, agent, edge (provision, agent and edge need root: without
 // it they are skipped with a line saying so). Any size variable a bench reads (TG_BENCH_N, BENCH_SECONDS,
@@ -179,16 +179,17 @@ function agentCurve(runs: { n: number; rows: BenchRow[] }[]): void {
 
 async function main(): Promise<void> {
   const asked = (process.argv[2] ?? process.env.BENCH_ALL ?? '').split(',').filter(Boolean);
-  const unknown = asked.filter((n) => !BENCHES.some((b) => b.name === n));
+  const unknown = asked.filter((n) => n !== 'agent-curve' && !BENCHES.some((b) => b.name === n));
   if (unknown.length) {
-    console.error(`unknown bench ${unknown.join(', ')}; known: ${BENCHES.map((b) => b.name).join(', ')}`);
+    console.error(`unknown bench ${unknown.join(', ')}; known: ${BENCHES.map((b) => b.name).join(', ')}, agent-curve`);
     process.exit(2);
   }
   const chosen = asked.length ? BENCHES.filter((b) => asked.includes(b.name)) : BENCHES;
+  const curve = process.env.BENCH_AGENT_CURVE === '1' || asked.includes('agent-curve');
   const started = new Date();
   const outcomes: Outcome[] = [];
   for (const b of chosen) outcomes.push(await runBench(b));
-  if (process.env.BENCH_AGENT_CURVE === '1') {
+  if (curve) {
     const agent = BENCHES.find((b) => b.name === 'agent')!;
     const runs: { n: number; rows: BenchRow[] }[] = [];
     for (const n of AGENT_CURVE) {
