@@ -17,6 +17,7 @@ import { AGENT_LOADER, AGENT_NODE_FLAGS } from '../agent/bin/runtime.mjs';
 import { ROOT } from './lib/process.ts';
 import { rulesetNftText, tunnelsAddNftText, tunnelsDeleteNftText } from '../test/netns/ruleset-text.ts';
 import { BENCH_EDGE_IP, benchTunnel } from './lib/tunnels.ts';
+import { report } from './lib/report.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 10_000);
 const SAMPLE_JOBS = Number(process.env.TG_BENCH_JOBS ?? 50);
@@ -274,6 +275,11 @@ async function main(): Promise<void> {
     console.log(`one-tunnel job at ${N}: apply ${q(jobApply)}; remove ${q(jobRemove)} (${SAMPLE_JOBS} each; target p50 < 10 ms)`);
     console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, ${mb(rssJobs)} after single jobs, peak (VmHWM) ${mb(peakApply)} during the apply, ${mb(same.peak)} during a no-change reconcile, ${mb(repaired.peak)} during the 1% drift repair, ${mb(jobPeak)} during single jobs (target < 150 MB; node ${AGENT_NODE_FLAGS.join(' ')})`);
     console.log(JSON.stringify(out));
+    // bench:all's rows (bench/lib/report.ts), with issue 12's targets.
+    report({ scenario: `apply ${N} tunnels`, rate: ourApply, unit: 'ms', ceiling: 'ip -batch + nft -f', ceiling_rate: cliApply, ratio: ourApply / cliApply, target: '<= 1.0x', pass: ourApply <= cliApply });
+    report({ scenario: `reconcile ${N} unchanged`, rate: reconcileNoop, unit: 'ms', ceiling: null, ratio: null, target: '< 500 ms', pass: reconcileNoop < 500 });
+    report({ scenario: `one-tunnel job p50 at ${N}`, rate: jobApply.p50, unit: 'ms', p99_ms: jobApply.p99, ceiling: null, ratio: null, target: '< 10 ms', pass: jobApply.p50 < 10 });
+    report({ scenario: `agent peak RSS at ${N}`, rate: peak / 1048576, unit: 'MB', ceiling: null, ratio: null, target: '< 150 MB', pass: peak < 150 * 1048576 });
   } finally {
     await agent.stop();
     ns.delete();

@@ -33,6 +33,7 @@ import { createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec
 import type { TunnelPolicy } from '../common/tunnel-policy.ts';
 import { ROOT } from './lib/process.ts';
 import { benchTunnel } from './lib/tunnels.ts';
+import { report } from './lib/report.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 10_000);
 const PACKETS = Number(process.env.TG_BENCH_PACKETS ?? 1_000_000);
@@ -250,6 +251,9 @@ async function main(): Promise<void> {
     console.log(`plain forwarding ${kpps(m.plain)}; bare NAT ${kpps(m.nat)} (${(m.nat / m.plain).toFixed(3)}x); ours, 1 tunnel ${kpps(m.one)} (${(m.one / m.plain).toFixed(3)}x); ours, ${N} tunnels ${kpps(m.many)} (${(m.many / m.plain).toFixed(3)}x)`);
     console.log(`policy cost at ${N} tunnels: ${(policyCost * 100).toFixed(1)}% of plain forwarding (target <= 15%); ${N} vs 1 tunnel: ${scale.toFixed(3)}x (target >= 0.95); against bare NAT: ${(m.many / m.nat).toFixed(3)}x`);
     console.log(JSON.stringify(out));
+    // bench:all's rows (bench/lib/report.ts), with issue 10 item 6's targets.
+    report({ scenario: `forwarding, ${N} tunnels with a policy`, rate: m.many, unit: 'pkt/CPU s', ceiling: 'plain kernel forwarding', ceiling_rate: m.plain, ratio: m.many / m.plain, target: '>= 0.85', pass: m.many / m.plain >= 0.85 });
+    report({ scenario: `forwarding, ${N} tunnels vs 1 tunnel`, rate: m.many, unit: 'pkt/CPU s', ceiling: 'ours, 1 tunnel', ceiling_rate: m.one, ratio: scale, target: '>= 0.95', pass: scale >= 0.95 });
   } finally {
     for (const lab of labs) await lab.close();
     rmSync(dir, { recursive: true, force: true });

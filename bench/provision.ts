@@ -24,6 +24,7 @@ import { createUser } from '../server/domain/accounts.ts';
 import { createApiKey } from '../server/auth/api-keys.ts';
 import { standinPeerName } from '../agent/dataplane/index.ts';
 import { startTs } from './lib/process.ts';
+import { report } from './lib/report.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 200);
 const WARMUP = Number(process.env.TG_BENCH_WARMUP ?? 5);
@@ -111,6 +112,7 @@ async function main(): Promise<void> {
     console.log(`command line (ip -batch + nft -f, one tunnel): p50 ${fmt(base.p50_ms)}  p90 ${fmt(base.p90_ms)}  p99 ${fmt(base.p99_ms)}  max ${fmt(base.max_ms)}`);
     console.log(`target p50 < 200 ms: ${ours.p50_ms < 200 ? 'met' : 'MISSED'}; ratio p50 ours/cli ${(ours.p50_ms / base.p50_ms).toFixed(2)}`);
     console.log(JSON.stringify({ provision: ours, cli_baseline: base, link: 'veth-standin' }));
+    report({ scenario: `provision latency p50 (${N} provisions)`, rate: ours.p50_ms, unit: 'ms', p99_ms: ours.p99_ms, ceiling: 'ip -batch + nft -f, one tunnel (p50 ms)', ceiling_rate: base.p50_ms, ratio: ours.p50_ms / base.p50_ms, target: 'p50 < 200 ms', pass: ours.p50_ms < 200 });
   } finally {
     await gw.stop();
     await edge.close();

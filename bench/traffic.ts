@@ -20,6 +20,7 @@ import { StatusIngest } from '../server/health/ingest.ts';
 import { HOUR_MS, MINUTE_MS, TrafficStore } from '../server/health/storage.ts';
 import { DROP_REASONS, type StatusResult } from '../common/tunnel-status.ts';
 import { createBenchDatabase } from './lib/database.ts';
+import { report } from './lib/report.ts';
 
 const TUNNELS = Number(process.env.TG_BENCH_TUNNELS ?? 10_000);
 const MINUTES = Number(process.env.TG_BENCH_MINUTES ?? 60);
@@ -43,7 +44,7 @@ async function trafficBytes(raw: pg.Client): Promise<{ minute: number; hour: num
   return { minute: by.minute ?? 0, hour: by.hour ?? 0, seen: Number(seen.rows[0]!.b) };
 }
 
-async function run(label: string, active: number, adminUrl: string): Promise<Record<string, unknown>> {
+async function run(label: string, active: number, adminUrl: string) {
   const { admin, dbName, url, db } = await createBenchDatabase('tg_bench_traffic', adminUrl);
   const raw = new pg.Client({ connectionString: url });
   await raw.connect();
@@ -162,6 +163,10 @@ async function main(): Promise<void> {
   const adminUrl = process.env.BENCH_DATABASE_URL ?? ensureLocalPostgres();
   const results = [await run('busy (every tunnel carries traffic every round)', 1, adminUrl), await run(`typical (${ACTIVE * 100}% of tunnels carry traffic in a round)`, ACTIVE, adminUrl)];
   console.log(JSON.stringify({ bench: 'traffic', results }, null, 2));
+  // No ratio target for collection (issue 12 lists it only in the table): the time of one round's ingest against a plain insert of its rows.
+  for (const r of results) {
+    report({ scenario: `collection round ingest p50, ${r.load.split(' ')[0]}, ${r.tunnels} tunnels`, rate: r.round_ingest_p50_ms, unit: 'ms', ceiling: 'plain INSERT of the same rows (p50 ms)', ceiling_rate: r.plain_insert_same_rows_p50_ms, ratio: r.ingest_over_plain_insert, target: null, pass: null });
+  }
 }
 
 main().catch((e: unknown) => {

@@ -9,7 +9,16 @@ declare module 'autocannon' {
     duration?: number;
     amount?: number;
     pipelining?: number;
-    requests?: Array<{ method?: string; path?: string; headers?: Record<string, string>; body?: string }>;
+    requests?: Array<Request & {
+      /** Called before each request; `context` is one object per connection, kept across its requests. */
+      setupRequest?: (req: Request, context: Record<string, unknown>) => Request;
+    }>;
+  }
+  export interface Request {
+    method?: string;
+    path?: string;
+    headers?: Record<string, string>;
+    body?: string;
   }
   export interface Histogram {
     average: number;

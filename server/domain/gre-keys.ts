@@ -51,11 +51,22 @@ export async function pickGreKey(sql: Pick<Sql, 'query'>, nodeId: string, origin
   );
   const used = new Set(rows.map((r) => Number(r.gre_key)));
   for (let i = 0; i < MAX_DRAWS; i++) {
-    const key = await source();
-    if (!Number.isInteger(key) || key < 1 || key > 0xffffffff) throw new RangeError(`GRE key source gave ${key}, not an integer from 1 to 4294967295`);
+    const key = await drawGreKey(source);
     if (!used.has(key)) return key;
   }
   throw new Error(`no unused GRE key for node ${nodeId} and origin ${originIp} after ${MAX_DRAWS} draws: the key source is not random`);
+}
+
+/**
+ * A key drawn without reading the keys in use: what a purchase does first (issue 12). Reading every live
+ * key of the (node, origin) pair made each purchase slower as tunnels to one origin grew, to guard
+ * against odds of n/2^32; the unique index catches that rare collision anyway, and the purchase's one
+ * retry then reads (pickGreKey).
+ */
+export async function drawGreKey(source: GreKeySource = randomGreKey): Promise<number> {
+  const key = await source();
+  if (!Number.isInteger(key) || key < 1 || key > 0xffffffff) throw new RangeError(`GRE key source gave ${key}, not an integer from 1 to 4294967295`);
+  return key;
 }
 
 /** True for the unique-index violation of two live tunnels of one (node, origin) pair drawing the same key. */

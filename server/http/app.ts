@@ -16,7 +16,7 @@ import { createMetrics, type Metrics } from './metrics.ts';
 import { RequestGate, type Admission } from './middleware/request-gate.ts';
 import { clientAddress } from './client-address.ts';
 import { readJsonBody } from './middleware/body.ts';
-import { restRouter } from './rest/routes.ts';
+import { restRouter, servePricing } from './rest/routes.ts';
 import { createGraphql } from '../graphql/index.ts';
 import { graphqlRefusalBody } from '../graphql/errors.ts';
 import { createIssuer, looksLikeJwt } from '../oidc/index.ts';
@@ -131,6 +131,11 @@ export async function createGateway(services: Services, log: Logger, server: htt
   app.use(async (ctx, next) => {
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') return next();
     switch (ctx.path) {
+      case '/api/dedicated/pricing':
+        // Public, cheap, and the first thing hit in an attack (issue 12): answered before the issuer,
+        // the request gate (it needs no credential) and the router. The metrics label is the router's.
+        ctx._matchedRoute = '/api/dedicated/pricing';
+        return servePricing(ctx, services.pricing);
       case '/healthz':
         ctx.body = { status: 'ok' };
         return;

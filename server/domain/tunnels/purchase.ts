@@ -7,13 +7,13 @@ import type { Principal } from '../../auth/principal.ts';
 import { requireWrite } from '../../auth/principal.ts';
 import { ApiError, type ErrorBody } from '../errors.ts';
 import { centsToNumber, centsToString, dbToCents, kopecksToNumber, parseRate, rubToUsdCents } from '../money.ts';
-import { isGreKeyCollision, pickGreKey, randomGreKey, type GreKeySource } from '../gre-keys.ts';
+import { drawGreKey, isGreKeyCollision, pickGreKey, randomGreKey, type GreKeySource } from '../gre-keys.ts';
 import { PRICE_RUB_KOPECKS, type PricingService } from '../pricing.ts';
 import { discountedKopecks, normalizeCode, type PromocodeRow } from '../promocodes.ts';
-import { refuseOurAddress, requestHash, type PurchaseInput } from './input.ts';
+import { OUR_ADDRESS_SQL, refuseIfOurs, requestHash, type PurchaseInput } from './input.ts';
 import { tunnelNameFor } from './naming.ts';
 import { DEFAULT_SETTINGS, settingsValues } from './settings.ts';
-import { readTunnel, tunnelView, type TunnelView } from './rows.ts';
+import { TUNNEL_COLUMNS, tunnelView, type TunnelRow, type TunnelView } from './rows.ts';
 
 /** What was bought and charged. REST adds `next_steps` (server/http/rest/paths.ts). */
 export interface Purchase {
@@ -93,16 +93,17 @@ export interface PurchaseDeps {
 export async function purchase(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null): Promise<PurchaseOutcome> {
   requireWrite(principal);
   const hash = requestHash(input);
-  // Two concurrent purchases for one (node, origin) pair can draw the same GRE key unseen by each other
-  // (2^-32); the unique index refuses the second tunnel and its whole transaction rolls back: nothing
-  // was charged, the Idempotency-Key was not claimed. It is then run once more, and sees the first one's
-  // key (issue 16).
+  // The GRE key is drawn without reading the pair's keys in use (issue 12: that read grew with the
+  // tunnels to one origin). A key already taken by a live tunnel of the (node, origin) pair, or drawn by
+  // a concurrent purchase (odds n/2^32), is refused by the unique index: the whole transaction rolls
+  // back, nothing was charged, the Idempotency-Key was not claimed. It is then run once more, reading
+  // the keys in use this time, so it picks one no committed tunnel has (issue 16).
   let outcome: StoredOutcome;
   try {
-    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash);
+    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash, false);
   } catch (e) {
     if (!isGreKeyCollision(e)) throw e;
-    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash);
+    outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash, true);
   }
   if (outcome.status !== CREATED) {
     const body = outcome.body as { error: ConstructorParameters<typeof ApiError>[0]; error_description: string };
@@ -112,13 +113,20 @@ export async function purchase(deps: PurchaseDeps, principal: Principal, input: 
   return { purchase: outcome.body as Purchase, replayed: outcome.replayed };
 }
 
-/** One attempt of purchase(), in one transaction. */
-function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string): Promise<StoredOutcome> {
+/** One attempt of purchase(), in one transaction; `readKeys`: pick a GRE key the pair does not use (the retry). */
+function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string, readKeys: boolean): Promise<StoredOutcome> {
   return deps.db.transaction(async (sql): Promise<StoredOutcome> => {
     // The account row is locked first: the idempotency insert below takes a FOR KEY SHARE lock on it
     // (foreign key), and two purchases that each held that and then asked for FOR UPDATE deadlocked
-    // (seen with concurrent keyed retries after a PostgreSQL restart).
-    await sql.query('select 1 from account where id = ? for update', [principal.accountId]);
+    // (seen with concurrent keyed retries after a PostgreSQL restart). Its balance and the rate are read
+    // by the same statement: locked, the balance cannot change before buy() uses it.
+    const [account] = await sql.query<AccountRow>(
+      `select balance_usd, (select value from setting where key = 'usd_rub_rate') as rate
+         from account where id = ? for update`,
+      [principal.accountId],
+    );
+    // REST adds the WWW-Authenticate challenge to every invalid_token (server/http/app.ts).
+    if (!account) throw new ApiError('invalid_token', 'The account of this credential no longer exists.');
     if (idempotencyKey !== null) {
       // Records are kept IDEMPOTENCY_TTL_DAYS (README): an older one is gone, and its key is new again.
       await sql.query(`delete from idempotency_record where account_id = ? and key = ? and created_at < now() - make_interval(days => ?)`, [
@@ -143,13 +151,9 @@ function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseI
         return { status: prev!.status_code, body: recorded(prev!.status_code, prev!.body), replayed: true };
       }
     }
-    // After the replay lookup (a replay answers as the first time did), before anything is bought.
-    // Thrown, so the transaction rolls back and the key stays unused: a refusal of the input, like
-    // validatePurchase's, not a purchase outcome to replay.
-    await refuseOurAddress(sql, input.originIp);
     let result: StoredOutcome;
     try {
-      result = { status: CREATED, body: await buy(deps, sql, principal, input), replayed: false };
+      result = { status: CREATED, body: await buy(deps, sql, principal, input, readKeys, account), replayed: false };
     } catch (e) {
       if (!(e instanceof PurchaseRefused)) throw e;
       result = { status: e.error.status, body: e.error.body, replayed: false };
@@ -166,16 +170,35 @@ function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseI
   });
 }
 
-/** The purchase proper. Refusals are thrown as PurchaseRefused before anything is written. */
-async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: PurchaseInput): Promise<Purchase> {
-  const [account] = await sql.query<{ balance_usd: string; rate: string }>(
-    `select balance_usd, (select value from setting where key = 'usd_rub_rate') as rate
-       from account where id = ? for update`,
-    [principal.accountId],
-  );
-  // REST adds the WWW-Authenticate challenge to every invalid_token (server/http/app.ts).
-  if (!account) throw new ApiError('invalid_token', 'The account of this credential no longer exists.');
+interface AccountRow {
+  balance_usd: string;
+  rate: string;
+}
+
+/**
+ * The purchase proper, on the account row locked by purchaseOnce. Refusals are thrown as PurchaseRefused
+ * before anything is written. Its statements are few on purpose (issue 12: the gateway's per-statement
+ * cost, not PostgreSQL, bounded purchases): the origin check rides on the IP pick, and every write is one
+ * statement that also returns the tunnel.
+ */
+async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: PurchaseInput, readKeys: boolean, account: AccountRow): Promise<Purchase> {
   const rate = parseRate(account.rate);
+  // Only nodes the gateway can provision: sellable, with a pinned host key (an IP on a node that is
+  // never contacted would end `failed`; issue 8 item 5). The IP brings its inner /30 number, unique
+  // across nodes since node add (issue 8 item 6), so the row lock covers that allocation too. Beside it,
+  // whether the origin is an address of ours (issue 8 item 7), checked first below.
+  const [pick] = await sql.query<{ ours: string | null; ip: string | null; node_id: string; inner_index: number }>(
+    `with ours as (${OUR_ADDRESS_SQL}),
+          free as (select p.ip, p.node_id, p.inner_index from protected_ip p join edge_node n on n.id = p.node_id
+                    where p.tunnel_id is null and n.sellable and n.host_key is not null
+                    order by p.position, p.ip limit 1 for update of p skip locked)
+     select (select what from ours) as ours, free.ip, free.node_id, free.inner_index from (select 1) as one left join free on true`,
+    [input.originIp, input.originIp, input.originIp],
+  );
+  // After the replay lookup (a replay answers as the first time did), before anything is bought.
+  // Thrown, so the transaction rolls back and the key stays unused: a refusal of the input, like
+  // validatePurchase's, not a purchase outcome to replay.
+  refuseIfOurs(input.originIp, pick!.ours);
 
   let kopecks = PRICE_RUB_KOPECKS;
   let promo: string | null = null;
@@ -200,37 +223,38 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
       new ApiError('insufficient_balance', `The price is ${centsToString(charge)} USD and the balance is ${centsToString(balance)} USD; nothing was charged.`),
     );
   }
-  // Only nodes the gateway can provision: sellable, with a pinned host key (an IP on a node that is
-  // never contacted would end `failed`; issue 8 item 5). The IP brings its inner /30 number, unique
-  // across nodes since node add (issue 8 item 6), so the row lock covers that allocation too.
-  const [ipRow] = await sql.query<{ ip: string; node_id: string; inner_index: number }>(
-    `select p.ip, p.node_id, p.inner_index from protected_ip p join edge_node n on n.id = p.node_id
-      where p.tunnel_id is null and n.sellable and n.host_key is not null
-      order by p.position, p.ip limit 1 for update of p skip locked`,
-  );
+  const ipRow = pick!.ip === null ? null : { ip: pick!.ip, node_id: pick!.node_id, inner_index: pick!.inner_index };
   if (!ipRow) throw new PurchaseRefused(new ApiError('out_of_stock', 'No protected IP is free right now; nothing was charged.'));
 
   // A key unused by this node's live tunnels to the same origin: GRE links are unique by local,
-  // remote and key, so it is what lets any number of tunnels share an origin on one edge.
-  const greKey = await pickGreKey(sql, ipRow.node_id, input.originIp, deps.greKeys ?? randomGreKey);
+  // remote and key, so it is what lets any number of tunnels share an origin on one edge. Drawn blind
+  // first; the unique index guards it, and the retry after a collision reads (purchase() above).
+  const source = deps.greKeys ?? randomGreKey;
+  const greKey = readKeys ? await pickGreKey(sql, ipRow.node_id, input.originIp, source) : await drawGreKey(source);
 
   const id = randomUUID();
   const tunnelName = tunnelNameFor(id);
-  await sql.query('update protected_ip set tunnel_id = ? where ip = ?', [id, ipRow.ip]);
-  const [after] = await sql.query<{ balance_usd: string }>(
-    'update account set balance_usd = balance_usd - ? where id = ? returning balance_usd',
-    [centsToString(charge), principal.accountId],
-  );
-  await sql.query(
-    `insert into ledger_entry (account_id, amount_usd, balance_after, kind, tunnel_id, promocode) values (?, ?, ?, 'purchase', ?, ?)`,
-    [principal.accountId, centsToString(-charge), after!.balance_usd, id, promo],
-  );
   if (promo !== null) await sql.query('update promocode set uses = uses + 1 where code = ?', [promo]);
-  await sql.query(
-    `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub,
-                         ports, protocol, syn_proxy, source_pps_limit, drop_fragments)
-     values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`,
+  // The IP taken, the debit, its ledger row and the tunnel, in one statement that returns the tunnel as
+  // readTunnel would and the balance after the debit (the ledger row carries it too).
+  const [row] = await sql.query<TunnelRow & { balance_after: string }>(
+    `with debit as (update account set balance_usd = balance_usd - ? where id = ? returning balance_usd),
+          taken as (update protected_ip set tunnel_id = ? where ip = ?),
+          ledger as (insert into ledger_entry (account_id, amount_usd, balance_after, kind, tunnel_id, promocode)
+                     select ?, ?, debit.balance_usd, 'purchase', ?, ? from debit),
+          t as (insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub,
+                                    ports, protocol, syn_proxy, source_pps_limit, drop_fragments)
+                values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?) returning *)
+     select ${TUNNEL_COLUMNS}, (select balance_usd from debit)::text as balance_after from t join edge_node n on n.id = t.node_id`,
     [
+      centsToString(charge),
+      principal.accountId,
+      id,
+      ipRow.ip,
+      principal.accountId,
+      centsToString(-charge),
+      id,
+      promo,
       id,
       principal.accountId,
       ipRow.node_id,
@@ -245,12 +269,11 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
       ...settingsValues(input.settings),
     ],
   );
-  const row = await readTunnel(sql, principal, id);
   return {
-    tunnel: tunnelView(row, deps.adminSshPort),
+    tunnel: tunnelView(row!, deps.adminSshPort),
     charged: kopecksToNumber(kopecks),
     charged_usd: centsToNumber(charge),
     currency: 'RUB',
-    balance_after: centsToNumber(dbToCents(after!.balance_usd)),
+    balance_after: centsToNumber(dbToCents(row!.balance_after)),
   };
 }

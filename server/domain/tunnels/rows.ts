@@ -57,7 +57,8 @@ export interface TunnelRow extends SpecSource {
 // Times are formatted by PostgreSQL (ISO 8601, UTC, milliseconds) so the hot paths parse no dates;
 // `cursor_at` keeps the full microsecond value for pagination.
 const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
-const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
+/** A tunnel row's columns as TunnelRow reads them, from `t` (tunnel) and `n` (its edge_node); the purchase reads them from its insert. */
+export const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
   to_char(t.created_at at time zone 'UTC', ${ISO}) as created_at, to_char(t.updated_at at time zone 'UTC', ${ISO}) as updated_at,
   to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool, t.node_id,
   ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision, t.health,

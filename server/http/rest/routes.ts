@@ -23,6 +23,15 @@ function answer(ctx: Context, res: LifecycleResult): void {
   ctx.body = { tunnel: res.tunnel };
 }
 
+/**
+ * GET /api/dedicated/pricing: the bytes PricingService made once for this rate and stock (issue 12): no
+ * query, no JSON per request.
+ */
+export async function servePricing(ctx: Context, pricing: Services['pricing']): Promise<void> {
+  ctx.type = 'application/json';
+  ctx.body = await pricing.json();
+}
+
 export function restRouter(services: Services, metrics: Metrics, openapiJson: () => string): Router {
   const router = new Router({ prefix: '/api' });
   const { tunnels, pricing, auth, config } = services;
@@ -46,9 +55,9 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     ctx.body = openapiJson();
   });
 
-  router.get('/dedicated/pricing', async (ctx) => {
-    ctx.body = await pricing.get();
-  });
+  // Also answered ahead of the whole middleware stack (server/http/app.ts); this route serves the
+  // spellings that only the router normalises (a trailing slash).
+  router.get('/dedicated/pricing', (ctx) => servePricing(ctx, pricing));
 
   router.post('/dedicated', async (ctx) => {
     const who = await principal(ctx);
