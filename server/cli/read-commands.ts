@@ -45,9 +45,9 @@ export const READ_COMMANDS: readonly Command[] = [
   {
     name: 'tunnel list',
     read: true,
-    summary: 'List tunnels of every account (deleted ones too), newest first, optionally filtered.',
+    summary: 'List tunnels of every account (deleted ones too), newest first, with their health and settings, optionally filtered.',
     prints:
-      '{items: [{id, account_id, node_id, node_name, name, protected_ip, origin_ip, tunnel_name, status, charged_usd, charged_rub, created_at, updated_at}], next_cursor}',
+      '{items: [{id, account_id, node_id, node_name, name, protected_ip, origin_ip, tunnel_name, status, health, health_checked_at, ports, protocol, protection, charged_usd, charged_rub, created_at, updated_at}], next_cursor}',
     options: [
       { name: 'email', value: 'EMAIL', help: "only this user's account" },
       { name: 'status', value: TUNNEL_STATUSES.join('|'), help: 'only tunnels in this status', choices: TUNNEL_STATUSES },

@@ -12,6 +12,10 @@ import type { Database } from '../db/database.ts';
 import type { Permission, Role, TunnelStatus } from '../db/entities.ts';
 import { ApiError } from './errors.ts';
 import { centsToNumber, dbToCents } from './money.ts';
+import type { Health } from '../../common/tunnel-status.ts';
+import { HEALTH_CHECKED_AT_SQL, shownHealth } from './tunnels/rows.ts';
+import { settingsOf, type SettingsColumns, type TunnelSettings } from './tunnels/settings.ts';
+import { SETTINGS_COLUMNS } from './tunnels/spec.ts';
 
 // Type aliases, not interfaces: the CLI prints them as plain JSON objects (Record<string, unknown>).
 export type Page<T> = {
@@ -150,13 +154,22 @@ export interface AdminTunnelView {
   origin_ip: string;
   tunnel_name: string;
   status: TunnelStatus;
+  /** As the API shows them (server/domain/tunnels/rows.ts, docs/CONTRACTS.md "Health and traffic"). */
+  health: Health;
+  health_checked_at: string | null;
+  /** ports, protocol, protection: as the API shows them (docs/CONTRACTS.md "Tunnel settings"). */
+  ports: TunnelSettings['ports'];
+  protocol: TunnelSettings['protocol'];
+  protection: TunnelSettings['protection'];
   charged_usd: number;
   charged_rub: number;
   created_at: string;
   updated_at: string;
 }
 
-interface TunnelRow extends Omit<AdminTunnelView, 'charged_usd' | 'charged_rub'> {
+interface TunnelRow
+  extends Omit<AdminTunnelView, 'charged_usd' | 'charged_rub' | keyof TunnelSettings>,
+    SettingsColumns {
   charged_usd: string;
   charged_rub: string;
   k: string;
@@ -194,6 +207,7 @@ export async function listTunnels(db: Database, f: TunnelFilter, p: PageRequest)
   }
   const rows = await db.query<TunnelRow>(
     `select t.id, t.account_id, t.node_id, n.name as node_name, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
+            t.health, ${ISO_SQL(HEALTH_CHECKED_AT_SQL)} as health_checked_at, ${SETTINGS_COLUMNS},
             t.charged_usd, t.charged_rub, ${ISO_SQL('t.created_at')} as created_at, ${ISO_SQL('t.updated_at')} as updated_at,
             ${KEY_TIME_SQL('t.created_at')} as k
        from tunnel t join edge_node n on n.id = t.node_id
@@ -204,7 +218,25 @@ export async function listTunnels(db: Database, f: TunnelFilter, p: PageRequest)
   return page(
     rows,
     p.limit,
-    ({ k: _k, charged_usd, charged_rub, ...r }) => ({ ...r, charged_usd: money(charged_usd), charged_rub: money(charged_rub) }),
+    // Keys in the order of AdminTunnelView (the order `--format table` shows its columns in).
+    (r) => ({
+      id: r.id,
+      account_id: r.account_id,
+      node_id: r.node_id,
+      node_name: r.node_name,
+      name: r.name,
+      protected_ip: r.protected_ip,
+      origin_ip: r.origin_ip,
+      tunnel_name: r.tunnel_name,
+      status: r.status,
+      health: shownHealth(r.status, r.health),
+      health_checked_at: r.health_checked_at,
+      ...settingsOf(r),
+      charged_usd: money(r.charged_usd),
+      charged_rub: money(r.charged_rub),
+      created_at: r.created_at,
+      updated_at: r.updated_at,
+    }),
     (r) => [r.k, r.id],
     'tunnel',
   );

@@ -17,6 +17,12 @@
 // did not answer (markUnknown: we do not know, which is not 'down'). A health change writes its
 // `tunnel.health_changed` webhook event in the same transaction and, once committed, is published on
 // the status bus (the `tunnelStatus` subscription).
+//
+// Writes per round: the tunnel row only when its `health` changes. `health_checked_at` (the agent's own
+// last check of the tunnel, docs/CONTRACTS.md "Health and traffic") moves almost every round, so it is
+// kept in the tunnel's traffic.seen row, which each round rewrites for every reported tunnel anyway
+// (migration 20261128100000): at 10,000 tunnels a round of unchanged health writes no tunnel row, where
+// it used to write 10,000 new versions of that wide, hot table.
 import type { Database, Sql } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import { ON_EDGE } from '../domain/tunnels/spec.ts';
@@ -93,7 +99,6 @@ interface KnownRow {
   id: string;
   status: TunnelStatus;
   health: Health;
-  checked_ms: string | null;
   packets_in: string | null;
   bytes_in: string | null;
   packets_out: string | null;
@@ -127,17 +132,18 @@ export class StatusIngest {
       const [r] = await sql.query<{ done_through: string | Date }>('select done_through from traffic.rollup where id = 1 for share');
       const doneThrough = new Date(r!.done_through).getTime();
       const rows = await sql.query<KnownRow>(
-        `select t.id, t.status, t.health, (extract(epoch from t.health_checked_at) * 1000)::bigint::text as checked_ms,
+        `select t.id, t.status, t.health,
                 s.packets_in::text, s.bytes_in::text, s.packets_out::text, s.bytes_out::text, s.dropped::text[] as dropped,
                 (extract(epoch from s.pend_t) * 1000)::bigint::text as pend_ms, s.pend_pi::text, s.pend_bi::text, s.pend_po::text, s.pend_bo::text, s.pend_d::text[] as pend_d
            from tunnel t left join traffic.seen s on s.tunnel_id = t.id
           where t.node_id = ? and (t.status in (${ON_EDGE.map(() => '?').join(', ')}) or t.id in (select x::uuid from jsonb_array_elements_text(?::jsonb) as x))`,
         [nodeId, ...ON_EDGE, JSON.stringify([...reports.keys()])],
       );
-      const seen: { id: string; c: TunnelCounters; pend: Pending | null }[] = [];
+      // checked: the agent's check time, kept only for a tunnel on the edge (only those take a health).
+      const seen: { id: string; c: TunnelCounters; pend: Pending | null; checked: string | null }[] = [];
       const flush: { id: string; t: number; d: Counts }[] = [];
       let carried = 0;
-      const health: { id: string; h: Health; c: string | null }[] = [];
+      const health: { id: string; h: Health }[] = [];
       const changed: { id: string; status: TunnelStatus; health: Health }[] = [];
       for (const row of rows) {
         const rep = reports.get(row.id);
@@ -164,24 +170,26 @@ export class StatusIngest {
             flush.push({ id: row.id, t: pend.t, d: pend.d });
             pend = null;
           }
-          seen.push({ id: row.id, c: rep.counters, pend });
+          seen.push({ id: row.id, c: rep.counters, pend, checked: ON_EDGE.includes(row.status) ? rep.checked_at : null });
         }
         if (!ON_EDGE.includes(row.status)) continue;
         const h: Health = rep ? rep.health : 'unknown';
-        const checked = rep ? rep.checked_at : null;
-        const checkedMs = checked === null ? null : Date.parse(checked);
-        const keepChecked = checked === null;
-        if (h !== row.health || (!keepChecked && String(checkedMs) !== row.checked_ms)) health.push({ id: row.id, h, c: checked });
-        if (h !== row.health) changed.push({ id: row.id, status: row.status, health: h });
+        if (h !== row.health) {
+          health.push({ id: row.id, h });
+          changed.push({ id: row.id, status: row.status, health: h });
+        }
       }
       if (seen.length > 0) {
+        // checked_at: a report without a check time (the agent has not checked it yet) keeps the last one,
+        // as `health_checked_at` always did; before this row has one, the tunnel column's value shows.
         await sql.query(
-          `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at, pend_t, pend_pi, pend_bi, pend_po, pend_bo, pend_d)
-           select id, pi, bi, po, bo, d, ?::timestamptz, pt, coalesce(ppi, 0), coalesce(pbi, 0), coalesce(ppo, 0), coalesce(pbo, 0), pd
-             from jsonb_to_recordset(?::jsonb) as x(id uuid, pi bigint, bi bigint, po bigint, bo bigint, d bigint[], pt timestamptz, ppi bigint, pbi bigint, ppo bigint, pbo bigint, pd bigint[])
+          `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at, pend_t, pend_pi, pend_bi, pend_po, pend_bo, pend_d, checked_at)
+           select id, pi, bi, po, bo, d, ?::timestamptz, pt, coalesce(ppi, 0), coalesce(pbi, 0), coalesce(ppo, 0), coalesce(pbo, 0), pd, ck
+             from jsonb_to_recordset(?::jsonb) as x(id uuid, pi bigint, bi bigint, po bigint, bo bigint, d bigint[], pt timestamptz, ppi bigint, pbi bigint, ppo bigint, pbo bigint, pd bigint[], ck timestamptz)
            on conflict (tunnel_id) do update set packets_in = excluded.packets_in, bytes_in = excluded.bytes_in, packets_out = excluded.packets_out,
              bytes_out = excluded.bytes_out, dropped = excluded.dropped, seen_at = excluded.seen_at, pend_t = excluded.pend_t, pend_pi = excluded.pend_pi,
-             pend_bi = excluded.pend_bi, pend_po = excluded.pend_po, pend_bo = excluded.pend_bo, pend_d = excluded.pend_d`,
+             pend_bi = excluded.pend_bi, pend_po = excluded.pend_po, pend_bo = excluded.pend_bo, pend_d = excluded.pend_d,
+             checked_at = coalesce(excluded.checked_at, seen.checked_at)`,
           [
             at.toISOString(),
             JSON.stringify(
@@ -192,6 +200,7 @@ export class StatusIngest {
                 po: x.c.packets_out,
                 bo: x.c.bytes_out,
                 d: DROP_REASONS.map((r) => x.c.dropped[r]),
+                ck: x.checked,
                 ...(x.pend ? { pt: new Date(x.pend.t).toISOString(), ppi: x.pend.d.packets_in, pbi: x.pend.d.bytes_in, ppo: x.pend.d.packets_out, pbo: x.pend.d.bytes_out, pd: dropsColumn(x.pend.d.dropped) } : {}),
               })),
             ),
@@ -236,13 +245,12 @@ export class StatusIngest {
     return changed.map((c) => c.id);
   }
 
-  private async writeHealth(sql: Pick<Sql, 'query'>, health: { id: string; h: Health; c: string | null }[], changed: { id: string }[]): Promise<void> {
+  /** The tunnels whose health changed (only those: the check time is in traffic.seen). */
+  private async writeHealth(sql: Pick<Sql, 'query'>, health: { id: string; h: Health }[], changed: { id: string }[]): Promise<void> {
     if (health.length === 0) return;
-    await sql.query(
-      `update tunnel t set health = x.h, health_checked_at = coalesce(x.c, t.health_checked_at)
-         from jsonb_to_recordset(?::jsonb) as x(id uuid, h text, c timestamptz) where t.id = x.id`,
-      [JSON.stringify(health.map((x) => ({ id: x.id, h: x.h, c: x.c })))],
-    );
+    await sql.query(`update tunnel t set health = x.h from jsonb_to_recordset(?::jsonb) as x(id uuid, h text) where t.id = x.id`, [
+      JSON.stringify(health.map((x) => ({ id: x.id, h: x.h }))),
+    ]);
     // After the change, in its transaction (server/webhooks/events.ts): the event carries the new health.
     for (const c of changed) await this.events.healthChanged(sql, c.id);
   }

@@ -100,8 +100,13 @@ export class TrafficStore {
     await this.ensurePartition('hour', nextMonth(now));
     const rolledThrough = await this.rollup(now);
     const dropped = await this.dropExpired(now);
-    // The baselines of deleted tunnels (their points age out with their partitions).
-    await this.db.query(`delete from traffic.seen s where not exists (select 1 from tunnel t where t.id = s.tunnel_id and t.status <> 'deleted')`);
+    // The baselines of deleted tunnels (their points age out with their partitions). Their last check
+    // time goes back to the tunnel row, once per tunnel, so `health_checked_at` stays what it was
+    // (server/domain/tunnels/rows.ts HEALTH_CHECKED_AT_SQL; docs/CONTRACTS.md "Health and traffic").
+    await this.db.query(
+      `with gone as (delete from traffic.seen s where not exists (select 1 from tunnel t where t.id = s.tunnel_id and t.status <> 'deleted') returning tunnel_id, checked_at)
+       update tunnel t set health_checked_at = gone.checked_at from gone where t.id = gone.tunnel_id and gone.checked_at is not null`,
+    );
     return { dropped, rolledThrough };
   }
 

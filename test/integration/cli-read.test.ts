@@ -128,6 +128,16 @@ describe('read and queue commands against PostgreSQL', () => {
         [id, ids[email]!.account_id, node, name, rows[0]!.ip, `tg-${name}`, rows[0]!.inner_index, 1000 + i, status, 100 - i],
       );
     }
+    // Check times and settings as the edge and a PATCH leave them: ann-4's check time in traffic.seen (where
+    // a collection round keeps it), with its own settings; ann-1's from before that (the tunnel column);
+    // bob-1 deleted (its last one moved back to the tunnel row). Health: in the tests that need it.
+    await t.raw.query(`update tunnel set ports = '80,443,1000-1010', protocol = 'tcp', syn_proxy = true, source_pps_limit = 5000 where id = $1`, [tunnels['ann-4']]);
+    await t.raw.query(
+      `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at, checked_at) values ($1, 0, 0, 0, 0, '{0,0,0,0,0}', now(), '2026-11-25T10:00:01.234Z')`,
+      [tunnels['ann-4']],
+    );
+    await t.raw.query(`update tunnel set health_checked_at = '2026-11-24T09:00:00Z', drop_fragments = true where id = $1`, [tunnels['ann-1']]);
+    await t.raw.query(`update tunnel set health_checked_at = '2026-11-20T09:00:00Z' where id = $1`, [tunnels['bob-1']]);
     await t.raw.query(
       `insert into ledger_entry (account_id, amount_usd, balance_after, kind, tunnel_id, promocode) values ($1, '-1.11', '29.14', 'purchase', $2, 'SPRING')`,
       [ann.account_id, tunnels['ann-1']],
@@ -164,32 +174,50 @@ describe('read and queue commands against PostgreSQL', () => {
     cliFailed(await runAdminCli(env, ['user', 'show']), 2, 'usage_error');
   }, 120_000);
 
-  it('tunnel list: newest first, filters by email, status and node (id or name), money as numbers, paged', async () => {
-    const all = ok(await runAdminCli(env, ['tunnel', 'list']));
-    expect(items(all).map((x) => x.name)).toEqual(['ann-4', 'bob-1', 'ann-3', 'ann-2', 'ann-1']);
-    const first = items(all)[0]!;
-    expect(Object.keys(first).sort()).toEqual(
-      ['account_id', 'charged_rub', 'charged_usd', 'created_at', 'id', 'name', 'node_id', 'node_name', 'origin_ip', 'protected_ip', 'status', 'tunnel_name', 'updated_at'].sort(),
-    );
-    expect(first).toMatchObject({ id: tunnels['ann-4'], node_id: nodeA, node_name: 'edge-a', status: 'provisioned', charged_usd: 1.11, charged_rub: 100, tunnel_name: 'tg-ann-4' });
+  it('tunnel list: newest first, health and settings as the API shows them, filters by email, status and node (id or name), money as numbers, paged', async () => {
+    // Health as the collector records it; bob-1 deleted with a stored 'up' (shown 'unknown': not on an edge).
+    await t.raw.query(`update tunnel set health = 'up' where id = any($1::uuid[])`, [[tunnels['ann-4'], tunnels['bob-1']]]);
+    await t.raw.query(`update tunnel set health = 'down' where id = $1`, [tunnels['ann-1']]);
+    try {
+      const all = ok(await runAdminCli(env, ['tunnel', 'list']));
+      expect(items(all).map((x) => x.name)).toEqual(['ann-4', 'bob-1', 'ann-3', 'ann-2', 'ann-1']);
+      const first = items(all)[0]!;
+      expect(Object.keys(first).sort()).toEqual(
+        [
+          'account_id', 'charged_rub', 'charged_usd', 'created_at', 'health', 'health_checked_at', 'id', 'name', 'node_id', 'node_name', 'origin_ip', 'ports', 'protected_ip',
+          'protection', 'protocol', 'status', 'tunnel_name', 'updated_at',
+        ].sort(),
+      );
+      expect(first).toMatchObject({ id: tunnels['ann-4'], node_id: nodeA, node_name: 'edge-a', status: 'provisioned', charged_usd: 1.11, charged_rub: 100, tunnel_name: 'tg-ann-4' });
+      // health_checked_at: traffic.seen's check time (what a collection round writes), else the tunnel column's.
+      const byName = Object.fromEntries(items(all).map((x) => [x.name as string, x]));
+      expect(byName['ann-4']).toMatchObject({
+        health: 'up', health_checked_at: '2026-11-25T10:00:01.234Z', ports: '80,443,1000-1010', protocol: 'tcp', protection: { syn_proxy: true, source_pps_limit: 5000, drop_fragments: false },
+      });
+      expect(byName['ann-1']).toMatchObject({ health: 'down', health_checked_at: '2026-11-24T09:00:00.000Z', ports: '*', protocol: 'both', protection: { syn_proxy: false, source_pps_limit: null, drop_fragments: true } });
+      expect(byName['ann-2']).toMatchObject({ health: 'unknown', health_checked_at: null });
+      expect(byName['bob-1']).toMatchObject({ status: 'deleted', health: 'unknown', health_checked_at: '2026-11-20T09:00:00.000Z' });
 
-    const names = async (...args: string[]) => items(ok(await runAdminCli(env, ['tunnel', 'list', ...args]))).map((x) => x.name);
-    expect(await names('--email', 'bob@example.test')).toEqual(['bob-1']);
-    expect(await names('--status', 'active')).toEqual(['ann-3', 'ann-1']);
-    expect(await names('--node', 'edge-b')).toEqual(['bob-1', 'ann-3']);
-    expect(await names('--node', nodeA.toUpperCase())).toEqual(['ann-4', 'ann-2', 'ann-1']);
-    expect(await names('--email', emails[0]!, '--node', nodeB, '--status', 'active')).toEqual(['ann-3']);
-    expect(await names('--email', emails[2]!)).toEqual([]);
+      const names = async (...args: string[]) => items(ok(await runAdminCli(env, ['tunnel', 'list', ...args]))).map((x) => x.name);
+      expect(await names('--email', 'bob@example.test')).toEqual(['bob-1']);
+      expect(await names('--status', 'active')).toEqual(['ann-3', 'ann-1']);
+      expect(await names('--node', 'edge-b')).toEqual(['bob-1', 'ann-3']);
+      expect(await names('--node', nodeA.toUpperCase())).toEqual(['ann-4', 'ann-2', 'ann-1']);
+      expect(await names('--email', emails[0]!, '--node', nodeB, '--status', 'active')).toEqual(['ann-3']);
+      expect(await names('--email', emails[2]!)).toEqual([]);
 
-    const paged = await allPages(env, ['tunnel', 'list'], 2);
-    expect(paged.pages).toBe(3);
-    expect(paged.items).toEqual(items(all));
-    const filtered = await allPages(env, ['tunnel', 'list', '--email', emails[0]!], 3);
-    expect(filtered.items.map((x) => x.name)).toEqual(['ann-4', 'ann-3', 'ann-2', 'ann-1']);
+      const paged = await allPages(env, ['tunnel', 'list'], 2);
+      expect(paged.pages).toBe(3);
+      expect(paged.items).toEqual(items(all));
+      const filtered = await allPages(env, ['tunnel', 'list', '--email', emails[0]!], 3);
+      expect(filtered.items.map((x) => x.name)).toEqual(['ann-4', 'ann-3', 'ann-2', 'ann-1']);
 
-    cliFailed(await runAdminCli(env, ['tunnel', 'list', '--email', 'nobody@example.test']), 1, 'not_found');
-    cliFailed(await runAdminCli(env, ['tunnel', 'list', '--node', 'edge-zz']), 1, 'not_found');
-    cliFailed(await runAdminCli(env, ['tunnel', 'list', '--status', 'running']), 2, 'usage_error');
+      cliFailed(await runAdminCli(env, ['tunnel', 'list', '--email', 'nobody@example.test']), 1, 'not_found');
+      cliFailed(await runAdminCli(env, ['tunnel', 'list', '--node', 'edge-zz']), 1, 'not_found');
+      cliFailed(await runAdminCli(env, ['tunnel', 'list', '--status', 'running']), 2, 'usage_error');
+    } finally {
+      await t.raw.query(`update tunnel set health = 'unknown'`);
+    }
   }, 120_000);
 
   it('ledger: one account, newest first, exact amounts, --since, paged', async () => {
@@ -286,6 +314,10 @@ describe('read and queue commands against PostgreSQL', () => {
     const cursor = (ok(await runAdminCli(env, ['ledger', '--email', emails[0]!, '--limit', '1'])).next_cursor as string);
     expect(paged.stdout.trimEnd().split('\n')).toEqual([expect.stringMatching(/^id +kind +amount_usd +balance_after +tunnel_id +promocode +created_at$/), expect.stringMatching(/^\d+ +purchase +-1\.11 +29\.14 /), `next_cursor: ${cursor}`]);
     expect((await runAdminCli(env, ['tunnel', 'list', '--email', emails[2]!, '--format', 'table'])).stdout).toBe('(none)\n');
+    // A tunnel's row: its health, check time and settings, protection as key=value pairs.
+    const tunnelTable = (await runAdminCli(env, ['tunnel', 'list', '--status', 'provisioned', '--format', 'table'])).stdout.trimEnd().split('\n');
+    expect(tunnelTable[0]).toMatch(/ status +health +health_checked_at +ports +protocol +protection +charged_usd /);
+    expect(tunnelTable[1]).toMatch(/ provisioned +unknown +2026-11-25T10:00:01\.234Z +80,443,1000-1010 +tcp +syn_proxy=true source_pps_limit=5000 drop_fragments=false +1\.11 /);
 
     // One object: a key and its value per line; nested counts show what is there.
     const shown = await runAdminCli(env, ['user', 'show', '--email', emails[0]!, '--format', 'table']);

@@ -295,6 +295,51 @@ describe('health', () => {
     }
   });
 
+  it('a round that leaves health unchanged does not rewrite the tunnel row, yet health_checked_at advances (and survives the cleanup of a deleted tunnel)', async () => {
+    const id = await buy(user);
+    const ingest = gw.services.health.ingest;
+    // xmin: the transaction that wrote the row's current version; a rewrite of the row changes it.
+    const xmin = async () => (await gw.testDb.raw.query<{ x: string }>('select xmin::text as x from tunnel where id = $1', [id])).rows[0]!.x;
+    const shown = async () => {
+      const one = await call(gw.url, 'GET', `/api/dedicated/${id}`, { token: user.readKey });
+      expectMatchesOpenApi('get', '/api/dedicated/{id}', one.status, one.body, one.headers);
+      const list = await call(gw.url, 'GET', '/api/dedicated?limit=100', { token: user.readKey });
+      const inList = (list.body.tunnels as { id: string; health: string; health_checked_at: string | null }[]).find((t) => t.id === id)!;
+      const gql = await call(gw.url, 'POST', '/graphql', { token: user.readKey, body: { query: `query($id: ID!) { tunnel(id: $id) { health healthCheckedAt } }`, variables: { id } } });
+      // The three read paths (rows.ts, the list's own query, GraphQL) agree.
+      expect({ health: inList.health, health_checked_at: inList.health_checked_at }).toEqual({ health: one.body.tunnel.health, health_checked_at: one.body.tunnel.health_checked_at });
+      expect(gql.body.data.tunnel).toEqual({ health: String(one.body.tunnel.health).toUpperCase(), healthCheckedAt: one.body.tunnel.health_checked_at });
+      return one.body.tunnel as { health: string; health_checked_at: string | null };
+    };
+    const t0 = Date.now() - 10 * MINUTE_MS;
+    const at = (s: number) => new Date(t0 + s * 1000).toISOString();
+    const round = (checkedAt: string | null, health: Health = 'up') => ingest.ingestStatus(nodeId, status([{ id, c: counters({}), health, checkedAt }]), new Date());
+
+    expect((await round(at(1))).healthChanged).toContain(id);
+    expect(await shown()).toEqual(expect.objectContaining({ health: 'up', health_checked_at: at(1) }));
+    const afterChange = await xmin();
+    await round(at(31));
+    expect(await shown()).toEqual(expect.objectContaining({ health: 'up', health_checked_at: at(31) }));
+    await round(at(61));
+    expect(await shown()).toEqual(expect.objectContaining({ health: 'up', health_checked_at: at(61) }));
+    expect(await xmin()).toBe(afterChange);
+    // A report without a check time (the agent has not checked it since it restarted) keeps the last one.
+    await round(null);
+    expect((await shown()).health_checked_at).toBe(at(61));
+    expect(await xmin()).toBe(afterChange);
+    // A change of health writes the row again.
+    await round(at(91), 'down');
+    expect(await shown()).toEqual(expect.objectContaining({ health: 'down', health_checked_at: at(91) }));
+    expect(await xmin()).not.toBe(afterChange);
+
+    // Deleted: the upkeep drops its traffic.seen row, its last check time stays what the API showed.
+    await gw.testDb.raw.query(`update tunnel set status = 'deleted' where id = $1`, [id]);
+    await gw.services.health.store.maintain(new Date());
+    expect((await gw.testDb.raw.query('select 1 from traffic.seen where tunnel_id = $1', [id])).rows).toHaveLength(0);
+    const gone = await call(gw.url, 'GET', `/api/dedicated/${id}`, { token: user.readKey });
+    expect(gone.body.tunnel).toMatchObject({ status: 'deleted', health: 'unknown', health_checked_at: at(91) });
+  });
+
   it('a malformed status answer stores nothing', async () => {
     const id = await buy(user);
     const bad = status([{ id, c: counters({ packets_in: -5 }) }]);

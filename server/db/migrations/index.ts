@@ -10,6 +10,7 @@ import { Migration20261125160000_gre_keys } from './Migration20261125160000_gre_
 import { Migration20261125170000_tunnel_settings } from './Migration20261125170000_tunnel_settings.ts';
 import { Migration20261126110000_webhooks } from './Migration20261126110000_webhooks.ts';
 import { Migration20261127100000_health_traffic } from './Migration20261127100000_health_traffic.ts';
+import { Migration20261128100000_health_checked_seen } from './Migration20261128100000_health_checked_seen.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -22,4 +23,5 @@ export const migrationsList = [
   { name: 'Migration20261125170000_tunnel_settings', class: Migration20261125170000_tunnel_settings },
   { name: 'Migration20261126110000_webhooks', class: Migration20261126110000_webhooks },
   { name: 'Migration20261127100000_health_traffic', class: Migration20261127100000_health_traffic },
+  { name: 'Migration20261128100000_health_checked_seen', class: Migration20261128100000_health_checked_seen },
 ];

@@ -12,7 +12,7 @@ import { decodeCursor, encodeCursor, utcText } from './cursor.ts';
 import { ourAddress } from './input.ts';
 import type { EdgeDispatch } from './lifecycle.ts';
 import { routeTableFor } from './naming.ts';
-import { readTunnel, shownHealth, tunnelView, type TunnelView } from './rows.ts';
+import { HEALTH_CHECKED_AT_SQL, readTunnel, shownHealth, tunnelView, type TunnelView } from './rows.ts';
 import { settingsOf } from './settings.ts';
 import { SETTINGS_COLUMNS, tunnelSpecOf } from './spec.ts';
 import type { Protocol } from '../../../common/tunnel-policy.ts';
@@ -69,7 +69,7 @@ export class TunnelQueries {
       after ? 'tunnel_list_rows_after' : 'tunnel_list_rows',
       `select t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
               (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip,
-              ${SETTINGS_COLUMNS}, t.health, (t.health_checked_at at time zone 'UTC')::text
+              ${SETTINGS_COLUMNS}, t.health, (${HEALTH_CHECKED_AT_SQL} at time zone 'UTC')::text
          from tunnel t join edge_node n on n.id = t.node_id
         where t.account_id = ? and t.status <> 'deleted'${after}
         order by t.created_at desc, t.id desc limit ?`,

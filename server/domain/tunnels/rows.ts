@@ -57,12 +57,20 @@ export interface TunnelRow extends SpecSource {
 // Times are formatted by PostgreSQL (ISO 8601, UTC, milliseconds) so the hot paths parse no dates;
 // `cursor_at` keeps the full microsecond value for pagination.
 const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
+/**
+ * `health_checked_at` of tunnel `t` (a timestamptz): the agent's last check of it, docs/CONTRACTS.md
+ * "Health and traffic". A collection round keeps it in the tunnel's traffic.seen row, which it rewrites
+ * anyway, so unchanged health writes no tunnel row (server/health/ingest.ts); the tunnel column holds the
+ * value from before that row had one, and a deleted tunnel's last one (server/health/storage.ts).
+ */
+export const HEALTH_CHECKED_AT_SQL = `coalesce((select s.checked_at from traffic.seen s where s.tunnel_id = t.id), t.health_checked_at)`;
+
 /** A tunnel row's columns as TunnelRow reads them, from `t` (tunnel) and `n` (its edge_node); the purchase reads them from its insert. */
 export const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
   to_char(t.created_at at time zone 'UTC', ${ISO}) as created_at, to_char(t.updated_at at time zone 'UTC', ${ISO}) as updated_at,
   to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool, t.node_id,
   ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision, t.health,
-  to_char(t.health_checked_at at time zone 'UTC', ${ISO}) as health_checked_at`;
+  to_char(${HEALTH_CHECKED_AT_SQL} at time zone 'UTC', ${ISO}) as health_checked_at`;
 
 export function tunnelView(r: TunnelRow, adminSshPort: number): TunnelView {
   return {
