@@ -151,6 +151,58 @@ it('an upgrade from the first migration keeps accounts, users, keys, nodes, tunn
   expect(await refusal(raw, `update tunnel set ports = '22,80-81', protocol = 'udp', source_pps_limit = 10 where id = $1`, [tunnel])).toBeNull();
 });
 
+it('an upgrade across the move of the check time to traffic.seen keeps each health_checked_at, and the next round advances it', async () => {
+  const name = await emptyDatabase('checked');
+  const url = withDatabase(adminUrl, name);
+  const orm = await openOrm({ databaseUrl: url, dataDir: '' });
+  cleanups.push(() => orm.close());
+  await orm.migrator.up({ to: 'Migration20261127100000_health_traffic' });
+  const raw = new pg.Pool({ connectionString: url, max: 2 });
+  cleanups.push(() => raw.end());
+  // Two tunnels as the collector left them before the move: one checked (its counters baseline in
+  // traffic.seen, its check time on the tunnel row), one never checked.
+  const account = randomUUID();
+  const node = randomUUID();
+  const [checked, never] = [randomUUID(), randomUUID()];
+  const keyId = randomUUID();
+  const secret = randomBytes(32).toString('base64url');
+  await raw.query(`insert into account (id, balance_usd) values ($1, 0)`, [account]);
+  const user = randomUUID();
+  await raw.query(`insert into app_user (id, account_id, email, name, password_hash, role) values ($1, $2, 'checked@example.test', 'C', $3, 'owner')`, [user, account, await hashPassword('a long enough password')]);
+  await raw.query(`insert into api_key (id, account_id, user_id, secret_hash, permission) values ($1, $2, $3, $4, 'read')`, [keyId, account, user, createHash('sha256').update(secret).digest('hex')]);
+  await raw.query(`insert into edge_node (id, name, public_ip, ssh_host, host_key) values ($1, 'edge', '192.0.2.1', '127.0.0.1', $2)`, [node, fakeHostKey()]);
+  for (const [k, id] of [checked, never].entries()) {
+    await raw.query(`insert into protected_ip (ip, node_id, position, inner_index, tunnel_id) values ($1, $2, $3, $3, $4)`, [`198.18.91.${k}`, node, k, id]);
+    await raw.query(
+      `insert into tunnel (id, account_id, node_id, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub)
+       values ($1, $2, $3, $4, '8.8.4.4', $5, $6, $7, 'active', 1.11, 100)`,
+      [id, account, node, `198.18.91.${k}`, `tg-checked${k}00`, k, k + 1],
+    );
+  }
+  await raw.query(`update tunnel set health = 'up', health_checked_at = '2026-11-27T10:00:00.123Z' where id = $1`, [checked]);
+  await raw.query(`insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at) values ($1, 5, 500, 5, 500, '{0,0,0,0,0}', now())`, [checked]);
+
+  expect(await migrate(orm)).toEqual(migrationsList.slice(migrationsList.findIndex((m) => m.name === 'Migration20261127100000_health_traffic') + 1).map((m) => m.name));
+  expect((await orm.schema.getUpdateSchemaSQL({ wrap: false })).trim()).toBe('');
+  const gw = await startGateway({ testDb: { url, name, db: new Database(orm), raw, drop: async () => {} } });
+  try {
+    const key = `svc_${keyId.replace(/-/g, '')}_${secret}`;
+    const shown = async (id: string) => (await call(gw.url, 'GET', `/api/dedicated/${id}`, { token: key })).body.tunnel as { health: string; health_checked_at: string | null };
+    expect(await shown(checked)).toMatchObject({ health: 'up', health_checked_at: '2026-11-27T10:00:00.123Z' });
+    expect(await shown(never)).toMatchObject({ health: 'unknown', health_checked_at: null });
+    // The next round: a report without a check time keeps the old one, a check moves it.
+    const counters = { packets_in: 6, bytes_in: 600, packets_out: 6, bytes_out: 600, dropped: { not_allowed: 0, rate_limited: 0, spoofed: 0, invalid: 0, fragment: 0 } };
+    const report = (checkedAt: string | null) => ({ agent: { version: '0.1.0', uptime_s: 1, tunnels: 2 }, tunnels: [checked, never].map((id) => ({ id, health: 'up' as const, checked_at: checkedAt, counters })) });
+    await gw.services.health.ingest.ingestStatus(node, report(null), new Date());
+    expect(await shown(checked)).toMatchObject({ health: 'up', health_checked_at: '2026-11-27T10:00:00.123Z' });
+    expect(await shown(never)).toMatchObject({ health: 'up', health_checked_at: null });
+    await gw.services.health.ingest.ingestStatus(node, report('2026-11-28T10:00:00.456Z'), new Date());
+    for (const id of [checked, never]) expect(await shown(id)).toMatchObject({ health: 'up', health_checked_at: '2026-11-28T10:00:00.456Z' });
+  } finally {
+    await gw.close();
+  }
+}, 120_000);
+
 it('two replicas migrating one empty database at once: both succeed, each migration applied once', async () => {
   const name = await emptyDatabase('race');
   const url = withDatabase(adminUrl, name);
