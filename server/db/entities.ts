@@ -150,6 +150,9 @@ export const TunnelSchema = defineEntity({
     // Health from the edge's checks (issue 11, docs/CONTRACTS.md "Health and traffic"; server/health/):
     // 'unknown' before the first check and while its node does not answer. Traffic is in schema `traffic`.
     health: p.enum(TUNNEL_HEALTHS).default('unknown'),
+    // Not the live check time: a collection round keeps that in traffic.seen.checked_at so unchanged
+    // health writes no tunnel row; this holds the value from before migration 20261128100000 and a
+    // deleted tunnel's last one. Read both through server/domain/tunnels/rows.ts HEALTH_CHECKED_AT_SQL.
     healthCheckedAt: p.datetime().nullable(),
     chargedUsd: p.decimal('string').precision(14).scale(2),
     chargedRub: p.decimal('string').precision(14).scale(2),
