@@ -429,16 +429,20 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
         await vm.run('origin', ['ip', 'link', 'set', 'dev', tunnel.tunnel_name, 'up']);
         const routeTable = /\nreadonly ROUTE_TABLE='(\d+)'\n/.exec(script)![1]!;
         expect(await vm.run('origin', ['ip', 'route', 'show', 'table', routeTable])).toBe('');
+        // Marked BEFORE the repair: a check that ends between the script's end and a mark read after it would
+        // fall outside the count (seen once: no check after the mark, though the tunnel was up).
+        const beforeUp = await lastSlot();
         await vm.run('origin', ['bash', '-s'], script);
         broken = false;
         expect(await vm.run('origin', ['ip', 'route', 'show', 'table', routeTable])).toContain(`dev ${tunnel.tunnel_name}`);
-        const beforeUp = await lastSlot();
         await timed('healthUp', () => collected('up'));
         const upChecks = (await checks()).filter((c) => c.slot > beforeUp);
         const upAt = upChecks.findIndex((c) => c.health === 'up');
-        // The check under way while the script ran may have failed; then up within two checks.
+        // Before the repair the origin's replies leave by the underlay: the check under way at the mark and one
+        // falling while the script runs (it takes less than an interval) fail; then up at the first answered
+        // check, within two checks of the script's end.
         expect(upAt, JSON.stringify(upChecks)).toBeGreaterThanOrEqual(0);
-        expect(upAt, JSON.stringify(upChecks)).toBeLessThanOrEqual(2);
+        expect(upAt, JSON.stringify(upChecks)).toBeLessThanOrEqual(3);
         expect(upChecks[upAt], JSON.stringify(upChecks)).toMatchObject({ ok: true, failures: 0 });
         await gw.services.health.collectNow();
         await allDelivered(2);
