@@ -13,7 +13,7 @@ import { PlanConflict, checkDesired, diff, ipOf, type OwnedTunnel } from './diff
 import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, readView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
-import { probeEcho } from './probe.ts';
+import { EchoProber } from './probe.ts';
 import { dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
 import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
@@ -146,6 +146,8 @@ class EdgeDataplane implements DataplaneHandle {
   /** Set by run() when the operation it carried out was large enough to release memory right after. */
   private largeOperation = false;
   private readonly release = new ReleaseAfterOperations();
+  /** One raw ICMP socket for every probe, opened in the dataplane's namespace at the first (probe.ts). */
+  private readonly prober: EchoProber;
 
   constructor(
     private readonly k: KernelContext,
@@ -156,7 +158,9 @@ class EdgeDataplane implements DataplaneHandle {
     readonly table: 'created' | 'present' | 'rebuilt',
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
     private readonly ct: { sock?: Conntrack },
-  ) {}
+  ) {
+    this.prober = new EchoProber(k.netns);
+  }
 
   /** One operation at a time; errors surface as KernelError. */
   private serial<T>(op: string, fn: () => Promise<T>): Promise<T> {
@@ -353,9 +357,8 @@ class EdgeDataplane implements DataplaneHandle {
     return (async () => {
       try {
         const t = this.checkSpec(tunnel);
-        const link = await this.k.rtnl.findLink(t.tunnel_name);
-        if (!link || !link.up) return { reachable: false };
-        return await probeEcho({ netns: this.k.netns, link: t.tunnel_name, source: t.edge_ip, target: ipOf(t.origin_inner), timeoutMs: opts.timeoutMs ?? this.opts.probeTimeoutMs });
+        // A link that is missing or down answers `reachable: false` at once (the prober looks it up).
+        return await this.prober.probe({ link: t.tunnel_name, source: t.edge_ip, target: ipOf(t.origin_inner), timeoutMs: opts.timeoutMs ?? this.opts.probeTimeoutMs });
       } catch (e) {
         throw kernelError('probe', e);
       }
@@ -404,6 +407,7 @@ class EdgeDataplane implements DataplaneHandle {
     this.closed = true;
     this.release.stop();
     // Sockets and the journal only: the kernel state stays, traffic keeps flowing.
+    this.prober.close();
     this.k.rtnl.close();
     this.k.nft.close();
     this.ct.sock?.close();

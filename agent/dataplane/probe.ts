@@ -1,21 +1,30 @@
 // The activation probe (docs/CONTRACTS.md "Exact rules"): an ICMP echo to the origin's inner address, sent from
 // the edge's own underlay address (edge_ip, outside the tunnel's inner subnet) out of the tunnel link.
 // The origin answers to edge_ip; only its policy route (`ip rule from <origin inner> lookup <table>`) sends
-// that answer into the tunnel, otherwise it leaves by its main table (the underlay). The socket is bound
-// to the tunnel link (SO_BINDTODEVICE), so the kernel delivers to it only what arrived through the tunnel:
-// `reachable` means the reply came back through the tunnel.
+// that answer into the tunnel, otherwise it leaves by its main table (the underlay). `reachable` means the
+// reply came back THROUGH THE TUNNEL LINK: a reply counts only if the kernel says it arrived on that link's
+// ifindex (IP_PKTINFO), and matches the echo's id, seq and payload.
 //
 // Why a raw socket through koffi rather than `ping -I`: ping can pin the source address or the device but
 // not both (and with the device it picks the inner address, which would make the probe pass without the
 // origin's policy route); koffi is already how the agent talks to the kernel, and an echo costs no process.
 //
+// One socket per dataplane (EchoProber), not one per probe (issue 11: 10,000 tunnels checked every 30 s).
+// A socket per probe cost, every time, a switch into the edge namespace and back (two setns and four
+// open/close), socket, SO_BINDTODEVICE, bind, two epoll_ctl and close, plus a netlink RTM_GETLINK to learn
+// whether the link was up. Now the socket is opened once (in the namespace, where it stays) and:
+//  - each echo is sent with sendmsg and an IP_PKTINFO control message: ipi_ifindex = the tunnel link (the
+//    route lookup is pinned to it, as SO_BINDTODEVICE pinned it) and ipi_spec_dst = edge_ip (the source, as
+//    bind() set it);
+//  - each reply is read with recvmsg and IP_PKTINFO on: the kernel tells the ifindex it arrived on, which
+//    must be the probe's link (what SO_BINDTODEVICE filtered before); ICMP_FILTER passes echo replies only;
+//  - the link's ifindex and IFF_UP come from two ioctls on that socket (SIOCGIFINDEX, SIOCGIFFLAGS, resolved
+//    in the socket's namespace), at every probe: a tunnel recreated under the same name has a new ifindex.
+//
 // Waiting: koffi has no hook into Node's event loop, so a blocking wait runs in libuv's threadpool (4 threads,
-// shared with fs, dns and crypto). A wait per probe (as before) put up to 16 health checks' 50 ms polls into
-// it, and failing probes, which wait their whole timeout, queued behind each other and behind everything
-// else. Now every probe's socket joins ONE epoll set per process (EchoWaiter): a single epoll_wait runs in
-// the threadpool while any probe is pending, the sends and the timeout are timers on the event loop, and a
-// readable socket is drained on the event loop. Each probe keeps its own socket bound to its tunnel link, so
-// what `reachable` means is unchanged.
+// shared with fs, dns and crypto). The prober sockets of the process share ONE epoll set (EchoWaiter): a
+// single epoll_wait runs in the threadpool while any probe is pending (none when idle), the sends and the
+// timeout are timers on the event loop, and a readable socket is drained on the event loop.
 import { randomBytes } from 'node:crypto';
 import koffi from 'koffi';
 import { ipv4ToBytes } from '../netlink/attrs.ts';
@@ -26,12 +35,22 @@ const AF_INET = 2;
 const SOCK_RAW = 3;
 const SOCK_NONBLOCK = 0o4000;
 const SOCK_CLOEXEC = 0o2000000;
+const IPPROTO_IP = 0;
 const IPPROTO_ICMP = 1;
-const SOL_SOCKET = 1;
-const SO_BINDTODEVICE = 25;
+const IP_PKTINFO = 8;
+const SOL_RAW = 255;
+const ICMP_FILTER = 1;
+const ICMP_ECHOREPLY = 0;
 const MSG_DONTWAIT = 0x40;
 const EAGAIN = 11;
 const EINTR = 4;
+const ENODEV = 19;
+const ENXIO = 6;
+// include/uapi/linux/sockios.h, if.h: struct ifreq is 40 bytes, the name first, the union at 16.
+const SIOCGIFFLAGS = 0x8913;
+const SIOCGIFINDEX = 0x8933;
+const IFF_UP = 1;
+const IFNAMSIZ = 16;
 
 const EPOLLIN = 1;
 const EPOLL_CTL_ADD = 1;
@@ -42,12 +61,21 @@ const EVENT_SIZE = process.arch === 'x64' ? 12 : 16;
 const EVENT_DATA = process.arch === 'x64' ? 4 : 8;
 const MAX_EVENTS = 64;
 
+// LP64 layouts (x86_64, aarch64): struct msghdr (56 bytes), struct iovec (16), struct cmsghdr (16 + data),
+// struct in_pktinfo (ifindex, spec_dst, addr: 12).
+const MSGHDR = { name: 0, namelen: 8, iov: 16, iovlen: 24, control: 32, controllen: 40, flags: 48, size: 56 } as const;
+const CMSG_HDR = 16;
+const PKTINFO_LEN = 12;
+/** CMSG_SPACE(sizeof(struct in_pktinfo)). */
+const PKTINFO_SPACE = CMSG_HDR + 16;
+const PACKET_MAX = 2048;
+
 interface Sys {
   socket(d: number, t: number, p: number): number;
   setsockopt(fd: number, lvl: number, name: number, val: Buffer, len: number): number;
-  bind(fd: number, addr: Buffer, len: number): number;
-  sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, alen: number): number;
-  recv(fd: number, buf: Buffer, len: number, flags: number): number;
+  sendmsg(fd: number, msg: Buffer, flags: number): number;
+  recvmsg(fd: number, msg: Buffer, flags: number): number;
+  ioctl(fd: number, req: number, arg: Buffer): number;
   close(fd: number): number;
   epollCreate(flags: number): number;
   epollCtl(epfd: number, op: number, fd: number, ev: Buffer | null): number;
@@ -61,9 +89,9 @@ function load(): Sys {
   const num = (v: unknown): number => (typeof v === 'bigint' ? Number(v) : (v as number));
   const socket = lib.func('int socket(int, int, int)');
   const setsockopt = lib.func('int setsockopt(int, int, int, void *, uint32_t)');
-  const bind = lib.func('int bind(int, void *, uint32_t)');
-  const sendto = lib.func('intptr_t sendto(int, void *, size_t, int, void *, uint32_t)');
-  const recv = lib.func('intptr_t recv(int, void *, size_t, int)');
+  const sendmsg = lib.func('intptr_t sendmsg(int, void *, int)');
+  const recvmsg = lib.func('intptr_t recvmsg(int, void *, int)');
+  const ioctl = lib.func('int ioctl(int, unsigned long, ...)');
   const close = lib.func('int close(int)');
   const epollCreate = lib.func('int epoll_create1(int)');
   const epollCtl = lib.func('int epoll_ctl(int, int, int, void *)');
@@ -71,9 +99,9 @@ function load(): Sys {
   sys = {
     socket: (d, t, p) => num(socket(d, t, p)),
     setsockopt: (fd, l, n, v, len) => num(setsockopt(fd, l, n, v, len)),
-    bind: (fd, a, l) => num(bind(fd, a, l)),
-    sendto: (fd, b, l, f, a, al) => num(sendto(fd, b, l, f, a, al)),
-    recv: (fd, b, l, f) => num(recv(fd, b, l, f)),
+    sendmsg: (fd, m, f) => num(sendmsg(fd, m, f)),
+    recvmsg: (fd, m, f) => num(recvmsg(fd, m, f)),
+    ioctl: (fd, req, arg) => num(ioctl(fd, req, 'void *', arg)),
     close: (fd) => num(close(fd)),
     epollCreate: (flags) => num(epollCreate(flags)),
     epollCtl: (epfd, op, fd, ev) => num(epollCtl(epfd, op, fd, ev)),
@@ -83,11 +111,9 @@ function load(): Sys {
   return sys;
 }
 
-function sockaddrIn(ip: string): Buffer {
-  const b = Buffer.alloc(16);
-  b.writeUInt16LE(AF_INET, 0); // sa_family is host order (x86_64/aarch64: little endian)
-  ipv4ToBytes(ip).copy(b, 4);
-  return b;
+/** The IPv4 address as the 32-bit number of its network-order bytes (read big endian), to compare without strings. */
+function ipv4Number(ip: string): number {
+  return ipv4ToBytes(ip).readUInt32BE(0);
 }
 
 export function icmpChecksum(b: Buffer): number {
@@ -119,14 +145,15 @@ export function parseEchoReply(pkt: Buffer): { src: string; id: number; seq: num
 }
 
 /**
- * One epoll set for every probe socket of the process; one epoll_wait in the threadpool while any is
- * registered (none when idle). epoll_ctl from the event loop while that wait runs is what epoll allows, and
- * a socket added then is reported by the wait under way. A wake for an fd already closed and reused by a
- * newer probe is harmless: the probe drains its socket and finds nothing.
+ * One epoll set for every prober socket of the process; one epoll_wait in the threadpool while any probe is
+ * pending (none when idle: an idle socket stays in the set, unwatched). epoll_ctl from the event loop while
+ * that wait runs is what epoll allows, and a socket added then is reported by the wait under way.
  */
 class EchoWaiter {
   private epfd = -1;
   private readonly readable = new Map<number, () => void>();
+  /** Probes pending in every prober: the wait runs while there is one. */
+  private pending = 0;
   private waiting = false;
   private readonly events = Buffer.alloc(EVENT_SIZE * MAX_EVENTS);
   private readonly ev = Buffer.alloc(EVENT_SIZE);
@@ -137,12 +164,10 @@ class EchoWaiter {
       this.epfd = s.epollCreate(EPOLL_CLOEXEC);
       if (this.epfd < 0) throw new Error(`epoll_create1 failed: errno ${koffi.errno()}`);
     }
-    // The kernel copies the event at the call: one buffer serves every ADD.
     this.ev.writeUInt32LE(EPOLLIN, 0);
     this.ev.writeInt32LE(fd, EVENT_DATA);
     if (s.epollCtl(this.epfd, EPOLL_CTL_ADD, fd, this.ev) < 0) throw new Error(`epoll_ctl ADD: errno ${koffi.errno()}`);
     this.readable.set(fd, onReadable);
-    if (!this.waiting) void this.loop();
   }
 
   /** Before the fd is closed. */
@@ -151,11 +176,21 @@ class EchoWaiter {
     load().epollCtl(this.epfd, EPOLL_CTL_DEL, fd, null);
   }
 
+  /** A probe starts waiting: the loop runs until every such probe called done(). */
+  hold(): void {
+    this.pending++;
+    if (!this.waiting) void this.loop();
+  }
+
+  done(): void {
+    this.pending--;
+  }
+
   private async loop(): Promise<void> {
     this.waiting = true;
     try {
       // A bounded wait (100 ms) so that the loop notices when the last probe left; nothing waits on it.
-      while (this.readable.size > 0) {
+      while (this.pending > 0) {
         const n = await load().epollWait(this.epfd, this.events, MAX_EVENTS, 100);
         for (let i = 0; i < n; i++) this.readable.get(this.events.readInt32LE(i * EVENT_SIZE + EVENT_DATA))?.();
       }
@@ -168,8 +203,7 @@ class EchoWaiter {
 const waiter = new EchoWaiter();
 
 export interface ProbeOptions {
-  netns?: string;
-  /** The tunnel link the reply must arrive on. */
+  /** The tunnel link the echo leaves by and the reply must arrive on. */
   link: string;
   /** Source: an address of the edge outside the tunnel's inner subnet. */
   source: string;
@@ -179,65 +213,214 @@ export interface ProbeOptions {
   attempts?: number;
 }
 
-export async function probeEcho(o: ProbeOptions): Promise<ProbeResult> {
-  const s = load();
-  const timeoutMs = o.timeoutMs ?? 3000;
-  const attempts = o.attempts ?? 3;
-  const fd = inNetns(o.netns, () => s.socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_ICMP));
-  if (fd < 0) throw new Error(`socket(AF_INET, SOCK_RAW, IPPROTO_ICMP) failed: errno ${koffi.errno()}`);
-  let timer: NodeJS.Timeout | undefined;
-  let registered = false;
-  try {
-    const dev = Buffer.from(`${o.link}\0`);
-    if (s.setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, dev, dev.length) < 0) throw new Error(`SO_BINDTODEVICE ${o.link}: errno ${koffi.errno()}`);
-    if (s.bind(fd, sockaddrIn(o.source), 16) < 0) throw new Error(`bind ${o.source}: errno ${koffi.errno()}`);
-    const id = randomBytes(2).readUInt16BE(0);
-    const token = randomBytes(16);
-    const dst = sockaddrIn(o.target);
-    const sentAt = new Map<number, bigint>();
-    const buf = Buffer.alloc(2048);
-    return await new Promise<ProbeResult>((resolve, reject) => {
-      let seq = 0;
-      const send = () => {
-        seq++;
-        const req = echoRequest(id, seq, token);
-        sentAt.set(seq, process.hrtime.bigint());
-        // A send can fail while the link is down or has no route yet: keep listening, the next attempt may go.
-        s.sendto(fd, req, req.length, 0, dst, 16);
-      };
-      /** Reads every datagram waiting (the socket is level-triggered in the epoll set); resolves on our reply. */
-      const drain = () => {
-        for (;;) {
-          const n = s.recv(fd, buf, buf.length, MSG_DONTWAIT);
-          if (n < 0) {
-            const e = koffi.errno();
-            if (e === EAGAIN || e === EINTR) return;
-            reject(new Error(`recv: errno ${e}`));
-            return;
-          }
-          const r = parseEchoReply(buf.subarray(0, n));
-          if (r && r.src === o.target && r.id === id && r.payload.equals(token) && sentAt.has(r.seq)) {
-            const rtt = Number(process.hrtime.bigint() - sentAt.get(r.seq)!) / 1e6;
-            resolve({ reachable: true, rtt_ms: Math.round(rtt * 1000) / 1000 });
-            return;
-          }
-        }
-      };
-      waiter.add(fd, drain);
-      registered = true;
-      // The attempts spread over the timeout (a lost first echo, a neighbour still resolving), then the end:
-      // one timer at a time, so a probe answered at once set only one.
-      const step = timeoutMs / attempts;
-      const tick = () => {
-        if (seq >= attempts) return resolve({ reachable: false });
-        send();
-        timer = setTimeout(tick, step);
-      };
-      tick();
-    });
-  } finally {
-    clearTimeout(timer);
-    if (registered) waiter.remove(fd);
-    s.close(fd);
+interface Pending {
+  ifindex: number;
+  target: number;
+  token: Buffer;
+  /** performance.now() at each attempt's send, by seq - 1. */
+  sentAt: number[];
+  resolve: (r: ProbeResult) => void;
+}
+
+/** Per-probe payload: a random prefix of this prober, then a counter, so no two probes' echoes look alike. */
+const TOKEN_LEN = 16;
+
+/**
+ * The probes of one network namespace (the dataplane's; undefined: the agent's own), on one raw ICMP socket
+ * opened at the first probe and closed by close(). Echo ids are handed out in turn, so pending probes never
+ * share one; a reply is matched by id, then checked for its source, seq, payload and arrival link.
+ */
+export class EchoProber {
+  private fd = -1;
+  private closed = false;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = randomBytes(2).readUInt16BE(0);
+  private readonly prefix = randomBytes(8);
+  private counter = 0n;
+  // Reused for every send and receive: koffi passes them as pointers, and the msghdrs hold their addresses
+  // (one arena, larger than V8 keeps on its heap, so it never moves).
+  private readonly arena = Buffer.alloc(4096);
+  private readonly txMsg = this.arena.subarray(0, MSGHDR.size);
+  private readonly txIov = this.arena.subarray(64, 80);
+  private readonly txName = this.arena.subarray(80, 96);
+  private readonly txCtl = this.arena.subarray(96, 96 + PKTINFO_SPACE);
+  private readonly rxMsg = this.arena.subarray(192, 192 + MSGHDR.size);
+  private readonly rxIov = this.arena.subarray(256, 272);
+  private readonly rxName = this.arena.subarray(272, 288);
+  private readonly rxCtl = this.arena.subarray(320, 448);
+  private readonly ifr = this.arena.subarray(448, 488);
+  private readonly rxBuf = this.arena.subarray(1024, 1024 + PACKET_MAX);
+  private readonly txBuf = this.arena.subarray(3072, 3072 + 8 + TOKEN_LEN);
+
+  constructor(private readonly netns?: string) {
+    const addr = (b: Buffer): bigint => koffi.address(b) as bigint;
+    this.txMsg.writeBigUInt64LE(addr(this.txName), MSGHDR.name);
+    this.txMsg.writeUInt32LE(16, MSGHDR.namelen);
+    this.txMsg.writeBigUInt64LE(addr(this.txIov), MSGHDR.iov);
+    this.txMsg.writeBigUInt64LE(1n, MSGHDR.iovlen);
+    this.txMsg.writeBigUInt64LE(addr(this.txCtl), MSGHDR.control);
+    this.txMsg.writeBigUInt64LE(BigInt(PKTINFO_SPACE), MSGHDR.controllen);
+    this.txIov.writeBigUInt64LE(addr(this.txBuf), 0);
+    this.txIov.writeBigUInt64LE(BigInt(this.txBuf.length), 8);
+    this.txName.writeUInt16LE(AF_INET, 0); // sa_family is host order (x86_64/aarch64: little endian)
+    this.txCtl.writeBigUInt64LE(BigInt(CMSG_HDR + PKTINFO_LEN), 0);
+    this.txCtl.writeInt32LE(IPPROTO_IP, 8);
+    this.txCtl.writeInt32LE(IP_PKTINFO, 12);
+    this.rxMsg.writeBigUInt64LE(addr(this.rxName), MSGHDR.name);
+    this.rxMsg.writeBigUInt64LE(addr(this.rxIov), MSGHDR.iov);
+    this.rxMsg.writeBigUInt64LE(1n, MSGHDR.iovlen);
+    this.rxMsg.writeBigUInt64LE(addr(this.rxCtl), MSGHDR.control);
+    this.rxIov.writeBigUInt64LE(addr(this.rxBuf), 0);
+    this.rxIov.writeBigUInt64LE(BigInt(this.rxBuf.length), 8);
+  }
+
+  private socket(): number {
+    if (this.fd >= 0) return this.fd;
+    if (this.closed) throw new Error('the prober is closed');
+    const s = load();
+    const fd = inNetns(this.netns, () => s.socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_ICMP));
+    if (fd < 0) throw new Error(`socket(AF_INET, SOCK_RAW, IPPROTO_ICMP) failed: errno ${koffi.errno()}`);
+    try {
+      const on = Buffer.alloc(4);
+      on.writeInt32LE(1, 0);
+      if (s.setsockopt(fd, IPPROTO_IP, IP_PKTINFO, on, 4) < 0) throw new Error(`IP_PKTINFO: errno ${koffi.errno()}`);
+      // The types the socket does NOT receive: all but echo replies (the namespace's other ICMP is not ours).
+      const filter = Buffer.alloc(4);
+      filter.writeUInt32LE(~(1 << ICMP_ECHOREPLY) >>> 0, 0);
+      if (s.setsockopt(fd, SOL_RAW, ICMP_FILTER, filter, 4) < 0) throw new Error(`ICMP_FILTER: errno ${koffi.errno()}`);
+      waiter.add(fd, () => this.drain());
+    } catch (e) {
+      s.close(fd);
+      throw e;
+    }
+    this.fd = fd;
+    return fd;
+  }
+
+  /** The link's ifindex when it exists and is up; undefined otherwise (no probe through a link that is down). */
+  private upLink(fd: number, link: string): number | undefined {
+    const s = load();
+    const ifr = this.ifr;
+    ifr.fill(0);
+    if (ifr.write(link, 0, IFNAMSIZ - 1, 'latin1') !== link.length) return undefined;
+    if (s.ioctl(fd, SIOCGIFINDEX, ifr) < 0) {
+      const e = koffi.errno();
+      if (e === ENODEV || e === ENXIO) return undefined;
+      throw new Error(`SIOCGIFINDEX ${link}: errno ${e}`);
+    }
+    const ifindex = ifr.readInt32LE(IFNAMSIZ);
+    if (s.ioctl(fd, SIOCGIFFLAGS, ifr) < 0) {
+      const e = koffi.errno();
+      if (e === ENODEV || e === ENXIO) return undefined;
+      throw new Error(`SIOCGIFFLAGS ${link}: errno ${e}`);
+    }
+    return ifr.readUInt16LE(IFNAMSIZ) & IFF_UP ? ifindex : undefined;
+  }
+
+  private allocId(): number {
+    for (;;) {
+      this.nextId = (this.nextId + 1) & 0xffff;
+      if (!this.pending.has(this.nextId)) return this.nextId;
+    }
+  }
+
+  private send(fd: number, id: number, seq: number, p: Pending, source: number): void {
+    const b = this.txBuf;
+    b.fill(0, 0, 8);
+    b[0] = 8; // echo request
+    b.writeUInt16BE(id, 4);
+    b.writeUInt16BE(seq, 6);
+    p.token.copy(b, 8);
+    b.writeUInt16BE(icmpChecksum(b), 2);
+    this.txName.writeUInt32BE(p.target, 4);
+    this.txCtl.writeInt32LE(p.ifindex, CMSG_HDR);
+    this.txCtl.writeUInt32BE(source, CMSG_HDR + 4);
+    this.txCtl.writeUInt32BE(0, CMSG_HDR + 8);
+    p.sentAt[seq - 1] = performance.now();
+    // A send can fail while the link is down or has no route yet: keep listening, the next attempt may go.
+    load().sendmsg(fd, this.txMsg, MSG_DONTWAIT);
+  }
+
+  /** Reads every datagram waiting (the socket is level-triggered in the epoll set); resolves the probes answered. */
+  private drain(): void {
+    if (this.fd < 0) return;
+    const s = load();
+    for (;;) {
+      this.rxMsg.writeUInt32LE(16, MSGHDR.namelen);
+      this.rxMsg.writeBigUInt64LE(BigInt(this.rxCtl.length), MSGHDR.controllen);
+      const n = s.recvmsg(this.fd, this.rxMsg, MSG_DONTWAIT);
+      if (n < 0) {
+        const e = koffi.errno();
+        if (e !== EINTR) return; // EAGAIN: drained. Anything else: the next wake tries again, the timeout ends the probe.
+        continue;
+      }
+      const r = parseEchoReply(this.rxBuf.subarray(0, n));
+      if (!r) continue;
+      const p = this.pending.get(r.id);
+      if (!p || this.rxBuf.readUInt32BE(12) !== p.target || !r.payload.equals(p.token)) continue;
+      const sent = p.sentAt[r.seq - 1];
+      if (sent === undefined) continue;
+      // Where it arrived: a reply that came back by any other link (the underlay) is not the tunnel's.
+      if (this.arrivedOn() !== p.ifindex) continue;
+      const rtt = performance.now() - sent;
+      p.resolve({ reachable: true, rtt_ms: Math.round(rtt * 1000) / 1000 });
+    }
+  }
+
+  /** The IP_PKTINFO ipi_ifindex of the datagram just received; -1 without one. */
+  private arrivedOn(): number {
+    const ctl = this.rxCtl;
+    const len = Number(this.rxMsg.readBigUInt64LE(MSGHDR.controllen));
+    for (let at = 0; at + CMSG_HDR <= len; ) {
+      const clen = Number(ctl.readBigUInt64LE(at));
+      if (clen < CMSG_HDR) break;
+      if (ctl.readInt32LE(at + 8) === IPPROTO_IP && ctl.readInt32LE(at + 12) === IP_PKTINFO && clen >= CMSG_HDR + PKTINFO_LEN) return ctl.readInt32LE(at + CMSG_HDR);
+      at += (clen + 7) & ~7;
+    }
+    return -1;
+  }
+
+  async probe(o: ProbeOptions): Promise<ProbeResult> {
+    const timeoutMs = o.timeoutMs ?? 3000;
+    const attempts = o.attempts ?? 3;
+    const fd = this.socket();
+    const ifindex = this.upLink(fd, o.link);
+    if (ifindex === undefined) return { reachable: false };
+    const source = ipv4Number(o.source);
+    const id = this.allocId();
+    const token = Buffer.allocUnsafe(TOKEN_LEN);
+    this.prefix.copy(token, 0);
+    token.writeBigUInt64BE(this.counter++, 8);
+    let timer: NodeJS.Timeout | undefined;
+    waiter.hold();
+    try {
+      return await new Promise<ProbeResult>((resolve) => {
+        const p: Pending = { ifindex, target: ipv4Number(o.target), token, sentAt: [], resolve };
+        this.pending.set(id, p);
+        // The attempts spread over the timeout (a lost first echo, a neighbour still resolving), then the end:
+        // one timer at a time, so a probe answered at once set only one.
+        const step = timeoutMs / attempts;
+        let seq = 0;
+        const tick = () => {
+          if (seq >= attempts || this.fd < 0) return resolve({ reachable: false });
+          this.send(fd, id, ++seq, p, source);
+          timer = setTimeout(tick, step);
+        };
+        tick();
+      });
+    } finally {
+      clearTimeout(timer);
+      this.pending.delete(id);
+      waiter.done();
+    }
+  }
+
+  /** Closes the socket; probes pending end unanswered at their next attempt. */
+  close(): void {
+    this.closed = true;
+    if (this.fd < 0) return;
+    waiter.remove(this.fd);
+    load().close(this.fd);
+    this.fd = -1;
   }
 }

@@ -177,6 +177,32 @@ describe.skipIf(skipUnless(isRoot, 'health tests: root (network namespaces)'))('
     expect((await report()).health).toBe('up');
   });
 
+  it('replies that come back by another link (the underlay) are failed checks: down at the 3rd', async () => {
+    // An underlay between edge and origin, and the origin's route back to edge_ip through it (more specific
+    // than its default into the tunnel): the origin still answers every probe, but not through the tunnel.
+    ns.edge.run('ip', 'link', 'add', 'ul0', 'type', 'veth', 'peer', 'name', 'ul1', 'netns', ns.origin.name);
+    ns.edge.run('ip', 'addr', 'add', '10.255.0.1/30', 'dev', 'ul0');
+    ns.edge.run('ip', 'link', 'set', 'ul0', 'up');
+    ns.origin.run('ip', 'addr', 'add', '10.255.0.2/30', 'dev', 'ul1');
+    ns.origin.run('ip', 'link', 'set', 'ul1', 'up');
+    try {
+      await ns.origin.waitForPing('10.255.0.1');
+      ns.origin.run('ip', 'route', 'add', `${EDGE}/32`, 'via', '10.255.0.1', 'dev', 'ul1');
+      const rx = (): number => ns.edge.ipJson<{ stats64: { rx: { packets: number } } }[]>('-s', 'link', 'show', 'dev', 'ul0')[0]!.stats64.rx.packets;
+      const before = rx();
+      await interval();
+      await interval();
+      expect((await report()).health).toBe('up');
+      await interval();
+      expect((await report()).health).toBe('down');
+      expect(rx()).toBeGreaterThanOrEqual(before + 3); // the replies did arrive, on the wrong link
+    } finally {
+      ns.edge.run('ip', 'link', 'del', 'ul0');
+    }
+    await interval();
+    expect((await report()).health).toBe('up');
+  });
+
   it('counters are monotonic across a counter recreated by hand (and repaired by reconcile)', async () => {
     const before = (await report()).counters;
     ns.edge.run('nft', 'delete', 'element', 'ip', 'tunnelgate', 'tunnel_counters', `{ ${T1.protected_ip} }`);
