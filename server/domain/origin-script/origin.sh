@@ -378,8 +378,7 @@ do_install() {
   do_up
   say "installing: $SCRIPT_PATH, $UNIT_DIR/$UNIT_NAME, $REPAIR_SERVICE, $REPAIR_TIMER"
   if [[ ! $src -ef $SCRIPT_PATH ]]; then
-    write_file "$SCRIPT_PATH" 0755 "$(cat -- "$src")
-"
+    run install -D -m 0755 -- "$src" "$SCRIPT_PATH"
   fi
   write_file "$UNIT_DIR/$UNIT_NAME" 0644 "$BOOT_UNIT"
   write_file "$UNIT_DIR/$REPAIR_SERVICE" 0644 "$(repair_service)
