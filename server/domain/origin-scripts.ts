@@ -16,7 +16,9 @@ export interface OriginScripts {
 /** Both texts for one tunnel; a TypeError ("origin script: <field> ...") when a value is refused. */
 export function renderOriginScripts(p: OriginScriptParams): OriginScripts {
   const v = validateOriginScript(p);
-  return { origin: renderHeader(v) + ORIGIN_BODY, systemd_origin: renderUnit(v) };
+  const unit = renderUnit(v);
+  // The script carries the unit too, so --install writes byte for byte the unit served beside it.
+  return { origin: renderHeader(v, unit) + ORIGIN_BODY, systemd_origin: unit };
 }
 
 /** Single-quoted for bash. Validated values never contain a quote; this is the second fence. */
@@ -26,14 +28,14 @@ function q(s: string): string {
 
 // The only part of the script that differs between tunnels. It declares the names origin.sh's stand-in
 // header declares (test/unit/origin-script-file.test.ts keeps the two lists equal).
-function renderHeader(v: OriginScriptValues): string {
+function renderHeader(v: OriginScriptValues, unit: string): string {
   return `#!/usr/bin/env bash
 # Tunnelgate origin setup for tunnel ${v.tunnelId} (GRE link ${v.tunnelName}).
 # Run as root on the origin server. Safe to run again: it only changes what differs.
 #   bash ${v.scriptPath}            set up (or repair) the tunnel
 #   bash ${v.scriptPath} --remove   take it down again
-# To keep it across reboots, save it as ${v.scriptPath} and install the
-# systemd unit Tunnelgate gives with it (${v.unitName}).
+#   bash ${v.scriptPath} --install  keep it applied: a systemd unit (${v.unitName}) at boot
+#                                   and a timer that repairs it every 45 s (see --help)
 set -euo pipefail
 
 readonly TUNNEL_ID=${q(v.tunnelId)}
@@ -50,6 +52,7 @@ readonly GRE_KEY_DOTTED=${q(v.greKeyDotted)}
 readonly ROUTE_TABLE=${q(String(v.routeTable))}
 readonly SCRIPT_PATH=${q(v.scriptPath)}
 readonly UNIT_NAME=${q(v.unitName)}
+readonly BOOT_UNIT=${q(unit)}
 `;
 }
 

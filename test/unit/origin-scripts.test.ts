@@ -379,6 +379,52 @@ describe('systemd unit', () => {
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
   });
+
+  // What --install writes (issue 11: a link flap drops the policy route; the timer's "up" puts it back).
+  // Printed by the script's own functions, sourced: these are the texts the buyer's host gets.
+  const installed = () => {
+    const path = scriptFile(renderOriginScripts(base).origin);
+    const part = (fn: string) => {
+      const r = run('bash', ['-c', `source "$1"; ${fn}`, 'installed', path]);
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+      return r.stdout;
+    };
+    return { boot: part(`printf '%s' "$BOOT_UNIT"`), service: part('repair_service'), timer: part('repair_timer') };
+  };
+
+  it('--install writes the served unit byte for byte, and a repair timer that re-runs "up" every 45 s', () => {
+    const { boot, service, timer } = installed();
+    expect(boot).toBe(unit);
+    // Under a unit the script leaves the units alone (the boot unit's ExecStop would wait on itself).
+    expect(get(sections(unit), 'Service', 'Environment')).toEqual(['TUNNELGATE_UNIT=%n']);
+    const svc = sections(service);
+    expect(get(svc, 'Service', 'Type')).toEqual(['oneshot']);
+    expect(get(svc, 'Service', 'ExecStart')).toEqual(['/bin/bash /usr/local/sbin/tunnelgate-tg-3k9x0a1b.sh up']);
+    expect(get(svc, 'Service', 'Environment')).toEqual(['TUNNELGATE_UNIT=%n']);
+    expect(get(svc, 'Service', 'ExecStop')).toEqual([]);
+    const t = sections(timer);
+    expect(get(t, 'Unit', 'PartOf')).toEqual(['tunnelgate-tg-3k9x0a1b.service']);
+    expect(get(t, 'Timer', 'OnActiveSec')).toEqual(['45s']);
+    expect(get(t, 'Timer', 'OnUnitActiveSec')).toEqual(['45s']);
+    expect(get(t, 'Install', 'WantedBy')).toEqual(['timers.target']);
+  });
+
+  it.skipIf(skipUnless(has('systemd-analyze'), 'systemd-analyze (apt-get install systemd)'))('the units --install writes pass systemd-analyze verify together', () => {
+    const { boot, service, timer } = installed();
+    const dir = mkdtempSync(join(work, 'units-'));
+    const paths = [
+      [boot, 'tunnelgate-tg-3k9x0a1b.service'],
+      [service, 'tunnelgate-tg-3k9x0a1b-repair.service'],
+      [timer, 'tunnelgate-tg-3k9x0a1b-repair.timer'],
+    ].map(([text, name]) => {
+      writeFileSync(join(dir, name!), text!);
+      return join(dir, name!);
+    });
+    const r = run('systemd-analyze', ['verify', ...paths]);
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+  });
 });
 
 // Timeouts: generous, for a loaded host (each step starts several processes).

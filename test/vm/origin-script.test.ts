@@ -130,6 +130,73 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the origin script wit
     expect(await probe(3)).toContain(`peer=${PROBE_SRC}`);
   }, 300_000);
 
+  // Issue 11: `ip link set <tunnel> down; up` makes the kernel drop the policy table's default route, and
+  // nothing put it back until the buyer ran the script again. --install keeps it applied. The guest has no
+  // systemd (its init is test/vm/init), so the units are not enabled here: the test checks the files
+  // --install writes and runs the repair unit's own ExecStart command, as its timer would
+  // (test/unit/origin-scripts.test.ts checks the units' content and runs systemd-analyze verify on them).
+  const BOOT = '/etc/systemd/system/tunnelgate-tg-3k9x0a1b.service';
+  const REPAIR = '/etc/systemd/system/tunnelgate-tg-3k9x0a1b-repair.service';
+  const TIMER = '/etc/systemd/system/tunnelgate-tg-3k9x0a1b-repair.timer';
+  const INSTALLED = '/usr/local/sbin/tunnelgate-tg-3k9x0a1b.sh';
+
+  it('--install copies the script and writes its units; piped, it refuses and changes nothing', async () => {
+    const piped = await originScript(script, '--install');
+    expect(piped.status).toBe(1);
+    expect(piped.stderr).toContain('--install copies this script from its file: save it first');
+    expect(await snapshot()).toBe(once);
+    expect((await ns(ORIGIN, `ls ${BOOT} ${REPAIR} ${TIMER} ${INSTALLED}`)).status).not.toBe(0);
+
+    await ns(ORIGIN, 'cat > /tmp/origin.sh', script);
+    const r = await ns(ORIGIN, 'bash /tmp/origin.sh --install');
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain('GRE link tg-3k9x0a1b already points at 192.0.2.2');
+    expect(r.stdout).toContain(`+ install -D -m 0755 -- /tmp/origin.sh ${INSTALLED}\n`);
+    for (const path of [BOOT, REPAIR, TIMER]) expect(r.stdout).toContain(`+ write ${path}\n`);
+    // No systemd in the guest: said, not hidden.
+    expect(r.stderr).toContain('systemd is not running here: the units are written but not enabled');
+    expect(await snapshot()).toBe(once);
+    expect(await nsOk(ORIGIN, `cat ${INSTALLED}`)).toBe(script);
+    expect(await nsOk(ORIGIN, `stat -c %a ${INSTALLED}`)).toBe('755\n');
+    expect(await nsOk(ORIGIN, `cat ${BOOT}`)).toBe(renderOriginScripts(base).systemd_origin);
+    expect(await nsOk(ORIGIN, `cat ${TIMER}`)).toContain('\nOnUnitActiveSec=45s\n');
+  }, 300_000);
+
+  it('link down + up drops the policy route; the repair unit\'s command (what its timer runs) puts it back', async () => {
+    await nsOk(ORIGIN, 'ip link set dev tg-3k9x0a1b down; ip link set dev tg-3k9x0a1b up');
+    // The failure the buyer saw: the table is empty, the reply has no way back through the tunnel.
+    expect(await nsOk(ORIGIN, 'ip -4 route show table 1000123')).toBe('');
+    expect(await probe(1)).not.toContain('peer=');
+    // The repair unit's ExecStart and Environment lines, run as systemd would run them.
+    const unit = await nsOk(ORIGIN, `cat ${REPAIR}`);
+    const execStart = /^ExecStart=(.+)$/m.exec(unit)?.[1];
+    const environment = /^Environment=TUNNELGATE_UNIT=(.+)$/m.exec(unit)?.[1];
+    expect(execStart).toBe(`/bin/bash ${INSTALLED} up`);
+    expect(environment).toBe('%n');
+    const repaired = await ns(ORIGIN, `TUNNELGATE_UNIT=tunnelgate-tg-3k9x0a1b-repair.service ${execStart} >/dev/null`);
+    expect(repaired.stderr).toBe('');
+    expect(repaired.status).toBe(0);
+    expect(await nsOk(ORIGIN, 'ip -4 route show table 1000123')).toMatch(/^default dev tg-3k9x0a1b scope link\s*$/);
+    expect(await snapshot()).toBe(once);
+    expect(await probe(3)).toContain(`peer=${PROBE_SRC}`);
+  }, 300_000);
+
+  it("the boot unit's ExecStop takes the tunnel down and leaves the installed units; its ExecStart brings it back", async () => {
+    const unit = await nsOk(ORIGIN, `cat ${BOOT}`);
+    const line = (key: string) => new RegExp(`^${key}=(.+)$`, 'm').exec(unit)?.[1];
+    expect(line('Environment')).toBe('TUNNELGATE_UNIT=%n');
+    const asUnit = 'TUNNELGATE_UNIT=tunnelgate-tg-3k9x0a1b.service';
+    const stopped = await ns(ORIGIN, `${asUnit} ${line('ExecStop')}`);
+    expect(stopped.stderr).toBe('');
+    expect(stopped.status).toBe(0);
+    expect(await snapshot()).not.toContain('tg-3k9x0a1b');
+    // Under a unit, --remove must not uninstall (systemctl would wait on the job running it).
+    expect(await nsOk(ORIGIN, `ls ${BOOT} ${REPAIR} ${TIMER} ${INSTALLED} | wc -l`)).toBe('4\n');
+    const started = await ns(ORIGIN, `${asUnit} ${line('ExecStart')}`);
+    expect(started.status).toBe(0);
+    expect(await probe(3)).toContain(`peer=${PROBE_SRC}`);
+  }, 300_000);
+
   it('a new GRE key (the tunnel re-keyed): the link is recreated with it, the policy rule stays single', async () => {
     const third = await originScript(rekeyed);
     expect(third.status).toBe(0);
@@ -147,6 +214,9 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the origin script wit
       expect(after).not.toContain('tg-3k9x0a1b');
       expect(after).not.toContain('1000123');
       expect(after).not.toContain('tunnelgate_origin');
+      // What --install wrote goes too (the first run removes it, the second finds nothing).
+      expect(removed.stdout.includes(`+ rm -f ${TIMER} ${REPAIR} ${BOOT} ${INSTALLED}`)).toBe(i === 0);
+      expect(await nsOk(ORIGIN, `ls /etc/systemd/system /usr/local/sbin | grep -c tunnelgate || true`)).toBe('0\n');
     }
   }, 300_000);
 });

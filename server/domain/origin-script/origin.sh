@@ -26,6 +26,7 @@ readonly GRE_KEY_DOTTED=''
 readonly ROUTE_TABLE=''
 readonly SCRIPT_PATH=''
 readonly UNIT_NAME=''
+readonly BOOT_UNIT=''
 if [[ -z $TUNNEL_ID ]]; then
   printf 'tunnelgate: error: %s\n' "this is the template, not a tunnel's script: fetch yours with GET /api/dedicated/{id}/setup" >&2
   exit 1
@@ -35,6 +36,12 @@ readonly GRE_TTL=255
 # One nftables table for all Tunnelgate tunnels on this host: a tunnel is an element of its set.
 readonly NFT_TABLE=tunnelgate_origin
 LOCAL_IP=''
+# What --install writes (docs/CONTRACTS.md "Origin side"). GRE has no keepalive, and the kernel deletes
+# the policy table's route when the link goes down: a periodic, idempotent "up" is what brings it back.
+readonly UNIT_DIR=/etc/systemd/system
+readonly REPAIR_SERVICE=${UNIT_NAME%.service}-repair.service
+readonly REPAIR_TIMER=${UNIT_NAME%.service}-repair.timer
+readonly REPAIR_SECONDS=45
 
 # What this script does: the origin's end of the tunnel (the GRE link to the edge, this server's inner
 # address, a routing table so replies from the inner address go back through the tunnel, loose reverse-path
@@ -80,9 +87,15 @@ have() { command -v "$1" >/dev/null 2>&1; }
 usage() {
   cat <<EOF
 usage: $SCRIPT_PATH [up | --remove]
+       $SCRIPT_PATH --install
   up          (default) create or repair GRE tunnel $TUNNEL_NAME to the edge $EDGE_IP
-  --remove    remove what "up" set up (also: down, remove)
-Both are safe to run again.
+  --remove    remove what "up" set up (also: down, remove), and what --install installed
+  --install   "up", then keep it applied with systemd: copies this script to $SCRIPT_PATH,
+              writes $UNIT_NAME (runs "up" at boot, once the network is online) and
+              $REPAIR_TIMER (runs "up" again every ${REPAIR_SECONDS} s, so a link flap
+              or a deleted route is repaired without you), and enables both.
+              Run it from a file (sudo bash origin.sh --install), not piped.
+All are safe to run again.
 EOF
 }
 
@@ -301,11 +314,104 @@ tunnelgate: done. GRE tunnel $TUNNEL_NAME is up on this server.
   Edge end of the tunnel: $EDGE_INNER_IP (ping -I $ORIGIN_INNER_IP $EDGE_INNER_IP once provisioned).
   Next step: once the tunnel is provisioned, activate it with
     POST /api/dedicated/$TUNNEL_ID/activate
-  To set it up at every boot, save this script as $SCRIPT_PATH and install $UNIT_NAME.
+  To keep it applied (at boot, and repaired every $REPAIR_SECONDS s after a link flap), run this
+  script again with --install (see --help).
 EOF
 }
 
+# The repair unit: "up" again, its stdout (the same lines every run) dropped; warnings and errors still
+# reach the journal (journalctl -u $REPAIR_SERVICE). TUNNELGATE_UNIT tells the script a unit runs it.
+repair_service() {
+  cat <<EOF
+# Tunnelgate: re-applies GRE tunnel $TUNNEL_NAME (tunnel $TUNNEL_ID); started by $REPAIR_TIMER.
+# Written by $SCRIPT_PATH --install; removed by $SCRIPT_PATH --remove.
+[Unit]
+Description=Tunnelgate: repair GRE tunnel $TUNNEL_NAME to edge $EDGE_IP
+After=network-online.target
+
+[Service]
+Type=oneshot
+Environment=TUNNELGATE_UNIT=%n
+StandardOutput=null
+ExecStart=/bin/bash $SCRIPT_PATH up
+EOF
+}
+
+# Independent of the boot unit's result, so a tunnel that could not come up at boot is retried; PartOf
+# stops it with the boot unit (systemctl stop $UNIT_NAME takes the tunnel down and keeps it down).
+repair_timer() {
+  cat <<EOF
+# Tunnelgate: re-applies GRE tunnel $TUNNEL_NAME every $REPAIR_SECONDS s (the kernel drops its route
+# when the link goes down, and GRE has no keepalive to notice). Written by $SCRIPT_PATH --install.
+[Unit]
+Description=Tunnelgate: repair GRE tunnel $TUNNEL_NAME every $REPAIR_SECONDS s
+PartOf=$UNIT_NAME
+After=$UNIT_NAME
+
+[Timer]
+OnActiveSec=${REPAIR_SECONDS}s
+OnUnitActiveSec=${REPAIR_SECONDS}s
+AccuracySec=5s
+
+[Install]
+WantedBy=timers.target
+EOF
+}
+
+# Replaced whole (a temporary file renamed over it), so a unit is never read half written.
+write_file() {
+  local path=$1 mode=$2 text=$3
+  say "+ write $path"
+  printf '%s' "$text" >"$path.tunnelgate-new"
+  chmod "$mode" "$path.tunnelgate-new"
+  mv -f "$path.tunnelgate-new" "$path"
+}
+
+systemd_running() { have systemctl && [[ -d /run/systemd/system ]]; }
+
+do_install() {
+  # The copy comes from the file being run; piped into bash, there is no file to copy.
+  local src=${BASH_SOURCE[-1]}
+  [[ $src == "$0" && -f $src ]] ||
+    die "--install copies this script from its file: save it first (e.g. as origin.sh), then run: sudo bash origin.sh --install"
+  [[ -d $UNIT_DIR ]] || die "$UNIT_DIR is missing: --install needs systemd (without it, run this script at boot yourself, and again every minute or so)"
+  do_up
+  say "installing: $SCRIPT_PATH, $UNIT_DIR/$UNIT_NAME, $REPAIR_SERVICE, $REPAIR_TIMER"
+  if [[ ! $src -ef $SCRIPT_PATH ]]; then
+    run install -D -m 0755 -- "$src" "$SCRIPT_PATH"
+  fi
+  write_file "$UNIT_DIR/$UNIT_NAME" 0644 "$BOOT_UNIT"
+  write_file "$UNIT_DIR/$REPAIR_SERVICE" 0644 "$(repair_service)
+"
+  write_file "$UNIT_DIR/$REPAIR_TIMER" 0644 "$(repair_timer)
+"
+  if systemd_running; then
+    run systemctl daemon-reload
+    # The tunnel is already up: starting the boot unit runs "up" once more and changes nothing.
+    run systemctl enable --now "$UNIT_NAME" "$REPAIR_TIMER"
+    say "installed: $UNIT_NAME runs \"up\" at boot, $REPAIR_TIMER every $REPAIR_SECONDS s; $SCRIPT_PATH --remove undoes it all"
+  else
+    warn "systemd is not running here: the units are written but not enabled; run $SCRIPT_PATH up at boot and every minute or so yourself"
+  fi
+}
+
+# Undoes --install, unless a unit runs this (the boot unit's ExecStop): systemctl would then wait on
+# the very job that runs it.
+uninstall() {
+  [[ -z ${TUNNELGATE_UNIT:-} ]] || return 0
+  [[ -e $UNIT_DIR/$REPAIR_TIMER || -e $UNIT_DIR/$REPAIR_SERVICE ]] || return 0
+  if systemd_running; then
+    # Stopping the boot unit runs its ExecStop (the network half of --remove).
+    run systemctl disable --now "$REPAIR_TIMER" "$UNIT_NAME" || warn "systemctl disable failed: removing the unit files anyway"
+  fi
+  run rm -f "$UNIT_DIR/$REPAIR_TIMER" "$UNIT_DIR/$REPAIR_SERVICE" "$UNIT_DIR/$UNIT_NAME" "$SCRIPT_PATH"
+  if systemd_running; then
+    run systemctl daemon-reload
+  fi
+}
+
 do_remove() {
+  uninstall
   remove_mss_clamp
   while rule_present; do
     run ip rule del from "$ORIGIN_INNER_IP" lookup "$ROUTE_TABLE"
@@ -334,6 +440,7 @@ main() {
     case $1 in
       up | --up) action=up ;;
       down | --down | remove | --remove) action=remove ;;
+      install | --install) action=install ;;
       -h | --help)
         usage
         exit 0
@@ -345,7 +452,11 @@ main() {
     esac
   fi
   preflight
-  if [[ $action == remove ]]; then do_remove; else do_up; fi
+  case $action in
+    remove) do_remove ;;
+    install) do_install ;;
+    *) do_up ;;
+  esac
 }
 
 # Run unless sourced (the tests source it to drive single steps); works piped into bash too.
