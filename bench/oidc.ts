@@ -19,9 +19,9 @@
 // >= 0.8 on every round, issue 12). Needs PostgreSQL
 // (BENCH_DATABASE_URL, or the local cluster the tests use). BENCH_CODES (default 4000), BENCH_WORKERS
 // (default 32) and BENCH_SECONDS (refresh run length, default 8) tune it.
-import { createServer } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { dropDatabase } from '../test/helpers/postgres.ts';
+import { freePort } from '../test/helpers/ports.ts';
 import { authorizeUrl, CookieJar, driveAuthorize, pkce, type Credentials } from '../test/helpers/oidc.ts';
 import { createUser } from '../server/domain/accounts.ts';
 import { createClient } from '../server/domain/clients.ts';
@@ -52,17 +52,6 @@ interface Side {
   /** One browser session per jar: each has its own grant, as different users' logins would. */
   jars: CookieJar[];
   clientId: string;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 const basicHeader = (id: string, secret: string) => {

@@ -4,7 +4,6 @@
 // started again on the same port with the same host key and state, like a restarted edge daemon.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -20,6 +19,7 @@ import { createTestDatabase, type TestDatabase } from './db.ts';
 import { seedUser, type SeededUser } from './fixtures.ts';
 import { startGateway, type RunningGateway } from './gateway.ts';
 import { startGatewayProcess, type GatewayProcess } from './gateway-process.ts';
+import { freePort } from './ports.ts';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const NODE_BIN = join(ROOT, 'node_modules/.bin/node');
@@ -54,14 +54,6 @@ export class InFlightMeter {
   leave(): void {
     this.now--;
   }
-}
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 export class TestEdge {

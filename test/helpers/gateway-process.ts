@@ -2,7 +2,6 @@
 // a process shows: its signals, its exit status, its stdout log lines. Resolves once it logs
 // `listening`; every stdout line is kept (parsed when JSON) so tests can wait for one.
 import { spawn, type ChildProcess } from 'node:child_process';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -10,18 +9,6 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const NODE = path.join(ROOT, 'node_modules/.bin/node');
 // A cold start of the whole gateway took over 90 s once on a loaded 2-core host: a safety bound, not a timing check.
 export const GATEWAY_START_DEADLINE_MS = 150_000;
-
-/**
- * A port free right now (bound, then released), for a gateway whose PUBLIC_URL must name its port
- * before it starts (the issuer's URLs and Origin checks); PORT=0 would leave PUBLIC_URL at port 0.
- */
-export async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 export interface GatewayProcess {
   url: string;

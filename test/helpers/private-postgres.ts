@@ -3,10 +3,10 @@
 // other test file in parallel and must never be restarted.
 import { execFile, execFileSync } from 'node:child_process';
 import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { existsSync, readdirSync } from 'node:fs';
+import { freePort } from './ports.ts';
 
 function binDir(): string {
   const base = '/usr/lib/postgresql';
@@ -22,14 +22,6 @@ export const canRunPrivatePostgres = (() => {
     return false;
   }
 })();
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
 
 export interface PrivatePostgres {
   /** Superuser URL of database `postgres`. */

@@ -5,7 +5,8 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { freePort, GATEWAY_START_DEADLINE_MS, startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { GATEWAY_START_DEADLINE_MS, startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
+import { freePort } from '../helpers/ports.ts';
 import { call } from '../helpers/gateway.ts';
 import { seedNode, seedUser } from '../helpers/fixtures.ts';
 import { exchange, Jar, newClient, signIn, token } from '../helpers/oidc-login.ts';

@@ -9,11 +9,11 @@
 // measuring it: on a busy host the measurement fails and, microvm having no other clock, boot hangs.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ChangeCounts, ProbeResult, ReconcileResult } from '../../agent/dataplane/types.ts';
 import type { DropReason } from '../../common/tunnel-status.ts';
+import { freePort } from '../helpers/ports.ts';
 import { LAB, type DataplaneRequest, type ExecRequest, type ExecResult, type Netns, type ProcessOutput, type SpawnRequest } from './protocol.ts';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -83,17 +83,6 @@ function hardwareVirt(): boolean {
   } catch {
     return false;
   }
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 export interface BootOptions {
