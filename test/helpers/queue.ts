@@ -1,14 +1,16 @@
-// What the queue tests read and do besides the gateway under test: buying a tunnel over REST, and pg-boss's
-// own job rows for a tunnel (schema `pgboss`, queue `edge-job`; server/provisioning/queue.ts), read with a plain
-// client so the assertion does not go through the code it checks.
+// What the queue and provisioning tests read and do besides the gateway under test: buying and provisioning a
+// tunnel over REST, its status and pg-boss's own job rows for it (schema `pgboss`, queue `edge-job`;
+// server/provisioning/queue.ts), read with a plain client so the assertion does not go through the code it checks.
 import type pg from 'pg';
 import { BOSS_SCHEMA, EDGE_QUEUE } from '../../server/provisioning/queue.ts';
 import { call } from './gateway.ts';
+import { settle } from './wait.ts';
 
 export interface Bought {
   id: string;
   protected_ip: string;
   tunnel_name: string;
+  status: string;
 }
 
 /** Buys a tunnel through the gateway at `url` (201 or it throws, naming the answer). */
@@ -16,6 +18,16 @@ export async function buyTunnel(url: string, token: string, name: string): Promi
   const r = await call(url, 'POST', '/api/dedicated', { token, body: { name, origin_ip: '8.8.4.4' } });
   if (r.status !== 201) throw new Error(`purchase answered ${r.status}: ${r.text}`);
   return r.body.tunnel as Bought;
+}
+
+/**
+ * Provisions tunnel `id` and waits until it is provisioned, through either answer (docs/CONTRACTS.md "Tunnel
+ * lifecycle": 200 once the agent answered, 202 while the job goes on); any other end throws.
+ */
+export async function provisionTunnel(url: string, raw: pg.Pool, token: string, id: string): Promise<void> {
+  const answer = await call(url, 'POST', `/api/dedicated/${id}/provision`, { token });
+  const final = await settle(answer, 'provisioned', () => tunnelStatus(raw, id));
+  if (final !== 'provisioned') throw new Error(`provision of ${id} ended ${final}`);
 }
 
 export interface EdgeJobRow {

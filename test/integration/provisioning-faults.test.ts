@@ -6,6 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../server/config.ts';
 import { openDatabase } from '../../server/services.ts';
+import { buyTunnel, tunnelStatus, type Bought } from '../helpers/queue.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, TestEdge, type AgentCall } from '../helpers/edge.ts';
@@ -14,12 +15,6 @@ import type { TestDatabase } from '../helpers/db.ts';
 import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { settle, until } from '../helpers/wait.ts';
-
-interface Bought {
-  id: string;
-  protected_ip: string;
-  tunnel_name: string;
-}
 
 /** The database facts every fault test ends with. */
 async function expectConsistent(raw: pg.Pool, accountId: string, tunnels: Bought[], edge: TestEdge, want: 'provisioned' | 'deleted') {
@@ -48,12 +43,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('faults: agent 
   let gw: RunningGateway;
   let edge: TestEdge;
   let user: SeededUser;
-  const buy = async (name: string): Promise<Bought> => {
-    const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name, origin_ip: '8.8.4.4' } });
-    expect(r.status).toBe(201);
-    return r.body.tunnel;
-  };
-  const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
+  const buy = (name: string) => buyTunnel(gw.url, user.writeKey, name);
+  const status = (id: string) => tunnelStatus(gw.testDb.raw, id);
   /** A dataplane call that carries tunnel `id` (its own job, or a reconcile listing it). */
   const carries = (id: string, ...ops: AgentCall['call'][]) => (c: AgentCall) => c.ids.includes(id) && (ops.length === 0 || ops.includes(c.call));
 

@@ -3,18 +3,13 @@
 // locks, as two processes would have), the real agent process over real SSH and its dataplane in a
 // fresh network namespace (veth stand-in for GRE). Jobs are counted in pg-boss's own table (schema pgboss).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buyTunnel, tunnelStatus, type Bought } from '../helpers/queue.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, startWorkerReplica, type TestEdge } from '../helpers/edge.ts';
 import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
-
-interface Bought {
-  id: string;
-  protected_ip: string;
-  tunnel_name: string;
-}
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge job per tunnel, one probe in flight per tunnel', () => {
   let gw: RunningGateway;
@@ -23,12 +18,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge 
   let user: SeededUser;
   const config = { edgeWaitMs: 1500, edgeJobTimeoutMs: 5000, edgeRetryLimit: 30, edgeReconcileSeconds: 3600 };
 
-  const buy = async (name: string): Promise<Bought> => {
-    const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name, origin_ip: '8.8.4.4' } });
-    expect(r.status).toBe(201);
-    return r.body.tunnel as Bought;
-  };
-  const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
+  const buy = (name: string) => buyTunnel(gw.url, user.writeKey, name);
+  const status = (id: string) => tunnelStatus(gw.testDb.raw, id);
   /** Every pg-boss job ever queued for this tunnel (any state). */
   const jobsFor = async (id: string) =>
     (await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where name = 'edge-job' and data->>'tunnelId' = $1`, [id])).rows[0]!.n;

@@ -5,18 +5,13 @@
 // and one left there is removed; an active tunnel survives the agent's restart untouched (same link, still
 // active); and after an SSH cut in the middle of a job, the node is reconciled before the job runs again.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buyTunnel, provisionTunnel, tunnelStatus, type Bought } from '../helpers/queue.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
 import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
-import { settle, until } from '../helpers/wait.ts';
-
-interface Bought {
-  id: string;
-  tunnel_name: string;
-  protected_ip: string;
-}
+import { until } from '../helpers/wait.ts';
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a node reconcile carries exactly the tunnels that belong on the edge', () => {
   let gw: RunningGateway;
@@ -34,17 +29,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a node reconci
     await gw?.close();
   });
 
-  const buy = async (name: string): Promise<Bought> => {
-    const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name, origin_ip: '8.8.4.4' } });
-    expect(r.status).toBe(201);
-    return r.body.tunnel as Bought;
-  };
-  const provision = async (t: Bought) => {
-    const answer = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
-    expect(await settle(answer, 'provisioned', () => status(t.id))).toBe('provisioned');
-  };
+  const buy = (name: string) => buyTunnel(gw.url, user.writeKey, name);
+  const provision = (t: Bought) => provisionTunnel(gw.url, gw.testDb.raw, user.writeKey, t.id);
   const setStatus = (id: string, status: string) => gw.testDb.raw.query('update tunnel set status = $1 where id = $2', [status, id]);
-  const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
+  const status = (id: string) => tunnelStatus(gw.testDb.raw, id);
   const ifindex = (name: string): number => (JSON.parse(edge.netns.run('ip', '-j', 'link', 'show', 'dev', name)) as { ifindex: number }[])[0]!.ifindex;
 
   it('pending, failed and deleted tunnels are left out (and removed from the edge); the others are all sent', async () => {

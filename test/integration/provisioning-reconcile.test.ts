@@ -7,6 +7,7 @@
 //   and ends `failed` alone after EDGE_RETRY_LIMIT retries.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
+import { buyTunnel, tunnelStatus } from '../helpers/queue.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
@@ -15,19 +16,8 @@ import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { settle, until } from '../helpers/wait.ts';
 
-interface Bought {
-  id: string;
-  protected_ip: string;
-  tunnel_name: string;
-}
-
-async function buy(gw: RunningGateway, user: SeededUser, name: string): Promise<Bought> {
-  const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name, origin_ip: '8.8.4.4' } });
-  expect(r.status).toBe(201);
-  return r.body.tunnel as Bought;
-}
-
-const status = async (raw: pg.Pool, id: string) => (await raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
+const buy = (gw: RunningGateway, user: SeededUser, name: string) => buyTunnel(gw.url, user.writeKey, name);
+const status = tunnelStatus;
 
 /** pg-boss jobs of the edge queue for one tunnel, created after `since` (a database timestamp). */
 async function tunnelJobsSince(raw: pg.Pool, tunnelId: string, since: Date): Promise<number> {

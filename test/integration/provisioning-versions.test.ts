@@ -20,18 +20,13 @@ import { parseResultLine } from '../../server/edge/result-line.ts';
 import { edgeNode, edgeTunnel } from '../../server/provisioning/edge-state.ts';
 import { EdgeWorker } from '../../server/provisioning/worker.ts';
 import type { ServerSecrets } from '../../server/secrets.ts';
-import { call, type RunningGateway } from '../helpers/gateway.ts';
+import { buyTunnel, provisionTunnel, tunnelStatus, type Bought } from '../helpers/queue.ts';
+import type { RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
 import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
-import { settle, until } from '../helpers/wait.ts';
-
-interface Bought {
-  id: string;
-  tunnel_name: string;
-  protected_ip: string;
-}
+import { until } from '../helpers/wait.ts';
 
 const POLICY: TunnelPolicy = { ports: [[443, 443]], protocol: 'tcp', syn_proxy: false, source_pps_limit: 1000, drop_fragments: true };
 
@@ -88,16 +83,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
     await gw?.close();
   });
 
-  const buy = async (name: string): Promise<Bought> => {
-    const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name, origin_ip: '8.8.4.4' } });
-    expect(r.status).toBe(201);
-    return r.body.tunnel as Bought;
-  };
-  const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
-  const provision = async (t: Bought) => {
-    const answer = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
-    expect(await settle(answer, 'provisioned', () => status(t.id))).toBe('provisioned');
-  };
+  const buy = (name: string) => buyTunnel(gw.url, user.writeKey, name);
+  const status = (id: string) => tunnelStatus(gw.testDb.raw, id);
+  const provision = (t: Bought) => provisionTunnel(gw.url, gw.testDb.raw, user.writeKey, t.id);
   /** The agent's `job done` lines of its current run. */
   const jobsDone = (run: number) => edge.logs.filter((l) => l.msg === 'job done' && l.run === run);
   const currentRun = () => Math.max(...edge.logs.map((l) => l.run));

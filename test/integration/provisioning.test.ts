@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerSecrets } from '../../server/secrets.ts';
 import { Database } from '../../server/db/database.ts';
 import { openOrm } from '../../server/db/orm.ts';
+import { buyTunnel, tunnelStatus } from '../helpers/queue.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, TestEdge } from '../helpers/edge.ts';
@@ -25,13 +26,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
   let edge: TestEdge;
   let user: SeededUser;
 
-  const buy = async (name: string) => {
-    const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name, origin_ip: '8.8.4.4' } });
-    expect(r.status).toBe(201);
-    return r.body.tunnel as { id: string; protected_ip: string; tunnel_name: string; status: string };
-  };
+  const buy = (name: string) => buyTunnel(gw.url, user.writeKey, name);
   const ipOwner = async (ip: string) => (await gw.testDb.raw.query<{ tunnel_id: string | null }>('select tunnel_id from protected_ip where ip = $1', [ip])).rows[0]!.tunnel_id;
-  const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
+  const status = (id: string) => tunnelStatus(gw.testDb.raw, id);
 
   beforeAll(async () => {
     // The longest wait the gateway allows (60 s) for the one test that demands the 200 path, and a generous

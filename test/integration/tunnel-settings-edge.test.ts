@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
 import { DESIRED_FILE } from '../../agent/dataplane/state.ts';
 import { EDGE_QUEUE } from '../../server/provisioning/queue.ts';
+import { buyTunnel, tunnelStatus } from '../helpers/queue.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, TestEdge, type AgentCall } from '../helpers/edge.ts';
@@ -24,12 +25,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
   let edge: TestEdge;
   let user: SeededUser;
 
-  const buy = async (name: string) => {
-    const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name, origin_ip: '8.8.4.4' } });
-    expect(r.status).toBe(201);
-    return r.body.tunnel as { id: string; tunnel_name: string; protected_ip: string };
-  };
-  const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
+  const buy = (name: string) => buyTunnel(gw.url, user.writeKey, name);
+  const status = (id: string) => tunnelStatus(gw.testDb.raw, id);
   /** Tunnel jobs of `id` queued, retrying or running. */
   const liveJobs = async (id: string) =>
     (await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data->>'tunnelId' = $1 and state < 'completed'`, [id])).rows[0]!.n;
