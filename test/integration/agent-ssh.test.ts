@@ -133,6 +133,16 @@ function connect(agent: Agent, over: Partial<ConnectConfig> = {}): Promise<ssh2.
   });
 }
 
+/** Runs `use` on a fresh connection to `agent` (ssh2 options `over`), ended afterwards whatever `use` did. */
+async function withConnection(agent: Agent, use: (conn: ssh2.Client) => Promise<void>, over: Partial<ConnectConfig> = {}): Promise<void> {
+  const conn = await connect(agent, over);
+  try {
+    await use(conn);
+  } finally {
+    conn.end();
+  }
+}
+
 interface ExecResult {
   stdout: string;
   stderr: string;
@@ -224,8 +234,7 @@ describe('agent SSH: jobs', () => {
   });
 
   it('answers exactly one JSON line on stdout, exit status 0 for ok and 1 for a refusal', async () => {
-    const conn = await connect(agent);
-    try {
+    await withConnection(agent, async (conn) => {
       const jws = await sign('apply', { tunnel: tunnel() });
       const ok = await exec(conn, 'tunnel-agent job', jws);
       expect(ok.code).toBe(0);
@@ -240,28 +249,22 @@ describe('agent SSH: jobs', () => {
       const empty = await exec(conn, 'tunnel-agent job', '');
       expect(empty.code).toBe(1);
       expect(oneLine(empty)).toMatchObject({ ok: false, error: 'malformed' });
-    } finally {
-      conn.end();
-    }
+    });
   });
 
   it('allows one trailing newline after the JWS, not two', async () => {
-    const conn = await connect(agent);
-    try {
+    await withConnection(agent, async (conn) => {
       const one = await exec(conn, 'tunnel-agent job', `${await sign('apply', { tunnel: tunnel() })}\n`);
       expect(one.code).toBe(0);
       const two = await exec(conn, 'tunnel-agent job', `${await sign('apply', { tunnel: tunnel() })}\n\n`);
       expect(two.code).toBe(1);
       expect(oneLine(two)).toMatchObject({ ok: false, error: 'malformed' });
-    } finally {
-      conn.end();
-    }
+    });
   });
 
   it('any other exec command: exit 127 and unsupported_command, the job never runs', async () => {
-    const conn = await connect(agent);
     const before = agent.dataplane.calls.length;
-    try {
+    await withConnection(agent, async (conn) => {
       const jws = await sign('apply', { tunnel: tunnel() });
       for (const command of ['tunnel-agent job; ls', 'tunnel-agent job && id', 'tunnel-agent job ', ' tunnel-agent job', 'tunnel-agent  job', 'tunnel-agent', 'ls', 'sh -c "tunnel-agent job"', 'TUNNEL-AGENT JOB']) {
         const r = await exec(conn, command, jws);
@@ -272,20 +275,15 @@ describe('agent SSH: jobs', () => {
       expect(agent.logs).toContainEqual(expect.objectContaining({ msg: 'job refused', code: 'unsupported_command', command: 'tunnel-agent job; ls' }));
       // The JWS sent with the refused commands was never consumed: it still runs once.
       expect((await exec(conn, 'tunnel-agent job', jws)).code).toBe(0);
-    } finally {
-      conn.end();
-    }
+    });
   });
 
   it('refuses input over 16 MiB as malformed', async () => {
-    const conn = await connect(agent);
-    try {
+    await withConnection(agent, async (conn) => {
       const r = await exec(conn, 'tunnel-agent job', Buffer.alloc(MAX_INPUT_BYTES + 1, 0x41));
       expect(r.code).toBe(1);
       expect(oneLine(r)).toMatchObject({ ok: false, error: 'malformed', error_description: expect.stringContaining('16777216') });
-    } finally {
-      conn.end();
-    }
+    });
   });
 
   it('refuses as malformed a job whose input never ends', async () => {
@@ -308,9 +306,8 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
   const policy = { ports: [[80, 80], [443, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 200, drop_fragments: true };
 
   it('`tunnel-agent hello` answers one line with the versions and the agent\'s own version, exit 0, reading no stdin', async () => {
-    const conn = await connect(agent);
     const before = agent.dataplane.calls.length;
-    try {
+    await withConnection(agent, async (conn) => {
       const r = await exec(conn, 'tunnel-agent hello', '');
       expect(r.code).toBe(0);
       expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
@@ -324,9 +321,7 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
         expect(oneLine(no), command).toMatchObject({ ok: false, error: 'unsupported_command' });
       }
       expect(agent.dataplane.calls.length).toBe(before);
-    } finally {
-      conn.end();
-    }
+    });
   });
 
   it('status over SSH: a v 2 job answers the shape both ends check; a v 1 status is unsupported_command', async () => {
@@ -352,14 +347,11 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
       counters: { packets_in: 7, bytes_in: 700, packets_out: 0, bytes_out: 0, dropped: { not_allowed: 0, rate_limited: 0, spoofed: 0, invalid: 0, fragment: 0 } },
     });
     // A v 1 status: exit 1, unsupported_command.
-    const conn = await connect(agent);
-    try {
+    await withConnection(agent, async (conn) => {
       const v1 = await exec(conn, 'tunnel-agent job', await statusJob(1));
       expect(v1.code).toBe(1);
       expect(oneLine(v1)).toMatchObject({ ok: false, error: 'unsupported_command' });
-    } finally {
-      conn.end();
-    }
+    });
     expect(agent.logs).toContainEqual(expect.objectContaining({ msg: 'job done', op: 'status', v: 2 }));
   });
 
@@ -370,8 +362,7 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     expect(agent.dataplane.calls.at(-1)).toEqual({ op: 'apply', arg: t });
     expect(agent.logs).toContainEqual(expect.objectContaining({ msg: 'job done', op: 'apply', tunnel_id: t.id, v: 2 }));
     // A v1 job with a policy, forged past the gateway's signer (which refuses to sign it).
-    const conn = await connect(agent);
-    try {
+    await withConnection(agent, async (conn) => {
       const forged = await signJob(jobSigning.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { version: 1 });
       const [h, p] = forged.split('.');
       const claims = { ...(JSON.parse(Buffer.from(p!, 'base64url').toString()) as Record<string, unknown>), tunnel: tunnel({ policy } as never) };
@@ -379,9 +370,7 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
       const r = await exec(conn, 'tunnel-agent job', jws);
       expect(r.code).toBe(1);
       expect(oneLine(r)).toMatchObject({ ok: false, error: 'malformed', error_description: expect.stringContaining('policy') });
-    } finally {
-      conn.end();
-    }
+    });
   });
 
   it('the gateway\'s pool asks hello once per connection and signs for it: version 2 here', async () => {
@@ -410,8 +399,7 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     const lost: string[] = [];
     const p = pool(gatewayKey.privateKey, 10_000, (id) => lost.push(id));
     try {
-      const conn = await connect(old);
-      try {
+      await withConnection(old, async (conn) => {
         const h = await exec(conn, 'tunnel-agent hello', '');
         expect(h.code).toBe(127);
         expect(oneLine(h)).toMatchObject({ ok: false, error: 'unsupported_command' });
@@ -419,9 +407,7 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
         expect(v2.code).toBe(1);
         expect(oneLine(v2)).toMatchObject({ ok: false, error: 'unsupported_version' });
         expect(old.dataplane.calls).toEqual([]);
-      } finally {
-        conn.end();
-      }
+      });
       const s = await p.session(old.node, 10_000);
       expect(s).toMatchObject({ version: 1, hello: { versions: [1], agent: null } });
       expect(await s.run(await sign('apply', { tunnel: tunnel() }, NODE, s.version), 10_000)).toMatchObject({ ok: true, op: 'apply' });
