@@ -13,3 +13,17 @@ export const ORIGIN_SCRIPT_PARAMS: OriginScriptParams = {
   greKey: 42,
   routeTable: 1000123,
 };
+
+/**
+ * One shell command printing everything the origin script may touch (links, addresses, rules, every route
+ * table, rp_filter, the nftables ruleset): two equal outputs mean the same kernel state, ifindexes included.
+ * The unit test runs it in a namespace, the VM test in the guest.
+ */
+export const ORIGIN_STATE_SNAPSHOT = [
+  'ip -o link show',
+  'ip -4 -o addr show',
+  'ip -4 rule show',
+  'ip -4 route show table all',
+  'for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo "$f $(cat "$f")"; done',
+  'nft list ruleset',
+].join('; echo ---; ');

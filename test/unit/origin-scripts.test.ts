@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { renderOriginScripts, type OriginScriptParams } from '../../server/domain/origin-scripts.ts';
 import { skipUnless } from '../helpers/requirements.ts';
-import { ORIGIN_SCRIPT_PARAMS } from '../helpers/origin-script-params.ts';
+import { ORIGIN_SCRIPT_PARAMS, ORIGIN_STATE_SNAPSHOT } from '../helpers/origin-script-params.ts';
 
 const base = ORIGIN_SCRIPT_PARAMS;
 
@@ -87,17 +87,7 @@ function vethUp(name: string, dev: string, peer: string, cidr?: string): void {
 
 /** Everything the script may touch, as text: two equal snapshots mean the same kernel state. */
 function snapshot(name: string): string {
-  return nsOk(
-    name,
-    [
-      'ip -o link show',
-      'ip -4 -o addr show',
-      'ip -4 rule show',
-      'ip -4 route show table all',
-      'for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo "$f $(cat "$f")"; done',
-      'nft list ruleset',
-    ].join('; echo ---; '),
-  );
+  return nsOk(name, ORIGIN_STATE_SNAPSHOT);
 }
 
 const count = (text: string, needle: string) => text.split(needle).length - 1;

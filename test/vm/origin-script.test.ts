@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';
 import { LAB } from './protocol.ts';
 import { TestVm, buildAssets, vmRequired, vmUnavailable } from './vm.ts';
-import { ORIGIN_SCRIPT_PARAMS } from '../helpers/origin-script-params.ts';
+import { ORIGIN_SCRIPT_PARAMS, ORIGIN_STATE_SNAPSHOT } from '../helpers/origin-script-params.ts';
 
 const unavailable = vmUnavailable();
 if (unavailable) process.stderr.write(`test/vm: ${vmRequired ? 'REQUIRED (TUNNELGATE_VM=require or CI) but cannot run' : 'skipping the origin-script VM test'}: ${unavailable}\n`);
@@ -46,18 +46,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the origin script wit
   const originScript = (text: string, ...args: string[]) => ns(ORIGIN, `bash -s -- ${args.join(' ')}`, text);
 
   /** Everything the script may touch, as text: two equal snapshots mean the same kernel state (ifindexes included). */
-  const snapshot = () =>
-    nsOk(
-      ORIGIN,
-      [
-        'ip -o link show',
-        'ip -4 -o addr show',
-        'ip -4 rule show',
-        'ip -4 route show table all',
-        'for f in /proc/sys/net/ipv4/conf/*/rp_filter; do echo "$f $(cat "$f")"; done',
-        'nft list ruleset',
-      ].join('; echo ---; '),
-    );
+  const snapshot = () => nsOk(ORIGIN, ORIGIN_STATE_SNAPSHOT);
 
   /**
    * One TCP connection from PROBE_SRC on the edge to the origin's inner address; the origin's socat answers
