@@ -1,42 +1,36 @@
 // Issue 8 item 10 (docs/CONTRACTS.md "REST shapes"): userinfo's `picture` for the profile scope is always an absolute URL.
 // A user who set none gets a generated avatar the gateway serves under PUBLIC_URL: no credential
 // needed, cacheable, an SVG, at a URL that names neither the user id nor the email.
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { createUser } from '../../server/domain/accounts.ts';
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts';
-import { exchange, newClient, signIn, type Client } from '../helpers/oidc-login.ts';
+import { issuerRig } from '../helpers/issuer-rig.ts';
+import { exchange, signIn } from '../helpers/oidc-login.ts';
 
-let gw: RunningGateway;
-let client: Client;
-beforeAll(async () => {
-  gw = await startGateway();
-  client = await newClient(gw.testDb.db);
-});
-afterAll(async () => gw?.close());
+const rig = issuerRig();
 
 async function userinfoFor(u: { email: string; password: string }) {
-  const s = await signIn(gw.url, client, u);
-  const t = await exchange(gw.url, client, s.code, s.verifier);
+  const s = await signIn(rig.gw.url, rig.client, u);
+  const t = await exchange(rig.gw.url, rig.client, s.code, s.verifier);
   expect(t.status).toBe(200);
-  const res = await fetch(`${gw.url}/oauth/userinfo`, { headers: { authorization: `Bearer ${t.body.access_token}` } });
+  const res = await fetch(`${rig.gw.url}/oauth/userinfo`, { headers: { authorization: `Bearer ${t.body.access_token}` } });
   expect(res.status).toBe(200);
   return (await res.json()) as Record<string, unknown>;
 }
 
 /** The gateway's answer for a URL under PUBLIC_URL (the test gateway listens elsewhere than PUBLIC_URL says). */
-const fetchPublic = (url: string, init?: RequestInit) => fetch(`${gw.url}${new URL(url).pathname}`, init);
+const fetchPublic = (url: string, init?: RequestInit) => fetch(`${rig.gw.url}${new URL(url).pathname}`, init);
 
 it('a user without a picture gets an absolute generated-avatar URL that serves an SVG without credentials', async () => {
   const email = `noface-${Date.now()}@example.test`;
   const password = 'a long enough password';
-  const u = await createUser(gw.testDb.db, { email, name: 'Ada Lovelace', password });
+  const u = await createUser(rig.gw.testDb.db, { email, name: 'Ada Lovelace', password });
   const info = await userinfoFor({ email, password });
 
   expect(typeof info.picture).toBe('string');
   const picture = new URL(info.picture as string);
   expect(picture.href).toBe(info.picture);
   expect(['http:', 'https:']).toContain(picture.protocol);
-  expect(picture.href.startsWith(`${gw.services.config.publicUrl}/avatars/`)).toBe(true);
+  expect(picture.href.startsWith(`${rig.gw.services.config.publicUrl}/avatars/`)).toBe(true);
   // Opaque: neither the user id nor the email can be read from (or used to build) the URL.
   expect(picture.href).not.toContain(u.user_id);
   expect(picture.href).not.toContain(u.user_id.replace(/-/g, ''));
@@ -55,7 +49,7 @@ it('a user without a picture gets an absolute generated-avatar URL that serves a
   expect((await userinfoFor({ email, password })).picture).toBe(info.picture);
   // HEAD works; an unknown key is a 404.
   expect((await fetchPublic(picture.href, { method: 'HEAD' })).status).toBe(200);
-  const unknown = await fetchPublic(`${gw.services.config.publicUrl}/avatars/${'0'.repeat(32)}.svg`);
+  const unknown = await fetchPublic(`${rig.gw.services.config.publicUrl}/avatars/${'0'.repeat(32)}.svg`);
   expect(unknown.status).toBe(404);
   expect(((await unknown.json()) as { error: string }).error).toBe('not_found');
 });
@@ -63,17 +57,17 @@ it('a user without a picture gets an absolute generated-avatar URL that serves a
 it("a user's own picture is kept", async () => {
   const email = `face-${Date.now()}@example.test`;
   const password = 'a long enough password';
-  await createUser(gw.testDb.db, { email, name: 'Grace Hopper', password, picture: 'https://pictures.example.test/grace.png' });
+  await createUser(rig.gw.testDb.db, { email, name: 'Grace Hopper', password, picture: 'https://pictures.example.test/grace.png' });
   expect((await userinfoFor({ email, password })).picture).toBe('https://pictures.example.test/grace.png');
 });
 
 it('the profile scope is what releases it: without profile there is no picture', async () => {
   const email = `scoped-${Date.now()}@example.test`;
   const password = 'a long enough password';
-  await createUser(gw.testDb.db, { email, name: 'Scoped', password });
-  const s = await signIn(gw.url, client, { email, password }, undefined, { scope: 'openid email' });
-  const t = await exchange(gw.url, client, s.code, s.verifier);
-  const info = (await (await fetch(`${gw.url}/oauth/userinfo`, { headers: { authorization: `Bearer ${t.body.access_token}` } })).json()) as Record<string, unknown>;
+  await createUser(rig.gw.testDb.db, { email, name: 'Scoped', password });
+  const s = await signIn(rig.gw.url, rig.client, { email, password }, undefined, { scope: 'openid email' });
+  const t = await exchange(rig.gw.url, rig.client, s.code, s.verifier);
+  const info = (await (await fetch(`${rig.gw.url}/oauth/userinfo`, { headers: { authorization: `Bearer ${t.body.access_token}` } })).json()) as Record<string, unknown>;
   expect(info.email).toBe(email);
   expect(info).not.toHaveProperty('picture');
 });

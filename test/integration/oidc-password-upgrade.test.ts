@@ -2,17 +2,11 @@
 // the real login page, and that successful sign-in replaces it with an Argon2id hash at today's
 // parameters; a failed sign-in changes nothing.
 import { randomBytes, scryptSync } from 'node:crypto';
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { startGateway, type RunningGateway } from '../helpers/gateway.ts';
-import { exchange, newClient, newUser, signIn, type Client } from '../helpers/oidc-login.ts';
+import { expect, it } from 'vitest';
+import { issuerRig } from '../helpers/issuer-rig.ts';
+import { exchange, newUser, signIn } from '../helpers/oidc-login.ts';
 
-let gw: RunningGateway;
-let client: Client;
-beforeAll(async () => {
-  gw = await startGateway();
-  client = await newClient(gw.testDb.db);
-});
-afterAll(async () => gw?.close());
+const rig = issuerRig();
 
 /** The previous format, computed here with node:crypto, not by the module under test. */
 function oldHash(password: string): string {
@@ -21,24 +15,24 @@ function oldHash(password: string): string {
   return `scrypt$32768$8$1$${salt.toString('base64url')}$${key.toString('base64url')}`;
 }
 
-const storedHash = async (id: string) => (await gw.testDb.raw.query('select password_hash from app_user where id = $1', [id])).rows[0].password_hash as string;
+const storedHash = async (id: string) => (await rig.gw.testDb.raw.query('select password_hash from app_user where id = $1', [id])).rows[0].password_hash as string;
 
 it('an old scrypt hash signs in and is upgraded to Argon2id on that sign-in; a wrong password changes nothing', async () => {
-  const u = await newUser(gw.testDb.db);
+  const u = await newUser(rig.gw.testDb.db);
   const old = oldHash(u.password);
-  await gw.testDb.raw.query('update app_user set password_hash = $1 where id = $2', [old, u.id]);
+  await rig.gw.testDb.raw.query('update app_user set password_hash = $1 where id = $2', [old, u.id]);
 
   // A failed attempt keeps the old hash (the password is not known).
-  await expect(signIn(gw.url, client, { email: u.email, password: 'not the password' })).rejects.toThrow(/did not reach the client|without a form|401/);
+  await expect(signIn(rig.gw.url, rig.client, { email: u.email, password: 'not the password' })).rejects.toThrow(/did not reach the client|without a form|401/);
   expect(await storedHash(u.id)).toBe(old);
 
-  const first = await signIn(gw.url, client, u);
-  expect((await exchange(gw.url, client, first.code, first.verifier)).status).toBe(200);
+  const first = await signIn(rig.gw.url, rig.client, u);
+  expect((await exchange(rig.gw.url, rig.client, first.code, first.verifier)).status).toBe(200);
   const upgraded = await storedHash(u.id);
   expect(upgraded).toMatch(/^\$argon2id\$v=19\$m=19456,t=2,p=1\$[A-Za-z0-9+/]{22,}\$[A-Za-z0-9+/]{43}$/);
 
   // The new hash works, and is not upgraded again.
-  const second = await signIn(gw.url, client, u);
-  expect((await exchange(gw.url, client, second.code, second.verifier)).status).toBe(200);
+  const second = await signIn(rig.gw.url, rig.client, u);
+  expect((await exchange(rig.gw.url, rig.client, second.code, second.verifier)).status).toBe(200);
   expect(await storedHash(u.id)).toBe(upgraded);
 }, 60_000);
