@@ -85,17 +85,8 @@ export type UserDetail = UserView & {
   active_api_keys: number;
 };
 
-interface UserRow {
-  id: string;
-  account_id: string;
-  email: string;
-  name: string;
-  role: Role;
-  picture: string | null;
-  balance_usd: string;
-  created_at: string;
-  k: string;
-}
+/** A user as the query reads it: the view's fields, the balance as PostgreSQL's numeric text, the page key. */
+type UserRow = Omit<UserView, 'balance_usd'> & { balance_usd: string; k: string };
 
 const USER_SELECT = `select u.id, u.account_id, u.email, u.name, u.role, u.picture, a.balance_usd,
     ${ISO_SQL('u.created_at')} as created_at, ${KEY_TIME_SQL('u.created_at')} as k

@@ -152,24 +152,17 @@ export interface NodeView {
   created_at: string;
 }
 
-interface NodeRow {
+/** A node as the query reads it: the view's own columns as they are, counts as PostgreSQL's bigint text. */
+type NodeRow = Pick<NodeView, 'name' | 'public_ip' | 'ssh_host' | 'ssh_port' | 'host_key' | 'sellable' | 'pool' | 'created_at'> & {
   id: string;
-  name: string;
-  public_ip: string;
-  ssh_host: string;
-  ssh_port: number;
-  host_key: string | null;
-  sellable: boolean;
-  pool: string | null;
   pool_size: string;
   free: string;
   tunnels: Record<string, number> | null;
   health: Record<string, number>;
   polled_at: string | null;
   reachable: boolean | null;
-  created_at: string;
   cursor_at: string;
-}
+};
 
 const NODE_SELECT = `select n.id, n.name, n.public_ip, n.ssh_host, n.ssh_port, n.host_key, n.sellable, n.pool,
     (select count(*) from protected_ip p where p.node_id = n.id) as pool_size,
