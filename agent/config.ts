@@ -16,7 +16,7 @@ import { JOB_VERSIONS, isJobVersion, type JobVersion } from '../common/job-contr
 import { JobKeyError, parseJobKeys, type JobKey } from './jobs/job-key.ts';
 import { SshKeyError, parseAuthorizedKey, type AuthorizedKey } from './ssh/keys.ts';
 
-export const CONFIG_KEYS = [
+const CONFIG_KEYS = [
   'AGENT_NODE_ID',
   'AGENT_LISTEN',
   'AGENT_STATE_DIR',
@@ -32,8 +32,8 @@ export const CONFIG_KEYS = [
 ] as const;
 export type ConfigKey = (typeof CONFIG_KEYS)[number];
 
-export const DEFAULT_LISTEN = '0.0.0.0:52222';
-export const DEFAULT_NFT_TABLE = 'tunnelgate';
+const DEFAULT_LISTEN = '0.0.0.0:52222';
+const DEFAULT_NFT_TABLE = 'tunnelgate';
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
 
 export interface AgentConfig {

@@ -44,7 +44,7 @@ export interface StartOptions {
 }
 
 /** The health checks' probe timeout. */
-export const HEALTH_PROBE_TIMEOUT_MS = 1000;
+const HEALTH_PROBE_TIMEOUT_MS = 1000;
 
 export interface RunningHealth {
   scheduler: HealthScheduler;
@@ -103,7 +103,7 @@ export function startHealth(
 }
 
 /** This agent's version, from agent/package.json (what `tunnel-agent hello` reports). */
-export function agentVersion(): string {
+function agentVersion(): string {
   const pkg = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8')) as { version?: unknown };
   if (typeof pkg.version !== 'string') throw new Error('agent/package.json has no version');
   return pkg.version;

@@ -16,8 +16,6 @@ export const JOB_VERSIONS = [1, 2] as const;
 export type JobVersion = (typeof JOB_VERSIONS)[number];
 /** Version 1: what every agent speaks; an agent that does not answer `hello` speaks only this. */
 export const JOB_VERSION_1 = 1;
-/** The newest version: `tunnel.policy`. */
-export const JOB_VERSION_LATEST = 2;
 
 export function isJobVersion(v: unknown): v is JobVersion {
   return (JOB_VERSIONS as readonly unknown[]).includes(v);
@@ -36,7 +34,7 @@ export const EXIT_UNSUPPORTED_COMMAND = 127;
 export const SSH_USER = 'tunnelgate';
 
 /** Every op of every version. */
-export const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status'] as const;
+const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status'] as const;
 export type Op = (typeof OPS)[number];
 
 /**

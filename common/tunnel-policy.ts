@@ -31,8 +31,8 @@ export const DEFAULT_POLICY: Readonly<TunnelPolicy> = Object.freeze({ ports: '*'
 
 /** At most this many items (a port or a range) in a port list, as written by the buyer. */
 export const MAX_PORT_ITEMS = 32;
-export const PORT_MIN = 1;
-export const PORT_MAX = 65535;
+const PORT_MIN = 1;
+const PORT_MAX = 65535;
 export const PPS_MIN = 10;
 export const PPS_MAX = 1_000_000;
 

@@ -7,7 +7,7 @@
 export const DROP_REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
 export type DropReason = (typeof DROP_REASONS)[number];
 
-export const HEALTHS = ['up', 'down', 'unknown'] as const;
+const HEALTHS = ['up', 'down', 'unknown'] as const;
 export type Health = (typeof HEALTHS)[number];
 
 /** Monotonic for the life of the tunnel on that agent; `in` is toward the origin. */

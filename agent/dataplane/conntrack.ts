@@ -35,7 +35,7 @@ function dstFilter(w: NlWriter, dst: string): void {
 }
 
 /** IPCTNL_MSG_CT_GET dump; with `dst`, a kernel-side filter on the original destination. */
-export function encodeCtDump(seq: number, dst?: string): Buffer {
+function encodeCtDump(seq: number, dst?: string): Buffer {
   const w = new NlWriter(128);
   const s = beginMessage(w, ctType(IPCTNL_MSG_CT_GET), NLM_F_REQUEST | NLM_F_DUMP, seq);
   nfgenmsg(w);
@@ -51,7 +51,7 @@ export interface CtEntry {
   zone?: Buffer;
 }
 
-export function decodeCtEntry(m: NlMsg): CtEntry | undefined {
+function decodeCtEntry(m: NlMsg): CtEntry | undefined {
   if (m.type !== ctType(IPCTNL_MSG_CT_NEW) || m.payload.length < 4) return undefined;
   const t = new AttrTable(m.payload.subarray(4));
   const tuple = t.get(CTA_TUPLE_ORIG);
@@ -64,7 +64,7 @@ export function decodeCtEntry(m: NlMsg): CtEntry | undefined {
   return e;
 }
 
-export function encodeCtDelete(e: CtEntry, seq: number): Buffer {
+function encodeCtDelete(e: CtEntry, seq: number): Buffer {
   const w = new NlWriter(256);
   const s = beginMessage(w, ctType(IPCTNL_MSG_CT_DELETE), NLM_F_REQUEST | NLM_F_ACK, seq);
   nfgenmsg(w);
@@ -82,7 +82,7 @@ export function encodeCtDelete(e: CtEntry, seq: number): Buffer {
  * later). One round trip instead of a dump of the whole table plus one delete per entry, and no dump
  * messages built; the kernel skips the walk altogether while the namespace tracks nothing.
  */
-export function encodeCtFlush(seq: number, dst: string): Buffer {
+function encodeCtFlush(seq: number, dst: string): Buffer {
   const w = new NlWriter(128);
   const s = beginMessage(w, ctType(IPCTNL_MSG_CT_DELETE), NLM_F_REQUEST | NLM_F_ACK, seq);
   nfgenmsg(w, 1);

@@ -171,11 +171,11 @@ export class PlanConflict extends Error {
 export const GRE_TTL = 255;
 
 /** The per-tunnel named counter. */
-export const counterName = (t: Pick<TunnelSpec, 'tunnel_name'>): string => t.tunnel_name;
+const counterName = (t: Pick<TunnelSpec, 'tunnel_name'>): string => t.tunnel_name;
 
 export const ipOf = (cidr: string): string => cidr.split('/')[0]!;
 
-export function wantedParams(t: TunnelSpec): LinkParams {
+function wantedParams(t: TunnelSpec): LinkParams {
   return { local: t.edge_ip, remote: t.origin_ip, ttl: GRE_TTL, key: t.gre_key };
 }
 

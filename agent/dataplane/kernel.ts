@@ -14,7 +14,7 @@ import { writeSysctls } from './netns.ts';
 import { COLLECT_EVERY_REQUESTS, phases } from '../housekeeping/memory.ts';
 
 export const DNAT_MAP = RULESET_DEFAULTS.dnatMap;
-export const COUNTER_MAP = RULESET_DEFAULTS.counterMap;
+const COUNTER_MAP = RULESET_DEFAULTS.counterMap;
 
 /** Links that loading ip_gre creates in every namespace: never ours, never looked at. */
 export const FALLBACK_TUNNEL_LINKS: ReadonlySet<string> = new Set(['gre0', 'gretap0', 'erspan0']);

@@ -19,7 +19,7 @@ export interface LinkDriver {
   params(link: LinkInfo, recorded: TunnelSpec | undefined): LinkParams | undefined;
 }
 
-export const greDriver: LinkDriver = {
+const greDriver: LinkDriver = {
   kind: 'gre',
   mtuAtCreate: true,
   create: (rtnl, t) => rtnl.createGreLink({ name: t.tunnel_name, local: t.edge_ip, remote: t.origin_ip, ttl: GRE_TTL, key: t.gre_key, mtu: t.mtu }),

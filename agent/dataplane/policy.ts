@@ -36,7 +36,7 @@ export function portBlocks(ranges: readonly PortRange[]): [PortBlockBits, number
   return out;
 }
 
-export const policyOf = (t: Pick<TunnelSpec, 'policy'>): TunnelPolicy => t.policy ?? DEFAULT_POLICY;
+const policyOf = (t: Pick<TunnelSpec, 'policy'>): TunnelPolicy => t.policy ?? DEFAULT_POLICY;
 
 /** The named counter of one drop reason of a tunnel: `<tunnel_name>.<reason>`. */
 export const dropCounterName = (t: Pick<TunnelSpec, 'tunnel_name'>, reason: DropReason): string => `${t.tunnel_name}.${reason}`;
@@ -53,7 +53,7 @@ export function tunnelCounterNames(t: Pick<TunnelSpec, 'tunnel_name'>): string[]
 }
 
 /** The SYN proxy's MSS for a tunnel: what fits its MTU (IPv4 and TCP headers, 40 bytes, without options). */
-export const synproxyMss = (t: Pick<TunnelSpec, 'mtu'>): number => t.mtu - 40;
+const synproxyMss = (t: Pick<TunnelSpec, 'mtu'>): number => t.mtu - 40;
 
 /** The shared objects a tunnel needs: a synproxy object (by MSS) and a rate-limit chain (by packets per second). */
 export function sharedNeeds(t: TunnelSpec): { mss?: number; pps?: number } {

@@ -116,7 +116,7 @@ function ipv4Number(ip: string): number {
   return ipv4ToBytes(ip).readUInt32BE(0);
 }
 
-export function icmpChecksum(b: Buffer): number {
+function icmpChecksum(b: Buffer): number {
   let sum = 0;
   for (let i = 0; i + 1 < b.length; i += 2) sum += b.readUInt16BE(i);
   if (b.length % 2) sum += b[b.length - 1]! << 8;
@@ -124,18 +124,8 @@ export function icmpChecksum(b: Buffer): number {
   return ~sum & 0xffff;
 }
 
-export function echoRequest(id: number, seq: number, payload: Buffer): Buffer {
-  const b = Buffer.alloc(8 + payload.length);
-  b[0] = 8; // echo request
-  b.writeUInt16BE(id, 4);
-  b.writeUInt16BE(seq, 6);
-  payload.copy(b, 8);
-  b.writeUInt16BE(icmpChecksum(b), 2);
-  return b;
-}
-
 /** Parses an IPv4 datagram (what a raw socket returns); the echo reply's source, id, seq and payload. */
-export function parseEchoReply(pkt: Buffer): { src: string; id: number; seq: number; payload: Buffer } | undefined {
+function parseEchoReply(pkt: Buffer): { src: string; id: number; seq: number; payload: Buffer } | undefined {
   if (pkt.length < 20 || pkt[0]! >> 4 !== 4) return undefined;
   const ihl = (pkt[0]! & 0x0f) * 4;
   if (pkt[9] !== IPPROTO_ICMP || pkt.length < ihl + 8) return undefined;

@@ -17,7 +17,7 @@ import type { ProbeResult, TunnelSpec } from '../dataplane/types.ts';
 import type { Health } from '../../common/tunnel-status.ts';
 
 /** Failed checks in a row before a tunnel is `down` (DESIGN 3.7). */
-export const DOWN_AFTER_FAILURES = 3;
+const DOWN_AFTER_FAILURES = 3;
 
 export interface HealthClock {
   /** Milliseconds since the epoch. */

@@ -5,12 +5,12 @@ import { parseIPv4 } from '../../common/ipv4.ts';
 
 // include/uapi/linux/netlink.h
 export const NLA_F_NESTED = 1 << 15;
-export const NLA_F_NET_BYTEORDER = 1 << 14;
+const NLA_F_NET_BYTEORDER = 1 << 14;
 export const NLA_TYPE_MASK = ~(NLA_F_NESTED | NLA_F_NET_BYTEORDER) & 0xffff;
-export const NLA_ALIGNTO = 4;
+const NLA_ALIGNTO = 4;
 export const NLA_HDRLEN = 4;
 /** nla_len is a u16: no single attribute (nest included) may exceed this. */
-export const NLA_MAX_LEN = 0xffff;
+const NLA_MAX_LEN = 0xffff;
 
 export const nlaAlign = (n: number): number => (n + NLA_ALIGNTO - 1) & ~(NLA_ALIGNTO - 1);
 

@@ -11,15 +11,14 @@ export const NETLINK_NETFILTER = 12;
 export const NLMSG_ERROR = 0x2;
 export const NLMSG_DONE = 0x3;
 export const NLMSG_OVERRUN = 0x4;
-export const NLMSG_MIN_TYPE = 0x10;
 
 // include/uapi/linux/netlink.h: flags
 export const NLM_F_REQUEST = 0x01;
 export const NLM_F_MULTI = 0x02;
 export const NLM_F_ACK = 0x04;
 // GET requests
-export const NLM_F_ROOT = 0x100;
-export const NLM_F_MATCH = 0x200;
+const NLM_F_ROOT = 0x100;
+const NLM_F_MATCH = 0x200;
 export const NLM_F_DUMP = NLM_F_ROOT | NLM_F_MATCH;
 // NEW requests
 export const NLM_F_REPLACE = 0x100;
@@ -33,7 +32,7 @@ export const NLM_F_ACK_TLVS = 0x200;
 // include/uapi/linux/netlink.h: enum nlmsgerr_attrs
 export const NLMSGERR_ATTR_MSG = 1;
 export const NLMSGERR_ATTR_OFFS = 2;
-export const NLMSGERR_ATTR_MISS_TYPE = 5;
+const NLMSGERR_ATTR_MISS_TYPE = 5;
 
 export const NLMSG_HDRLEN = 16;
 
@@ -63,7 +62,7 @@ export function endMessage(w: NlWriter, start: number): void {
   w.align();
 }
 
-export function readHeader(buf: Buffer, off: number): NlMsgHeader {
+function readHeader(buf: Buffer, off: number): NlMsgHeader {
   if (off + NLMSG_HDRLEN > buf.length) throw new NetlinkParseError(`truncated nlmsghdr at ${off}`);
   return HOST_LE
     ? { len: buf.readUInt32LE(off), type: buf.readUInt16LE(off + 4), flags: buf.readUInt16LE(off + 6), seq: buf.readUInt32LE(off + 8), pid: buf.readUInt32LE(off + 12) }

@@ -146,15 +146,15 @@ export function synproxyMssOf(name: string): number | undefined {
 }
 
 /** The SYN proxy's window scale (STACK.md: the recipe proven on this kernel). */
-export const SYNPROXY_WSCALE = 7;
+const SYNPROXY_WSCALE = 7;
 /** Meter elements (one per client address and protected IP) expire this long after their last packet. */
-export const RATE_METER_TIMEOUT_MS = 60_000;
+const RATE_METER_TIMEOUT_MS = 60_000;
 /** At most this many client addresses per limit value are metered at once (a full meter adds no new client: it passes). */
-export const RATE_METER_SIZE = 65_535;
+const RATE_METER_SIZE = 65_535;
 
 // Chain names. `fwd`, `frag`, `raw`, `policy`, `input` and `output` are nft keywords: a file using them does not parse,
 // and the text twin (test/netns/ruleset-text.ts) must stay loadable with `nft -f`.
-export const CHAINS = {
+const CHAINS = {
   fragments: 'fragdrop',
   synraw: 'synraw',
   allow: 'allow',
@@ -170,10 +170,10 @@ export const CHAINS = {
 
 // Hook priorities: before defragmentation (-400), raw (-300), after conntrack (-200) and our count (mangle,
 // -150) but before DNAT (-100), and filter (0).
-export const PRIO_BEFORE_DEFRAG = -450;
-export const PRIO_RAW = -300;
-export const PRIO_ALLOW = -140;
-export const PRIO_FILTER = 0;
+const PRIO_BEFORE_DEFRAG = -450;
+const PRIO_RAW = -300;
+const PRIO_ALLOW = -140;
+const PRIO_FILTER = 0;
 const NF_INET_LOCAL_IN = 1;
 const NF_INET_LOCAL_OUT = 3;
 

@@ -37,7 +37,7 @@ export interface HostKey {
 const codec = <T>(step: () => T): T => rethrowKeyError(step, (reason) => new SshKeyError(reason));
 
 /** Parses an OpenSSH Ed25519 private key with ssh2 and signs/verifies once through it. */
-export function checkHostKey(text: string): ParsedKey {
+function checkHostKey(text: string): ParsedKey {
   return codec(() => checkSsh2PrivateKey(text));
 }
 

@@ -61,8 +61,8 @@ export interface AgentSshServerOptions {
   agentVersion?: string;
 }
 
-export const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
-export const DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = 4;
+const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
+const DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = 4;
 
 /** Session-channel requests that are always refused. */
 const REFUSED_SESSION_REQUESTS = ['pty', 'shell', 'subsystem', 'sftp', 'x11', 'auth-agent', 'env', 'signal', 'window-change'] as const;
@@ -74,7 +74,7 @@ function sameKey(a: Buffer, b: Buffer): boolean {
 type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom'>;
 
 /** Whether an agent accepting `versions` answers `hello`: one that speaks only version 1 predates it. */
-export function answersHello(versions: readonly JobVersion[]): boolean {
+function answersHello(versions: readonly JobVersion[]): boolean {
   return versions.some((v) => v !== JOB_VERSION_1);
 }
 

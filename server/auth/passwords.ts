@@ -5,7 +5,7 @@
 // still verify; needsRehash() tells the sign-in to store a fresh hash once the password is known.
 import { argon2, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 
-export const ARGON2ID = { memory: 19_456, passes: 2, parallelism: 1 } as const;
+const ARGON2ID = { memory: 19_456, passes: 2, parallelism: 1 } as const;
 const KEYLEN = 32;
 const SALT_BYTES = 16;
 

@@ -39,7 +39,7 @@ import { createLogger } from '../../common/log.ts';
 import { ProvisioningService } from '../provisioning/service.ts';
 import type { EdgeQueueing } from './queue-commands.ts';
 
-export const EXIT = { ok: 0, refused: 1, usage: 2, failed: 3 } as const;
+const EXIT = { ok: 0, refused: 1, usage: 2, failed: 3 } as const;
 
 export interface Io {
   stdout(text: string): void;

@@ -11,8 +11,7 @@
 // without quotes. A newline or tab inside a value is escaped, so one row stays one line.
 import type { OptionSpec } from './args.ts';
 
-export const FORMATS = ['json', 'table'] as const;
-export type Format = (typeof FORMATS)[number];
+const FORMATS = ['json', 'table'] as const;
 
 /** The option every read command takes (server/cli/commands.ts adds it to the commands marked `read`). */
 export const FORMAT_OPTION: OptionSpec = {

@@ -13,13 +13,13 @@ export type Permission = (typeof PERMISSIONS)[number];
 export const API_ACCESS = ['none', 'read', 'write'] as const;
 export type ApiAccess = (typeof API_ACCESS)[number];
 /** A tunnel's `protocol` setting (common/tunnel-policy.ts PROTOCOLS; docs/CONTRACTS.md "Tunnel settings"). */
-export const TUNNEL_PROTOCOLS = ['both', 'tcp', 'udp'] as const;
+const TUNNEL_PROTOCOLS = ['both', 'tcp', 'udp'] as const;
 /** A tunnel's health (common/tunnel-status.ts HEALTHS; docs/CONTRACTS.md "Health and traffic"). */
 export const TUNNEL_HEALTHS = ['up', 'down', 'unknown'] as const;
 
 const createdAt = () => p.datetime().defaultRaw('now()').onCreate(() => new Date());
 
-export const AccountSchema = defineEntity({
+const AccountSchema = defineEntity({
   name: 'Account',
   tableName: 'account',
   properties: {
@@ -31,7 +31,7 @@ export const AccountSchema = defineEntity({
 });
 export type Account = InferEntity<typeof AccountSchema>;
 
-export const UserSchema = defineEntity({
+const UserSchema = defineEntity({
   name: 'User',
   tableName: 'app_user',
   properties: {
@@ -51,7 +51,7 @@ export const UserSchema = defineEntity({
 });
 export type User = InferEntity<typeof UserSchema>;
 
-export const ApiKeySchema = defineEntity({
+const ApiKeySchema = defineEntity({
   name: 'ApiKey',
   tableName: 'api_key',
   properties: {
@@ -68,7 +68,7 @@ export const ApiKeySchema = defineEntity({
 });
 export type ApiKey = InferEntity<typeof ApiKeySchema>;
 
-export const EdgeNodeSchema = defineEntity({
+const EdgeNodeSchema = defineEntity({
   name: 'EdgeNode',
   tableName: 'edge_node',
   properties: {
@@ -92,7 +92,7 @@ export const EdgeNodeSchema = defineEntity({
 });
 export type EdgeNode = InferEntity<typeof EdgeNodeSchema>;
 
-export const ProtectedIpSchema = defineEntity({
+const ProtectedIpSchema = defineEntity({
   name: 'ProtectedIp',
   tableName: 'protected_ip',
   properties: {
@@ -114,7 +114,7 @@ export const ProtectedIpSchema = defineEntity({
 });
 export type ProtectedIp = InferEntity<typeof ProtectedIpSchema>;
 
-export const TunnelSchema = defineEntity({
+const TunnelSchema = defineEntity({
   name: 'Tunnel',
   tableName: 'tunnel',
   properties: {
@@ -176,7 +176,7 @@ export const TunnelSchema = defineEntity({
 });
 export type Tunnel = InferEntity<typeof TunnelSchema>;
 
-export const PromocodeSchema = defineEntity({
+const PromocodeSchema = defineEntity({
   name: 'Promocode',
   tableName: 'promocode',
   properties: {
@@ -193,9 +193,9 @@ export const PromocodeSchema = defineEntity({
 });
 export type Promocode = InferEntity<typeof PromocodeSchema>;
 
-export const LEDGER_KINDS = ['topup', 'purchase'] as const;
+const LEDGER_KINDS = ['topup', 'purchase'] as const;
 
-export const LedgerEntrySchema = defineEntity({
+const LedgerEntrySchema = defineEntity({
   name: 'LedgerEntry',
   tableName: 'ledger_entry',
   properties: {
@@ -212,7 +212,7 @@ export const LedgerEntrySchema = defineEntity({
 });
 export type LedgerEntry = InferEntity<typeof LedgerEntrySchema>;
 
-export const IdempotencyRecordSchema = defineEntity({
+const IdempotencyRecordSchema = defineEntity({
   name: 'IdempotencyRecord',
   tableName: 'idempotency_record',
   properties: {
@@ -229,7 +229,7 @@ export const IdempotencyRecordSchema = defineEntity({
 });
 export type IdempotencyRecord = InferEntity<typeof IdempotencyRecordSchema>;
 
-export const SettingSchema = defineEntity({
+const SettingSchema = defineEntity({
   name: 'Setting',
   tableName: 'setting',
   properties: {
@@ -242,7 +242,7 @@ export type Setting = InferEntity<typeof SettingSchema>;
 
 // --- Server secrets and OAuth clients (server/secrets.ts, server/domain/clients.ts) ---
 
-export const ServerSecretSchema = defineEntity({
+const ServerSecretSchema = defineEntity({
   name: 'ServerSecret',
   tableName: 'server_secret',
   properties: {
@@ -255,7 +255,7 @@ export const ServerSecretSchema = defineEntity({
 });
 export type ServerSecret = InferEntity<typeof ServerSecretSchema>;
 
-export const OAuthClientSchema = defineEntity({
+const OAuthClientSchema = defineEntity({
   name: 'OAuthClient',
   tableName: 'oauth_client',
   properties: {
@@ -280,7 +280,7 @@ export type OAuthClient = InferEntity<typeof OAuthClientSchema>;
 
 // --- The identity provider's artifacts (server/oidc/adapter.ts) ---
 
-export const OidcPayloadSchema = defineEntity({
+const OidcPayloadSchema = defineEntity({
   name: 'OidcPayload',
   tableName: 'oidc_payload',
   properties: {
@@ -308,7 +308,7 @@ export type OidcPayload = InferEntity<typeof OidcPayloadSchema>;
 
 // --- Webhooks (server/webhooks/; docs/CONTRACTS.md "Webhooks") ---
 
-export const WebhookSchema = defineEntity({
+const WebhookSchema = defineEntity({
   name: 'Webhook',
   tableName: 'webhook',
   properties: {
@@ -324,7 +324,7 @@ export const WebhookSchema = defineEntity({
 });
 export type Webhook = InferEntity<typeof WebhookSchema>;
 
-export const WebhookDeliverySchema = defineEntity({
+const WebhookDeliverySchema = defineEntity({
   name: 'WebhookDelivery',
   tableName: 'webhook_delivery',
   properties: {

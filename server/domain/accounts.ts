@@ -18,7 +18,7 @@ export interface CreateUser {
 
 const EMAIL_RE = /^[^\s@]{1,64}@[^\s@]{1,255}$/;
 
-export function usd(text: string, what: string): bigint {
+function usd(text: string, what: string): bigint {
   try {
     return parseUsd(text, what);
   } catch (e) {

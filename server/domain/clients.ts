@@ -28,7 +28,7 @@ export interface CreateClient {
   apiAccess?: ApiAccess;
 }
 
-export function validateApiAccess(value: string): ApiAccess {
+function validateApiAccess(value: string): ApiAccess {
   if (!(API_ACCESS as readonly string[]).includes(value)) throw new ApiError('invalid_request', `api-access must be one of ${API_ACCESS.join(', ')}.`);
   return value as ApiAccess;
 }
@@ -55,8 +55,8 @@ function base32(bytes: Buffer): string {
   return out;
 }
 
-export const newClientId = () => `cl_${base32(randomBytes(10))}`;
-export const newClientSecret = () => randomBytes(32).toString('base64url');
+const newClientId = () => `cl_${base32(randomBytes(10))}`;
+const newClientSecret = () => randomBytes(32).toString('base64url');
 
 /**
  * Redirect URIs are compared by exact string match at the authorize endpoint, so they are stored as

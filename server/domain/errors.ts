@@ -1,6 +1,6 @@
 // The one error type that crosses from the domain to REST, GraphQL and the CLI. Codes and statuses
 // are the contract of docs/CONTRACTS.md "REST errors"; the body is always {error, error_description}.
-export const ERROR_STATUS = {
+const ERROR_STATUS = {
   invalid_request: 400,
   invalid_origin_ip: 400,
   invalid_promocode: 400,

@@ -11,12 +11,12 @@ import { randomInt } from 'node:crypto';
 import type { Sql } from '../db/database.ts';
 
 /** The unique index that keeps keys distinct per (node, origin_ip) among live tunnels. */
-export const GRE_KEY_INDEX = 'tunnel_live_gre_key_uniq';
+const GRE_KEY_INDEX = 'tunnel_live_gre_key_uniq';
 
 /** Tunnel MTU on a 1500-byte underlay: 20 bytes of outer IPv4 and the 4-byte GRE header... */
-export const GRE_MTU = 1476;
+const GRE_MTU = 1476;
 /** ...and 4 more bytes when the GRE header carries a key (the MSS clamps on both ends follow it). */
-export const GRE_KEYED_MTU = 1472;
+const GRE_KEYED_MTU = 1472;
 
 export function greMtu(greKey: number | null): number {
   return greKey === null ? GRE_MTU : GRE_KEYED_MTU;

@@ -1,7 +1,7 @@
 // Exact money. USD lives in code as a bigint of cents and in PostgreSQL as numeric(14,2); RUB amounts
 // as bigint kopecks; the USD/RUB rate as a bigint scaled by 10^4. A JS number appears only at the
 // JSON boundary (`centsToNumber`), never in arithmetic.
-export const RATE_SCALE = 10_000n;
+const RATE_SCALE = 10_000n;
 const MAX_CENTS = 10n ** 14n - 1n; // numeric(14,2) holds at most 999,999,999,999.99
 
 export class MoneyError extends Error {

@@ -5,7 +5,7 @@ import type { Database } from '../db/database.ts';
 import { centsToNumber, parseRate, rateToNumber, rubToUsdCents } from './money.ts';
 
 export const PRICE_RUB_KOPECKS = 10_000n; // 100 RUB, one time
-export const INCLUDES = ['dedicated_public_ip', 'full_tcp_udp_nat', 'gre_tunnel'] as const;
+const INCLUDES = ['dedicated_public_ip', 'full_tcp_udp_nat', 'gre_tunnel'] as const;
 
 export interface Pricing {
   price: number;

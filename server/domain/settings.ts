@@ -2,7 +2,7 @@
 import type { Database } from '../db/database.ts';
 import { parseRate } from './money.ts';
 
-export const USD_RUB_RATE = 'usd_rub_rate';
+const USD_RUB_RATE = 'usd_rub_rate';
 
 export async function setRate(db: Database, rateText: string): Promise<void> {
   parseRate(rateText);

@@ -56,7 +56,7 @@ function toPoint(p: TrafficPointView): TrafficPoint {
   return { t: new Date(p.t), bytesIn: p.bytes_in, bytesOut: p.bytes_out, packetsIn: p.packets_in, packetsOut: p.packets_out, dropped };
 }
 
-export function toTraffic(v: TrafficView): Traffic {
+function toTraffic(v: TrafficView): Traffic {
   return { tunnelId: v.tunnel_id, step: v.step, points: v.points.map(toPoint) };
 }
 

@@ -75,7 +75,7 @@ function pageSize(node: FieldNode): number {
 }
 
 /** Measures one operation; fragments are measured once each however often they are spread. */
-export function measureOperation(context: ValidationContext, op: OperationDefinitionNode): Measure & { rootFields: number } {
+function measureOperation(context: ValidationContext, op: OperationDefinitionNode): Measure & { rootFields: number } {
   const schema = context.getSchema();
   const queryType = schema.getQueryType();
   const mutationType = schema.getMutationType();

@@ -21,7 +21,7 @@ export async function buildGraphqlSchema(): Promise<GraphQLSchema> {
   });
 }
 
-export const SCHEMA_HEADER = '# Generated from server/graphql by `npm run schema:graphql`; do not edit by hand.\n\n';
+const SCHEMA_HEADER = '# Generated from server/graphql by `npm run schema:graphql`; do not edit by hand.\n\n';
 
 /** The text of schema/schema.graphql: sorted, so the file only changes when the schema does. */
 export function printGraphqlSchema(schema: GraphQLSchema): string {

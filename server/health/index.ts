@@ -18,9 +18,9 @@ import { HOUR_MS, RETENTION_MS, STEPS, STEP_MS, TrafficStore, type Step, type Tr
 export type { Step, TrafficPoint } from './storage.ts';
 
 /** At most this many points in one answer (DESIGN 3.9). */
-export const MAX_POINTS = 10_000;
+const MAX_POINTS = 10_000;
 /** Without `from`: the last hour of minutes, or the last day of hours. */
-export const DEFAULT_SPAN_MS: Record<Step, number> = { '1m': HOUR_MS, '1h': 24 * HOUR_MS };
+const DEFAULT_SPAN_MS: Record<Step, number> = { '1m': HOUR_MS, '1h': 24 * HOUR_MS };
 
 export interface TrafficView {
   tunnel_id: string;
@@ -48,7 +48,7 @@ function time(v: string, name: string): Date {
  * minus DEFAULT_SPAN_MS; from < to; `from` within the step's retention (48 h of minutes, 90 days of hours);
  * at most MAX_POINTS points. Anything else is invalid_request.
  */
-export function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to: Date; step: Step } {
+function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to: Date; step: Step } {
   const step = (q.step ?? '1m') as Step;
   if (!STEPS.includes(step)) throw new ApiError('invalid_request', 'step must be 1m or 1h.');
   const to = q.to ? time(q.to, 'to') : now;

@@ -32,7 +32,7 @@ import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
 import { HOUR_MS, MINUTE_MS, type TrafficStore } from './storage.ts';
 
 /** A status answer that does not have the contract's shape: nothing of it is stored. */
-export class StatusRejected extends Error {
+class StatusRejected extends Error {
   override name = 'StatusRejected';
 }
 
@@ -50,13 +50,13 @@ type Counts = Omit<TunnelCounters, 'dropped'> & { dropped: number[] };
 const KEYS = ['packets_in', 'bytes_in', 'packets_out', 'bytes_out'] as const;
 
 /** One counter's delta: a decrease means the counter restarted, so the new value is what was carried since. */
-export function counterDelta(prev: number | undefined, cur: number): number {
+function counterDelta(prev: number | undefined, cur: number): number {
   if (prev === undefined) return 0;
   return cur >= prev ? cur - prev : cur;
 }
 
 /** The deltas of one tunnel's counters against the last seen (undefined: first sighting, all zero). */
-export function deltasOf(prev: Counts | undefined, cur: TunnelCounters): Counts {
+function deltasOf(prev: Counts | undefined, cur: TunnelCounters): Counts {
   const dropped = DROP_REASONS.map((r, i) => counterDelta(prev ? (prev.dropped[i] ?? 0) : undefined, cur.dropped[r]));
   return {
     packets_in: counterDelta(prev?.packets_in, cur.packets_in),

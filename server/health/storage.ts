@@ -17,10 +17,10 @@ import { DROP_REASONS, type DropReason } from '../../common/tunnel-status.ts';
 export const MINUTE_MS = 60_000;
 export const HOUR_MS = 3_600_000;
 /** DESIGN 3.9: 1-minute points 48 hours, 1-hour points 90 days. */
-export const MINUTE_RETENTION_MS = 48 * HOUR_MS;
-export const HOUR_RETENTION_MS = 90 * 24 * HOUR_MS;
+const MINUTE_RETENTION_MS = 48 * HOUR_MS;
+const HOUR_RETENTION_MS = 90 * 24 * HOUR_MS;
 /** An hour is rolled up this long after it ended, so a round that was under way at its end is in. */
-export const ROLLUP_LAG_MS = 2 * MINUTE_MS;
+const ROLLUP_LAG_MS = 2 * MINUTE_MS;
 
 export type Step = '1m' | '1h';
 export const STEPS: readonly Step[] = ['1m', '1h'];
@@ -47,7 +47,7 @@ const monthStart = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMo
 const nextMonth = (d: Date) => new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1));
 
 /** The partition of `table` holding time `at`: its name and bounds. */
-export function partitionOf(table: 'minute' | 'hour', at: Date): { name: string; from: Date; to: Date } {
+function partitionOf(table: 'minute' | 'hour', at: Date): { name: string; from: Date; to: Date } {
   if (table === 'minute') {
     const from = dayStart(at);
     return { name: dayName(from), from, to: new Date(from.getTime() + 24 * HOUR_MS) };

@@ -33,7 +33,7 @@ declare module 'koa' {
 }
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-export const OPENAPI_PATH = path.join(ROOT, 'schema/openapi.yaml');
+const OPENAPI_PATH = path.join(ROOT, 'schema/openapi.yaml');
 
 export interface Gateway {
   app: Koa;

@@ -33,7 +33,7 @@ export interface UserRow {
   avatar_key: string;
 }
 
-export const toClaims = (row: UserRow, avatars: string): UserClaims => ({
+const toClaims = (row: UserRow, avatars: string): UserClaims => ({
   sub: row.id,
   name: row.name,
   picture: row.picture || avatarUrl(avatars, row.avatar_key),

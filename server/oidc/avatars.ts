@@ -17,7 +17,7 @@ export const avatarBase = (publicUrl: string) => `${publicUrl.replace(/\/+$/, ''
 export const avatarUrl = (base: string, key: string) => `${base}/${key}.svg`;
 
 /** Up to two initials, one per word, from letters and digits in any script. */
-export function initials(name: string): string {
+function initials(name: string): string {
   const words = name.normalize('NFC').split(/\s+/).map((w) => /[\p{L}\p{N}]/u.exec(w)?.[0]).filter((c): c is string => !!c);
   const picked = words.length > 1 ? [words[0]!, words[words.length - 1]!] : words.slice(0, 1);
   return picked.join('').toLocaleUpperCase() || '?';
@@ -25,7 +25,7 @@ export function initials(name: string): string {
 
 const xml = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!);
 
-export function renderAvatar(name: string, key: string): string {
+function renderAvatar(name: string, key: string): string {
   // A hue from the key: stable per user, unrelated to the name; dark enough for white text.
   const hue = createHash('sha256').update(key).digest().readUInt16BE(0) % 360;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="128" height="128" viewBox="0 0 128 128" role="img" aria-label="${xml(initials(name))}">

@@ -16,7 +16,7 @@ import { addressKey, LoginLimiter, type Limit } from './login-limits.ts';
 import { createProvider } from './provider.ts';
 import { avatarBase, avatarRoute } from './avatars.ts';
 
-export const PURGE_INTERVAL_MS = 10 * 60_000;
+const PURGE_INTERVAL_MS = 10 * 60_000;
 
 export interface IssuerConfig {
   issuerUrl: string;

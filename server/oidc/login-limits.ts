@@ -14,7 +14,7 @@ export interface Limit {
   refillSeconds: number;
 }
 
-export const DEFAULT_LIMITS = {
+const DEFAULT_LIMITS = {
   accountAddress: { burst: 5, refillSeconds: 60 },
   address: { burst: 30, refillSeconds: 10 },
 } as const satisfies Record<string, Limit>;

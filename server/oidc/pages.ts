@@ -3,7 +3,7 @@
 import type { Context } from 'koa';
 import type { ApiAccess } from '../db/entities.ts';
 
-export const esc = (s: string) =>
+const esc = (s: string) =>
   s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
 const STYLE = `
@@ -97,7 +97,7 @@ export interface ConsentPage {
 }
 
 /** The plain-words line for the application's API access: the line a user must not miss, so it says money. */
-export const API_ACCESS_TEXT: Record<ApiAccess, string> = {
+const API_ACCESS_TEXT: Record<ApiAccess, string> = {
   none: 'No access to your tunnels or your balance',
   read: 'View your tunnels and your balance (it cannot buy, change or delete anything)',
   write: 'Buy, change and delete tunnels and spend your balance',

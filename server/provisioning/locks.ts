@@ -14,7 +14,7 @@ export interface LockedSql {
   executeSql(text: string, values?: unknown[]): Promise<{ rows: Record<string, unknown>[] }>;
 }
 
-export class LockTimeout extends Error {
+class LockTimeout extends Error {
   override name = 'LockTimeout';
 }
 

@@ -14,7 +14,7 @@ import type { ProbeResult } from '../../common/tunnel-spec.ts';
 import { ApiError } from '../domain/errors.ts';
 import type { KeyedLocks } from './locks.ts';
 
-export const PROBE_CHANNEL = 'tunnel_probe';
+const PROBE_CHANNEL = 'tunnel_probe';
 /** Raised on `notices` when this replica may have missed notices (tunnel ids are UUIDs: no clash). */
 const MISSED = 'missed';
 

@@ -9,7 +9,7 @@ import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { Health } from '../../common/tunnel-status.ts';
 
-export const STATUS_CHANNEL = 'tunnel_status';
+const STATUS_CHANNEL = 'tunnel_status';
 
 export interface StatusChange {
   id: string;

@@ -103,7 +103,7 @@ export class StatusUnsupported extends Error {
 }
 
 /** How one edge job ended, for /metrics: `ok`, the agent's error code, or the transport failure's kind. */
-export function jobOutcome(e: unknown): string {
+function jobOutcome(e: unknown): string {
   if (e === undefined) return 'ok';
   if (e instanceof AgentRefused) return e.code;
   if (e instanceof EdgeSshError) return e.kind;

@@ -51,7 +51,7 @@ export interface DeliveryOptions {
 }
 
 /** Delivered and given-up rows are kept this long for support, then purged. */
-export const RETENTION_DAYS = 7;
+const RETENTION_DAYS = 7;
 const PURGE_EVERY_MS = 3600_000;
 /** A claimed attempt's lease: the request's timeout plus this; after it, another worker may take the row. */
 const LEASE_MARGIN_MS = 5_000;

@@ -11,7 +11,7 @@ export const WEBHOOK_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed']
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 
 /** A Standard Webhooks message id: `msg_` and 128 random bits; the `webhook-id` of every attempt. */
-export function newMessageId(): string {
+function newMessageId(): string {
   return `msg_${randomBytes(16).toString('hex')}`;
 }
 
@@ -49,7 +49,7 @@ export class TunnelEvents implements TunnelEventSink {
  * One outbox row per webhook of `accountId` that takes `type`, each with its own message id and the
  * body it will be sent with on every attempt (due at once). Returns how many were written.
  */
-export async function enqueue(sql: Pick<Sql, 'query'>, accountId: string, type: WebhookEvent, data: Record<string, unknown>): Promise<number> {
+async function enqueue(sql: Pick<Sql, 'query'>, accountId: string, type: WebhookEvent, data: Record<string, unknown>): Promise<number> {
   const hooks = await sql.query<{ id: string }>(`select id from webhook where account_id = ? and events @> jsonb_build_array(?::text)`, [accountId, type]);
   if (hooks.length === 0) return 0;
   const body = JSON.stringify({ type, timestamp: new Date().toISOString(), data });

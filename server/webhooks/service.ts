@@ -15,8 +15,8 @@ import { newWebhookSecret } from './signing.ts';
 import { literalRefusal } from './ssrf.ts';
 
 /** A sane bound per account: each webhook multiplies every event into one delivery. */
-export const MAX_WEBHOOKS_PER_ACCOUNT = 10;
-export const MAX_URL_LENGTH = 2048;
+const MAX_WEBHOOKS_PER_ACCOUNT = 10;
+const MAX_URL_LENGTH = 2048;
 
 /** The REST wire shape of one webhook (never its secret). */
 export interface WebhookView {

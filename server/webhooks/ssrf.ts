@@ -22,7 +22,7 @@ export const systemResolver: Resolver = async (host) => (await lookup(host, { al
 export type Target = { ok: true; address: string } | { ok: false; reason: string };
 
 /** The host of a URL as a resolver takes it (IPv6 literals lose their brackets). */
-export function hostOf(url: URL): string {
+function hostOf(url: URL): string {
   return url.hostname.replace(/^\[(.*)\]$/, '$1');
 }
 

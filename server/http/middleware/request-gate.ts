@@ -144,7 +144,7 @@ export class RequestGate {
 }
 
 /** The bucket of a credential: its API key id, or the subject of an access token. */
-export function bucketOf(p: Principal): string {
+function bucketOf(p: Principal): string {
   if (p.credential.kind === 'api_key') return `key:${p.credential.id}`;
   return `sub:${p.userId ?? p.credential.id}`;
 }
