@@ -6,8 +6,8 @@
 // (no pages), which only matters for minting codes, not for the token endpoint being measured.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import Provider, { errors, type Configuration } from 'oidc-provider';
-import { OIDC_SCOPES, ROUTES, TTL } from '../server/oidc/provider.ts';
+import Provider, { type Configuration } from 'oidc-provider';
+import { OIDC_SCOPES, protocolConfiguration, TTL } from '../server/oidc/provider.ts';
 
 const env = (k: string) => {
   const v = process.env[k];
@@ -24,55 +24,25 @@ const AUDIENCE = ISSUER;
 const ACCOUNT = '00000000-0000-4000-8000-000000000001';
 const SCOPE = OIDC_SCOPES.join(' ');
 
+// The issuer's own protocol configuration (server/oidc/provider.ts), so this baseline cannot drift from it.
+const protocol = protocolConfiguration(AUDIENCE, ACCESS_TOKEN_KEY);
+
 const configuration: Configuration = {
   clients: [
     {
       client_id: CLIENT_ID,
       client_secret: CLIENT_SECRET,
       redirect_uris: [REDIRECT_URI],
-      grant_types: ['authorization_code', 'refresh_token'],
-      response_types: ['code'],
-      token_endpoint_auth_method: 'client_secret_basic',
-      id_token_signed_response_alg: 'HS256',
+      ...protocol.clientDefaults,
     },
   ],
   async findAccount(_ctx, sub) {
     return { accountId: sub, claims: () => ({ sub, name: 'Bench', picture: null, email: 'bench@example.test', email_verified: false }) };
   },
-  claims: { openid: ['sub'], profile: ['name', 'picture'], email: ['email', 'email_verified'] },
-  scopes: [...OIDC_SCOPES],
-  responseTypes: ['code'],
-  clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
-  enabledJWA: { idTokenSigningAlgValues: ['HS256'] },
-  jwks: { keys: [] },
+  ...protocol,
   cookies: { keys: ['bench-cookie-key-0123456789abcdef'] },
-  pkce: { required: () => true },
-  allowOmittingSingleRegisteredRedirectUri: false,
-  rotateRefreshToken: true,
-  issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
-  expiresWithSession: async () => false,
-  extraTokenClaims: async (_ctx, token) => (token.kind === 'AccessToken' ? { gid: token.grantId } : undefined),
   ttl: { ...TTL },
-  routes: { ...ROUTES },
-  features: {
-    devInteractions: { enabled: false },
-    dPoP: { enabled: false },
-    pushedAuthorizationRequests: { enabled: false },
-    rpInitiatedLogout: { enabled: false },
-    revocation: { enabled: true },
-    userinfo: { enabled: true },
-    claimsParameter: { enabled: false },
-    introspection: { enabled: false },
-    resourceIndicators: {
-      enabled: true,
-      defaultResource: () => AUDIENCE,
-      useGrantedResource: () => true,
-      getResourceServerInfo: (_ctx, resource) => {
-        if (resource !== AUDIENCE) throw new errors.InvalidTarget();
-        return { scope: SCOPE, audience: AUDIENCE, accessTokenTTL: TTL.AccessToken, accessTokenFormat: 'jwt', jwt: { sign: { alg: 'HS256', key: ACCESS_TOKEN_KEY } } };
-      },
-    },
-  },
+  features: { ...protocol.features, revocation: { enabled: true } },
   interactions: { url: (_ctx, interaction) => `/interaction/${interaction.uid}` },
 };
 

@@ -32,6 +32,68 @@ export const ROUTES = {
   jwks: '/oauth/jwks',
 } as const;
 
+/**
+ * The protocol half of the issuer's configuration, what the identity-provider document fixes: claims and
+ * scopes, code flow with PKCE required, client authentication, HS256 ID tokens, refresh rotation, the
+ * routes, the features on and off, and the API as the one resource with HS256 JWT access tokens.
+ * createProvider adds storage, accounts, cookies, lifetimes, the revocation policy and the pages;
+ * bench/oidc-memory-server.ts builds its in-memory baseline from this same function, so the ceiling the
+ * OIDC benchmark compares against cannot drift from the issuer it measures.
+ */
+export function protocolConfiguration(audience: string, accessTokenKey: Buffer) {
+  return {
+    claims: { openid: ['sub'], profile: ['name', 'picture'], email: ['email', 'email_verified'] },
+    scopes: [...OIDC_SCOPES],
+    responseTypes: ['code'],
+    clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
+    clientDefaults: {
+      grant_types: ['authorization_code', 'refresh_token'],
+      response_types: ['code'],
+      token_endpoint_auth_method: 'client_secret_basic',
+      id_token_signed_response_alg: 'HS256',
+    },
+    enabledJWA: {
+      idTokenSigningAlgValues: ['HS256'],
+    },
+    // ID tokens use the client secret, access tokens the server's HMAC key: nothing to publish.
+    jwks: { keys: [] },
+    pkce: { required: () => true },
+    // The contract requires redirect_uri at the token endpoint even with one registered URI.
+    allowOmittingSingleRegisteredRedirectUri: false,
+    rotateRefreshToken: true,
+    issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
+    // Refresh tokens live on their own lifetime, not the browser session's.
+    expiresWithSession: async () => false,
+    extraTokenClaims: async (_ctx, token) => (token.kind === 'AccessToken' ? { gid: token.grantId } : undefined),
+    routes: { ...ROUTES },
+    features: {
+      devInteractions: { enabled: false },
+      dPoP: { enabled: false },
+      pushedAuthorizationRequests: { enabled: false },
+      rpInitiatedLogout: { enabled: false },
+      revocation: { enabled: true },
+      userinfo: { enabled: true },
+      claimsParameter: { enabled: false },
+      introspection: { enabled: false },
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => audience,
+        useGrantedResource: () => true,
+        getResourceServerInfo: (_ctx, resource) => {
+          if (resource !== audience) throw new errors.InvalidTarget();
+          return {
+            scope: OIDC_SCOPES.join(' '),
+            audience: audience,
+            accessTokenTTL: TTL.AccessToken,
+            accessTokenFormat: 'jwt',
+            jwt: { sign: { alg: 'HS256', key: accessTokenKey } },
+          };
+        },
+      },
+    },
+  } satisfies Configuration;
+}
+
 export interface IssuerOptions {
   issuer: string;
   /** The access tokens' audience: the REST API and GraphQL of this gateway. */
@@ -57,6 +119,7 @@ function describe(err: { error?: string; error_description?: string; error_detai
 export function createProvider(o: IssuerOptions): Provider {
   const clients = o.clients;
   const users = new UserClaimsSource(o.db, o.avatars);
+  const protocol = protocolConfiguration(o.audience, o.accessTokenKey);
   const configuration: Configuration = {
     adapter: postgresAdapter({ db: o.db, clients, users }),
     clients: [],
@@ -68,30 +131,8 @@ export function createProvider(o: IssuerOptions): Provider {
         claims: () => user,
       };
     },
-    claims: { openid: ['sub'], profile: ['name', 'picture'], email: ['email', 'email_verified'] },
-    scopes: [...OIDC_SCOPES],
-    responseTypes: ['code'],
-    clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
-    clientDefaults: {
-      grant_types: ['authorization_code', 'refresh_token'],
-      response_types: ['code'],
-      token_endpoint_auth_method: 'client_secret_basic',
-      id_token_signed_response_alg: 'HS256',
-    },
-    enabledJWA: {
-      idTokenSigningAlgValues: ['HS256'],
-    },
-    // ID tokens use the client secret, access tokens the server's HMAC key: nothing to publish.
-    jwks: { keys: [] },
+    ...protocol,
     cookies: { keys: o.cookieKeys },
-    pkce: { required: () => true },
-    // The contract requires redirect_uri at the token endpoint even with one registered URI.
-    allowOmittingSingleRegisteredRedirectUri: false,
-    rotateRefreshToken: true,
-    issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
-    // Refresh tokens live on their own lifetime, not the browser session's.
-    expiresWithSession: async () => false,
-    extraTokenClaims: async (_ctx, token) => (token.kind === 'AccessToken' ? { gid: token.grantId } : undefined),
     ttl: {
       ...TTL,
       // A rotated refresh token never outlives its grant: at most 14 days, and never past the grant's
@@ -102,36 +143,14 @@ export function createProvider(o: IssuerOptions): Provider {
         return Math.max(1, Math.min(TTL.RefreshToken, grant.exp - Math.floor(Date.now() / 1000) - 1));
       },
     },
-    routes: { ...ROUTES },
     features: {
-      devInteractions: { enabled: false },
-      dPoP: { enabled: false },
-      pushedAuthorizationRequests: { enabled: false },
-      rpInitiatedLogout: { enabled: false },
+      ...protocol.features,
       revocation: {
         enabled: true,
         // RFC 7009 2.1: a token issued to another client is refused (the same rule as for JWTs in endpoints.ts).
         allowedPolicy: async (_ctx, client, token) => {
           if (token.clientId !== client.clientId) throw new errors.InvalidRequest(NOT_YOURS);
           return true;
-        },
-      },
-      userinfo: { enabled: true },
-      claimsParameter: { enabled: false },
-      introspection: { enabled: false },
-      resourceIndicators: {
-        enabled: true,
-        defaultResource: () => o.audience,
-        useGrantedResource: () => true,
-        getResourceServerInfo: (_ctx, resource) => {
-          if (resource !== o.audience) throw new errors.InvalidTarget();
-          return {
-            scope: OIDC_SCOPES.join(' '),
-            audience: o.audience,
-            accessTokenTTL: TTL.AccessToken,
-            accessTokenFormat: 'jwt',
-            jwt: { sign: { alg: 'HS256', key: o.accessTokenKey } },
-          };
         },
       },
     },
