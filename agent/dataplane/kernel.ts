@@ -262,6 +262,21 @@ export async function readView(
   return view;
 }
 
+/**
+ * The links side of a view only (links and their addresses, no nftables read): what a reconcile checks when
+ * the generation id proves the table unchanged since the agent's own last commit (index.ts, docs/CONTRACTS.md
+ * "Dataplane"). One link dump and one address dump, whatever the number of tunnels.
+ */
+export async function readLinks(k: KernelContext, names: readonly string[], owned: ReadonlyMap<string, OwnedTunnel>): Promise<Map<string, ObservedLink>> {
+  const links = await getLinks(k, names);
+  const addrs = await readAddresses(k, links);
+  const view: Pick<KernelView, 'links'> = { links: new Map() };
+  const recordedByName = new Map<string, TunnelSpec>();
+  for (const o of owned.values()) recordedByName.set(o.spec.tunnel_name, o.spec);
+  observeLinks(k, view, links, addrs, recordedByName);
+  return view.links;
+}
+
 /** The IPv4 addresses of these links, by index (other links' addresses are not decoded). */
 async function readAddresses(k: KernelContext, links: ReadonlyMap<string, LinkInfo>): Promise<Map<number, string[]>> {
   const addrs = new Map<number, string[]>();
@@ -281,7 +296,7 @@ async function readAddresses(k: KernelContext, links: ReadonlyMap<string, LinkIn
   return addrs;
 }
 
-function observeLinks(k: KernelContext, view: KernelView, links: ReadonlyMap<string, LinkInfo>, addrs: ReadonlyMap<number, string[]>, recordedByName: ReadonlyMap<string, TunnelSpec>): void {
+function observeLinks(k: KernelContext, view: Pick<KernelView, 'links'>, links: ReadonlyMap<string, LinkInfo>, addrs: ReadonlyMap<number, string[]>, recordedByName: ReadonlyMap<string, TunnelSpec>): void {
   for (const l of links.values()) {
     const o: ObservedLink = { name: l.name, index: l.index, up: l.up, mtu: l.mtu ?? 0, addresses: addrs.get(l.index) ?? [] };
     const p = k.driver.params(l, recordedByName.get(l.name));
@@ -370,8 +385,24 @@ const ignoreCode =
     throw e;
   };
 
+/**
+ * The generation id the kernel gives the ruleset after the commit of one at `gen` (nf_tables_commit bumps it
+ * by one per non-empty commit, skipping 0 on wrap-around).
+ */
+export const nextGeneration = (gen: number): number => (gen >= 0xffffffff ? 1 : gen + 1);
+
+/**
+ * What applyPlan's nftables batch did to the ruleset generation: `before` read just before the commit and
+ * `after` just after, or undefined when the plan had no nftables change (nothing committed). `after` is the
+ * generation our batch produced only when it is nextGeneration(before): no other commit came in between.
+ */
+export interface AppliedGeneration {
+  before: number;
+  after: number;
+}
+
 /** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
-export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined }> {
+export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined; generation?: AppliedGeneration }> {
   const steps = plan.linkSteps;
   // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
   await inChunks(
@@ -432,7 +463,14 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
   if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
   addPolicyElements(b, t, n.addElements, 'add');
-  await k.nft.commit(b);
+  let generation: AppliedGeneration | undefined;
+  if (b.messageCount > 0) {
+    // Read around the commit (two tiny requests), not sent as the batch's genid: a commit by another nftables
+    // user in between must not fail our batch, it only means the agent cannot tell which generation is its own.
+    const before = await k.nft.getGeneration();
+    await k.nft.commit(b);
+    generation = { before, after: await k.nft.getGeneration() };
+  }
   nftMem.between();
 
   // 4. Links of removed tunnels: traffic no longer goes to them.
@@ -440,5 +478,5 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
 
   // 5. Conntrack of every protected IP whose mapping appeared, changed or went.
   const flushed = await k.conntrack().flushDestinations(plan.flush);
-  return { flushed };
+  return { flushed, ...(generation ? { generation } : {}) };
 }
