@@ -104,17 +104,26 @@ async function readShared(k: KernelContext): Promise<{ synproxies: Set<string>; 
   return { synproxies, rateChains };
 }
 
-/** Adds policy elements to the batch, one add per set. */
+/**
+ * How many elements' objects (key Buffers) exist at once while a batch is built: the batch encodes each slice
+ * as it comes (nftables/batch.ts), so 100,000 elements of 10,000 tunnels are never all objects together (RSS).
+ */
+const ELEMENT_SLICE = 4096;
+
+/** Adds policy elements to the batch, grouped by set, a slice at a time. */
 function addPolicyElements(b: NftBatch, table: string, els: readonly PolicyElement[], op: 'add' | 'delete'): void {
-  const bySet = new Map<string, PolicyElement['el'][]>();
+  const bySet = new Map<string, PolicyElement[]>();
   for (const e of els) {
     let list = bySet.get(e.set);
     if (!list) bySet.set(e.set, (list = []));
-    list.push(e.el);
+    list.push(e);
   }
-  for (const [set, elements] of bySet) {
-    if (op === 'add') b.addElements({ table, set, elements });
-    else b.deleteElements({ table, set, elements });
+  for (const [set, list] of bySet) {
+    for (let i = 0; i < list.length; i += ELEMENT_SLICE) {
+      const elements = list.slice(i, i + ELEMENT_SLICE).map((e) => e.el);
+      if (op === 'add') b.addElements({ table, set, elements });
+      else b.deleteElements({ table, set, elements });
+    }
   }
 }
 
@@ -168,9 +177,10 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
     }
     for (const c of rateChains) addRateLimitChain(b, k.table, rateLimitOf(c)!);
     const keep = [...elements.policy.values()].filter((e) => {
-      const o = e.el.objref;
+      const el = e.el;
+      const o = el.objref;
       if (o !== undefined) return e.set === POLICY_SETS.synproxy ? synproxies.has(o) : names.has(o);
-      return e.el.verdict?.chain === undefined || rateChains.has(e.el.verdict.chain);
+      return el.verdict?.chain === undefined || rateChains.has(el.verdict.chain);
     });
     addPolicyElements(b, k.table, keep, 'add');
   }
