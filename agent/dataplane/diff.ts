@@ -184,7 +184,7 @@ function sameParams(a: LinkParams, b: LinkParams): boolean {
 }
 
 /** Same tunnel including its policy (specs are normalised: a default policy is no policy). */
-function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
+export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
   return sameTunnel(a, b) && JSON.stringify(a.policy ?? null) === JSON.stringify(b.policy ?? null);
 }
 
@@ -201,6 +201,26 @@ function sameTunnel(a: TunnelSpec, b: TunnelSpec): boolean {
     a.mtu === b.mtu &&
     a.gre_key === b.gre_key
   );
+}
+
+/**
+ * What tunnel `t`'s link needs, as observed (undefined: missing): created (after the delete of a link of the
+ * wrong kind or parameters), or its MTU, addresses and state fixed. Empty when the link is right. The diff's
+ * link check, and the whole of a reconcile's check when the generation id proves the table unchanged (index.ts).
+ */
+export function linkStepsFor(t: TunnelSpec, link: ObservedLink | undefined): LinkStep[] {
+  const name = t.tunnel_name;
+  const steps: LinkStep[] = [];
+  if (!link || !link.params || !sameParams(link.params, wantedParams(t))) {
+    if (link) steps.push({ op: 'delete', name });
+    steps.push({ op: 'create', name, spec: t }, { op: 'addr-add', name, cidr: t.edge_inner }, { op: 'up', name });
+    return steps;
+  }
+  if (link.mtu !== t.mtu) steps.push({ op: 'mtu', name, mtu: t.mtu });
+  for (const a of link.addresses) if (a !== t.edge_inner) steps.push({ op: 'addr-del', name, cidr: a });
+  if (!link.addresses.includes(t.edge_inner)) steps.push({ op: 'addr-add', name, cidr: t.edge_inner });
+  if (!link.up) steps.push({ op: 'up', name });
+  return steps;
 }
 
 /** Duplicate ids, names or protected IPs in one desired set cannot be applied. */
@@ -335,20 +355,12 @@ export function diff(input: DiffInput): Plan {
     }
 
     // The link.
-    const want = wantedParams(t);
-    if (!link || !link.params || !sameParams(link.params, want)) {
-      if (link) linkSteps.push({ op: 'delete', name });
-      linkSteps.push({ op: 'create', name, spec: t });
-      linkSteps.push({ op: 'addr-add', name, cidr: t.edge_inner });
-      linkSteps.push({ op: 'up', name });
+    const steps = linkStepsFor(t, link);
+    if (steps.length > 0) {
+      linkSteps.push(...steps);
       touched = true;
-      if (link) mappingChanged = true;
-    } else {
-      if (link.mtu !== t.mtu) linkSteps.push({ op: 'mtu', name, mtu: t.mtu });
-      for (const a of link.addresses) if (a !== t.edge_inner) linkSteps.push({ op: 'addr-del', name, cidr: a });
-      if (!link.addresses.includes(t.edge_inner)) linkSteps.push({ op: 'addr-add', name, cidr: t.edge_inner });
-      if (!link.up) linkSteps.push({ op: 'up', name });
-      if (link.mtu !== t.mtu || link.addresses.length !== 1 || link.addresses[0] !== t.edge_inner || !link.up) touched = true;
+      // A link recreated: its traffic's connections went with it.
+      if (steps[0]!.op === 'delete') mappingChanged = true;
     }
 
     // The nftables elements and the counter.

@@ -104,17 +104,26 @@ async function readShared(k: KernelContext): Promise<{ synproxies: Set<string>; 
   return { synproxies, rateChains };
 }
 
-/** Adds policy elements to the batch, one add per set. */
+/**
+ * How many elements' objects (key Buffers) exist at once while a batch is built: the batch encodes each slice
+ * as it comes (nftables/batch.ts), so 100,000 elements of 10,000 tunnels are never all objects together (RSS).
+ */
+const ELEMENT_SLICE = 4096;
+
+/** Adds policy elements to the batch, grouped by set, a slice at a time. */
 function addPolicyElements(b: NftBatch, table: string, els: readonly PolicyElement[], op: 'add' | 'delete'): void {
-  const bySet = new Map<string, PolicyElement['el'][]>();
+  const bySet = new Map<string, PolicyElement[]>();
   for (const e of els) {
     let list = bySet.get(e.set);
     if (!list) bySet.set(e.set, (list = []));
-    list.push(e.el);
+    list.push(e);
   }
-  for (const [set, elements] of bySet) {
-    if (op === 'add') b.addElements({ table, set, elements });
-    else b.deleteElements({ table, set, elements });
+  for (const [set, list] of bySet) {
+    for (let i = 0; i < list.length; i += ELEMENT_SLICE) {
+      const elements = list.slice(i, i + ELEMENT_SLICE).map((e) => e.el);
+      if (op === 'add') b.addElements({ table, set, elements });
+      else b.deleteElements({ table, set, elements });
+    }
   }
 }
 
@@ -168,9 +177,10 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
     }
     for (const c of rateChains) addRateLimitChain(b, k.table, rateLimitOf(c)!);
     const keep = [...elements.policy.values()].filter((e) => {
-      const o = e.el.objref;
+      const el = e.el;
+      const o = el.objref;
       if (o !== undefined) return e.set === POLICY_SETS.synproxy ? synproxies.has(o) : names.has(o);
-      return e.el.verdict?.chain === undefined || rateChains.has(e.el.verdict.chain);
+      return el.verdict?.chain === undefined || rateChains.has(el.verdict.chain);
     });
     addPolicyElements(b, k.table, keep, 'add');
   }
@@ -262,6 +272,21 @@ export async function readView(
   return view;
 }
 
+/**
+ * The links side of a view only (links and their addresses, no nftables read): what a reconcile checks when
+ * the generation id proves the table unchanged since the agent's own last commit (index.ts, docs/CONTRACTS.md
+ * "Dataplane"). One link dump and one address dump, whatever the number of tunnels.
+ */
+export async function readLinks(k: KernelContext, names: readonly string[], owned: ReadonlyMap<string, OwnedTunnel>): Promise<Map<string, ObservedLink>> {
+  const links = await getLinks(k, names);
+  const addrs = await readAddresses(k, links);
+  const view: Pick<KernelView, 'links'> = { links: new Map() };
+  const recordedByName = new Map<string, TunnelSpec>();
+  for (const o of owned.values()) recordedByName.set(o.spec.tunnel_name, o.spec);
+  observeLinks(k, view, links, addrs, recordedByName);
+  return view.links;
+}
+
 /** The IPv4 addresses of these links, by index (other links' addresses are not decoded). */
 async function readAddresses(k: KernelContext, links: ReadonlyMap<string, LinkInfo>): Promise<Map<number, string[]>> {
   const addrs = new Map<number, string[]>();
@@ -281,7 +306,7 @@ async function readAddresses(k: KernelContext, links: ReadonlyMap<string, LinkIn
   return addrs;
 }
 
-function observeLinks(k: KernelContext, view: KernelView, links: ReadonlyMap<string, LinkInfo>, addrs: ReadonlyMap<number, string[]>, recordedByName: ReadonlyMap<string, TunnelSpec>): void {
+function observeLinks(k: KernelContext, view: Pick<KernelView, 'links'>, links: ReadonlyMap<string, LinkInfo>, addrs: ReadonlyMap<number, string[]>, recordedByName: ReadonlyMap<string, TunnelSpec>): void {
   for (const l of links.values()) {
     const o: ObservedLink = { name: l.name, index: l.index, up: l.up, mtu: l.mtu ?? 0, addresses: addrs.get(l.index) ?? [] };
     const p = k.driver.params(l, recordedByName.get(l.name));
@@ -370,8 +395,24 @@ const ignoreCode =
     throw e;
   };
 
+/**
+ * The generation id the kernel gives the ruleset after the commit of one at `gen` (nf_tables_commit bumps it
+ * by one per non-empty commit, skipping 0 on wrap-around).
+ */
+export const nextGeneration = (gen: number): number => (gen >= 0xffffffff ? 1 : gen + 1);
+
+/**
+ * What applyPlan's nftables batch did to the ruleset generation: `before` read just before the commit and
+ * `after` just after, or undefined when the plan had no nftables change (nothing committed). `after` is the
+ * generation our batch produced only when it is nextGeneration(before): no other commit came in between.
+ */
+export interface AppliedGeneration {
+  before: number;
+  after: number;
+}
+
 /** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
-export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined }> {
+export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined; generation?: AppliedGeneration }> {
   const steps = plan.linkSteps;
   // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
   await inChunks(
@@ -432,7 +473,14 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
   if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
   addPolicyElements(b, t, n.addElements, 'add');
-  await k.nft.commit(b);
+  let generation: AppliedGeneration | undefined;
+  if (b.messageCount > 0) {
+    // Read around the commit (two tiny requests), not sent as the batch's genid: a commit by another nftables
+    // user in between must not fail our batch, it only means the agent cannot tell which generation is its own.
+    const before = await k.nft.getGeneration();
+    await k.nft.commit(b);
+    generation = { before, after: await k.nft.getGeneration() };
+  }
   nftMem.between();
 
   // 4. Links of removed tunnels: traffic no longer goes to them.
@@ -440,5 +488,5 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
 
   // 5. Conntrack of every protected IP whose mapping appeared, changed or went.
   const flushed = await k.conntrack().flushDestinations(plan.flush);
-  return { flushed };
+  return { flushed, ...(generation ? { generation } : {}) };
 }

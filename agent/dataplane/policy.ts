@@ -93,26 +93,34 @@ export function elementId(set: string, e: ElementView | SetElement): string {
 
 const idOf = (set: string, key: string, keyEnd: string | undefined, value: string): string => `${set} ${key}${keyEnd !== undefined ? `-${keyEnd}` : ''} ${value}`;
 
-/** The element an id names: set, key, interval end and value (objref or verdict), built when first asked for. */
+/**
+ * An element named by its id. Its SetElement (key Buffers, value) is built each time it is asked for and not
+ * kept, and the getter sits on the prototype: a plan of 10,000 tunnels holds ~100,000 of these, two strings
+ * each, and its batch encodes each once (RSS; docs/CONTRACTS.md "Dataplane").
+ */
+class IdElement implements PolicyElement {
+  readonly set: string;
+  constructor(readonly id: string) {
+    this.set = id.slice(0, id.indexOf(' '));
+  }
+
+  get el(): SetElement {
+    const [, key = '', value = ''] = this.id.split(' ');
+    const [from = '', to] = key.split('-');
+    const el: SetElement = { key: Buffer.from(from, 'hex') };
+    if (to !== undefined) el.keyEnd = Buffer.from(to, 'hex');
+    if (value.startsWith('obj:')) el.objref = value.slice(4);
+    else if (value.startsWith('v:')) {
+      const [, code, chain] = value.split(':');
+      el.verdict = { code: Number(code), ...(chain ? { chain } : {}) };
+    } else if (value !== '') el.data = Buffer.from(value, 'hex');
+    return el;
+  }
+}
+
+/** The element an id names: set, key, interval end and value (objref or verdict). */
 export function elementFromId(id: string): PolicyElement {
-  const [set = '', key = '', value = ''] = id.split(' ');
-  let el: SetElement | undefined;
-  return {
-    set,
-    id,
-    get el(): SetElement {
-      if (el) return el;
-      const [from = '', to] = key.split('-');
-      el = { key: Buffer.from(from, 'hex') };
-      if (to !== undefined) el.keyEnd = Buffer.from(to, 'hex');
-      if (value.startsWith('obj:')) el.objref = value.slice(4);
-      else if (value.startsWith('v:')) {
-        const [, code, chain] = value.split(':');
-        el.verdict = { code: Number(code), ...(chain ? { chain } : {}) };
-      } else if (value !== '') el.data = Buffer.from(value, 'hex');
-      return el;
-    },
-  };
+  return new IdElement(id);
 }
 
 const element = (set: string, key: string, value = '', keyEnd?: string): PolicyElement => elementFromId(idOf(set, key, keyEnd, value));
@@ -166,7 +174,8 @@ export function fromLegacyAllowed(e: Pick<SetElement, 'key' | 'keyEnd'>): Policy
 
 /** What an element depends on existing first: a named counter, a synproxy object or a rate-limit chain. */
 export function elementNeeds(e: PolicyElement): { counter?: string; synproxy?: string; chain?: string } {
-  if (e.el.objref !== undefined) return e.set === POLICY_SETS.synproxy ? { synproxy: e.el.objref } : { counter: e.el.objref };
-  if (e.el.verdict?.chain !== undefined) return { chain: e.el.verdict.chain };
+  const el = e.el;
+  if (el.objref !== undefined) return e.set === POLICY_SETS.synproxy ? { synproxy: el.objref } : { counter: el.objref };
+  if (el.verdict?.chain !== undefined) return { chain: el.verdict.chain };
   return {};
 }

@@ -56,6 +56,11 @@ export class NlWriter {
     return Buffer.from(this.buf.subarray(0, this.pos));
   }
 
+  /** What was written, without a copy: the writer must not be written to after (a batch's one large buffer). */
+  take(): Buffer {
+    return this.buf.subarray(0, this.pos);
+  }
+
   // --- raw scalars -----------------------------------------------------------------------------
   u8(v: number): this {
     this.ensure(1);

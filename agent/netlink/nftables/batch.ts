@@ -67,7 +67,17 @@ export interface EncodeOptions {
   genId?: number;
 }
 
-type Op = { type: number; flags: number; family: number; description: string; body: (w: NlWriter) => void };
+/**
+ * One message of the batch. Its body is either written by `body` at encode(), or already encoded into the
+ * batch's arena at [start, end): the many small messages of a bulk change (a counter each, element lists) are
+ * bytes there rather than a closure and the objects it holds each (RSS at 10,000 tunnels: 70,000 counters).
+ */
+type Op = { type: number; flags: number; family: number; description: string; body?: (w: NlWriter) => void; start: number; end: number };
+
+/** What encode() reserves for a message whose body size is not known in advance (an object, a rule, a chain). */
+const SMALL_MESSAGE_BYTES = 256;
+/** A message's netlink and nfgenmsg headers. */
+const MESSAGE_HEADER_BYTES = 20;
 
 /**
  * Collects nftables changes for one atomic transaction. Nothing is encoded until encode(): the caller
@@ -78,6 +88,10 @@ export class NftBatch {
   private nextSetId = 1;
   readonly family: number;
   private readonly maxMessage: number;
+  /** Bytes encode() allocates at once: exact for pre-encoded element messages, an estimate for the rest. */
+  private sizeHint = 4096;
+  /** The bodies encoded when they were added (pushEncoded). */
+  private readonly arena = new NlWriter(64 * 1024);
 
   constructor(opts: { family?: number; maxMessageBytes?: number } = {}) {
     this.family = opts.family ?? NFPROTO_IPV4;
@@ -94,7 +108,19 @@ export class NftBatch {
   }
 
   private push(type: number, flags: number, description: string, body: (w: NlWriter) => void): this {
-    this.ops.push({ type: nftType(type), flags, family: this.family, description, body });
+    this.ops.push({ type: nftType(type), flags, family: this.family, description, body, start: 0, end: 0 });
+    this.sizeHint += MESSAGE_HEADER_BYTES + SMALL_MESSAGE_BYTES;
+    return this;
+  }
+
+  /** A message whose body is encoded now, into the arena (its position is 4-aligned, as in the batch). */
+  private pushEncoded(type: number, flags: number, description: string, body: (w: NlWriter) => void): this {
+    const start = this.arena.length;
+    body(this.arena);
+    const end = this.arena.length;
+    this.arena.align();
+    this.ops.push({ type: nftType(type), flags, family: this.family, description, start, end });
+    this.sizeHint += MESSAGE_HEADER_BYTES + end - start;
     return this;
   }
 
@@ -159,8 +185,10 @@ export class NftBatch {
     let size = header;
     const flush = (): void => {
       if (chunk.length === 0) return;
+      // Encoded now, not in encode(): the chunk's element objects (a Buffer or two each) are garbage at once
+      // instead of all held until the batch is sent; at 10,000 tunnels that is ~100,000 of them (RSS).
       const els = chunk;
-      this.push(type, flags, `${verb} element ${e.table}/${e.set} (${els.length} elements)`, (w) => elementsBody(w, e, els));
+      this.pushEncoded(type, flags, `${verb} element ${e.table}/${e.set} (${els.length} elements)`, (w) => elementsBody(w, e, els));
       chunk = [];
       size = header;
     };
@@ -180,7 +208,7 @@ export class NftBatch {
   }
 
   addCounter(c: CounterSpec): this {
-    return this.push(NFT_MSG_NEWOBJ, NLM_F_REQUEST | NLM_F_CREATE, `add counter ${c.table}/${c.name}`, (w) => counterBody(w, c));
+    return this.pushEncoded(NFT_MSG_NEWOBJ, NLM_F_REQUEST | NLM_F_CREATE, `add counter ${c.table}/${c.name}`, (w) => counterBody(w, c));
   }
 
   deleteCounter(table: string, name: string): this {
@@ -188,7 +216,9 @@ export class NftBatch {
   }
 
   encode(opts: EncodeOptions): EncodedBatch {
-    const w = new NlWriter(4096 + this.ops.length * 256);
+    // One allocation of about the batch's size (a 10,000-tunnel batch is ~10 MB), and no copy at the end.
+    const w = new NlWriter(this.sizeHint);
+    const arena = this.arena.take();
     let seq = opts.firstSeq;
     const beginSeq = seq++;
     let start = beginMessage(w, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, beginSeq);
@@ -200,7 +230,8 @@ export class NftBatch {
       const s = seq++;
       const mstart = beginMessage(w, op.type, op.flags | (opts.ack ? NLM_F_ACK : 0), s);
       nfgenmsg(w, op.family, 0);
-      op.body(w);
+      if (op.body) op.body(w);
+      else w.bytes(arena.subarray(op.start, op.end));
       endMessage(w, mstart);
       messages.push({ seq: s, index, type: op.type, description: op.description });
     });
@@ -208,6 +239,6 @@ export class NftBatch {
     start = beginMessage(w, NFNL_MSG_BATCH_END, NLM_F_REQUEST, endSeq);
     nfgenmsg(w, NFPROTO_UNSPEC, NFNL_SUBSYS_NFTABLES);
     endMessage(w, start);
-    return { data: w.toBuffer(), beginSeq, endSeq, messages };
+    return { data: w.take(), beginSeq, endSeq, messages };
   }
 }

@@ -1,0 +1,94 @@
+// The no-change reconcile's short cut (agent/dataplane/index.ts unchangedSince, docs/CONTRACTS.md "Dataplane"):
+// while the nftables generation id is the one the agent's own last operation left, a reconcile reads only the
+// links back; an `nft` command by hand moves the id, and the next reconcile reads everything back and repairs
+// what the hand changed. In a fresh namespace, with `nft` and `ip` by hand as the drift and as the oracle.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDataplane, type DataplaneHandle } from '../../agent/dataplane/index.ts';
+import { DataplaneEdge, EDGE_IP, NFT_TABLE as T, numberedTunnels } from './dataplane-edge.ts';
+import { isRoot } from './netns.ts';
+import { skipUnless } from '../helpers/requirements.ts';
+
+const tun = numberedTunnels('tg-g', 120);
+
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reconcile by generation id', () => {
+  let edge: DataplaneEdge;
+  let dp: DataplaneHandle;
+  const events: string[] = [];
+  const desired = [tun(1), tun(2), tun(3, { policy: { ports: [[80, 80], [1000, 1999]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 1000, drop_fragments: true } })];
+
+  /** The reconcile's result, and whether it took the short cut (its log event). */
+  const reconcile = async (): Promise<{ added: number; unchanged: number; changed: number; shortCut: boolean }> => {
+    events.length = 0;
+    const r = await dp.reconcile(desired);
+    expect(r.failed).toEqual([]);
+    return { added: r.added, unchanged: r.unchanged, changed: r.changed, shortCut: events.includes('dataplane.reconcile.unchanged') };
+  };
+  const protectedIps = (): string[] => edge.protectedMap().map(([ip]) => ip).sort();
+  const setElements = (set: string): number => {
+    const j = JSON.parse(edge.run('nft', '-j', 'list', 'set', 'ip', T, set)) as { nftables: { set?: { elem?: unknown[] } }[] };
+    return j.nftables.find((o) => o.set)!.set!.elem?.length ?? 0;
+  };
+
+  beforeAll(async () => {
+    edge = new DataplaneEdge('tg-dpgen');
+    dp = await createDataplane({ edgeIp: EDGE_IP, nftTable: T, stateDir: edge.stateDir, netns: edge.name, linkKind: 'veth-standin', log: (e) => void events.push(e) });
+    const r = await dp.reconcile(desired);
+    expect(r.added).toBe(3);
+  });
+  afterAll(async () => {
+    await dp?.close();
+    edge?.delete();
+  });
+
+  it('nothing changed since the agent\'s own commit: unchanged, without reading the table back', async () => {
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
+  it('an element deleted with `nft` by hand moves the generation: the full reconcile repairs it', async () => {
+    edge.run('nft', 'delete', 'element', 'ip', T, 'protected', `{ ${tun(2).protected_ip} }`);
+    expect(protectedIps()).toEqual([tun(1).protected_ip, tun(3).protected_ip].sort());
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 2, changed: 1, shortCut: false });
+    expect(protectedIps()).toEqual(desired.map((t) => t.protected_ip).sort());
+    // The repair was the agent's own commit: the next reconcile may take the short cut again.
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
+  it('a policy element flushed by hand is restored (every set is read back once the id moved)', async () => {
+    const before = setElements('allowed_1');
+    expect(before).toBeGreaterThan(0);
+    edge.run('nft', 'flush', 'set', 'ip', T, 'allowed_1');
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 2, changed: 1, shortCut: false });
+    expect(setElements('allowed_1')).toBe(before);
+  });
+
+  it('a commit to another table is no drift of ours, but still reads everything back', async () => {
+    edge.run('nft', 'add', 'table', 'ip', 'someone_else');
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
+  it('links have no generation id: one deleted or set down by hand is found and repaired', async () => {
+    const index = edge.linkIndexes();
+    edge.run('ip', 'link', 'del', tun(1).tunnel_name);
+    edge.run('ip', 'link', 'set', tun(2).tunnel_name, 'down');
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 1, changed: 2, shortCut: false });
+    const after = edge.linkIndexes();
+    expect(after.get(tun(1).tunnel_name)).toBeDefined();
+    expect(after.get(tun(2).tunnel_name)).toBe(index.get(tun(2).tunnel_name));
+    expect(edge.ipJson<{ flags: string[] }[]>('link', 'show', tun(2).tunnel_name)[0]!.flags).toContain('UP');
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
+  it('single-tunnel jobs keep the generation the agent\'s own; a different desired set takes the full path', async () => {
+    await dp.apply(tun(4));
+    await dp.remove(tun(4));
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+    events.length = 0;
+    const r = await dp.reconcile([tun(1), tun(2)]);
+    expect(r).toEqual({ added: 0, changed: 0, removed: 1, unchanged: 2, failed: [] });
+    expect(events).not.toContain('dataplane.reconcile.unchanged');
+    expect(protectedIps()).toEqual([tun(1).protected_ip, tun(2).protected_ip].sort());
+    expect(await reconcile()).toEqual({ added: 1, unchanged: 2, changed: 0, shortCut: false });
+    expect(protectedIps()).toEqual(desired.map((t) => t.protected_ip).sort());
+  });
+});
