@@ -3,7 +3,7 @@
 // locks, as two processes would have), the real agent process over real SSH and its dataplane in a
 // fresh network namespace (veth stand-in for GRE). Jobs are counted in pg-boss's own table (schema pgboss).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buyTunnel, tunnelStatus, type Bought } from '../helpers/queue.ts';
+import { buyTunnel, provisionTunnel, tunnelStatus, type Bought } from '../helpers/queue.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, startWorkerReplica, type TestEdge } from '../helpers/edge.ts';
@@ -16,7 +16,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge 
   let gw2: RunningGateway;
   let edge: TestEdge;
   let user: SeededUser;
-  const config = { edgeWaitMs: 1500, edgeJobTimeoutMs: 5000, edgeRetryLimit: 30, edgeReconcileSeconds: 3600 };
+  const config = { edgeWaitMs: 1500, edgeJobTimeoutMs: 90_000, edgeRetryLimit: 30, edgeReconcileSeconds: 3600 };
 
   const buy = (name: string) => buyTunnel(gw.url, user.writeKey, name);
   const status = (id: string) => tunnelStatus(gw.testDb.raw, id);
@@ -29,7 +29,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge 
     ({ gw, edge } = await startProvisioningRig({ config, pool: '203.0.113.96/28', startAgent: false }));
     gw2 = await startWorkerReplica(gw, config);
     user = await seedUser(gw.testDb.db);
-  }, 60_000);
+  }, 150_000);
 
   afterAll(async () => {
     await gw2?.close();
@@ -76,22 +76,23 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge 
     expect(sent.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(1);
     expect(edge.count('apply', t.id)).toBe(1);
     expect(edge.links()).toContain(t.tunnel_name);
-  }, 60_000);
+  }, 150_000);
 
   it("a delete that arrives while the tunnel's apply is running on the agent adds no job: that job removes it next", async () => {
     await edge.start();
     // Warm the connection, so the job below goes straight to its channel.
     const warm = await buy('warm');
-    expect((await call(gw.url, 'POST', `/api/dedicated/${warm.id}/provision`, { token: user.writeKey })).status).toBe(200);
+    // 200 or 202: on a loaded host the first SSH handshake may outlast edgeWaitMs; what matters is the warm channel.
+    await provisionTunnel(gw.url, gw.testDb.raw, user.writeKey, warm.id);
     const t = await buy('changes-mind');
     const appliesBefore = edge.count('apply', t.id);
     edge.signal('SIGSTOP');
     try {
       const provision = call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
       // The worker read `provisioning` and sent the job: its bytes wait, unread, at the frozen agent.
-      await until('the job sent to the frozen agent', async () => edge.unreadBytes() > 0, 4000);
+      await until('the job sent to the frozen agent', async () => edge.unreadBytes() > 0, 40_000);
       const del = call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey });
-      await until('deleting', async () => (await status(t.id)) === 'deleting', 4000);
+      await until('deleting', async () => (await status(t.id)) === 'deleting', 40_000);
       edge.signal('SIGCONT');
       expect([200, 202]).toContain((await provision).status);
       expect([200, 202]).toContain((await del).status);
@@ -105,13 +106,12 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge 
     expect(edge.count('apply', t.id) - appliesBefore).toBe(1);
     expect(edge.count('remove', t.id)).toBe(1);
     expect(edge.links()).not.toContain(t.tunnel_name);
-  }, 60_000);
+  }, 150_000);
 
   it('concurrent activates share one probe, within a replica and across two; all get its answer', async () => {
     await edge.start();
     const t = await buy('probed');
-    const p = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
-    expect([p.status, p.body.tunnel.status]).toEqual([200, 'provisioned']);
+    await provisionTunnel(gw.url, gw.testDb.raw, user.writeKey, t.id);
 
     // One replica: ten concurrent activates, one probe (no origin answers: 409 telling the buyer to run the script).
     const one = await Promise.all(Array.from({ length: 10 }, () => call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey })));
@@ -132,5 +132,5 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('one live edge 
     }
     expect(edge.count('probe', t.id)).toBe(2);
     expect(await status(t.id)).toBe('provisioned');
-  }, 60_000);
+  }, 150_000);
 });
