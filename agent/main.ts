@@ -65,7 +65,11 @@ export function startHealth(
     // 1 s (the job probe's default is 3 s): a failed check then holds its slot a third as long, and one lost
     // echo is absorbed by the hysteresis (3 failures in a row before down).
     probe: (t) => dataplane.probe(t, { timeoutMs: opts.probeTimeoutMs ?? HEALTH_PROBE_TIMEOUT_MS }),
-    outPackets: (t) => dataplane.counterPackets(outCounterName(t)),
+    outPackets: async (ts) => {
+      const names = ts.map((t) => outCounterName(t));
+      const got = await dataplane.counterPackets(names);
+      return names.map((n) => got.get(n));
+    },
     intervalMs: opts.intervalS * 1000,
     ...(opts.clock ? { clock: opts.clock } : {}),
     ...(opts.concurrency ? { concurrency: opts.concurrency } : {}),

@@ -32,6 +32,15 @@ const ORIGINS = process.env.TG_BENCH_ORIGINS !== '0';
  * what failing probes cost, and how long the libuv threadpool (fs, dns, crypto) makes others wait meanwhile.
  */
 const SILENT = process.env.TG_BENCH_ORIGINS === 'silent';
+/**
+ * Origins per origin namespace (TG_BENCH_ORIGINS_PER_NS, default 500; 10,000 tunnels: 20 namespaces). Each
+ * origin's policy route is an `ip rule`, and the kernel walks a namespace's rules in order, twice per probe
+ * (the echo's source check and the reply's route). A veth delivers inside the sender's system call, so that
+ * walk is billed to the agent: with all 10,000 origins in one namespace it was ~45% of the agent's CPU (perf,
+ * fib_rules_lookup; issue 11), a cost that grows with the origins sharing a namespace, where a real origin has
+ * its one rule on its own host. At 500 a namespace the walk is a twentieth of that.
+ */
+const ORIGINS_PER_NS = Math.max(1, Number(process.env.TG_BENCH_ORIGINS_PER_NS ?? 500));
 
 if (process.getuid?.() !== 0) {
   console.error('bench/agent-health.ts needs root (network namespaces)');
@@ -40,7 +49,9 @@ if (process.getuid?.() !== 0) {
 
 const nsName = (tag: string): string => `tg-hb-${tag}-${randomBytes(3).toString('hex')}`;
 const edgeNs = nsName('e');
-const originNs = nsName('o');
+const originNss = Array.from({ length: Math.max(1, Math.ceil(N / ORIGINS_PER_NS)) }, () => nsName('o'));
+/** The origin namespace of tunnel i (0-based). */
+const originNsOf = (i: number): string => originNss[Math.floor(i / ORIGINS_PER_NS)]!;
 const inNs = (ns: string, ...args: string[]): string => execFileSync('ip', ['netns', 'exec', ns, ...args], { encoding: 'utf8', maxBuffer: 1 << 30 });
 /** `ip -batch` in a namespace: one process for thousands of commands. */
 function ipBatch(ns: string, lines: string[]): void {
@@ -56,12 +67,12 @@ const ms = (t: number): string => `${(performance.now() - t).toFixed(0)} ms`;
 
 const stateDir = mkdtempSync(join(tmpdir(), 'tg-health-bench-'));
 execFileSync('ip', ['netns', 'add', edgeNs]);
-execFileSync('ip', ['netns', 'add', originNs]);
+for (const ns of originNss) execFileSync('ip', ['netns', 'add', ns]);
 let cleanup = (): void => undefined;
 try {
   inNs(edgeNs, 'ip', 'link', 'set', 'lo', 'up');
   inNs(edgeNs, 'ip', 'addr', 'add', `${BENCH_EDGE_IP}/32`, 'dev', 'lo');
-  inNs(originNs, 'ip', 'link', 'set', 'lo', 'up');
+  for (const ns of originNss) inNs(ns, 'ip', 'link', 'set', 'lo', 'up');
   const tunnels = Array.from({ length: N }, (_, i) => benchTunnel(i + 1));
   let t = performance.now();
   if (!ORIGINS) {
@@ -96,21 +107,24 @@ try {
     const macs = new Map((JSON.parse(inNs(edgeNs, 'ip', '-j', 'link', 'show')) as { ifname: string; address: string }[]).map((l) => [l.ifname, l.address]));
     ipBatch(
       edgeNs,
-      tunnels.flatMap((x) => [`link set dev ${x.tunnel_name} arp off`, `link set dev ${standinPeerName(x.tunnel_name)} address ${macs.get(x.tunnel_name)} arp off netns ${originNs}`]),
+      tunnels.flatMap((x, i) => [`link set dev ${x.tunnel_name} arp off`, `link set dev ${standinPeerName(x.tunnel_name)} address ${macs.get(x.tunnel_name)} arp off netns ${originNsOf(i)}`]),
     );
-    ipBatch(
-      originNs,
-      tunnels.flatMap((x, i) => {
-        const peer = standinPeerName(x.tunnel_name);
-        return [`addr add ${x.origin_inner} dev ${peer}`, `link set dev ${peer} up`, `route add default dev ${peer} table ${1000 + i}`, `rule add from ${x.origin_inner.split('/')[0]} lookup ${1000 + i}`];
-      }),
+    originNss.forEach((ns, k) =>
+      ipBatch(
+        ns,
+        tunnels.slice(k * ORIGINS_PER_NS, (k + 1) * ORIGINS_PER_NS).flatMap((x, j) => {
+          const peer = standinPeerName(x.tunnel_name);
+          const table = 1000 + k * ORIGINS_PER_NS + j;
+          return [`addr add ${x.origin_inner} dev ${peer}`, `link set dev ${peer} up`, `route add default dev ${peer} table ${table}`, `rule add from ${x.origin_inner.split('/')[0]} lookup ${table}`];
+        }),
+      ),
     );
-    console.log(`set-up: ${N} origins answering through their tunnel in ${ms(t)}`);
+    console.log(`set-up: ${N} origins answering through their tunnel (${originNss.length} origin namespaces of at most ${ORIGINS_PER_NS}) in ${ms(t)}`);
   }
   cleanup = () => void dp.close();
 
   // One status round before the checks (every tunnel unknown) and one after, timed, with the JSON's size.
-  const health = startHealth(ORIGINS ? dp : { desiredTunnels: () => tunnels, probe: (x, o) => dp.probe(x, o), counters: () => dp.counters(), counterPackets: (n) => dp.counterPackets(n) }, { intervalS: INTERVAL_S, timer: false });
+  const health = startHealth(ORIGINS ? dp : { desiredTunnels: () => tunnels, probe: (x, o) => dp.probe(x, o), counters: () => dp.counters(), counterPackets: (ns) => dp.counterPackets(ns) }, { intervalS: INTERVAL_S, timer: false });
   const statusRound = async (label: string): Promise<void> => {
     const s0 = performance.now();
     const cpu0 = process.cpuUsage();
@@ -171,7 +185,7 @@ try {
   await statusRound('after checks');
 } finally {
   cleanup();
-  for (const ns of [edgeNs, originNs]) {
+  for (const ns of [edgeNs, ...originNss]) {
     try {
       execFileSync('ip', ['netns', 'del', ns]);
     } catch {

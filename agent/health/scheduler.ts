@@ -10,7 +10,10 @@
 // (replies the edge accepted out of the tunnel toward clients). If it grew since the last check, the origin
 // answered someone through the tunnel, over the same return path the probe tests, so that counts as a
 // success without a probe: busy tunnels cost one counter read, and the origin sees no probe at all. A tunnel
-// with no reply traffic is probed (agent/dataplane/probe.ts).
+// with no reply traffic is probed (agent/dataplane/probe.ts). The counters of every tunnel due in a tick are
+// read together, in one call (one netlink request of GETs, not a request per check: issue 11 item 1), when
+// the tick finds them due; a check then uses the value read for it. A read that fails leaves the tick's
+// checks to their probes: an unreadable counter says nothing of the tunnel.
 //
 // Time comes from an injected clock, and the timer only calls runDue(); tests call runDue() themselves.
 import type { ProbeResult, TunnelSpec } from '../dataplane/types.ts';
@@ -62,10 +65,10 @@ export interface HealthOptions {
   /** Probes one tunnel through the tunnel. */
   probe: (t: TunnelSpec) => Promise<ProbeResult>;
   /**
-   * Packets counted so far by the tunnel's `out` counter, or undefined when unreadable. Optional: without it
-   * every check is a probe.
+   * Packets counted so far by the `out` counter of each of these tunnels (the ones due in a tick), in their
+   * order; undefined for one that is unreadable. Optional: without it every check is a probe.
    */
-  outPackets?: (t: TunnelSpec) => Promise<bigint | undefined>;
+  outPackets?: (ts: readonly TunnelSpec[]) => Promise<readonly (bigint | undefined)[]>;
   intervalMs: number;
   /** Checks running at once. */
   concurrency?: number;
@@ -85,6 +88,8 @@ interface Entry {
   /** The runDue pass that last met it in the desired state (the others are removed). */
   seen: number;
   lastOut?: bigint;
+  /** The `out` counter as read when the tick found this check due (undefined: not read, or unreadable). */
+  out?: bigint;
   state: TunnelHealth;
 }
 
@@ -104,6 +109,10 @@ export class HealthScheduler {
   private timer: NodeJS.Timeout | undefined;
   private running = 0;
   private queue: Entry[] = [];
+  /** Counter reads under way (each for one tick's due checks, which are queued once it answers). */
+  private reading = 0;
+  /** Bumped by stop(): a counter read that answers after it queues nothing. */
+  private epoch = 0;
   private drainWaiters: (() => void)[] = [];
   private pass = 0;
   /** Checks done, probes sent, and checks that counted reply traffic instead (for the benchmark and the log). */
@@ -130,13 +139,18 @@ export class HealthScheduler {
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+    this.epoch++;
     this.queue = [];
     await this.drained();
   }
 
   /** Resolves when no check is queued or running. */
   drained(): Promise<void> {
-    return this.running === 0 && this.queue.length === 0 ? Promise.resolve() : new Promise((r) => this.drainWaiters.push(r));
+    return this.idle() ? Promise.resolve() : new Promise((r) => this.drainWaiters.push(r));
+  }
+
+  private idle(): boolean {
+    return this.running === 0 && this.queue.length === 0 && this.reading === 0;
   }
 
   /**
@@ -172,13 +186,44 @@ export class HealthScheduler {
       }
     }
     for (const [id, e] of this.entries) if (e.seen !== pass) this.entries.delete(id);
+    const due: Entry[] = [];
     for (const e of this.entries.values()) {
       if (e.running || e.due > now) continue;
       e.running = true;
-      this.queue.push(e);
+      e.out = undefined;
+      due.push(e);
     }
-    this.pump();
+    if (due.length > 0 && this.o.outPackets) {
+      this.reading++;
+      const epoch = this.epoch;
+      void this.readOut(due).finally(() => {
+        this.reading--;
+        this.enqueue(epoch === this.epoch ? due : []);
+      });
+    } else this.enqueue(due);
     return this.drained();
+  }
+
+  /** The `out` counters of a tick's due checks, in one call. */
+  private async readOut(due: Entry[]): Promise<void> {
+    try {
+      const out = await this.o.outPackets!(due.map((e) => e.spec));
+      due.forEach((e, i) => {
+        e.out = out[i];
+      });
+    } catch (err) {
+      this.o.log?.('health counters unreadable; the checks probe', { tunnels: due.length, err: err instanceof Error ? err.message : String(err) });
+    }
+  }
+
+  private enqueue(due: Entry[]): void {
+    for (const e of due) this.queue.push(e);
+    this.pump();
+    this.wakeDrained();
+  }
+
+  private wakeDrained(): void {
+    if (this.idle()) for (const w of this.drainWaiters.splice(0)) w();
   }
 
   private pump(): void {
@@ -188,7 +233,7 @@ export class HealthScheduler {
       void this.check(e).finally(() => {
         this.running--;
         this.pump();
-        if (this.running === 0 && this.queue.length === 0) for (const w of this.drainWaiters.splice(0)) w();
+        this.wakeDrained();
       });
     }
   }
@@ -201,7 +246,7 @@ export class HealthScheduler {
     let by: CheckRecord['by'] = 'error';
     let rtt: number | undefined;
     try {
-      const out = this.o.outPackets ? await this.o.outPackets(spec) : undefined;
+      const out = e.out;
       if (out !== undefined && e.lastOut !== undefined && out > e.lastOut) {
         ok = true;
         by = 'traffic';

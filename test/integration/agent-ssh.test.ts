@@ -60,8 +60,8 @@ class RecordingDataplane implements Dataplane {
   async counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>> {
     return new Map([...this.tunnels.values()].map((t) => [t.tunnel_name, { packets: 7n, bytes: 700n }]));
   }
-  async counterPackets(): Promise<bigint | undefined> {
-    return undefined;
+  async counterPackets(): Promise<Map<string, bigint>> {
+    return new Map();
   }
   async close(): Promise<void> {}
 }

@@ -30,7 +30,15 @@ class FakeProber {
   };
 }
 
-function setup(n: number, opts: { concurrency?: number; out?: Map<string, bigint> } = {}) {
+/** The scheduler's outPackets over a map of tunnel id to `out` packets, recording the ids of each call. */
+function outReader(out: Map<string, bigint>, calls: string[][] = []) {
+  return async (ts: readonly TunnelSpec[]) => {
+    calls.push(ts.map((t) => t.id));
+    return ts.map((t) => out.get(t.id));
+  };
+}
+
+function setup(n: number, opts: { concurrency?: number; out?: Map<string, bigint>; outCalls?: string[][] } = {}) {
   const clock = { t: 1_000_000 * INTERVAL, now() { return this.t; } };
   const tunnels = Array.from({ length: n }, (_, i) => tunnelSpec({ tunnel_name: `tg-${i}` }));
   const prober = new FakeProber();
@@ -40,7 +48,7 @@ function setup(n: number, opts: { concurrency?: number; out?: Map<string, bigint
     intervalMs: INTERVAL,
     clock,
     ...(opts.concurrency ? { concurrency: opts.concurrency } : {}),
-    ...(opts.out ? { outPackets: async (t: TunnelSpec) => opts.out!.get(t.id) } : {}),
+    ...(opts.out ? { outPackets: outReader(opts.out, opts.outCalls) } : {}),
   });
   // The scheduler meets the tunnels now: each is due at its slot within the coming interval.
   void s.runDue();
@@ -123,7 +131,7 @@ describe('HealthScheduler (injected clock, FakeProber)', () => {
     const prober = new FakeProber();
     const out = new Map<string, bigint>([[t.id, 0n]]);
     const seen: CheckRecord[] = [];
-    const s = new HealthScheduler({ tunnels: () => [t], probe: prober.probe, outPackets: async (x) => out.get(x.id), intervalMs: INTERVAL, clock, onCheck: (c) => seen.push(c) });
+    const s = new HealthScheduler({ tunnels: () => [t], probe: prober.probe, outPackets: outReader(out), intervalMs: INTERVAL, clock, onCheck: (c) => seen.push(c) });
     const interval = async () => {
       for (let i = 0; i < INTERVAL / 1000; i++) {
         clock.t += 1000;
@@ -179,6 +187,65 @@ describe('HealthScheduler (injected clock, FakeProber)', () => {
     for (let i = 0; i < 3; i++) await advance(INTERVAL);
     expect(prober.calls.length).toBe(5);
     expect(s.get(a.id).health).toBe('down');
+  });
+
+  it("a tick reads the `out` counters of all its due checks in ONE call, and each check uses its own tunnel's value", async () => {
+    const out = new Map<string, bigint>();
+    const outCalls: string[][] = [];
+    const { s, prober, tunnels, clock } = setup(50, { out, outCalls });
+    for (const [i, t] of tunnels.entries()) out.set(t.id, BigInt(i));
+    clock.t += INTERVAL; // every tunnel due at once
+    await s.runDue();
+    expect(outCalls).toHaveLength(1); // the first runDue (in setup()) found none due and read nothing
+    expect([...outCalls[0]!].sort()).toEqual(tunnels.map((t) => t.id).sort());
+    expect(prober.calls).toHaveLength(50); // first look: nothing to compare with, so probed
+    // Half of them carried replies since: those count by traffic, the rest are probed; still one read.
+    for (const [i, t] of tunnels.entries()) if (i % 2 === 0) out.set(t.id, BigInt(i) + 1n);
+    clock.t += INTERVAL;
+    await s.runDue();
+    expect(outCalls).toHaveLength(2);
+    expect(outCalls[1]).toHaveLength(50);
+    expect(prober.calls).toHaveLength(75);
+    expect(new Set(prober.calls.slice(50))).toEqual(new Set(tunnels.filter((_, i) => i % 2 === 1).map((t) => t.id)));
+    expect(s.stats.byTraffic).toBe(25);
+  });
+
+  it('a counter read that fails leaves the checks to their probes (no failed check for it)', async () => {
+    const clock = { t: 1_000_000 * INTERVAL, now() { return this.t; } };
+    const tunnels = [tunnelSpec({ tunnel_name: 'tg-a' }), tunnelSpec({ tunnel_name: 'tg-b' })];
+    const prober = new FakeProber();
+    const logged: string[] = [];
+    const s = new HealthScheduler({
+      tunnels: () => tunnels,
+      probe: prober.probe,
+      outPackets: async () => {
+        throw new Error('netlink socket closed');
+      },
+      intervalMs: INTERVAL,
+      clock,
+      log: (e) => logged.push(e),
+    });
+    await s.runDue();
+    clock.t += INTERVAL;
+    await s.runDue();
+    expect(prober.calls).toHaveLength(2);
+    for (const t of tunnels) expect(s.get(t.id).health).toBe('up');
+    expect(logged).toContain('health counters unreadable; the checks probe');
+  });
+
+  it('stop() while a tick reads its counters: the read answers after and no check starts', async () => {
+    const clock = { t: 1_000_000 * INTERVAL, now() { return this.t; } };
+    const t = tunnelSpec({ tunnel_name: 'tg-s' });
+    const prober = new FakeProber();
+    let answer!: (v: (bigint | undefined)[]) => void;
+    const s = new HealthScheduler({ tunnels: () => [t], probe: prober.probe, outPackets: () => new Promise((r) => (answer = r)), intervalMs: INTERVAL, clock });
+    await s.runDue();
+    clock.t += INTERVAL;
+    const done = s.runDue();
+    const stopped = s.stop();
+    answer([1n]);
+    await Promise.all([done, stopped]);
+    expect(prober.calls).toHaveLength(0);
   });
 
   it('a tunnel leaving the desired state is forgotten; a changed origin starts from unknown', async () => {
