@@ -23,6 +23,11 @@ export interface TunnelPage {
   next_cursor: string | null;
 }
 
+export interface ListOptions {
+  limit?: number;
+  cursor?: string | null;
+}
+
 export interface SetupView {
   tunnel_id: string;
   scripts: OriginScripts;
@@ -35,9 +40,12 @@ export interface SetupView {
  */
 type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, Health, string | null];
 
-/** One list request's page: whose, how many (the page's limit), after which position (a decoded cursor). */
+/**
+ * One list request's page: whose (the account's, or that of the account an API key belongs to), how many
+ * (the page's limit), after which position (a decoded cursor).
+ */
 interface ListAsk {
-  accountId: string;
+  owner: { accountId: string } | { keyId: string };
   limit: number;
   after: { createdAt: string; id: string } | null;
 }
@@ -60,7 +68,7 @@ const PAGE_OF = (account: string, after: string, limit: string) => `
  * Identical asks in a batch are read once and answered with the same rows.
  */
 async function readPageRows(db: Database, asks: ListAsk[]): Promise<ListRow[][]> {
-  const keyOf = (a: ListAsk) => `${a.accountId}\u0000${a.limit}\u0000${a.after?.createdAt ?? ''}\u0000${a.after?.id ?? ''}`;
+  const keyOf = (a: ListAsk) => `${'keyId' in a.owner ? `k${a.owner.keyId}` : a.owner.accountId}\u0000${a.limit}\u0000${a.after?.createdAt ?? ''}\u0000${a.after?.id ?? ''}`;
   const slot = new Map<string, number>();
   const distinct: ListAsk[] = [];
   const which = asks.map((a) => {
@@ -74,9 +82,11 @@ async function readPageRows(db: Database, asks: ListAsk[]): Promise<ListRow[][]>
     // The embedded database has one session and no round trips to save: one plain statement per page.
     pages = await Promise.all(
       distinct.map(async (a) => {
-        const params: unknown[] = [a.accountId, ...(a.after ? [a.after.createdAt, a.after.id] : []), a.limit + 1];
+        const byKey = 'keyId' in a.owner;
+        const params: unknown[] = ['keyId' in a.owner ? a.owner.keyId : a.owner.accountId, ...(a.after ? [a.after.createdAt, a.after.id] : []), a.limit + 1];
         const after = a.after ? ' and (t.created_at, t.id) < (?::timestamptz, ?::uuid)' : '';
-        return (await db.hotRows(a.after ? 'tunnel_list_rows_after' : 'tunnel_list_rows', `select ${LIST_COLUMNS} ${PAGE_OF('?', after, '?')}`, params)) as ListRow[];
+        const owner = byKey ? '(select account_id from api_key where id = ?::uuid)' : '?';
+        return (await db.hotRows(`tunnel_list_rows${byKey ? '_by_key' : ''}${a.after ? '_after' : ''}`, `select ${LIST_COLUMNS} ${PAGE_OF(owner, after, '?')}`, params)) as ListRow[];
       }),
     );
   } else {
@@ -84,14 +94,20 @@ async function readPageRows(db: Database, asks: ListAsk[]): Promise<ListRow[][]>
     // comparison stays an index condition, so a deep page costs what the first does.
     const rows = await db.hotRows(
       'tunnel_list_pages',
-      `select i.n, p.* from unnest(?::uuid[], ?::int[], ?::timestamptz[], ?::uuid[]) with ordinality as i(account_id, lim, after_at, after_id, n)
+      `select i.n, p.* from unnest(?::uuid[], ?::uuid[], ?::int[], ?::timestamptz[], ?::uuid[]) with ordinality as i(account_id, key_id, lim, after_at, after_id, n)
+         left join api_key k on k.id = i.key_id
          cross join lateral (select t.created_at as sort_at, ${LIST_COLUMNS} ${PAGE_OF(
-           'i.account_id',
+           'coalesce(i.account_id, k.account_id)',
           ` and (t.created_at, t.id) < (coalesce(i.after_at, 'infinity'), coalesce(i.after_id, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))`,
            'i.lim',
          )}) p
         order by i.n, p.sort_at desc, p.id desc`,
-      [distinct.map((a) => a.accountId), distinct.map((a) => a.limit + 1), distinct.map((a) => a.after?.createdAt ?? null), distinct.map((a) => a.after?.id ?? null)],
+      [
+        distinct.map((a) => ('accountId' in a.owner ? a.owner.accountId : null)),
+        distinct.map((a) => ('keyId' in a.owner ? a.owner.keyId : null)),
+        distinct.map((a) => a.limit + 1),         distinct.map((a) => a.after?.createdAt ?? null),
+        distinct.map((a) => a.after?.id ?? null),
+      ],
     );
     pages = distinct.map(() => []);
     // Each row: its ask's ordinal, the sort key, then the ListRow's columns.
@@ -124,10 +140,23 @@ export class TunnelQueries {
   }
 
   /** Newest first; deleted tunnels are left out. The cursor is opaque to clients (cursor.ts). */
-  async list(principal: Principal, opts: { limit?: number; cursor?: string | null } = {}): Promise<TunnelPage> {
+  list(principal: Principal, opts: ListOptions = {}): Promise<TunnelPage> {
+    return this.page({ accountId: principal.accountId }, opts);
+  }
+
+  /**
+   * The page list() would give the holder of API key `keyId`, read without knowing its account yet: for a
+   * caller whose key is being checked at the same time (server/http/rest/routes.ts prefetchList). It
+   * proves nothing about the key: use it only once the key has been verified as this request's credential.
+   */
+  listByKey(keyId: string, opts: ListOptions = {}): Promise<TunnelPage> {
+    return this.page({ keyId }, opts);
+  }
+
+  private async page(owner: ListAsk['owner'], opts: ListOptions): Promise<TunnelPage> {
     const limit = opts.limit ?? 20;
     if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError('invalid_request', 'limit must be an integer from 1 to 100.');
-    const rows = await this.pageRows.call({ accountId: principal.accountId, limit, after: opts.cursor ? decodeCursor(opts.cursor) : null });
+    const rows = await this.pageRows.call({ owner, limit, after: opts.cursor ? decodeCursor(opts.cursor) : null });
     // Callers that shared the rows (identical asks in one batch) share the page built from them too
     // (callers must not modify it).
     let page = this.pages.get(rows);

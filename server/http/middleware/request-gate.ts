@@ -113,6 +113,14 @@ export class RequestGate {
     return { principal, error: null };
   }
 
+  /**
+   * Whether this exact credential authenticated here recently (and has not failed since): such a caller
+   * is not guessing, so work may start for it while admit() checks it again (routes.ts prefetchList).
+   */
+  trusts(authorization: string): boolean {
+    return this.wasValid(createHash('sha256').update(authorization).digest('base64url'), this.clock());
+  }
+
   /** Spends one request of `principal`'s own budget; throws 429 when it is empty. */
   charge(principal: Principal): void {
     const wait = this.requests.take(bucketOf(principal));
