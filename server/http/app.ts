@@ -200,7 +200,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     // Pricing and the API description are public and cheap; everything else spends the caller's budget.
     const path = ctx.path.replace(/\/+$/, '');
     if (!((ctx.method === 'GET' || ctx.method === 'HEAD') && (path === '/api/dedicated/pricing' || path === '/api/openapi.json'))) {
-      prefetchList(ctx, services.tunnels, (authorization) => gate.trusts(authorization));
+      prefetchList(ctx, services.tunnels, (authorization, keyId) => gate.trustsApiKey(authorization, keyId));
       await admit(ctx);
     }
     await routes(ctx, async () => {

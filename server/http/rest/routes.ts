@@ -55,13 +55,14 @@ interface EarlyList {
  * the caller waits for one (issue 12: the list was bound by waiting on the database, not by work). The
  * gate still reads the key afresh and decides (a key revoked a moment ago is refused on this very
  * request, docs/CONTRACTS.md "REST errors"); the route uses the page only for the key it verified.
- * Credentials not recently valid here get nothing started, so guesses cost no page reads.
+ * Credentials not recently valid here, or out of budget, get nothing started: guesses and throttled
+ * callers cost no page reads.
  */
-export function prefetchList(ctx: Context, tunnels: Services['tunnels'], trusts: (authorization: string) => boolean): void {
+export function prefetchList(ctx: Context, tunnels: Services['tunnels'], trusts: (authorization: string, keyId: string) => boolean): void {
   if (ctx.method !== 'GET' || ctx.path !== '/api/dedicated') return;
   const authorization = ctx.get('authorization');
   const keyId = apiKeyIdOf(authorization);
-  if (keyId === null || !trusts(authorization)) return;
+  if (keyId === null || !trusts(authorization, keyId)) return;
   let opts: ListOptions;
   try {
     opts = listOptions(ctx);
