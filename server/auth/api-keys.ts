@@ -86,12 +86,19 @@ async function readKeyRows(db: Database, ids: string[]): Promise<Array<KeyRow | 
   return out;
 }
 
+/** The id of a well-formed `svc_` key (a UUID as its row stores it), or null; nothing is verified. */
+export function keyIdOf(token: string): string | null {
+  const m = KEY_RE.exec(token);
+  if (!m) return null;
+  const hex = m[1]!;
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 /** Checks a `svc_` key against its row (read by `read`, one statement per key by default). */
 export async function authenticateApiKey(db: Database, token: string, read: (id: string) => Promise<KeyRow | undefined> = async (id) => (await readKeyRows(db, [id]))[0]): Promise<Principal> {
   const m = KEY_RE.exec(token);
-  if (!m) throw invalid();
-  const hex = m[1]!;
-  const id = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  const id = keyIdOf(token);
+  if (!m || id === null) throw invalid();
   const row = await read(id);
   // Hash even when the row is missing so timing does not tell unknown ids from wrong secrets.
   const given = sha256(m[2]!);

@@ -27,8 +27,6 @@ export class Database {
   /** Hot reads on PostgreSQL go through plain pg with named prepared statements (parsed and planned once per connection). */
   private hotPool: pg.Pool | null = null;
   private readonly hotText = new Map<string, string>();
-  /** hotRowsShared() queries not yet sent, by statement and parameters. */
-  private readonly unsent = new Map<string, Promise<unknown[][]>>();
 
   constructor(
     readonly orm: Orm,
@@ -176,44 +174,6 @@ export class Database {
     const url = this.url;
     if (!url) return this.query(text, params).then((rows) => rows.map((r) => Object.values(r)));
     return this.pool(url).query<unknown[]>({ name, text: this.pgText(name, text), values: [...params], rowMode: 'array' }).then((r) => r.rows);
-  }
-
-  /**
-   * hotRows() for reads that identical concurrent callers may share: a caller joins a query for the same
-   * statement and parameters that is still waiting for a pooled connection, i.e. not yet sent, so every
-   * caller's answer still comes from a snapshot taken after it asked (what it would get alone). Under
-   * load, when callers queue for connections anyway, many of them share one round trip. Callers must not
-   * modify the rows.
-   */
-  hotRowsShared(name: string, text: string, params: readonly unknown[] = []): Promise<unknown[][]> {
-    const url = this.url;
-    if (!url) return this.hotRows(name, text, params);
-    const key = `${name}\u0000${JSON.stringify(params)}`;
-    const waiting = this.unsent.get(key);
-    if (waiting) return waiting;
-    const pool = this.pool(url);
-    const query = { name, text: this.pgText(name, text), values: [...params], rowMode: 'array' as const };
-    const flight = pool.connect().then(
-      async (client) => {
-        // Sent from here on: later callers start a query of their own.
-        if (this.unsent.get(key) === flight) this.unsent.delete(key);
-        try {
-          const res = await client.query<unknown[]>(query);
-          client.release();
-          return res.rows;
-        } catch (e) {
-          // As pg.Pool.query does: a connection that failed a query is discarded, not reused.
-          client.release(e instanceof Error ? e : new Error(String(e)));
-          throw e;
-        }
-      },
-      (e: unknown) => {
-        if (this.unsent.get(key) === flight) this.unsent.delete(key);
-        throw e;
-      },
-    );
-    this.unsent.set(key, flight);
-    return flight;
   }
 
   /** `?` placeholders numbered for PostgreSQL, once per statement name. */

@@ -16,7 +16,7 @@ import { createMetrics, type Metrics } from './metrics.ts';
 import { RequestGate, type Admission } from './middleware/request-gate.ts';
 import { clientAddress } from './client-address.ts';
 import { readJsonBody } from './middleware/body.ts';
-import { restRouter, servePricing } from './rest/routes.ts';
+import { prefetchList, restRouter, servePricing } from './rest/routes.ts';
 import { createGraphql } from '../graphql/index.ts';
 import { graphqlRefusalBody } from '../graphql/errors.ts';
 import { createIssuer, looksLikeJwt } from '../oidc/index.ts';
@@ -200,6 +200,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     // Pricing and the API description are public and cheap; everything else spends the caller's budget.
     const path = ctx.path.replace(/\/+$/, '');
     if (!((ctx.method === 'GET' || ctx.method === 'HEAD') && (path === '/api/dedicated/pricing' || path === '/api/openapi.json'))) {
+      prefetchList(ctx, services.tunnels, (authorization, keyId) => gate.trustsApiKey(authorization, keyId));
       await admit(ctx);
     }
     await routes(ctx, async () => {

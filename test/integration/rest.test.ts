@@ -342,6 +342,30 @@ describe('reading tunnels', () => {
     }
   });
 
+  it('concurrent lists of several accounts (read together in shared statements) each get their own pages', async () => {
+    const users = await Promise.all([0, 1, 2].map(() => seedUser(gw.testDb.db)));
+    const own: string[][] = [];
+    for (const u of users) {
+      const ids: string[] = [];
+      for (let i = 0; i < 2; i++) ids.push((await buy(u.writeKey, { name: `mine-${i}`, origin_ip: ORIGIN })).body.tunnel.id);
+      own.push(ids.reverse()); // newest first
+    }
+    const list = (u: SeededUser, q = '') => call(gw.url, 'GET', `/api/dedicated${q}`, { token: u.readKey });
+    const idsOf = (r: Awaited<ReturnType<typeof list>>) => [r.status, r.body.tunnels.map((t: { id: string }) => t.id)];
+    // First with keys never used before, then again once each has authenticated (the gateway may start
+    // the page of a recently valid key while it checks the key: server/http/rest/routes.ts prefetchList).
+    for (const round of ['fresh keys', 'recently used keys']) {
+      const [full, first] = await Promise.all([
+        Promise.all(users.flatMap((u) => [list(u), list(u), list(u)])),
+        Promise.all(users.map((u) => list(u, '?limit=1'))),
+      ]);
+      expect([round, full.map(idsOf)]).toEqual([round, users.flatMap((_, i) => [0, 1, 2].map(() => [200, own[i]]))]);
+      expect([round, first.map(idsOf)]).toEqual([round, own.map((ids) => [200, [ids[0]]])]);
+      const second = await Promise.all(users.map((u, i) => list(u, `?limit=1&cursor=${encodeURIComponent(first[i]!.body.next_cursor)}`)));
+      expect([round, second.map(idsOf), second.map((r) => r.body.next_cursor)]).toEqual([round, own.map((ids) => [200, [ids[1]]]), [null, null, null]]);
+    }
+  });
+
   it('rejects bad list parameters with 400 invalid_request', async () => {
     for (const q of ['?limit=0', '?limit=101', '?limit=abc', '?cursor=nonsense', '?limit=1&limit=2', '?colour=red']) {
       const res = await call(gw.url, 'GET', `/api/dedicated${q}`, { token: alice.readKey });

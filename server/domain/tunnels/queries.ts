@@ -1,6 +1,7 @@
 // Reading tunnels: one (get), a page of them (list, with its shared-page cache), a tunnel's origin
 // scripts (setup) and a tunnel's status changes as they happen (watch). Nothing here writes.
 import type { Database } from '../../db/database.ts';
+import { Coalescer } from '../../db/coalesce.ts';
 import type { TunnelStatus } from '../../db/entities.ts';
 import type { Health } from '../../../common/tunnel-status.ts';
 import type { StatusChange } from '../../provisioning/status-bus.ts';
@@ -22,6 +23,11 @@ export interface TunnelPage {
   next_cursor: string | null;
 }
 
+export interface ListOptions {
+  limit?: number;
+  cursor?: string | null;
+}
+
 export interface SetupView {
   tunnel_id: string;
   scripts: OriginScripts;
@@ -34,48 +40,125 @@ export interface SetupView {
  */
 type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, Health, string | null];
 
+/**
+ * One list request's page: whose (the account's, or that of the account an API key belongs to), how many
+ * (the page's limit), after which position (a decoded cursor).
+ */
+interface ListAsk {
+  owner: { accountId: string } | { keyId: string };
+  limit: number;
+  after: { createdAt: string; id: string } | null;
+}
+
+// Only the columns a view shows, each row as an array, times as PostgreSQL's plain text output:
+// to_char() cost the database more than the rest of this query (measured), so the reshaping to
+// ISO 8601 happens here (utcText), with the same millisecond truncation as rows.ts's columns.
+const LIST_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
+       (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip,
+       ${SETTINGS_COLUMNS}, t.health, (${HEALTH_CHECKED_AT_SQL} at time zone 'UTC')::text`;
+/** One account's page, `limit + 1` rows (the extra one tells whether there is a next page). */
+const PAGE_OF = (account: string, after: string, limit: string) => `
+  from tunnel t join edge_node n on n.id = t.node_id
+ where t.account_id = ${account} and t.status <> 'deleted'${after}
+ order by t.created_at desc, t.id desc limit ${limit}`;
+
+/**
+ * The rows of each ask's page, one statement for the whole batch on PostgreSQL: the asks unnested, each
+ * page read by the same index scan a lone list makes (tunnel_account_created_idx), in a lateral join.
+ * Identical asks in a batch are read once and answered with the same rows.
+ */
+async function readPageRows(db: Database, asks: ListAsk[]): Promise<ListRow[][]> {
+  const keyOf = (a: ListAsk) => `${'keyId' in a.owner ? `k${a.owner.keyId}` : a.owner.accountId}\u0000${a.limit}\u0000${a.after?.createdAt ?? ''}\u0000${a.after?.id ?? ''}`;
+  const slot = new Map<string, number>();
+  const distinct: ListAsk[] = [];
+  const which = asks.map((a) => {
+    const k = keyOf(a);
+    let i = slot.get(k);
+    if (i === undefined) slot.set(k, (i = distinct.push(a) - 1));
+    return i;
+  });
+  let pages: ListRow[][];
+  if (!db.url) {
+    // The embedded database has one session and no round trips to save: one plain statement per page.
+    pages = await Promise.all(
+      distinct.map(async (a) => {
+        const byKey = 'keyId' in a.owner;
+        const params: unknown[] = ['keyId' in a.owner ? a.owner.keyId : a.owner.accountId, ...(a.after ? [a.after.createdAt, a.after.id] : []), a.limit + 1];
+        const after = a.after ? ' and (t.created_at, t.id) < (?::timestamptz, ?::uuid)' : '';
+        const owner = byKey ? '(select account_id from api_key where id = ?::uuid)' : '?';
+        return (await db.hotRows(`tunnel_list_rows${byKey ? '_by_key' : ''}${a.after ? '_after' : ''}`, `select ${LIST_COLUMNS} ${PAGE_OF(owner, after, '?')}`, params)) as ListRow[];
+      }),
+    );
+  } else {
+    // No cursor reads from the top: (infinity, the greatest uuid) is after every row, and the row
+    // comparison stays an index condition, so a deep page costs what the first does.
+    const rows = await db.hotRows(
+      'tunnel_list_pages',
+      `select i.n, p.* from unnest(?::uuid[], ?::uuid[], ?::int[], ?::timestamptz[], ?::uuid[]) with ordinality as i(account_id, key_id, lim, after_at, after_id, n)
+         left join api_key k on k.id = i.key_id
+         cross join lateral (select t.created_at as sort_at, ${LIST_COLUMNS} ${PAGE_OF(
+           'coalesce(i.account_id, k.account_id)',
+          ` and (t.created_at, t.id) < (coalesce(i.after_at, 'infinity'), coalesce(i.after_id, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))`,
+           'i.lim',
+         )}) p
+        order by i.n, p.sort_at desc, p.id desc`,
+      [
+        distinct.map((a) => ('accountId' in a.owner ? a.owner.accountId : null)),
+        distinct.map((a) => ('keyId' in a.owner ? a.owner.keyId : null)),
+        distinct.map((a) => a.limit + 1),         distinct.map((a) => a.after?.createdAt ?? null),
+        distinct.map((a) => a.after?.id ?? null),
+      ],
+    );
+    pages = distinct.map(() => []);
+    // Each row: its ask's ordinal, the sort key, then the ListRow's columns.
+    for (const r of rows) pages[Number(r[0]) - 1]!.push(r.slice(2) as ListRow);
+  }
+  return which.map((i) => pages[i]!);
+}
+
 export class TunnelQueries {
-  /** Pages built from rows that concurrent identical lists shared (Database.hotRowsShared); see list(). */
+  /** Pages built from rows that concurrent identical lists shared (readPageRows); see list(). */
   private readonly pages = new WeakMap<ListRow[], TunnelPage>();
+  /**
+   * Concurrent lists, of any accounts, leave together as one statement (server/db/coalesce.ts): under
+   * load a page costs a share of a round trip instead of a pooled connection's whole one, which is what
+   * bounded the list (issue 12: the gateway sat idle waiting on the database). Each ask is still answered
+   * by a statement sent after it was made, so it sees every commit from before the request.
+   */
+  private readonly pageRows: Coalescer<ListAsk, ListRow[]>;
 
   constructor(
     private readonly db: Database,
     private readonly edge: EdgeDispatch,
     private readonly adminSshPort: number,
-  ) {}
+  ) {
+    this.pageRows = new Coalescer((asks) => readPageRows(db, asks), 2);
+  }
 
   async get(principal: Principal, id: string): Promise<TunnelView> {
     return tunnelView(await readTunnel(this.db, principal, id), this.adminSshPort);
   }
 
   /** Newest first; deleted tunnels are left out. The cursor is opaque to clients (cursor.ts). */
-  async list(principal: Principal, opts: { limit?: number; cursor?: string | null } = {}): Promise<TunnelPage> {
+  list(principal: Principal, opts: ListOptions = {}): Promise<TunnelPage> {
+    return this.page({ accountId: principal.accountId }, opts);
+  }
+
+  /**
+   * The page list() would give the holder of API key `keyId`, read without knowing its account yet: for a
+   * caller whose key is being checked at the same time (server/http/rest/routes.ts prefetchList). It
+   * proves nothing about the key: use it only once the key has been verified as this request's credential.
+   */
+  listByKey(keyId: string, opts: ListOptions = {}): Promise<TunnelPage> {
+    return this.page({ keyId }, opts);
+  }
+
+  private async page(owner: ListAsk['owner'], opts: ListOptions): Promise<TunnelPage> {
     const limit = opts.limit ?? 20;
     if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError('invalid_request', 'limit must be an integer from 1 to 100.');
-    const params: unknown[] = [principal.accountId];
-    let after = '';
-    if (opts.cursor) {
-      const c = decodeCursor(opts.cursor);
-      after = ' and (t.created_at, t.id) < (?::timestamptz, ?::uuid)';
-      params.push(c.createdAt, c.id);
-    }
-    params.push(limit + 1);
-    // Only the columns a view shows, each row as an array, times as PostgreSQL's plain text output:
-    // to_char() cost the database more than the rest of this query (measured), so the reshaping to
-    // ISO 8601 happens here (utcText), with the same millisecond truncation as rows.ts's columns.
-    // Shared with identical list requests still waiting for a connection (see hotRowsShared): each
-    // caller is authenticated and rate-limited on its own, and still reads a snapshot from after it asked.
-    const rows = (await this.db.hotRowsShared(
-      after ? 'tunnel_list_rows_after' : 'tunnel_list_rows',
-      `select t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
-              (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip,
-              ${SETTINGS_COLUMNS}, t.health, (${HEALTH_CHECKED_AT_SQL} at time zone 'UTC')::text
-         from tunnel t join edge_node n on n.id = t.node_id
-        where t.account_id = ? and t.status <> 'deleted'${after}
-        order by t.created_at desc, t.id desc limit ?`,
-      params,
-    )) as ListRow[];
-    // Callers that shared the rows share the page built from them too (callers must not modify it).
+    const rows = await this.pageRows.call({ owner, limit, after: opts.cursor ? decodeCursor(opts.cursor) : null });
+    // Callers that shared the rows (identical asks in one batch) share the page built from them too
+    // (callers must not modify it).
     let page = this.pages.get(rows);
     if (!page) this.pages.set(rows, (page = this.listPage(rows, limit)));
     return page;

@@ -44,6 +44,12 @@ export class RateLimiter {
     return Math.max(1, Math.ceil((1 - b.tokens) / this.ratePerMs / 1000));
   }
 
+  /** Whether take() would allow one now; takes nothing. */
+  has(key: string, now = this.clock()): boolean {
+    const b = this.buckets.get(key);
+    return !b || Math.min(this.opts.burst, b.tokens + (now - b.at) * this.ratePerMs) >= 1;
+  }
+
   /** Gives back one token taken by take() (never above the burst): for a charge that turned out unwarranted. */
   refund(key: string): void {
     const b = this.buckets.get(key);

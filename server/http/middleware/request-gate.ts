@@ -113,6 +113,16 @@ export class RequestGate {
     return { principal, error: null };
   }
 
+  /**
+   * Whether `authorization`, which carries API key `keyId`, authenticated here recently (and has not
+   * failed since) and the key's budget has a request left: such a caller is neither guessing nor
+   * throttled, so work may start for it while admit() checks it again (routes.ts prefetchList).
+   */
+  trustsApiKey(authorization: string, keyId: string): boolean {
+    const now = this.clock();
+    return this.wasValid(createHash('sha256').update(authorization).digest('base64url'), now) && this.requests.has(apiKeyBucket(keyId), now);
+  }
+
   /** Spends one request of `principal`'s own budget; throws 429 when it is empty. */
   charge(principal: Principal): void {
     const wait = this.requests.take(bucketOf(principal));
@@ -143,8 +153,10 @@ export class RequestGate {
   }
 }
 
+const apiKeyBucket = (keyId: string) => `key:${keyId}`;
+
 /** The bucket of a credential: its API key id, or the subject of an access token. */
 function bucketOf(p: Principal): string {
-  if (p.credential.kind === 'api_key') return `key:${p.credential.id}`;
+  if (p.credential.kind === 'api_key') return apiKeyBucket(p.credential.id);
   return `sub:${p.userId ?? p.credential.id}`;
 }

@@ -5,7 +5,8 @@ import type { Context } from 'koa';
 import type { Services } from '../../services.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { ApiError } from '../../domain/errors.ts';
-import { PURCHASE_FIELDS, UPDATE_FIELDS, validateIdempotencyKey, validatePurchase, validateUpdate, type LifecycleResult } from '../../domain/tunnels/index.ts';
+import { PURCHASE_FIELDS, UPDATE_FIELDS, validateIdempotencyKey, validatePurchase, validateUpdate, type LifecycleResult, type ListOptions, type TunnelPage } from '../../domain/tunnels/index.ts';
+import { apiKeyIdOf } from '../../auth/authenticate.ts';
 import { purchaseBody } from './paths.ts';
 import { expectObject, readJsonBody } from '../middleware/body.ts';
 import type { Metrics } from '../metrics.ts';
@@ -30,6 +31,48 @@ function answer(ctx: Context, res: LifecycleResult): void {
 export async function servePricing(ctx: Context, pricing: Services['pricing']): Promise<void> {
   ctx.type = 'application/json';
   ctx.body = await pricing.json();
+}
+
+/** GET /api/dedicated's query: limit and cursor, each at most once; anything else is invalid_request. */
+function listOptions(ctx: Context): ListOptions {
+  const allowed = ['limit', 'cursor'];
+  const extra = Object.keys(ctx.query).filter((k) => !allowed.includes(k));
+  if (extra.length) throw new ApiError('invalid_request', `Unknown query parameter: ${extra.join(', ')}.`);
+  const { limit, cursor } = ctx.query;
+  if (Array.isArray(limit) || Array.isArray(cursor)) throw new ApiError('invalid_request', 'limit and cursor may be given once.');
+  if (limit !== undefined && !/^\d{1,3}$/.test(limit)) throw new ApiError('invalid_request', 'limit must be an integer from 1 to 100.');
+  return { limit: limit === undefined ? undefined : Number(limit), cursor: cursor ?? null };
+}
+
+interface EarlyList {
+  keyId: string;
+  page: Promise<TunnelPage>;
+}
+
+/**
+ * GET /api/dedicated with an svc_ key that authenticated here recently: starts reading the page of the
+ * key's account, by the key's id, before the gate checks the key, so the two round trips overlap and
+ * the caller waits for one (issue 12: the list was bound by waiting on the database, not by work). The
+ * gate still reads the key afresh and decides (a key revoked a moment ago is refused on this very
+ * request, docs/CONTRACTS.md "REST errors"); the route uses the page only for the key it verified.
+ * Credentials not recently valid here, or out of budget, get nothing started: guesses and throttled
+ * callers cost no page reads.
+ */
+export function prefetchList(ctx: Context, tunnels: Services['tunnels'], trusts: (authorization: string, keyId: string) => boolean): void {
+  if (ctx.method !== 'GET' || ctx.path !== '/api/dedicated') return;
+  const authorization = ctx.get('authorization');
+  const keyId = apiKeyIdOf(authorization);
+  if (keyId === null || !trusts(authorization, keyId)) return;
+  let opts: ListOptions;
+  try {
+    opts = listOptions(ctx);
+  } catch {
+    return; // the route answers it, after the gate
+  }
+  const page = tunnels.listByKey(keyId, opts);
+  // Awaited by the route only once the key is verified; a refused request leaves it unread.
+  page.catch(() => {});
+  ctx.state.earlyList = { keyId, page } satisfies EarlyList;
 }
 
 export function restRouter(services: Services, metrics: Metrics, openapiJson: () => string): Router {
@@ -78,13 +121,11 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
 
   router.get('/dedicated', async (ctx) => {
     const who = await principal(ctx);
-    const allowed = ['limit', 'cursor'];
-    const extra = Object.keys(ctx.query).filter((k) => !allowed.includes(k));
-    if (extra.length) throw new ApiError('invalid_request', `Unknown query parameter: ${extra.join(', ')}.`);
-    const { limit, cursor } = ctx.query;
-    if (Array.isArray(limit) || Array.isArray(cursor)) throw new ApiError('invalid_request', 'limit and cursor may be given once.');
-    if (limit !== undefined && !/^\d{1,3}$/.test(limit)) throw new ApiError('invalid_request', 'limit must be an integer from 1 to 100.');
-    const page = await tunnels.list(who, { limit: limit === undefined ? undefined : Number(limit), cursor: cursor ?? null });
+    const opts = listOptions(ctx);
+    // The page prefetchList started is this caller's only when the key it was read by is the credential
+    // the gate has just verified for this request (a key never changes account).
+    const early = ctx.state.earlyList as EarlyList | undefined;
+    const page = early && who.credential.kind === 'api_key' && who.credential.id === early.keyId ? await early.page : await tunnels.list(who, opts);
     // Concurrent identical lists share one page object (TunnelService.list), so its JSON is made once.
     let json = pageJson.get(page);
     if (json === undefined) pageJson.set(page, (json = JSON.stringify(page)));
