@@ -268,7 +268,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)') || skipUnless(ca
       return live.rows[0]!.n === 0;
     });
     before = retries;
-    const deletes = await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], N, () =>
+    const deletes = await restartUnder('select 1 from tunnel where account_id = $1 for update', [user.accountId], 1, () =>
       bought.map((t) => retrying('DELETE', `/api/dedicated/${t.id}`)),
     );
     for (const r of deletes) expect([200, 202, 409]).toContain(r.status);
