@@ -1,6 +1,9 @@
 // The agent's nftables table (agent/netlink/ruleset.ts) written as `nft -f` input: the command-line
 // twin that the agent benchmark's baseline loads and that tests use to build a table by hand.
-export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapSize?: number }): string {
+// `counters` adds named counter objects, as addTunnelgateRuleset's option of the same name does; the
+// netlink fixtures (test/fixtures/netlink/capture.sh) capture this text with one counter, `tun-1`.
+export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapSize?: number; counters?: readonly string[] }): string {
+  const counters = (opts.counters ?? []).map((c) => `  counter ${c} {\n  }\n`).join('');
   return `table ip ${opts.table} {
   map protected {
     type ipv4_addr : ipv4_addr${opts.mapSize ? `\n    size ${opts.mapSize}` : ''}
@@ -59,7 +62,7 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapS
   map tunnel_out {
     type ifname : counter
   }
-  chain fragdrop {
+${counters}  chain fragdrop {
     type filter hook prerouting priority -450; policy accept;
     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
   }

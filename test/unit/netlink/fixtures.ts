@@ -9,13 +9,16 @@ export interface Capture {
   command: string;
   /** One buffer per sendmsg/sendto (or recvmsg) call, in order. */
   calls: Buffer[];
+  /** For `nft -f`: the file it loaded, as capture.sh copied it into the comment lines. */
+  input: string;
 }
 
 export function loadCapture(name: string): Capture {
   const lines = readFileSync(`${dir}${name}.hex`, 'utf8').split('\n');
   const command = (lines[0] ?? '').replace(/^# command( \(kernel replies\))?: /, '');
   const calls = lines.filter((l) => l.length > 0 && !l.startsWith('#')).map((l) => Buffer.from(l.trim(), 'hex'));
-  return { command, calls };
+  const input = lines.filter((l) => l.startsWith('#   ')).map((l) => `${l.slice(4)}\n`).join('');
+  return { command, calls, input };
 }
 
 /** Every message of every call, each as its own buffer (header included). */

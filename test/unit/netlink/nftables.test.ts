@@ -25,6 +25,8 @@ import type { SetElement } from '../../../agent/netlink/nftables/index.ts';
 import { tunnelElements } from '../../../agent/dataplane/policy.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { capturedMessages, loadCapture, norm } from './fixtures.ts';
+import { CAPTURED_RULESET } from '../../fixtures/netlink/ruleset.ts';
+import { rulesetNftText } from '../../netns/ruleset-text.ts';
 
 /** The sendmsg that carried nft's transaction: BATCH_BEGIN first, and something between it and END. */
 function capturedBatch(name: string): Buffer {
@@ -39,6 +41,13 @@ function capturedBatch(name: string): Buffer {
 const encodeLikeNft = (b: NftBatch): Buffer => b.encode({ firstSeq: 0, ack: false }).data;
 
 describe('nft batches, byte for byte', () => {
+  // One text for the table: the capture below was taken of the text twin (test/netns/ruleset-text.ts), which
+  // test/netns/ruleset-text.test.ts holds equal to the agent's table as the kernel lists it. Edit the twin,
+  // and this fails until `TG_CAPTURE_ONLY=nft-setup bash test/fixtures/netlink/capture.sh` re-captures it.
+  it('nft-setup.hex is a capture of the text twin as it is now', () => {
+    expect(loadCapture('nft-setup').input).toBe(rulesetNftText(CAPTURED_RULESET));
+  });
+
   it('the whole table: maps, chains, counter, objref counter rule in its own filter chain, dnat rule with { tcp, udp }, MSS clamp', () => {
     const b = new NftBatch();
     addTunnelgateRuleset(b, { table: 'tunnelgate', ifnamePrefix: 'tg-', counters: ['tun-1'] });
