@@ -12,8 +12,8 @@
 // - refresh: one rotation chain per worker; each request presents the refresh token the previous
 //   response of that worker returned.
 //
-// Both scenarios alternate the two sides round by round (codes: rounds of 400, refresh: rounds of 2 s),
-// so load from anything else on the machine falls on both alike.
+// Both scenarios run in rounds of four legs, in-memory, gateway, gateway, in-memory (codes: legs of 200,
+// refresh: legs of 1 s), so load from anything else on the machine, steady or drifting, falls on both alike.
 //
 // Prints rates, p50/p99 latency and the ratio gateway / in-memory, overall and for its lowest round (target
 // >= 0.8 on every round, issue 12). Needs PostgreSQL
@@ -125,6 +125,24 @@ function runChains(side: Side, current: string[], seconds: number): Promise<Load
   );
 }
 
+/**
+ * `rounds` rounds, each of four legs in the order in-memory, gateway, gateway, in-memory (ABBA): a load
+ * that rises or falls steadily through a round weighs on both sides alike, where "in-memory first, then
+ * gateway" counted every rise against the gateway. A round's ratio is the gateway's two legs merged
+ * over the in-memory side's two.
+ */
+async function abbaRounds(rounds: number, leg: (side: 'memory' | 'gateway', round: number) => Promise<LoadResult>): Promise<{ memory: LoadResult[]; gateway: LoadResult[]; perRound: number[] }> {
+  const out = { memory: [] as LoadResult[], gateway: [] as LoadResult[], perRound: [] as number[] };
+  for (let round = 0; round < rounds; round++) {
+    const legs: Record<'memory' | 'gateway', LoadResult[]> = { memory: [], gateway: [] };
+    for (const side of ['memory', 'gateway', 'gateway', 'memory'] as const) legs[side].push(await leg(side, round));
+    out.memory.push(...legs.memory);
+    out.gateway.push(...legs.gateway);
+    out.perRound.push(merge(legs.gateway).rate / merge(legs.memory).rate);
+  }
+  return out;
+}
+
 const fmt = (r: LoadResult) => `${Math.round(r.rate)} /s | ${r.p50.toFixed(1)} | ${r.p99.toFixed(1)}`;
 
 async function main(): Promise<void> {
@@ -165,7 +183,6 @@ async function main(): Promise<void> {
 
     /** Each scenario's merged runs, and the ratio of each round (the target holds on every round: issue 12). */
     const results: Record<string, { gateway: LoadResult; memory: LoadResult; perRound: number[] }> = {};
-    const roundRatios = (r: { memory: LoadResult[]; gateway: LoadResult[] }) => r.gateway.map((g, i) => g.rate / r.memory[i]!.rate);
     // Codes are minted and exchanged in rounds of BATCH: oidc-provider's in-memory adapter is an LRU of
     // 1000 entries, so thousands of codes minted ahead would be evicted before their exchange. Only
     // the exchanges are timed; the sides alternate round by round so drift hits both alike.
@@ -177,31 +194,26 @@ async function main(): Promise<void> {
       const warm = await exchangeAll(side, [...first, ...(await mintCodes(side, WARMUP_CODES - SESSIONS))]);
       if (warm.failed) throw new Error(`${side.name}: warm-up exchanges failed: ${JSON.stringify(warm.failures)}`);
     }
-    const runs = { memory: [] as LoadResult[], gateway: [] as LoadResult[] };
-    for (let done = 0; done < CODES; done += BATCH) {
-      for (const [key, side] of [['memory', memory], ['gateway', gateway]] as const) {
-        runs[key].push(await exchangeAll(side, await mintCodes(side, Math.min(BATCH, CODES - done))));
-      }
-    }
+    const runs = await abbaRounds(Math.ceil(CODES / BATCH), async (key) => {
+      const side = key === 'memory' ? memory : gateway;
+      return exchangeAll(side, await mintCodes(side, Math.max(1, Math.round(BATCH / 2))));
+    });
     const ex = { memory: merge(runs.memory), gateway: merge(runs.gateway) };
     for (const [key, side] of [['memory', memory], ['gateway', gateway]] as const) {
       process.stderr.write(`  ${side.name}: ${fmt(ex[key])} ms, failed ${ex[key].failed}\n`);
     }
-    results['code exchange'] = { ...ex, perRound: roundRatios(runs) };
+    results['code exchange'] = { ...ex, perRound: runs.perRound };
     const ROUND_SECONDS = 2;
     process.stderr.write(`refresh: ${WORKERS} rotation chains per side, ${SECONDS} s per side in alternating rounds of ${ROUND_SECONDS} s\n`);
     const chains = { memory: await startChains(memory), gateway: await startChains(gateway) };
-    const refreshRuns = { memory: [] as LoadResult[], gateway: [] as LoadResult[] };
-    for (let t = 0; t < SECONDS; t += ROUND_SECONDS) {
-      for (const [key, side] of [['memory', memory], ['gateway', gateway]] as const) {
-        refreshRuns[key].push(await runChains(side, chains[key], Math.min(ROUND_SECONDS, SECONDS - t)));
-      }
-    }
+    const refreshRuns = await abbaRounds(Math.max(1, Math.round(SECONDS / ROUND_SECONDS)), (key) =>
+      runChains(key === 'memory' ? memory : gateway, chains[key], ROUND_SECONDS / 2),
+    );
     const rf = { memory: merge(refreshRuns.memory), gateway: merge(refreshRuns.gateway) };
     for (const [key, side] of [['memory', memory], ['gateway', gateway]] as const) {
       process.stderr.write(`  ${side.name}: ${fmt(rf[key])} ms, failed ${rf[key].failed}\n`);
     }
-    results['refresh (rotation)'] = { ...rf, perRound: roundRatios(refreshRuns) };
+    results['refresh (rotation)'] = { ...rf, perRound: refreshRuns.perRound };
 
     console.log('\n| scenario | gateway (PostgreSQL) | p50 ms | p99 ms | oidc-provider (in-memory) | p50 ms | p99 ms | ratio | lowest round | target |\n|---|---|---|---|---|---|---|---|---|---|');
     let ok = true;
