@@ -27,6 +27,8 @@ export class Database {
   /** Hot reads on PostgreSQL go through plain pg with named prepared statements (parsed and planned once per connection). */
   private hotPool: pg.Pool | null = null;
   private readonly hotText = new Map<string, string>();
+  /** hotTransaction()'s statement names, by text: a transaction's SQL is written in the code, so the set is small. */
+  private readonly txNames = new Map<string, string>();
 
   constructor(
     readonly orm: Orm,
@@ -160,9 +162,8 @@ export class Database {
    * use it for statements whose results are counted, not read (`returning 1`).
    */
   async prepared<T extends object = Record<string, unknown>>(name: string, text: string, params: readonly unknown[] = []): Promise<T[]> {
-    const em = this.orm.em.fork() as Em;
-    if (!this.url) return em.execute<T[]>(text, [...params], 'all');
-    const pool = await (em.getConnection() as unknown as { getNativeClient(): Promise<pg.Pool> }).getNativeClient();
+    if (!this.url) return (this.orm.em.fork() as Em).execute<T[]>(text, [...params], 'all');
+    const pool = await this.nativePool();
     return pool.query<T>({ name, text: this.pgText(name, text), values: [...params] }).then((r) => r.rows);
   }
 
@@ -180,8 +181,7 @@ export class Database {
   private pgText(name: string, text: string): string {
     let pgText = this.hotText.get(name);
     if (pgText === undefined) {
-      let n = 0;
-      pgText = text.replace(/\?/g, () => `$${++n}`);
+      pgText = numbered(text);
       this.hotText.set(name, pgText);
     }
     return pgText;
@@ -204,6 +204,54 @@ export class Database {
     return em.transactional((tx) => fn(new EmSql(tx)));
   }
 
+  /**
+   * transaction() for a hot write path (the purchase): on PostgreSQL its statements run as named
+   * prepared statements, parsed and planned once per connection, on a connection of MikroORM's own pool
+   * (the one transaction() uses, so the connection budget is the same), instead of through MikroORM's
+   * query pipeline, whose per-statement cost in this process bounded purchases (issue 12). Rows come back
+   * as pg parses them (numeric and int8 as strings, jsonb parsed), so `fn` formats times in SQL, as the
+   * tunnel columns do. A connection that failed mid-transaction is discarded, never handed on.
+   */
+  async hotTransaction<T>(fn: (sql: Sql) => Promise<T>): Promise<T> {
+    if (!this.url) return this.transaction(fn);
+    const client = await (await this.nativePool()).connect();
+    let broken: Error | undefined;
+    try {
+      await client.query('begin');
+      const result = await fn({
+        query: <R extends object>(text: string, params: readonly unknown[] = []) => {
+          const name = this.txStatementName(text);
+          return client.query<R>({ name, text: name === undefined ? numbered(text) : this.pgText(name, text), values: [...params] }).then((r) => r.rows);
+        },
+      });
+      await client.query('commit');
+      return result;
+    } catch (e) {
+      await client.query('rollback').catch((rollbackFailed: Error) => {
+        broken = rollbackFailed;
+      });
+      throw e;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  /** A name for a transaction statement's text; none (an unnamed statement) past a bound, so SQL built at run time cannot grow each connection's statement cache without end. */
+  private txStatementName(text: string): string | undefined {
+    let name = this.txNames.get(text);
+    if (name === undefined && this.txNames.size < 256) {
+      name = `tx_${this.txNames.size}`;
+      this.txNames.set(text, name);
+    }
+    return name;
+  }
+
+  /** The pg pool under MikroORM's connection (PostgreSQL only). */
+  private async nativePool(): Promise<pg.Pool> {
+    const em = this.orm.em.fork() as Em;
+    return (em.getConnection() as unknown as { getNativeClient(): Promise<pg.Pool> }).getNativeClient();
+  }
+
   async close(): Promise<void> {
     this.closing = true;
     // end() of a connection the server already dropped can wait forever: do not hold the close on it.
@@ -216,4 +264,10 @@ export class Database {
     // the middle of a transaction (a PostgreSQL restart) would hold shutdown forever.
     await Promise.race([this.orm.close(), new Promise<void>((r) => setTimeout(r, 5000).unref())]);
   }
+}
+
+/** `?` placeholders as PostgreSQL's `$1`, `$2`, ... */
+function numbered(text: string): string {
+  let n = 0;
+  return text.replace(/\?/g, () => `$${++n}`);
 }

@@ -115,7 +115,7 @@ export async function purchase(deps: PurchaseDeps, principal: Principal, input: 
 
 /** One attempt of purchase(), in one transaction; `readKeys`: pick a GRE key the pair does not use (the retry). */
 function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string, readKeys: boolean): Promise<StoredOutcome> {
-  return deps.db.transaction(async (sql): Promise<StoredOutcome> => {
+  return deps.db.hotTransaction(async (sql): Promise<StoredOutcome> => {
     // The account row is locked first: the idempotency insert below takes a FOR KEY SHARE lock on it
     // (foreign key), and two purchases that each held that and then asked for FOR UPDATE deadlocked
     // (seen with concurrent keyed retries after a PostgreSQL restart). Its balance and the rate are read
