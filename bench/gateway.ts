@@ -31,7 +31,7 @@ import { createUser } from '../server/domain/accounts.ts';
 import { createApiKey } from '../server/auth/api-keys.ts';
 import { setRate } from '../server/domain/settings.ts';
 import { ROOT, startTs } from './lib/process.ts';
-import { totalCpuMs } from './lib/cpu.ts';
+import { cpuSinceMs, cpuSnapshot } from './lib/cpu.ts';
 import { createBenchDatabase } from './lib/database.ts';
 import { report } from './lib/report.ts';
 import { lineChart } from './lib/svg.ts';
@@ -68,12 +68,13 @@ async function run(name: string, opts: Options, sides = cpuSides, countPurchases
   // One second of warm-up (JIT, pool connections), then the measured run.
   const warm = await autocannon({ ...opts, duration: 1, connections: CONNECTIONS });
   const serverPids = sides?.server() ?? [];
-  const dbPids = (await sides?.database()) ?? [];
-  const before = [totalCpuMs(serverPids), totalCpuMs(dbPids)];
+  const before = { server: cpuSnapshot(serverPids), database: cpuSnapshot((await sides?.database()) ?? []) };
   const r = await autocannon({ ...opts, duration: SECONDS, connections: CONNECTIONS });
   if (countPurchases) purchases2xx += warm['2xx'] + r['2xx'];
   const perReq = (ms: number) => ((ms * 1000) / Math.max(1, r.requests.total)).toFixed(0);
-  const cost = sides ? `, CPU per request: server ${perReq(totalCpuMs(serverPids) - before[0]!)} µs, database ${perReq(totalCpuMs(dbPids) - before[1]!)} µs` : '';
+  const cost = sides
+    ? `, CPU per request: server ${perReq(cpuSinceMs(before.server, serverPids))} µs, database ${perReq(cpuSinceMs(before.database, (await sides.database()) ?? []))} µs`
+    : '';
   process.stderr.write(`  ${name}: ${Math.round(r.requests.average)} req/s, p99 ${r.latency.p99} ms, non-2xx ${r.non2xx}, errors ${r.errors}${cost}\n`);
   if (r.non2xx || r.errors) throw new Error(`${name}: ${r.non2xx} non-2xx answers, ${r.errors} errors (${JSON.stringify(r.statusCodeStats ?? {})})`);
   return { rate: r.requests.average, p99: r.latency.p99, result: r };

@@ -17,4 +17,20 @@ export function cpuMs(pid: number): number {
   }
 }
 
-export const totalCpuMs = (pids: readonly number[]): number => pids.reduce((s, p) => s + cpuMs(p), 0);
+
+/** Each process's CPU milliseconds now, by pid: the start of a cpuSinceMs() measurement. */
+export const cpuSnapshot = (pids: readonly number[]): Map<number, number> => new Map(pids.map((p) => [p, cpuMs(p)]));
+
+/**
+ * CPU milliseconds `pids` used since `before`: a process started since counts whole, and one that ended
+ * meanwhile counts nothing (its time can no longer be read), where summing totals before and after made
+ * a database backend that closed during a run subtract its whole past, and the figure negative.
+ */
+export function cpuSinceMs(before: ReadonlyMap<number, number>, pids: readonly number[]): number {
+  let ms = 0;
+  for (const p of pids) {
+    const now = cpuMs(p);
+    if (now > 0) ms += now - Math.min(now, before.get(p) ?? 0);
+  }
+  return ms;
+}
