@@ -19,6 +19,8 @@ const topAt = args.indexOf('--top');
 const top = topAt >= 0 ? Number(args[topAt + 1]) : 40;
 const files = args.filter((a, i) => a !== '--top' && i !== topAt + 1);
 
+/** The repository this script sits in, as profiles name its files: "ours" wherever the clone lives. */
+const REPO_URL = new URL('..', import.meta.url).href;
 const byFn = new Map<string, number>();
 /** Time with the function anywhere on the stack (each sample counted once per function). */
 const inclusive = new Map<string, number>();
@@ -31,7 +33,7 @@ for (const f of files) {
   for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const keyOf = (n: Node): string => {
     const { functionName, url, lineNumber } = n.callFrame;
-    const short = url.replace(/^file:\/\/.*?\/(node_modules\/)/, '$1').replace(/^file:\/\/\/work\/main\//, '');
+    const short = url.replace(/^file:\/\/.*?\/(node_modules\/)/, '$1').replace(REPO_URL, '');
     return `${functionName || '(anonymous)'} ${short}:${lineNumber + 1}`;
   };
   p.samples.forEach((id, i) => {
@@ -43,7 +45,7 @@ for (const f of files) {
     for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) seen.add(keyOf(nodes.get(at)!));
     for (const k of seen) inclusive.set(k, (inclusive.get(k) ?? 0) + us);
     byFn.set(key, (byFn.get(key) ?? 0) + us);
-    const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)?.[1] ?? (url.startsWith('node:') ? 'node:internal' : url ? (url.includes('/work/main/') ? 'ours' : url.split('/')[0]!) : functionName);
+    const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)?.[1] ?? (url.startsWith('node:') ? 'node:internal' : url ? (url.startsWith(REPO_URL) ? 'ours' : url.split('/')[0]!) : functionName);
     byPkg.set(pkg, (byPkg.get(pkg) ?? 0) + us);
     total += us;
   });
