@@ -131,11 +131,11 @@ function runChains(side: Side, current: string[], seconds: number): Promise<Load
  * gateway" counted every rise against the gateway. A round's ratio is the gateway's two legs merged
  * over the in-memory side's two.
  */
-async function abbaRounds(rounds: number, leg: (side: 'memory' | 'gateway', round: number) => Promise<LoadResult>): Promise<{ memory: LoadResult[]; gateway: LoadResult[]; perRound: number[] }> {
+async function abbaRounds(rounds: number, leg: (side: 'memory' | 'gateway') => Promise<LoadResult>): Promise<{ memory: LoadResult[]; gateway: LoadResult[]; perRound: number[] }> {
   const out = { memory: [] as LoadResult[], gateway: [] as LoadResult[], perRound: [] as number[] };
   for (let round = 0; round < rounds; round++) {
     const legs: Record<'memory' | 'gateway', LoadResult[]> = { memory: [], gateway: [] };
-    for (const side of ['memory', 'gateway', 'gateway', 'memory'] as const) legs[side].push(await leg(side, round));
+    for (const side of ['memory', 'gateway', 'gateway', 'memory'] as const) legs[side].push(await leg(side));
     out.memory.push(...legs.memory);
     out.gateway.push(...legs.gateway);
     out.perRound.push(merge(legs.gateway).rate / merge(legs.memory).rate);
@@ -185,9 +185,9 @@ async function main(): Promise<void> {
     const results: Record<string, { gateway: LoadResult; memory: LoadResult; perRound: number[] }> = {};
     // Codes are minted and exchanged in rounds of BATCH: oidc-provider's in-memory adapter is an LRU of
     // 1000 entries, so thousands of codes minted ahead would be evicted before their exchange. Only
-    // the exchanges are timed; the sides alternate round by round so drift hits both alike.
+    // the exchanges are timed; each round is ABBA (abbaRounds), so drift hits both sides alike.
     const BATCH = 400;
-    process.stderr.write(`code exchange: ${CODES} codes per side in rounds of ${BATCH}, ${WORKERS} workers (after ${WARMUP_CODES} warm-up exchanges)\n`);
+    process.stderr.write(`code exchange: ${CODES} codes per side in ABBA rounds of ${BATCH} per side (legs of ${BATCH / 2}), ${WORKERS} workers (after ${WARMUP_CODES} warm-up exchanges)\n`);
     for (const side of [memory, gateway]) {
       // Sign in on every session first (one code each, one at a time), then warm up.
       const first = await mintCodes(side, SESSIONS, 1);
@@ -196,7 +196,7 @@ async function main(): Promise<void> {
     }
     const runs = await abbaRounds(Math.ceil(CODES / BATCH), async (key) => {
       const side = key === 'memory' ? memory : gateway;
-      return exchangeAll(side, await mintCodes(side, Math.max(1, Math.round(BATCH / 2))));
+      return exchangeAll(side, await mintCodes(side, BATCH / 2));
     });
     const ex = { memory: merge(runs.memory), gateway: merge(runs.gateway) };
     for (const [key, side] of [['memory', memory], ['gateway', gateway]] as const) {
@@ -204,7 +204,7 @@ async function main(): Promise<void> {
     }
     results['code exchange'] = { ...ex, perRound: runs.perRound };
     const ROUND_SECONDS = 2;
-    process.stderr.write(`refresh: ${WORKERS} rotation chains per side, ${SECONDS} s per side in alternating rounds of ${ROUND_SECONDS} s\n`);
+    process.stderr.write(`refresh: ${WORKERS} rotation chains per side, ${SECONDS} s per side in ABBA rounds of ${ROUND_SECONDS} s per side\n`);
     const chains = { memory: await startChains(memory), gateway: await startChains(gateway) };
     const refreshRuns = await abbaRounds(Math.max(1, Math.round(SECONDS / ROUND_SECONDS)), (key) =>
       runChains(key === 'memory' ? memory : gateway, chains[key], ROUND_SECONDS / 2),

@@ -17,7 +17,6 @@ export function cpuMs(pid: number): number {
   }
 }
 
-
 /** Each process's CPU milliseconds now, by pid: the start of a cpuSinceMs() measurement. */
 export const cpuSnapshot = (pids: readonly number[]): Map<number, number> => new Map(pids.map((p) => [p, cpuMs(p)]));
 
