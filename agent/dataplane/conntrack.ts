@@ -16,7 +16,10 @@ const CTA_TUPLE_ORIG = 1;
 const CTA_ZONE = 18;
 const CTA_FILTER = 25;
 const CTA_TUPLE_IP = 1;
+const CTA_TUPLE_PROTO = 2;
 const CTA_IP_V4_DST = 2;
+const CTA_PROTO_NUM = 1;
+const CTA_PROTO_DST_PORT = 3;
 const CTA_FILTER_ORIG_FLAGS = 1;
 const CTA_FILTER_FLAG_CTA_IP_DST = 1 << 1;
 const AF_INET = 2;
@@ -46,6 +49,9 @@ function encodeCtDump(seq: number, dst?: string): Buffer {
 
 export interface CtEntry {
   origDst: string;
+  /** The original tuple's layer-4 protocol number and destination port (none for protocols without ports). */
+  proto?: number;
+  dstPort?: number;
   /** CTA_TUPLE_ORIG's payload as dumped (ip + proto + zone nests). */
   tuple: Buffer;
   zone?: Buffer;
@@ -59,6 +65,11 @@ function decodeCtEntry(m: NlMsg): CtEntry | undefined {
   const dst = new AttrTable(tuple).nested(CTA_TUPLE_IP)?.get(CTA_IP_V4_DST);
   if (!dst || dst.length !== 4) return undefined;
   const e: CtEntry = { origDst: bytesToIpv4(dst), tuple: Buffer.from(tuple) };
+  const proto = new AttrTable(tuple).nested(CTA_TUPLE_PROTO);
+  const num = proto?.get(CTA_PROTO_NUM);
+  if (num && num.length === 1) e.proto = num[0]!;
+  const port = proto?.get(CTA_PROTO_DST_PORT);
+  if (port && port.length === 2) e.dstPort = (port[0]! << 8) | port[1]!;
   const z = t.get(CTA_ZONE);
   if (z) e.zone = Buffer.from(z);
   return e;
@@ -158,7 +169,27 @@ export class Conntrack {
   private async dumpAndDelete(ips: readonly string[]): Promise<number> {
     const want = new Set(ips);
     const entries = ips.length <= PER_IP_DUMP_LIMIT ? (await Promise.all(ips.map((ip) => this.dump(ip)))).flat() : await this.dump();
-    const doomed = entries.filter((e) => want.has(e.origDst));
+    return this.deleteEntries(entries.filter((e) => want.has(e.origDst)));
+  }
+
+  /**
+   * Deletes the entries of each protected IP that its `allows` no longer lets in (a policy that closed ports or a
+   * protocol), keeping the rest: the allowlist judges a connection by its first packet only (agent/netlink/ruleset.ts
+   * `allow`). Returns how many went.
+   */
+  async flushDisallowed(tunnels: readonly { ip: string; allows: (proto: number, dstPort: number | undefined) => boolean }[]): Promise<number> {
+    if (tunnels.length === 0) return 0;
+    const judge = new Map(tunnels.map((t) => [t.ip, t.allows]));
+    const entries = tunnels.length <= PER_IP_DUMP_LIMIT ? (await Promise.all(tunnels.map((t) => this.dump(t.ip)))).flat() : await this.dump();
+    return this.deleteEntries(
+      entries.filter((e) => {
+        const allows = judge.get(e.origDst);
+        return allows !== undefined && (e.proto === undefined || !allows(e.proto, e.dstPort));
+      }),
+    );
+  }
+
+  private async deleteEntries(doomed: readonly CtEntry[]): Promise<number> {
     let deleted = 0;
     await Promise.all(
       doomed.map(async (e) => {

@@ -2,7 +2,7 @@
 // records, a view of the kernel) to a plan of link steps, one nftables batch and conntrack flushes.
 // No I/O here, so every decision (what is added, changed, left alone, never touched) is unit-testable.
 import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
-import { elementFromId, elementNeeds, sharedNeeds, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
+import { allowedElementIp, elementFromId, elementNeeds, sharedNeeds, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
 
 /** What identifies a tunnel link beyond its name (GRE: local, remote, ttl, key both ways). */
@@ -159,6 +159,11 @@ export interface Plan {
   linkDeletes: string[];
   /** Protected IPs whose conntrack entries must go. */
   flush: string[];
+  /**
+   * Tunnels (not in `flush`) whose allowlist lost elements: their connections that the new allowlist no longer
+   * lets in must go, as the allowlist judges only a connection's first packet (docs/CONTRACTS.md "Dataplane").
+   */
+  narrowed: TunnelSpec[];
   counts: ChangeCounts;
   /** The agent's records after the plan succeeded. */
   owned: Map<string, OwnedTunnel>;
@@ -428,7 +433,8 @@ export function diff(input: DiffInput): Plan {
     if (!prev || prev.pending) action = 'added';
     else if (touched || !sameSpec(prev.spec, t)) action = 'changed';
     else action = 'unchanged';
-    // A policy change alone keeps conntrack: an established connection on a port still allowed keeps working.
+    // A policy change alone keeps conntrack: an established connection on a port still allowed keeps working
+    // (the ones on ports it closes are deleted one by one: Plan.narrowed).
     if (action === 'added' || mappingChanged || (prev && !sameTunnel(prev.spec, t))) flush.add(t.protected_ip);
     actions.set(t.id, action);
     counts[action]++;
@@ -488,6 +494,17 @@ export function diff(input: DiffInput): Plan {
   for (const id of addEls.keys()) delEls.delete(id);
   nft.addElements = [...addEls.values()];
   nft.delElements = [...delEls.values()];
+  // Ports or protocols a desired tunnel no longer allows (its policy changed, or a reconcile sweeps allowlist
+  // elements nobody wants): their live connections go with them, unless the whole IP is flushed anyway.
+  const narrowed = new Map<string, TunnelSpec>();
+  if (nft.delElements.length > 0) {
+    const byIp = new Map(desired.map((t) => [t.protected_ip, t]));
+    for (const e of nft.delElements) {
+      const ip = allowedElementIp(e);
+      const t = ip === undefined ? undefined : byIp.get(ip);
+      if (t && !flush.has(ip!)) narrowed.set(t.id, t);
+    }
+  }
   if (!view.elements) {
     nft.delElements = nft.delElements.filter((e) => {
       const n = elementNeeds(e);
@@ -530,6 +547,7 @@ export function diff(input: DiffInput): Plan {
     nft,
     linkDeletes: [...new Set(linkDeletes)],
     flush: [...flush],
+    narrowed: [...narrowed.values()],
     counts,
     // Built only when asked for (tests): a copy of 10,000 records per single-tunnel change is what this avoids.
     get owned(): Map<string, OwnedTunnel> {

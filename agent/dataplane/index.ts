@@ -250,7 +250,7 @@ class EdgeDataplane implements DataplaneHandle {
     const intents: OwnedTunnel[] = [];
     for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push({ spec: t, pending: true });
     this.state.commit(intents, []);
-    const { flushed, generation } = await applyPlan(this.k, plan, view);
+    const { flushed, disallowed, generation } = await applyPlan(this.k, plan, view);
     const puts = desired.filter((t) => plan.actions.get(t.id) !== 'unchanged').map((t) => ({ spec: t }));
     const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id);
     this.state.commit(puts, dels);
@@ -261,7 +261,7 @@ class EdgeDataplane implements DataplaneHandle {
         this.cleanGeneration = generation.after;
       }
     }
-    this.log('dataplane.applied', { ...plan.counts, links: plan.linkSteps.length + plan.linkDeletes.length, conntrackFlushed: flushed });
+    this.log('dataplane.applied', { ...plan.counts, links: plan.linkSteps.length + plan.linkDeletes.length, conntrackFlushed: flushed, conntrackDisallowed: disallowed });
     return plan.counts;
   }
 

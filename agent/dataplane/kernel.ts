@@ -3,7 +3,7 @@
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
 import { POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
-import { LEGACY_ALLOWED_SET, TUNNEL_SETS, elementId, fromLegacyAllowed, type PolicyElement } from './policy.ts';
+import { LEGACY_ALLOWED_SET, TUNNEL_SETS, allowsConnection, elementId, fromLegacyAllowed, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
@@ -27,8 +27,9 @@ export const EXPECTED_RULES = [
   'fragdrop: payload bitwise cmp payload lookup payload objref immediate',
   'synraw: meta cmp payload bitwise cmp payload lookup notrack',
   'count: payload objref',
+  'allow: ct bitwise cmp immediate',
   'allow: ct bitwise cmp payload lookup payload objref immediate',
-  'allow: ct cmp immediate',
+  'allow: ct bitwise cmp immediate',
   'allow: payload lookup',
   'allowlist: payload meta lookup immediate',
   'allowlist: payload meta payload bitwise lookup immediate',
@@ -412,7 +413,7 @@ export interface AppliedGeneration {
 }
 
 /** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
-export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined; generation?: AppliedGeneration }> {
+export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined; disallowed: number; generation?: AppliedGeneration }> {
   const steps = plan.linkSteps;
   // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
   await inChunks(
@@ -486,7 +487,9 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   // 4. Links of removed tunnels: traffic no longer goes to them.
   await inChunks(plan.linkDeletes, (name) => k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV')));
 
-  // 5. Conntrack of every protected IP whose mapping appeared, changed or went.
+  // 5. Conntrack of every protected IP whose mapping appeared, changed or went; then the connections that a
+  // narrowed allowlist no longer lets in, now that it is committed (a packet in between is judged as new).
   const flushed = await k.conntrack().flushDestinations(plan.flush);
-  return { flushed, ...(generation ? { generation } : {}) };
+  const disallowed = await k.conntrack().flushDisallowed(plan.narrowed.map((t) => ({ ip: t.protected_ip, allows: (proto, port) => allowsConnection(t, proto, port) })));
+  return { flushed, disallowed, ...(generation ? { generation } : {}) };
 }

@@ -156,6 +156,25 @@ export function tunnelElements(t: TunnelSpec): PolicyElement[] {
 }
 
 /**
+ * Whether the tunnel's allowlist lets a connection of this protocol to this destination port in: the same
+ * answer as its elements in the allowed sets (tcp and udp only; every port is 0-65535, as `*` is stored).
+ */
+export function allowsConnection(t: Pick<TunnelSpec, 'policy'>, proto: number, port: number | undefined): boolean {
+  const p = policyOf(t);
+  if (proto !== IPPROTO_TCP && proto !== IPPROTO_UDP) return false;
+  if (p.protocol !== 'both' && proto !== (p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP)) return false;
+  if (p.ports === '*') return true;
+  return port !== undefined && p.ports.some(([from, to]) => port >= from && port <= to);
+}
+
+/** The protected IP an allowed-set element's id keys (its first four key bytes), or undefined for other sets. */
+export function allowedElementIp(e: PolicyElement): string | undefined {
+  if (!ALLOWED_SETS.includes(e.set)) return undefined;
+  const key = e.id.slice(e.set.length + 1, e.set.length + 9);
+  return [0, 2, 4, 6].map((i) => parseInt(key.slice(i, i + 2), 16)).join('.');
+}
+
+/**
  * The interval set an agent before the port blocks kept its allowlist in (`P . proto . from-to`). Read only when
  * a newer agent rebuilds such a table, so the allowlist carries over into the block sets in the same batch and
  * no allowed port is closed between the rebuild and the restore's reconcile.

@@ -4,6 +4,7 @@
 // `nft -f` sends for the equivalent ruleset file (see test/fixtures/netlink/nft-setup.hex).
 import {
   IFNAME_LEN,
+  IPS_CONFIRMED,
   IPS_DST_NAT,
   IP_CT_DIR_ORIGINAL,
   IP_CT_DIR_REPLY,
@@ -212,7 +213,9 @@ const accept = (): Expr => expr.immediateVerdict(NF_ACCEPT);
 /** `ct state a,b`: the packet's state bit is one of these (a flag test nft derives itself: no explicit op). */
 const ctStateIn = (bits: number): Expr[] => [expr.ct(NFT_CT_STATE), expr.bitwise(4, hostU32(bits), hostU32(0)), expr.cmp(NFT_CMP_NEQ, hostU32(0))];
 /** `ct status & dnat == 0` (or `!= 0`). */
-const ctDnat = (op: number): Expr[] => [expr.ct(NFT_CT_STATUS), expr.bitwise(4, hostU32(IPS_DST_NAT), hostU32(0), NFT_REG_1, NFT_REG_1, true), expr.cmp(op, hostU32(0))];
+/** `ct status & BIT == 0` (op EQ) or `!= 0` (NEQ); no connection at all (invalid, untracked) ends the rule. */
+const ctStatus = (bit: number, op: number): Expr[] => [expr.ct(NFT_CT_STATUS), expr.bitwise(4, hostU32(bit), hostU32(0), NFT_REG_1, NFT_REG_1, true), expr.cmp(op, hostU32(0))];
+const ctDnat = (op: number): Expr[] => ctStatus(IPS_DST_NAT, op);
 /** `counter name KEY map @drop_<reason> drop`: a key missing from the map ends the rule (no count, no drop). */
 const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): Expr[] => [key, expr.objrefMap({ name: dropMap(reason), id: ids.get(dropMap(reason)) }), drop()];
 
@@ -226,8 +229,9 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *   chain count { type filter hook prerouting priority mangle;
  *     counter name ip daddr map @tunnel_counters }
  *   chain allow { type filter hook prerouting priority -140;
+ *     ct state invalid,untracked jump allowlist
  *     ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
- *     ct state != related jump allowlist
+ *     ct status & confirmed == 0 jump allowlist
  *     ip daddr vmap @rate_limits }
  *   chain allowlist {
  *     ip daddr . meta l4proto @allowed_all return
@@ -347,9 +351,15 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     expr.notrack(),
   ]);
   rule(count, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId })]);
+  // The allowlist judges what has no connection in the table yet: packets without one (a syn-proxied SYN is
+  // untracked; a mid-stream packet of a flushed connection is invalid, so a closed port counts it not_allowed),
+  // then a connection's first packet (unconfirmed). A confirmed connection passed it with its first packet and
+  // skips its lookups (issue 10 item 6); a policy that closes ports deletes the connections it no longer allows
+  // (agent/dataplane/conntrack.ts flushDisallowed), whose next packet is judged again.
+  rule(CHAINS.allow, [...ctStateIn(NF_CT_STATE_INVALID | NF_CT_STATE_UNTRACKED), expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
   // Invalid packets to a syn-proxied IP are the proxy's to judge (the client's handshake ACK is invalid until then).
   rule(CHAINS.allow, [...ctStateIn(NF_CT_STATE_INVALID), daddr(), expr.lookup(ref(POLICY_SETS.synproxied), NFT_REG_1, undefined, NFT_LOOKUP_F_INV), ...countedDrop('invalid', daddr(), ids)]);
-  rule(CHAINS.allow, [expr.ct(NFT_CT_STATE), expr.cmp(NFT_CMP_NEQ, hostU32(NF_CT_STATE_RELATED)), expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
+  rule(CHAINS.allow, [...ctStatus(IPS_CONFIRMED, NFT_CMP_EQ), expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
   rule(CHAINS.allow, [daddr(), expr.lookup(ref(POLICY_SETS.rateLimits), NFT_REG_1, NFT_REG_VERDICT)]);
   // One exact lookup per block size, the port masked to it: a hit returns to `allow` (the rate limit next).
   for (const bits of PORT_BLOCK_BITS) {

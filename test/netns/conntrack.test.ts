@@ -11,9 +11,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('conntrack flus
   let ns: TestNetns;
   let ct: Conntrack;
 
-  /** One UDP entry from a client port to dst (inserted by hand: no traffic needed). */
-  const insert = (dst: string, sport: number): void => {
-    ns.run('conntrack', '-I', '-p', 'udp', '-s', '198.51.100.7', '-d', dst, '--sport', String(sport), '--dport', '53', '-t', '3600', '-u', 'ASSURED');
+  /** One entry from a client port to dst (inserted by hand: no traffic needed), UDP to port 53 unless told. */
+  const insert = (dst: string, sport: number, proto: 'udp' | 'tcp' = 'udp', dport = 53): void => {
+    const state = proto === 'tcp' ? ['--state', 'ESTABLISHED'] : [];
+    ns.run('conntrack', '-I', '-p', proto, '-s', '198.51.100.7', '-d', dst, '--sport', String(sport), '--dport', String(dport), ...state, '-t', '3600', '-u', 'ASSURED');
   };
   const entries = (dst: string): number => {
     const out = ns.run('bash', '-c', `conntrack -L -d ${dst} 2>/dev/null || true`);
@@ -43,5 +44,38 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('conntrack flus
     // Nothing to flush is no error; the other destination's entries are still there.
     await ct.flushDestinations(['203.0.113.9']);
     expect(entries('203.0.113.2')).toBe(2);
+  });
+
+  it('flushDisallowed deletes only the connections its judge refuses, by protocol and destination port, of the given IPs', async () => {
+    insert('203.0.113.4', 4001, 'udp', 53);
+    insert('203.0.113.4', 4002, 'udp', 5353);
+    insert('203.0.113.4', 4003, 'tcp', 443);
+    insert('203.0.113.4', 4004, 'tcp', 22);
+    insert('203.0.113.5', 5001, 'tcp', 22);
+    const list = (dst: string): string[] =>
+      ns
+        .run('bash', '-c', `conntrack -L -d ${dst} 2>/dev/null || true`)
+        .split('\n')
+        .filter((l) => l.includes(`dst=${dst}`))
+        .map((l) => `${l.split(/\s+/)[0]}:${/dport=(\d+)/.exec(l)?.[1]}`)
+        .sort();
+    expect(list('203.0.113.4')).toEqual(['tcp:22', 'tcp:443', 'udp:53', 'udp:5353']);
+    const seen: string[] = [];
+    // TCP 443 and UDP 53 still allowed: the others go.
+    const deleted = await ct.flushDisallowed([
+      {
+        ip: '203.0.113.4',
+        allows: (proto, port) => {
+          seen.push(`${proto}:${port}`);
+          return (proto === 6 && port === 443) || (proto === 17 && port === 53);
+        },
+      },
+    ]);
+    expect(deleted).toBe(2);
+    expect(seen.sort()).toEqual(['17:53', '17:5353', '6:22', '6:443']);
+    expect(list('203.0.113.4')).toEqual(['tcp:443', 'udp:53']);
+    // Another IP's entry on a refused port is not this tunnel's to judge.
+    expect(list('203.0.113.5')).toEqual(['tcp:22']);
+    expect(await ct.flushDisallowed([])).toBe(0);
   });
 });

@@ -53,7 +53,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(text).toContain('counter name ip daddr map @tunnel_counters');
     expect(text).toContain('type filter hook forward priority filter; policy accept;');
     expect(text).toContain('oifname "tg-*" tcp flags syn tcp option maxseg size set rt mtu');
-    expect(text).toContain('ct state != related jump allowlist');
+    expect(text).toContain('ct state invalid,untracked jump allowlist');
+    expect(text).toContain('ct status ! confirmed jump allowlist');
     expect(text).toContain('ip daddr . meta l4proto . th dport & 65280 @allowed_256 return');
     expect(text).toContain('ip daddr . meta l4proto . th dport @allowed_1 return');
     expect(text).toContain('ct direction reply ct status dnat iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out');

@@ -76,8 +76,9 @@ ${counters}  chain fragdrop {
   }
   chain allow {
     type filter hook prerouting priority -140; policy accept;
+    ct state invalid,untracked jump allowlist
     ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
-    ct state != related jump allowlist
+    ct status & confirmed == 0 jump allowlist
     ip daddr vmap @rate_limits
   }
   chain allowlist {

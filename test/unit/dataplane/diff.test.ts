@@ -142,6 +142,28 @@ describe('dataplane diff', () => {
       expect(ids(back.nft.ensureElements)).toEqual(added);
     });
 
+    it('ports or a protocol taken away name the tunnel in narrowed (its disallowed connections go); added ones do not', () => {
+      const wide = t(1, { policy: policy({ ports: [[80, 80], [443, 443]] }) });
+      const narrow = t(1, { policy: policy({ ports: [[443, 443]] }) });
+      const scope = new Set(['id1']);
+      expect(diff({ desired: [wide], owned: ownedOf([narrow]), view: viewOf([narrow]), scope }).narrowed).toEqual([]);
+      const p = diff({ desired: [narrow], owned: ownedOf([wide]), view: viewOf([wide]), scope });
+      expect(p.narrowed).toEqual([narrow]);
+      expect(p.flush).toEqual([]);
+      const tcpOnly = t(1, { policy: policy({ ports: [[80, 80], [443, 443]], protocol: 'tcp' }) });
+      expect(diff({ desired: [tcpOnly], owned: ownedOf([wide]), view: viewOf([wide]), scope }).narrowed).toEqual([tcpOnly]);
+      // A new mapping flushes the whole IP: nothing to pick one by one.
+      const moved = { ...narrow, origin_inner: '100.64.9.2/30', edge_inner: '100.64.9.1/30' };
+      const m = diff({ desired: [moved], owned: ownedOf([wide]), view: viewOf([wide]), scope });
+      expect(m.flush).toEqual([moved.protected_ip]);
+      expect(m.narrowed).toEqual([]);
+      // A reconcile sweeping an allowlist element nobody wants for a desired tunnel's IP narrows it too.
+      const view = fullView([narrow]);
+      for (const e of tunnelElements(wide)) if (e.set.startsWith('allowed_')) view.elements!.add(e.id);
+      expect(diff({ desired: [narrow], owned: ownedOf([narrow]), view, scope: 'all' }).narrowed).toEqual([narrow]);
+      expect(diff({ desired: [narrow], owned: ownedOf([narrow]), view: fullView([narrow]), scope: 'all' }).narrowed).toEqual([]);
+    });
+
     it('a rate-limit chain comes with its first user and goes with its last; a synproxy object per MSS likewise', () => {
       const a = t(1, { policy: policy({ source_pps_limit: 500, syn_proxy: true }) });
       const b = t(2, { policy: policy({ source_pps_limit: 500 }) });

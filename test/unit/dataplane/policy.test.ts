@@ -3,7 +3,7 @@
 // ports, each once. Checked port by port against the ranges, for edge cases and for seeded random lists.
 import { describe, expect, it } from 'vitest';
 import type { PortRange } from '../../../common/tunnel-policy.ts';
-import { portBlocks, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { allowedElementIp, allowsConnection, portBlocks, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { ALLOWED_SETS, PORT_BLOCK_BITS } from '../../../agent/netlink/ruleset.ts';
 import { benchTunnel } from '../../../bench/lib/tunnels.ts';
 
@@ -73,5 +73,25 @@ describe('port blocks', () => {
     expect(key.readUInt16BE(8)).toBe(4096);
     const all = tunnelElements({ ...t, policy: { ...t.policy, ports: '*' } }).filter((e) => ALLOWED_SETS.includes(e.set));
     expect(all.map((e) => [e.set, Buffer.from(e.el.key).length])).toEqual([['allowed_all', 8], ['allowed_all', 8]]);
+  });
+
+  it('allowsConnection says what the elements say, for every port of both protocols; allowedElementIp reads P back', () => {
+    const base = { ...benchTunnel(3), policy: { ports: [[22, 22], [4096, 8191], [65535, 65535]] as PortRange[], protocol: 'udp' as const, syn_proxy: false, source_pps_limit: null, drop_fragments: false } };
+    for (const t of [base, { ...base, policy: { ...base.policy, protocol: 'both' as const } }, { ...base, policy: { ...base.policy, ports: '*' as const } }]) {
+      const els = tunnelElements(t).filter((e) => ALLOWED_SETS.includes(e.set));
+      for (const e of els) expect(allowedElementIp(e)).toBe(t.protected_ip);
+      // Which (proto, port) pairs the elements let in, from their keys: P . proto [. first port of a block].
+      const inSets = new Set<string>();
+      for (const e of els) {
+        const key = Buffer.from(e.el.key);
+        const bits = Number(e.set.slice('allowed_'.length).replace('all', '65536'));
+        const first = key.length === 12 ? key.readUInt16BE(8) : 0;
+        for (let p = first; p < first + bits; p++) inSets.add(`${key[4]}:${p}`);
+      }
+      for (const proto of [6, 17])
+        for (let port = 0; port < 65536; port++) if (allowsConnection(t, proto, port) !== inSets.has(`${proto}:${port}`)) throw new Error(`${t.policy.protocol} ${proto}:${port}`);
+      expect(allowsConnection(t, 1, undefined)).toBe(false); // ICMP: the allowlist is tcp and udp only
+    }
+    expect(tunnelElements(base).filter((e) => !ALLOWED_SETS.includes(e.set)).map(allowedElementIp)).toSatisfy((ips: unknown[]) => ips.every((ip) => ip === undefined));
   });
 });
