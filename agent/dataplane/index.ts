@@ -82,6 +82,13 @@ export interface DataplaneHandle extends Dataplane {
   restore(): Promise<ReconcileResult>;
 }
 
+/** The sockets opened at their first use, closed with the dataplane. */
+interface LazySockets {
+  sock?: Conntrack;
+  reaper?: Rtnl;
+  reaping: Set<Promise<void>>;
+}
+
 function kernelError(op: string, e: unknown): KernelError {
   if (e instanceof KernelError) return e;
   const text = e instanceof Error ? e.message : String(e);
@@ -96,7 +103,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
   const log = opts.log ?? (() => undefined);
   let rtnl: Rtnl | undefined;
   let nft: Nft | undefined;
-  const ct: { sock?: Conntrack } = {};
+  const ct: LazySockets = { reaping: new Set() };
   let state: StateStore | undefined;
   let desired: StateStore | undefined;
   try {
@@ -111,6 +118,8 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       rtnl,
       nft,
       conntrack: () => (ct.sock ??= Conntrack.open(netns)),
+      reaper: () => (ct.reaper ??= Rtnl.open({ netns, sendOffThread: true })),
+      reaping: ct.reaping,
       table: opts.nftTable,
       linkPrefix,
       driver: linkDriver(opts.linkKind ?? 'gre'),
@@ -135,6 +144,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     return new EdgeDataplane(k, state, desired, opts, table, log, ct);
   } catch (e) {
     ct.sock?.close();
+    ct.reaper?.close();
     nft?.close();
     rtnl?.close();
     state?.close();
@@ -168,7 +178,7 @@ class EdgeDataplane implements DataplaneHandle {
     private readonly opts: DataplaneOptions,
     readonly table: 'created' | 'present' | 'rebuilt',
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
-    private readonly ct: { sock?: Conntrack },
+    private readonly ct: LazySockets,
   ) {
     this.prober = new EchoProber(k.netns);
   }
@@ -462,7 +472,10 @@ class EdgeDataplane implements DataplaneHandle {
     this.prober.close();
     this.k.rtnl.close();
     this.k.nft.close();
+    // A link deletion finishing on the reaper's thread (kernel.ts deleteLinkUnlisted) ends before its socket does.
+    await Promise.all(this.ct.reaping);
     this.ct.sock?.close();
+    this.ct.reaper?.close();
     this.state.close();
     this.desired.close();
   }

@@ -132,6 +132,13 @@ export interface KernelContext {
   rtnl: Rtnl;
   nft: Nft;
   conntrack: () => Conntrack;
+  /**
+   * A route socket whose sends run off the event loop (socket.ts sendOffThread), for the deletion of a few
+   * links (deleteLinksUnlisted); opened at its first use. Absent: those deletions go through `rtnl`.
+   */
+  reaper?: () => Rtnl;
+  /** Deletions still finishing on the reaper's thread after their links left the kernel's lists. */
+  reaping?: Set<Promise<void>>;
   table: string;
   linkPrefix: string;
   driver: LinkDriver;
@@ -389,6 +396,37 @@ async function inChunks<T>(items: readonly T[], fn: (x: T) => Promise<unknown>, 
   }
 }
 
+/** A plan deleting at most this many links (a one-tunnel job) waits for each only until it is unlisted. */
+const UNLISTED_DELETES_MAX = 8;
+
+/**
+ * Deletes a link, returning once the kernel no longer lists it (its name is free, `ip link` shows nothing)
+ * rather than once the kernel's deletion returns. In rtnetlink a deletion releases RTNL and then waits for an
+ * RCU barrier before acking (netdev_run_todo; ~20 ms here against ~2 ms until the link is unlisted), blocking
+ * whichever thread sent it: the reaper's sends run on a worker thread, so the job answers after ~2 ms and the
+ * event loop (SSH, probes) never waits out the barrier (issue 10 item 4, docs/CONTRACTS.md "Dataplane"). The
+ * route socket's own requests show when the link is gone: each takes RTNL, so it answers after the deletion's
+ * part under RTNL, or before it started. A refusal (the link still listed) surfaces as the deletion's error.
+ */
+export async function deleteLinkUnlisted(k: KernelContext, name: string): Promise<void> {
+  if (!k.reaper) return k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV'));
+  let outcome: { error?: unknown } | undefined;
+  const deleting = k.reaper().deleteLink(name).catch(ignoreCode('ENODEV')).then(
+    () => void (outcome = {}),
+    (error: unknown) => void (outcome = { error }),
+  );
+  k.reaping?.add(deleting);
+  void deleting.then(() => k.reaping?.delete(deleting));
+  for (;;) {
+    if (outcome) {
+      if (outcome.error !== undefined) throw outcome.error;
+      return;
+    }
+    if ((await k.rtnl.findLink(name)) === undefined) return;
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
 const ignoreCode =
   (...codes: string[]) =>
   (e: unknown): void => {
@@ -485,7 +523,8 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   nftMem.between();
 
   // 4. Links of removed tunnels: traffic no longer goes to them.
-  await inChunks(plan.linkDeletes, (name) => k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV')));
+  if (plan.linkDeletes.length <= UNLISTED_DELETES_MAX) await Promise.all(plan.linkDeletes.map((name) => deleteLinkUnlisted(k, name)));
+  else await inChunks(plan.linkDeletes, (name) => k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV')));
 
   // 5. Conntrack of every protected IP whose mapping appeared, changed or went; then the connections that a
   // narrowed allowlist no longer lets in, now that it is committed (a packet in between is judged as new).

@@ -63,6 +63,8 @@ interface Libc {
   setsockopt(fd: number, level: number, name: number, val: Buffer, len: number): number;
   getsockopt(fd: number, level: number, name: number, val: Buffer, len: Buffer): number;
   sendto(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): number;
+  /** sendto() on a worker thread; -1 on failure (the worker's errno does not reach us). */
+  sendtoAsync(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): Promise<number>;
   recv(fd: number, buf: Buffer, len: number, flags: number): number;
   close(fd: number): number;
   setns(fd: number, nstype: number): number;
@@ -93,6 +95,10 @@ function loadLibc(): Libc {
     setsockopt: (fd, lv, n, v, l) => num(setsockopt(fd, lv, n, v, l)),
     getsockopt: (fd, lv, n, v, l) => num(getsockopt(fd, lv, n, v, l)),
     sendto: (fd, b, l, f, a, al) => num(sendto(fd, b, l, f, a, al)),
+    sendtoAsync: (fd, b, l, f, a, al) =>
+      new Promise<number>((resolve, reject) => {
+        sendto.async(fd, b, l, f, a, al, (err: unknown, res: unknown) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(num(res))));
+      }),
     recv: (fd, b, l, f) => num(recv(fd, b, l, f)),
     close: (fd) => num(close(fd)),
     setns: (fd, t) => num(setns(fd, t)),
@@ -119,6 +125,11 @@ export interface NetlinkEndpoint {
   /** Sends one datagram; 0, or the errno of the failure. */
   send(data: Buffer): number;
   /**
+   * Sends one datagram from a worker thread (NetlinkSocketOptions.sendOffThread): the kernel's work on it
+   * runs there, and the event loop goes on meanwhile. Absent: send() is used.
+   */
+  sendAsync?(data: Buffer): Promise<number>;
+  /**
    * Copies the next queued datagram into `buf` without waiting: its full length (larger than `buf` when it
    * was truncated), or minus an errno (EAGAIN: nothing queued; ENOBUFS: the kernel dropped replies).
    */
@@ -135,12 +146,15 @@ class KernelEndpoint implements NetlinkEndpoint {
   private readonly kernelAddr = Buffer.alloc(12); // struct sockaddr_nl, nl_pid 0 = the kernel
   private readonly pollFd = Buffer.alloc(8); // struct pollfd
   private fd: number;
+  readonly sendAsync?: (data: Buffer) => Promise<number>;
 
   constructor(
     fd: number,
     readonly portId: number,
+    offThread = false,
   ) {
     this.fd = fd;
+    if (offThread) this.sendAsync = (data) => this.sendOffThread(data);
     this.kernelAddr.writeUInt16LE(AF_NETLINK, 0);
     if (HOST_LE) this.pollFd.writeInt32LE(fd, 0);
     else this.pollFd.writeInt32BE(fd, 0);
@@ -174,7 +188,7 @@ class KernelEndpoint implements NetlinkEndpoint {
       const len = Buffer.alloc(4);
       len.writeUInt32LE(12);
       if (c.getsockname(fd, addr, len) < 0) throw sysError('getsockname');
-      return new KernelEndpoint(fd, HOST_LE ? addr.readUInt32LE(4) : addr.readUInt32BE(4));
+      return new KernelEndpoint(fd, HOST_LE ? addr.readUInt32LE(4) : addr.readUInt32BE(4), opts.sendOffThread === true);
     } catch (e) {
       c.close(fd);
       throw e;
@@ -187,6 +201,12 @@ class KernelEndpoint implements NetlinkEndpoint {
     do n = c.sendto(this.fd, data, data.length, 0, this.kernelAddr, 12);
     while (n < 0 && errno() === E.EINTR);
     return n < 0 ? errno() : 0;
+  }
+
+  private async sendOffThread(data: Buffer): Promise<number> {
+    // `data` stays referenced by this frame until the worker's call has returned.
+    const n = await loadLibc().sendtoAsync(this.fd, data, data.length, 0, this.kernelAddr, 12);
+    return n < 0 ? E.EIO : 0;
   }
 
   receive(buf: Buffer): number {
@@ -230,6 +250,12 @@ export interface NetlinkSocketOptions {
   strictDumps?: boolean;
   /** Default per-request timeout. */
   timeoutMs?: number;
+  /**
+   * Each sendto() runs on a worker thread (koffi's async call) instead of the event loop: for requests whose
+   * processing in the kernel blocks the sender long after their effect is visible (deleting a link waits for
+   * an RCU barrier, ~20 ms, after it has released RTNL and the link is gone from every list).
+   */
+  sendOffThread?: boolean;
   /** Milliseconds now, for request deadlines; Date.now unless a test drives the time itself. */
   clock?: () => number;
 }
@@ -373,7 +399,8 @@ export class NetlinkSocket {
     try {
       while (this.queue.length > 0 && !this.closed) {
         const round = this.takeRound();
-        this.sendRound(round);
+        const sending = this.sendRound(round);
+        if (sending) await sending;
         await this.receiveRound(round);
       }
     } catch (e) {
@@ -404,7 +431,8 @@ export class NetlinkSocket {
     return round;
   }
 
-  private sendRound(round: Pending[]): void {
+  /** Sends a round; a promise only when the endpoint sends off the event loop. */
+  private sendRound(round: Pending[]): Promise<void> | undefined {
     const now = this.clock();
     for (const p of round) {
       p.deadline = now + (p.spec.timeoutMs ?? this.timeoutMs);
@@ -412,11 +440,14 @@ export class NetlinkSocket {
       for (const s of p.spec.abortSeqs ?? []) this.bySeq.set(s, p);
     }
     const data = round.length === 1 ? round[0]!.spec.data : Buffer.concat(round.map((p) => p.spec.data));
-    const e = this.endpoint.send(data);
-    if (e !== 0) {
+    const failed = (e: number): void => {
+      if (e === 0) return;
       const err = sysError(`sendto(${data.length} bytes)`, e);
       for (const p of round) this.finish(p, err);
-    }
+    };
+    if (this.endpoint.sendAsync) return this.endpoint.sendAsync(data).then(failed);
+    failed(this.endpoint.send(data));
+    return undefined;
   }
 
   private async receiveRound(round: Pending[]): Promise<void> {

@@ -98,6 +98,32 @@ export class KernelStandIn implements NetlinkEndpoint {
   }
 }
 
+
+/**
+ * The stand-in with an off-thread send (socket.ts sendOffThread): each datagram is handed to the kernel
+ * stand-in only when the test calls `release()`, as a worker thread blocked in the kernel would return late.
+ */
+export class SlowSendKernelStandIn extends KernelStandIn {
+  private readonly held: (() => void)[] = [];
+  /** Datagrams sent through sendAsync (none go through send). */
+  asyncSends = 0;
+
+  sendAsync(data: Buffer): Promise<number> {
+    this.asyncSends++;
+    return new Promise((resolve) => this.held.push(() => resolve(this.send(data))));
+  }
+
+  /** How many sends are held. */
+  get holding(): number {
+    return this.held.length;
+  }
+
+  /** Lets the oldest held send reach the kernel stand-in and return. */
+  release(): void {
+    this.held.shift()?.();
+  }
+}
+
 /** NLMSG_ERROR as a socket with NETLINK_CAP_ACK and NETLINK_EXT_ACK receives it: the request's header only, then TLVs. */
 function errorMessage(req: NlMsg, errno: number, extack: string | undefined, pid: number): Buffer {
   const w = new NlWriter(128);

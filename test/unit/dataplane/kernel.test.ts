@@ -23,12 +23,12 @@ import {
   decodeSetElements,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
-import { RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
-import { EXPECTED_RULES, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
+import { EXPECTED_RULES, deleteLinkUnlisted, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
-import { KernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
+import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
 import { tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { benchTunnel } from '../../../bench/lib/tunnels.ts';
 import { capturedMessages, loadCapture } from '../netlink/fixtures.ts';
@@ -158,5 +158,48 @@ describe('readView over recorded replies', () => {
     // One GET per key: two maps, the tunnel's elements, its six counters and the synproxy object.
     expect(nftRequests.filter((r) => r.type === nftType(NFT_MSG_GETSETELEM))).toHaveLength(2 + tunnelElements(spec).length);
     expect(nftRequests.filter((r) => r.type === nftType(NFT_MSG_GETOBJ))).toHaveLength(tunnelCounterNames(spec).length + 1);
+  });
+});
+
+describe('deleteLinkUnlisted: a one-tunnel job waits for its link to leave the lists, not for the kernel to return', () => {
+  /** The route socket answers GETLINK from `listed`; the reaper's sends are held until released (a worker in the kernel). */
+  function setUp(reaperAnswer: Handler = () => undefined) {
+    const state = { listed: true };
+    const { k } = context((m) => (m.type === RTM_GETLINK ? (state.listed ? { messages: [LINK] } : { errno: 19 }) : undefined));
+    const reaper = new SlowSendKernelStandIn(reaperAnswer);
+    const reaperRtnl = new Rtnl(new NetlinkSocket(reaper));
+    k.reaper = () => reaperRtnl;
+    k.reaping = new Set();
+    return { k, reaper, state };
+  }
+  const turn = (): Promise<void> => new Promise((r) => setTimeout(r, 2));
+
+  it('answers once the link is unlisted while the deletion is still in the kernel; the deletion stays tracked until it returns', async () => {
+    const { k, reaper, state } = setUp();
+    let done = false;
+    const deleting = deleteLinkUnlisted(k, 'tgv0').then(() => (done = true));
+    await turn();
+    expect([done, reaper.holding, k.reaping!.size]).toEqual([false, 1, 1]);
+    state.listed = false; // the kernel's part under RTNL is over
+    await deleting;
+    // Answered with the deletion still held in the kernel (its RCU barrier), and tracked for close().
+    expect([reaper.holding, k.reaping!.size]).toEqual([1, 1]);
+    reaper.release();
+    await turn();
+    expect(reaper.requests.map((r) => r.type)).toEqual([RTM_DELLINK]);
+    expect(k.reaping!.size).toBe(0);
+  });
+
+  it("a refused deletion (the link still listed) fails with the kernel's error; a link already gone is no error", async () => {
+    const refused = setUp((m) => (m.type === RTM_DELLINK ? { errno: 1, extack: 'not permitted' } : undefined));
+    const failing = deleteLinkUnlisted(refused.k, 'tgv0').catch((e: unknown) => e);
+    await turn();
+    refused.reaper.release();
+    expect(await failing).toMatchObject({ name: 'NetlinkError', code: 'EPERM' });
+    const gone = setUp((m) => (m.type === RTM_DELLINK ? { errno: 19 } : undefined));
+    const ok = deleteLinkUnlisted(gone.k, 'tgv0');
+    await turn();
+    gone.reaper.release();
+    await expect(ok).resolves.toBeUndefined();
   });
 });

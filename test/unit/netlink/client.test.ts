@@ -9,7 +9,7 @@ import { NLMSG_ERROR, NLM_F_ACK, parseError, parseMessages } from '../../../agen
 import { NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_GETOBJ, NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWOBJ, NFT_MSG_NEWSETELEM, NftBatch, nftType } from '../../../agent/netlink/nftables/index.ts';
 import { RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
-import { KernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
+import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
 import { capturedMessages, lastOfType, norm } from './fixtures.ts';
 
 const E = osConstants.errno;
@@ -67,6 +67,27 @@ describe('Rtnl over recorded kernel replies', () => {
     // The first goes alone (nothing else was queued yet); the three queued while it was in flight share one sendto().
     expect(kernel.sent.map((d) => parseMessages(d).length)).toEqual([1, 3]);
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled']);
+  });
+
+  it('an endpoint that sends off the event loop: the socket awaits its send, timers run meanwhile, then the answer is matched', async () => {
+    const kernel = new SlowSendKernelStandIn((m) => (m.type === RTM_GETLINK ? { errno: E.ENODEV } : undefined));
+    const rtnl = new Rtnl(new NetlinkSocket(kernel));
+    let settled = false;
+    const deleting = rtnl.deleteLink('tg-1').then(() => (settled = true));
+    // The event loop goes on while the send is held (a worker thread inside the kernel).
+    await new Promise((r) => setTimeout(r, 5));
+    expect([kernel.holding, settled, kernel.sent.length]).toEqual([1, false, 0]);
+    kernel.release();
+    await deleting;
+    expect([kernel.asyncSends, kernel.sent.length]).toEqual([1, 1]);
+    // Requests queued while one is held coalesce behind it, as on any socket: three requests, two sends.
+    const three = Promise.all([rtnl.findLink('a'), rtnl.findLink('b'), rtnl.findLink('c')]);
+    await new Promise((r) => setTimeout(r, 1));
+    kernel.release();
+    await new Promise((r) => setTimeout(r, 1));
+    kernel.release();
+    await expect(three).resolves.toEqual([undefined, undefined, undefined]);
+    expect(kernel.sent.slice(1).map((d) => parseMessages(d).length)).toEqual([1, 2]);
   });
 
   it('a request the kernel never answers fails with ETIMEDOUT; the socket stays usable', async () => {
