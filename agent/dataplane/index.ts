@@ -82,10 +82,10 @@ export interface DataplaneHandle extends Dataplane {
   restore(): Promise<ReconcileResult>;
 }
 
-/** The sockets opened at their first use, closed with the dataplane. */
+/** The sockets opened at their first use, closed with the dataplane, and the deletions close() waits for. */
 interface LazySockets {
   sock?: Conntrack;
-  reaper?: Rtnl;
+  /** Link deletions still finishing off the event loop (kernel.ts deleteLinkUnlisted). */
   reaping: Set<Promise<void>>;
 }
 
@@ -118,7 +118,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       rtnl,
       nft,
       conntrack: () => (ct.sock ??= Conntrack.open(netns)),
-      reaper: () => (ct.reaper ??= Rtnl.open({ netns, sendOffThread: true })),
+      reaper: () => Rtnl.open({ netns, sendOffThread: true }),
       reaping: ct.reaping,
       table: opts.nftTable,
       linkPrefix,
@@ -144,7 +144,6 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     return new EdgeDataplane(k, state, desired, opts, table, log, ct);
   } catch (e) {
     ct.sock?.close();
-    ct.reaper?.close();
     nft?.close();
     rtnl?.close();
     state?.close();
@@ -472,10 +471,9 @@ class EdgeDataplane implements DataplaneHandle {
     this.prober.close();
     this.k.rtnl.close();
     this.k.nft.close();
-    // A link deletion finishing on the reaper's thread (kernel.ts deleteLinkUnlisted) ends before its socket does.
+    // Link deletions still finishing on a worker thread (kernel.ts deleteLinkUnlisted) return before close() does.
     await Promise.all(this.ct.reaping);
     this.ct.sock?.close();
-    this.ct.reaper?.close();
     this.state.close();
     this.desired.close();
   }

@@ -133,8 +133,10 @@ export interface KernelContext {
   nft: Nft;
   conntrack: () => Conntrack;
   /**
-   * A route socket whose sends run off the event loop (socket.ts sendOffThread), for the deletion of a few
-   * links (deleteLinksUnlisted); opened at its first use. Absent: those deletions go through `rtnl`.
+   * A new route socket whose sends run off the event loop (socket.ts sendOffThread), for the deletion of one
+   * link (deleteLinkUnlisted), closed by the caller. One per deletion: a socket sends its next request only
+   * once the last returned, and the next remove must not wait out the previous one's barrier. Absent: those
+   * deletions go through `rtnl`.
    */
   reaper?: () => Rtnl;
   /** Deletions still finishing on the reaper's thread after their links left the kernel's lists. */
@@ -411,10 +413,15 @@ const UNLISTED_DELETES_MAX = 8;
 export async function deleteLinkUnlisted(k: KernelContext, name: string): Promise<void> {
   if (!k.reaper) return k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV'));
   let outcome: { error?: unknown } | undefined;
-  const deleting = k.reaper().deleteLink(name).catch(ignoreCode('ENODEV')).then(
-    () => void (outcome = {}),
-    (error: unknown) => void (outcome = { error }),
-  );
+  const reaper = k.reaper();
+  const deleting = reaper
+    .deleteLink(name)
+    .catch(ignoreCode('ENODEV'))
+    .then(
+      () => void (outcome = {}),
+      (error: unknown) => void (outcome = { error }),
+    )
+    .finally(() => reaper.close());
   k.reaping?.add(deleting);
   void deleting.then(() => k.reaping?.delete(deleting));
   for (;;) {
