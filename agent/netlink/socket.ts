@@ -11,7 +11,9 @@
 // we call poll() through koffi's `.async`, which runs it on a koffi worker thread in slices of
 // POLL_SLICE_MS, so the event loop is never blocked by a wait, and the fast path costs no thread hop
 // or message copy between threads. The main thread is only ever busy for the kernel's own processing
-// time of what we sent (milliseconds for a 10,000-element nft batch).
+// time of what we sent (milliseconds for a 10,000-element nft batch). The exception is a request whose
+// processing blocks long after its effect (a link deletion's RCU barrier, ~20 ms): a socket opened with
+// `sendOffThread` makes each sendto() a koffi async call on a worker thread.
 //
 // Why a single pump with a bounded amount in flight, rather than "send everything at once":
 // replies land in the socket's receive queue; if it overflows, the kernel drops them and recv() fails
