@@ -212,9 +212,9 @@ const drop = (): Expr => expr.immediateVerdict(NF_DROP);
 const accept = (): Expr => expr.immediateVerdict(NF_ACCEPT);
 /** `ct state a,b`: the packet's state bit is one of these (a flag test nft derives itself: no explicit op). */
 const ctStateIn = (bits: number): Expr[] => [expr.ct(NFT_CT_STATE), expr.bitwise(4, hostU32(bits), hostU32(0)), expr.cmp(NFT_CMP_NEQ, hostU32(0))];
-/** `ct status & dnat == 0` (or `!= 0`). */
 /** `ct status & BIT == 0` (op EQ) or `!= 0` (NEQ); no connection at all (invalid, untracked) ends the rule. */
 const ctStatus = (bit: number, op: number): Expr[] => [expr.ct(NFT_CT_STATUS), expr.bitwise(4, hostU32(bit), hostU32(0), NFT_REG_1, NFT_REG_1, true), expr.cmp(op, hostU32(0))];
+/** `ct status & dnat == 0` (or `!= 0`). */
 const ctDnat = (op: number): Expr[] => ctStatus(IPS_DST_NAT, op);
 /** `counter name KEY map @drop_<reason> drop`: a key missing from the map ends the rule (no count, no drop). */
 const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): Expr[] => [key, expr.objrefMap({ name: dropMap(reason), id: ids.get(dropMap(reason)) }), drop()];
