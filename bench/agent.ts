@@ -234,6 +234,9 @@ async function main(): Promise<void> {
     const jobRemove = quantiles(removeMs);
     const afterJobs = await agent.call({ op: 'stats' });
     const rssJobs = afterJobs.rss;
+    // What the agent holds at rest: it gives memory back once idle for 2 s (agent/housekeeping/memory.ts).
+    await new Promise((r) => setTimeout(r, 3_000));
+    const rssIdle = (await agent.call({ op: 'stats' })).rss;
     // The highest RSS during apply, reconciles and single jobs.
     const peak = Math.max(applied.peak, same.peak, repaired.peak, jobPeak);
 
@@ -265,6 +268,7 @@ async function main(): Promise<void> {
       rss_after_apply: mb(rssApplied),
       rss_after_reconciles: mb(rssReconciled),
       rss_after_single_jobs: mb(rssJobs),
+      rss_idle: mb(rssIdle),
       peak_rss_during_apply: mb(peakApply),
       peak_rss_by_step: { apply: mb(peakApply), noop_reconcile: mb(same.peak), drift_reconcile: mb(repaired.peak), single_jobs: mb(jobPeak) },
       peak_rss_before_removal: mb(peak),
@@ -276,7 +280,7 @@ async function main(): Promise<void> {
     console.log(`reconcile ${N}        no change ${fmt(reconcileNoop)}, 1% drift (${victims.length} repaired) ${fmt(reconcileDrift)} (target < 5 s)`);
     const q = (x: Quantiles): string => `p50 ${x.p50} ms, p99 ${x.p99} ms, mean ${x.mean} ms`;
     console.log(`one-tunnel job at ${N}: apply ${q(jobApply)}; remove ${q(jobRemove)} (${SAMPLE_JOBS} each; target p50 < 10 ms)`);
-    console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, ${mb(rssJobs)} after single jobs, peak (VmHWM) ${mb(peakApply)} during the apply, ${mb(same.peak)} during a no-change reconcile, ${mb(repaired.peak)} during the 1% drift repair, ${mb(jobPeak)} during single jobs (target < 150 MB; node ${AGENT_NODE_FLAGS.join(' ')})`);
+    console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, ${mb(rssJobs)} after single jobs, ${mb(rssIdle)} idle 3 s later, peak (VmHWM) ${mb(peakApply)} during the apply, ${mb(same.peak)} during a no-change reconcile, ${mb(repaired.peak)} during the 1% drift repair, ${mb(jobPeak)} during single jobs (target < 150 MB; node ${AGENT_NODE_FLAGS.join(' ')})`);
     console.log(JSON.stringify(out));
     // bench:all's rows (bench/lib/report.ts), with issue 12's targets.
     report({ scenario: `apply ${N} tunnels`, rate: ourApply, unit: 'ms', ceiling: 'ip -batch + nft -f', ceiling_rate: cliApply, ratio: ourApply / cliApply, target: '<= 1.0x', pass: ourApply <= cliApply });
