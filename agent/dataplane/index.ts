@@ -14,7 +14,7 @@ import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, nextGeneration, readLink
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { EchoProber } from './probe.ts';
-import { dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
+import { allowsConnection, dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
 import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
@@ -137,10 +137,14 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       [['net', 'ipv4', 'tcp_syncookies'], '1'],
       [['net', 'ipv4', 'tcp_timestamps'], '1'],
     ]);
+    // A rebuilt table kept its elements, so the restore finds no mapping that appeared and flushes nothing; the
+    // allowlist judges only a connection's first packet, so what the tampered rules let in would live on.
+    const disallowed =
+      table === 'rebuilt' ? await k.conntrack().flushDisallowed([...state.tunnels.values()].map(({ spec }) => ({ ip: spec.protected_ip, allows: (proto, port) => allowsConnection(spec, proto, port) }))) : 0;
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
     const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
     if (present) tunnelLinkSysctls(netns, [...present.links.keys()]);
-    log('dataplane.start', { table: opts.nftTable, tableState: table, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
+    log('dataplane.start', { table: opts.nftTable, tableState: table, conntrackDisallowed: disallowed, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
     return new EdgeDataplane(k, state, desired, opts, table, log, ct);
   } catch (e) {
     ct.sock?.close();
