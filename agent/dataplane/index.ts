@@ -218,8 +218,7 @@ class EdgeDataplane implements DataplaneHandle {
     const owned = this.state.tunnels;
     // The table matches the records after this operation only if it did before (a full read, or the clean
     // generation still current) and nobody else committed while it ran; a failure leaves it unknown.
-    const gen0 = await this.k.nft.getGeneration();
-    const knownBefore = (scope === 'all' && !keep?.size) || (scope !== 'all' && this.cleanGeneration === gen0);
+    const clean = this.cleanGeneration;
     this.cleanGeneration = undefined;
     // The records this change may alter: all of them for a reconcile, else the scope's, looked up by id (a
     // single-tunnel change never walks every record: issue 10 item 4).
@@ -250,7 +249,10 @@ class EdgeDataplane implements DataplaneHandle {
               return mss === undefined ? [] : [synproxyName(mss)];
             }),
           };
-    const view = await readView(this.k, [...names], owned, scope === 'all', scoped);
+    // The generation is read in the same round as the read-back (the socket keeps their order): one round
+    // trip less for a one-tunnel job.
+    const [gen0, view] = await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped)]);
+    const knownBefore = (scope === 'all' && !keep?.size) || (scope !== 'all' && clean === gen0);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const mem = phases('operation', names.size);
@@ -268,10 +270,11 @@ class EdgeDataplane implements DataplaneHandle {
     const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id);
     this.state.commit(puts, dels);
     if (knownBefore) {
-      if (!generation) {
+      if (generation === undefined) {
         if ((await this.k.nft.getGeneration()) === gen0) this.cleanGeneration = gen0;
-      } else if (generation.before === gen0 && generation.after === nextGeneration(gen0)) {
-        this.cleanGeneration = generation.after;
+      } else if (generation === nextGeneration(gen0)) {
+        // Our commit is one step: exactly one step past gen0 means no other commit since the read-back.
+        this.cleanGeneration = generation;
       }
     }
     this.log('dataplane.applied', { ...plan.counts, links: plan.linkSteps.length + plan.linkDeletes.length, conntrackFlushed: flushed, conntrackDisallowed: disallowed });

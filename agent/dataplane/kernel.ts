@@ -400,6 +400,8 @@ async function inChunks<T>(items: readonly T[], fn: (x: T) => Promise<unknown>, 
 
 /** A plan deleting at most this many links (a one-tunnel job) waits for each only until it is unlisted. */
 const UNLISTED_DELETES_MAX = 8;
+/** Polls of a deletion's link that are not a timer tick apart (deleteLinkUnlisted). */
+const UNLISTED_FAST_POLLS = 16;
 
 /**
  * Deletes a link, returning once the kernel no longer lists it (its name is free, `ip link` shows nothing)
@@ -424,13 +426,15 @@ export async function deleteLinkUnlisted(k: KernelContext, name: string): Promis
     .finally(() => reaper.close());
   k.reaping?.add(deleting);
   void deleting.then(() => k.reaping?.delete(deleting));
-  for (;;) {
+  // The link leaves the lists ~1 ms after the request (one expedited RCU grace period under RTNL): the first
+  // polls follow each other at once (each is one RTM_GETLINK round trip), later ones a timer tick apart.
+  for (let polls = 0; ; polls++) {
     if (outcome) {
       if (outcome.error !== undefined) throw outcome.error;
       return;
     }
     if ((await k.rtnl.findLink(name)) === undefined) return;
-    await new Promise((r) => setTimeout(r, 1));
+    await new Promise((r) => (polls < UNLISTED_FAST_POLLS ? setImmediate(r) : setTimeout(r, 1)));
   }
 }
 
@@ -447,18 +451,8 @@ const ignoreCode =
  */
 export const nextGeneration = (gen: number): number => (gen >= 0xffffffff ? 1 : gen + 1);
 
-/**
- * What applyPlan's nftables batch did to the ruleset generation: `before` read just before the commit and
- * `after` just after, or undefined when the plan had no nftables change (nothing committed). `after` is the
- * generation our batch produced only when it is nextGeneration(before): no other commit came in between.
- */
-export interface AppliedGeneration {
-  before: number;
-  after: number;
-}
-
 /** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
-export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined; disallowed: number; generation?: AppliedGeneration }> {
+export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined; disallowed: number; generation?: number }> {
   const steps = plan.linkSteps;
   // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
   await inChunks(
@@ -519,13 +513,13 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
   if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
   addPolicyElements(b, t, n.addElements, 'add');
-  let generation: AppliedGeneration | undefined;
+  // The generation right after our commit (index.ts run() compares it with the one read before the plan's
+  // read-back). Read, not sent as the batch's genid: a commit by another nftables user in between must not fail
+  // our batch, it only means the agent cannot tell which generation is its own.
+  let generation: number | undefined;
   if (b.messageCount > 0) {
-    // Read around the commit (two tiny requests), not sent as the batch's genid: a commit by another nftables
-    // user in between must not fail our batch, it only means the agent cannot tell which generation is its own.
-    const before = await k.nft.getGeneration();
     await k.nft.commit(b);
-    generation = { before, after: await k.nft.getGeneration() };
+    generation = await k.nft.getGeneration();
   }
   nftMem.between();
 
