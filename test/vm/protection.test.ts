@@ -143,11 +143,12 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('edge isolation and pe
       // Without the allowlist rule the same traffic reaches the origin: UDP 8080 arrives, and a TCP
       // connection to 9090 completes (through the SYN proxy: the origin sees a SYN only after the handshake).
       await deleteRule('allowlist', '@drop_not_allowed');
-      await hping('client', `--udp -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
+      // From fixed source ports, as after the restart: what was let in now must not outlive the rebuild.
+      await hping('client', `--udp -c 5 -i u20000 -s 40000 -p 8080 ${T1.protected_ip}`);
       expect(await reaches('origin', 'udp8080', 5)).toBe(5);
       expect(await labClient(vm, 'tcp', T1.protected_ip, { port: 9090 })).toMatch(new RegExp(`^peer=${LAB.client} `));
       await restart();
-      await hping('client', `--udp -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
+      await hping('client', `--udp -c 5 -i u20000 -s 40000 -p 8080 ${T1.protected_ip}`);
       await until('the rebuilt table counting the drops', async () => ((await drops(T1)).not_allowed - before.not_allowed >= 20 ? true : undefined), 60_000);
       expect(await counted('origin', 'udp8080')).toBe(5);
     });
