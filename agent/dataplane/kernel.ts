@@ -412,12 +412,15 @@ const UNLISTED_FAST_POLLS = 16;
  * route socket's own requests show when the link is gone: each takes RTNL, so it answers after the deletion's
  * part under RTNL, or before it started. A refusal (the link still listed) surfaces as the deletion's error.
  */
-export async function deleteLinkUnlisted(k: KernelContext, name: string): Promise<void> {
-  if (!k.reaper) return k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV'));
+export async function deleteLinkUnlisted(k: KernelContext, link: { name: string; index: number }): Promise<void> {
+  if (!k.reaper) return k.rtnl.deleteLink(link.index).catch(ignoreCode('ENODEV'));
   let outcome: { error?: unknown } | undefined;
   const reaper = k.reaper();
+  // By index, not by name: the request may still wait for a worker thread when the poll below finds the name
+  // gone (the link deleted by someone else meanwhile); a later job may then create the name again, and a
+  // deletion by name arriving late would take that new link. A new link never gets this index back.
   const deleting = reaper
-    .deleteLink(name)
+    .deleteLink(link.index)
     .catch(ignoreCode('ENODEV'))
     .then(
       () => void (outcome = {}),
@@ -433,7 +436,7 @@ export async function deleteLinkUnlisted(k: KernelContext, name: string): Promis
       if (outcome.error !== undefined) throw outcome.error;
       return;
     }
-    if ((await k.rtnl.findLink(name)) === undefined) return;
+    if ((await k.rtnl.findLink(link.name))?.index !== link.index) return;
     await new Promise((r) => (polls < UNLISTED_FAST_POLLS ? setImmediate(r) : setTimeout(r, 1)));
   }
 }
@@ -524,7 +527,14 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   nftMem.between();
 
   // 4. Links of removed tunnels: traffic no longer goes to them.
-  if (plan.linkDeletes.length <= UNLISTED_DELETES_MAX) await Promise.all(plan.linkDeletes.map((name) => deleteLinkUnlisted(k, name)));
+  if (plan.linkDeletes.length <= UNLISTED_DELETES_MAX) {
+    await Promise.all(
+      plan.linkDeletes.map((name) => {
+        const seen = view.links.get(name);
+        return seen ? deleteLinkUnlisted(k, { name, index: seen.index }) : k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV'));
+      }),
+    );
+  }
   else await inChunks(plan.linkDeletes, (name) => k.rtnl.deleteLink(name).catch(ignoreCode('ENODEV')));
 
   // 5. Conntrack of every protected IP whose mapping appeared, changed or went; then the connections that a

@@ -23,7 +23,7 @@ import {
   decodeSetElements,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
-import { RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
 import { EXPECTED_RULES, deleteLinkUnlisted, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
@@ -173,11 +173,13 @@ describe('deleteLinkUnlisted: a one-tunnel job waits for its link to leave the l
     return { k, reaper, state };
   }
   const turn = (): Promise<void> => new Promise((r) => setTimeout(r, 2));
+  /** The link as the job's read-back saw it. */
+  const SEEN = { name: 'tgv0', index: decodeLink(parseMessages(LINK)[0]!).index };
 
   it('answers once the link is unlisted while the deletion is still in the kernel; the deletion stays tracked until it returns', async () => {
     const { k, reaper, state } = setUp();
     let done = false;
-    const deleting = deleteLinkUnlisted(k, 'tgv0').then(() => (done = true));
+    const deleting = deleteLinkUnlisted(k, SEEN).then(() => (done = true));
     await turn();
     expect([done, reaper.holding, k.reaping!.size]).toEqual([false, 1, 1]);
     state.listed = false; // the kernel's part under RTNL is over
@@ -190,14 +192,28 @@ describe('deleteLinkUnlisted: a one-tunnel job waits for its link to leave the l
     expect(k.reaping!.size).toBe(0);
   });
 
+  it('deletes by index, and a link of that name with another index is a new one: ours is gone', async () => {
+    const { k, reaper } = setUp();
+    // The name is listed again, under another index: someone deleted ours and a new link took the name.
+    const deleting = deleteLinkUnlisted(k, { name: SEEN.name, index: SEEN.index + 1 });
+    await deleting;
+    expect(reaper.holding).toBe(1);
+    reaper.release();
+    await turn();
+    const [del] = reaper.requests;
+    // ifinfomsg: family, pad, type, then ifi_index; and no IFLA_IFNAME: the late request cannot take the new link
+    expect(del!.payload.readInt32LE(4)).toBe(SEEN.index + 1);
+    expect(del!.payload.length).toBe(16);
+  });
+
   it("a refused deletion (the link still listed) fails with the kernel's error; a link already gone is no error", async () => {
     const refused = setUp((m) => (m.type === RTM_DELLINK ? { errno: 1, extack: 'not permitted' } : undefined));
-    const failing = deleteLinkUnlisted(refused.k, 'tgv0').catch((e: unknown) => e);
+    const failing = deleteLinkUnlisted(refused.k, SEEN).catch((e: unknown) => e);
     await turn();
     refused.reaper.release();
     expect(await failing).toMatchObject({ name: 'NetlinkError', code: 'EPERM' });
     const gone = setUp((m) => (m.type === RTM_DELLINK ? { errno: 19 } : undefined));
-    const ok = deleteLinkUnlisted(gone.k, 'tgv0');
+    const ok = deleteLinkUnlisted(gone.k, SEEN);
     await turn();
     gone.reaper.release();
     await expect(ok).resolves.toBeUndefined();
