@@ -320,6 +320,8 @@ export function diff(input: DiffInput): Plan {
   const elementsOf = new Map<string, PolicyElement[]>();
   const delEls = new Map<string, PolicyElement>();
   const flush = new Set<string>();
+  /** Desired tunnels whose new policy lets in less than their recorded one (see `narrowed` below). */
+  const narrowedBySpec = new Map<string, TunnelSpec>();
   /** Records this plan replaces (desired) or drops (removed): the agent's records after it are built from these. */
   const putOwned = new Map<string, OwnedTunnel>();
   const dropOwned = new Set<string>();
@@ -429,6 +431,13 @@ export function diff(input: DiffInput): Plan {
       }
     }
 
+    // Ports or protocols the policy took away, whether or not the kernel still held their elements: one lost to
+    // drift is in no delete, yet a connection it let in may still be open (the allowlist judges first packets).
+    if (prev && !prev.pending && JSON.stringify(prev.spec.policy ?? null) !== JSON.stringify(t.policy ?? null)) {
+      const now = new Set(wantEls.map((e) => e.id));
+      if (tunnelElements(prev.spec).some((e) => allowedElementIp(e) !== undefined && !now.has(e.id))) narrowedBySpec.set(t.id, t);
+    }
+
     let action: TunnelAction;
     if (!prev || prev.pending) action = 'added';
     else if (touched || !sameSpec(prev.spec, t)) action = 'changed';
@@ -496,7 +505,7 @@ export function diff(input: DiffInput): Plan {
   nft.delElements = [...delEls.values()];
   // Ports or protocols a desired tunnel no longer allows (its policy changed, or a reconcile sweeps allowlist
   // elements nobody wants): their live connections go with them, unless the whole IP is flushed anyway.
-  const narrowed = new Map<string, TunnelSpec>();
+  const narrowed = new Map([...narrowedBySpec].filter(([, t]) => !flush.has(t.protected_ip)));
   if (nft.delElements.length > 0) {
     const byIp = new Map(desired.map((t) => [t.protected_ip, t]));
     for (const e of nft.delElements) {

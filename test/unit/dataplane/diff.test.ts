@@ -162,6 +162,18 @@ describe('dataplane diff', () => {
       for (const e of tunnelElements(wide)) if (e.set.startsWith('allowed_')) view.elements!.add(e.id);
       expect(diff({ desired: [narrow], owned: ownedOf([narrow]), view, scope: 'all' }).narrowed).toEqual([narrow]);
       expect(diff({ desired: [narrow], owned: ownedOf([narrow]), view: fullView([narrow]), scope: 'all' }).narrowed).toEqual([]);
+      // The element of the port taken away was already lost from the kernel (drift): nothing to delete, but a
+      // connection it let in may still be open, so the tunnel is narrowed all the same, scoped or reconciled.
+      const lost = fullView([wide]);
+      for (const e of tunnelElements(wide)) if (e.set.startsWith('allowed_') && !tunnelElements(narrow).some((n) => n.id === e.id)) lost.elements!.delete(e.id);
+      const scoped = diff({ desired: [narrow], owned: ownedOf([wide]), view: lost, scope });
+      expect(scoped.nft.delElements).toEqual([]);
+      expect(scoped.narrowed).toEqual([narrow]);
+      expect(diff({ desired: [narrow], owned: ownedOf([wide]), view: lost, scope: 'all' }).narrowed).toEqual([narrow]);
+      // An unconfirmed record (a failed apply) flushes the whole IP instead.
+      const pending = new Map([['id1', { spec: wide, pending: true }]]);
+      const retried = diff({ desired: [narrow], owned: pending, view: lost, scope });
+      expect([retried.narrowed, retried.flush]).toEqual([[], [narrow.protected_ip]]);
     });
 
     it('a rate-limit chain comes with its first user and goes with its last; a synproxy object per MSS likewise', () => {
