@@ -116,14 +116,29 @@ export class Conntrack {
     return new Conntrack(NetlinkSocket.open(NETLINK_NETFILTER, { netns, rcvbuf: 8 * 1024 * 1024, sndbuf: 1024 * 1024 }));
   }
 
-  private async dump(dst?: string): Promise<CtEntry[]> {
+  /**
+   * The entries (of `dst`, filtered by the kernel, or all) that `keep` picks. Streamed: each datagram is decoded
+   * as it comes and only kept entries stay, so a table of a million flood entries is never held whole (an
+   * agent starting under a flood dumps it all: index.ts createDataplane).
+   */
+  private async dump(dst: string | undefined, keep: (e: CtEntry) => boolean): Promise<CtEntry[]> {
     const seq = this.sock.allocSeq();
-    const res = await this.sock.request({ data: encodeCtDump(seq, dst), seqs: [seq], dump: true });
+    const out: CtEntry[] = [];
+    const onMessage = (m: NlMsg): void => {
+      const e = decodeCtEntry(m);
+      if (e && keep(e)) out.push(e);
+    };
+    const res = await this.sock.request({ data: encodeCtDump(seq, dst), seqs: [seq], dump: true, onMessage });
     const r = res.replies.get(seq);
     if (!r) throw new NetlinkError({ errno: 5, operation: 'conntrack dump: no reply' });
     // ENOENT: nf_conntrack is not loaded in this namespace, so there is nothing to flush.
     if (r.errno !== 0 && errnoName(r.errno) !== 'ENOENT') throw new NetlinkError({ errno: r.errno, extack: r.extack, operation: 'conntrack dump' });
-    return r.messages.map(decodeCtEntry).filter((e): e is CtEntry => e !== undefined);
+    return out;
+  }
+
+  /** Dumps the entries of each of `ips` (one filtered dump each while they are few, else one of all), keeping what `keep` picks. */
+  private async dumpOf(ips: readonly string[], keep: (e: CtEntry) => boolean): Promise<CtEntry[]> {
+    return ips.length <= PER_IP_DUMP_LIMIT ? (await Promise.all(ips.map((ip) => this.dump(ip, keep)))).flat() : this.dump(undefined, keep);
   }
 
   /**
@@ -168,8 +183,7 @@ export class Conntrack {
 
   private async dumpAndDelete(ips: readonly string[]): Promise<number> {
     const want = new Set(ips);
-    const entries = ips.length <= PER_IP_DUMP_LIMIT ? (await Promise.all(ips.map((ip) => this.dump(ip)))).flat() : await this.dump();
-    return this.deleteEntries(entries.filter((e) => want.has(e.origDst)));
+    return this.deleteEntries(await this.dumpOf(ips, (e) => want.has(e.origDst)));
   }
 
   /**
@@ -180,13 +194,14 @@ export class Conntrack {
   async flushDisallowed(tunnels: readonly { ip: string; allows: (proto: number, dstPort: number | undefined) => boolean }[]): Promise<number> {
     if (tunnels.length === 0) return 0;
     const judge = new Map(tunnels.map((t) => [t.ip, t.allows]));
-    const entries = tunnels.length <= PER_IP_DUMP_LIMIT ? (await Promise.all(tunnels.map((t) => this.dump(t.ip)))).flat() : await this.dump();
-    return this.deleteEntries(
-      entries.filter((e) => {
+    const doomed = await this.dumpOf(
+      tunnels.map((t) => t.ip),
+      (e) => {
         const allows = judge.get(e.origDst);
         return allows !== undefined && (e.proto === undefined || !allows(e.proto, e.dstPort));
-      }),
+      },
     );
+    return this.deleteEntries(doomed);
   }
 
   private async deleteEntries(doomed: readonly CtEntry[]): Promise<number> {

@@ -139,8 +139,12 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     ]);
     // A rebuilt table kept its elements, so the restore finds no mapping that appeared and flushes nothing; the
     // allowlist judges only a connection's first packet, so what the tampered rules let in would live on.
-    const disallowed =
-      table === 'rebuilt' ? await k.conntrack().flushDisallowed([...state.tunnels.values()].map(({ spec }) => ({ ip: spec.protected_ip, allows: (proto, port) => allowsConnection(spec, proto, port) }))) : 0;
+    // Best effort: a failure here is logged, never a start that fails (and restarts, and fails) on it.
+    let disallowed: number | string = 0;
+    if (table === 'rebuilt') {
+      const tunnels = [...state.tunnels.values()].map(({ spec }) => ({ ip: spec.protected_ip, allows: (proto: number, port: number | undefined) => allowsConnection(spec, proto, port) }));
+      disallowed = await k.conntrack().flushDisallowed(tunnels).catch((e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`);
+    }
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
     const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
     if (present) tunnelLinkSysctls(netns, [...present.links.keys()]);

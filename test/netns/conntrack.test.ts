@@ -78,4 +78,20 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('conntrack flus
     expect(list('203.0.113.5')).toEqual(['tcp:22']);
     expect(await ct.flushDisallowed([])).toBe(0);
   });
+
+  it('flushDisallowed over more IPs than it dumps one by one (an agent starting on a rebuilt table) judges one dump of the whole table', async () => {
+    // Ten tunnels that allow only TCP 443; each has a connection on 443 and one on UDP 5353. An eleventh IP,
+    // not among them, has one on 5353 too: not theirs to judge. The dump is streamed (only refused entries
+    // are kept); what stays and what goes is the same as with per-IP dumps.
+    const ips = Array.from({ length: 10 }, (_, i) => `203.0.113.${20 + i}`);
+    for (const [i, ip] of ips.entries()) {
+      insert(ip, 6000 + i, 'tcp', 443);
+      insert(ip, 7000 + i, 'udp', 5353);
+    }
+    insert('203.0.113.40', 8000, 'udp', 5353);
+    const deleted = await ct.flushDisallowed(ips.map((ip) => ({ ip, allows: (proto, port) => proto === 6 && port === 443 })));
+    expect(deleted).toBe(10);
+    expect(ips.map(entries)).toEqual(ips.map(() => 1));
+    expect(entries('203.0.113.40')).toBe(1);
+  });
 });
