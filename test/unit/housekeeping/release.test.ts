@@ -34,6 +34,26 @@ describe('ReleaseAfterOperations', () => {
     r.stop();
   });
 
+  it('releases again 2 s after a large operation even while small jobs keep coming, and measures growth from there', async () => {
+    const { s, port } = io(200, 184); // right after the large operation, its objects are still reachable
+    const r = new ReleaseAfterOperations(port);
+    r.operationFinished(true);
+    await vi.advanceTimersToNextTimerAsync();
+    expect([s.releases, s.rss]).toEqual([1, 184 * MB]);
+    s.restsAt = 113 * MB; // by now they are garbage
+    for (let i = 0; i < 30; i++) {
+      r.operationFinished(false); // a job every 100 ms: never idle
+      await vi.advanceTimersByTimeAsync(100);
+    }
+    expect([s.releases, s.rss]).toEqual([2, 113 * MB]);
+    // the resting level is now 113 MB: 16 MB more than that is growth again
+    s.rss = 130 * MB;
+    r.operationFinished(false);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(s.releases).toBe(3);
+    r.stop();
+  });
+
   it('does not release after every small job while resting RSS is high and unchanged', async () => {
     // At 10,000 tunnels the agent rests above the threshold: releasing after each job freed nothing.
     const { s, port } = io(130, 125);
