@@ -1,6 +1,6 @@
 // One nftables transaction: BATCH_BEGIN, the changes, BATCH_END, which the kernel applies whole or not at
 // all. The builder only collects; each kernel object's attributes are written by its own module.
-import { NlWriter } from '../attrs.ts';
+import { HOST_LE, NlWriter } from '../attrs.ts';
 import { NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, beginMessage, endMessage } from '../message.ts';
 import { chainBody, type ChainSpec } from './chain.ts';
 import {
@@ -68,30 +68,33 @@ export interface EncodeOptions {
 }
 
 /**
- * One message of the batch. Its body is either written by `body` at encode(), or already encoded into the
- * batch's arena at [start, end): the many small messages of a bulk change (a counter each, element lists) are
- * bytes there rather than a closure and the objects it holds each (RSS at 10,000 tunnels: 70,000 counters).
+ * One message of the batch, already encoded into the batch's buffer at `start` (its netlink header first).
+ * Only its sequence number and its ack flag are left for encode() to write.
  */
-type Op = { type: number; flags: number; family: number; description: string; body?: (w: NlWriter) => void; start: number; end: number };
+type Op = { type: number; flags: number; description: string; start: number };
 
-/** What encode() reserves for a message whose body size is not known in advance (an object, a rule, a chain). */
-const SMALL_MESSAGE_BYTES = 256;
-/** A message's netlink and nfgenmsg headers. */
-const MESSAGE_HEADER_BYTES = 20;
+/** Room kept at the front of the buffer for BATCH_BEGIN: headers (20 bytes) and an optional genid attribute (8). */
+const BEGIN_RESERVE = 28;
+/** Where a message's flags and sequence number sit in its netlink header (struct nlmsghdr). */
+const NLMSG_FLAGS_AT = 6;
+const NLMSG_SEQ_AT = 8;
 
 /**
- * Collects nftables changes for one atomic transaction. Nothing is encoded until encode(): the caller
- * then knows how many sequence numbers to reserve (messageCount() + 2).
+ * Collects nftables changes for one atomic transaction. Each change is encoded into one growing buffer as it
+ * is added, in the order it is added, behind room for BATCH_BEGIN; encode() writes the sequence numbers (the
+ * caller knows how many to reserve only then: messageCount + 2), BEGIN and END in place and returns that same
+ * buffer. So a 10,000-tunnel batch (~15 MB) is in memory once, never twice as when the messages were copied
+ * into a second buffer at the end (RSS at the apply's peak, issue 10 item 6), and no element object lives
+ * longer than the call that added it.
  */
 export class NftBatch {
   private readonly ops: Op[] = [];
   private nextSetId = 1;
   readonly family: number;
   private readonly maxMessage: number;
-  /** Bytes encode() allocates at once: exact for pre-encoded element messages, an estimate for the rest. */
-  private sizeHint = 4096;
-  /** The bodies encoded when they were added (pushEncoded). */
-  private readonly arena = new NlWriter(64 * 1024);
+  private readonly w = new NlWriter(64 * 1024).zeros(BEGIN_RESERVE);
+  /** Where BATCH_END was written by the first encode(); nothing may be added after it. */
+  private endAt: number | undefined;
 
   constructor(opts: { family?: number; maxMessageBytes?: number } = {}) {
     this.family = opts.family ?? NFPROTO_IPV4;
@@ -108,19 +111,13 @@ export class NftBatch {
   }
 
   private push(type: number, flags: number, description: string, body: (w: NlWriter) => void): this {
-    this.ops.push({ type: nftType(type), flags, family: this.family, description, body, start: 0, end: 0 });
-    this.sizeHint += MESSAGE_HEADER_BYTES + SMALL_MESSAGE_BYTES;
-    return this;
-  }
-
-  /** A message whose body is encoded now, into the arena (its position is 4-aligned, as in the batch). */
-  private pushEncoded(type: number, flags: number, description: string, body: (w: NlWriter) => void): this {
-    const start = this.arena.length;
-    body(this.arena);
-    const end = this.arena.length;
-    this.arena.align();
-    this.ops.push({ type: nftType(type), flags, family: this.family, description, start, end });
-    this.sizeHint += MESSAGE_HEADER_BYTES + end - start;
+    if (this.endAt !== undefined) throw new Error('NftBatch: a change added after encode()');
+    const t = nftType(type);
+    const start = beginMessage(this.w, t, flags, 0);
+    nfgenmsg(this.w, this.family, 0);
+    body(this.w);
+    endMessage(this.w, start);
+    this.ops.push({ type: t, flags, description, start });
     return this;
   }
 
@@ -188,7 +185,7 @@ export class NftBatch {
       // Encoded now, not in encode(): the chunk's element objects (a Buffer or two each) are garbage at once
       // instead of all held until the batch is sent; at 10,000 tunnels that is ~100,000 of them (RSS).
       const els = chunk;
-      this.pushEncoded(type, flags, `${verb} element ${e.table}/${e.set} (${els.length} elements)`, (w) => elementsBody(w, e, els));
+      this.push(type, flags, `${verb} element ${e.table}/${e.set} (${els.length} elements)`, (w) => elementsBody(w, e, els));
       chunk = [];
       size = header;
     };
@@ -208,7 +205,7 @@ export class NftBatch {
   }
 
   addCounter(c: CounterSpec): this {
-    return this.pushEncoded(NFT_MSG_NEWOBJ, NLM_F_REQUEST | NLM_F_CREATE, `add counter ${c.table}/${c.name}`, (w) => counterBody(w, c));
+    return this.push(NFT_MSG_NEWOBJ, NLM_F_REQUEST | NLM_F_CREATE, `add counter ${c.table}/${c.name}`, (w) => counterBody(w, c));
   }
 
   deleteCounter(table: string, name: string): this {
@@ -216,29 +213,37 @@ export class NftBatch {
   }
 
   encode(opts: EncodeOptions): EncodedBatch {
-    // One allocation of about the batch's size (a 10,000-tunnel batch is ~10 MB), and no copy at the end.
-    const w = new NlWriter(this.sizeHint);
-    const arena = this.arena.take();
+    const w = this.w;
+    if (this.endAt === undefined) {
+      this.endAt = w.length;
+      const end = beginMessage(w, NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0);
+      nfgenmsg(w, NFPROTO_UNSPEC, NFNL_SUBSYS_NFTABLES);
+      endMessage(w, end);
+    }
+    const buf = w.take();
     let seq = opts.firstSeq;
+    // BEGIN is written last, against the first message: it starts the returned buffer.
+    const head = new NlWriter(BEGIN_RESERVE);
     const beginSeq = seq++;
-    let start = beginMessage(w, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, beginSeq);
-    nfgenmsg(w, NFPROTO_UNSPEC, NFNL_SUBSYS_NFTABLES);
-    if (opts.genId !== undefined) w.attrU32be(NFNL_BATCH_GENID, opts.genId);
-    endMessage(w, start);
-    const messages: BatchMessage[] = [];
-    this.ops.forEach((op, index) => {
+    const begin = beginMessage(head, NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, beginSeq);
+    nfgenmsg(head, NFPROTO_UNSPEC, NFNL_SUBSYS_NFTABLES);
+    if (opts.genId !== undefined) head.attrU32be(NFNL_BATCH_GENID, opts.genId);
+    endMessage(head, begin);
+    const headBytes = head.take();
+    const from = BEGIN_RESERVE - headBytes.length;
+    buf.set(headBytes, from);
+    const messages: BatchMessage[] = this.ops.map((op, index) => {
       const s = seq++;
-      const mstart = beginMessage(w, op.type, op.flags | (opts.ack ? NLM_F_ACK : 0), s);
-      nfgenmsg(w, op.family, 0);
-      if (op.body) op.body(w);
-      else w.bytes(arena.subarray(op.start, op.end));
-      endMessage(w, mstart);
-      messages.push({ seq: s, index, type: op.type, description: op.description });
+      writeHeaderU16(buf, op.start + NLMSG_FLAGS_AT, op.flags | (opts.ack ? NLM_F_ACK : 0));
+      writeHeaderU32(buf, op.start + NLMSG_SEQ_AT, s);
+      return { seq: s, index, type: op.type, description: op.description };
     });
     const endSeq = seq;
-    start = beginMessage(w, NFNL_MSG_BATCH_END, NLM_F_REQUEST, endSeq);
-    nfgenmsg(w, NFPROTO_UNSPEC, NFNL_SUBSYS_NFTABLES);
-    endMessage(w, start);
-    return { data: w.take(), beginSeq, endSeq, messages };
+    writeHeaderU32(buf, this.endAt + NLMSG_SEQ_AT, endSeq);
+    return { data: buf.subarray(from), beginSeq, endSeq, messages };
   }
 }
+
+/** Netlink headers are in host byte order. */
+const writeHeaderU16 = (b: Buffer, at: number, v: number): void => void (HOST_LE ? b.writeUInt16LE(v, at) : b.writeUInt16BE(v, at));
+const writeHeaderU32 = (b: Buffer, at: number, v: number): void => void (HOST_LE ? b.writeUInt32LE(v >>> 0, at) : b.writeUInt32BE(v >>> 0, at));

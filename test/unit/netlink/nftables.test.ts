@@ -192,6 +192,19 @@ describe('batch framing', () => {
     expect(attrs[0]!.type).toBe(NFNL_BATCH_GENID);
     expect(attrs[0]!.data.toString('hex')).toBe('00001234');
   });
+  it('encodes in place: encoded again with other seqs, flags or genid, every message but the headers is the same', () => {
+    const b = new NftBatch().addTable('t').addCounter({ table: 't', name: 'c' }).addChain({ table: 't', name: 'x' });
+    const a = parseMessages(Buffer.from(b.encode({ firstSeq: 1, ack: false, genId: 7 }).data));
+    const c = parseMessages(b.encode({ firstSeq: 500, ack: true }).data);
+    expect(c.map((m) => m.seq)).toEqual([500, 501, 502, 503, 504]);
+    expect(c.map((m) => (m.flags & NLM_F_ACK) !== 0)).toEqual([false, true, true, true, false]);
+    expect(a.map((m) => (m.flags & NLM_F_ACK) !== 0)).toEqual([false, false, false, false, false]);
+    expect(a.map((m) => m.type)).toEqual(c.map((m) => m.type));
+    expect(a.slice(1).map((m) => m.payload.toString('hex'))).toEqual(c.slice(1).map((m) => m.payload.toString('hex')));
+    // BEGIN lost its genid attribute, and the buffer starts at BEGIN either way
+    expect(a[0]!.len - c[0]!.len).toBe(8);
+    expect(() => b.addTable('late')).toThrow(/after encode/);
+  });
 });
 
 describe('element lists split under 64 KiB', () => {
