@@ -142,6 +142,12 @@ export interface NftChanges {
   ensureElements: PolicyElement[];
   delElements: PolicyElement[];
   addElements: PolicyElement[];
+  /**
+   * Tunnels added whole: every counter and policy element of each is added, none is in the kernel. Named, not
+   * listed: a first apply of 10,000 tunnels would otherwise hold ~70,000 counter names and ~100,000 element
+   * objects in the plan at the apply's peak; the batch builds them a slice of tunnels at a time.
+   */
+  addWhole: TunnelSpec[];
   /** Synproxy objects by name to delete; MSS values to create one for. */
   delSynproxies: string[];
   addSynproxies: number[];
@@ -310,6 +316,7 @@ export function diff(input: DiffInput): Plan {
     ensureElements: [],
     delElements: [],
     addElements: [],
+    addWhole: [],
     delSynproxies: [],
     addSynproxies: [],
     delRateLimits: [],
@@ -381,12 +388,21 @@ export function diff(input: DiffInput): Plan {
     }
     const ctr = counterName(t);
     let countersMissing = false;
-    for (const c of tunnelCounterNames(t)) {
-      if (view.counters.has(c)) continue;
-      nft.addCounters.push(c);
+    const counterNames = tunnelCounterNames(t);
+    const wantEls = tunnelElements(t);
+    // Nothing of it in the kernel, and the kernel's elements were read: added whole (NftChanges.addWhole).
+    const whole = !prev && view.elements !== undefined && counterNames.every((c) => !view.counters.has(c)) && wantEls.every((e) => !view.elements!.has(e.id));
+    if (whole) {
+      nft.addWhole.push(t);
       touched = true;
       countersMissing = true;
-    }
+    } else
+      for (const c of counterNames) {
+        if (view.counters.has(c)) continue;
+        nft.addCounters.push(c);
+        touched = true;
+        countersMissing = true;
+      }
     const curCtr = view.counterMap.get(t.protected_ip);
     if (curCtr !== ctr) {
       if (curCtr !== undefined) delCounterMap.add(t.protected_ip);
@@ -395,9 +411,10 @@ export function diff(input: DiffInput): Plan {
     }
 
     // The isolation and policy elements: against the kernel's (reconcile) or the tunnel's own records (apply).
-    const wantEls = tunnelElements(t);
     elementsOf.set(t.id, wantEls);
-    if (view.elements) {
+    if (whole) {
+      // its elements are in addWhole
+    } else if (view.elements) {
       for (const e of wantEls) {
         if (view.elements.has(e.id)) continue;
         addEls.set(e.id, e);
@@ -601,6 +618,7 @@ export function nftChangeCount(n: NftChanges): number {
     n.ensureElements.length +
     n.delElements.length +
     n.addElements.length +
+    n.addWhole.length * 16 +
     n.delSynproxies.length +
     n.addSynproxies.length +
     n.delRateLimits.length +

@@ -3,7 +3,7 @@
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
 import { POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
-import { LEGACY_ALLOWED_SET, TUNNEL_SETS, allowsConnection, elementId, fromLegacyAllowed, type PolicyElement } from './policy.ts';
+import { LEGACY_ALLOWED_SET, TUNNEL_SETS, allowsConnection, elementId, fromLegacyAllowed, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
@@ -110,6 +110,8 @@ async function readShared(k: KernelContext): Promise<{ synproxies: Set<string>; 
  * as it comes (nftables/batch.ts), so 100,000 elements of 10,000 tunnels are never all objects together (RSS).
  */
 const ELEMENT_SLICE = 4096;
+/** Tunnels whose elements are built at once when added whole (~10 elements each). */
+const WHOLE_SLICE = 512;
 
 /** Adds policy elements to the batch, grouped by set, a slice at a time. */
 function addPolicyElements(b: NftBatch, table: string, els: readonly PolicyElement[], op: 'add' | 'delete'): void {
@@ -511,11 +513,14 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   for (const s of n.delSynproxies) b.deleteSynproxy(t, s);
   for (const c of n.delCounters) b.deleteCounter(t, c);
   for (const c of n.addCounters) b.addCounter({ table: t, name: c });
+  for (const x of n.addWhole) for (const c of tunnelCounterNames(x)) b.addCounter({ table: t, name: c });
   for (const m of n.addSynproxies) addSynproxyObject(b, t, m);
   for (const p of n.addRateLimits) addRateLimitChain(b, t, p);
   if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
   if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
   addPolicyElements(b, t, n.addElements, 'add');
+  // Tunnels added whole: their elements are built a slice of tunnels at a time, encoded, and dropped.
+  for (let i = 0; i < n.addWhole.length; i += WHOLE_SLICE) addPolicyElements(b, t, n.addWhole.slice(i, i + WHOLE_SLICE).flatMap(tunnelElements), 'add');
   // The generation right after our commit (index.ts run() compares it with the one read before the plan's
   // read-back). Read, not sent as the batch's genid: a commit by another nftables user in between must not fail
   // our batch, it only means the agent cannot tell which generation is its own.

@@ -142,6 +142,22 @@ describe('dataplane diff', () => {
       expect(ids(back.nft.ensureElements)).toEqual(added);
     });
 
+    it('tunnels with nothing in the kernel are added whole: named in addWhole, their counters and elements not listed', () => {
+      const a = t(1, { policy: policy({ ports: [[80, 80]] }) });
+      const b = t(2, { policy: policy({ ports: [[443, 443]] }) });
+      const cold = diff({ desired: [a, b], owned: new Map(), view: fullView([]), scope: 'all' });
+      expect(cold.nft.addWhole).toEqual([a, b]);
+      expect([cold.nft.addCounters, cold.nft.addElements]).toEqual([[], []]);
+      expect(cold.counts.added).toBe(2);
+      // One element of b already there (a half-done earlier apply): b's missing ones are listed one by one.
+      const view = fullView([]);
+      view.elements!.add(tunnelElements(b)[0]!.id);
+      const half = diff({ desired: [a, b], owned: new Map(), view, scope: 'all' });
+      expect(half.nft.addWhole).toEqual([a]);
+      expect(ids(half.nft.addElements)).toEqual(ids(tunnelElements(b).slice(1)));
+      expect(half.nft.addCounters).toEqual(tunnelCounterNames(b));
+    });
+
     it('ports or a protocol taken away name the tunnel in narrowed (its disallowed connections go); added ones do not', () => {
       const wide = t(1, { policy: policy({ ports: [[80, 80], [443, 443]] }) });
       const narrow = t(1, { policy: policy({ ports: [[443, 443]] }) });
