@@ -223,20 +223,21 @@ export class Nft extends Client {
     const enc = batch.encode({ firstSeq, ack: true, genId: opts.genId });
     const res = await this.sock.request({
       data: enc.data,
-      seqs: enc.messages.map((m) => m.seq),
+      seqs: [],
+      // One ack per message, kept only when it is an error (RequestSpec.ackRange).
+      ackRange: { first: enc.firstMessageSeq, count: enc.count },
       // A refusal of BATCH_BEGIN (bad genid) comes alone; nothing else of the batch is answered.
       abortSeqs: [enc.beginSeq, enc.endSeq],
       exclusive: true,
       timeoutMs: opts.timeoutMs,
     });
     const failures: NftBatchError['failures'] = [];
-    for (const seq of [enc.beginSeq, enc.endSeq]) {
-      const r = res.replies.get(seq);
-      if (r && r.errno !== 0) failures.push({ index: -1, seq, errno: r.errno, code: errnoName(r.errno), extackMessage: r.extack.message, extackOffset: r.extack.offset, description: seq === enc.beginSeq ? 'batch begin' : 'batch end' });
-    }
-    for (const m of enc.messages) {
-      const r = res.replies.get(m.seq);
-      if (r && r.errno !== 0) failures.push({ index: m.index, seq: m.seq, errno: r.errno, code: errnoName(r.errno), extackMessage: r.extack.message, extackOffset: r.extack.offset, description: m.description });
+    // Only errors are in the replies: in seq order, BEGIN and END named as such, the others by their index.
+    for (const r of [...res.replies.values()].sort((a, b) => a.seq - b.seq)) {
+      if (r.errno === 0) continue;
+      const index = r.seq === enc.beginSeq || r.seq === enc.endSeq ? -1 : r.seq - enc.firstMessageSeq;
+      const description = index >= 0 ? batch.describe(index) : r.seq === enc.beginSeq ? 'batch begin' : 'batch end';
+      failures.push({ index, seq: r.seq, errno: r.errno, code: errnoName(r.errno), extackMessage: r.extack.message, extackOffset: r.extack.offset, description });
     }
     if (failures.length > 0) {
       const f = failures[0]!;
@@ -245,7 +246,7 @@ export class Nft extends Client {
         errno: f.errno,
         seq: f.seq,
         index: f.index >= 0 ? f.index : undefined,
-        requestType: enc.messages.find((m) => m.seq === f.seq)?.type,
+        requestType: f.index >= 0 ? batch.typeOf(f.index) : undefined,
         extack: { message: f.extackMessage, offset: f.extackOffset },
         operation: f.description,
         },

@@ -162,6 +162,35 @@ describe('Nft over recorded kernel replies', () => {
     expect(types).toHaveLength(5);
   });
 
+  it('a bulk message the kernel refused is named from its own bytes: a counter, an element list and its size', async () => {
+    const refuse = (t: number) => (m: { type: number }) => (m.type === nftType(t) ? { errno: E.ENOENT } : undefined);
+    const els = Array.from({ length: 3 }, (_, i) => ({ key: Buffer.from([10, 0, 0, i]) }));
+    for (const [type, description] of [
+      [NFT_MSG_NEWOBJ, 'add counter t/x'],
+      [NFT_MSG_NEWSETELEM, 'add element t/s (3 elements)'],
+    ] as const) {
+      const { nft } = nftOver(refuse(type));
+      const b = new NftBatch().addTable('t').addCounter({ table: 't', name: 'x' }).addElements({ table: 't', set: 's', elements: els });
+      const err = (await nft.commit(b).catch((e: unknown) => e)) as NftBatchError;
+      expect(err.failures).toMatchObject([{ index: type === NFT_MSG_NEWOBJ ? 1 : 2, code: 'ENOENT', description }]);
+      expect(err.requestType).toBe(nftType(type));
+    }
+  });
+
+  it('a batch of 5,000 messages keeps only the refused acks: one failure named, the rest acknowledged without a reply each', async () => {
+    const { nft } = nftOver((_m, i) => (i === 4_001 ? { errno: E.EINVAL, extack: 'bad counter' } : undefined));
+    const b = new NftBatch();
+    for (let i = 0; i < 5_000; i++) b.addCounter({ table: 't', name: `c${i}` });
+    const err = (await nft.commit(b).catch((e: unknown) => e)) as NftBatchError;
+    // request 0 is BATCH_BEGIN: the refused one is the batch's message 4,000
+    expect(err.failures).toEqual([expect.objectContaining({ index: 4_000, code: 'EINVAL', extackMessage: 'bad counter', description: 'add counter t/c4000' })]);
+  });
+
+  it('an ack range must be alone in its datagram', async () => {
+    const sock = new NetlinkSocket(new KernelStandIn());
+    await expect(sock.request({ data: Buffer.alloc(16), seqs: [], ackRange: { first: 10, count: 2 } })).rejects.toThrow(/exclusive/);
+  });
+
   it('an accepted batch resolves once every message is acknowledged', async () => {
     const { kernel, nft } = nftOver();
     await nft.commit(new NftBatch().addTable('t').addCounter({ table: 't', name: 'x' }));
