@@ -607,6 +607,9 @@ function claimedOtherwise(claims: { get(key: string): string | undefined }, key:
   return c !== undefined && c !== id;
 }
 
+/** What one tunnel added whole stands for in a change count: its 7 counters and its ~10 elements (policy.ts). */
+const WHOLE_TUNNEL_CHANGES = 16;
+
 export function nftChangeCount(n: NftChanges): number {
   return (
     n.delDnat.length +
@@ -618,7 +621,7 @@ export function nftChangeCount(n: NftChanges): number {
     n.ensureElements.length +
     n.delElements.length +
     n.addElements.length +
-    n.addWhole.length * 16 +
+    n.addWhole.length * WHOLE_TUNNEL_CHANGES +
     n.delSynproxies.length +
     n.addSynproxies.length +
     n.delRateLimits.length +
