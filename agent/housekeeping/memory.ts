@@ -112,12 +112,7 @@ export class ReleaseAfterOperations {
       // A large operation's own objects may still be reachable from its caller when the release right after
       // it runs (bench:agent: 184 MB then, 113 MB at rest): one more release a moment later returns them, and
       // resets the resting level a stream of small jobs is measured against.
-      if (this.followUp) clearTimeout(this.followUp);
-      this.followUp = setTimeout(() => {
-        this.followUp = undefined;
-        if (!this.stopped) this.releaseNow();
-      }, IDLE_RELEASE_MS);
-      this.followUp.unref();
+      this.followUp = this.releaseLater(this.followUp, () => (this.followUp = undefined));
     }
     if (large || (rss > RELEASE_ABOVE_BYTES && rss - this.restingRss > REGROWTH_BYTES)) {
       this.soon ??= setImmediate(() => {
@@ -137,12 +132,18 @@ export class ReleaseAfterOperations {
   }
 
   private armIdle(): void {
-    if (this.idle) clearTimeout(this.idle);
-    this.idle = setTimeout(() => {
-      this.idle = undefined;
+    this.idle = this.releaseLater(this.idle, () => (this.idle = undefined));
+  }
+
+  /** A release IDLE_RELEASE_MS from now, replacing `pending`; `fired` clears its owner's field. Never keeps the process alive. */
+  private releaseLater(pending: NodeJS.Timeout | undefined, fired: () => void): NodeJS.Timeout {
+    if (pending) clearTimeout(pending);
+    const t = setTimeout(() => {
+      fired();
       if (!this.stopped) this.releaseNow();
     }, IDLE_RELEASE_MS);
-    this.idle.unref();
+    t.unref();
+    return t;
   }
 
   private releaseNow(): void {
