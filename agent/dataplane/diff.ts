@@ -323,8 +323,13 @@ export function diff(input: DiffInput): Plan {
     addRateLimits: [],
   };
   const addEls = new Map<string, PolicyElement>();
-  /** Each desired tunnel's elements, built once (a reconcile of 10,000 tunnels would build them twice). */
-  const elementsOf = new Map<string, PolicyElement[]>();
+  /**
+   * Elements a desired (or kept) tunnel wants that are not added by this plan, so the kernel has them or is
+   * assumed to: neither the sweep nor a removed tunnel sharing them (a protected IP handed to a new tunnel in
+   * the same reconcile) may delete them. Ids only, and none of a tunnel added whole: it has nothing in the
+   * kernel to protect, and a first apply of 10,000 tunnels with port lists would hold ~800,000 of them.
+   */
+  const claimed = new Set<string>();
   const delEls = new Map<string, PolicyElement>();
   const flush = new Set<string>();
   /** Desired tunnels whose new policy lets in less than their recorded one (see `narrowed` below). */
@@ -411,12 +416,14 @@ export function diff(input: DiffInput): Plan {
     }
 
     // The isolation and policy elements: against the kernel's (reconcile) or the tunnel's own records (apply).
-    elementsOf.set(t.id, wantEls);
     if (whole) {
       // its elements are in addWhole
     } else if (view.elements) {
       for (const e of wantEls) {
-        if (view.elements.has(e.id)) continue;
+        if (view.elements.has(e.id)) {
+          claimed.add(e.id);
+          continue;
+        }
         addEls.set(e.id, e);
         touched = true;
       }
@@ -442,7 +449,10 @@ export function diff(input: DiffInput): Plan {
       // Unconfirmed records (pending) or a counter recreated (its map elements went with it): add every element.
       const all = !prev || prev.pending === true || countersMissing;
       for (const e of wantEls) {
-        if (!all && hadIds.has(e.id)) continue;
+        if (!all && hadIds.has(e.id)) {
+          claimed.add(e.id);
+          continue;
+        }
         addEls.set(e.id, e);
         if (!hadIds.has(e.id)) touched = true;
       }
@@ -503,21 +513,21 @@ export function diff(input: DiffInput): Plan {
     for (const ip of view.dnat.keys()) if (!claimedIps.has(ip)) delDnat.add(ip);
     for (const ip of view.counterMap.keys()) if (!claimedIps.has(ip)) delCounterMap.add(ip);
     const wantedCounters = new Set(desired.flatMap(tunnelCounterNames));
-    const wantedEls = new Set<string>();
-    for (const els of elementsOf.values()) for (const e of els) wantedEls.add(e.id);
     for (const id of keep) {
       const o = owned.get(id);
       if (!o) continue;
       for (const c of tunnelCounterNames(o.spec)) wantedCounters.add(c);
-      for (const e of tunnelElements(o.spec)) wantedEls.add(e.id);
+      for (const e of tunnelElements(o.spec)) claimed.add(e.id);
     }
     for (const c of view.counters) if (!wantedCounters.has(c)) delCounters.add(c);
-    for (const id of view.elements ?? []) if (!wantedEls.has(id)) delEls.set(id, elementFromId(id));
+    // A kernel element no tunnel claims. (None of the added ones is in the kernel: they were added because not.)
+    for (const id of view.elements ?? []) if (!claimed.has(id)) delEls.set(id, elementFromId(id));
   }
 
   // Elements: an element both deleted and wanted (another tunnel took it over) stays. Scoped deletes first add
   // the element (see KernelView.elements), unless what it refers to is missing: then it cannot exist either.
   for (const id of addEls.keys()) delEls.delete(id);
+  for (const id of claimed) delEls.delete(id);
   nft.addElements = [...addEls.values()];
   nft.delElements = [...delEls.values()];
   // Ports or protocols a desired tunnel no longer allows (its policy changed, or a reconcile sweeps allowlist

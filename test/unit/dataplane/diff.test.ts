@@ -158,6 +158,23 @@ describe('dataplane diff', () => {
       expect(half.nft.addCounters).toEqual(tunnelCounterNames(b));
     });
 
+    it('a protected IP handed to a new tunnel in the same reconcile keeps the allowlist elements both want', () => {
+      const gone = t(1, { policy: policy({ ports: [[80, 80], [443, 443]] }) });
+      // Another id and name, the same protected IP and ports: its allowlist elements are the same kernel elements.
+      const heir = t(2, { protected_ip: gone.protected_ip, policy: policy({ ports: [[443, 443]] }) });
+      const view = fullView([gone]);
+      const p = diff({ desired: [heir], owned: ownedOf([gone]), view, scope: 'all' });
+      expect(p.actions.get('id1')).toBe('removed');
+      const shared = tunnelElements(heir).filter((e) => view.elements!.has(e.id));
+      expect(shared.length).toBeGreaterThan(0);
+      // The removed tunnel's delete and the sweep leave them; what only the removed one wanted goes.
+      const deleted = new Set(ids(p.nft.delElements));
+      expect(shared.filter((e) => deleted.has(e.id))).toEqual([]);
+      const onlyGone = tunnelElements(gone).filter((e) => !tunnelElements(heir).some((h) => h.id === e.id));
+      expect(onlyGone.every((e) => deleted.has(e.id))).toBe(true);
+      expect(ids(p.nft.addElements).filter((id) => shared.some((e) => e.id === id))).toEqual([]);
+    });
+
     it('ports or a protocol taken away name the tunnel in narrowed (its disallowed connections go); added ones do not', () => {
       const wide = t(1, { policy: policy({ ports: [[80, 80], [443, 443]] }) });
       const narrow = t(1, { policy: policy({ ports: [[443, 443]] }) });
