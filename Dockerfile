@@ -14,6 +14,8 @@ COPY common ./common
 COPY server ./server
 COPY agent ./agent
 COPY schema ./schema
+# The agent's bundle (agent/bin/bundle.mjs; npm ci's `prepare` skipped it above, before the sources were here).
+RUN node agent/bin/bundle.mjs
 ENV HOST=0.0.0.0 PORT=4000 NODE_ENV=production
 # The gateway runs as the image's unprivileged `node` user: the code stays root-owned (read-only to it);
 # the one place it may write is DATA_DIR (the embedded database, when no DATABASE_URL is given, and the

@@ -6,7 +6,7 @@
 //
 // `tunnel-agent fingerprint [--config FILE]` prints the host-key fingerprint (generating the key on
 // first use) and exits: what the operator records with `node add --host-key`.
-import { readFileSync } from 'node:fs';
+import agentPackage from './package.json' with { type: 'json' };
 import { createLogger, type Logger } from '../common/log.ts';
 import { ConfigError, loadConfig, type AgentConfig } from './config.ts';
 import type { Dataplane } from './dataplane/types.ts';
@@ -108,9 +108,9 @@ export function startHealth(
 
 /** This agent's version, from agent/package.json (what `tunnel-agent hello` reports). */
 function agentVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8')) as { version?: unknown };
-  if (typeof pkg.version !== 'string') throw new Error('agent/package.json has no version');
-  return pkg.version;
+  // Imported, not read beside this file: in the prebuilt bundle (agent/dist) this module is not in agent/.
+  if (typeof agentPackage.version !== 'string') throw new Error('agent/package.json has no version');
+  return agentPackage.version;
 }
 
 /** Starts the job endpoint over an open dataplane. */
@@ -262,6 +262,9 @@ async function main(): Promise<void> {
   process.stderr.write(`tunnel-agent: host key fingerprint ${hostKey.fingerprint} (ED25519); record it at the gateway with node add --host-key\n`);
   log.info('listening', { listen: `${address.host}:${address.port}`, host_key_fingerprint: hostKey.fingerprint, host_key_created: hostKey.created });
 }
+
+// The dataplane as the agent runs it, from the agent's bundle too (bench/lib/agent-dataplane.mjs measures it).
+export { createDataplane } from './dataplane/index.ts';
 
 /** The command line: runs the agent, or prints the fingerprint; on a start-up error exits 1 with the reason. */
 export async function runCli(): Promise<void> {

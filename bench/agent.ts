@@ -11,9 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { standinPeerName, type ChangeCounts } from '../agent/dataplane/index.ts';
-import { AGENT_LOADER, AGENT_NODE_FLAGS } from '../agent/bin/runtime.mjs';
+import { AGENT_NODE_FLAGS } from '../agent/bin/runtime.mjs';
 import { ROOT } from './lib/process.ts';
 import { rulesetNftText, tunnelsAddNftText, tunnelsDeleteNftText } from '../test/netns/ruleset-text.ts';
 import { BENCH_EDGE_IP, benchTunnel } from './lib/tunnels.ts';
@@ -74,14 +73,14 @@ interface Answer {
   error?: string;
 }
 
-/** The measured agent: bench/lib/agent-dataplane.ts started with the agent's own flags and loader. */
+/** The measured agent: bench/lib/agent-dataplane.mjs started with the agent's own flags, from its bundle. */
 class AgentProcess {
   private readonly proc: ChildProcess;
   private readonly answers: ((a: Answer) => void)[] = [];
   readonly ready: Promise<void>;
 
   constructor(env: Record<string, string>) {
-    this.proc = spawn(process.execPath, [...AGENT_NODE_FLAGS, '--import', fileURLToPath(AGENT_LOADER), 'bench/lib/agent-dataplane.ts'], {
+    this.proc = spawn(process.execPath, [...AGENT_NODE_FLAGS, 'bench/lib/agent-dataplane.mjs'], {
       cwd: ROOT,
       env: { ...process.env, ...env },
       stdio: ['pipe', 'pipe', 'inherit'],

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// `tunnel-agent [fingerprint] [--config FILE]`: the edge agent (agent/main.ts) run from its TypeScript
-// sources, transpiled in this thread (loader/register-inline.mjs: rolldown's oxc transform).
+// `tunnel-agent [fingerprint] [--config FILE]`: the edge agent (agent/main.ts), run from its prebuilt
+// bundle (agent/dist/agent.mjs, built by `npm install` and rebuilt here when a source changed since:
+// runtime.mjs's loadAgent), or from its TypeScript sources when the bundle cannot be built.
 //
 // The agent needs Node 24 and the V8 flags of runtime.mjs (they keep its memory under 150 MB with 10,000
 // tunnels). The systemd unit and `npm run agent` start Node with those flags, so systemd's main PID is
@@ -10,7 +11,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { AGENT_LOADER, AGENT_NODE_FLAGS, hasAgentFlags } from './runtime.mjs';
+import { AGENT_NODE_FLAGS, hasAgentFlags, loadAgent } from './runtime.mjs';
 
 const major = Number(process.versions.node.split('.')[0]);
 const localNode = fileURLToPath(new URL('../../node_modules/node/bin/node', import.meta.url));
@@ -33,7 +34,6 @@ if (major < 24 || !hasAgentFlags()) {
 } else {
   // Source maps cost ~8 MB of resident memory here; TUNNEL_AGENT_SOURCE_MAPS=1 turns them on for debugging.
   if (process.env.TUNNEL_AGENT_SOURCE_MAPS === '1') process.setSourceMapsEnabled(true);
-  await import(AGENT_LOADER.href);
-  const { runCli } = await import('../main.ts');
+  const { runCli } = await loadAgent();
   await runCli();
 }

@@ -1,35 +1,37 @@
 // The agent benchmark's measured process. Started as the agent is (agent/bin/runtime.mjs: the same V8
-// flags and in-thread loader as the entry, the npm script and the systemd unit), it loads the agent's
-// modules (agent/main.ts: SSH server and job handling, not started here) and runs the production
-// dataplane in the benchmark's namespace with veth stand-ins (this kernel has no GRE).
+// flags as the entry, the npm script and the systemd unit, and the same modules: loadAgent() imports the
+// prebuilt bundle, so no transpiler is loaded), it runs the production dataplane in the benchmark's
+// namespace with veth stand-ins (this kernel has no GRE). Plain JavaScript for the same reason: a
+// TypeScript file here would need the loader the agent no longer carries.
 //
 // One JSON command per stdin line: {"op":"reconcile","tunnels":[...]}, {"op":"apply"|"remove","tunnel":{...}}
 // or {"op":"stats"}; one JSON answer per stdout line with the result, the time it took, this process's
 // resident memory right after and its peak during the command (VmHWM, reset before each command).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import '../../agent/main.ts';
-import { createDataplane, type TunnelSpec } from '../../agent/dataplane/index.ts';
+import { loadAgent } from '../../agent/bin/runtime.mjs';
 
 const { TG_BENCH_NETNS: netns, TG_BENCH_STATE: stateDir, TG_BENCH_EDGE: edgeIp, TG_BENCH_TABLE: nftTable } = process.env;
 if (!netns || !stateDir || !edgeIp || !nftTable) throw new Error('TG_BENCH_NETNS, TG_BENCH_STATE, TG_BENCH_EDGE and TG_BENCH_TABLE are required');
 
 /** VmRSS and VmHWM (peak) of this process, in bytes. */
-function memory(): { rss: number; peak: number } {
+function memory() {
   const s = readFileSync('/proc/self/status', 'utf8');
-  const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(s)?.[1] ?? 0) * 1024;
+  const kb = (k) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(s)?.[1] ?? 0) * 1024;
   return { rss: kb('VmRSS'), peak: kb('VmHWM') };
 }
 
+// A stale bundle would be rebuilt first; one that cannot be is reported, since the figures would then
+// include the transpiler.
+const { createDataplane } = await loadAgent({ warn: (m) => process.stderr.write(`bench: ${m}\n`) });
 const dp = await createDataplane({ edgeIp, nftTable, stateDir, netns, linkKind: 'veth-standin' });
-const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
+const say = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
 say({ ready: true, ...memory() });
 
-type Command = { op: 'reconcile'; tunnels: TunnelSpec[] } | { op: 'apply' | 'remove'; tunnel: TunnelSpec } | { op: 'stats' };
 for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
   // "5" resets VmHWM to the current RSS (proc(5), clear_refs): the peak answered is this command's own.
   writeFileSync('/proc/self/clear_refs', '5');
-  const cmd = JSON.parse(line) as Command;
+  const cmd = JSON.parse(line);
   const t = performance.now();
   try {
     const result =
