@@ -41,7 +41,10 @@ export interface KernelView {
    * The elements of the tunnels' policy sets (policy.ts TUNNEL_SETS) by id: read back whole for a reconcile, and
    * for a scoped apply or remove only its tunnels' own, by key (kernel.ts readScoped). Undefined (trust the
    * records, delete with add-then-delete so a record the kernel lost cannot fail the batch) is what callers
-   * without a read of the elements pass, e.g. the diff's unit tests.
+   * without a read of the elements pass, e.g. the diff's unit tests. The diff consumes it: each id a desired or
+   * kept tunnel claims is taken out, so what remains is what no tunnel wants (a second Set of every claimed id
+   * would double the reconcile's largest structure: ~800,000 ids at 10,000 tunnels with port lists). A view
+   * serves one diff.
    */
   elements?: Set<string>;
 }
@@ -324,10 +327,10 @@ export function diff(input: DiffInput): Plan {
   };
   const addEls = new Map<string, PolicyElement>();
   /**
-   * Elements a desired (or kept) tunnel wants that are not added by this plan, so the kernel has them or is
-   * assumed to: neither the sweep nor a removed tunnel sharing them (a protected IP handed to a new tunnel in
-   * the same reconcile) may delete them. Ids only, and none of a tunnel added whole: it has nothing in the
-   * kernel to protect, and a first apply of 10,000 tunnels with port lists would hold ~800,000 of them.
+   * Without a read of the elements (view.elements undefined): elements a desired tunnel wants that this plan
+   * does not add, as its records say the kernel has them. A removed tunnel sharing one (a protected IP handed
+   * to a new tunnel in the same plan) must not delete it. With a read, claiming takes the id out of
+   * view.elements instead, which has the same effect on the removed tunnel and leaves the sweep the rest.
    */
   const claimed = new Set<string>();
   const delEls = new Map<string, PolicyElement>();
@@ -420,10 +423,8 @@ export function diff(input: DiffInput): Plan {
       // its elements are in addWhole
     } else if (view.elements) {
       for (const e of wantEls) {
-        if (view.elements.has(e.id)) {
-          claimed.add(e.id);
-          continue;
-        }
+        // In the kernel already: claimed (see KernelView.elements).
+        if (view.elements.delete(e.id)) continue;
         addEls.set(e.id, e);
         touched = true;
       }
@@ -477,6 +478,12 @@ export function diff(input: DiffInput): Plan {
     putOwned.set(t.id, { spec: t });
   }
 
+  // Kept tunnels claim their elements too, before any removed tunnel could delete one they share.
+  for (const id of keep) {
+    const o = owned.get(id);
+    if (o) for (const e of tunnelElements(o.spec)) view.elements?.delete(e.id);
+  }
+
   // Owned tunnels in scope that are no longer desired.
   for (const o of scopedOwned) {
     const id = o.spec.id;
@@ -517,11 +524,10 @@ export function diff(input: DiffInput): Plan {
       const o = owned.get(id);
       if (!o) continue;
       for (const c of tunnelCounterNames(o.spec)) wantedCounters.add(c);
-      for (const e of tunnelElements(o.spec)) claimed.add(e.id);
     }
     for (const c of view.counters) if (!wantedCounters.has(c)) delCounters.add(c);
-    // A kernel element no tunnel claims. (None of the added ones is in the kernel: they were added because not.)
-    for (const id of view.elements ?? []) if (!claimed.has(id)) delEls.set(id, elementFromId(id));
+    // What is left of the kernel's elements: no tunnel claimed them.
+    for (const id of view.elements ?? []) delEls.set(id, elementFromId(id));
   }
 
   // Elements: an element both deleted and wanted (another tunnel took it over) stays. Scoped deletes first add

@@ -163,9 +163,9 @@ describe('dataplane diff', () => {
       // Another id and name, the same protected IP and ports: its allowlist elements are the same kernel elements.
       const heir = t(2, { protected_ip: gone.protected_ip, policy: policy({ ports: [[443, 443]] }) });
       const view = fullView([gone]);
+      const shared = tunnelElements(heir).filter((e) => view.elements!.has(e.id));
       const p = diff({ desired: [heir], owned: ownedOf([gone]), view, scope: 'all' });
       expect(p.actions.get('id1')).toBe('removed');
-      const shared = tunnelElements(heir).filter((e) => view.elements!.has(e.id));
       expect(shared.length).toBeGreaterThan(0);
       // The removed tunnel's delete and the sweep leave them; what only the removed one wanted goes.
       const deleted = new Set(ids(p.nft.delElements));
@@ -259,7 +259,8 @@ describe('dataplane diff', () => {
       const index = OwnedIndex.of(records);
       const owned = new NoWalk(records);
       walked.length = 0;
-      const view = fullView([a, b, c]);
+      // A view serves one diff (it takes the claimed elements out): each call reads the kernel afresh.
+      const view = (): KernelView => fullView([a, b, c]);
       const changes = [
         // remove one of two users: the shared chain and synproxy stay
         { desired: [], scope: new Set(['id1']) },
@@ -269,15 +270,15 @@ describe('dataplane diff', () => {
         { desired: [t(4, { policy: policy({ source_pps_limit: 500 }) })], scope: new Set(['id4']) },
       ];
       for (const ch of changes) {
-        const withIndex = diff({ ...ch, owned, index, view });
-        const plain = diff({ ...ch, owned: records, view });
+        const withIndex = diff({ ...ch, owned, index, view: view() });
+        const plain = diff({ ...ch, owned: records, view: view() });
         expect(walked).toEqual([]);
         expect({ ...withIndex, owned: undefined }).toEqual({ ...plain, owned: undefined });
         expect([...withIndex.owned]).toEqual([...plain.owned]);
         walked.length = 0;
       }
-      expect(() => diff({ desired: [t(4, { tunnel_name: 'tg-3' })], scope: new Set(['id4']), owned, index, view })).toThrow(PlanConflict);
-      expect(() => diff({ desired: [t(4, { protected_ip: '203.0.113.3' })], scope: new Set(['id4']), owned, index, view })).toThrow(PlanConflict);
+      expect(() => diff({ desired: [t(4, { tunnel_name: 'tg-3' })], scope: new Set(['id4']), owned, index, view: view() })).toThrow(PlanConflict);
+      expect(() => diff({ desired: [t(4, { protected_ip: '203.0.113.3' })], scope: new Set(['id4']), owned, index, view: view() })).toThrow(PlanConflict);
       expect(walked).toEqual([]);
     });
 
