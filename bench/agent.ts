@@ -11,11 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { standinPeerName, type ChangeCounts } from '../agent/dataplane/index.ts';
+import { standinPeerName, type ChangeCounts, type TunnelSpec } from '../agent/dataplane/index.ts';
 import { AGENT_NODE_FLAGS } from '../agent/bin/runtime.mjs';
 import { ROOT } from './lib/process.ts';
 import { rulesetNftText, tunnelsAddNftText, tunnelsDeleteNftText } from '../test/netns/ruleset-text.ts';
-import { BENCH_EDGE_IP, benchTunnel } from './lib/tunnels.ts';
+import { BENCH_EDGE_IP, BENCH_POLICY, benchTunnel } from './lib/tunnels.ts';
 import { report } from './lib/report.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 10_000);
@@ -26,6 +26,11 @@ const SAMPLE_JOBS = Number(process.env.TG_BENCH_JOBS ?? 50);
  * holds the RTNL lock and makes our timings meaningless.
  */
 const SKIP_REMOVE = process.env.TG_BENCH_SKIP_REMOVE === '1';
+/**
+ * Every tunnel carries bench/lib/tunnels.ts's policy, on both sides (issue 10 item 6); TG_BENCH_POLICY=default
+ * gives them the default one instead (everything allowed, no proxy, no limit: ~10 elements per tunnel, not ~81).
+ */
+const POLICY = process.env.TG_BENCH_POLICY === 'default' ? undefined : BENCH_POLICY;
 const EDGE = BENCH_EDGE_IP;
 const TABLE = 'tunnelgate';
 
@@ -34,7 +39,7 @@ if (process.getuid?.() !== 0) {
   process.exit(2);
 }
 
-const tun = benchTunnel;
+const tun = (i: number): TunnelSpec => ({ ...benchTunnel(i), ...(POLICY ? { policy: POLICY } : {}) });
 
 class Netns {
   readonly name = `tg-bench-${randomBytes(4).toString('hex')}`;
@@ -128,7 +133,8 @@ const mb = (b: number): string => `${(b / 1048576).toFixed(1)} MB`;
 async function main(): Promise<void> {
   const tunnels = Array.from({ length: N }, (_, i) => tun(i + 1));
   const out: Record<string, unknown> = { n: N, link: 'veth-standin (no GRE on this kernel; both sides use veth pairs)' };
-  console.log(`edge agent dataplane benchmark: ${N} tunnels, veth pairs standing in for GRE on BOTH sides (this kernel has no GRE)`);
+  console.log(`edge agent dataplane benchmark: ${N} tunnels, ${POLICY ? `each with the policy ${JSON.stringify(POLICY)}` : 'default policy'}, veth pairs standing in for GRE on BOTH sides (this kernel has no GRE)`);
+  out.policy = POLICY ?? 'default';
 
   // --- command line: ip -batch + nft -f ------------------------------------------------------------
   const cli = new Netns();
@@ -145,7 +151,7 @@ async function main(): Promise<void> {
       `link set ${t.tunnel_name} up`,
     ]);
     writeFileSync(join(dir, 'add.ip'), ipAdd.join('\n') + '\n');
-    // The same kernel work as the agent's: each tunnel's six counters and its elements in every set (default policy).
+    // The same kernel work as the agent's: each tunnel's counters, its elements in every set, its policy's shared objects.
     const nftAdd = tunnelsAddNftText(TABLE, tunnels);
     writeFileSync(join(dir, 'add.nft'), nftAdd.join('\n') + '\n');
     const ipDel = tunnels.map((t) => `link del ${t.tunnel_name}`);

@@ -32,7 +32,7 @@ import { join } from 'node:path';
 import { createDataplane, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../agent/dataplane/index.ts';
 import type { TunnelPolicy } from '../common/tunnel-policy.ts';
 import { ROOT } from './lib/process.ts';
-import { benchTunnel } from './lib/tunnels.ts';
+import { BENCH_POLICY, benchTunnel } from './lib/tunnels.ts';
 import { report } from './lib/report.ts';
 
 const N = Number(process.env.TG_BENCH_N ?? 10_000);
@@ -43,16 +43,8 @@ const PORT = 9000;
 const CLIENT = '198.51.100.10';
 const CLIENT_GW = '198.51.100.1';
 
-/** Every benchmark tunnel's policy: each check on the per-packet path in use, none of them refusing the flood. */
-const POLICY: TunnelPolicy = {
-  // TG_BENCH_PORTS=any: every port, to see what the port list's interval set costs per packet.
-  ports: process.env.TG_BENCH_PORTS === 'any' ? '*' : [[22, 22], [80, 80], [443, 443], [5000, 10000]],
-  protocol: 'both',
-  syn_proxy: true,
-  // Above what one generator core sends, so the meter is updated on every packet but never drops.
-  source_pps_limit: 1_000_000,
-  drop_fragments: true,
-};
+/** Every benchmark tunnel's policy (bench/lib/tunnels.ts). TG_BENCH_PORTS=any: every port, to see what the port list costs per packet. */
+const POLICY: TunnelPolicy = { ...BENCH_POLICY, ...(process.env.TG_BENCH_PORTS === 'any' ? { ports: '*' as const } : {}) };
 
 if (process.getuid?.() !== 0) {
   console.error('bench/edge.ts needs root (network namespaces)');

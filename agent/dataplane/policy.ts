@@ -56,7 +56,7 @@ export function tunnelCounterNames(t: Pick<TunnelSpec, 'tunnel_name'>): string[]
 const synproxyMss = (t: Pick<TunnelSpec, 'mtu'>): number => t.mtu - 40;
 
 /** The shared objects a tunnel needs: a synproxy object (by MSS) and a rate-limit chain (by packets per second). */
-export function sharedNeeds(t: TunnelSpec): { mss?: number; pps?: number } {
+export function sharedNeeds(t: Pick<TunnelSpec, 'mtu' | 'policy'>): { mss?: number; pps?: number } {
   const p = policyOf(t);
   return { ...(p.syn_proxy ? { mss: synproxyMss(t) } : {}), ...(p.source_pps_limit !== null ? { pps: p.source_pps_limit } : {}) };
 }

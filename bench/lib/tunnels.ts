@@ -1,8 +1,23 @@
 // The benchmarks' synthetic tunnels: tunnel i (1-based) has a unique name, protected IP (10.0.0.0/8),
 // origin and /30 inner subnet (100.64.0.0/10), all on one edge. Shared by bench:agent and bench:edge.
 import type { TunnelSpec } from '../../agent/dataplane/index.ts';
+import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 
 export const BENCH_EDGE_IP = '192.0.2.2';
+
+/**
+ * The benchmarks' policy (issue 10 item 6: every tunnel carries one): each check on the per-packet path in use,
+ * none of them refusing a flood. The 5000-10000 range is 36 port blocks per protocol (docs/CONTRACTS.md
+ * "Dataplane"), ~81 elements per tunnel with the isolation's: a heavy policy, for the apply and memory figures.
+ */
+export const BENCH_POLICY: TunnelPolicy = {
+  ports: [[22, 22], [80, 80], [443, 443], [5000, 10000]],
+  protocol: 'both',
+  syn_proxy: true,
+  // Above what one generator core sends, so the meter is updated on every packet but never drops.
+  source_pps_limit: 1_000_000,
+  drop_fragments: true,
+};
 
 export function benchTunnel(i: number): TunnelSpec {
   const base = 4 * i;

@@ -7,7 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Nft, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../agent/netlink/client.ts';
-import { tunnelCounterNames, tunnelElements } from '../../agent/dataplane/policy.ts';
+import { addRateLimitChain, addSynproxyObject } from '../../agent/netlink/ruleset.ts';
+import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { sharedNeeds, tunnelCounterNames, tunnelElements } from '../../agent/dataplane/policy.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { rulesetNftText, tunnelsAddNftText, tunnelsDeleteNftText } from './ruleset-text.ts';
@@ -78,5 +80,51 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the nft -f twi
     writeFileSync(file, tunnelsDeleteNftText(T, tunnels).join('\n') + '\n');
     theirs.run('nft', '-f', file);
     expect(listed(theirs).length).toBeLessThan(listed(ours).length);
+  });
+
+  it('with policies too (port blocks, SYN proxy, rate limit, fragments), and their removal leaves the bare table', async () => {
+    const edge: TunnelPolicy = { ports: [[22, 22], [80, 80], [443, 443], [5000, 10000]], protocol: 'both', syn_proxy: true, source_pps_limit: 1_000_000, drop_fragments: true };
+    const tunnels = [
+      { tunnel_name: 'tg-p1', protected_ip: '203.0.113.11', origin_inner: '100.64.1.2/30', mtu: 1476, policy: edge },
+      { tunnel_name: 'tg-p2', protected_ip: '203.0.113.12', origin_inner: '100.64.1.6/30', mtu: 1400, policy: { ...edge, protocol: 'udp' as const, syn_proxy: false, source_pps_limit: 500 } },
+      { tunnel_name: 'tg-p3', protected_ip: '203.0.113.13', origin_inner: '100.64.1.10/30', mtu: 1476 },
+    ];
+    // Both sides start from the bare table (the previous test's elements gone).
+    const bare = join(mkdtempSync(join(tmpdir(), 'tg-ruleset-')), 'bare.nft');
+    writeFileSync(bare, `flush ruleset\n${rulesetNftText({ table: T, ifnamePrefix: PREFIX })}`);
+    ours.run('nft', '-f', bare);
+    theirs.run('nft', '-f', bare);
+    const bareListing = listed(theirs);
+    const nft = Nft.open({ netns: ours.path });
+    try {
+      const b = new NftBatch();
+      for (const t of tunnels) for (const c of tunnelCounterNames(t)) b.addCounter({ table: T, name: c });
+      const mss = new Set<number>();
+      const pps = new Set<number>();
+      for (const t of tunnels) {
+        const n = sharedNeeds(t);
+        if (n.mss !== undefined) mss.add(n.mss);
+        if (n.pps !== undefined) pps.add(n.pps);
+      }
+      for (const m of mss) addSynproxyObject(b, T, m);
+      for (const p of pps) addRateLimitChain(b, T, p);
+      b.addElements({ table: T, set: 'protected', elements: tunnels.map((t) => ipv4MapElement(t.protected_ip, t.origin_inner.split('/')[0]!)) });
+      b.addElements({ table: T, set: 'tunnel_counters', elements: tunnels.map((t) => ipv4ObjElement(t.protected_ip, t.tunnel_name)) });
+      const els = tunnels.flatMap((t) => tunnelElements({ ...t, id: '', origin_ip: '', edge_ip: '', edge_inner: '' }));
+      for (const set of new Set(els.map((e) => e.set))) b.addElements({ table: T, set, elements: els.filter((e) => e.set === set).map((e) => e.el) });
+      await nft.commit(b);
+    } finally {
+      nft.close();
+    }
+    const file = join(mkdtempSync(join(tmpdir(), 'tg-ruleset-')), 'tunnels.nft');
+    writeFileSync(file, tunnelsAddNftText(T, tunnels).join('\n') + '\n');
+    theirs.run('nft', '-f', file);
+    const a = listed(ours);
+    expect(JSON.stringify(a)).toContain('synproxy_1436');
+    expect(JSON.stringify(a)).toContain('ratelimit_500');
+    expect(listed(theirs)).toEqual(a);
+    writeFileSync(file, tunnelsDeleteNftText(T, tunnels).join('\n') + '\n');
+    theirs.run('nft', '-f', file);
+    expect(listed(theirs)).toEqual(bareListing);
   });
 });

@@ -2,6 +2,10 @@
 // twin that the agent benchmark's baseline loads and that tests use to build a table by hand.
 // `counters` adds named counter objects, as addTunnelgateRuleset's option of the same name does; the
 // netlink fixtures (test/fixtures/netlink/capture.sh) capture this text with one counter, `tun-1`.
+import { portBlocks, sharedNeeds } from '../../agent/dataplane/policy.ts';
+import { allowedSet, rateLimitName, synproxyName } from '../../agent/netlink/ruleset.ts';
+import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
+
 export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapSize?: number; counters?: readonly string[] }): string {
   const counters = (opts.counters ?? []).map((c) => `  counter ${c} {\n  }\n`).join('');
   return `table ip ${opts.table} {
@@ -137,40 +141,94 @@ export interface TextTunnel {
   tunnel_name: string;
   protected_ip: string;
   origin_inner: string;
+  /** For the SYN proxy's MSS (mtu - 40); needed only with a policy that turns the proxy on. */
+  mtu?: number;
+  /** The protection policy (absent: the default one, as a v1 job's tunnel gets). */
+  policy?: TunnelPolicy;
 }
 const REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
 const BY_P = REASONS.filter((r) => r !== 'spoofed');
+const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
+const policyOf = (t: TextTunnel): TunnelPolicy => t.policy ?? DEFAULT_POLICY;
+const needs = (t: TextTunnel) => sharedNeeds({ mtu: t.mtu ?? 1476, ...(t.policy ? { policy: t.policy } : {}) });
+
+/**
+ * Each tunnel's policy elements, by set, as `nft -f` writes them: the allowlist cut into the agent's own port
+ * blocks (agent/dataplane/policy.ts portBlocks, so the per-packet work is the same), fragments, SYN proxy and
+ * rate limit.
+ */
+function policyElements(ts: readonly TextTunnel[]): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  const add = (set: string, e: string): void => void (out.get(set) ?? out.set(set, []).get(set)!).push(e);
+  for (const t of ts) {
+    const p = policyOf(t);
+    const P = t.protected_ip;
+    for (const proto of p.protocol === 'both' ? ['tcp', 'udp'] : [p.protocol]) {
+      if (p.ports === '*') add('allowed_all', `${P} . ${proto}`);
+      else for (const [bits, port] of portBlocks(p.ports)) add(allowedSet(bits), bits === 16 ? `${P} . ${proto}` : `${P} . ${proto} . ${port}`);
+    }
+    if (p.drop_fragments) add('fragments', P);
+    const n = needs(t);
+    if (n.mss !== undefined) {
+      add('synproxied', P);
+      add('syn_proxy', `${P} : "${synproxyName(n.mss)}"`);
+    }
+    if (n.pps !== undefined) add('rate_limits', `${P} : jump ${rateLimitName(n.pps)}`);
+  }
+  return out;
+}
+
+/** The synproxy objects and rate-limit chains (with their meters) the tunnels share, one per distinct value. */
+function sharedObjects(ts: readonly TextTunnel[]): { mss: number[]; pps: number[] } {
+  const mss = new Set<number>();
+  const pps = new Set<number>();
+  for (const t of ts) {
+    const n = needs(t);
+    if (n.mss !== undefined) mss.add(n.mss);
+    if (n.pps !== undefined) pps.add(n.pps);
+  }
+  return { mss: [...mss], pps: [...pps] };
+}
 
 /** Adds: the seven counters of each tunnel, then the dnat and counter maps, isolation sets, allowlist and drop maps. */
 export function tunnelsAddNftText(table: string, ts: readonly TextTunnel[]): string[] {
-  const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
   const el = (set: string, f: (t: TextTunnel) => string): string => `add element ip ${table} ${set} { ${ts.map(f).join(', ')} }`;
+  const shared = sharedObjects(ts);
   return [
     ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`), `${t.tunnel_name}.out`].map((c) => `add counter ip ${table} ${c}`)),
+    ...shared.mss.map((m) => `add synproxy ip ${table} ${synproxyName(m)} { mss ${m}; wscale 7; timestamp sack-perm; }`),
+    ...shared.pps.flatMap((n) => [
+      `add set ip ${table} ${rateLimitName(n)} { type ipv4_addr . ipv4_addr; size 65535; flags dynamic,timeout; timeout 1m; }`,
+      `add chain ip ${table} ${rateLimitName(n)}`,
+      `add rule ip ${table} ${rateLimitName(n)} update @${rateLimitName(n)} { ip daddr . ip saddr limit rate over ${n}/second } counter name ip daddr map @drop_rate_limited drop`,
+    ]),
     el('protected', (t) => `${t.protected_ip} : ${O(t)}`),
     el('tunnel_counters', (t) => `${t.protected_ip} : "${t.tunnel_name}"`),
     el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
     el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
-    el('allowed_all', (t) => `${t.protected_ip} . tcp, ${t.protected_ip} . udp`),
+    ...[...policyElements(ts)].map(([set, els]) => `add element ip ${table} ${set} { ${els.join(', ')} }`),
     el('drop_spoofed', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.spoofed"`),
     el('tunnel_out', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.out"`),
     ...BY_P.map((r) => el(`drop_${r}`, (t) => `${t.protected_ip} : "${t.tunnel_name}.${r}"`)),
   ];
 }
 
-/** The same, deleted: elements first, then the counters they referred to. */
+/** The same, deleted: elements first, then the counters and shared objects they referred to. */
 export function tunnelsDeleteNftText(table: string, ts: readonly TextTunnel[]): string[] {
-  const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
   const el = (set: string, f: (t: TextTunnel) => string): string => `delete element ip ${table} ${set} { ${ts.map(f).join(', ')} }`;
+  const shared = sharedObjects(ts);
   return [
     el('tunnel_counters', (t) => t.protected_ip),
     el('protected', (t) => t.protected_ip),
     el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
     el('origins', (t) => `"${t.tunnel_name}" . ${O(t)}`),
-    el('allowed_all', (t) => `${t.protected_ip} . tcp, ${t.protected_ip} . udp`),
+    // A map element is deleted by its key alone.
+    ...[...policyElements(ts)].map(([set, els]) => `delete element ip ${table} ${set} { ${els.map((e) => e.split(' : ')[0]).join(', ')} }`),
     el('drop_spoofed', (t) => `"${t.tunnel_name}"`),
     el('tunnel_out', (t) => `"${t.tunnel_name}"`),
     ...BY_P.map((r) => el(`drop_${r}`, (t) => t.protected_ip)),
     ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`), `${t.tunnel_name}.out`].map((c) => `delete counter ip ${table} ${c}`)),
+    ...shared.pps.flatMap((n) => [`flush chain ip ${table} ${rateLimitName(n)}`, `delete chain ip ${table} ${rateLimitName(n)}`, `delete set ip ${table} ${rateLimitName(n)}`]),
+    ...shared.mss.map((m) => `delete synproxy ip ${table} ${synproxyName(m)}`),
   ];
 }
