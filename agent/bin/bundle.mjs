@@ -3,7 +3,7 @@
 // manifest, agent/dist/agent.json (a digest of every input, for runtime.mjs's freshness check).
 //
 // Why: run from its TypeScript sources, the agent carries an in-thread transpiler (rolldown's native
-// binding) for its whole life: ~20 MB of its < 150 MB budget (docs/ARCHITECTURE.md "Memory"). `npm install`
+// binding) for its whole life: ~20 MB of its < 150 MB budget (docs/ARCHITECTURE.md, agent/dist). `npm install`
 // builds the bundle (the `prepare` script); the entry rebuilds it when a source changed since.
 //
 // Imports rolldown, so it is a script of its own: the agent's entry only reads the manifest.

@@ -3,7 +3,7 @@
 // bundle (agent/dist/agent.mjs, built by `npm install` and rebuilt here when a source changed since:
 // runtime.mjs's loadAgent), or from its TypeScript sources when the bundle cannot be built.
 //
-// The agent needs Node 24 and the V8 flags of runtime.mjs (they keep its memory under 150 MB with 10,000
+// The agent needs Node 24 and the V8 flags of runtime.mjs (they keep its memory under 150 MB with 10,000 default-policy
 // tunnels). The systemd unit and `npm run agent` start Node with those flags, so systemd's main PID is
 // the agent itself. Started any other way (an older `node` first on PATH, or Node 24 without the flags),
 // this script re-executes itself with the project's own Node 24 (node_modules/node/bin/node, installed by
