@@ -29,6 +29,27 @@ function listed(ns: TestNetns): unknown[] {
     });
 }
 
+type TwinTunnel = Parameters<typeof tunnelsAddNftText>[1][number] & { mtu: number };
+
+/** What the agent's batch adds for these tunnels: counters, their policies' shared objects, map and set elements. */
+async function agentAdds(ns: TestNetns, tunnels: readonly TwinTunnel[]): Promise<void> {
+  const nft = Nft.open({ netns: ns.path });
+  try {
+    const b = new NftBatch();
+    for (const t of tunnels) for (const c of tunnelCounterNames(t)) b.addCounter({ table: T, name: c });
+    const needs = tunnels.map((t) => sharedNeeds(t));
+    for (const m of new Set(needs.flatMap((n) => (n.mss === undefined ? [] : [n.mss])))) addSynproxyObject(b, T, m);
+    for (const p of new Set(needs.flatMap((n) => (n.pps === undefined ? [] : [n.pps])))) addRateLimitChain(b, T, p);
+    b.addElements({ table: T, set: 'protected', elements: tunnels.map((t) => ipv4MapElement(t.protected_ip, t.origin_inner.split('/')[0]!)) });
+    b.addElements({ table: T, set: 'tunnel_counters', elements: tunnels.map((t) => ipv4ObjElement(t.protected_ip, t.tunnel_name)) });
+    const els = tunnels.flatMap((t) => tunnelElements({ ...t, id: '', origin_ip: '', edge_ip: '', edge_inner: '' }));
+    for (const set of new Set(els.map((e) => e.set))) b.addElements({ table: T, set, elements: els.filter((e) => e.set === set).map((e) => e.el) });
+    await nft.commit(b);
+  } finally {
+    nft.close();
+  }
+}
+
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the nft -f twin of the agent table', () => {
   let ours: TestNetns;
   let theirs: TestNetns;
@@ -60,19 +81,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the nft -f twi
   });
 
   it("the text twin of tunnels' counters and elements (the benchmark's baseline) lists as the agent's own", async () => {
-    const tunnels = [1, 2, 3].map((i) => ({ tunnel_name: `tg-t${i}`, protected_ip: `203.0.113.${i}`, origin_inner: `100.64.0.${4 * i + 2}/30` }));
-    const nft = Nft.open({ netns: ours.path });
-    try {
-      const b = new NftBatch();
-      for (const t of tunnels) for (const c of tunnelCounterNames(t)) b.addCounter({ table: T, name: c });
-      b.addElements({ table: T, set: 'protected', elements: tunnels.map((t) => ipv4MapElement(t.protected_ip, t.origin_inner.split('/')[0]!)) });
-      b.addElements({ table: T, set: 'tunnel_counters', elements: tunnels.map((t) => ipv4ObjElement(t.protected_ip, t.tunnel_name)) });
-      const els = tunnels.flatMap((t) => tunnelElements({ ...t, id: '', origin_ip: '', edge_ip: '', edge_inner: '', mtu: 1476 }));
-      for (const set of new Set(els.map((e) => e.set))) b.addElements({ table: T, set, elements: els.filter((e) => e.set === set).map((e) => e.el) });
-      await nft.commit(b);
-    } finally {
-      nft.close();
-    }
+    const tunnels = [1, 2, 3].map((i) => ({ tunnel_name: `tg-t${i}`, protected_ip: `203.0.113.${i}`, origin_inner: `100.64.0.${4 * i + 2}/30`, mtu: 1476 }));
+    await agentAdds(ours, tunnels);
     const file = join(mkdtempSync(join(tmpdir(), 'tg-ruleset-')), 'tunnels.nft');
     writeFileSync(file, tunnelsAddNftText(T, tunnels).join('\n') + '\n');
     theirs.run('nft', '-f', file);
@@ -95,27 +105,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the nft -f twi
     ours.run('nft', '-f', bare);
     theirs.run('nft', '-f', bare);
     const bareListing = listed(theirs);
-    const nft = Nft.open({ netns: ours.path });
-    try {
-      const b = new NftBatch();
-      for (const t of tunnels) for (const c of tunnelCounterNames(t)) b.addCounter({ table: T, name: c });
-      const mss = new Set<number>();
-      const pps = new Set<number>();
-      for (const t of tunnels) {
-        const n = sharedNeeds(t);
-        if (n.mss !== undefined) mss.add(n.mss);
-        if (n.pps !== undefined) pps.add(n.pps);
-      }
-      for (const m of mss) addSynproxyObject(b, T, m);
-      for (const p of pps) addRateLimitChain(b, T, p);
-      b.addElements({ table: T, set: 'protected', elements: tunnels.map((t) => ipv4MapElement(t.protected_ip, t.origin_inner.split('/')[0]!)) });
-      b.addElements({ table: T, set: 'tunnel_counters', elements: tunnels.map((t) => ipv4ObjElement(t.protected_ip, t.tunnel_name)) });
-      const els = tunnels.flatMap((t) => tunnelElements({ ...t, id: '', origin_ip: '', edge_ip: '', edge_inner: '' }));
-      for (const set of new Set(els.map((e) => e.set))) b.addElements({ table: T, set, elements: els.filter((e) => e.set === set).map((e) => e.el) });
-      await nft.commit(b);
-    } finally {
-      nft.close();
-    }
+    await agentAdds(ours, tunnels);
     const file = join(mkdtempSync(join(tmpdir(), 'tg-ruleset-')), 'tunnels.nft');
     writeFileSync(file, tunnelsAddNftText(T, tunnels).join('\n') + '\n');
     theirs.run('nft', '-f', file);
