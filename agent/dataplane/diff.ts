@@ -2,7 +2,7 @@
 // records, a view of the kernel) to a plan of link steps, one nftables batch and conntrack flushes.
 // No I/O here, so every decision (what is added, changed, left alone, never touched) is unit-testable.
 import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
-import { allowedElementIp, elementFromId, elementNeeds, sharedNeeds, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
+import { allowedElementIp, elementFromId, elementNeeds, isAllowedId, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
 
 /** What identifies a tunnel link beyond its name (GRE: local, remote, ttl, key both ways). */
@@ -47,6 +47,12 @@ export interface KernelView {
    * serves one diff.
    */
   elements?: Set<string>;
+  /**
+   * A reconcile's read: protected IPs (policy.ts protectedKey) whose allowlist elements in the kernel are exactly
+   * the ones the desired and kept tunnels want, as a per-IP digest showed (kernel.ts readElementIds). Their ids are
+   * not in `elements`; every other allowlist element is.
+   */
+  cleanAllowlists?: ReadonlySet<string>;
 }
 
 /** What the agent has recorded as its own (state file). `pending`: apply started, not confirmed. */
@@ -398,8 +404,10 @@ export function diff(input: DiffInput): Plan {
     let countersMissing = false;
     const counterNames = tunnelCounterNames(t);
     const wantEls = tunnelElements(t);
+    const cleanAllowlist = view.cleanAllowlists?.has(protectedKey(t.protected_ip)) ?? false;
     // Nothing of it in the kernel, and the kernel's elements were read: added whole (NftChanges.addWhole).
-    const whole = !prev && view.elements !== undefined && counterNames.every((c) => !view.counters.has(c)) && wantEls.every((e) => !view.elements!.has(e.id));
+    const whole =
+      !prev && view.elements !== undefined && !cleanAllowlist && counterNames.every((c) => !view.counters.has(c)) && wantEls.every((e) => !view.elements!.has(e.id));
     if (whole) {
       nft.addWhole.push(t);
       touched = true;
@@ -423,8 +431,9 @@ export function diff(input: DiffInput): Plan {
       // its elements are in addWhole
     } else if (view.elements) {
       for (const e of wantEls) {
-        // In the kernel already: claimed (see KernelView.elements).
+        // In the kernel already: claimed (see KernelView.elements), or known to be there by the allowlist's digest.
         if (view.elements.delete(e.id)) continue;
+        if (cleanAllowlist && isAllowedId(e.id)) continue;
         addEls.set(e.id, e);
         touched = true;
       }
@@ -493,6 +502,7 @@ export function diff(input: DiffInput): Plan {
       if (view.links.has(s.tunnel_name)) linkDeletes.push(s.tunnel_name);
       for (const c of tunnelCounterNames(s)) dropCounter(c);
     }
+    // (A clean allowlist's ids are not in view.elements: it is what desired or kept tunnels want, so it stays.)
     for (const e of tunnelElements(s)) if (!view.elements || view.elements.has(e.id)) delEls.set(e.id, e);
     if (!claimedIps.has(s.protected_ip)) {
       dropDnat(s.protected_ip);

@@ -14,7 +14,7 @@ import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, nextGeneration, readLink
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { EchoProber } from './probe.ts';
-import { allowsConnection, dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
+import { allowlistDigests, allowsConnection, dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
 import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
@@ -255,7 +255,9 @@ class EdgeDataplane implements DataplaneHandle {
           };
     // The generation is read in the same round as the read-back (the socket keeps their order): one round
     // trip less for a one-tunnel job.
-    const [gen0, view] = await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped)]);
+    // A reconcile compares the kernel's allowlists by digest with what it wants or keeps (KernelView.cleanAllowlists).
+    const wantedAllowlists = scope === 'all' ? allowlistDigests([...desired, ...[...(keep ?? [])].flatMap((id) => owned.get(id)?.spec ?? [])]) : undefined;
+    const [gen0, view] = await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wantedAllowlists)]);
     const knownBefore = (scope === 'all' && !keep?.size) || (scope !== 'all' && clean === gen0);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.

@@ -2,8 +2,8 @@
 // into a KernelView, building the agent's table once, and carrying out a Plan through our netlink client.
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
-import { POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
-import { LEGACY_ALLOWED_SET, TUNNEL_SETS, allowsConnection, elementId, fromLegacyAllowed, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
+import { ALLOWED_SETS, POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
+import { LEGACY_ALLOWED_SET, TUNNEL_SETS, addToDigest, allowedIdKey, allowsConnection, elementId, emptyDigest, fromLegacyAllowed, sameDigest, tunnelCounterNames, tunnelElements, type IdDigest, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
@@ -92,10 +92,33 @@ async function listCounters(k: KernelContext, names: readonly string[]): Promise
 }
 
 /** The ids of the policy sets' elements (a reconcile's view: strings only, no object per element). */
-async function readElementIds(k: KernelContext): Promise<Set<string>> {
-  const out = new Set<string>();
-  for (const set of TUNNEL_SETS) await k.nft.eachSetElement(k.table, set, (e) => out.add(elementId(set, e)));
-  return out;
+async function readElementIds(k: KernelContext, wantedAllowlists?: ReadonlyMap<string, IdDigest>): Promise<{ ids: Set<string>; clean?: Set<string> }> {
+  const ids = new Set<string>();
+  const found = new Map<string, IdDigest>();
+  for (const set of TUNNEL_SETS) {
+    const digested = wantedAllowlists !== undefined && ALLOWED_SETS.includes(set);
+    await k.nft.eachSetElement(k.table, set, (e) => {
+      const id = elementId(set, e);
+      if (!digested) return void ids.add(id);
+      const key = allowedIdKey(id);
+      let d = found.get(key);
+      if (!d) found.set(key, (d = emptyDigest()));
+      addToDigest(d, id);
+    });
+  }
+  if (!wantedAllowlists) return { ids };
+  // Where the kernel's allowlist of a protected IP differs from the wanted one (or nobody wants it), its exact
+  // elements are read again, so the diff can add and delete them one by one; the rest are known by digest.
+  const clean = new Set<string>();
+  const dirty = new Set<string>();
+  for (const [key, d] of found) (sameDigest(d, wantedAllowlists.get(key)) ? clean : dirty).add(key);
+  if (dirty.size > 0)
+    for (const set of ALLOWED_SETS)
+      await k.nft.eachSetElement(k.table, set, (e) => {
+        const id = elementId(set, e);
+        if (dirty.has(allowedIdKey(id))) ids.add(id);
+      });
+  return { ids, clean };
 }
 
 /** The synproxy objects and rate-limit chains present: one per distinct value in use, never per tunnel. */
@@ -252,6 +275,11 @@ export async function readView(
    * counters, policy elements, synproxy objects), never a dump that grows with the tunnels (issue 10 item 4).
    */
   scoped?: ScopedRead,
+  /**
+   * A full read's wanted allowlists, by protected IP (policy.ts allowlistDigests of the tunnels the operation
+   * keeps or wants): the kernel's allowlist elements are then compared by digest (KernelView.cleanAllowlists).
+   */
+  wantedAllowlists?: ReadonlyMap<string, IdDigest>,
 ): Promise<KernelView> {
   if (scoped) return readScoped(k, names, owned, scoped);
   const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
@@ -275,11 +303,19 @@ export async function readView(
     [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounterNames(k.table)]);
   }
   const shared = await readShared(k);
-  const policy = full ? await readElementIds(k) : undefined;
+  const policy = full ? await readElementIds(k, wantedAllowlists) : undefined;
   mem.between();
   const addrs = await readAddresses(k, links);
   mem.between();
-  const view: KernelView = { links: new Map(), dnat, counterMap: ctrMap, counters, ...shared, ...(policy ? { elements: policy } : {}) };
+  const view: KernelView = {
+    links: new Map(),
+    dnat,
+    counterMap: ctrMap,
+    counters,
+    ...shared,
+    ...(policy ? { elements: policy.ids } : {}),
+    ...(policy?.clean ? { cleanAllowlists: policy.clean } : {}),
+  };
   observeLinks(k, view, links, addrs, recordedByName);
   return view;
 }

@@ -176,6 +176,64 @@ export function allowsConnection(t: Pick<TunnelSpec, 'policy'>, proto: number, p
   return port !== undefined && p.ports.some(([from, to]) => port >= from && port <= to);
 }
 
+/** Whether an element id is an allowlist element's (one of ALLOWED_SETS; not the legacy `allowed` set). */
+export const isAllowedId = (id: string): boolean => id.startsWith('allowed_');
+
+/** The protected IP an allowlist element's id keys, as the hex of its first four key bytes (protectedKey's form). */
+export function allowedIdKey(id: string): string {
+  const at = id.indexOf(' ') + 1;
+  return id.slice(at, at + 8);
+}
+
+/** A protected IP in the form allowedIdKey gives. */
+export const protectedKey = (ip: string): string => ipHex(ip);
+
+/**
+ * A digest of a set of element ids, the same whatever their order: how many, and two independent 32-bit sums of
+ * a hash of each. A reconcile compares the kernel's allowlist elements with the wanted ones per protected IP
+ * by these, rather than holding every id: with port lists that is ~70 elements per tunnel (kernel.ts).
+ */
+export interface IdDigest {
+  n: number;
+  a: number;
+  b: number;
+}
+
+export const emptyDigest = (): IdDigest => ({ n: 0, a: 0, b: 0 });
+
+export function addToDigest(d: IdDigest, id: string): void {
+  // FNV-1a and a murmur-style mix over the same characters: two 32-bit hashes, summed mod 2^32.
+  let h1 = 0x811c9dc5;
+  let h2 = 0x9747b28c;
+  for (let i = 0; i < id.length; i++) {
+    const c = id.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 0x01000193);
+    h2 = Math.imul(h2 ^ c, 0x5bd1e995);
+    h2 ^= h2 >>> 15;
+  }
+  d.n++;
+  d.a = (d.a + (h1 >>> 0)) >>> 0;
+  d.b = (d.b + (h2 >>> 0)) >>> 0;
+}
+
+export const sameDigest = (x: IdDigest | undefined, y: IdDigest | undefined): boolean =>
+  x !== undefined && y !== undefined && x.n === y.n && x.a === y.a && x.b === y.b;
+
+/** The allowlist digests these tunnels' elements make, by protected IP (allowedIdKey). */
+export function allowlistDigests(tunnels: Iterable<TunnelSpec>): Map<string, IdDigest> {
+  const out = new Map<string, IdDigest>();
+  for (const t of tunnels) {
+    for (const e of tunnelElements(t)) {
+      if (!isAllowedId(e.id)) continue;
+      const k = allowedIdKey(e.id);
+      let d = out.get(k);
+      if (!d) out.set(k, (d = emptyDigest()));
+      addToDigest(d, e.id);
+    }
+  }
+  return out;
+}
+
 /** The protected IP an allowed-set element's id keys (its first four key bytes), or undefined for other sets. */
 export function allowedElementIp(e: PolicyElement): string | undefined {
   if (!ALLOWED_SETS.includes(e.set)) return undefined;

@@ -61,6 +61,19 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
     expect(setElements('allowed_1')).toBe(before);
   });
 
+  it('allowlist elements added by hand go, whether for a tunnel\'s protected IP or for one nobody has; the rest are kept', async () => {
+    // A reconcile compares each protected IP's allowlist with the wanted one by digest, and reads the exact
+    // elements again only where they differ (agent/dataplane/kernel.ts readElementIds).
+    const before = ['allowed_1', 'allowed_16', 'allowed_256', 'allowed_all'].map(setElements);
+    edge.run('nft', 'add', 'element', 'ip', T, 'allowed_1', `{ ${tun(3).protected_ip} . tcp . 22, 203.0.113.250 . udp . 53 }`);
+    edge.run('nft', 'add', 'element', 'ip', T, 'allowed_all', `{ ${tun(3).protected_ip} . udp }`);
+    expect(setElements('allowed_1')).toBe(before[0]! + 2);
+    // Swept, as elements no tunnel claims are: no tunnel of ours changed.
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });
+    expect(['allowed_1', 'allowed_16', 'allowed_256', 'allowed_all'].map(setElements)).toEqual(before);
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
   it('a commit to another table is no drift of ours, but still reads everything back', async () => {
     edge.run('nft', 'add', 'table', 'ip', 'someone_else');
     expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });

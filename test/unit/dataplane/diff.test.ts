@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { OwnedIndex, PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
-import { sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { isAllowedId, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
 
@@ -173,6 +173,35 @@ describe('dataplane diff', () => {
       const onlyGone = tunnelElements(gone).filter((e) => !tunnelElements(heir).some((h) => h.id === e.id));
       expect(onlyGone.every((e) => deleted.has(e.id))).toBe(true);
       expect(ids(p.nft.addElements).filter((id) => shared.some((e) => e.id === id))).toEqual([]);
+    });
+
+    it('a reconcile trusts an allowlist its digest found clean, and reads the others element by element', () => {
+      const a = t(1, { policy: policy({ ports: [[80, 80], [5000, 5100]] }) });
+      const b = t(2, { policy: policy({ ports: [[443, 443]] }) });
+      const allowed = (s: TunnelSpec): string[] => tunnelElements(s).filter((e) => isAllowedId(e.id)).map((e) => e.id);
+      expect(allowed(a).length).toBeGreaterThan(2);
+      // As kernel.ts reads it: a's allowlist matched its digest, so its ids are not listed; b's did not (one
+      // element missing), so what the kernel has of it is listed exactly.
+      const view = (): KernelView => {
+        const v = fullView([a, b]);
+        for (const id of [...allowed(a), allowed(b)[0]!]) v.elements!.delete(id);
+        v.cleanAllowlists = new Set([protectedKey(a.protected_ip)]);
+        return v;
+      };
+      const p = diff({ desired: [a, b], owned: ownedOf([a, b]), view: view(), scope: 'all' });
+      expect(ids(p.nft.addElements)).toEqual([allowed(b)[0]]);
+      expect(p.nft.delElements).toEqual([]);
+      expect(p.actions.get('id1')).toBe('unchanged');
+      // A removed tunnel whose protected IP another one took over, with the same allowlist (so clean): kept.
+      const heir = t(3, { protected_ip: a.protected_ip, policy: a.policy });
+      const q = diff({ desired: [heir, b], owned: ownedOf([a, b]), view: view(), scope: 'all' });
+      expect(q.actions.get('id1')).toBe('removed');
+      expect(ids(q.nft.delElements).filter((id) => isAllowedId(id))).toEqual([]);
+      expect(ids(q.nft.addElements).filter((id) => allowed(heir).includes(id))).toEqual([]);
+      // Not clean: the same removal deletes a's allowlist (nobody wants it), and a tunnel not added whole is
+      // refused the shortcut.
+      const r = diff({ desired: [b], owned: ownedOf([a, b]), view: fullView([a, b]), scope: 'all' });
+      expect(ids(r.nft.delElements).filter((id) => isAllowedId(id)).sort()).toEqual(allowed(a).sort());
     });
 
     it('ports or a protocol taken away name the tunnel in narrowed (its disallowed connections go); added ones do not', () => {

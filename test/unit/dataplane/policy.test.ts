@@ -3,7 +3,8 @@
 // ports, each once. Checked port by port against the ranges, for edge cases and for seeded random lists.
 import { describe, expect, it } from 'vitest';
 import type { PortRange } from '../../../common/tunnel-policy.ts';
-import { allowedElementIp, allowsConnection, portBlocks, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { addToDigest, allowedElementIp, allowedIdKey, allowlistDigests, allowsConnection, emptyDigest, isAllowedId, portBlocks, protectedKey, sameDigest, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { BENCH_POLICY } from '../../../bench/lib/tunnels.ts';
 import { ALLOWED_SETS, PORT_BLOCK_BITS } from '../../../agent/netlink/ruleset.ts';
 import { benchTunnel } from '../../../bench/lib/tunnels.ts';
 
@@ -93,5 +94,26 @@ describe('port blocks', () => {
       expect(allowsConnection(t, 1, undefined)).toBe(false); // ICMP: the allowlist is tcp and udp only
     }
     expect(tunnelElements(base).filter((e) => !ALLOWED_SETS.includes(e.set)).map(allowedElementIp)).toSatisfy((ips: unknown[]) => ips.every((ip) => ip === undefined));
+  });
+
+  it('an allowlist digest is the same in any order and differs when an element is missing, extra or changed', () => {
+    const t = { ...benchTunnel(7), policy: BENCH_POLICY };
+    const ids = tunnelElements(t).map((e) => e.id).filter(isAllowedId);
+    expect(ids.length).toBe(2 * portBlocks(BENCH_POLICY.ports as PortRange[]).length);
+    expect(new Set(ids.map(allowedIdKey))).toEqual(new Set([protectedKey(t.protected_ip)]));
+    const of = (list: readonly string[]) => {
+      const d = emptyDigest();
+      for (const id of list) addToDigest(d, id);
+      return d;
+    };
+    const wanted = allowlistDigests([t]).get(protectedKey(t.protected_ip));
+    expect(sameDigest(of([...ids].reverse()), wanted)).toBe(true);
+    expect(sameDigest(of(ids.slice(1)), wanted)).toBe(false);
+    expect(sameDigest(of([...ids, tunnelElements({ ...t, policy: { ...BENCH_POLICY, ports: [[23, 23]] } }).map((e) => e.id).filter(isAllowedId)[0]!]), wanted)).toBe(false);
+    // The same count with one element swapped for another (a port moved): the sums differ.
+    const moved = tunnelElements({ ...t, policy: { ...BENCH_POLICY, ports: [[21, 21], [80, 80], [443, 443], [5000, 10000]] } }).map((e) => e.id).filter(isAllowedId);
+    expect(moved.length).toBe(ids.length);
+    expect(sameDigest(of(moved), wanted)).toBe(false);
+    expect(sameDigest(undefined, wanted)).toBe(false);
   });
 });
