@@ -52,7 +52,7 @@ export interface KernelView {
    * the ones the desired and kept tunnels want, as a per-IP digest showed (kernel.ts readElementIds). Their ids are
    * not in `elements`; every other allowlist element is.
    */
-  cleanAllowlists?: ReadonlySet<string>;
+  cleanAllowlists?: ReadonlySet<number>;
 }
 
 /** What the agent has recorded as its own (state file). `pending`: apply started, not confirmed. */

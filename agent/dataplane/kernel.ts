@@ -3,7 +3,7 @@
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
 import { ALLOWED_SETS, POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
-import { LEGACY_ALLOWED_SET, TUNNEL_SETS, addToDigest, allowedIdKey, allowsConnection, elementId, emptyDigest, fromLegacyAllowed, sameDigest, tunnelCounterNames, tunnelElements, type IdDigest, type PolicyElement } from './policy.ts';
+import { LEGACY_ALLOWED_SET, TUNNEL_SETS, addKeyToDigest, allowsConnection, elementId, emptyDigest, fromLegacyAllowed, sameDigest, tunnelCounterNames, tunnelElements, type IdDigest, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
@@ -92,31 +92,30 @@ async function listCounters(k: KernelContext, names: readonly string[]): Promise
 }
 
 /** The ids of the policy sets' elements (a reconcile's view: strings only, no object per element). */
-async function readElementIds(k: KernelContext, wantedAllowlists?: ReadonlyMap<string, IdDigest>): Promise<{ ids: Set<string>; clean?: Set<string> }> {
+async function readElementIds(k: KernelContext, wantedAllowlists?: ReadonlyMap<number, IdDigest>): Promise<{ ids: Set<string>; clean?: Set<number> }> {
   const ids = new Set<string>();
-  const found = new Map<string, IdDigest>();
+  const found = new Map<number, IdDigest>();
   for (const set of TUNNEL_SETS) {
-    const digested = wantedAllowlists !== undefined && ALLOWED_SETS.includes(set);
-    await k.nft.eachSetElement(k.table, set, (e) => {
-      const id = elementId(set, e);
-      if (!digested) return void ids.add(id);
-      const key = allowedIdKey(id);
-      let d = found.get(key);
-      if (!d) found.set(key, (d = emptyDigest()));
-      addToDigest(d, id);
-    });
+    if (wantedAllowlists && ALLOWED_SETS.includes(set))
+      // Digested from the key's bytes as they come (policy.ts addKeyToDigest): no id, object or view per element.
+      await k.nft.eachSetElementKey(k.table, set, (buf, from, to) => {
+        const key = buf.readUInt32BE(from);
+        let d = found.get(key);
+        if (!d) found.set(key, (d = emptyDigest()));
+        addKeyToDigest(d, set, buf, from, to);
+      });
+    else await k.nft.eachSetElement(k.table, set, (e) => void ids.add(elementId(set, e)));
   }
   if (!wantedAllowlists) return { ids };
   // Where the kernel's allowlist of a protected IP differs from the wanted one (or nobody wants it), its exact
   // elements are read again, so the diff can add and delete them one by one; the rest are known by digest.
-  const clean = new Set<string>();
-  const dirty = new Set<string>();
+  const clean = new Set<number>();
+  const dirty = new Set<number>();
   for (const [key, d] of found) (sameDigest(d, wantedAllowlists.get(key)) ? clean : dirty).add(key);
   if (dirty.size > 0)
     for (const set of ALLOWED_SETS)
       await k.nft.eachSetElement(k.table, set, (e) => {
-        const id = elementId(set, e);
-        if (dirty.has(allowedIdKey(id))) ids.add(id);
+        if (dirty.has(e.key.readUInt32BE(0))) ids.add(elementId(set, e));
       });
   return { ids, clean };
 }
@@ -279,7 +278,7 @@ export async function readView(
    * A full read's wanted allowlists, by protected IP (policy.ts allowlistDigests of the tunnels the operation
    * keeps or wants): the kernel's allowlist elements are then compared by digest (KernelView.cleanAllowlists).
    */
-  wantedAllowlists?: ReadonlyMap<string, IdDigest>,
+  wantedAllowlists?: ReadonlyMap<number, IdDigest>,
 ): Promise<KernelView> {
   if (scoped) return readScoped(k, names, owned, scoped);
   const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));

@@ -3,6 +3,7 @@
 // objects tunnels share by value (a synproxy per MSS, a rate-limit chain per packet rate). Pure: the diff
 // compares these with what the kernel has; the kernel code encodes them.
 import { DEFAULT_POLICY, mergeRanges, type PortRange, type TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { parseIPv4 } from '../../common/ipv4.ts';
 import { IFNAME_LEN, IPPROTO_TCP, IPPROTO_UDP, NFT_JUMP, type ElementView, type SetElement } from '../netlink/nftables/index.ts';
 import { ALLOWED_SETS, DROP_REASONS, OUT_MAP, PORT_BLOCK_BITS, POLICY_SETS, allowedSet, dropMap, rateLimitName, synproxyName, type DropReason, type PortBlockBits } from '../netlink/ruleset.ts';
 import type { TunnelSpec } from './types.ts';
@@ -179,14 +180,14 @@ export function allowsConnection(t: Pick<TunnelSpec, 'policy'>, proto: number, p
 /** Whether an element id is an allowlist element's (one of ALLOWED_SETS; not the legacy `allowed` set). */
 export const isAllowedId = (id: string): boolean => id.startsWith('allowed_');
 
-/** The protected IP an allowlist element's id keys, as the hex of its first four key bytes (protectedKey's form). */
-export function allowedIdKey(id: string): string {
+/** The protected IP an allowlist element's id keys (its first four key bytes), as a uint32 (protectedKey's form). */
+export function allowedIdKey(id: string): number {
   const at = id.indexOf(' ') + 1;
-  return id.slice(at, at + 8);
+  return parseInt(id.slice(at, at + 8), 16);
 }
 
 /** A protected IP in the form allowedIdKey gives. */
-export const protectedKey = (ip: string): string => ipHex(ip);
+export const protectedKey = (ip: string): number => parseIPv4(ip) ?? -1;
 
 /**
  * A digest of a set of element ids, the same whatever their order: how many, and two independent 32-bit sums of
@@ -201,27 +202,55 @@ export interface IdDigest {
 
 export const emptyDigest = (): IdDigest => ({ n: 0, a: 0, b: 0 });
 
-export function addToDigest(d: IdDigest, id: string): void {
-  // FNV-1a and a murmur-style mix over the same characters: two 32-bit hashes, summed mod 2^32.
-  let h1 = 0x811c9dc5;
-  let h2 = 0x9747b28c;
-  for (let i = 0; i < id.length; i++) {
-    const c = id.charCodeAt(i);
-    h1 = Math.imul(h1 ^ c, 0x01000193);
-    h2 = Math.imul(h2 ^ c, 0x5bd1e995);
-    h2 ^= h2 >>> 15;
-  }
+// FNV-1a and a murmur-style mix over the same characters: two 32-bit hashes per id, summed mod 2^32. The state
+// is the module's, so hashing allocates nothing (a reconcile hashes ~800,000 ids).
+let h1 = 0;
+let h2 = 0;
+const hashStart = (): void => {
+  h1 = 0x811c9dc5;
+  h2 = 0x9747b28c;
+};
+const hashChar = (c: number): void => {
+  h1 = Math.imul(h1 ^ c, 0x01000193);
+  h2 = Math.imul(h2 ^ c, 0x5bd1e995);
+  h2 ^= h2 >>> 15;
+};
+const hashInto = (d: IdDigest): void => {
   d.n++;
   d.a = (d.a + (h1 >>> 0)) >>> 0;
   d.b = (d.b + (h2 >>> 0)) >>> 0;
+};
+const HEX_CHARS = [...'0123456789abcdef'].map((c) => c.charCodeAt(0));
+const SPACE = 32;
+
+export function addToDigest(d: IdDigest, id: string): void {
+  hashStart();
+  for (let i = 0; i < id.length; i++) hashChar(id.charCodeAt(i));
+  hashInto(d);
+}
+
+/**
+ * addToDigest of the id of an allowlist element of `set` whose key is buf[from, to), without the id: its
+ * characters (`<set> <key in hex> `: allowlist elements have no value) hashed from the bytes.
+ */
+export function addKeyToDigest(d: IdDigest, set: string, buf: Uint8Array, from: number, to: number): void {
+  hashStart();
+  for (let i = 0; i < set.length; i++) hashChar(set.charCodeAt(i));
+  hashChar(SPACE);
+  for (let i = from; i < to; i++) {
+    hashChar(HEX_CHARS[buf[i]! >> 4]!);
+    hashChar(HEX_CHARS[buf[i]! & 15]!);
+  }
+  hashChar(SPACE);
+  hashInto(d);
 }
 
 export const sameDigest = (x: IdDigest | undefined, y: IdDigest | undefined): boolean =>
   x !== undefined && y !== undefined && x.n === y.n && x.a === y.a && x.b === y.b;
 
 /** The allowlist digests these tunnels' elements make, by protected IP (allowedIdKey). */
-export function allowlistDigests(tunnels: Iterable<TunnelSpec>): Map<string, IdDigest> {
-  const out = new Map<string, IdDigest>();
+export function allowlistDigests(tunnels: Iterable<TunnelSpec>): Map<number, IdDigest> {
+  const out = new Map<number, IdDigest>();
   for (const t of tunnels) {
     for (const e of tunnelElements(t)) {
       if (!isAllowedId(e.id)) continue;

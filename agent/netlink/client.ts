@@ -413,6 +413,14 @@ export class Nft extends Client {
     });
   }
 
+  /** Every element's key of a set, as a byte range valid only during the call (nft.eachElementKeyRange: no allocation per element). */
+  async eachSetElementKey(table: string, set: string, visit: (buf: Buffer, start: number, end: number) => void, family = nft.NFPROTO_IPV4): Promise<void> {
+    const type = nft.nftType(nft.NFT_MSG_NEWSETELEM);
+    await this.dumpEach((s) => nft.encodeGetSetElements(table, set, s, family), `list set ${table}/${set}`, nft.nftType(nft.NFT_MSG_GETSETELEM), (m) => {
+      if (m.type === type) nft.eachElementKeyRange(m, visit);
+    });
+  }
+
   async listRules(table: string, family = nft.NFPROTO_IPV4): Promise<nft.DecodedRule[]> {
     const msgs = await this.dump((s) => nft.encodeGetRules(table, s, family), `list rules ${table}`, nft.nftType(nft.NFT_MSG_GETRULE));
     return msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWRULE)).map(nft.decodeRule);

@@ -62,7 +62,7 @@ export function getMessage(type: number, flags: number, seq: number, family: num
   return w.toBuffer();
 }
 
-const NFGENMSG_LEN = 4;
+export const NFGENMSG_LEN = 4;
 
 /** The attributes of a reply, after checking it is the nft message expected. */
 export function nftAttrs(msg: NlMsg, expected: number): AttrTable {

@@ -3,7 +3,7 @@
 // ports, each once. Checked port by port against the ranges, for edge cases and for seeded random lists.
 import { describe, expect, it } from 'vitest';
 import type { PortRange } from '../../../common/tunnel-policy.ts';
-import { addToDigest, allowedElementIp, allowedIdKey, allowlistDigests, allowsConnection, emptyDigest, isAllowedId, portBlocks, protectedKey, sameDigest, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { addKeyToDigest, addToDigest, allowedElementIp, allowedIdKey, allowlistDigests, allowsConnection, emptyDigest, isAllowedId, portBlocks, protectedKey, sameDigest, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { BENCH_POLICY } from '../../../bench/lib/tunnels.ts';
 import { ALLOWED_SETS, PORT_BLOCK_BITS } from '../../../agent/netlink/ruleset.ts';
 import { benchTunnel } from '../../../bench/lib/tunnels.ts';
@@ -115,5 +115,12 @@ describe('port blocks', () => {
     expect(moved.length).toBe(ids.length);
     expect(sameDigest(of(moved), wanted)).toBe(false);
     expect(sameDigest(undefined, wanted)).toBe(false);
+    // What a reconcile sums from the kernel's key bytes (kernel.ts readElementIds) is what the ids sum to.
+    const fromBytes = emptyDigest();
+    for (const e of tunnelElements(t).filter((x) => isAllowedId(x.id))) {
+      const key = Buffer.concat([Buffer.from([9, 9]), Buffer.from(e.el.key), Buffer.from([9])]);
+      addKeyToDigest(fromBytes, e.set, key, 2, key.length - 1);
+    }
+    expect(fromBytes).toEqual(wanted);
   });
 });

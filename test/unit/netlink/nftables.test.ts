@@ -15,6 +15,7 @@ import {
   decodeIpv4MapElements,
   decodeObject,
   decodeSetElements,
+  eachElementKeyRange,
   encodeGetSetElement,
   encodeGetSetElements,
   ipv4MapElement,
@@ -246,6 +247,28 @@ describe('decoders on the kernel replies', () => {
     expect(objs).toHaveLength(1);
     expect(objs[0]).toMatchObject({ table: 'tunnelgate', name: 'tun-1', type: NFT_OBJECT_COUNTER, bytes: 0n, packets: 0n, use: 1 });
   });
+  it('the allocation-free key walker finds the same keys as the decoder, in kernel replies and in our messages', () => {
+    const keysOf = (m: Parameters<typeof eachElementKeyRange>[0]): string[] => {
+      const out: string[] = [];
+      eachElementKeyRange(m, (buf, from, to) => out.push(buf.toString('hex', from, to)));
+      return out;
+    };
+    const reply = loadCapture('reply-nft-list-map').calls.flatMap((c) => parseMessages(c)).filter((m) => m.type === nftType(NFT_MSG_NEWSETELEM));
+    expect(reply.length).toBeGreaterThan(0);
+    for (const m of reply) expect(keysOf(m)).toEqual(decodeSetElements(m).elements.map((e) => Buffer.from(e.key).toString('hex')));
+    // Elements with a value, an object reference and a concatenated key: only the key is visited.
+    const els: SetElement[] = [
+      { key: Buffer.from('cb007101', 'hex'), objref: 'tun-1' },
+      { key: Buffer.from('cb00710206000000', 'hex'), data: Buffer.from([100, 64, 0, 2]) },
+      { key: Buffer.from('cb0071030600000013880000', 'hex') },
+    ];
+    const msgs = parseMessages(new NftBatch().addElements({ table: 't', set: 's', elements: els }).encode({ firstSeq: 1, ack: true }).data).slice(1, -1);
+    expect(msgs.flatMap(keysOf)).toEqual(['cb007101', 'cb00710206000000', 'cb0071030600000013880000']);
+    // A truncated element list is an error, not a silent skip.
+    const bad = { ...msgs[0]!, payload: msgs[0]!.payload.subarray(0, msgs[0]!.payload.length - 6) };
+    expect(() => keysOf(bad)).toThrow();
+  });
+
   it('object-map elements carry the counter name', () => {
     const msgs = loadCapture('reply-nft-list-counters').calls.flatMap((c) => parseMessages(c));
     expect(msgs.some((m) => m.type === nftType(NFT_MSG_NEWOBJ))).toBe(true);
