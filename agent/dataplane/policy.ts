@@ -151,10 +151,7 @@ export function tunnelElements(t: TunnelSpec): PolicyElement[] {
     element(OUT_MAP, N, `obj:${outCounterName(t)}`),
   ];
   for (const r of DROP_REASONS) if (r !== 'spoofed') out.push(element(dropMap(r), P, `obj:${dropCounterName(t, r)}`));
-  const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
-  const ranges = p.ports === '*' ? [PORT_ALL] : p.ports;
-  const blocks = portBlocks(ranges);
-  for (const proto of protos) for (const [bits, port] of blocks) out.push(element(allowedSet(bits), allowKeyHex(P, proto, bits, port)));
+  for (const id of allowlistIds(t)) out.push(elementFromId(id));
   if (p.drop_fragments) out.push(element(POLICY_SETS.fragments, P));
   const need = sharedNeeds(t);
   if (need.mss !== undefined) {
@@ -162,6 +159,17 @@ export function tunnelElements(t: TunnelSpec): PolicyElement[] {
     out.push(element(POLICY_SETS.synproxy, P, `obj:${synproxyName(need.mss)}`));
   }
   if (need.pps !== undefined) out.push(element(POLICY_SETS.rateLimits, P, `v:${NFT_JUMP}:${rateLimitName(need.pps)}`));
+  return out;
+}
+
+/** The ids of the tunnel's allowlist elements (its ports' blocks, per protocol), without building the elements. */
+function allowlistIds(t: Pick<TunnelSpec, 'protected_ip' | 'policy'>): string[] {
+  const p = policyOf(t);
+  const P = ipHex(t.protected_ip);
+  const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
+  const blocks = portBlocks(p.ports === '*' ? [PORT_ALL] : p.ports);
+  const out: string[] = [];
+  for (const proto of protos) for (const [bits, port] of blocks) out.push(idOf(allowedSet(bits), allowKeyHex(P, proto, bits, port), undefined, ''));
   return out;
 }
 
@@ -252,13 +260,12 @@ export const sameDigest = (x: IdDigest | undefined, y: IdDigest | undefined): bo
 export function allowlistDigests(tunnels: Iterable<TunnelSpec>): Map<number, IdDigest> {
   const out = new Map<number, IdDigest>();
   for (const t of tunnels) {
-    for (const e of tunnelElements(t)) {
-      if (!isAllowedId(e.id)) continue;
-      const k = allowedIdKey(e.id);
-      let d = out.get(k);
-      if (!d) out.set(k, (d = emptyDigest()));
-      addToDigest(d, e.id);
-    }
+    const ids = allowlistIds(t);
+    if (ids.length === 0) continue;
+    const k = protectedKey(t.protected_ip);
+    let d = out.get(k);
+    if (!d) out.set(k, (d = emptyDigest()));
+    for (const id of ids) addToDigest(d, id);
   }
   return out;
 }
