@@ -1,7 +1,7 @@
 // When the agent gives memory back (agent/housekeeping/memory.ts ReleaseAfterOperations), over a stand-in
 // for the process's RSS and release (a real release is a full collection: its effect on RSS is the kernel's).
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ReleaseAfterOperations, type ReleaseIo } from '../../../agent/housekeeping/memory.ts';
+import { ReleaseAfterOperations, phases, type ReleaseIo } from '../../../agent/housekeeping/memory.ts';
 
 const MB = 1024 * 1024;
 
@@ -101,5 +101,27 @@ describe('ReleaseAfterOperations', () => {
     r.stop();
     await vi.advanceTimersByTimeAsync(5_000);
     expect(s.releases).toBe(1);
+  });
+});
+
+describe('phases of an operation', () => {
+  it('a large operation gives memory back between its phases (a last-resort collection); a large apply collects; small ones do nothing', () => {
+    const calls: unknown[] = [];
+    const g = globalThis as { gc?: unknown };
+    const saved = g.gc;
+    g.gc = (opts: unknown) => void calls.push(opts);
+    try {
+      phases('operation', 10_000).between();
+      expect(calls).toEqual([{ type: 'major', execution: 'sync', flavor: 'last-resort' }]);
+      calls.length = 0;
+      phases('apply', 10_000).between();
+      expect(calls).toEqual([{ type: 'major', execution: 'sync' }]);
+      calls.length = 0;
+      phases('operation', 10).between();
+      phases('apply', 10).between();
+      expect(calls).toEqual([]);
+    } finally {
+      g.gc = saved;
+    }
   });
 });
