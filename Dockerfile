@@ -14,6 +14,8 @@ COPY common ./common
 COPY server ./server
 COPY agent ./agent
 COPY schema ./schema
+# The agent's bundle is built with the project's TypeScript options, and its manifest records them.
+COPY tsconfig.json ./
 # The agent's bundle (agent/bin/bundle.mjs; npm ci's `prepare` skipped it above, before the sources were here).
 RUN node agent/bin/bundle.mjs
 ENV HOST=0.0.0.0 PORT=4000 NODE_ENV=production

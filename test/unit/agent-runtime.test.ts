@@ -81,4 +81,15 @@ describe('agent bundle', () => {
     expect(inputs).toEqual(expect.arrayContaining(['agent/main.ts', 'agent/dataplane/index.ts', 'common/tunnel-spec.ts', 'agent/bin/bundle.mjs', 'tsconfig.json']));
     expect(inputs.filter((p) => p.includes('node_modules'))).toEqual([]);
   });
+
+  it('the Docker image copies every input of the bundle before it builds it', () => {
+    const lines = readFileSync('Dockerfile', 'utf8').split('\n');
+    const build = lines.findIndex((l) => /^RUN node agent\/bin\/bundle\.mjs\b/.test(l));
+    expect(build).toBeGreaterThan(0);
+    // `COPY a b ./dest` before the build: the sources it brings, as paths in the repository.
+    const copied = lines.slice(0, build).flatMap((l) => (/^COPY\s/.test(l) ? l.trim().split(/\s+/).slice(1, -1) : []));
+    const inputs = Object.keys((JSON.parse(readFileSync('agent/dist/agent.json', 'utf8')) as { inputs: Record<string, string> }).inputs);
+    const missing = inputs.filter((p) => !copied.some((c) => p === c || p.startsWith(`${c.replace(/\/$/, '')}/`)));
+    expect(missing).toEqual([]);
+  });
 });
