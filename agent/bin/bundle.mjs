@@ -7,7 +7,7 @@
 // builds the bundle (the `prepare` script); the entry rebuilds it when a source changed since.
 //
 // Imports rolldown, so it is a script of its own: the agent's entry only reads the manifest.
-import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'rolldown';
@@ -17,6 +17,7 @@ const ENTRY = fileURLToPath(new URL('../main.ts', import.meta.url));
 
 /** Builds the bundle and its manifest; returns the manifest. */
 export async function buildAgentBundle() {
+  const started = Date.now();
   // The builder and the tsconfig.json rolldown takes its TypeScript options from are inputs too.
   const inputs = new Set([fileURLToPath(import.meta.url), join(REPO_ROOT, 'tsconfig.json')]);
   const out = await build({
@@ -49,6 +50,10 @@ export async function buildAgentBundle() {
   if (!chunk) throw new Error('rolldown produced no chunk');
   const map = out.output.find((o) => o.type === 'asset' && o.fileName.endsWith('.map'));
   const { code } = chunk;
+  // A source written while rolldown ran (a `git pull` beside a start) may be in the manifest's digests but not in
+  // the bundle: refuse, rather than vouch for code the bundle does not hold. The next start builds again.
+  const changed = [...inputs].filter((p) => statSync(p).mtimeMs > started);
+  if (changed.length > 0) throw new Error(`sources changed during the build: ${changed.map((p) => relative(REPO_ROOT, p)).join(', ')}`);
   const manifest = {
     built: new Date().toISOString(),
     output: digestOf(Buffer.from(code)),
