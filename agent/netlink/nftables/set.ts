@@ -345,7 +345,6 @@ function eachElementAttrs(msg: NlMsg, visit: (e: AttrTable, key: Buffer) => void
   }
 }
 
-/** One element as a dump reports it, every field the agent's sets use (views into the message). */
 /**
  * Visits the key of each element of one NFT_MSG_NEWSETELEM as a byte range of the message's buffer, allocating
  * nothing: for a reconcile's digest of ~800,000 allowlist elements, where an object, a view and a table of
@@ -377,6 +376,7 @@ export function eachElementKeyRange(msg: NlMsg, visit: (buf: Buffer, start: numb
   }
 }
 
+/** One element as a dump reports it, every field the agent's sets use (views into the message). */
 export interface ElementView {
   key: Buffer;
   keyEnd?: Buffer;
