@@ -91,7 +91,11 @@ async function listCounters(k: KernelContext, names: readonly string[]): Promise
   return new Set(unique.filter((_, i) => found[i] !== undefined));
 }
 
-/** The ids of the policy sets' elements (a reconcile's view: strings only, no object per element). */
+/**
+ * The ids of the policy sets' elements (a reconcile's view: strings only, no object per element). With the
+ * wanted allowlists, the allowlist sets are digested per protected IP instead: `clean` names the IPs whose
+ * digest matched, and only the others' allowlist ids are listed.
+ */
 async function readElementIds(k: KernelContext, wantedAllowlists?: ReadonlyMap<number, IdDigest>): Promise<{ ids: Set<string>; clean?: Set<number> }> {
   const ids = new Set<string>();
   const found = new Map<number, IdDigest>();

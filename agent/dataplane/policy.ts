@@ -188,13 +188,7 @@ export function allowsConnection(t: Pick<TunnelSpec, 'policy'>, proto: number, p
 /** Whether an element id is an allowlist element's (one of ALLOWED_SETS; not the legacy `allowed` set). */
 export const isAllowedId = (id: string): boolean => id.startsWith('allowed_');
 
-/** The protected IP an allowlist element's id keys (its first four key bytes), as a uint32 (protectedKey's form). */
-export function allowedIdKey(id: string): number {
-  const at = id.indexOf(' ') + 1;
-  return parseInt(id.slice(at, at + 8), 16);
-}
-
-/** A protected IP in the form allowedIdKey gives. */
+/** A protected IP as a uint32: how a reconcile keys allowlist digests (the first four bytes of their elements' keys). */
 export const protectedKey = (ip: string): number => parseIPv4(ip) ?? -1;
 
 /**
@@ -256,7 +250,7 @@ export function addKeyToDigest(d: IdDigest, set: string, buf: Uint8Array, from: 
 export const sameDigest = (x: IdDigest | undefined, y: IdDigest | undefined): boolean =>
   x !== undefined && y !== undefined && x.n === y.n && x.a === y.a && x.b === y.b;
 
-/** The allowlist digests these tunnels' elements make, by protected IP (allowedIdKey). */
+/** The allowlist digests these tunnels' elements make, by protected IP (protectedKey). */
 export function allowlistDigests(tunnels: Iterable<TunnelSpec>): Map<number, IdDigest> {
   const out = new Map<number, IdDigest>();
   for (const t of tunnels) {
@@ -272,7 +266,7 @@ export function allowlistDigests(tunnels: Iterable<TunnelSpec>): Map<number, IdD
 
 /** The protected IP an allowed-set element's id keys (its first four key bytes), or undefined for other sets. */
 export function allowedElementIp(e: PolicyElement): string | undefined {
-  if (!ALLOWED_SETS.includes(e.set)) return undefined;
+  if (!isAllowedId(e.id)) return undefined;
   const key = e.id.slice(e.set.length + 1, e.set.length + 9);
   return [0, 2, 4, 6].map((i) => parseInt(key.slice(i, i + 2), 16)).join('.');
 }
