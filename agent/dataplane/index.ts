@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { PlanConflict, checkDesired, diff, ipOf, linkStepsFor, sameSpec, type OwnedTunnel } from './diff.ts';
-import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, nextGeneration, readLinks, readView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, nextGeneration, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { EchoProber } from './probe.ts';
@@ -253,11 +253,18 @@ class EdgeDataplane implements DataplaneHandle {
               return mss === undefined ? [] : [synproxyName(mss)];
             }),
           };
-    // The generation is read in the same round as the read-back (the socket keeps their order): one round
-    // trip less for a one-tunnel job.
+    // Read from the kernel, the generation is read in the same round as the read-back (the socket keeps their
+    // order): one round trip less for a one-tunnel job.
     // A reconcile compares the kernel's allowlists by digest with what it wants or keeps (KernelView.cleanAllowlists).
     const wantedAllowlists = scope === 'all' ? allowlistDigests([...desired, ...[...(keep ?? [])].flatMap((id) => owned.get(id)?.spec ?? [])]) : undefined;
-    const [gen0, view] = await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wantedAllowlists)]);
+    // A scoped change on a table that no commit touched since the agent's own last one (cleanGeneration) takes
+    // the table's side from its records and reads only the links: the ~81 GETs of a long port list are most of
+    // a one-tunnel job's read otherwise. Its batch carries that generation, so a commit by anyone in between
+    // refuses it (ERESTART) and the change runs again with the kernel read back.
+    const trusted = scoped !== undefined && clean !== undefined && (await this.k.nft.getGeneration()) === clean;
+    const [gen0, view] = trusted
+      ? [clean, await recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() })]
+      : await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wantedAllowlists)]);
     const knownBefore = (scope === 'all' && !keep?.size) || (scope !== 'all' && clean === gen0);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
@@ -267,11 +274,24 @@ class EdgeDataplane implements DataplaneHandle {
     mem.between();
     const c = plan.counts;
     if (mem.large || phases('operation', c.added + c.changed + c.removed).large) this.largeOperation = true;
+    // What the change read its table side from: the records (a one-tunnel job on the agent's own generation), the
+    // kernel by key (a one-tunnel job otherwise) or the whole table (a reconcile).
+    this.log('dataplane.planned', { ...c, read: trusted ? 'records' : scoped ? 'keys' : 'full' });
     // Intent first: a link the agent is about to create is on record before it exists.
     const intents: OwnedTunnel[] = [];
     for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push({ spec: t, pending: true });
     this.state.commit(intents, []);
-    const { flushed, disallowed, generation } = await applyPlan(this.k, plan, view);
+    let applied: Awaited<ReturnType<typeof applyPlan>>;
+    try {
+      applied = await applyPlan(this.k, plan, view, trusted ? { genId: gen0 } : {});
+    } catch (e) {
+      if (!(trusted && e instanceof NetlinkError && e.code === 'ERESTART')) throw e;
+      // Someone committed since the generation was read: the records may no longer be the table. The intents
+      // stay pending, so the second run adds what the tunnel wants whatever the kernel kept.
+      this.log('dataplane.generation_moved', { tunnels: names.size });
+      return this.run(desired, scope, orphans, keep);
+    }
+    const { flushed, disallowed, generation } = applied;
     const puts = desired.filter((t) => plan.actions.get(t.id) !== 'unchanged').map((t) => ({ spec: t }));
     const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id);
     this.state.commit(puts, dels);

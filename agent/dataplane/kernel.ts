@@ -1,14 +1,14 @@
 // The kernel side of the dataplane: reading back what is there (links, addresses, map elements, counters)
 // into a KernelView, building the agent's table once, and carrying out a Plan through our netlink client.
-import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type Nft, type Rtnl } from '../netlink/client.ts';
+import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type CommitOptions, type Nft, type Rtnl } from '../netlink/client.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
-import { ALLOWED_SETS, POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitOf, synproxyMssOf } from '../netlink/ruleset.ts';
+import { ALLOWED_SETS, POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitName, rateLimitOf, synproxyMssOf, synproxyName } from '../netlink/ruleset.ts';
 import { LEGACY_ALLOWED_SET, TUNNEL_SETS, addKeyToDigest, allowsConnection, elementId, emptyDigest, fromLegacyAllowed, sameDigest, tunnelCounterNames, tunnelElements, type IdDigest, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
 import type { Conntrack } from './conntrack.ts';
-import { nftChangeCount, type KernelView, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
+import { ipOf, nftChangeCount, type KernelView, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
 import type { LinkDriver } from './links.ts';
 import { writeSysctls } from './netns.ts';
 import { COLLECT_EVERY_REQUESTS, phases } from '../housekeeping/memory.ts';
@@ -427,6 +427,36 @@ async function readScoped(k: KernelContext, names: readonly string[], owned: Rea
 }
 
 /**
+ * A scoped change's view when the nftables generation proves that the table holds exactly the agent's records
+ * (index.ts run(): no commit by anyone since the agent's own last one, which left the table as recorded). The
+ * records in scope stand for the table's side: their map elements, counters and policy elements, and the
+ * shared objects of every value in use (`shared`, the state index's counts). Only the links are read, as links
+ * have no generation. A commit by someone else between this and the change's own is caught by the batch's
+ * genid (ERESTART), and the change is then read back from the kernel after all.
+ */
+export async function recordedView(k: KernelContext, names: readonly string[], recorded: readonly TunnelSpec[], shared: { mss: Iterable<number>; pps: Iterable<number> }): Promise<KernelView> {
+  const links = await getLinks(k, names);
+  const view: KernelView = {
+    links: new Map(),
+    dnat: new Map(),
+    counterMap: new Map(),
+    counters: new Set(),
+    synproxies: new Set([...shared.mss].map(synproxyName)),
+    rateChains: new Set([...shared.pps].map(rateLimitName)),
+    elements: new Set(),
+  };
+  for (const t of recorded) {
+    view.dnat.set(t.protected_ip, ipOf(t.origin_inner));
+    view.counterMap.set(t.protected_ip, t.tunnel_name);
+    for (const c of tunnelCounterNames(t)) view.counters.add(c);
+    for (const e of tunnelElements(t)) view.elements!.add(e.id);
+  }
+  const addrs = await readAddresses(k, links);
+  observeLinks(k, view, links, addrs, new Map(recorded.map((t) => [t.tunnel_name, t])));
+  return view;
+}
+
+/**
  * Runs `fn` over `items` with at most CHUNK requests alive at a time. The socket coalesces up to 256
  * requests per sendto() anyway; keeping tens of thousands of promises (and their reply buffers) alive at
  * once only grows the heap (measured: ~150 MB of transient garbage at 10,000 tunnels) for no speed.
@@ -496,7 +526,7 @@ const ignoreCode =
 export const nextGeneration = (gen: number): number => (gen >= 0xffffffff ? 1 : gen + 1);
 
 /** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
-export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView): Promise<{ flushed: number | undefined; disallowed: number; generation?: number }> {
+export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView, commit: CommitOptions = {}): Promise<{ flushed: number | undefined; disallowed: number; generation?: number }> {
   const steps = plan.linkSteps;
   // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
   await inChunks(
@@ -561,11 +591,12 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView):
   // Tunnels added whole: their elements are built a slice of tunnels at a time, encoded, and dropped.
   for (let i = 0; i < n.addWhole.length; i += WHOLE_SLICE) addPolicyElements(b, t, n.addWhole.slice(i, i + WHOLE_SLICE).flatMap(tunnelElements), 'add');
   // The generation right after our commit (index.ts run() compares it with the one read before the plan's
-  // read-back). Read, not sent as the batch's genid: a commit by another nftables user in between must not fail
-  // our batch, it only means the agent cannot tell which generation is its own.
+  // read-back). A plan read from the kernel sends no genid: a commit by another nftables user in between must not
+  // fail its batch, it only means the agent cannot tell which generation is its own. A plan built from the
+  // records (recordedView) sends the generation they were proven at (`commit.genId`), as it read nothing.
   let generation: number | undefined;
   if (b.messageCount > 0) {
-    await k.nft.commit(b);
+    await k.nft.commit(b, commit);
     generation = await k.nft.getGeneration();
   }
   nftMem.between();

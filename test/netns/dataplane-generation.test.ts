@@ -14,6 +14,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
   let edge: DataplaneEdge;
   let dp: DataplaneHandle;
   const events: string[] = [];
+  /** Where each change read its table side from (the `dataplane.planned` event's `read`). */
+  const reads: string[] = [];
+  /** Run synchronously at the next plan read from the records: between its generation check and its commit. */
+  let betweenPlanAndCommit: (() => void) | undefined;
   const desired = [tun(1), tun(2), tun(3, { policy: { ports: [[80, 80], [1000, 1999]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 1000, drop_fragments: true } })];
 
   /** The reconcile's result, and whether it took the short cut (its log event). */
@@ -31,7 +35,16 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
 
   beforeAll(async () => {
     edge = new DataplaneEdge('tg-dpgen');
-    dp = await createDataplane({ edgeIp: EDGE_IP, nftTable: T, stateDir: edge.stateDir, netns: edge.name, linkKind: 'veth-standin', log: (e) => void events.push(e) });
+    dp = await createDataplane({ edgeIp: EDGE_IP, nftTable: T, stateDir: edge.stateDir, netns: edge.name, linkKind: 'veth-standin', log: (e, fields) => {
+        events.push(e);
+        if (e !== 'dataplane.planned') return;
+        reads.push(String(fields?.read));
+        if (fields?.read !== 'records' || !betweenPlanAndCommit) return;
+        const hook = betweenPlanAndCommit;
+        betweenPlanAndCommit = undefined;
+        hook();
+      },
+    });
     const r = await dp.reconcile(desired);
     expect(r.added).toBe(3);
   });
@@ -103,5 +116,53 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
     expect(protectedIps()).toEqual([tun(1).protected_ip, tun(2).protected_ip].sort());
     expect(await reconcile()).toEqual({ added: 1, unchanged: 2, changed: 0, shortCut: false });
     expect(protectedIps()).toEqual(desired.map((t) => t.protected_ip).sort());
+  });
+  describe('one-tunnel jobs on the agent\'s own generation', () => {
+    const heavy = { ports: [[22, 22], [4096, 4351]] as [number, number][], protocol: 'both' as const, syn_proxy: true, source_pps_limit: 500, drop_fragments: true };
+    /** Every element of the agent's allowlist sets whose key starts with this protected IP. */
+    const allowlistOf = (ip: string): number =>
+      ['allowed_1', 'allowed_16', 'allowed_256', 'allowed_all'].reduce((n, set) => n + (edge.run('nft', 'list', 'set', 'ip', T, set).match(new RegExp(`\\b${ip.replaceAll('.', '\\.')} \\.`, 'g'))?.length ?? 0), 0);
+    const job = async (f: () => Promise<unknown>): Promise<string[]> => {
+      reads.length = 0;
+      events.length = 0;
+      await f();
+      return [...reads];
+    };
+
+    it('take the table from the records and read only the links; the result is the one read from the kernel', async () => {
+      expect((await reconcile()).shortCut).toBe(true);
+      const t = tun(5, { policy: heavy });
+      expect(await job(() => dp.apply(t))).toEqual(['records']);
+      expect(protectedIps()).toContain(t.protected_ip);
+      // Port 22 and the aligned block 4096-4351, for TCP and for UDP.
+      expect(allowlistOf(t.protected_ip)).toBe(4);
+      expect(await job(() => dp.remove(t))).toEqual(['records']);
+      expect(allowlistOf(t.protected_ip)).toBe(0);
+      expect(protectedIps()).not.toContain(t.protected_ip);
+      // Once anyone committed, a job reads its tunnel from the kernel by key, and builds the same.
+      edge.run('nft', 'add', 'table', 'ip', 'someone_else_2');
+      expect(await job(() => dp.apply(t))).toEqual(['keys']);
+      expect(allowlistOf(t.protected_ip)).toBe(4);
+      expect(await job(() => dp.remove(t))).toEqual(['keys']);
+      expect(allowlistOf(t.protected_ip)).toBe(0);
+      edge.run('nft', 'delete', 'table', 'ip', 'someone_else_2');
+    });
+
+    it('a commit by anyone between the generation check and the batch refuses the batch; the job runs again from the kernel', async () => {
+      expect((await reconcile()).shortCut).toBe(false);
+      const t = tun(6, { policy: heavy });
+      expect(await job(() => dp.apply(t))).toEqual(['records']);
+      const port22 = `${t.protected_ip} . tcp . 22`;
+      expect(edge.run('nft', 'list', 'set', 'ip', T, 'allowed_1')).toContain(port22);
+      // By hand, one of the elements the remove is about to delete goes: a batch built on the records and sent
+      // without the generation would fail on that delete.
+      betweenPlanAndCommit = () => edge.run('nft', 'delete', 'element', 'ip', T, 'allowed_1', `{ ${port22} }`);
+      expect(await job(() => dp.remove(t))).toEqual(['records', 'keys']);
+      expect(events).toContain('dataplane.generation_moved');
+      expect(betweenPlanAndCommit).toBeUndefined();
+      expect(allowlistOf(t.protected_ip)).toBe(0);
+      expect(protectedIps()).not.toContain(t.protected_ip);
+      expect(dp.tunnels().some((x) => x.id === t.id)).toBe(false);
+    });
   });
 });
