@@ -291,15 +291,15 @@ class EdgeDataplane implements DataplaneHandle {
       this.log('dataplane.generation_moved', { tunnels: names.size });
       return this.run(desired, scope, orphans, keep);
     }
-    const { flushed, disallowed, generation } = applied;
+    const { flushed, disallowed, generation, commits } = applied;
     const puts = desired.filter((t) => plan.actions.get(t.id) !== 'unchanged').map((t) => ({ spec: t }));
     const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id);
     this.state.commit(puts, dels);
     if (knownBefore) {
       if (generation === undefined) {
         if ((await this.k.nft.getGeneration()) === gen0) this.cleanGeneration = gen0;
-      } else if (generation === nextGeneration(gen0)) {
-        // Our commit is one step: exactly one step past gen0 means no other commit since the read-back.
+      } else if (generation === nextGeneration(gen0, commits)) {
+        // Each of our commits is one step: exactly that many past gen0 means no other commit since the read-back.
         this.cleanGeneration = generation;
       }
     }

@@ -8,7 +8,7 @@ import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
 import type { Conntrack } from './conntrack.ts';
-import { ipOf, nftChangeCount, type KernelView, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
+import { ipOf, nftChangeCount, type KernelView, type NftChanges, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
 import type { LinkDriver } from './links.ts';
 import { writeSysctls } from './netns.ts';
 import { COLLECT_EVERY_REQUESTS, phases } from '../housekeeping/memory.ts';
@@ -154,6 +154,22 @@ function addPolicyElements(b: NftBatch, table: string, els: readonly PolicyEleme
       else b.deleteElements({ table, set, elements });
     }
   }
+}
+
+/** Protected IP → origin inner address, and → counter name, as the `protected` and `tunnel_counters` maps hold them. */
+function addMapElements(b: NftBatch, table: string, dnat: readonly (readonly [string, string])[], counters: readonly (readonly [string, string])[]): void {
+  if (dnat.length) b.addElements({ table, set: DNAT_MAP, elements: dnat.map(([a, v]) => ipv4MapElement(a, v)) });
+  if (counters.length) b.addElements({ table, set: COUNTER_MAP, elements: counters.map(([a, c]) => ipv4ObjElement(a, c)) });
+}
+
+/** The counters of tunnels added whole: before anything that refers to them. */
+function addWholeCounters(b: NftBatch, table: string, tunnels: readonly TunnelSpec[]): void {
+  for (const x of tunnels) for (const c of tunnelCounterNames(x)) b.addCounter({ table, name: c });
+}
+
+/** The policy elements of tunnels added whole: built a slice of tunnels at a time, encoded, and dropped. */
+function addWholeElements(b: NftBatch, table: string, tunnels: readonly TunnelSpec[]): void {
+  for (let i = 0; i < tunnels.length; i += WHOLE_SLICE) addPolicyElements(b, table, tunnels.slice(i, i + WHOLE_SLICE).flatMap(tunnelElements), 'add');
 }
 
 export interface KernelContext {
@@ -520,13 +536,61 @@ const ignoreCode =
   };
 
 /**
- * The generation id the kernel gives the ruleset after the commit of one at `gen` (nf_tables_commit bumps it
- * by one per non-empty commit, skipping 0 on wrap-around).
+ * The generation id the kernel gives the ruleset after `commits` commits of one at `gen` (nf_tables_commit bumps
+ * it by one per non-empty commit, skipping 0 on wrap-around).
  */
-export const nextGeneration = (gen: number): number => (gen >= 0xffffffff ? 1 : gen + 1);
+export const nextGeneration = (gen: number, commits = 1): number => {
+  let g = gen;
+  for (let i = 0; i < commits; i++) g = g >= 0xffffffff ? 1 : g + 1;
+  return g;
+};
 
-/** Carries out a plan: links, then one nft batch, then deletes of removed links, then conntrack. */
-export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView, commit: CommitOptions = {}): Promise<{ flushed: number | undefined; disallowed: number; generation?: number }> {
+/**
+ * Tunnels added whole per nft batch beyond the first. A first apply of 10,000 tunnels with long port lists is
+ * ~815,000 elements, a 30 MB batch whose buffer doubles its way there (RSS; issue 10 item 6): each further
+ * batch of this many tunnels is ~2.5 MB. Such tunnels have nothing in the kernel and nothing shared among
+ * them, so each batch carries its tunnels whole (counters, map elements, policy elements): a tunnel is never
+ * half committed, and traffic reaches none before its isolation and policy are in.
+ */
+export const WHOLE_PER_BATCH = 1000;
+
+/**
+ * A plan's first nft batch: every change but the tunnels added whole beyond the first WHOLE_PER_BATCH (their map
+ * elements, named by protected IP in `deferred`, go in their own batch). What the deleted elements referred to
+ * goes after them; what added elements refer to comes before them.
+ */
+function firstBatch(t: string, n: NftChanges, deferred: ReadonlySet<string> | undefined): NftBatch {
+  const b = new NftBatch();
+  // Policy elements a scoped change deletes are added first (no error when present), so the delete cannot fail.
+  addPolicyElements(b, t, n.ensureElements, 'add');
+  if (n.delCounterMap.length) b.deleteElements({ table: t, set: COUNTER_MAP, elements: n.delCounterMap.map((a) => ipv4ObjElement(a, '')) });
+  if (n.delDnat.length) b.deleteElements({ table: t, set: DNAT_MAP, elements: n.delDnat.map((a) => ipv4MapElement(a, '0.0.0.0')) });
+  addPolicyElements(b, t, n.delElements, 'delete');
+  for (const c of n.delRateLimits) deleteRateLimitChain(b, t, c);
+  for (const s of n.delSynproxies) b.deleteSynproxy(t, s);
+  for (const c of n.delCounters) b.deleteCounter(t, c);
+  for (const c of n.addCounters) b.addCounter({ table: t, name: c });
+  const whole = n.addWhole.slice(0, WHOLE_PER_BATCH);
+  addWholeCounters(b, t, whole);
+  for (const m of n.addSynproxies) addSynproxyObject(b, t, m);
+  for (const p of n.addRateLimits) addRateLimitChain(b, t, p);
+  const now = (e: readonly [string, string]): boolean => !deferred?.has(e[0]);
+  addMapElements(b, t, n.addDnat.filter(now), n.addCounterMap.filter(now));
+  addPolicyElements(b, t, n.addElements, 'add');
+  addWholeElements(b, t, whole);
+  return b;
+}
+
+/**
+ * Carries out a plan: links, then nft batches (one, or one per WHOLE_PER_BATCH tunnels added whole), then
+ * deletes of removed links, then conntrack.
+ */
+export async function applyPlan(
+  k: KernelContext,
+  plan: Plan,
+  view: KernelView,
+  commit: CommitOptions = {},
+): Promise<{ flushed: number | undefined; disallowed: number; generation?: number; commits: number }> {
   const steps = plan.linkSteps;
   // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
   await inChunks(
@@ -568,37 +632,39 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView, 
   between();
   nftMem.between();
 
-  // 3. One atomic nft batch; a changed element is delete + add in it.
+  // 3. One atomic nft batch (a changed element is delete + add in it), and a batch per WHOLE_PER_BATCH further
+  // tunnels added whole. The generation right after our last commit goes to index.ts run(), which compares it
+  // with the one read before the plan's read-back, `commits` steps on. A plan read from the kernel sends no genid:
+  // a commit by another nftables user in between must not fail its batch, it only means the agent cannot tell
+  // which generation is its own. A plan built from the records (recordedView) sends the generation they were
+  // proven at (`commit.genId`), as it read nothing.
   const n = plan.nft;
-  const b = new NftBatch();
-  const t = k.table;
-  // Policy elements a scoped change deletes are added first (no error when present), so the delete cannot fail.
-  addPolicyElements(b, t, n.ensureElements, 'add');
-  if (n.delCounterMap.length) b.deleteElements({ table: t, set: COUNTER_MAP, elements: n.delCounterMap.map((a) => ipv4ObjElement(a, '')) });
-  if (n.delDnat.length) b.deleteElements({ table: t, set: DNAT_MAP, elements: n.delDnat.map((a) => ipv4MapElement(a, '0.0.0.0')) });
-  addPolicyElements(b, t, n.delElements, 'delete');
-  // What the deleted elements referred to goes after them; what added elements refer to comes before them.
-  for (const c of n.delRateLimits) deleteRateLimitChain(b, t, c);
-  for (const s of n.delSynproxies) b.deleteSynproxy(t, s);
-  for (const c of n.delCounters) b.deleteCounter(t, c);
-  for (const c of n.addCounters) b.addCounter({ table: t, name: c });
-  for (const x of n.addWhole) for (const c of tunnelCounterNames(x)) b.addCounter({ table: t, name: c });
-  for (const m of n.addSynproxies) addSynproxyObject(b, t, m);
-  for (const p of n.addRateLimits) addRateLimitChain(b, t, p);
-  if (n.addDnat.length) b.addElements({ table: t, set: DNAT_MAP, elements: n.addDnat.map(([a, v]) => ipv4MapElement(a, v)) });
-  if (n.addCounterMap.length) b.addElements({ table: t, set: COUNTER_MAP, elements: n.addCounterMap.map(([a, c]) => ipv4ObjElement(a, c)) });
-  addPolicyElements(b, t, n.addElements, 'add');
-  // Tunnels added whole: their elements are built a slice of tunnels at a time, encoded, and dropped.
-  for (let i = 0; i < n.addWhole.length; i += WHOLE_SLICE) addPolicyElements(b, t, n.addWhole.slice(i, i + WHOLE_SLICE).flatMap(tunnelElements), 'add');
-  // The generation right after our commit (index.ts run() compares it with the one read before the plan's
-  // read-back). A plan read from the kernel sends no genid: a commit by another nftables user in between must not
-  // fail its batch, it only means the agent cannot tell which generation is its own. A plan built from the
-  // records (recordedView) sends the generation they were proven at (`commit.genId`), as it read nothing.
+  const deferred = n.addWhole.length > WHOLE_PER_BATCH ? new Set(n.addWhole.slice(WHOLE_PER_BATCH).map((x) => x.protected_ip)) : undefined;
   let generation: number | undefined;
-  if (b.messageCount > 0) {
-    await k.nft.commit(b, commit);
-    generation = await k.nft.getGeneration();
+  let commits = 0;
+  const send = async (b: NftBatch, opts: CommitOptions = {}): Promise<void> => {
+    if (b.messageCount === 0) return;
+    await k.nft.commit(b, opts);
+    commits++;
+  };
+  // Built in a call of its own, so the batch is garbage once sent (the later batches are not built beside it).
+  await send(firstBatch(k.table, n, deferred), commit);
+  if (deferred) {
+    const later = (e: readonly [string, string]): boolean => deferred.has(e[0]);
+    const dnat = new Map(n.addDnat.filter(later));
+    const ctr = new Map(n.addCounterMap.filter(later));
+    for (let i = WHOLE_PER_BATCH; i < n.addWhole.length; i += WHOLE_PER_BATCH) {
+      nftMem.between();
+      const tunnels = n.addWhole.slice(i, i + WHOLE_PER_BATCH);
+      const mapped = (m: ReadonlyMap<string, string>): [string, string][] => tunnels.flatMap((x) => (m.has(x.protected_ip) ? [[x.protected_ip, m.get(x.protected_ip)!] as [string, string]] : []));
+      const b = new NftBatch();
+      addWholeCounters(b, k.table, tunnels);
+      addMapElements(b, k.table, mapped(dnat), mapped(ctr));
+      addWholeElements(b, k.table, tunnels);
+      await send(b);
+    }
   }
+  if (commits > 0) generation = await k.nft.getGeneration();
   nftMem.between();
 
   // 4. Links of removed tunnels: traffic no longer goes to them.
@@ -616,5 +682,5 @@ export async function applyPlan(k: KernelContext, plan: Plan, view: KernelView, 
   // narrowed allowlist no longer lets in, now that it is committed (a packet in between is judged as new).
   const flushed = await k.conntrack().flushDestinations(plan.flush);
   const disallowed = await k.conntrack().flushDisallowed(plan.narrowed.map((t) => ({ ip: t.protected_ip, allows: (proto, port) => allowsConnection(t, proto, port) })));
-  return { flushed, disallowed, ...(generation ? { generation } : {}) };
+  return { flushed, disallowed, commits, ...(generation ? { generation } : {}) };
 }

@@ -4,11 +4,13 @@
 // the real kernel in test/netns/dataplane*.test.ts.
 import { describe, expect, it } from 'vitest';
 import { Nft, Rtnl } from '../../../agent/netlink/client.ts';
-import { AttrTable } from '../../../agent/netlink/attrs.ts';
-import { NLM_F_ACK, NLM_F_DUMP, parseMessages, type NlMsg } from '../../../agent/netlink/message.ts';
+import { AttrTable, NlWriter } from '../../../agent/netlink/attrs.ts';
+import { NLM_F_ACK, NLM_F_DUMP, beginMessage, endMessage, parseMessages, type NlMsg } from '../../../agent/netlink/message.ts';
 import {
   NFT_MSG_DELTABLE,
+  NFT_MSG_GETGEN,
   NFT_MSG_GETOBJ,
+  NFT_MSG_NEWGEN,
   NFT_MSG_GETRULE,
   NFT_MSG_GETSETELEM,
   NFT_MSG_GETTABLE,
@@ -21,12 +23,15 @@ import {
   decodeIpv4MapElements,
   decodeObject,
   decodeSetElements,
+  nfgenmsg,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
 import { RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
-import { EXPECTED_RULES, deleteLinkUnlisted, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
+import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, deleteLinkUnlisted, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
+import { diff } from '../../../agent/dataplane/diff.ts';
+import type { Conntrack } from '../../../agent/dataplane/conntrack.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
 import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
 import { tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
@@ -217,5 +222,64 @@ describe('deleteLinkUnlisted: a one-tunnel job waits for its link to leave the l
     await turn();
     gone.reaper.release();
     await expect(ok).resolves.toBeUndefined();
+  });
+});
+
+describe('applyPlan: a first apply of many tunnels', () => {
+  /** The kernel's NEWGEN answer: the generation id, moved on by each batch the stand-in was sent. */
+  function newGen(id: number): Buffer {
+    const w = new NlWriter(64);
+    const start = beginMessage(w, nftType(NFT_MSG_NEWGEN), 0, 0);
+    nfgenmsg(w, 0, 0);
+    w.attrU32be(1, id);
+    endMessage(w, start);
+    return w.take();
+  }
+
+  it('commits in batches of WHOLE_PER_BATCH tunnels, each tunnel whole in one, counters before what refers to them', async () => {
+    let batches = 0;
+    const { k, kernel } = context((m) => {
+      if (m.type === NFNL_MSG_BATCH_BEGIN) batches++;
+      if (m.type === nftType(NFT_MSG_GETGEN)) return { messages: [newGen(100 + batches)] };
+      return undefined;
+    });
+    // A fake standing in for conntrack: nothing to flush in a first apply.
+    const conntrack = { flushDestinations: async () => 0, flushDisallowed: async () => 0 } as unknown as Conntrack;
+    k.conntrack = () => conntrack;
+    const tunnels = Array.from({ length: 2 * WHOLE_PER_BATCH + 3 }, (_, i) => benchTunnel(i + 1));
+    const view = { links: new Map(), dnat: new Map(), counterMap: new Map(), counters: new Set<string>(), synproxies: new Set<string>(), rateChains: new Set<string>(), elements: new Set<string>() };
+    const plan = diff({ desired: tunnels, owned: new Map(), view, scope: 'all' });
+    expect(plan.nft.addWhole).toHaveLength(tunnels.length);
+    // The links are another test's (test/netns): here the nft side alone.
+    const result = await applyPlan(k, { ...plan, linkSteps: [], flush: [] }, view);
+    expect(result).toMatchObject({ commits: 3, generation: 103 });
+
+    const sent = kernel.sent.map((d) => parseMessages(d)).filter((ms) => ms[0]!.type === NFNL_MSG_BATCH_BEGIN).map((ms) => ms.slice(1, -1));
+    expect(sent.map((b) => new Set(b.filter((m) => m.type === nftType(NFT_MSG_NEWOBJ)).map((m) => decodeObject(m).name)).size)).toEqual([
+      WHOLE_PER_BATCH * tunnelCounterNames(tunnels[0]!).length,
+      WHOLE_PER_BATCH * tunnelCounterNames(tunnels[0]!).length,
+      3 * tunnelCounterNames(tunnels[0]!).length,
+    ]);
+    const wantBySet = new Map<string, number>();
+    for (const t of tunnels) for (const e of tunnelElements(t)) wantBySet.set(e.set, (wantBySet.get(e.set) ?? 0) + 1);
+    const gotBySet = new Map<string, number>();
+    sent.forEach((batch, i) => {
+      const mine = tunnels.slice(i * WHOLE_PER_BATCH, (i + 1) * WHOLE_PER_BATCH);
+      const ips = mine.map((t) => t.protected_ip).sort();
+      const elements = batch.filter((m) => m.type === nftType(NFT_MSG_NEWSETELEM));
+      // Its own tunnels' map elements, and no other's.
+      expect([...decodeIpv4MapElements(elements.filter((m) => decodeSetElements(m).set === 'protected')).keys()].sort()).toEqual(ips);
+      expect(elements.filter((m) => decodeSetElements(m).set === 'tunnel_counters').flatMap((m) => decodeSetElements(m).elements.map((e) => e.objref))).toEqual(expect.arrayContaining(mine.map((t) => t.tunnel_name)));
+      // Every counter of the batch comes before its first element (the counter map and drop maps refer to them).
+      const lastCounter = batch.findLastIndex((m) => m.type === nftType(NFT_MSG_NEWOBJ));
+      expect(lastCounter).toBeLessThan(batch.findIndex((m) => m.type === nftType(NFT_MSG_NEWSETELEM)));
+      for (const m of elements) {
+        const d = decodeSetElements(m);
+        if (d.set === 'protected' || d.set === 'tunnel_counters') continue;
+        gotBySet.set(d.set, (gotBySet.get(d.set) ?? 0) + d.elements.length);
+      }
+    });
+    // Together, every policy element of every tunnel.
+    expect(gotBySet).toEqual(wantBySet);
   });
 });
