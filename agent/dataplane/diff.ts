@@ -4,6 +4,7 @@
 import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
 import { allowedElementIp, elementFromId, elementNeeds, isAllowedId, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements, type PolicyElement } from './policy.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
+import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 
 /** What identifies a tunnel link beyond its name (GRE: local, remote, ttl, key both ways). */
 export interface LinkParams {
@@ -205,7 +206,19 @@ function sameParams(a: LinkParams, b: LinkParams): boolean {
 
 /** Same tunnel including its policy (specs are normalised: a default policy is no policy). */
 export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
-  return sameTunnel(a, b) && JSON.stringify(a.policy ?? null) === JSON.stringify(b.policy ?? null);
+  return sameTunnel(a, b) && samePolicyAsSent(a.policy, b.policy);
+}
+
+/**
+ * Two policies as jobs carry them (normalised by validation: common/tunnel-spec.ts normaliseSpec), field by
+ * field, absent only equal to absent. No serialisation: a reconcile compares 10,000 of them, twice.
+ */
+function samePolicyAsSent(a: TunnelPolicy | undefined, b: TunnelPolicy | undefined): boolean {
+  if (a === undefined || b === undefined) return a === b;
+  if (a.protocol !== b.protocol || a.syn_proxy !== b.syn_proxy || a.source_pps_limit !== b.source_pps_limit || a.drop_fragments !== b.drop_fragments) return false;
+  const [x, y] = [a.ports, b.ports];
+  if (x === '*' || y === '*') return x === y;
+  return x.length === y.length && x.every((r, i) => r[0] === y[i]![0] && r[1] === y[i]![1]);
 }
 
 /** Same link, addresses and mapping: a change of policy alone keeps the tunnel's connections (no conntrack flush). */
@@ -470,7 +483,7 @@ export function diff(input: DiffInput): Plan {
 
     // Ports or protocols the policy took away, whether or not the kernel still held their elements: one lost to
     // drift is in no delete, yet a connection it let in may still be open (the allowlist judges first packets).
-    if (prev && !prev.pending && JSON.stringify(prev.spec.policy ?? null) !== JSON.stringify(t.policy ?? null)) {
+    if (prev && !prev.pending && !samePolicyAsSent(prev.spec.policy, t.policy)) {
       const now = new Set(wantEls.map((e) => e.id));
       if (tunnelElements(prev.spec).some((e) => allowedElementIp(e) !== undefined && !now.has(e.id))) narrowedBySpec.set(t.id, t);
     }

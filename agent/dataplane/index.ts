@@ -419,7 +419,7 @@ class EdgeDataplane implements DataplaneHandle {
     const current = this.desired.tunnels;
     const changed = puts.filter((t) => {
       const had = current.get(t.id);
-      return !had || JSON.stringify(had.spec) !== JSON.stringify(t);
+      return !had || !sameSpec(had.spec, t);
     });
     let gone: string[];
     if (dels === 'replace') {

@@ -1,7 +1,7 @@
 // The dataplane's pure diff (no kernel, no root): what a plan does for each shape of drift and scope.
 // The kernel that the plan drives is tested in test/netns/dataplane*.test.ts.
 import { describe, expect, it } from 'vitest';
-import { OwnedIndex, PlanConflict, diff, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
+import { OwnedIndex, PlanConflict, diff, sameSpec, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { isAllowedId, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
@@ -325,5 +325,28 @@ describe('dataplane diff', () => {
       expect(p.nft.ensureElements).toEqual([]);
       expect(diff({ desired: [a], owned: ownedOf([a]), view: fullView([a]), scope: 'all' }).counts).toMatchObject({ unchanged: 1 });
     });
+  });
+});
+
+describe('sameSpec: what a reconcile calls unchanged and the desired record keeps', () => {
+  const policy = { ports: [[22, 22], [5000, 10000]] as [number, number][], protocol: 'both' as const, syn_proxy: true, source_pps_limit: 1000, drop_fragments: true };
+  const base: TunnelSpec = { ...t(1), policy };
+  it('tells apart every field of the policy, a port range, and a policy from none', () => {
+    expect(sameSpec(base, { ...base, policy: { ...policy, ports: [[22, 22], [5000, 10000]] } })).toBe(true);
+    const others = [
+      { ...policy, ports: [[22, 22], [5000, 10001]] as [number, number][] },
+      { ...policy, ports: [[22, 22]] as [number, number][] },
+      { ...policy, ports: '*' as const },
+      { ...policy, protocol: 'tcp' as const },
+      { ...policy, syn_proxy: false },
+      { ...policy, source_pps_limit: null },
+      { ...policy, source_pps_limit: 1001 },
+      { ...policy, drop_fragments: false },
+    ];
+    for (const p of others) expect(sameSpec(base, { ...base, policy: p }), JSON.stringify(p)).toBe(false);
+    const { policy: _none, ...without } = base;
+    expect(sameSpec(base, without)).toBe(false);
+    expect(sameSpec(without, { ...without })).toBe(true);
+    expect(sameSpec(base, { ...base, mtu: 1400 })).toBe(false);
   });
 });
