@@ -642,22 +642,26 @@ export async function applyPlan(
   const deferred = n.addWhole.length > WHOLE_PER_BATCH ? new Set(n.addWhole.slice(WHOLE_PER_BATCH).map((x) => x.protected_ip)) : undefined;
   let generation: number | undefined;
   let commits = 0;
+  // Each batch's buffer is the next one's: after the first, none grows (or is freed) again.
+  let storage: Buffer | undefined;
   const send = async (b: NftBatch, opts: CommitOptions = {}): Promise<void> => {
+    storage = b.storage;
     if (b.messageCount === 0) return;
     await k.nft.commit(b, opts);
     commits++;
   };
-  // Built in a call of its own, so the batch is garbage once sent (the later batches are not built beside it).
+  // Built in a call of its own, so the batch object is garbage once sent (its buffer is kept in `storage`).
   await send(firstBatch(k.table, n, deferred), commit);
   if (deferred) {
     const later = (e: readonly [string, string]): boolean => deferred.has(e[0]);
     const dnat = new Map(n.addDnat.filter(later));
     const ctr = new Map(n.addCounterMap.filter(later));
+    const batches = phases('batches', Math.ceil(n.addWhole.length / WHOLE_PER_BATCH));
     for (let i = WHOLE_PER_BATCH; i < n.addWhole.length; i += WHOLE_PER_BATCH) {
-      nftMem.between();
+      batches.between();
       const tunnels = n.addWhole.slice(i, i + WHOLE_PER_BATCH);
       const mapped = (m: ReadonlyMap<string, string>): [string, string][] => tunnels.flatMap((x) => (m.has(x.protected_ip) ? [[x.protected_ip, m.get(x.protected_ip)!] as [string, string]] : []));
-      const b = new NftBatch();
+      const b = new NftBatch({ storage });
       addWholeCounters(b, k.table, tunnels);
       addMapElements(b, k.table, mapped(dnat), mapped(ctr));
       addWholeElements(b, k.table, tunnels);

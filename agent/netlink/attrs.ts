@@ -33,8 +33,14 @@ export class NlWriter {
   private buf: Buffer;
   private pos = 0;
 
-  constructor(initial = 4096) {
-    this.buf = Buffer.alloc(initial);
+  /** `initial`: a size to allocate, or a buffer to write into (reused storage: every byte written is written explicitly). */
+  constructor(initial: number | Buffer = 4096) {
+    this.buf = typeof initial === 'number' ? Buffer.alloc(initial) : initial;
+  }
+
+  /** The storage written into (grown past `initial` if it had to be), for a later writer to reuse once this one is done. */
+  get storage(): Buffer {
+    return this.buf;
   }
 
   get length(): number {

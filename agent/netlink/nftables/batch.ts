@@ -99,13 +99,23 @@ export class NftBatch {
   private nextSetId = 1;
   readonly family: number;
   private readonly maxMessage: number;
-  private readonly w = new NlWriter(64 * 1024).zeros(BEGIN_RESERVE);
+  private readonly w: NlWriter;
   /** Where BATCH_END was written by the first encode(); nothing may be added after it. */
   private endAt: number | undefined;
 
-  constructor(opts: { family?: number; maxMessageBytes?: number } = {}) {
+  /**
+   * `storage`: a buffer to encode into, e.g. a committed batch's (a first apply's further batches reuse one
+   * buffer rather than growing a new one each: glibc keeps what they freed resident, RSS).
+   */
+  constructor(opts: { family?: number; maxMessageBytes?: number; storage?: Buffer } = {}) {
     this.family = opts.family ?? NFPROTO_IPV4;
     this.maxMessage = opts.maxMessageBytes ?? MAX_NFT_MESSAGE;
+    this.w = new NlWriter(opts.storage ?? 64 * 1024).zeros(BEGIN_RESERVE);
+  }
+
+  /** The buffer this batch encoded into, for the next batch once this one was sent (constructor `storage`). */
+  get storage(): Buffer {
+    return this.w.storage;
   }
 
   get messageCount(): number {

@@ -117,8 +117,13 @@ describe('phases of an operation', () => {
       phases('apply', 10_000).between();
       expect(calls).toEqual([{ type: 'major', execution: 'sync' }]);
       calls.length = 0;
+      // A first apply's batches: released between them when there are several.
+      phases('batches', 10).between();
+      expect(calls).toEqual([{ type: 'major', execution: 'sync', flavor: 'last-resort' }]);
+      calls.length = 0;
       phases('operation', 10).between();
       phases('apply', 10).between();
+      phases('batches', 1).between();
       expect(calls).toEqual([]);
     } finally {
       g.gc = saved;

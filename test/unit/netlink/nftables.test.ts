@@ -193,6 +193,22 @@ describe('batch framing', () => {
     expect(attrs[0]!.type).toBe(NFNL_BATCH_GENID);
     expect(attrs[0]!.data.toString('hex')).toBe('00001234');
   });
+  it('encodes into a reused buffer byte for byte as into a fresh one, whatever that buffer held, growing past it if it must', () => {
+    const build = (b: NftBatch) =>
+      b
+        .addTable('t')
+        .addCounter({ table: 't', name: 'c' })
+        .addElements({ table: 't', set: 's', elements: [{ key: Buffer.from([10, 0, 0, 1]) }, { key: Buffer.from([10, 0, 0, 2, 6]) }] })
+        .encode({ firstSeq: 9, ack: true }).data;
+    const fresh = Buffer.from(build(new NftBatch()));
+    const dirty = Buffer.alloc(64 * 1024, 0xa5);
+    const reused = new NftBatch({ storage: dirty });
+    expect(Buffer.from(build(reused))).toEqual(fresh);
+    expect(reused.storage).toBe(dirty);
+    const small = new NftBatch({ storage: Buffer.alloc(40, 0xa5) });
+    expect(Buffer.from(build(small))).toEqual(fresh);
+    expect(small.storage.length).toBeGreaterThanOrEqual(fresh.length);
+  });
   it('encodes in place: encoded again with other seqs, flags or genid, every message but the headers is the same', () => {
     const b = new NftBatch().addTable('t').addCounter({ table: 't', name: 'c' }).addChain({ table: 't', name: 'x' });
     const a = parseMessages(Buffer.from(b.encode({ firstSeq: 1, ack: false, genId: 7 }).data));
