@@ -326,7 +326,14 @@ class EdgeDataplane implements DataplaneHandle {
 
   reconcile(tunnels: TunnelSpec[]): Promise<ReconcileResult> {
     return this.serial('reconcile', async () => {
-      const desired = tunnels.map((t) => this.checkSpec(t));
+      // A spec the same as the one on record is the record's object: the records, the desired state and the
+      // change then share one copy of 10,000 specs instead of holding two through the operation (RSS).
+      const recorded = this.desired.tunnels;
+      const desired = tunnels.map((t) => {
+        const spec = this.checkSpec(t);
+        const had = recorded.get(spec.id)?.spec;
+        return had && sameSpec(had, spec) ? had : spec;
+      });
       // Two tunnels sharing an id, a name or a protected IP make the set itself wrong, not one tunnel.
       checkDesired(desired);
       this.recordDesired(desired, 'replace');

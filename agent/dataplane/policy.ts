@@ -140,6 +140,15 @@ const element = (set: string, key: string, value = '', keyEnd?: string): PolicyE
  * the isolation (replies, origins, spoofed), the allowlist of every port, and its drop counters' map entries.
  */
 export function tunnelElements(t: TunnelSpec): PolicyElement[] {
+  return elementsOf(t, true);
+}
+
+/** tunnelElements() but the allowlist's: for a tunnel whose allowlist a reconcile found clean by its digest. */
+export function tunnelElementsButAllowlist(t: TunnelSpec): PolicyElement[] {
+  return elementsOf(t, false);
+}
+
+function elementsOf(t: TunnelSpec, allowlist: boolean): PolicyElement[] {
   const p = policyOf(t);
   const P = ipHex(t.protected_ip);
   const O = ipHex(t.origin_inner.split('/')[0]!);
@@ -151,7 +160,7 @@ export function tunnelElements(t: TunnelSpec): PolicyElement[] {
     element(OUT_MAP, N, `obj:${outCounterName(t)}`),
   ];
   for (const r of DROP_REASONS) if (r !== 'spoofed') out.push(element(dropMap(r), P, `obj:${dropCounterName(t, r)}`));
-  for (const id of allowlistIds(t)) out.push(elementFromId(id));
+  if (allowlist) for (const id of allowlistIds(t)) out.push(elementFromId(id));
   if (p.drop_fragments) out.push(element(POLICY_SETS.fragments, P));
   const need = sharedNeeds(t);
   if (need.mss !== undefined) {
