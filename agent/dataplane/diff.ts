@@ -2,7 +2,7 @@
 // records, a view of the kernel) to a plan of link steps, one nftables batch and conntrack flushes.
 // No I/O here, so every decision (what is added, changed, left alone, never touched) is unit-testable.
 import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
-import { allowedElementIp, elementFromId, elementNeeds, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements, tunnelElementsButAllowlist, type PolicyElement } from './policy.ts';
+import { LINK_KEYED_SETS, allowedElementIp, elementFromId, elementNeeds, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements, tunnelElementsButAllowlist, type PolicyElement } from './policy.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 
@@ -49,11 +49,17 @@ export interface KernelView {
    */
   elements?: Set<string>;
   /**
-   * A reconcile's read: protected IPs (policy.ts protectedKey) whose allowlist elements in the kernel are exactly
-   * the ones the desired and kept tunnels want, as a per-IP digest showed (kernel.ts readElementIds). Their ids are
-   * not in `elements`; every other allowlist element is.
+   * A reconcile's read: the owners whose elements in the kernel are exactly the ones the desired and kept tunnels
+   * want, as a digest per owner showed (kernel.ts readElementIds): protected IPs (policy.ts protectedKey) and link
+   * names (linkBucket, for LINK_KEYED_SETS). Their ids are not in `elements`; every other element's is.
    */
-  cleanAllowlists?: ReadonlySet<number>;
+  cleanOwners?: CleanOwners;
+}
+
+/** Owners (protected IPs, link name buckets) whose elements a reconcile found as wanted, by digest. */
+export interface CleanOwners {
+  ips: Set<number>;
+  links: Set<number>;
 }
 
 /** What the agent has recorded as its own (state file). `pending`: apply started, not confirmed. */
@@ -416,13 +422,16 @@ export function diff(input: DiffInput): Plan {
     const ctr = counterName(t);
     let countersMissing = false;
     const counterNames = tunnelCounterNames(t);
-    const cleanAllowlist = view.cleanAllowlists?.has(protectedKey(t.protected_ip)) ?? false;
-    // A clean allowlist (the kernel's is the wanted one, by digest) needs none of its ~70 elements built: at
-    // 10,000 tunnels with port lists they were most of a drift repair's garbage (RSS at its peak, the diff).
-    const wantEls = cleanAllowlist ? tunnelElementsButAllowlist(t) : tunnelElements(t);
+    // Elements of a clean owner (the kernel's are the wanted ones, by digest) are not looked at, and a clean
+    // protected IP's allowlist (~70 elements with a port list) is not even built: at 10,000 tunnels they were
+    // most of a drift repair's garbage (RSS at its peak, the diff).
+    const cleanIp = view.cleanOwners?.ips.has(protectedKey(t.protected_ip)) ?? false;
+    const cleanLink = view.cleanOwners?.links.has(linkBucket(t.tunnel_name)) ?? false;
+    const built = cleanIp ? tunnelElementsButAllowlist(t) : tunnelElements(t);
+    const wantEls = cleanIp || cleanLink ? built.filter((e) => (LINK_KEYED_SETS.has(e.set) ? !cleanLink : !cleanIp)) : built;
     // Nothing of it in the kernel, and the kernel's elements were read: added whole (NftChanges.addWhole).
     const whole =
-      !prev && view.elements !== undefined && !cleanAllowlist && counterNames.every((c) => !view.counters.has(c)) && wantEls.every((e) => !view.elements!.has(e.id));
+      !prev && view.elements !== undefined && !cleanIp && !cleanLink && counterNames.every((c) => !view.counters.has(c)) && wantEls.every((e) => !view.elements!.has(e.id));
     if (whole) {
       nft.addWhole.push(t);
       touched = true;
@@ -446,7 +455,7 @@ export function diff(input: DiffInput): Plan {
       // its elements are in addWhole
     } else if (view.elements) {
       for (const e of wantEls) {
-        // In the kernel already: claimed (see KernelView.elements). A clean allowlist's are not in wantEls at all.
+        // In the kernel already: claimed (see KernelView.elements). A clean owner's are not in wantEls at all.
         if (view.elements.delete(e.id)) continue;
         addEls.set(e.id, e);
         touched = true;
@@ -485,7 +494,7 @@ export function diff(input: DiffInput): Plan {
     // Ports or protocols the policy took away, whether or not the kernel still held their elements: one lost to
     // drift is in no delete, yet a connection it let in may still be open (the allowlist judges first packets).
     if (prev && !prev.pending && !samePolicyAsSent(prev.spec.policy, t.policy)) {
-      const now = new Set((cleanAllowlist ? tunnelElements(t) : wantEls).map((e) => e.id));
+      const now = new Set((cleanIp || cleanLink ? tunnelElements(t) : wantEls).map((e) => e.id));
       if (tunnelElements(prev.spec).some((e) => allowedElementIp(e) !== undefined && !now.has(e.id))) narrowedBySpec.set(t.id, t);
     }
 

@@ -14,7 +14,7 @@ import { FALLBACK_TUNNEL_LINKS, applyPlan, ensureTable, nextGeneration, readLink
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { EchoProber } from './probe.ts';
-import { allowlistDigests, allowsConnection, dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
+import { allowsConnection, ownerDigests, dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
 import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
@@ -255,8 +255,8 @@ class EdgeDataplane implements DataplaneHandle {
           };
     // Read from the kernel, the generation is read in the same round as the read-back (the socket keeps their
     // order): one round trip less for a one-tunnel job.
-    // A reconcile compares the kernel's allowlists by digest with what it wants or keeps (KernelView.cleanAllowlists).
-    const wantedAllowlists = scope === 'all' ? allowlistDigests([...desired, ...[...(keep ?? [])].flatMap((id) => owned.get(id)?.spec ?? [])]) : undefined;
+    // A reconcile compares the kernel's elements by digest per owner with what it wants or keeps (KernelView.cleanOwners).
+    const wanted = scope === 'all' ? ownerDigests([...desired, ...[...(keep ?? [])].flatMap((id) => owned.get(id)?.spec ?? [])]) : undefined;
     // A scoped change on a table that no commit touched since the agent's own last one (cleanGeneration) takes
     // the table's side from its records and reads only the links: the ~81 GETs of a long port list are most of
     // a one-tunnel job's read otherwise. Its batch carries that generation, so a commit by anyone in between
@@ -264,7 +264,7 @@ class EdgeDataplane implements DataplaneHandle {
     const trusted = scoped !== undefined && clean !== undefined && (await this.k.nft.getGeneration()) === clean;
     const [gen0, view] = trusted
       ? [clean, await recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() })]
-      : await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wantedAllowlists)]);
+      : await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]);
     const knownBefore = (scope === 'all' && !keep?.size) || (scope !== 'all' && clean === gen0);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.

@@ -3,12 +3,12 @@
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type CommitOptions, type Nft, type Rtnl } from '../netlink/client.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
 import { ALLOWED_SETS, POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitName, rateLimitOf, synproxyMssOf, synproxyName } from '../netlink/ruleset.ts';
-import { LEGACY_ALLOWED_SET, TUNNEL_SETS, addKeyToDigest, allowsConnection, elementId, emptyDigest, fromLegacyAllowed, sameDigest, tunnelCounterNames, tunnelElements, type IdDigest, type PolicyElement } from './policy.ts';
+import { LEGACY_ALLOWED_SET, LINK_KEYED_SETS, TUNNEL_SETS, addElementToDigest, addKeyToDigest, allowsConnection, digestIn, elementId, fromLegacyAllowed, linkBucketOfKey, sameDigest, tunnelCounterNames, tunnelElements, type OwnerDigests, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
 import type { Conntrack } from './conntrack.ts';
-import { ipOf, nftChangeCount, type KernelView, type NftChanges, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
+import { ipOf, nftChangeCount, type CleanOwners, type KernelView, type NftChanges, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
 import type { LinkDriver } from './links.ts';
 import { writeSysctls } from './netns.ts';
 import { COLLECT_EVERY_REQUESTS, phases } from '../housekeeping/memory.ts';
@@ -93,34 +93,37 @@ async function listCounters(k: KernelContext, names: readonly string[]): Promise
 
 /**
  * The ids of the policy sets' elements (a reconcile's view: strings only, no object per element). With the
- * wanted allowlists, the allowlist sets are digested per protected IP instead: `clean` names the IPs whose
- * digest matched, and only the others' allowlist ids are listed.
+ * wanted digests, every element is digested by owner instead (its protected IP, or its link name: policy.ts
+ * ownerDigests): `clean` names the owners whose digest matched, and only the others' elements are listed.
  */
-async function readElementIds(k: KernelContext, wantedAllowlists?: ReadonlyMap<number, IdDigest>): Promise<{ ids: Set<string>; clean?: Set<number> }> {
+async function readElementIds(k: KernelContext, wanted?: OwnerDigests): Promise<{ ids: Set<string>; clean?: CleanOwners }> {
   const ids = new Set<string>();
-  const found = new Map<number, IdDigest>();
-  for (const set of TUNNEL_SETS) {
-    if (wantedAllowlists && ALLOWED_SETS.includes(set))
-      // Digested from the key's bytes as they come (policy.ts addKeyToDigest): no id, object or view per element.
-      await k.nft.eachSetElementKey(k.table, set, (buf, from, to) => {
-        const key = buf.readUInt32BE(from);
-        let d = found.get(key);
-        if (!d) found.set(key, (d = emptyDigest()));
-        addKeyToDigest(d, set, buf, from, to);
-      });
-    else await k.nft.eachSetElement(k.table, set, (e) => void ids.add(elementId(set, e)));
+  if (!wanted) {
+    for (const set of TUNNEL_SETS) await k.nft.eachSetElement(k.table, set, (e) => void ids.add(elementId(set, e)));
+    return { ids };
   }
-  if (!wantedAllowlists) return { ids };
-  // Where the kernel's allowlist of a protected IP differs from the wanted one (or nobody wants it), its exact
+  const found: OwnerDigests = { ips: new Map(), links: new Map() };
+  for (const set of TUNNEL_SETS) {
+    if (ALLOWED_SETS.includes(set))
+      // Digested from the key's bytes as they come (policy.ts addKeyToDigest): no id, object or view per element.
+      await k.nft.eachSetElementKey(k.table, set, (buf, from, to) => addKeyToDigest(digestIn(found.ips, buf.readUInt32BE(from)), set, buf, from, to));
+    else if (LINK_KEYED_SETS.has(set)) await k.nft.eachSetElement(k.table, set, (e) => addElementToDigest(digestIn(found.links, linkBucketOfKey(e.key)), set, e));
+    else await k.nft.eachSetElement(k.table, set, (e) => addElementToDigest(digestIn(found.ips, e.key.readUInt32BE(0)), set, e));
+  }
+  // Where the kernel's elements of an owner differ from the wanted ones (or nobody wants them), its exact
   // elements are read again, so the diff can add and delete them one by one; the rest are known by digest.
-  const clean = new Set<number>();
-  const dirty = new Set<number>();
-  for (const [key, d] of found) (sameDigest(d, wantedAllowlists.get(key)) ? clean : dirty).add(key);
-  if (dirty.size > 0)
-    for (const set of ALLOWED_SETS)
-      await k.nft.eachSetElement(k.table, set, (e) => {
-        if (dirty.has(e.key.readUInt32BE(0))) ids.add(elementId(set, e));
-      });
+  const clean: CleanOwners = { ips: new Set(), links: new Set() };
+  const dirty: CleanOwners = { ips: new Set(), links: new Set() };
+  for (const [key, d] of found.ips) (sameDigest(d, wanted.ips.get(key)) ? clean.ips : dirty.ips).add(key);
+  for (const [key, d] of found.links) (sameDigest(d, wanted.links.get(key)) ? clean.links : dirty.links).add(key);
+  for (const set of TUNNEL_SETS) {
+    const link = LINK_KEYED_SETS.has(set);
+    const owners = link ? dirty.links : dirty.ips;
+    if (owners.size === 0) continue;
+    await k.nft.eachSetElement(k.table, set, (e) => {
+      if (owners.has(link ? linkBucketOfKey(e.key) : e.key.readUInt32BE(0))) ids.add(elementId(set, e));
+    });
+  }
   return { ids, clean };
 }
 
@@ -295,10 +298,10 @@ export async function readView(
    */
   scoped?: ScopedRead,
   /**
-   * A full read's wanted allowlists, by protected IP (policy.ts allowlistDigests of the tunnels the operation
-   * keeps or wants): the kernel's allowlist elements are then compared by digest (KernelView.cleanAllowlists).
+   * A full read's wanted digests, by owner (policy.ts ownerDigests of the tunnels the operation keeps or wants):
+   * the kernel's elements are then compared by digest (KernelView.cleanOwners).
    */
-  wantedAllowlists?: ReadonlyMap<number, IdDigest>,
+  wanted?: OwnerDigests,
 ): Promise<KernelView> {
   if (scoped) return readScoped(k, names, owned, scoped);
   const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
@@ -322,7 +325,7 @@ export async function readView(
     [links, dnat, ctrMap, counters] = await Promise.all([getLinks(k, names), k.nft.listIpv4Map(k.table, DNAT_MAP), counterMap(k), k.nft.listCounterNames(k.table)]);
   }
   const shared = await readShared(k);
-  const policy = full ? await readElementIds(k, wantedAllowlists) : undefined;
+  const policy = full ? await readElementIds(k, wanted) : undefined;
   mem.between();
   const addrs = await readAddresses(k, links);
   mem.between();
@@ -333,7 +336,7 @@ export async function readView(
     counters,
     ...shared,
     ...(policy ? { elements: policy.ids } : {}),
-    ...(policy?.clean ? { cleanAllowlists: policy.clean } : {}),
+    ...(policy?.clean ? { cleanOwners: policy.clean } : {}),
   };
   observeLinks(k, view, links, addrs, recordedByName);
   return view;

@@ -18,6 +18,13 @@ export interface PolicyElement {
 /** The sets whose elements belong to tunnels (read back whole only by a reconcile). */
 export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ...ALLOWED_SETS, ...DROP_REASONS.map(dropMap), OUT_MAP];
 
+/**
+ * The tunnel sets whose element keys start with the tunnel's link name (16 bytes, NUL-padded: tunnelElements);
+ * every other tunnel set's start with its protected IP. A reconcile digests each tunnel's elements in two
+ * buckets by these (ownerDigests, kernel.ts readElementIds).
+ */
+export const LINK_KEYED_SETS: ReadonlySet<string> = new Set([POLICY_SETS.replies, POLICY_SETS.origins, dropMap('spoofed'), OUT_MAP]);
+
 const PORT_ALL: PortRange = [0, 65535];
 
 /**
@@ -233,6 +240,7 @@ const hashInto = (d: IdDigest): void => {
 };
 const HEX_CHARS = [...'0123456789abcdef'].map((c) => c.charCodeAt(0));
 const SPACE = 32;
+const DASH = 45;
 
 export function addToDigest(d: IdDigest, id: string): void {
   hashStart();
@@ -264,22 +272,83 @@ const ALLOWED_SET_NAMES = new Map(PORT_BLOCK_BITS.map((bits) => [bits, allowedSe
 /** One allowlist key at a time (`P . proto . port`, allowKeyHex's bytes), reused: the digests allocate nothing per element. */
 const KEY = Buffer.alloc(12);
 
+const hashText = (text: string): void => {
+  for (let i = 0; i < text.length; i++) hashChar(text.charCodeAt(i));
+};
+const hashHex = (bytes: Uint8Array): void => {
+  for (let i = 0; i < bytes.length; i++) {
+    hashChar(HEX_CHARS[bytes[i]! >> 4]!);
+    hashChar(HEX_CHARS[bytes[i]! & 15]!);
+  }
+};
+
 /**
- * The allowlist digests these tunnels' elements make, by protected IP (protectedKey): each element's key bytes
- * written into one scratch buffer and hashed as the kernel's are (addKeyToDigest), with no id string. A reconcile
- * of 10,000 tunnels with port lists would otherwise make ~800,000 of them before its read-back even starts
- * (~60 MB of RSS the allocator kept until the operation's first release).
+ * addToDigest(d, elementId(set, e)) without the id: the same characters (set, key and interval end in hex,
+ * value) hashed from the decoded element as a dump delivers it.
  */
-export function allowlistDigests(tunnels: Iterable<TunnelSpec>): Map<number, IdDigest> {
-  const out = new Map<number, IdDigest>();
+export function addElementToDigest(d: IdDigest, set: string, e: ElementView): void {
+  hashStart();
+  hashText(set);
+  hashChar(SPACE);
+  hashHex(e.key);
+  if (e.keyEnd) {
+    hashChar(DASH);
+    hashHex(e.keyEnd);
+  }
+  hashChar(SPACE);
+  if (e.data) hashHex(e.data);
+  else if (e.objref !== undefined) {
+    hashText('obj:');
+    hashText(e.objref);
+  } else if (e.verdict) hashText(`v:${e.verdict.code}:${e.verdict.chain ?? ''}`);
+  hashInto(d);
+}
+
+/**
+ * The bucket of a link name: a 32-bit hash of the 16 NUL-padded bytes it is keyed by. The wanted side (from the
+ * name) and the kernel's (from key bytes: linkBucketOfKey) bucket alike, so a collision only merges two buckets.
+ */
+export function linkBucket(name: string): number {
+  hashStart();
+  for (let i = 0; i < IFNAME_LEN; i++) hashChar(i < name.length ? name.charCodeAt(i) : 0);
+  return h1 >>> 0;
+}
+
+export function linkBucketOfKey(key: Uint8Array): number {
+  hashStart();
+  for (let i = 0; i < IFNAME_LEN; i++) hashChar(key[i] ?? 0);
+  return h1 >>> 0;
+}
+
+/** Digests by owner: a protected IP's elements (protectedKey), and a link name's (linkBucket; LINK_KEYED_SETS). */
+export interface OwnerDigests {
+  ips: Map<number, IdDigest>;
+  links: Map<number, IdDigest>;
+}
+
+export const digestIn = (m: Map<number, IdDigest>, key: number): IdDigest => {
+  let d = m.get(key);
+  if (!d) m.set(key, (d = emptyDigest()));
+  return d;
+};
+
+/**
+ * The digests these tunnels' elements make, by owner. The allowlist's (~70 of a tunnel's ~80 elements with a
+ * port list) are hashed from key bytes written into one scratch buffer, as the kernel's are (addKeyToDigest),
+ * with no id string: a reconcile of 10,000 tunnels would otherwise make ~800,000 of them before its read-back
+ * even starts (~60 MB of RSS the allocator kept until the operation's first release).
+ */
+export function ownerDigests(tunnels: Iterable<TunnelSpec>): OwnerDigests {
+  const out: OwnerDigests = { ips: new Map(), links: new Map() };
   for (const t of tunnels) {
-    const p = policyOf(t);
     const k = protectedKey(t.protected_ip);
+    const link = linkBucket(t.tunnel_name);
+    for (const e of tunnelElementsButAllowlist(t)) addToDigest(LINK_KEYED_SETS.has(e.set) ? digestIn(out.links, link) : digestIn(out.ips, k), e.id);
+    const p = policyOf(t);
     const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
     const blocks = portBlocks(p.ports === '*' ? [PORT_ALL] : p.ports);
     if (blocks.length === 0) continue;
-    let d = out.get(k);
-    if (!d) out.set(k, (d = emptyDigest()));
+    const d = digestIn(out.ips, k);
     KEY.fill(0);
     KEY.writeUInt32BE(k >>> 0, 0);
     for (const proto of protos) {

@@ -87,6 +87,20 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
     expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
   });
 
+  it('elements keyed by link name are digested per link: one deleted by hand comes back, one for a link nobody has goes', async () => {
+    const origins = (): string => edge.run('nft', 'list', 'set', 'ip', T, 'origins');
+    const inner = tun(2).origin_inner.split('/')[0]!;
+    expect(origins()).toContain(`"${tun(2).tunnel_name}" . ${inner}`);
+    const before = setElements('origins');
+    edge.run('nft', 'delete', 'element', 'ip', T, 'origins', `{ "${tun(2).tunnel_name}" . ${inner} }`);
+    edge.run('nft', 'add', 'element', 'ip', T, 'origins', '{ "tg-nobody" . 100.64.99.2 }');
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 2, changed: 1, shortCut: false });
+    expect(origins()).toContain(`"${tun(2).tunnel_name}" . ${inner}`);
+    expect(origins()).not.toContain('tg-nobody');
+    expect(setElements('origins')).toBe(before);
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
   it('a commit to another table is no drift of ours, but still reads everything back', async () => {
     edge.run('nft', 'add', 'table', 'ip', 'someone_else');
     expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });

@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { OwnedIndex, PlanConflict, diff, sameSpec, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
-import { isAllowedId, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { LINK_KEYED_SETS, isAllowedId, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
 
@@ -175,23 +175,32 @@ describe('dataplane diff', () => {
       expect(ids(p.nft.addElements).filter((id) => shared.some((e) => e.id === id))).toEqual([]);
     });
 
-    it('a reconcile trusts an allowlist its digest found clean, and reads the others element by element', () => {
+    it('a reconcile trusts the elements of owners their digest found clean, and reads the others element by element', () => {
       const a = t(1, { policy: policy({ ports: [[80, 80], [5000, 5100]] }) });
       const b = t(2, { policy: policy({ ports: [[443, 443]] }) });
       const allowed = (s: TunnelSpec): string[] => tunnelElements(s).filter((e) => isAllowedId(e.id)).map((e) => e.id);
       expect(allowed(a).length).toBeGreaterThan(2);
-      // As kernel.ts reads it: a's allowlist matched its digest, so its ids are not listed; b's did not (one
-      // element missing), so what the kernel has of it is listed exactly.
+      // As kernel.ts reads it: a's protected IP and link matched their digests, so none of its ids are listed;
+      // b's IP did not (one allowlist element missing), so what the kernel has of it is listed exactly.
       const view = (): KernelView => {
         const v = fullView([a, b]);
-        for (const id of [...allowed(a), allowed(b)[0]!]) v.elements!.delete(id);
-        v.cleanAllowlists = new Set([protectedKey(a.protected_ip)]);
+        for (const e of tunnelElements(a)) v.elements!.delete(e.id);
+        v.elements!.delete(allowed(b)[0]!);
+        v.cleanOwners = { ips: new Set([protectedKey(a.protected_ip)]), links: new Set([linkBucket(a.tunnel_name)]) };
         return v;
       };
       const p = diff({ desired: [a, b], owned: ownedOf([a, b]), view: view(), scope: 'all' });
       expect(ids(p.nft.addElements)).toEqual([allowed(b)[0]]);
       expect(p.nft.delElements).toEqual([]);
       expect(p.actions.get('id1')).toBe('unchanged');
+      // a's IP clean but its link's elements not (one of them lost): only that one is looked at, and put back.
+      const lost = tunnelElements(a).find((e) => LINK_KEYED_SETS.has(e.set))!;
+      const v2 = fullView([a, b]);
+      for (const e of tunnelElements(a)) if (!LINK_KEYED_SETS.has(e.set) || e.id === lost.id) v2.elements!.delete(e.id);
+      v2.cleanOwners = { ips: new Set([protectedKey(a.protected_ip)]), links: new Set() };
+      const p2 = diff({ desired: [a, b], owned: ownedOf([a, b]), view: v2, scope: 'all' });
+      expect(ids(p2.nft.addElements)).toEqual([lost.id]);
+      expect(p2.nft.delElements).toEqual([]);
       // A removed tunnel whose protected IP another one took over, with the same allowlist (so clean): kept.
       const heir = t(3, { protected_ip: a.protected_ip, policy: a.policy });
       const q = diff({ desired: [heir, b], owned: ownedOf([a, b]), view: view(), scope: 'all' });

@@ -3,10 +3,18 @@
 // ports, each once. Checked port by port against the ranges, for edge cases and for seeded random lists.
 import { describe, expect, it } from 'vitest';
 import type { PortRange } from '../../../common/tunnel-policy.ts';
-import { addKeyToDigest, addToDigest, allowedElementIp, allowlistDigests, allowsConnection, emptyDigest, isAllowedId, portBlocks, protectedKey, sameDigest, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import type { ElementView, SetElement } from '../../../agent/netlink/nftables/index.ts';
+import { LINK_KEYED_SETS, addElementToDigest, addKeyToDigest, addToDigest, allowedElementIp, allowsConnection, elementId, linkBucket, linkBucketOfKey, ownerDigests, tunnelElementsButAllowlist, emptyDigest, isAllowedId, portBlocks, protectedKey, sameDigest, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { BENCH_POLICY } from '../../../bench/lib/tunnels.ts';
 import { ALLOWED_SETS, PORT_BLOCK_BITS } from '../../../agent/netlink/ruleset.ts';
 import { benchTunnel } from '../../../bench/lib/tunnels.ts';
+
+/** The digest of these ids (the definition the others must agree with). */
+function of(list: readonly string[]) {
+  const d = emptyDigest();
+  for (const id of list) addToDigest(d, id);
+  return d;
+}
 
 /** Which ports the blocks cover, and how often (a port in two blocks would be an element twice). */
 function coverage(blocks: [number, number][]): Uint8Array {
@@ -101,12 +109,7 @@ describe('port blocks', () => {
     const ids = tunnelElements(t).map((e) => e.id).filter(isAllowedId);
     expect(ids.length).toBe(2 * portBlocks(BENCH_POLICY.ports as PortRange[]).length);
     expect(new Set(tunnelElements(t).filter((e) => isAllowedId(e.id)).map(allowedElementIp))).toEqual(new Set([t.protected_ip]));
-    const of = (list: readonly string[]) => {
-      const d = emptyDigest();
-      for (const id of list) addToDigest(d, id);
-      return d;
-    };
-    const wanted = allowlistDigests([t]).get(protectedKey(t.protected_ip));
+    const wanted = of(ids);
     expect(sameDigest(of([...ids].reverse()), wanted)).toBe(true);
     expect(sameDigest(of(ids.slice(1)), wanted)).toBe(false);
     expect(sameDigest(of([...ids, tunnelElements({ ...t, policy: { ...BENCH_POLICY, ports: [[23, 23]] } }).map((e) => e.id).filter(isAllowedId)[0]!]), wanted)).toBe(false);
@@ -122,5 +125,35 @@ describe('port blocks', () => {
       addKeyToDigest(fromBytes, e.set, key, 2, key.length - 1);
     }
     expect(fromBytes).toEqual(wanted);
+  });
+
+  it('owner digests: a protected IP\'s elements and a link name\'s, each hashed from a dump\'s elements as from their ids', () => {
+    const t = { ...benchTunnel(7), policy: BENCH_POLICY };
+    const all = tunnelElements(t);
+    const linkKeyed = all.filter((e) => LINK_KEYED_SETS.has(e.set));
+    // The link's: replies, origins, the spoofed drop map and the out map; every other one is the protected IP's.
+    expect(linkKeyed.map((e) => e.set).sort()).toEqual(['drop_spoofed', 'origins', 'replies', 'tunnel_out'].sort());
+    const digests = ownerDigests([t]);
+    expect(digests.ips.get(protectedKey(t.protected_ip))).toEqual(of(all.filter((e) => !LINK_KEYED_SETS.has(e.set)).map((e) => e.id)));
+    expect(digests.links.get(linkBucket(t.tunnel_name))).toEqual(of(linkKeyed.map((e) => e.id)));
+    expect([...digests.ips.keys(), ...digests.links.keys()]).toHaveLength(2);
+    // As decoded from a dump (objects, verdicts, plain keys, an interval end): the id's characters, hashed.
+    const withEnd: SetElement = { key: Buffer.from([1, 2]), keyEnd: Buffer.from([3, 4]), data: Buffer.from([5]) };
+    for (const [set, el] of [...all.map((e): [string, SetElement] => [e.set, e.el]), ['allowed', withEnd] as [string, SetElement]]) {
+      const view: ElementView = { key: Buffer.from(el.key) };
+      if (el.keyEnd) view.keyEnd = Buffer.from(el.keyEnd);
+      if (el.data) view.data = Buffer.from(el.data);
+      if (el.objref !== undefined) view.objref = el.objref;
+      if (el.verdict) view.verdict = el.verdict;
+      const d = emptyDigest();
+      addElementToDigest(d, set, view);
+      expect(d, elementId(set, el)).toEqual(of([elementId(set, el)]));
+    }
+    expect(all.some((e) => e.el.objref !== undefined) && all.some((e) => e.el.verdict !== undefined)).toBe(true);
+    // The link bucket from its name is the one from its elements' key bytes.
+    for (const e of linkKeyed) expect(linkBucketOfKey(Buffer.from(e.el.key))).toBe(linkBucket(t.tunnel_name));
+    expect(linkBucket('tg-b8')).not.toBe(linkBucket(t.tunnel_name));
+    // The elements but the allowlist: what a reconcile builds for a tunnel whose protected IP is clean.
+    expect(tunnelElementsButAllowlist(t).map((e) => e.id)).toEqual(all.filter((e) => !isAllowedId(e.id)).map((e) => e.id));
   });
 });
