@@ -139,8 +139,11 @@ async function readShared(k: KernelContext): Promise<{ synproxies: Set<string>; 
  * as it comes (nftables/batch.ts), so 100,000 elements of 10,000 tunnels are never all objects together (RSS).
  */
 const ELEMENT_SLICE = 4096;
-/** Tunnels whose elements are built at once when added whole (~10 elements each). */
-const WHOLE_SLICE = 512;
+/**
+ * Tunnels whose elements are built at once when added whole (~10 elements each, ~80 with a port list): few, so
+ * few of them are still alive at a young collection and promoted (the old generation is RSS).
+ */
+const WHOLE_SLICE = 32;
 
 /** Adds policy elements to the batch, grouped by set, a slice at a time. */
 function addPolicyElements(b: NftBatch, table: string, els: readonly PolicyElement[], op: 'add' | 'delete'): void {
@@ -550,12 +553,13 @@ export const nextGeneration = (gen: number, commits = 1): number => {
 
 /**
  * Tunnels added whole per nft batch beyond the first. A first apply of 10,000 tunnels with long port lists is
- * ~815,000 elements, a 30 MB batch whose buffer doubles its way there (RSS; issue 10 item 6): each further
- * batch of this many tunnels is ~2.5 MB. Such tunnels have nothing in the kernel and nothing shared among
+ * ~815,000 elements, a 30 MB batch whose buffer doubles its way there (RSS; issue 10 item 6): a batch of this
+ * many tunnels is ~1.3 MB, and building it leaves ~10 MB resident until the release before the next (1,000
+ * per batch: ~20 MB; 20 batches add ~1 s of releases to a 10,000-tunnel apply of ~13 s). Such tunnels have nothing in the kernel and nothing shared among
  * them, so each batch carries its tunnels whole (counters, map elements, policy elements): a tunnel is never
  * half committed, and traffic reaches none before its isolation and policy are in.
  */
-export const WHOLE_PER_BATCH = 1000;
+export const WHOLE_PER_BATCH = 500;
 
 /**
  * A plan's first nft batch: every change but the tunnels added whole beyond the first WHOLE_PER_BATCH (their map
@@ -604,6 +608,9 @@ export async function applyPlan(
   // Large plans collect between phases (housekeeping/memory.ts): a lower peak for ~2% of the time.
   const between = phases('apply', steps.length + plan.linkDeletes.length).between;
   const nftMem = phases('apply', nftChangeCount(plan.nft));
+  // A first apply in several batches also gives memory back around its nft phase: the link phase's garbage
+  // (~20 MB at 10,000 tunnels) would stay resident under the batches, and theirs under what follows.
+  const batches = phases('batches', Math.ceil(plan.nft.addWhole.length / WHOLE_PER_BATCH));
   between();
   await inChunks(creates, (s) => k.driver.create(k.rtnl, s.spec), between);
   between();
@@ -632,8 +639,11 @@ export async function applyPlan(
     else if (s.op === 'up') later.push(() => k.rtnl.setLinkUp(idx(s.name)));
   }
   await inChunks(later, (f) => f(), between);
-  between();
-  nftMem.between();
+  if (batches.large) batches.between();
+  else {
+    between();
+    nftMem.between();
+  }
 
   // 3. One atomic nft batch (a changed element is delete + add in it), and a batch per WHOLE_PER_BATCH further
   // tunnels added whole. The generation right after our last commit goes to index.ts run(), which compares it
@@ -659,7 +669,6 @@ export async function applyPlan(
     const later = (e: readonly [string, string]): boolean => deferred.has(e[0]);
     const dnat = new Map(n.addDnat.filter(later));
     const ctr = new Map(n.addCounterMap.filter(later));
-    const batches = phases('batches', Math.ceil(n.addWhole.length / WHOLE_PER_BATCH));
     for (let i = WHOLE_PER_BATCH; i < n.addWhole.length; i += WHOLE_PER_BATCH) {
       batches.between();
       const tunnels = n.addWhole.slice(i, i + WHOLE_PER_BATCH);
@@ -672,7 +681,7 @@ export async function applyPlan(
     }
   }
   if (commits > 0) generation = await k.nft.getGeneration();
-  nftMem.between();
+  (batches.large ? batches : nftMem).between();
 
   // 4. Links of removed tunnels: traffic no longer goes to them.
   if (plan.linkDeletes.length <= UNLISTED_DELETES_MAX) {
