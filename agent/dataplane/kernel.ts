@@ -534,6 +534,24 @@ export async function deleteLinkUnlisted(k: KernelContext, link: { name: string;
   }
 }
 
+/**
+ * Waits for the link deletions still finishing on their threads (deleteLinkUnlisted), for at most `ms`: a
+ * deletion the kernel never finishes (a device whose references never drop: "unregister_netdevice: waiting
+ * for ... to become free") must not hold the agent's shutdown forever. Resolves with how many were left.
+ */
+export async function awaitReaping(reaping: ReadonlySet<Promise<void>>, ms: number): Promise<number> {
+  if (reaping.size === 0) return 0;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = await Promise.race([
+    Promise.all(reaping).then(() => false),
+    new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(true), ms);
+    }),
+  ]);
+  clearTimeout(timer);
+  return timedOut ? reaping.size : 0;
+}
+
 const ignoreCode =
   (...codes: string[]) =>
   (e: unknown): void => {

@@ -2,7 +2,7 @@
 // tampered one and reading the kernel back, over the stand-in kernel (test/helpers/netlink-kernel.ts)
 // answering with replies recorded from the real kernel (test/fixtures/netlink). The same code runs against
 // the real kernel in test/netns/dataplane*.test.ts.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { Nft, Rtnl } from '../../../agent/netlink/client.ts';
 import { AttrTable, NlWriter } from '../../../agent/netlink/attrs.ts';
 import { NLM_F_ACK, NLM_F_DUMP, beginMessage, endMessage, parseMessages, type NlMsg } from '../../../agent/netlink/message.ts';
@@ -29,7 +29,7 @@ import {
 import { RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
-import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, deleteLinkUnlisted, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
+import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, awaitReaping, deleteLinkUnlisted, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
 import { diff } from '../../../agent/dataplane/diff.ts';
 import type { Conntrack } from '../../../agent/dataplane/conntrack.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
@@ -281,5 +281,35 @@ describe('applyPlan: a first apply of many tunnels', () => {
     });
     // Together, every policy element of every tunnel.
     expect(gotBySet).toEqual(wantBySet);
+  });
+});
+
+describe('awaitReaping: what close() waits for', () => {
+  it('waits for deletions that finish, and gives up on one the kernel holds past the limit, saying how many were left', async () => {
+    expect(await awaitReaping(new Set(), 10)).toBe(0);
+    let finish!: () => void;
+    const quick = new Promise<void>((r) => (finish = r));
+    const waiting = awaitReaping(new Set([quick]), 1_000);
+    finish();
+    expect(await waiting).toBe(0);
+    vi.useFakeTimers();
+    try {
+      // Each deletion leaves the set when it returns, as deleteLinkUnlisted's do.
+      const stuck = new Set<Promise<void>>();
+      for (const p of [new Promise<void>(() => undefined), Promise.resolve()]) {
+        stuck.add(p);
+        void p.then(() => stuck.delete(p));
+      }
+      const giving = awaitReaping(stuck, 5_000);
+      await vi.advanceTimersByTimeAsync(4_999);
+      let settled = false;
+      void giving.then(() => (settled = true));
+      await Promise.resolve();
+      expect(settled).toBe(false);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(await giving).toBe(1);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
