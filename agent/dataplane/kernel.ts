@@ -1,6 +1,7 @@
 // The kernel side of the dataplane: reading back what is there (links, addresses, map elements, counters)
 // into a KernelView, building the agent's table once, and carrying out a Plan through our netlink client.
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type CommitOptions, type Nft, type Rtnl } from '../netlink/client.ts';
+import type { DecodedRule } from '../netlink/nftables/index.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
 import { ALLOWED_SETS, POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitName, rateLimitOf, synproxyMssOf, synproxyName } from '../netlink/ruleset.ts';
 import { LEGACY_ALLOWED_SET, LINK_KEYED_SETS, TUNNEL_SETS, addElementToDigest, addKeyToDigest, allowsConnection, digestIn, elementId, fromLegacyAllowed, linkBucketOfKey, sameDigest, tunnelCounterNames, tunnelElements, type OwnerDigests, type PolicyElement } from './policy.ts';
@@ -205,8 +206,9 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
   const tables = await k.nft.listTables();
   const exists = tables.some((t) => t.name === k.table && t.family === NFPROTO_IPV4);
   if (exists) {
-    const rules = (await k.nft.listRules(k.table)).filter((r) => rateLimitOf(r.chain) === undefined).map((r) => `${r.chain}: ${r.exprs.join(' ')}`);
-    if (rules.length === EXPECTED_RULES.length && rules.every((r, i) => r === EXPECTED_RULES[i])) return 'present';
+    const listed = (await k.nft.listRules(k.table)).filter((r) => rateLimitOf(r.chain) === undefined);
+    const rules = listed.map((r) => `${r.chain}: ${r.exprs.join(' ')}`);
+    if (rules.length === EXPECTED_RULES.length && rules.every((r, i) => r === EXPECTED_RULES[i]) && (await sameAsBuilt(k, listed))) return 'present';
   }
   const b = new NftBatch();
   let elements:
@@ -246,6 +248,29 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
   }
   await k.nft.commit(b);
   return exists ? 'rebuilt' : 'created';
+}
+
+/**
+ * Whether the table's rules are, value for value, the ones the agent builds: a rule with the same expressions
+ * but another value (a verdict turned from drop to accept, a port, a prefix) is tampering too. Compared with the
+ * rules the kernel lists for a fresh copy built beside it, dormant (its chains hook nothing) and deleted right
+ * after, so both sides are in the kernel's own encoding (attribute order, NUL-terminated names, set names for
+ * set ids); an anonymous counter's values are the only ones that differ by right.
+ */
+async function sameAsBuilt(k: KernelContext, listed: readonly DecodedRule[]): Promise<boolean> {
+  const ref = `${k.table}_reference`;
+  const build = new NftBatch();
+  // A copy left behind by a crash in between goes first (added, so that deleting it cannot fail).
+  build.addTable(ref).deleteTable(ref);
+  addTunnelgateRuleset(build, { table: ref, ifnamePrefix: k.linkPrefix, dormant: true });
+  await k.nft.commit(build);
+  try {
+    const want = (await k.nft.listRules(ref)).filter((r) => rateLimitOf(r.chain) === undefined);
+    const body = (r: DecodedRule): string => `${r.chain}: ${r.exprs.map((e, i) => (e === 'counter' ? e : `${e}(${r.exprData[i]})`)).join(' ')}`;
+    return want.length === listed.length && want.every((r, i) => body(r) === body(listed[i]!));
+  } finally {
+    await k.nft.commit(new NftBatch().deleteTable(ref));
+  }
 }
 
 function counterMap(k: KernelContext): Promise<Map<string, string>> {

@@ -83,7 +83,12 @@ export interface RulesetOptions {
   ifnamePrefix: string;
   /** Named counters to create with the table (normally none: tunnels add their own). */
   counters?: readonly string[];
+  /** A dormant table: its chains hook nothing (the tamper check's reference copy: dataplane/kernel.ts ensureTable). */
+  dormant?: boolean;
 }
+
+/** NFT_TABLE_F_DORMANT: the table's base chains are not registered with their hooks. */
+const NFT_TABLE_F_DORMANT = 1;
 
 export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', countChain: 'count', preroutingChain: 'prerouting' } as const;
 
@@ -281,7 +286,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const count = o.countChain ?? RULESET_DEFAULTS.countChain;
   const t = o.table;
   const prefix = Buffer.from(o.ifnamePrefix, 'utf8');
-  b.addTable(t);
+  b.addTable(t, o.dormant ? NFT_TABLE_F_DORMANT : 0);
   const base = (name: string, type: string, hook: number, priority: number): void => void b.addChain({ table: t, name, type, hook, priority, policy: NF_ACCEPT });
   base(CHAINS.fragments, 'filter', NF_INET_PRE_ROUTING, PRIO_BEFORE_DEFRAG);
   base(CHAINS.synraw, 'filter', NF_INET_PRE_ROUTING, PRIO_RAW);

@@ -238,6 +238,24 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect([...counters().keys()].sort()).toEqual([1, 2, 4, 7].flatMap((i) => tunnelCounterNames(tun(i))).sort());
   });
 
+  it('a rule with the same expressions but another value (drop turned into accept) is tampering too: rebuilt at start', async () => {
+    await dp.close();
+    // from_tunnel's last rule drops whatever an origin sends that is neither a reply nor its probe's.
+    const last = ruleset().filter((o) => o.rule && (o.rule.chain as string) === 'from_tunnel').at(-1)!.rule!;
+    edge.run('nft', 'replace', 'rule', 'ip', T, 'from_tunnel', 'handle', String(last.handle as number), 'accept');
+    expect(edge.run('nft', 'list', 'chain', 'ip', T, 'from_tunnel')).toMatch(/\n\s*accept\n/);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length);
+    dp = await open();
+    expect(dp.table).toBe('rebuilt');
+    expect(edge.run('nft', 'list', 'chain', 'ip', T, 'from_tunnel')).not.toMatch(/\n\s*accept\n/);
+    expect(mapElems('protected').size).toBe(4);
+    // The reference copy the check built is gone, and a table built as the agent builds it is left alone.
+    expect(edge.run('nft', 'list', 'tables')).not.toContain('reference');
+    await dp.close();
+    dp = await open();
+    expect(dp.table).toBe('present');
+  });
+
   it('conntrack entries of a changed and of a removed protected IP are flushed, others kept', async () => {
     // Real flows from the client to three protected IPs: the entries exist once the packets were forwarded.
     // A datagram can be lost on a loaded host (a CI run once saw none for .1), so each is sent until its entry

@@ -40,14 +40,22 @@ export interface DecodedRule {
   chain: string;
   handle?: bigint;
   exprs: string[];
+  /** Each expression's data (NFTA_EXPR_DATA) in hex, as the kernel encodes it; '' for none. */
+  exprData: string[];
 }
 
 export function decodeRule(msg: NlMsg): DecodedRule {
   const t = nftAttrs(msg, NFT_MSG_NEWRULE);
-  const out: DecodedRule = { table: t.string(NFTA_RULE_TABLE) ?? '', chain: t.string(NFTA_RULE_CHAIN) ?? '', exprs: [] };
+  const out: DecodedRule = { table: t.string(NFTA_RULE_TABLE) ?? '', chain: t.string(NFTA_RULE_CHAIN) ?? '', exprs: [], exprData: [] };
   const h = t.u64be(NFTA_RULE_HANDLE);
   if (h !== undefined) out.handle = h;
   const list = t.get(NFTA_RULE_EXPRESSIONS);
-  if (list) for (const e of parseAttrs(list)) out.exprs.push(new AttrTable(e.data).string(NFTA_EXPR_NAME) ?? '?');
+  if (list)
+    for (const e of parseAttrs(list)) {
+      const x = new AttrTable(e.data);
+      out.exprs.push(x.string(NFTA_EXPR_NAME) ?? '?');
+      const data = x.get(NFTA_EXPR_DATA);
+      out.exprData.push(data ? Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('hex') : '');
+    }
   return out;
 }
