@@ -260,11 +260,20 @@ class EdgeDataplane implements DataplaneHandle {
     // order): one round trip less for a one-tunnel job.
     // A reconcile compares the kernel's elements by digest per owner with what it wants or keeps (KernelView.cleanOwners).
     const wanted = scope === 'all' ? ownerDigests([...desired, ...[...(keep ?? [])].flatMap((id) => owned.get(id)?.spec ?? [])]) : undefined;
-    // A scoped change on a table that no commit touched since the agent's own last one (cleanGeneration) takes
-    // the table's side from its records and reads only the links: the ~81 GETs of a long port list are most of
+    // A scoped add or remove on a table that no commit touched since the agent's own last one (cleanGeneration)
+    // takes the table's side from its records and reads only the links: the ~81 GETs of a long port list are most of
     // a one-tunnel job's read otherwise. Its batch carries that generation, so a commit by anyone in between
     // refuses it (ERESTART) and the change runs again with the kernel read back.
-    const trusted = scoped !== undefined && clean !== undefined && (await this.k.nft.getGeneration()) === clean;
+    // Only for a tunnel added, removed or applied unchanged: a change's intent overwrites its record, so a run again
+    // after ERESTART would no longer know the spec it replaces (its old link, map elements and ports would stay).
+    const trusted =
+      scoped !== undefined &&
+      clean !== undefined &&
+      desired.every((t) => {
+        const o = owned.get(t.id);
+        return !o || sameSpec(o.spec, t);
+      }) &&
+      (await this.k.nft.getGeneration()) === clean;
     const [gen0, view] = trusted
       ? [clean, await recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() })]
       : await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]);

@@ -3,7 +3,7 @@
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement, type CommitOptions, type Nft, type Rtnl } from '../netlink/client.ts';
 import type { DecodedRule } from '../netlink/nftables/index.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../netlink/nftables/index.ts';
-import { ALLOWED_SETS, POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitName, rateLimitOf, synproxyMssOf, synproxyName } from '../netlink/ruleset.ts';
+import { ALLOWED_SETS, NFT_TABLE_F_DORMANT, POLICY_SETS, RULESET_DEFAULTS, addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitName, rateLimitOf, synproxyMssOf, synproxyName } from '../netlink/ruleset.ts';
 import { LEGACY_ALLOWED_SET, LINK_KEYED_SETS, TUNNEL_SETS, addElementToDigest, addKeyToDigest, allowsConnection, digestIn, elementId, fromLegacyAllowed, linkBucketOfKey, sameDigest, tunnelCounterNames, tunnelElements, type OwnerDigests, type PolicyElement } from './policy.ts';
 import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
@@ -260,16 +260,25 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
 async function sameAsBuilt(k: KernelContext, listed: readonly DecodedRule[]): Promise<boolean> {
   const ref = `${k.table}_reference`;
   const build = new NftBatch();
-  // A copy left behind by a crash in between goes first (added, so that deleting it cannot fail).
-  build.addTable(ref).deleteTable(ref);
+  // A copy left behind (a kill in between) goes first: added dormant, so it is neither woken up for the length of
+  // this batch nor missing for the delete.
+  build.addTable(ref, NFT_TABLE_F_DORMANT).deleteTable(ref);
   addTunnelgateRuleset(build, { table: ref, ifnamePrefix: k.linkPrefix, dormant: true });
-  await k.nft.commit(build);
+  try {
+    await k.nft.commit(build);
+  } catch {
+    // No reference to compare with: the rebuild, which keeps every element and counter value, is the safe side.
+    return false;
+  }
   try {
     const want = (await k.nft.listRules(ref)).filter((r) => rateLimitOf(r.chain) === undefined);
     const body = (r: DecodedRule): string => `${r.chain}: ${r.exprs.map((e, i) => (e === 'counter' ? e : `${e}(${r.exprData[i]})`)).join(' ')}`;
     return want.length === listed.length && want.every((r, i) => body(r) === body(listed[i]!));
+  } catch {
+    return false;
   } finally {
-    await k.nft.commit(new NftBatch().deleteTable(ref));
+    // A copy that stays is dormant (it hooks nothing) and goes at the next start.
+    await k.nft.commit(new NftBatch().deleteTable(ref)).catch(() => undefined);
   }
 }
 

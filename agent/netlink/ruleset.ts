@@ -88,7 +88,7 @@ export interface RulesetOptions {
 }
 
 /** NFT_TABLE_F_DORMANT: the table's base chains are not registered with their hooks. */
-const NFT_TABLE_F_DORMANT = 1;
+export const NFT_TABLE_F_DORMANT = 1;
 
 export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', countChain: 'count', preroutingChain: 'prerouting' } as const;
 

@@ -150,6 +150,11 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
       expect(protectedIps()).toContain(t.protected_ip);
       // Port 22 and the aligned block 4096-4351, for TCP and for UDP.
       expect(allowlistOf(t.protected_ip)).toBe(4);
+      // A change of the tunnel (its ports) still reads it by key: see the next test's ERESTART.
+      const wider = { ...t, policy: { ...heavy, ports: [[22, 22], [80, 80], [4096, 4351]] as [number, number][] } };
+      expect(await job(() => dp.apply(wider))).toEqual(['keys']);
+      expect(allowlistOf(t.protected_ip)).toBe(6);
+      expect(await job(() => dp.apply(wider))).toEqual(['records']);
       expect(await job(() => dp.remove(t))).toEqual(['records']);
       expect(allowlistOf(t.protected_ip)).toBe(0);
       expect(protectedIps()).not.toContain(t.protected_ip);
