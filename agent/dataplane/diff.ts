@@ -494,7 +494,7 @@ export function diff(input: DiffInput): Plan {
     // Ports or protocols the policy took away, whether or not the kernel still held their elements: one lost to
     // drift is in no delete, yet a connection it let in may still be open (the allowlist judges first packets).
     if (prev && !prev.pending && !samePolicyAsSent(prev.spec.policy, t.policy)) {
-      const now = new Set((cleanIp || cleanLink ? tunnelElements(t) : wantEls).map((e) => e.id));
+      const now = new Set((cleanIp ? tunnelElements(t) : built).map((e) => e.id));
       if (tunnelElements(prev.spec).some((e) => allowedElementIp(e) !== undefined && !now.has(e.id))) narrowedBySpec.set(t.id, t);
     }
 

@@ -718,9 +718,9 @@ export async function applyPlan(
   // Built in a call of its own, so the batch object is garbage once sent (its buffer is kept in `storage`).
   await send(firstBatch(k.table, n, deferred), commit);
   if (deferred) {
-    const later = (e: readonly [string, string]): boolean => deferred.has(e[0]);
-    const dnat = new Map(n.addDnat.filter(later));
-    const ctr = new Map(n.addCounterMap.filter(later));
+    const isDeferred = (e: readonly [string, string]): boolean => deferred.has(e[0]);
+    const dnat = new Map(n.addDnat.filter(isDeferred));
+    const ctr = new Map(n.addCounterMap.filter(isDeferred));
     for (let i = WHOLE_PER_BATCH; i < n.addWhole.length; i += WHOLE_PER_BATCH) {
       batches.between();
       const tunnels = n.addWhole.slice(i, i + WHOLE_PER_BATCH);

@@ -178,12 +178,17 @@ function elementsOf(t: TunnelSpec, allowlist: boolean): PolicyElement[] {
   return out;
 }
 
+/** What a tunnel's allowlist holds: its protocols, and its ports as aligned blocks (each in both protocols). */
+function allowlistBlocks(t: Pick<TunnelSpec, 'policy'>): { protos: number[]; blocks: [PortBlockBits, number][] } {
+  const p = policyOf(t);
+  const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
+  return { protos, blocks: portBlocks(p.ports === '*' ? [PORT_ALL] : p.ports) };
+}
+
 /** The ids of the tunnel's allowlist elements (its ports' blocks, per protocol), without building the elements. */
 function allowlistIds(t: Pick<TunnelSpec, 'protected_ip' | 'policy'>): string[] {
-  const p = policyOf(t);
   const P = ipHex(t.protected_ip);
-  const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
-  const blocks = portBlocks(p.ports === '*' ? [PORT_ALL] : p.ports);
+  const { protos, blocks } = allowlistBlocks(t);
   const out: string[] = [];
   for (const proto of protos) for (const [bits, port] of blocks) out.push(idOf(allowedSet(bits), allowKeyHex(P, proto, bits, port), undefined, ''));
   return out;
@@ -242,9 +247,20 @@ const HEX_CHARS = [...'0123456789abcdef'].map((c) => c.charCodeAt(0));
 const SPACE = 32;
 const DASH = 45;
 
+const hashText = (text: string): void => {
+  for (let i = 0; i < text.length; i++) hashChar(text.charCodeAt(i));
+};
+/** The characters of bytes[from, to) in lower-case hex, as an id spells a key. */
+const hashHex = (bytes: Uint8Array, from = 0, to = bytes.length): void => {
+  for (let i = from; i < to; i++) {
+    hashChar(HEX_CHARS[bytes[i]! >> 4]!);
+    hashChar(HEX_CHARS[bytes[i]! & 15]!);
+  }
+};
+
 export function addToDigest(d: IdDigest, id: string): void {
   hashStart();
-  for (let i = 0; i < id.length; i++) hashChar(id.charCodeAt(i));
+  hashText(id);
   hashInto(d);
 }
 
@@ -254,12 +270,9 @@ export function addToDigest(d: IdDigest, id: string): void {
  */
 export function addKeyToDigest(d: IdDigest, set: string, buf: Uint8Array, from: number, to: number): void {
   hashStart();
-  for (let i = 0; i < set.length; i++) hashChar(set.charCodeAt(i));
+  hashText(set);
   hashChar(SPACE);
-  for (let i = from; i < to; i++) {
-    hashChar(HEX_CHARS[buf[i]! >> 4]!);
-    hashChar(HEX_CHARS[buf[i]! & 15]!);
-  }
+  hashHex(buf, from, to);
   hashChar(SPACE);
   hashInto(d);
 }
@@ -271,16 +284,6 @@ export const sameDigest = (x: IdDigest | undefined, y: IdDigest | undefined): bo
 const ALLOWED_SET_NAMES = new Map(PORT_BLOCK_BITS.map((bits) => [bits, allowedSet(bits)]));
 /** One allowlist key at a time (`P . proto . port`, allowKeyHex's bytes), reused: the digests allocate nothing per element. */
 const KEY = Buffer.alloc(12);
-
-const hashText = (text: string): void => {
-  for (let i = 0; i < text.length; i++) hashChar(text.charCodeAt(i));
-};
-const hashHex = (bytes: Uint8Array): void => {
-  for (let i = 0; i < bytes.length; i++) {
-    hashChar(HEX_CHARS[bytes[i]! >> 4]!);
-    hashChar(HEX_CHARS[bytes[i]! & 15]!);
-  }
-};
 
 /**
  * addToDigest(d, elementId(set, e)) without the id: the same characters (set, key and interval end in hex,
@@ -344,9 +347,7 @@ export function ownerDigests(tunnels: Iterable<TunnelSpec>): OwnerDigests {
     const k = protectedKey(t.protected_ip);
     const link = linkBucket(t.tunnel_name);
     for (const e of tunnelElementsButAllowlist(t)) addToDigest(LINK_KEYED_SETS.has(e.set) ? digestIn(out.links, link) : digestIn(out.ips, k), e.id);
-    const p = policyOf(t);
-    const protos = p.protocol === 'both' ? [IPPROTO_TCP, IPPROTO_UDP] : [p.protocol === 'tcp' ? IPPROTO_TCP : IPPROTO_UDP];
-    const blocks = portBlocks(p.ports === '*' ? [PORT_ALL] : p.ports);
+    const { protos, blocks } = allowlistBlocks(t);
     if (blocks.length === 0) continue;
     const d = digestIn(out.ips, k);
     KEY.fill(0);
