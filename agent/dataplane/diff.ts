@@ -66,6 +66,28 @@ export interface CleanOwners {
 export interface OwnedTunnel {
   spec: TunnelSpec;
   pending?: boolean;
+  /**
+   * A pending change's earlier specs whose links and elements the kernel may still hold: the last confirmed one,
+   * and any change to it that failed before this one (a refused batch leaves its links created). Absent once
+   * confirmed. Without them a refused change would forget what it replaces: a reconcile keeping the tunnel as it
+   * was would sweep the old spec's elements, and its old link would be no one's (docs/CONTRACTS.md "Dataplane").
+   */
+  was?: TunnelSpec[];
+}
+
+/** Every spec whose links and elements the kernel may hold for this record: its own, then what it replaces. */
+export function heldSpecs(o: OwnedTunnel): TunnelSpec[] {
+  return o.was?.length ? [o.spec, ...o.was] : [o.spec];
+}
+
+/**
+ * The intent record of a change to `next` over `prev`: pending, and keeping every spec of prev's that the kernel
+ * may still hold and `next` does not describe (an apply refused again keeps what the first refusal kept).
+ */
+export function intentOver(prev: OwnedTunnel | undefined, next: TunnelSpec): OwnedTunnel {
+  const was: TunnelSpec[] = [];
+  for (const s of prev ? heldSpecs(prev) : []) if (!sameSpec(s, next) && !was.some((w) => sameSpec(w, s))) was.push(s);
+  return was.length ? { spec: next, pending: true, was } : { spec: next, pending: true };
 }
 
 /**
@@ -82,24 +104,35 @@ export class OwnedIndex {
 
   static of(owned: ReadonlyMap<string, OwnedTunnel>): OwnedIndex {
     const ix = new OwnedIndex();
-    for (const o of owned.values()) ix.add(o.spec);
+    for (const o of owned.values()) ix.add(o);
     return ix;
   }
 
-  add(t: TunnelSpec): void {
-    addTo(this.names, t.tunnel_name, t.id);
-    addTo(this.ips, t.protected_ip, t.id);
-    const n = sharedNeeds(t);
-    if (n.mss !== undefined) this.mss.set(n.mss, (this.mss.get(n.mss) ?? 0) + 1);
-    if (n.pps !== undefined) this.pps.set(n.pps, (this.pps.get(n.pps) ?? 0) + 1);
+  /**
+   * A record's names, protected IPs and shared objects, its earlier specs' too (OwnedTunnel.was): the agent created
+   * those links and may still have those elements, which need their synproxy objects and rate-limit chains.
+   */
+  add(o: OwnedTunnel): void {
+    const id = o.spec.id;
+    for (const t of heldSpecs(o)) {
+      addTo(this.names, t.tunnel_name, id);
+      addTo(this.ips, t.protected_ip, id);
+      const n = sharedNeeds(t);
+      if (n.mss !== undefined) this.mss.set(n.mss, (this.mss.get(n.mss) ?? 0) + 1);
+      if (n.pps !== undefined) this.pps.set(n.pps, (this.pps.get(n.pps) ?? 0) + 1);
+    }
   }
 
-  delete(t: TunnelSpec): void {
-    removeFrom(this.names, t.tunnel_name, t.id);
-    removeFrom(this.ips, t.protected_ip, t.id);
-    const n = sharedNeeds(t);
-    if (n.mss !== undefined) decrement(this.mss, n.mss);
-    if (n.pps !== undefined) decrement(this.pps, n.pps);
+  /** Undoes add() of the same record. */
+  delete(o: OwnedTunnel): void {
+    const id = o.spec.id;
+    for (const t of heldSpecs(o)) {
+      removeFrom(this.names, t.tunnel_name, id);
+      removeFrom(this.ips, t.protected_ip, id);
+      const n = sharedNeeds(t);
+      if (n.mss !== undefined) decrement(this.mss, n.mss);
+      if (n.pps !== undefined) decrement(this.pps, n.pps);
+    }
   }
 
   /** Ids of the records with this link name, or with this protected IP (normally one at most). */
@@ -381,24 +414,28 @@ export function diff(input: DiffInput): Plan {
 
   for (const t of desired) {
     const prev = owned.get(t.id);
+    // What the kernel may hold for this tunnel: its record's spec, and a pending change's earlier ones.
+    const held = prev ? heldSpecs(prev) : [];
     const name = t.tunnel_name;
     const link = view.links.get(name);
     if (link && !ownedName(name)) throw new PlanConflict(`link ${name} exists and was not created by this agent`);
     let touched = false;
     let mappingChanged = false;
 
-    // The tunnel's previous identity, if it changed name or protected IP.
-    if (prev && prev.spec.tunnel_name !== name && !claimedOtherwise(claimedNames, prev.spec.tunnel_name, t.id)) {
-      if (view.links.has(prev.spec.tunnel_name)) linkDeletes.push(prev.spec.tunnel_name);
-      for (const c of tunnelCounterNames(prev.spec)) dropCounter(c);
-      touched = true;
-    }
-    if (prev && prev.spec.protected_ip !== t.protected_ip && !claimedOtherwise(claimedIps, prev.spec.protected_ip, t.id)) {
-      dropDnat(prev.spec.protected_ip);
-      dropCounterMap(prev.spec.protected_ip);
-      flush.add(prev.spec.protected_ip);
-      touched = true;
-      mappingChanged = true;
+    // The tunnel's previous identities, if it changed name or protected IP.
+    for (const p of held) {
+      if (p.tunnel_name !== name && !claimedOtherwise(claimedNames, p.tunnel_name, t.id)) {
+        if (view.links.has(p.tunnel_name)) linkDeletes.push(p.tunnel_name);
+        for (const c of tunnelCounterNames(p)) dropCounter(c);
+        touched = true;
+      }
+      if (p.protected_ip !== t.protected_ip && !claimedOtherwise(claimedIps, p.protected_ip, t.id)) {
+        dropDnat(p.protected_ip);
+        dropCounterMap(p.protected_ip);
+        flush.add(p.protected_ip);
+        touched = true;
+        mappingChanged = true;
+      }
     }
 
     // The link.
@@ -464,14 +501,15 @@ export function diff(input: DiffInput): Plan {
       // still has and the tunnel no longer wants goes here (a reconcile's sweep does it for the whole table).
       if (!all && prev) {
         const wantIds = new Set(wantEls.map((e) => e.id));
-        for (const e of tunnelElements(prev.spec)) {
-          if (wantIds.has(e.id) || !view.elements.has(e.id)) continue;
-          delEls.set(e.id, e);
-          touched = true;
-        }
+        for (const p of held)
+          for (const e of tunnelElements(p)) {
+            if (wantIds.has(e.id) || !view.elements.has(e.id)) continue;
+            delEls.set(e.id, e);
+            touched = true;
+          }
       }
     } else {
-      const had = prev ? tunnelElements(prev.spec) : [];
+      const had = held.flatMap(tunnelElements);
       const wantIds = new Set(wantEls.map((e) => e.id));
       const hadIds = new Set(had.map((e) => e.id));
       for (const e of had) {
@@ -493,9 +531,11 @@ export function diff(input: DiffInput): Plan {
 
     // Ports or protocols the policy took away, whether or not the kernel still held their elements: one lost to
     // drift is in no delete, yet a connection it let in may still be open (the allowlist judges first packets).
-    if (prev && !prev.pending && !samePolicyAsSent(prev.spec.policy, t.policy)) {
+    // A pending record's specs count too: its refused change may have been committed before what failed after it.
+    const otherPolicies = held.filter((p) => !samePolicyAsSent(p.policy, t.policy));
+    if (otherPolicies.length > 0) {
       const now = new Set((cleanIp ? tunnelElements(t) : built).map((e) => e.id));
-      if (tunnelElements(prev.spec).some((e) => allowedElementIp(e) !== undefined && !now.has(e.id))) narrowedBySpec.set(t.id, t);
+      if (otherPolicies.some((p) => tunnelElements(p).some((e) => allowedElementIp(e) !== undefined && !now.has(e.id)))) narrowedBySpec.set(t.id, t);
     }
 
     let action: TunnelAction;
@@ -504,33 +544,34 @@ export function diff(input: DiffInput): Plan {
     else action = 'unchanged';
     // A policy change alone keeps conntrack: an established connection on a port still allowed keeps working
     // (the ones on ports it closes are deleted one by one: Plan.narrowed).
-    if (action === 'added' || mappingChanged || (prev && !sameTunnel(prev.spec, t))) flush.add(t.protected_ip);
+    if (action === 'added' || mappingChanged || held.some((p) => !sameTunnel(p, t))) flush.add(t.protected_ip);
     actions.set(t.id, action);
     counts[action]++;
     putOwned.set(t.id, { spec: t });
   }
 
-  // Kept tunnels claim their elements too, before any removed tunnel could delete one they share.
+  // Kept tunnels claim their elements too (every spec they may hold), before any removed tunnel could delete one they share.
   for (const id of keep) {
     const o = owned.get(id);
-    if (o) for (const e of tunnelElements(o.spec)) view.elements?.delete(e.id);
+    if (o) for (const s of heldSpecs(o)) for (const e of tunnelElements(s)) view.elements?.delete(e.id);
   }
 
   // Owned tunnels in scope that are no longer desired.
   for (const o of scopedOwned) {
     const id = o.spec.id;
     if (putOwned.has(id)) continue;
-    const s = o.spec;
-    if (!claimedNames.has(s.tunnel_name)) {
-      if (view.links.has(s.tunnel_name)) linkDeletes.push(s.tunnel_name);
-      for (const c of tunnelCounterNames(s)) dropCounter(c);
-    }
-    // (A clean allowlist's ids are not in view.elements: it is what desired or kept tunnels want, so it stays.)
-    for (const e of tunnelElements(s)) if (!view.elements || view.elements.has(e.id)) delEls.set(e.id, e);
-    if (!claimedIps.has(s.protected_ip)) {
-      dropDnat(s.protected_ip);
-      dropCounterMap(s.protected_ip);
-      flush.add(s.protected_ip);
+    for (const s of heldSpecs(o)) {
+      if (!claimedNames.has(s.tunnel_name)) {
+        if (view.links.has(s.tunnel_name)) linkDeletes.push(s.tunnel_name);
+        for (const c of tunnelCounterNames(s)) dropCounter(c);
+      }
+      // (A clean allowlist's ids are not in view.elements: it is what desired or kept tunnels want, so it stays.)
+      for (const e of tunnelElements(s)) if (!view.elements || view.elements.has(e.id)) delEls.set(e.id, e);
+      if (!claimedIps.has(s.protected_ip)) {
+        dropDnat(s.protected_ip);
+        dropCounterMap(s.protected_ip);
+        flush.add(s.protected_ip);
+      }
     }
     dropOwned.add(id);
     actions.set(id, 'removed');
@@ -556,7 +597,7 @@ export function diff(input: DiffInput): Plan {
     for (const id of keep) {
       const o = owned.get(id);
       if (!o) continue;
-      for (const c of tunnelCounterNames(o.spec)) wantedCounters.add(c);
+      for (const s of heldSpecs(o)) for (const c of tunnelCounterNames(s)) wantedCounters.add(c);
     }
     for (const c of view.counters) if (!wantedCounters.has(c)) delCounters.add(c);
     // What is left of the kernel's elements: no tunnel claimed them.
@@ -592,11 +633,12 @@ export function diff(input: DiffInput): Plan {
   // Users after the plan: the index's counts, less the records this plan replaces or drops, plus the desired.
   const mssUsers = new Map(index.mssUsers());
   const ppsUsers = new Map(index.ppsUsers());
-  for (const o of scopedOwned) {
-    const n = sharedNeeds(o.spec);
-    if (n.mss !== undefined) mssUsers.set(n.mss, (mssUsers.get(n.mss) ?? 0) - 1);
-    if (n.pps !== undefined) ppsUsers.set(n.pps, (ppsUsers.get(n.pps) ?? 0) - 1);
-  }
+  for (const o of scopedOwned)
+    for (const s of heldSpecs(o)) {
+      const n = sharedNeeds(s);
+      if (n.mss !== undefined) mssUsers.set(n.mss, (mssUsers.get(n.mss) ?? 0) - 1);
+      if (n.pps !== undefined) ppsUsers.set(n.pps, (ppsUsers.get(n.pps) ?? 0) - 1);
+    }
   for (const o of putOwned.values()) {
     const n = sharedNeeds(o.spec);
     if (n.mss !== undefined) mssUsers.set(n.mss, (mssUsers.get(n.mss) ?? 0) + 1);

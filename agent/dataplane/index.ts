@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
-import { PlanConflict, checkDesired, diff, ipOf, linkStepsFor, sameSpec, type OwnedTunnel } from './diff.ts';
+import { PlanConflict, checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, sameSpec, type OwnedTunnel } from './diff.ts';
 import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
@@ -228,14 +228,18 @@ class EdgeDataplane implements DataplaneHandle {
     const clean = this.cleanGeneration;
     this.cleanGeneration = undefined;
     // The records this change may alter: all of them for a reconcile, else the scope's, looked up by id (a
-    // single-tunnel change never walks every record: issue 10 item 4).
-    const recorded: TunnelSpec[] = [];
-    if (scope === 'all') for (const o of owned.values()) recorded.push(o.spec);
+    // single-tunnel change never walks every record: issue 10 item 4). Every spec the kernel may hold for them: a
+    // pending change's earlier ones first, so a name both have is read against the record's own (kernel.ts observeLinks).
+    const inScope: OwnedTunnel[] = [];
+    if (scope === 'all') for (const o of owned.values()) inScope.push(o);
     else
       for (const id of scope) {
         const o = owned.get(id);
-        if (o) recorded.push(o.spec);
+        if (o) inScope.push(o);
       }
+    const recorded: TunnelSpec[] = [];
+    for (const o of inScope) if (o.was) recorded.push(...o.was);
+    for (const o of inScope) recorded.push(o.spec);
     const names = new Set<string>();
     for (const t of recorded) names.add(t.tunnel_name);
     for (const t of desired) names.add(t.tunnel_name);
@@ -259,21 +263,17 @@ class EdgeDataplane implements DataplaneHandle {
     // Read from the kernel, the generation is read in the same round as the read-back (the socket keeps their
     // order): one round trip less for a one-tunnel job.
     // A reconcile compares the kernel's elements by digest per owner with what it wants or keeps (KernelView.cleanOwners).
-    const wanted = scope === 'all' ? ownerDigests([...desired, ...[...(keep ?? [])].flatMap((id) => owned.get(id)?.spec ?? [])]) : undefined;
-    // A scoped add or remove on a table that no commit touched since the agent's own last one (cleanGeneration)
-    // takes the table's side from its records and reads only the links: the ~81 GETs of a long port list are most of
-    // a one-tunnel job's read otherwise. Its batch carries that generation, so a commit by anyone in between
-    // refuses it (ERESTART) and the change runs again with the kernel read back.
-    // Only for a tunnel added, removed or applied unchanged: a change's intent overwrites its record, so a run again
-    // after ERESTART would no longer know the spec it replaces (its old link, map elements and ports would stay).
-    const trusted =
-      scoped !== undefined &&
-      clean !== undefined &&
-      desired.every((t) => {
-        const o = owned.get(t.id);
-        return !o || sameSpec(o.spec, t);
-      }) &&
-      (await this.k.nft.getGeneration()) === clean;
+    const kept = [...(keep ?? [])].flatMap((id) => {
+      const o = owned.get(id);
+      return o ? heldSpecs(o) : [];
+    });
+    const wanted = scope === 'all' ? ownerDigests([...desired, ...kept]) : undefined;
+    // A scoped change on a table that no commit touched since the agent's own last one (cleanGeneration) takes the
+    // table's side from its records and reads only the links: the ~81 GETs of a long port list are most of a
+    // one-tunnel job's read otherwise. Its batch carries that generation, so a commit by anyone in between refuses
+    // it (ERESTART) and the change runs again with the kernel read back: its intent then still names the spec it
+    // replaces (OwnedTunnel.was), whose old link, map elements and ports that run reads and removes.
+    const trusted = scoped !== undefined && clean !== undefined && inScope.every((o) => !o.pending) && (await this.k.nft.getGeneration()) === clean;
     const [gen0, view] = trusted
       ? [clean, await recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() })]
       : await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]);
@@ -291,7 +291,7 @@ class EdgeDataplane implements DataplaneHandle {
     this.log('dataplane.planned', { ...c, read: trusted ? 'records' : scoped ? 'keys' : 'full' });
     // Intent first: a link the agent is about to create is on record before it exists.
     const intents: OwnedTunnel[] = [];
-    for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push({ spec: t, pending: true });
+    for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push(intentOver(owned.get(t.id), t));
     this.state.commit(intents, []);
     let applied: Awaited<ReturnType<typeof applyPlan>>;
     try {

@@ -6,7 +6,8 @@ import { Journal } from '../housekeeping/journal.ts';
 import { OwnedIndex, type OwnedTunnel } from './diff.ts';
 import type { TunnelSpec } from './types.ts';
 
-type Line = { v: 1; put: TunnelSpec; pending?: true } | { v: 1; del: string };
+/** `was`: a pending change's earlier specs (diff.ts OwnedTunnel.was); a journal without it reads as before. */
+type Line = { v: 1; put: TunnelSpec; pending?: true; was?: TunnelSpec[] } | { v: 1; del: string };
 
 export const STATE_FILE = 'dataplane-state.jsonl';
 /**
@@ -17,14 +18,23 @@ export const STATE_FILE = 'dataplane-state.jsonl';
  */
 export const DESIRED_FILE = 'desired-state.jsonl';
 
-const putLine = (p: OwnedTunnel): Line => (p.pending ? { v: 1, put: p.spec, pending: true } : { v: 1, put: p.spec });
+const putLine = (p: OwnedTunnel): Line => ({ v: 1, put: p.spec, ...(p.pending ? { pending: true as const } : {}), ...(p.was?.length ? { was: p.was } : {}) });
+
+const isSpec = (v: unknown): v is TunnelSpec => typeof v === 'object' && v !== null && typeof (v as { id?: unknown }).id === 'string';
 
 function accept(v: unknown): Line | undefined {
   if (typeof v !== 'object' || v === null) return undefined;
-  const l = v as Partial<{ put: TunnelSpec; del: string }>;
-  if (typeof l.put === 'object' && l.put !== null && typeof l.put.id === 'string') return v as Line;
+  const l = v as Partial<{ put: unknown; del: unknown; was: unknown }>;
+  if (isSpec(l.put)) return v as Line;
   if (typeof l.del === 'string') return v as Line;
   return undefined;
+}
+
+/** A put line's record; `was` only as a list of specs (anything else there is dropped, never the put). */
+function recordOf(l: Extract<Line, { put: TunnelSpec }>): OwnedTunnel {
+  const was: unknown = l.was;
+  const ok = Array.isArray(was) && was.length > 0 && was.every(isSpec);
+  return { spec: l.put, ...(l.pending ? { pending: true } : {}), ...(ok ? { was: was as TunnelSpec[] } : {}) };
 }
 
 export class StateStore {
@@ -49,7 +59,7 @@ export class StateStore {
     const { journal, lines } = Journal.open(dir, file, accept);
     const store = new StateStore(journal, opts.durable ?? file !== STATE_FILE);
     for (const l of lines) {
-      if ('put' in l) store.put(l.pending ? { spec: l.put, pending: true } : { spec: l.put });
+      if ('put' in l) store.put(recordOf(l));
       else store.drop(l.del);
     }
     return store;
@@ -77,15 +87,15 @@ export class StateStore {
 
   private put(p: OwnedTunnel): void {
     const had = this.records.get(p.spec.id);
-    if (had) this.index.delete(had.spec);
+    if (had) this.index.delete(had);
     this.records.set(p.spec.id, p);
-    this.index.add(p.spec);
+    this.index.add(p);
   }
 
   private drop(id: string): void {
     const had = this.records.get(id);
     if (!had) return;
-    this.index.delete(had.spec);
+    this.index.delete(had);
     this.records.delete(id);
   }
 

@@ -150,9 +150,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
       expect(protectedIps()).toContain(t.protected_ip);
       // Port 22 and the aligned block 4096-4351, for TCP and for UDP.
       expect(allowlistOf(t.protected_ip)).toBe(4);
-      // A change of the tunnel (its ports) still reads it by key: see the next test's ERESTART.
+      // A change of the tunnel (its ports) too: its intent keeps the spec it replaces (see the ERESTART tests).
       const wider = { ...t, policy: { ...heavy, ports: [[22, 22], [80, 80], [4096, 4351]] as [number, number][] } };
-      expect(await job(() => dp.apply(wider))).toEqual(['keys']);
+      expect(await job(() => dp.apply(wider))).toEqual(['records']);
       expect(allowlistOf(t.protected_ip)).toBe(6);
       expect(await job(() => dp.apply(wider))).toEqual(['records']);
       expect(await job(() => dp.remove(t))).toEqual(['records']);
@@ -182,6 +182,30 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
       expect(allowlistOf(t.protected_ip)).toBe(0);
       expect(protectedIps()).not.toContain(t.protected_ip);
       expect(dp.tunnels().some((x) => x.id === t.id)).toBe(false);
+    });
+
+    it('a change refused that way runs again knowing the spec it replaces: the old link, counters and ports go', async () => {
+      const t = tun(7, { policy: heavy });
+      await reconcile();
+      expect(await job(() => dp.apply(t))).toEqual(['records']);
+      // Renamed, and port 22 only: the old link (already replaced by a new one when the batch is refused), its
+      // counters and the 4096-4351 block must go in the run again, which reads the kernel by key.
+      const moved = { ...t, tunnel_name: 'tg-g7x', policy: { ...heavy, ports: [[22, 22]] as [number, number][] } };
+      betweenPlanAndCommit = () => edge.run('nft', 'add', 'table', 'ip', 'someone_else_3');
+      expect(await job(() => dp.apply(moved))).toEqual(['records', 'keys']);
+      expect(events).toContain('dataplane.generation_moved');
+      const links = edge.linkIndexes();
+      expect([links.has(t.tunnel_name), links.has(moved.tunnel_name)]).toEqual([false, true]);
+      expect(allowlistOf(t.protected_ip)).toBe(2);
+      const counters = edge.run('nft', 'list', 'counters', 'table', 'ip', T);
+      // Named `<name>`, `<name>.out` and so on (quoted or not): tg-g7x's are there, none of tg-g7's.
+      const of = (name: string): RegExp => new RegExp(`counter "?${name}[ ."]`);
+      expect(counters).toMatch(of(moved.tunnel_name));
+      expect(counters).not.toMatch(of(t.tunnel_name));
+      expect(await dp.has(t.id)).toBe(true);
+      expect(await job(() => dp.remove(moved))).toEqual(['keys']);
+      expect(edge.linkIndexes().has(moved.tunnel_name)).toBe(false);
+      edge.run('nft', 'delete', 'table', 'ip', 'someone_else_3');
     });
   });
 });

@@ -14,7 +14,7 @@ import { skipUnless } from '../helpers/requirements.ts';
 const tun = numberedTunnels('tg-p');
 
 /** The agent's table as nft would print it, with the protected map optionally capped. */
-const table = (mapSize?: number): string => rulesetNftText({ table: T, ifnamePrefix: 'tg-', mapSize });
+const table = (mapSize?: number): string => rulesetNftText({ table: T, ifnamePrefix: 'tg-', ...(mapSize ? { sizes: { protected: mapSize } } : {}) });
 
 describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a half-done apply (link created, nft batch refused)', () => {
   let edge: DataplaneEdge;

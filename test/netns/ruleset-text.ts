@@ -6,11 +6,25 @@ import { portBlocks, sharedNeeds } from '../../agent/dataplane/policy.ts';
 import { allowedSet, rateLimitName, synproxyName } from '../../agent/netlink/ruleset.ts';
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 
-export function rulesetNftText(opts: { table: string; ifnamePrefix: string; mapSize?: number; counters?: readonly string[] }): string {
+/**
+ * `sizes` caps sets and maps by name (`size N`): a test's way to make the kernel refuse an element (ENFILE), which
+ * the agent's start check does not see (it compares rules, not sets: agent/dataplane/kernel.ts ensureTable).
+ */
+export function rulesetNftText(opts: { table: string; ifnamePrefix: string; sizes?: Readonly<Record<string, number>>; counters?: readonly string[] }): string {
+  let text = rulesetBody(opts);
+  for (const [name, size] of Object.entries(opts.sizes ?? {})) {
+    const capped = text.replace(new RegExp(`(\\n  (?:set|map) ${name} \\{\\n    type [^\\n]*)`), `$1\n    size ${size}`);
+    if (capped === text) throw new Error(`no set or map ${name} in the agent's table`);
+    text = capped;
+  }
+  return text;
+}
+
+function rulesetBody(opts: { table: string; ifnamePrefix: string; counters?: readonly string[] }): string {
   const counters = (opts.counters ?? []).map((c) => `  counter ${c} {\n  }\n`).join('');
   return `table ip ${opts.table} {
   map protected {
-    type ipv4_addr : ipv4_addr${opts.mapSize ? `\n    size ${opts.mapSize}` : ''}
+    type ipv4_addr : ipv4_addr
   }
   map tunnel_counters {
     type ipv4_addr : counter

@@ -1,7 +1,7 @@
 // The dataplane's pure diff (no kernel, no root): what a plan does for each shape of drift and scope.
 // The kernel that the plan drives is tested in test/netns/dataplane*.test.ts.
 import { describe, expect, it } from 'vitest';
-import { OwnedIndex, PlanConflict, diff, sameSpec, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
+import { OwnedIndex, PlanConflict, diff, intentOver, sameSpec, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { LINK_KEYED_SETS, isAllowedId, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
@@ -333,6 +333,79 @@ describe('dataplane diff', () => {
       expect(ids(p.nft.delElements)).toEqual([stray.id]);
       expect(p.nft.ensureElements).toEqual([]);
       expect(diff({ desired: [a], owned: ownedOf([a]), view: fullView([a]), scope: 'all' }).counts).toMatchObject({ unchanged: 1 });
+    });
+
+    describe('a refused change keeps the spec it replaces (OwnedTunnel.was)', () => {
+      // Confirmed as `a`; a change to `b` (another name, protected IP, port list and no SYN proxy) refused by the
+      // kernel after its link was created: the kernel holds a's elements and both links.
+      const a = t(1, { policy: policy({ ports: [[80, 80]], syn_proxy: true }) });
+      const b = t(1, { tunnel_name: 'tg-1b', protected_ip: '203.0.113.101', policy: policy({ ports: [[443, 443]] }) });
+      const refused = (): Map<string, OwnedTunnel> => new Map([['id1', intentOver({ spec: a }, b)]]);
+      /** The kernel after the refusal: a whole, and b's link. */
+      const afterRefusal = (extra: TunnelSpec[] = []): KernelView => {
+        const v = fullView([a, ...extra]);
+        v.links.set(b.tunnel_name, linkOf(b, 99));
+        return v;
+      };
+
+      it('intentOver keeps every earlier spec the kernel may hold, once, and none equal to the new one', () => {
+        expect(intentOver(undefined, a)).toEqual({ spec: a, pending: true });
+        expect(intentOver({ spec: a }, a)).toEqual({ spec: a, pending: true });
+        expect(intentOver({ spec: a }, b)).toEqual({ spec: b, pending: true, was: [a] });
+        const c = t(1, { mtu: 1400 });
+        // refused again: the first refusal's spec stays, and so does its own; back to `a`, only b is extra
+        expect(intentOver(intentOver({ spec: a }, b), c)).toEqual({ spec: c, pending: true, was: [b, a] });
+        expect(intentOver(intentOver({ spec: a }, b), a)).toEqual({ spec: a, pending: true, was: [b] });
+        expect(intentOver({ spec: c, pending: true, was: [b, a] }, b)).toEqual({ spec: b, pending: true, was: [c, a] });
+      });
+
+      it('a reconcile keeping the refused tunnel keeps everything of both specs: links, mappings, counters, elements, synproxy', () => {
+        const other = t(2);
+        const owned = new Map([...refused(), ['id2', { spec: other }]]);
+        const p = diff({ desired: [other], owned, view: afterRefusal([other]), scope: 'all', keep: new Set(['id1']) });
+        expect(p.counts).toEqual({ added: 0, changed: 0, removed: 0, unchanged: 1 });
+        expect(p.linkDeletes).toEqual([]);
+        expect(p.nft.delElements).toEqual([]);
+        expect([p.nft.delDnat, p.nft.delCounterMap, p.nft.delCounters, p.nft.delSynproxies]).toEqual([[], [], [], []]);
+        expect(p.flush).toEqual([]);
+      });
+
+      it('the next scoped change removes what the earlier spec left: its link, mapping, counters, ports and synproxy', () => {
+        const owned = refused();
+        const c = t(1, { tunnel_name: 'tg-1b', protected_ip: '203.0.113.101', policy: policy({ ports: [[8443, 8443]] }) });
+        const p = diff({ desired: [c], owned, index: OwnedIndex.of(owned), view: afterRefusal(), scope: new Set(['id1']) });
+        expect(p.linkDeletes).toEqual([a.tunnel_name]);
+        expect(p.nft.delDnat).toEqual([a.protected_ip]);
+        expect(p.nft.delCounterMap).toEqual([a.protected_ip]);
+        expect(p.nft.delCounters.sort()).toEqual(tunnelCounterNames(a).sort());
+        expect(ids(p.nft.delElements)).toEqual(ids(tunnelElements(a)));
+        expect(p.nft.delSynproxies).toEqual([synproxyName(sharedNeeds(a).mss!)]);
+        expect(p.flush.sort()).toEqual([a.protected_ip, c.protected_ip].sort());
+        // Without the earlier spec (a record that forgot it) none of it would go.
+        const forgot = diff({ desired: [c], owned: new Map([['id1', { spec: b, pending: true }]]), view: afterRefusal(), scope: new Set(['id1']) });
+        expect([forgot.linkDeletes, forgot.nft.delElements, forgot.nft.delDnat]).toEqual([[], [], []]);
+      });
+
+      it('removing the refused tunnel removes both specs\' links, mappings and elements', () => {
+        const p = diff({ desired: [], owned: refused(), view: afterRefusal(), scope: new Set(['id1']) });
+        expect(p.counts.removed).toBe(1);
+        expect(p.linkDeletes.sort()).toEqual([a.tunnel_name, b.tunnel_name].sort());
+        expect(p.nft.delDnat).toEqual([a.protected_ip]);
+        expect(ids(p.nft.delElements)).toEqual(ids(tunnelElements(a)));
+        expect(p.nft.delSynproxies).toEqual([synproxyName(sharedNeeds(a).mss!)]);
+      });
+
+      it('the records\' index claims the earlier spec\'s name and IP for the tunnel, and counts its shared objects', () => {
+        const ix = OwnedIndex.of(refused());
+        expect([...(ix.byName(a.tunnel_name) ?? [])]).toEqual(['id1']);
+        expect([...(ix.byIp(a.protected_ip) ?? [])]).toEqual(['id1']);
+        expect([...ix.mssUsers().keys()]).toEqual([sharedNeeds(a).mss]);
+        ix.delete(refused().get('id1')!);
+        expect([ix.byName(a.tunnel_name), ix.byName(b.tunnel_name), ix.mssUsers().size]).toEqual([undefined, undefined, 0]);
+        // Another tunnel cannot take the old name while its link may still be there.
+        const owned = refused();
+        expect(() => diff({ desired: [t(5, { tunnel_name: a.tunnel_name })], owned, index: OwnedIndex.of(owned), view: afterRefusal(), scope: new Set(['id5']) })).toThrow(PlanConflict);
+      });
     });
   });
 });

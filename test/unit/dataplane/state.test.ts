@@ -1,6 +1,6 @@
 // The dataplane's records (agent/dataplane/state.ts) on a real file system: which commits pay an fdatasync.
 // fdatasyncSync is wrapped (the real call still runs) only to count the calls: nothing else observes it.
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import * as fs from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -65,5 +65,29 @@ describe('StateStore durability', () => {
     const again = StateStore.open(dir);
     expect([...(again.index.byIp('203.0.113.1') ?? [])]).toEqual([spec(1).id]);
     again.close();
+  });
+
+  it('a pending change keeps the specs it replaces through a restart, and loses them once confirmed', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tg-state-'));
+    const state = StateStore.open(dir);
+    const renamed = { ...spec(3), tunnel_name: 'tg-33' };
+    state.commit([{ spec: spec(3) }], []);
+    state.commit([{ spec: renamed, pending: true, was: [spec(3)] }], []);
+    state.close();
+    const again = StateStore.open(dir);
+    expect(again.tunnels.get(spec(3).id)).toEqual({ spec: renamed, pending: true, was: [spec(3)] });
+    expect([...(again.index.byName('tg-3') ?? [])]).toEqual([spec(3).id]);
+    again.commit([{ spec: renamed }], []);
+    expect(again.index.byName('tg-3')).toBeUndefined();
+    // The compacted journal says the same.
+    again.snapshot();
+    again.close();
+    expect(StateStore.open(dir).tunnels.get(spec(3).id)).toEqual({ spec: renamed });
+  });
+
+  it('a journal line whose earlier specs are not specs still keeps its record', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tg-state-'));
+    writeFileSync(join(dir, STATE_FILE), `${JSON.stringify({ v: 1, put: spec(4), pending: true, was: [{ nope: 1 }] })}\n`);
+    expect(StateStore.open(dir).tunnels.get(spec(4).id)).toEqual({ spec: spec(4), pending: true });
   });
 });
