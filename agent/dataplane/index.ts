@@ -118,7 +118,8 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       rtnl,
       nft,
       conntrack: () => (ct.sock ??= Conntrack.open(netns)),
-      reaper: () => Rtnl.open({ netns, sendOffThread: true }),
+      // One request (a link's deletion) and its ack: a small receive buffer (NetlinkSocketOptions.receiveBytes).
+      reaper: () => Rtnl.open({ netns, sendOffThread: true, receiveBytes: 16 * 1024 }),
       reaping: ct.reaping,
       table: opts.nftTable,
       linkPrefix,

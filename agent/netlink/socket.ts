@@ -260,6 +260,13 @@ export interface NetlinkSocketOptions {
   sendOffThread?: boolean;
   /** Milliseconds now, for request deadlines; Date.now unless a test drives the time itself. */
   clock?: () => number;
+  /**
+   * The largest datagram one receive takes (default 1 MB, a dump's). A socket for one small request gives less:
+   * each buffer is allocated zeroed with the socket, and 1 MB of it per one-tunnel remove (its link's deletion has
+   * a socket of its own) was external memory enough to set off a full collection every few removes under the
+   * agent's heap flags (agent/bin/runtime.mjs).
+   */
+  receiveBytes?: number;
 }
 
 /** What one request waits for. */
@@ -334,12 +341,13 @@ export class NetlinkSocket {
   }
   private pumping = false;
   private closed = false;
-  private readonly recvBuf = Buffer.alloc(RECV_BUF_BYTES);
+  private readonly recvBuf: Buffer;
 
   constructor(
     private readonly endpoint: NetlinkEndpoint,
-    opts: { timeoutMs?: number; clock?: () => number } = {},
+    opts: { timeoutMs?: number; clock?: () => number; receiveBytes?: number } = {},
   ) {
+    this.recvBuf = Buffer.alloc(opts.receiveBytes ?? RECV_BUF_BYTES);
     this.portId = endpoint.portId;
     this.timeoutMs = opts.timeoutMs ?? 10_000;
     this.clock = opts.clock ?? Date.now;

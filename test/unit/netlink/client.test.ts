@@ -54,6 +54,15 @@ describe('Rtnl over recorded kernel replies', () => {
     expect(kernel.requests.map((r) => r.type)).toEqual([RTM_GETLINK]);
   });
 
+  it('a socket with a small receive buffer (a link deletion\'s own) takes its ack, and names a datagram that does not fit', async () => {
+    const kernel = new KernelStandIn();
+    await expect(new Rtnl(new NetlinkSocket(kernel, { receiveBytes: 16 * 1024 })).deleteLink(7)).resolves.toBeUndefined();
+    const [newlink] = recorded('reply-link-get', RTM_NEWLINK);
+    expect(newlink!.length).toBeGreaterThan(64);
+    const tiny = new Rtnl(new NetlinkSocket(new KernelStandIn((m) => (m.type === RTM_GETLINK ? { messages: [newlink!] } : undefined)), { receiveBytes: 64, timeoutMs: 1_000 }));
+    await expect(tiny.getLink('tgv0')).rejects.toThrow(/exceeds the 64-byte receive buffer/);
+  });
+
   it('findLink turns ENODEV into undefined, and any other refusal into an error', async () => {
     const { rtnl } = rtnlOver((m) => (m.type === RTM_GETLINK ? { errno: E.ENODEV } : undefined));
     await expect(rtnl.findLink('nope')).resolves.toBeUndefined();
