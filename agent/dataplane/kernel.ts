@@ -341,7 +341,10 @@ export async function readView(
   wanted?: OwnerDigests,
 ): Promise<KernelView> {
   if (scoped) return readScoped(k, names, owned, scoped);
-  const recordedByName = new Map([...owned.values()].map((o) => [o.spec.tunnel_name, o.spec]));
+  // A pending change's earlier specs first (OwnedTunnel.was): a name both have is read against the record's own.
+  const recordedByName = new Map<string, TunnelSpec>();
+  for (const o of owned.values()) for (const w of o.was ?? []) recordedByName.set(w.tunnel_name, w);
+  for (const o of owned.values()) recordedByName.set(o.spec.tunnel_name, o.spec);
   // Names, strings and Sets only: at 10,000 tunnels every decoded object per element is megabytes of heap.
   // A large read goes one dump at a time with a collection after each (housekeeping/memory.ts): the four
   // dumps in parallel, each promoting its partial results past young collections, made the heap grow to

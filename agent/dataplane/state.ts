@@ -4,6 +4,7 @@
 // not a rewrite of 10,000 records.
 import { Journal } from '../housekeeping/journal.ts';
 import { OwnedIndex, type OwnedTunnel } from './diff.ts';
+import { checkTunnel, normaliseSpec } from '../../common/tunnel-spec.ts';
 import type { TunnelSpec } from './types.ts';
 
 /** `was`: a pending change's earlier specs (diff.ts OwnedTunnel.was); a journal without it reads as before. */
@@ -30,11 +31,14 @@ function accept(v: unknown): Line | undefined {
   return undefined;
 }
 
-/** A put line's record; `was` only as a list of specs (anything else there is dropped, never the put). */
+/**
+ * A put line's record. `was` keeps only whole, valid specs (the contract's own check): a damaged entry there is
+ * dropped, never the put, and never reaches the diff.
+ */
 function recordOf(l: Extract<Line, { put: TunnelSpec }>): OwnedTunnel {
-  const was: unknown = l.was;
-  const ok = Array.isArray(was) && was.length > 0 && was.every(isSpec);
-  return { spec: l.put, ...(l.pending ? { pending: true } : {}), ...(ok ? { was: was as TunnelSpec[] } : {}) };
+  const listed: unknown = l.was;
+  const was = Array.isArray(listed) ? listed.filter((w): w is TunnelSpec => checkTunnel(w, true) === undefined).map(normaliseSpec) : [];
+  return { spec: l.put, ...(l.pending ? { pending: true } : {}), ...(was.length ? { was } : {}) };
 }
 
 export class StateStore {

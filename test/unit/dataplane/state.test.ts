@@ -76,18 +76,29 @@ describe('StateStore durability', () => {
     state.close();
     const again = StateStore.open(dir);
     expect(again.tunnels.get(spec(3).id)).toEqual({ spec: renamed, pending: true, was: [spec(3)] });
-    expect([...(again.index.byName('tg-3') ?? [])]).toEqual([spec(3).id]);
+    expect([...(again.index.formerByName('tg-3') ?? [])]).toEqual([spec(3).id]);
+    expect([...(again.index.byName('tg-33') ?? [])]).toEqual([spec(3).id]);
     again.commit([{ spec: renamed }], []);
-    expect(again.index.byName('tg-3')).toBeUndefined();
+    expect(again.index.formerByName('tg-3')).toBeUndefined();
     // The compacted journal says the same.
     again.snapshot();
     again.close();
     expect(StateStore.open(dir).tunnels.get(spec(3).id)).toEqual({ spec: renamed });
   });
 
-  it('a journal line whose earlier specs are not specs still keeps its record', () => {
+  it('a journal line whose earlier specs are not whole specs still keeps its record, and only the valid ones', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tg-state-'));
-    writeFileSync(join(dir, STATE_FILE), `${JSON.stringify({ v: 1, put: spec(4), pending: true, was: [{ nope: 1 }] })}\n`);
-    expect(StateStore.open(dir).tunnels.get(spec(4).id)).toEqual({ spec: spec(4), pending: true });
+    const kept = { ...spec(6), tunnel_name: 'tg-66' };
+    const lines = [
+      { v: 1, put: spec(4), pending: true, was: [{ nope: 1 }] },
+      { v: 1, put: spec(5), pending: true, was: 'tg-5' },
+      // Only an id is no spec: it would break every diff touching the tunnel.
+      { v: 1, put: spec(6), pending: true, was: [{ id: spec(6).id }, kept] },
+    ];
+    writeFileSync(join(dir, STATE_FILE), lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+    const store = StateStore.open(dir);
+    expect(store.tunnels.get(spec(4).id)).toEqual({ spec: spec(4), pending: true });
+    expect(store.tunnels.get(spec(5).id)).toEqual({ spec: spec(5), pending: true });
+    expect(store.tunnels.get(spec(6).id)).toEqual({ spec: spec(6), pending: true, was: [kept] });
   });
 });
