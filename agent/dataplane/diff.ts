@@ -99,9 +99,6 @@ export function intentOver(prev: OwnedTunnel | undefined, next: TunnelSpec): Own
 export class OwnedIndex {
   private readonly names = new Map<string, Set<string>>();
   private readonly ips = new Map<string, Set<string>>();
-  /** The same for records' earlier specs (OwnedTunnel.was): links the agent made, never a claim on the key. */
-  private readonly formerNames = new Map<string, Set<string>>();
-  private readonly formerIps = new Map<string, Set<string>>();
   private readonly mss = new Map<number, number>();
   private readonly pps = new Map<number, number>();
 
@@ -112,19 +109,14 @@ export class OwnedIndex {
   }
 
   /**
-   * A record's name and protected IP (its claims), its earlier specs' apart (OwnedTunnel.was: links the agent
-   * created, which another tunnel may take over), and the shared objects of all of them: the kernel may still
-   * have their elements, which need their synproxy objects and rate-limit chains.
+   * A record's names, protected IPs and shared objects, its earlier specs' too (OwnedTunnel.was): the agent created
+   * those links and may still have those elements, which need their synproxy objects and rate-limit chains.
    */
   add(o: OwnedTunnel): void {
     const id = o.spec.id;
-    addTo(this.names, o.spec.tunnel_name, id);
-    addTo(this.ips, o.spec.protected_ip, id);
-    for (const w of o.was ?? []) {
-      addTo(this.formerNames, w.tunnel_name, id);
-      addTo(this.formerIps, w.protected_ip, id);
-    }
     for (const t of heldSpecs(o)) {
+      addTo(this.names, t.tunnel_name, id);
+      addTo(this.ips, t.protected_ip, id);
       const n = sharedNeeds(t);
       if (n.mss !== undefined) this.mss.set(n.mss, (this.mss.get(n.mss) ?? 0) + 1);
       if (n.pps !== undefined) this.pps.set(n.pps, (this.pps.get(n.pps) ?? 0) + 1);
@@ -134,13 +126,9 @@ export class OwnedIndex {
   /** Undoes add() of the same record. */
   delete(o: OwnedTunnel): void {
     const id = o.spec.id;
-    removeFrom(this.names, o.spec.tunnel_name, id);
-    removeFrom(this.ips, o.spec.protected_ip, id);
-    for (const w of o.was ?? []) {
-      removeFrom(this.formerNames, w.tunnel_name, id);
-      removeFrom(this.formerIps, w.protected_ip, id);
-    }
     for (const t of heldSpecs(o)) {
+      removeFrom(this.names, t.tunnel_name, id);
+      removeFrom(this.ips, t.protected_ip, id);
       const n = sharedNeeds(t);
       if (n.mss !== undefined) decrement(this.mss, n.mss);
       if (n.pps !== undefined) decrement(this.pps, n.pps);
@@ -153,13 +141,6 @@ export class OwnedIndex {
   }
   byIp(ip: string): ReadonlySet<string> | undefined {
     return this.ips.get(ip);
-  }
-  /** Ids of the records whose earlier specs (OwnedTunnel.was) had this link name, or this protected IP. */
-  formerByName(name: string): ReadonlySet<string> | undefined {
-    return this.formerNames.get(name);
-  }
-  formerByIp(ip: string): ReadonlySet<string> | undefined {
-    return this.formerIps.get(ip);
   }
   /** How many records need each synproxy MSS and each rate limit (only values in use). */
   mssUsers(): ReadonlyMap<number, number> {
@@ -381,49 +362,7 @@ export function diff(input: DiffInput): Plan {
     claimedNames.set(t.tunnel_name, t.id);
     claimedIps.set(t.protected_ip, t.id);
   }
-  const ownedName = (name: string): boolean => (index.byName(name)?.size ?? 0) > 0 || (index.formerByName(name)?.size ?? 0) > 0;
-  // A record's earlier specs (OwnedTunnel.was) claim nothing: another tunnel may take their link name or protected
-  // IP. A kept tunnel's stay all the same (a reconcile leaves it as it was).
-  const keptHeld = { names: new Map<string, string>(), ips: new Map<string, string>() };
-  for (const id of keep) {
-    const o = owned.get(id);
-    if (!o) continue;
-    for (const s of heldSpecs(o)) {
-      keptHeld.names.set(s.tunnel_name, id);
-      keptHeld.ips.set(s.protected_ip, id);
-    }
-  }
-  /** Which other tunnel has this link name or protected IP: one claiming it, or a kept one that may hold it. */
-  const holder = (claim: string | undefined, kept: string | undefined, id: string): string | undefined => (claim !== undefined && claim !== id ? claim : kept !== undefined && kept !== id ? kept : undefined);
-  const nameHolder = (name: string, id: string): string | undefined => holder(claimedNames.get(name), keptHeld.names.get(name), id);
-  const ipHolder = (ip: string, id: string): string | undefined => holder(claimedIps.get(ip), keptHeld.ips.get(ip), id);
-  let wanted: Map<string, Set<string>> | undefined;
-  /** The element ids tunnel `id` keeps: a desired one its spec's, a kept one all it may hold, another its record's. */
-  const wantOf = (id: string): Set<string> => {
-    wanted ??= new Map();
-    let ids = wanted.get(id);
-    if (!ids) {
-      const o = owned.get(id);
-      const specs = desired.filter((t) => t.id === id);
-      if (specs.length === 0 && o) specs.push(...(keep.has(id) ? heldSpecs(o) : [o.spec]));
-      wanted.set(id, (ids = new Set(specs.flatMap(tunnelElements).map((e) => e.id))));
-    }
-    return ids;
-  };
-  /**
-   * A held spec's elements that are still this tunnel's to delete: under a link name or protected IP another
-   * tunnel took over (an earlier spec's, OwnedTunnel.was), the ones that tunnel wants are its own now.
-   */
-  const ownElements = (p: TunnelSpec, id: string): PolicyElement[] => {
-    const els = tunnelElements(p);
-    const byName = nameHolder(p.tunnel_name, id);
-    const byIp = ipHolder(p.protected_ip, id);
-    if (byName === undefined && byIp === undefined) return els;
-    return els.filter((e) => {
-      const h = LINK_KEYED_SETS.has(e.set) ? byName : byIp;
-      return h === undefined || !wantOf(h).has(e.id);
-    });
-  };
+  const ownedName = (name: string): boolean => (index.byName(name)?.size ?? 0) > 0;
 
   const actions = new Map<string, TunnelAction>();
   const linkSteps: LinkStep[] = [];
@@ -446,10 +385,10 @@ export function diff(input: DiffInput): Plan {
   };
   const addEls = new Map<string, PolicyElement>();
   /**
-   * Elements a desired tunnel wants that this plan does not add, as the kernel has them (read) or its records
-   * say it has (no read, view.elements undefined): no delete of this plan may take one, e.g. a removed tunnel's
-   * whose protected IP a new tunnel takes over in the same plan. With a read, claiming also takes the id out of
-   * view.elements, which leaves the sweep the rest.
+   * Without a read of the elements (view.elements undefined): elements a desired tunnel wants that this plan
+   * does not add, as its records say the kernel has them. A removed tunnel sharing one (a protected IP handed
+   * to a new tunnel in the same plan) must not delete it. With a read, claiming takes the id out of
+   * view.elements instead, which has the same effect on the removed tunnel and leaves the sweep the rest.
    */
   const claimed = new Set<string>();
   const delEls = new Map<string, PolicyElement>();
@@ -485,12 +424,12 @@ export function diff(input: DiffInput): Plan {
 
     // The tunnel's previous identities, if it changed name or protected IP.
     for (const p of held) {
-      if (p.tunnel_name !== name && nameHolder(p.tunnel_name, t.id) === undefined) {
+      if (p.tunnel_name !== name && !claimedOtherwise(claimedNames, p.tunnel_name, t.id)) {
         if (view.links.has(p.tunnel_name)) linkDeletes.push(p.tunnel_name);
         for (const c of tunnelCounterNames(p)) dropCounter(c);
         touched = true;
       }
-      if (p.protected_ip !== t.protected_ip && ipHolder(p.protected_ip, t.id) === undefined) {
+      if (p.protected_ip !== t.protected_ip && !claimedOtherwise(claimedIps, p.protected_ip, t.id)) {
         dropDnat(p.protected_ip);
         dropCounterMap(p.protected_ip);
         flush.add(p.protected_ip);
@@ -553,12 +492,11 @@ export function diff(input: DiffInput): Plan {
       // its elements are in addWhole
     } else if (view.elements) {
       for (const e of wantEls) {
-        // In the kernel already: claimed (see KernelView.elements). A scoped plan also keeps it out of its deletes:
-        // a tunnel before this one may have listed it (an element of its earlier spec handed to this one). A
-        // reconcile lists deletes only after every claim (its ~800,000 ids are not copied). A clean owner's are
-        // not in wantEls at all.
+        // In the kernel already: claimed (see KernelView.elements), and out of this plan's deletes: in a scoped plan
+        // a tunnel before this one may have listed it (its earlier spec's, on the protected IP this one takes
+        // over). A clean owner's are not in wantEls at all.
         if (view.elements.delete(e.id)) {
-          if (!all) claimed.add(e.id);
+          delEls.delete(e.id);
           continue;
         }
         addEls.set(e.id, e);
@@ -569,14 +507,14 @@ export function diff(input: DiffInput): Plan {
       if (!all && prev) {
         const wantIds = new Set(wantEls.map((e) => e.id));
         for (const p of held)
-          for (const e of ownElements(p, t.id)) {
+          for (const e of tunnelElements(p)) {
             if (wantIds.has(e.id) || !view.elements.has(e.id)) continue;
             delEls.set(e.id, e);
             touched = true;
           }
       }
     } else {
-      const had = held.flatMap((p) => ownElements(p, t.id));
+      const had = held.flatMap(tunnelElements);
       const wantIds = new Set(wantEls.map((e) => e.id));
       const hadIds = new Set(had.map((e) => e.id));
       for (const e of had) {
@@ -628,13 +566,13 @@ export function diff(input: DiffInput): Plan {
     const id = o.spec.id;
     if (putOwned.has(id)) continue;
     for (const s of heldSpecs(o)) {
-      if (nameHolder(s.tunnel_name, id) === undefined) {
+      if (!claimedNames.has(s.tunnel_name)) {
         if (view.links.has(s.tunnel_name)) linkDeletes.push(s.tunnel_name);
         for (const c of tunnelCounterNames(s)) dropCounter(c);
       }
       // (A clean allowlist's ids are not in view.elements: it is what desired or kept tunnels want, so it stays.)
-      for (const e of ownElements(s, id)) if (!view.elements || view.elements.has(e.id)) delEls.set(e.id, e);
-      if (ipHolder(s.protected_ip, id) === undefined) {
+      for (const e of tunnelElements(s)) if (!view.elements || view.elements.has(e.id)) delEls.set(e.id, e);
+      if (!claimedIps.has(s.protected_ip)) {
         dropDnat(s.protected_ip);
         dropCounterMap(s.protected_ip);
         flush.add(s.protected_ip);
@@ -658,8 +596,8 @@ export function diff(input: DiffInput): Plan {
 
   // Reconcile: whatever the table holds that no desired tunnel claims.
   if (all) {
-    for (const ip of view.dnat.keys()) if (!claimedIps.has(ip) && !keptHeld.ips.has(ip)) delDnat.add(ip);
-    for (const ip of view.counterMap.keys()) if (!claimedIps.has(ip) && !keptHeld.ips.has(ip)) delCounterMap.add(ip);
+    for (const ip of view.dnat.keys()) if (!claimedIps.has(ip)) delDnat.add(ip);
+    for (const ip of view.counterMap.keys()) if (!claimedIps.has(ip)) delCounterMap.add(ip);
     const wantedCounters = new Set(desired.flatMap(tunnelCounterNames));
     for (const id of keep) {
       const o = owned.get(id);
@@ -758,6 +696,11 @@ function claims(owners: (key: string) => ReadonlySet<string> | undefined, inScop
     return undefined;
   };
   return { get, has: (key) => get(key) !== undefined, set: (key, id) => void mine.set(key, id) };
+}
+
+function claimedOtherwise(claims: { get(key: string): string | undefined }, key: string, id: string): boolean {
+  const c = claims.get(key);
+  return c !== undefined && c !== id;
 }
 
 /** What one tunnel added whole stands for in a change count: its 7 counters and its ~10 elements (policy.ts). */

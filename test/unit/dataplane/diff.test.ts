@@ -395,51 +395,18 @@ describe('dataplane diff', () => {
         expect(p.nft.delSynproxies).toEqual([synproxyName(sharedNeeds(a).mss!)]);
       });
 
-      it('the records\' index keeps the earlier spec\'s name and IP as the tunnel\'s former ones, and counts its shared objects', () => {
+      it('the records\' index claims the earlier spec\'s name and IP for the tunnel, and counts its shared objects', () => {
         const ix = OwnedIndex.of(refused());
-        expect([ix.byName(a.tunnel_name), ix.byIp(a.protected_ip)]).toEqual([undefined, undefined]);
-        expect([...(ix.formerByName(a.tunnel_name) ?? [])]).toEqual(['id1']);
-        expect([...(ix.formerByIp(a.protected_ip) ?? [])]).toEqual(['id1']);
+        expect([...(ix.byName(a.tunnel_name) ?? [])]).toEqual(['id1']);
+        expect([...(ix.byIp(a.protected_ip) ?? [])]).toEqual(['id1']);
         expect([...(ix.byName(b.tunnel_name) ?? [])]).toEqual(['id1']);
         expect([...ix.mssUsers().keys()]).toEqual([sharedNeeds(a).mss]);
         ix.delete(refused().get('id1')!);
-        expect([ix.formerByName(a.tunnel_name), ix.byName(b.tunnel_name), ix.mssUsers().size]).toEqual([undefined, undefined, 0]);
-      });
-
-      it('another tunnel may take the earlier spec\'s name and IP: the link is recreated for it, and the old spec\'s elements it wants stay', () => {
+        expect([ix.byName(a.tunnel_name), ix.byName(b.tunnel_name), ix.mssUsers().size]).toEqual([undefined, undefined, 0]);
+        // Another tunnel cannot take the old name or IP while the kernel may still hold them for tunnel 1.
         const owned = refused();
-        // Tunnel 5 takes a's link name and protected IP, with a's port list.
-        const heir = t(5, { tunnel_name: a.tunnel_name, protected_ip: a.protected_ip, policy: a.policy });
-        const p = diff({ desired: [heir], owned, index: OwnedIndex.of(owned), view: afterRefusal(), scope: new Set(['id5']) });
-        expect(p.linkSteps.map((x) => x.op)).toEqual(['delete', 'create', 'addr-add', 'up']);
-        expect(p.nft.delElements).toEqual([]);
-        // Then tunnel 1's next change: a's elements that tunnel 5 now wants stay; its link and mapping are 5's.
-        const now = new Map([...owned, ['id5', { spec: heir }]]);
-        const kernel = afterRefusal([heir]);
-        const c = t(1, { tunnel_name: 'tg-1b', protected_ip: '203.0.113.101' });
-        const q = diff({ desired: [c], owned: now, index: OwnedIndex.of(now), view: kernel, scope: new Set(['id1']) });
-        const heirs = new Set(tunnelElements(heir).map((e) => e.id));
-        expect(q.nft.delElements.filter((e) => heirs.has(e.id))).toEqual([]);
-        expect(q.linkDeletes).toEqual([]);
-        expect([q.nft.delDnat, q.nft.delCounterMap]).toEqual([[], []]);
-        // a's drop counters are named by link: tunnel 5's now.
-        expect(q.nft.delCounters).toEqual([]);
-      });
-
-      it('two refused tunnels that swap names, applied apart, do not block each other', () => {
-        const x0 = t(1);
-        const y0 = t(2);
-        const x1 = t(1, { tunnel_name: y0.tunnel_name });
-        const y1 = t(2, { tunnel_name: x0.tunnel_name });
-        const owned = new Map([
-          ['id1', intentOver({ spec: x0 }, x1)],
-          ['id2', intentOver({ spec: y0 }, y1)],
-        ]);
-        const index = OwnedIndex.of(owned);
-        for (const [want, id] of [[x1, 'id1'], [y1, 'id2']] as const) {
-          const p = diff({ desired: [want], owned, index, view: fullView([x0, y0]), scope: new Set([id]) });
-          expect(p.counts.added).toBe(1);
-        }
+        for (const over of [{ tunnel_name: a.tunnel_name }, { protected_ip: a.protected_ip }])
+          expect(() => diff({ desired: [t(5, over)], owned, index: OwnedIndex.of(owned), view: afterRefusal(), scope: new Set(['id5']) })).toThrow(PlanConflict);
       });
 
       it('in one scoped plan, a tunnel moving off a protected IP never deletes the elements of the tunnel taking it', () => {

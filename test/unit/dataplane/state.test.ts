@@ -76,10 +76,10 @@ describe('StateStore durability', () => {
     state.close();
     const again = StateStore.open(dir);
     expect(again.tunnels.get(spec(3).id)).toEqual({ spec: renamed, pending: true, was: [spec(3)] });
-    expect([...(again.index.formerByName('tg-3') ?? [])]).toEqual([spec(3).id]);
+    expect([...(again.index.byName('tg-3') ?? [])]).toEqual([spec(3).id]);
     expect([...(again.index.byName('tg-33') ?? [])]).toEqual([spec(3).id]);
     again.commit([{ spec: renamed }], []);
-    expect(again.index.formerByName('tg-3')).toBeUndefined();
+    expect(again.index.byName('tg-3')).toBeUndefined();
     // The compacted journal says the same.
     again.snapshot();
     again.close();
