@@ -81,6 +81,18 @@ export function heldSpecs(o: OwnedTunnel): TunnelSpec[] {
 }
 
 /**
+ * Every spec the kernel may hold for these records, their earlier ones first: a map by link name built from the
+ * list in order keeps the record's own spec for a name both have (a link is read against it: kernel.ts observeLinks).
+ */
+export function recordedSpecs(records: Iterable<OwnedTunnel>): TunnelSpec[] {
+  const list = [...records];
+  const out: TunnelSpec[] = [];
+  for (const o of list) if (o.was) out.push(...o.was);
+  for (const o of list) out.push(o.spec);
+  return out;
+}
+
+/**
  * The intent record of a change to `next` over `prev`: pending, and keeping every spec of prev's that the kernel
  * may still hold and `next` does not describe (an apply refused again keeps what the first refusal kept).
  */

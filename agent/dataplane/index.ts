@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
-import { PlanConflict, checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, sameSpec, type OwnedTunnel } from './diff.ts';
+import { PlanConflict, checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
 import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
@@ -229,8 +229,7 @@ class EdgeDataplane implements DataplaneHandle {
     const clean = this.cleanGeneration;
     this.cleanGeneration = undefined;
     // The records this change may alter: all of them for a reconcile, else the scope's, looked up by id (a
-    // single-tunnel change never walks every record: issue 10 item 4). Every spec the kernel may hold for them: a
-    // pending change's earlier ones first, so a name both have is read against the record's own (kernel.ts observeLinks).
+    // single-tunnel change never walks every record: issue 10 item 4), and every spec the kernel may hold for them.
     const inScope: OwnedTunnel[] = [];
     if (scope === 'all') for (const o of owned.values()) inScope.push(o);
     else
@@ -238,9 +237,7 @@ class EdgeDataplane implements DataplaneHandle {
         const o = owned.get(id);
         if (o) inScope.push(o);
       }
-    const recorded: TunnelSpec[] = [];
-    for (const o of inScope) if (o.was) recorded.push(...o.was);
-    for (const o of inScope) recorded.push(o.spec);
+    const recorded = recordedSpecs(inScope);
     const names = new Set<string>();
     for (const t of recorded) names.add(t.tunnel_name);
     for (const t of desired) names.add(t.tunnel_name);

@@ -9,7 +9,7 @@ import type { LinkInfo } from '../netlink/rtnetlink.ts';
 import { bytesToIpv4 } from '../netlink/attrs.ts';
 import type { TunnelSpec } from './types.ts';
 import type { Conntrack } from './conntrack.ts';
-import { ipOf, nftChangeCount, type CleanOwners, type KernelView, type NftChanges, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
+import { ipOf, nftChangeCount, recordedSpecs, type CleanOwners, type KernelView, type NftChanges, type ObservedLink, type OwnedTunnel, type Plan } from './diff.ts';
 import type { LinkDriver } from './links.ts';
 import { writeSysctls } from './netns.ts';
 import { COLLECT_EVERY_REQUESTS, phases } from '../housekeeping/memory.ts';
@@ -341,10 +341,7 @@ export async function readView(
   wanted?: OwnerDigests,
 ): Promise<KernelView> {
   if (scoped) return readScoped(k, names, owned, scoped);
-  // A pending change's earlier specs first (OwnedTunnel.was): a name both have is read against the record's own.
-  const recordedByName = new Map<string, TunnelSpec>();
-  for (const o of owned.values()) for (const w of o.was ?? []) recordedByName.set(w.tunnel_name, w);
-  for (const o of owned.values()) recordedByName.set(o.spec.tunnel_name, o.spec);
+  const recordedByName = new Map(recordedSpecs(owned.values()).map((t) => [t.tunnel_name, t]));
   // Names, strings and Sets only: at 10,000 tunnels every decoded object per element is megabytes of heap.
   // A large read goes one dump at a time with a collection after each (housekeeping/memory.ts): the four
   // dumps in parallel, each promoting its partial results past young collections, made the heap grow to
