@@ -4,7 +4,6 @@
 // `nft -f` sends for the equivalent ruleset file (see test/fixtures/netlink/nft-setup.hex).
 import {
   IFNAME_LEN,
-  IPS_CONFIRMED,
   IPS_DST_NAT,
   IP_CT_DIR_ORIGINAL,
   IP_CT_DIR_REPLY,
@@ -58,7 +57,6 @@ import {
   NF_ACCEPT,
   NF_INET_FORWARD,
   NF_INET_PRE_ROUTING,
-  NF_IP_PRI_MANGLE,
   NF_IP_PRI_NAT_DST,
   TCPOPT_MAXSEG,
   TCP_FLAG_SYN,
@@ -77,8 +75,6 @@ export interface RulesetOptions {
   /** protected ip → named counter */
   counterMap?: string;
   preroutingChain?: string;
-  /** The filter chain (prerouting hook, before DNAT) that counts every packet to a protected IP. */
-  countChain?: string;
   /** Tunnel links' names start with this: the MSS clamp and the isolation rules match it. */
   ifnamePrefix: string;
   /** Named counters to create with the table (normally none: tunnels add their own). */
@@ -90,7 +86,7 @@ export interface RulesetOptions {
 /** NFT_TABLE_F_DORMANT: the table's base chains are not registered with their hooks. */
 export const NFT_TABLE_F_DORMANT = 1;
 
-export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', countChain: 'count', preroutingChain: 'prerouting' } as const;
+export const RULESET_DEFAULTS = { dnatMap: 'protected', counterMap: 'tunnel_counters', preroutingChain: 'prerouting' } as const;
 
 /** Why a packet was dropped; each tunnel has one named counter per reason (docs/CONTRACTS.md "Dataplane"). */
 export const DROP_REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
@@ -164,18 +160,20 @@ const CHAINS = {
   fragments: 'fragdrop',
   synraw: 'synraw',
   allow: 'allow',
+  allowNoCt: 'allow_noct',
   allowlist: 'allowlist',
   natOut: 'nat_out',
   guard: 'guard',
   guardCt: 'guard_ct',
   guardNoDnat: 'guard_nodnat',
   fromTunnel: 'from_tunnel',
+  tunnelReply: 'tunnel_reply',
   localIn: 'local_in',
   tunnelIn: 'tunnel_in',
 } as const;
 
-// Hook priorities: before defragmentation (-400), raw (-300), after conntrack (-200) and our count (mangle,
-// -150) but before DNAT (-100), and filter (0).
+// Hook priorities: before defragmentation (-400), raw (-300), after conntrack (-200) but before DNAT (-100), and
+// filter (0).
 const PRIO_BEFORE_DEFRAG = -450;
 const PRIO_RAW = -300;
 const PRIO_ALLOW = -140;
@@ -231,13 +229,13 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop }
  *   chain synraw { type filter hook prerouting priority raw;
  *     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack }
- *   chain count { type filter hook prerouting priority mangle;
- *     counter name ip daddr map @tunnel_counters }
  *   chain allow { type filter hook prerouting priority -140;
- *     ct state invalid,untracked jump allowlist
- *     ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
- *     ct status & confirmed == 0 jump allowlist
+ *     counter name ip daddr map @tunnel_counters
+ *     ct state invalid,untracked jump allow_noct
  *     ip daddr vmap @rate_limits }
+ *   chain allow_noct {
+ *     jump allowlist
+ *     ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop }
  *   chain allowlist {
  *     ip daddr . meta l4proto @allowed_all return
  *     ip daddr . meta l4proto . th dport & 0xf000 @allowed_4096 return
@@ -246,11 +244,13 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     ip daddr . meta l4proto . th dport @allowed_1 return
  *     counter name ip daddr map @drop_not_allowed drop }
  *   chain prerouting { type nat hook prerouting priority dstnat;
+ *     jump allowlist
  *     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected }
  *   chain nat_out { type nat hook output priority -100;
  *     meta l4proto tcp dnat to ip daddr map @protected }
  *   chain guard { type filter hook forward priority filter;
- *     oifname "PREFIX*" tcp flags syn tcp option maxseg size set rt mtu
+ *     tcp flags syn oifname "PREFIX*" tcp option maxseg size set rt mtu
+ *     ct status & dnat != 0 iifname != "PREFIX*" accept
  *     ct state invalid,untracked jump guard_ct
  *     iifname "PREFIX*" jump from_tunnel
  *     ct status & dnat == 0 jump guard_nodnat }
@@ -261,10 +261,12 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     oifname "PREFIX*" drop
  *     counter name ip daddr map @drop_invalid drop }
  *   chain from_tunnel {
- *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out
- *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
+ *     ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies jump tunnel_reply
  *     counter name iifname map @drop_spoofed drop
  *     drop }
+ *   chain tunnel_reply {
+ *     counter name iifname map @tunnel_out
+ *     accept }
  *   chain local_in { type filter hook input priority filter;
  *     iifname "PREFIX*" jump tunnel_in
  *     counter name ip daddr map @drop_invalid drop }
@@ -273,34 +275,36 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     counter name iifname map @drop_spoofed drop
  *     drop }
  * }
- * The per-tunnel counter sits in a filter chain of its own: a nat chain sees only the first packet of
- * each connection, a filter chain sees every packet, and at mangle priority (-150) it runs before DNAT
- * (-100), while `ip daddr` is still the protected IP. Its own chain and rule also mean an object-map miss
- * (which ends the rule it is in) never costs a tunnel its NAT. Client-to-origin direction only.
+ * The per-tunnel counter is the first rule of `allow`: a filter chain sees every packet (a nat chain only each
+ * connection's first), before DNAT (-100), while `ip daddr` is still the protected IP; a rule of its own, so an
+ * object-map miss (which ends the rule it is in) skips nothing else. Client-to-origin direction only.
+ * The per-packet path of an admitted connection is short on purpose (issue 10 item 6: every base chain and every
+ * expression on it is paid per packet): the allowlist sits in the nat chain, which the kernel runs for a
+ * connection's first packet only, and `guard` accepts DNAT-ed traffic from outside the tunnels in its second rule.
  * Why each of the other rules is there, and why where it is: docs/CONTRACTS.md "Dataplane".
  */
 export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const dnatMap = o.dnatMap ?? RULESET_DEFAULTS.dnatMap;
   const counterMap = o.counterMap ?? RULESET_DEFAULTS.counterMap;
   const pre = o.preroutingChain ?? RULESET_DEFAULTS.preroutingChain;
-  const count = o.countChain ?? RULESET_DEFAULTS.countChain;
   const t = o.table;
   const prefix = Buffer.from(o.ifnamePrefix, 'utf8');
   b.addTable(t, o.dormant ? NFT_TABLE_F_DORMANT : 0);
   const base = (name: string, type: string, hook: number, priority: number): void => void b.addChain({ table: t, name, type, hook, priority, policy: NF_ACCEPT });
   base(CHAINS.fragments, 'filter', NF_INET_PRE_ROUTING, PRIO_BEFORE_DEFRAG);
   base(CHAINS.synraw, 'filter', NF_INET_PRE_ROUTING, PRIO_RAW);
-  base(count, 'filter', NF_INET_PRE_ROUTING, NF_IP_PRI_MANGLE);
   base(CHAINS.allow, 'filter', NF_INET_PRE_ROUTING, PRIO_ALLOW);
+  b.addChain({ table: t, name: CHAINS.allowNoCt });
   b.addChain({ table: t, name: CHAINS.allowlist });
   base(pre, 'nat', NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST);
   base(CHAINS.natOut, 'nat', NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST);
-  // One forward chain, the MSS clamp first: a second base chain, and the guard testing ct state and ct status
-  // twice each, cost 2-4% of the forwarding rate (bench:edge, issue 10 item 6); jumps test each once.
+  // One forward chain: a second base chain, and the guard testing ct state and ct status twice each, cost 2-4% of
+  // the forwarding rate (bench:edge, issue 10 item 6); jumps test each once.
   base(CHAINS.guard, 'filter', NF_INET_FORWARD, PRIO_FILTER);
   b.addChain({ table: t, name: CHAINS.guardCt });
   b.addChain({ table: t, name: CHAINS.guardNoDnat });
   b.addChain({ table: t, name: CHAINS.fromTunnel });
+  b.addChain({ table: t, name: CHAINS.tunnelReply });
   base(CHAINS.localIn, 'filter', NF_INET_LOCAL_IN, PRIO_FILTER);
   b.addChain({ table: t, name: CHAINS.tunnelIn });
   for (const c of o.counters ?? []) b.addCounter({ table: t, name: c });
@@ -355,17 +359,17 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     expr.lookup(ref(POLICY_SETS.synproxied)),
     expr.notrack(),
   ]);
-  rule(count, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId })]);
-  // The allowlist judges what has no connection in the table yet: packets without one (a syn-proxied SYN is
-  // untracked; a mid-stream packet of a flushed connection is invalid, so a closed port counts it not_allowed),
-  // then a connection's first packet (unconfirmed). A confirmed connection passed it with its first packet and
-  // skips its lookups (issue 10 item 6); a policy that closes ports deletes the connections it no longer allows
-  // (agent/dataplane/conntrack.ts flushDisallowed), whose next packet is judged again.
-  rule(CHAINS.allow, [...ctStateIn(NF_CT_STATE_INVALID | NF_CT_STATE_UNTRACKED), expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
-  // Invalid packets to a syn-proxied IP are the proxy's to judge (the client's handshake ACK is invalid until then).
-  rule(CHAINS.allow, [...ctStateIn(NF_CT_STATE_INVALID), daddr(), expr.lookup(ref(POLICY_SETS.synproxied), NFT_REG_1, undefined, NFT_LOOKUP_F_INV), ...countedDrop('invalid', daddr(), ids)]);
-  rule(CHAINS.allow, [...ctStatus(IPS_CONFIRMED, NFT_CMP_EQ), expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
+  rule(CHAINS.allow, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId })]);
+  // The allowlist judges what has no connection in the table yet: a connection's first packet, in the nat chain
+  // (`pre` below), and packets without one, here (a syn-proxied SYN is untracked; a mid-stream packet of a flushed
+  // connection is invalid, so a closed port counts it not_allowed). An admitted connection skips its lookups
+  // (issue 10 item 6); a policy that closes ports deletes the connections it no longer allows
+  // (agent/dataplane/conntrack.ts flushDisallowed), whose next packet is a first packet again.
+  rule(CHAINS.allow, [...ctStateIn(NF_CT_STATE_INVALID | NF_CT_STATE_UNTRACKED), expr.immediateVerdict(NFT_JUMP, CHAINS.allowNoCt)]);
   rule(CHAINS.allow, [daddr(), expr.lookup(ref(POLICY_SETS.rateLimits), NFT_REG_1, NFT_REG_VERDICT)]);
+  rule(CHAINS.allowNoCt, [expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
+  // Invalid packets to a syn-proxied IP are the proxy's to judge (the client's handshake ACK is invalid until then).
+  rule(CHAINS.allowNoCt, [...ctStateIn(NF_CT_STATE_INVALID), daddr(), expr.lookup(ref(POLICY_SETS.synproxied), NFT_REG_1, undefined, NFT_LOOKUP_F_INV), ...countedDrop('invalid', daddr(), ids)]);
   // One exact lookup per block size, the port masked to it: a hit returns to `allow` (the rate limit next).
   for (const bits of PORT_BLOCK_BITS) {
     const port: Expr[] = bits === 16 ? [] : [expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_DPORT_OFFSET, 2, REG32(2))];
@@ -374,6 +378,10 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   }
   rule(CHAINS.allowlist, countedDrop('not_allowed', daddr(), ids));
 
+  // The kernel runs a nat chain for a connection's first packet only (and for none without a connection): the
+  // allowlist's "first packet" test, for free. A drop here leaves the connection unconfirmed, so the next
+  // packet is judged again.
+  rule(pre, [expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
   // `{ tcp, udp }` is an anonymous constant set; the kernel names it (__set0...) from the "%d" template.
   const anonId = b.addSet({
     table: t,
@@ -401,19 +409,23 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     expr.lookup({ name: dnatMap, id: mapId }, NFT_REG_1, NFT_REG_1),
     expr.nat(NFT_NAT_DNAT, NFPROTO_IPV4, NFT_REG_1),
   ]);
+  // TCP first: the other protocols leave the MSS clamp after one compare, not a name's.
   rule(CHAINS.guard, [
-    expr.meta(NFT_META_OIFNAME),
-    // A wildcard name compares only the prefix bytes (no NUL), which is how nft encodes "tg-*".
-    expr.cmp(NFT_CMP_EQ, prefix),
     expr.meta(NFT_META_L4PROTO),
     expr.cmp(NFT_CMP_EQ, Uint8Array.of(IPPROTO_TCP)),
     expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TCP_FLAGS_OFFSET, 1),
     expr.bitwise(1, Uint8Array.of(TCP_FLAG_SYN), Uint8Array.of(0)),
     expr.cmp(NFT_CMP_NEQ, Uint8Array.of(0)),
+    expr.meta(NFT_META_OIFNAME),
+    // A wildcard name compares only the prefix bytes (no NUL), which is how nft encodes "tg-*".
+    expr.cmp(NFT_CMP_EQ, prefix),
     expr.rt(NFT_RT_TCPMSS),
     expr.byteorder(NFT_BYTEORDER_HTON, 2, 2),
     expr.exthdrTcpoptWrite(TCPOPT_MAXSEG, TCPOPT_MAXSEG_VALUE_OFFSET, 2),
   ]);
+  // The common case, done: a connection DNAT-ed into a tunnel, from outside the tunnels (no connection at all, invalid
+  // or untracked, ends this rule at its first test). What is left has each of the tests below to pass.
+  rule(CHAINS.guard, [...ctDnat(NFT_CMP_NEQ), expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_NEQ, prefix), accept()]);
   rule(CHAINS.guard, [...ctStateIn(NF_CT_STATE_INVALID | NF_CT_STATE_UNTRACKED), expr.immediateVerdict(NFT_JUMP, CHAINS.guardCt)]);
   rule(CHAINS.guard, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.fromTunnel)]);
   rule(CHAINS.guard, [...ctDnat(NFT_CMP_EQ), expr.immediateVerdict(NFT_JUMP, CHAINS.guardNoDnat)]);
@@ -432,13 +444,14 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     expr.ct(NFT_CT_DST_IP, REG32(5), IP_CT_DIR_ORIGINAL),
     expr.lookup(ref(POLICY_SETS.replies)),
   ];
-  // The `out` counter in a rule of its own, with the same match as the accept after it and no verdict: a
-  // tunnel missing from tunnel_out (a table rebuilt by an upgrade before the restore adds its counter, an
-  // element deleted by hand) ends only this rule, so its replies go uncounted, never dropped.
-  rule(CHAINS.fromTunnel, [...isReply(), expr.meta(NFT_META_IIFNAME), expr.objrefMap(ref(OUT_MAP))]);
-  rule(CHAINS.fromTunnel, [...isReply(), accept()]);
+  rule(CHAINS.fromTunnel, [...isReply(), expr.immediateVerdict(NFT_JUMP, CHAINS.tunnelReply)]);
   rule(CHAINS.fromTunnel, countedDrop('spoofed', expr.meta(NFT_META_IIFNAME), ids));
   rule(CHAINS.fromTunnel, [drop()]);
+  // The `out` counter in a rule of its own, before the accept: a tunnel missing from tunnel_out (a table rebuilt
+  // by an upgrade before the restore adds its counter, an element deleted by hand) ends only this rule, so its
+  // replies go uncounted, never dropped. One `replies` lookup per reply, not one per rule.
+  rule(CHAINS.tunnelReply, [expr.meta(NFT_META_IIFNAME), expr.objrefMap(ref(OUT_MAP))]);
+  rule(CHAINS.tunnelReply, [accept()]);
   rule(CHAINS.localIn, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.tunnelIn)]);
   rule(CHAINS.localIn, countedDrop('invalid', daddr(), ids));
   rule(CHAINS.tunnelIn, [...ctStateIn(NF_CT_STATE_ESTABLISHED | NF_CT_STATE_RELATED), expr.meta(NFT_META_IIFNAME), saddr(NFT_REG_2), expr.lookup(ref(POLICY_SETS.origins)), accept()]);

@@ -116,6 +116,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       calm: `udp dport 7000 ip saddr ${CLIENT}`,
       neighbour: 'udp dport 7002',
       frag: 'udp dport 7003',
+      hairpin: 'udp dport 7005',
       mss1436: 'tcp dport 7004 tcp flags & (syn|ack) == syn tcp option maxseg size 1436',
       syn7004: 'tcp dport 7004 tcp flags & (syn|ack) == syn',
     });
@@ -226,7 +227,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     await restart();
   }, 120_000);
 
-  it('from inside a tunnel: a spoofed source, a new connection out, another tunnel, the edge port 52222: dropped, counted spoofed', async () => {
+  it('from inside a tunnel: a spoofed source, a new connection out, another tunnel and its protected IP, the edge port 52222: dropped, counted spoofed', async () => {
     const before = (await drops(T1)).spoofed;
     const send = (): void => {
       hping(ns.origin1, `--udp -a 192.0.2.99 -c 5 -i u20000 -p 7000 ${CLIENT}`);
@@ -234,11 +235,13 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       hping(ns.origin1, `--udp -c 5 -i u20000 -p 7002 100.64.0.6`);
       hping(ns.origin1, `-S -c 5 -i u20000 -p 52222 100.64.0.1`);
       hping(ns.origin1, `-S -c 5 -i u20000 -p 52222 ${EDGE}`);
+      // DNAT-ed like a client's packet, but from a tunnel: the guard's accept of DNAT-ed traffic tests the link.
+      hping(ns.origin1, `--udp -c 5 -i u20000 -p 7005 ${T2.protected_ip}`);
     };
     send();
-    expect([counted(ns.client, 'spoofed'), counted(ns.client, 'newconn'), counted(ns.origin2, 'neighbour'), counted(ns.edge, 'ssh')]).toEqual([0, 0, 0, 0]);
-    // Every one of the 25 was counted (a late packet of an earlier test's connection may add to it, never less).
-    expect((await drops(T1)).spoofed - before).toBeGreaterThanOrEqual(25);
+    expect([counted(ns.client, 'spoofed'), counted(ns.client, 'newconn'), counted(ns.origin2, 'neighbour'), counted(ns.edge, 'ssh'), counted(ns.origin2, 'hairpin')]).toEqual([0, 0, 0, 0, 0]);
+    // Every one of the 30 was counted (a late packet of an earlier test's connection may add to it, never less).
+    expect((await drops(T1)).spoofed - before).toBeGreaterThanOrEqual(30);
     // The agent's probe still gets its answer from the origin's inner address.
     expect(await dp.probe(T1)).toMatchObject({ reachable: true });
     // Without the two jumps into the isolation chains, the same packets get through.
@@ -248,6 +251,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect(counted(ns.client, 'spoofed')).toBe(5);
     expect(counted(ns.client, 'newconn')).toBe(5);
     expect(counted(ns.edge, 'ssh')).toBe(10);
+    expect(counted(ns.origin2, 'hairpin')).toBe(5);
     // Another tunnel is guarded twice: only a DNAT-ed connection may enter a tunnel link at all.
     expect(counted(ns.origin2, 'neighbour')).toBe(0);
     deleteRule('guard_nodnat', 'oifname "tg-*" drop');
@@ -316,9 +320,10 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   it('the rule count does not depend on the number of tunnels', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // 32 rules of the table (the out counter's rule since issue 11; since issue 10 item 6 the allowlist's five
-    // lookups and its drop, the guard's two jumped-to chains, and two jumps to the allowlist: packets without a
-    // connection, and a connection's first packet), plus one per distinct rate limit in use (here one).
-    expect(rules).toBe(33);
+    // 35 rules of the table (the out counter's rule since issue 11; since issue 10 item 6 the allowlist's five
+    // lookups and its drop, the guard's jumped-to chains and its accept of DNAT-ed traffic from outside, two jumps
+    // to the allowlist: packets without a connection, and a connection's first packet in the nat chain), plus one
+    // per distinct rate limit in use (here one).
+    expect(rules).toBe(36);
   });
 });

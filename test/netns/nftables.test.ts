@@ -52,13 +52,14 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(text).toContain('meta l4proto { tcp, udp } counter packets 0 bytes 0 dnat to ip daddr map @protected');
     expect(text).toContain('counter name ip daddr map @tunnel_counters');
     expect(text).toContain('type filter hook forward priority filter; policy accept;');
-    expect(text).toContain('oifname "tg-*" tcp flags syn tcp option maxseg size set rt mtu');
-    expect(text).toContain('ct state invalid,untracked jump allowlist');
-    expect(text).toContain('ct status ! confirmed jump allowlist');
+    expect(text).toContain('tcp flags syn oifname "tg-*" tcp option maxseg size set rt mtu');
+    expect(text).toContain('ct status dnat iifname != "tg-*" accept');
+    expect(text).toContain('ct state invalid,untracked jump allow_noct');
+    expect(text).toContain('\t\tjump allowlist\n');
     expect(text).toContain('ip daddr . meta l4proto . th dport & 65280 @allowed_256 return');
     expect(text).toContain('ip daddr . meta l4proto . th dport @allowed_1 return');
-    expect(text).toContain('ct direction reply ct status dnat iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out');
-    expect(text).toContain('ct direction reply ct status dnat iifname . ip saddr . ct original ip daddr @replies accept');
+    expect(text).toContain('ct direction reply ct status dnat iifname . ip saddr . ct original ip daddr @replies jump tunnel_reply');
+    expect(text).toContain('counter name iifname map @tunnel_out');
     expect(text).toContain('ct state invalid,untracked jump guard_ct');
     expect(text).toContain('synproxy name ip daddr map @syn_proxy');
     expect(text).toContain('ct status ! dnat jump guard_nodnat');
@@ -75,7 +76,6 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
       expect.arrayContaining([
         expect.objectContaining({ name: 'fragdrop', type: 'filter', hook: 'prerouting', prio: -450, policy: 'accept' }),
         // per-tunnel counters in a filter chain (every packet), before DNAT (the protected IP is still daddr)
-        expect.objectContaining({ name: 'count', type: 'filter', hook: 'prerouting', prio: -150, policy: 'accept' }),
         expect.objectContaining({ name: 'allow', type: 'filter', hook: 'prerouting', prio: -140, policy: 'accept' }),
         expect.objectContaining({ name: 'prerouting', type: 'nat', hook: 'prerouting', prio: -100, policy: 'accept' }),
         expect.objectContaining({ name: 'nat_out', type: 'nat', hook: 'output', prio: -100, policy: 'accept' }),
@@ -84,6 +84,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
       ]),
     );
     expect(json.filter((o) => o.chain && (o.chain as { hook?: string }).hook === 'forward')).toHaveLength(1);
+    // four chains on prerouting (fragments, raw, allow, and the nat chain, which sees first packets only): every
+    // base chain costs every packet (issue 10 item 6)
+    expect(json.filter((o) => o.chain && (o.chain as { hook?: string }).hook === 'prerouting')).toHaveLength(4);
     expect(json.filter((o) => o.rule)).toHaveLength(EXPECTED_RULES.length);
     expect((await nft.listRules(T)).map((r) => `${r.chain}: ${r.exprs.join(' ')}`)).toEqual(EXPECTED_RULES);
   });

@@ -88,16 +88,15 @@ ${counters}  chain fragdrop {
     type filter hook prerouting priority raw; policy accept;
     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack
   }
-  chain count {
-    type filter hook prerouting priority mangle; policy accept;
-    counter name ip daddr map @tunnel_counters
-  }
   chain allow {
     type filter hook prerouting priority -140; policy accept;
-    ct state invalid,untracked jump allowlist
-    ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
-    ct status & confirmed == 0 jump allowlist
+    counter name ip daddr map @tunnel_counters
+    ct state invalid,untracked jump allow_noct
     ip daddr vmap @rate_limits
+  }
+  chain allow_noct {
+    jump allowlist
+    ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
   }
   chain allowlist {
     ip daddr . meta l4proto @allowed_all return
@@ -109,6 +108,7 @@ ${counters}  chain fragdrop {
   }
   chain prerouting {
     type nat hook prerouting priority dstnat; policy accept;
+    jump allowlist
     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected
   }
   chain nat_out {
@@ -117,7 +117,8 @@ ${counters}  chain fragdrop {
   }
   chain guard {
     type filter hook forward priority filter; policy accept;
-    oifname "${opts.ifnamePrefix}*" tcp flags syn tcp option maxseg size set rt mtu
+    tcp flags syn oifname "${opts.ifnamePrefix}*" tcp option maxseg size set rt mtu
+    ct status & dnat != 0 iifname != "${opts.ifnamePrefix}*" accept
     ct state invalid,untracked jump guard_ct
     iifname "${opts.ifnamePrefix}*" jump from_tunnel
     ct status & dnat == 0 jump guard_nodnat
@@ -131,10 +132,13 @@ ${counters}  chain fragdrop {
     counter name ip daddr map @drop_invalid drop
   }
   chain from_tunnel {
-    ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies counter name iifname map @tunnel_out
-    ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies accept
+    ct direction reply ct status & dnat != 0 iifname . ip saddr . ct original ip daddr @replies jump tunnel_reply
     counter name iifname map @drop_spoofed drop
     drop
+  }
+  chain tunnel_reply {
+    counter name iifname map @tunnel_out
+    accept
   }
   chain local_in {
     type filter hook input priority filter; policy accept;

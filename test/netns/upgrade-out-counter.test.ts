@@ -31,8 +31,8 @@ describe.skipIf(skipUnless(isRoot, 'upgrade test: root (network namespaces)'))('
     await dp.close();
     dp = undefined;
     // Make it the older agent's table: its counting rule, the tunnel_out map and the out counters go.
-    const handle = /# handle (\d+)/.exec(nft('-a', 'list', 'chain', 'ip', NFT_TABLE, 'from_tunnel').split('\n').find((l) => l.includes('@tunnel_out'))!)![1]!;
-    nft('delete', 'rule', 'ip', NFT_TABLE, 'from_tunnel', 'handle', handle);
+    const handle = /# handle (\d+)/.exec(nft('-a', 'list', 'chain', 'ip', NFT_TABLE, 'tunnel_reply').split('\n').find((l) => l.includes('@tunnel_out'))!)![1]!;
+    nft('delete', 'rule', 'ip', NFT_TABLE, 'tunnel_reply', 'handle', handle);
     nft('delete', 'map', 'ip', NFT_TABLE, 'tunnel_out');
     for (const t of ts) nft('delete', 'counter', 'ip', NFT_TABLE, `${t.tunnel_name}.out`);
     expect(setText('replies')).toContain('"tg-u1"');

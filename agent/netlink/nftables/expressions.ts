@@ -91,8 +91,6 @@ export const NF_CT_STATE_INVALID = 0x01;
 export const NF_CT_STATE_ESTABLISHED = 0x02;
 export const NF_CT_STATE_RELATED = 0x04;
 export const NF_CT_STATE_UNTRACKED = 0x40;
-/** IPS_CONFIRMED: the connection is in the conntrack table (its first packet passed every hook). */
-export const IPS_CONFIRMED = 0x08;
 /** IPS_DST_NAT: the connection's destination was rewritten (it went through our DNAT). */
 export const IPS_DST_NAT = 0x20;
 
