@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
+import { EXPECTED_RULES } from '../../agent/dataplane/kernel.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { counterArgv, counterPackets, firstLastSeconds, OBS_TABLE, observeRuleset, ruleHandle } from '../helpers/nft-observe.ts';
 import { onPath, skipUnless } from '../helpers/requirements.ts';
@@ -117,6 +118,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       neighbour: 'udp dport 7002',
       frag: 'udp dport 7003',
       hairpin: 'udp dport 7005',
+      proxyack: `tcp sport 8080 ip saddr ${T1.protected_ip} tcp flags & (syn|ack) == syn|ack`,
       mss1436: 'tcp dport 7004 tcp flags & (syn|ack) == syn tcp option maxseg size 1436',
       syn7004: 'tcp dport 7004 tcp flags & (syn|ack) == syn',
     });
@@ -220,10 +222,33 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     conn.stop();
     // One SYN reached the origin: the proxy's, for the client that finished its handshake.
     expect(counted(ns.origin1, 'syn8080')).toBe(before + 1);
-    // Without the notrack of SYNs the proxy never sees them: the flood reaches the origin.
-    deleteRule('synraw', 'notrack');
+    // Without the notrack of SYNs the proxy never sees them: conntrack tracks them, and only the nat chain's drop of
+    // tracked SYNs to a syn-proxied IP (it stands behind the notrack: see the fragment test below) keeps the flood
+    // from the origin. Without that too, the flood reaches the origin.
+    const invalid = (await drops(T1)).invalid;
+    deleteRule('early', 'notrack');
+    hping(ns.attacker, `-S --rand-source -c 50 -i u2000 -p 8080 ${T1.protected_ip}`);
+    expect(counted(ns.origin1, 'syn8080')).toBe(before + 1);
+    expect((await drops(T1)).invalid - invalid).toBeGreaterThanOrEqual(40);
+    deleteRule('prerouting', '@synproxied');
     hping(ns.attacker, `-S --rand-source -c 50 -i u2000 -p 8080 ${T1.protected_ip}`);
     expect(counted(ns.origin1, 'syn8080')).toBeGreaterThan(before + 1);
+    await restart();
+  }, 120_000);
+
+  it('SYN proxy: a SYN sent as fragments too short to hold its flags does not get past the proxy, counted invalid', async () => {
+    const before = counted(ns.origin1, 'syn8080');
+    const invalid = (await drops(T1)).invalid;
+    // 8 bytes of TCP header per fragment (hping3 -m): the first holds no flags, so the notrack before
+    // defragmentation misses it and conntrack tracks the reassembled SYN (T1 does not drop fragments).
+    const send = (): void => hping(ns.client, `-S -m 8 -c 3 -i u20000 -p 8080 ${T1.protected_ip}`);
+    send();
+    expect(counted(ns.origin1, 'syn8080')).toBe(before);
+    expect((await drops(T1)).invalid - invalid).toBe(3);
+    // Without the nat chain's drop of tracked SYNs to a syn-proxied IP, they reach the origin.
+    deleteRule('prerouting', '@synproxied');
+    send();
+    expect(counted(ns.origin1, 'syn8080')).toBe(before + 3);
     await restart();
   }, 120_000);
 
@@ -237,11 +262,16 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       hping(ns.origin1, `-S -c 5 -i u20000 -p 52222 ${EDGE}`);
       // DNAT-ed like a client's packet, but from a tunnel: the guard's accept of DNAT-ed traffic tests the link.
       hping(ns.origin1, `--udp -c 5 -i u20000 -p 7005 ${T2.protected_ip}`);
+      // A SYN to another tunnel's syn-proxied IP has no connection: the proxy would answer it (and open origin2 a
+      // connection to origin1) if the isolation came after it.
+      hping(ns.origin2, `-S -c 5 -i u20000 -p 8080 ${T1.protected_ip}`);
     };
+    const before2 = (await drops(T2)).spoofed;
     send();
-    expect([counted(ns.client, 'spoofed'), counted(ns.client, 'newconn'), counted(ns.origin2, 'neighbour'), counted(ns.edge, 'ssh'), counted(ns.origin2, 'hairpin')]).toEqual([0, 0, 0, 0, 0]);
-    // Every one of the 30 was counted (a late packet of an earlier test's connection may add to it, never less).
+    expect([counted(ns.client, 'spoofed'), counted(ns.client, 'newconn'), counted(ns.origin2, 'neighbour'), counted(ns.edge, 'ssh'), counted(ns.origin2, 'hairpin'), counted(ns.origin2, 'proxyack')]).toEqual([0, 0, 0, 0, 0, 0]);
+    // Every one of the 30 (and origin2's 5) was counted (a late packet of an earlier test's connection may add to it, never less).
     expect((await drops(T1)).spoofed - before).toBeGreaterThanOrEqual(30);
+    expect((await drops(T2)).spoofed - before2).toBeGreaterThanOrEqual(5);
     // The agent's probe still gets its answer from the origin's inner address.
     expect(await dp.probe(T1)).toMatchObject({ reachable: true });
     // Without the two jumps into the isolation chains, the same packets get through.
@@ -252,6 +282,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect(counted(ns.client, 'newconn')).toBe(5);
     expect(counted(ns.edge, 'ssh')).toBe(10);
     expect(counted(ns.origin2, 'hairpin')).toBe(5);
+    expect(counted(ns.origin2, 'proxyack')).toBe(5);
     // Another tunnel is guarded twice: only a DNAT-ed connection may enter a tunnel link at all.
     expect(counted(ns.origin2, 'neighbour')).toBe(0);
     deleteRule('guard_nodnat', 'oifname "tg-*" drop');
@@ -262,12 +293,15 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
 
   it('fragments to a tunnel that drops them are dropped before reassembly, counted fragment', async () => {
     const before = (await drops(T2)).fragment;
-    // hping3 -f: each datagram as IP fragments (the edge would otherwise reassemble and forward it).
-    hping(ns.client, `--udp -f -d 200 -c 3 -i u20000 -p 7003 ${T2.protected_ip}`);
+    // hping3 -m: each datagram as two IP fragments (the edge would otherwise reassemble and forward it). Two, not
+    // hping3's default of 13: T2's rate limit counts every fragment (it runs before defragmentation), and 13 at
+    // once are over its burst of 5.
+    const send = (): void => hping(ns.client, `--udp -m 120 -d 200 -c 3 -i u20000 -p 7003 ${T2.protected_ip}`);
+    send();
     expect(counted(ns.origin2, 'frag')).toBe(0);
     expect((await drops(T2)).fragment - before).toBeGreaterThanOrEqual(3);
-    deleteRule('fragdrop', '@fragments');
-    hping(ns.client, `--udp -f -d 200 -c 3 -i u20000 -p 7003 ${T2.protected_ip}`);
+    deleteRule('early', '@fragments');
+    send();
     expect(counted(ns.origin2, 'frag')).toBe(3);
     await restart();
   }, 120_000);
@@ -320,10 +354,9 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   it('the rule count does not depend on the number of tunnels', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // 35 rules of the table (the out counter's rule since issue 11; since issue 10 item 6 the allowlist's five
-    // lookups and its drop, the guard's jumped-to chains and its accept of DNAT-ed traffic from outside, two jumps
-    // to the allowlist: packets without a connection, and a connection's first packet in the nat chain), plus one
-    // per distinct rate limit in use (here one).
-    expect(rules).toBe(36);
+    // The table's rules (agent/dataplane/kernel.ts EXPECTED_RULES, 34 since issue 10 item 6 put everything that
+    // sees every packet before conntrack in one chain), plus one per distinct rate limit in use (here one).
+    expect(rules).toBe(EXPECTED_RULES.length + 1);
+    expect(rules).toBe(35);
   });
 });

@@ -54,7 +54,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(text).toContain('type filter hook forward priority filter; policy accept;');
     expect(text).toContain('tcp flags syn oifname "tg-*" tcp option maxseg size set rt mtu');
     expect(text).toContain('ct status dnat iifname != "tg-*" accept');
-    expect(text).toContain('ct state invalid,untracked jump allow_noct');
+    expect(text).toContain('tcp flags syn / fin,syn,rst,ack ip daddr @synproxied notrack');
+    expect(text).toContain('tcp flags syn / fin,syn,rst,ack ip daddr @synproxied counter name ip daddr map @drop_invalid drop');
     expect(text).toContain('\t\tjump allowlist\n');
     expect(text).toContain('ip daddr . meta l4proto . th dport & 65280 @allowed_256 return');
     expect(text).toContain('ip daddr . meta l4proto . th dport @allowed_1 return');
@@ -74,9 +75,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     );
     expect(json.filter((o) => o.chain).map((o) => o.chain)).toEqual(
       expect.arrayContaining([
-        expect.objectContaining({ name: 'fragdrop', type: 'filter', hook: 'prerouting', prio: -450, policy: 'accept' }),
-        // per-tunnel counters in a filter chain (every packet), before DNAT (the protected IP is still daddr)
-        expect.objectContaining({ name: 'allow', type: 'filter', hook: 'prerouting', prio: -140, policy: 'accept' }),
+        // per-tunnel counters, fragments, rate limits and the SYN proxy's notrack: every packet to P, before
+        // defragmentation and conntrack, in one filter chain
+        expect.objectContaining({ name: 'early', type: 'filter', hook: 'prerouting', prio: -450, policy: 'accept' }),
         expect.objectContaining({ name: 'prerouting', type: 'nat', hook: 'prerouting', prio: -100, policy: 'accept' }),
         expect.objectContaining({ name: 'nat_out', type: 'nat', hook: 'output', prio: -100, policy: 'accept' }),
         // one forward chain (the MSS clamp its first rule): a second base chain costs every forwarded packet
@@ -84,9 +85,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
       ]),
     );
     expect(json.filter((o) => o.chain && (o.chain as { hook?: string }).hook === 'forward')).toHaveLength(1);
-    // four chains on prerouting (fragments, raw, allow, and the nat chain, which sees first packets only): every
-    // base chain costs every packet (issue 10 item 6)
-    expect(json.filter((o) => o.chain && (o.chain as { hook?: string }).hook === 'prerouting')).toHaveLength(4);
+    // two chains on prerouting (early, and the nat chain, which sees first packets only): every base chain costs
+    // every packet (issue 10 item 6)
+    expect(json.filter((o) => o.chain && (o.chain as { hook?: string }).hook === 'prerouting')).toHaveLength(2);
     expect(json.filter((o) => o.rule)).toHaveLength(EXPECTED_RULES.length);
     expect((await nft.listRules(T)).map((r) => `${r.chain}: ${r.exprs.join(' ')}`)).toEqual(EXPECTED_RULES);
   });

@@ -80,23 +80,12 @@ function rulesetBody(opts: { table: string; ifnamePrefix: string; counters?: rea
   map tunnel_out {
     type ifname : counter
   }
-${counters}  chain fragdrop {
+${counters}  chain early {
     type filter hook prerouting priority -450; policy accept;
-    ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
-  }
-  chain synraw {
-    type filter hook prerouting priority raw; policy accept;
-    tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack
-  }
-  chain allow {
-    type filter hook prerouting priority -140; policy accept;
     counter name ip daddr map @tunnel_counters
-    ct state invalid,untracked jump allow_noct
+    ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
     ip daddr vmap @rate_limits
-  }
-  chain allow_noct {
-    jump allowlist
-    ct state invalid ip daddr != @synproxied counter name ip daddr map @drop_invalid drop
+    tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack
   }
   chain allowlist {
     ip daddr . meta l4proto @allowed_all return
@@ -108,6 +97,7 @@ ${counters}  chain fragdrop {
   }
   chain prerouting {
     type nat hook prerouting priority dstnat; policy accept;
+    tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied counter name ip daddr map @drop_invalid drop
     jump allowlist
     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected
   }
@@ -119,13 +109,14 @@ ${counters}  chain fragdrop {
     type filter hook forward priority filter; policy accept;
     tcp flags syn oifname "${opts.ifnamePrefix}*" tcp option maxseg size set rt mtu
     ct status & dnat != 0 iifname != "${opts.ifnamePrefix}*" accept
-    ct state invalid,untracked jump guard_ct
     iifname "${opts.ifnamePrefix}*" jump from_tunnel
+    ct state invalid,untracked jump guard_ct
     ct status & dnat == 0 jump guard_nodnat
   }
   chain guard_ct {
+    jump allowlist
     synproxy name ip daddr map @syn_proxy
-    ct state invalid counter name ip daddr map @drop_invalid drop
+    counter name ip daddr map @drop_invalid drop
   }
   chain guard_nodnat {
     oifname "${opts.ifnamePrefix}*" drop
