@@ -75,6 +75,8 @@ interface Answer {
   ms: number;
   rss: number;
   peak: number;
+  /** The highest of each of process.memoryUsage()'s parts during the command (bench/lib/agent-dataplane.mjs). */
+  parts?: { heapTotal: number; heapUsed: number; external: number; arrayBuffers: number };
   error?: string;
 }
 
@@ -127,6 +129,7 @@ function quantiles(xs: readonly number[]): Quantiles {
   return { p50: r(at(0.5)), p99: r(at(0.99)), mean: r(s.reduce((a, b) => a + b, 0) / s.length) };
 }
 
+const partsMb = (p: Answer['parts']): Record<string, string> | null => (p ? Object.fromEntries(Object.entries(p).map(([k, v]) => [k, mb(v)])) : null);
 const fmt = (ms: number): string => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);
 const mb = (b: number): string => `${(b / 1048576).toFixed(1)} MB`;
 
@@ -285,6 +288,8 @@ async function main(): Promise<void> {
       rss_idle: mb(rssIdle),
       peak_rss_during_apply: mb(peakApply),
       peak_rss_by_step: { apply: mb(peakApply), noop_reconcile: mb(same.peak), drift_reconcile: mb(repaired.peak), single_jobs: mb(jobPeak) },
+      // Where a reconcile's peak is: V8's heap or Buffers outside it.
+      peak_parts: { noop_reconcile: partsMb(same.parts), drift_reconcile: partsMb(repaired.parts) },
       peak_rss_before_removal: mb(peak),
     });
     console.log('');

@@ -476,7 +476,8 @@ export function diff(input: DiffInput): Plan {
     // most of a drift repair's garbage (RSS at its peak, the diff).
     const cleanIp = view.cleanOwners?.ips.has(protectedKey(t.protected_ip)) ?? false;
     const cleanLink = view.cleanOwners?.links.has(linkBucket(t.tunnel_name)) ?? false;
-    const built = cleanIp ? tunnelElementsButAllowlist(t) : tunnelElements(t);
+    // Nothing of a tunnel whose owners are both clean (a drift repair's ~99%) is built at all.
+    const built = cleanIp && cleanLink ? [] : cleanIp ? tunnelElementsButAllowlist(t) : tunnelElements(t);
     const wantEls = cleanIp || cleanLink ? built.filter((e) => (LINK_KEYED_SETS.has(e.set) ? !cleanLink : !cleanIp)) : built;
     // Nothing of it in the kernel, and the kernel's elements were read: added whole (NftChanges.addWhole).
     const whole =

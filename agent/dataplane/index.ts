@@ -20,7 +20,6 @@ import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
 import { SerialQueue } from '../housekeeping/serial-queue.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
-import { normaliseSpec } from '../../common/tunnel-spec.ts';
 import { InvalidTunnel, validateRef, validateSpec } from './validate.ts';
 
 export { KernelError } from './types.ts';
@@ -217,9 +216,9 @@ class EdgeDataplane implements DataplaneHandle {
   }
 
   private checkSpec(t: TunnelSpec): TunnelSpec {
-    validateSpec(t, this.k.linkPrefix);
+    const spec = validateSpec(t, this.k.linkPrefix);
     if (t.edge_ip !== this.opts.edgeIp) throw new InvalidTunnel(`edge_ip ${t.edge_ip} is not this router's ${this.opts.edgeIp}`);
-    return normaliseSpec(t);
+    return spec;
   }
 
   private async run(desired: TunnelSpec[], scope: 'all' | Set<string>, orphans: string[] = [], keep?: ReadonlySet<string>): Promise<ChangeCounts> {

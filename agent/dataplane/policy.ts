@@ -155,26 +155,40 @@ export function tunnelElementsButAllowlist(t: TunnelSpec): PolicyElement[] {
   return elementsOf(t, false);
 }
 
-function elementsOf(t: TunnelSpec, allowlist: boolean): PolicyElement[] {
-  const p = policyOf(t);
+/**
+ * Where a tunnel's elements other than the allowlist's go, one call each: the set, the value as its id spells it,
+ * and the key as up to three hex parts (concatenated, the key). One walk for the element list and the digests.
+ */
+type ElementSink = (set: string, value: string, key1: string, key2?: string, key3?: string) => void;
+
+/** The isolation's elements and the drop counters' map entries (`head`), or the policy's others (`tail`). */
+function eachElementButAllowlist(t: TunnelSpec, part: 'head' | 'tail', sink: ElementSink): void {
   const P = ipHex(t.protected_ip);
-  const O = ipHex(t.origin_inner.split('/')[0]!);
-  const N = ifnameHex(t.tunnel_name);
-  const out: PolicyElement[] = [
-    element(POLICY_SETS.replies, N + O + P),
-    element(POLICY_SETS.origins, N + O),
-    element(dropMap('spoofed'), N, `obj:${dropCounterName(t, 'spoofed')}`),
-    element(OUT_MAP, N, `obj:${outCounterName(t)}`),
-  ];
-  for (const r of DROP_REASONS) if (r !== 'spoofed') out.push(element(dropMap(r), P, `obj:${dropCounterName(t, r)}`));
-  if (allowlist) for (const id of allowlistIds(t)) out.push(elementFromId(id));
-  if (p.drop_fragments) out.push(element(POLICY_SETS.fragments, P));
+  if (part === 'head') {
+    const O = ipHex(t.origin_inner.split('/')[0]!);
+    const N = ifnameHex(t.tunnel_name);
+    sink(POLICY_SETS.replies, '', N, O, P);
+    sink(POLICY_SETS.origins, '', N, O);
+    sink(dropMap('spoofed'), `obj:${dropCounterName(t, 'spoofed')}`, N);
+    sink(OUT_MAP, `obj:${outCounterName(t)}`, N);
+    for (const r of DROP_REASONS) if (r !== 'spoofed') sink(dropMap(r), `obj:${dropCounterName(t, r)}`, P);
+    return;
+  }
+  if (policyOf(t).drop_fragments) sink(POLICY_SETS.fragments, '', P);
   const need = sharedNeeds(t);
   if (need.mss !== undefined) {
-    out.push(element(POLICY_SETS.synproxied, P));
-    out.push(element(POLICY_SETS.synproxy, P, `obj:${synproxyName(need.mss)}`));
+    sink(POLICY_SETS.synproxied, '', P);
+    sink(POLICY_SETS.synproxy, `obj:${synproxyName(need.mss)}`, P);
   }
-  if (need.pps !== undefined) out.push(element(POLICY_SETS.rateLimits, P, `v:${NFT_JUMP}:${rateLimitName(need.pps)}`));
+  if (need.pps !== undefined) sink(POLICY_SETS.rateLimits, `v:${NFT_JUMP}:${rateLimitName(need.pps)}`, P);
+}
+
+function elementsOf(t: TunnelSpec, allowlist: boolean): PolicyElement[] {
+  const out: PolicyElement[] = [];
+  const push: ElementSink = (set, value, k1, k2 = '', k3 = '') => void out.push(element(set, k1 + k2 + k3, value));
+  eachElementButAllowlist(t, 'head', push);
+  if (allowlist) for (const id of allowlistIds(t)) out.push(elementFromId(id));
+  eachElementButAllowlist(t, 'tail', push);
   return out;
 }
 
@@ -264,6 +278,19 @@ export function addToDigest(d: IdDigest, id: string): void {
   hashInto(d);
 }
 
+/** addToDigest of the id `<set> <key1><key2><key3> <value>`, without the id. */
+function addPartsToDigest(d: IdDigest, set: string, value: string, key1: string, key2 = '', key3 = ''): void {
+  hashStart();
+  hashText(set);
+  hashChar(SPACE);
+  hashText(key1);
+  hashText(key2);
+  hashText(key3);
+  hashChar(SPACE);
+  hashText(value);
+  hashInto(d);
+}
+
 /**
  * addToDigest of the id of an allowlist element of `set` whose key is buf[from, to), without the id: its
  * characters (`<set> <key in hex> `: allowlist elements have no value) hashed from the bytes.
@@ -343,11 +370,20 @@ export const digestIn = (m: Map<number, IdDigest>, key: number): IdDigest => {
  */
 export function ownerDigests(tunnels: Iterable<TunnelSpec>): OwnerDigests {
   const out: OwnerDigests = { ips: new Map(), links: new Map() };
+  // Tunnels share a few policies: their port blocks are cut once per distinct allowlist, not once per tunnel.
+  const blocksOf = new Map<string, ReturnType<typeof allowlistBlocks>>();
   for (const t of tunnels) {
     const k = protectedKey(t.protected_ip);
     const link = linkBucket(t.tunnel_name);
-    for (const e of tunnelElementsButAllowlist(t)) addToDigest(LINK_KEYED_SETS.has(e.set) ? digestIn(out.links, link) : digestIn(out.ips, k), e.id);
-    const { protos, blocks } = allowlistBlocks(t);
+    // The ids' characters hashed as they are made: no id, element or key string per element (RSS at 10,000 tunnels).
+    const sink: ElementSink = (set, value, k1, k2, k3) => addPartsToDigest(LINK_KEYED_SETS.has(set) ? digestIn(out.links, link) : digestIn(out.ips, k), set, value, k1, k2, k3);
+    eachElementButAllowlist(t, 'head', sink);
+    eachElementButAllowlist(t, 'tail', sink);
+    const p = policyOf(t);
+    const allowKey = `${p.protocol} ${p.ports === '*' ? '*' : p.ports.join(' ')}`;
+    let allow = blocksOf.get(allowKey);
+    if (!allow) blocksOf.set(allowKey, (allow = allowlistBlocks(t)));
+    const { protos, blocks } = allow;
     if (blocks.length === 0) continue;
     const d = digestIn(out.ips, k);
     KEY.fill(0);

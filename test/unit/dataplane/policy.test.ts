@@ -156,4 +156,20 @@ describe('port blocks', () => {
     // The elements but the allowlist: what a reconcile builds for a tunnel whose protected IP is clean.
     expect(tunnelElementsButAllowlist(t).map((e) => e.id)).toEqual(all.filter((e) => !isAllowedId(e.id)).map((e) => e.id));
   });
+
+  it('owner digests of many tunnels: each its own, whatever policies they share (port blocks are cut once per allowlist)', () => {
+    const tunnels = [
+      { ...benchTunnel(1), policy: BENCH_POLICY },
+      { ...benchTunnel(2), policy: { ...BENCH_POLICY, ports: [[22, 22]] as [number, number][] } },
+      { ...benchTunnel(3), policy: { ...BENCH_POLICY, protocol: 'udp' as const } },
+      { ...benchTunnel(4), policy: BENCH_POLICY },
+      benchTunnel(5),
+    ];
+    const digests = ownerDigests(tunnels);
+    for (const t of tunnels) {
+      const all = tunnelElements(t);
+      expect(digests.ips.get(protectedKey(t.protected_ip)), t.tunnel_name).toEqual(of(all.filter((e) => !LINK_KEYED_SETS.has(e.set)).map((e) => e.id)));
+      expect(digests.links.get(linkBucket(t.tunnel_name)), t.tunnel_name).toEqual(of(all.filter((e) => LINK_KEYED_SETS.has(e.set)).map((e) => e.id)));
+    }
+  });
 });
