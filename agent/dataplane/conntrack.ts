@@ -188,8 +188,8 @@ export class Conntrack {
 
   /**
    * Deletes the entries of each protected IP that its `allows` no longer lets in (a policy that closed ports or a
-   * protocol), keeping the rest: the allowlist judges a connection by its first packet only (agent/netlink/ruleset.ts
-   * `allow`). Returns how many went.
+   * protocol), keeping the rest: the allowlist judges a connection by its first packet only (agent/netlink/ruleset.ts:
+   * the nat prerouting chain's `jump allowlist`). Returns how many went.
    */
   async flushDisallowed(tunnels: readonly { ip: string; allows: (proto: number, dstPort: number | undefined) => boolean }[]): Promise<number> {
     if (tunnels.length === 0) return 0;

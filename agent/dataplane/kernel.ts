@@ -47,6 +47,7 @@ export const EXPECTED_RULES = [
   'guard_ct: immediate',
   'guard_ct: payload objref',
   'guard_ct: payload objref immediate',
+  'guard_ct: meta cmp immediate',
   'guard_nodnat: meta cmp immediate',
   'guard_nodnat: payload objref immediate',
   'from_tunnel: ct cmp ct bitwise cmp meta payload ct lookup immediate',

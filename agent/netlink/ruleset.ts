@@ -253,7 +253,8 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *   chain guard_ct {
  *     jump allowlist
  *     synproxy name ip daddr map @syn_proxy
- *     counter name ip daddr map @drop_invalid drop }
+ *     counter name ip daddr map @drop_invalid drop
+ *     oifname "PREFIX*" drop }
  *   chain guard_nodnat {
  *     oifname "PREFIX*" drop
  *     counter name ip daddr map @drop_invalid drop }
@@ -352,7 +353,8 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   rule(CHAINS.early, [daddr(), expr.lookup(ref(POLICY_SETS.rateLimits), NFT_REG_1, NFT_REG_VERDICT)]);
   // Conntrack must not see a SYN to a syn-proxied P: the proxy in forward answers it. A later fragment has no TCP
   // header (the rule does not match it); a first fragment too short to hold the flags is reassembled and tracked,
-  // which the nat chain's first rule drops.
+  // which the nat chain's first rule drops. A first fragment that holds them is untracked, so it is not reassembled:
+  // the proxy answers it alone, or drops it (a checksum over the whole SYN), and its later fragments time out.
   rule(CHAINS.early, [...tcpSyn(), daddr(), expr.lookup(ref(POLICY_SETS.synproxied)), expr.notrack()]);
   // One exact lookup per block size, the port masked to it: a hit returns.
   for (const bits of PORT_BLOCK_BITS) {
@@ -424,6 +426,9 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   rule(CHAINS.guardCt, [expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
   rule(CHAINS.guardCt, [daddr(), expr.objrefMap(ref(POLICY_SETS.synproxy))]);
   rule(CHAINS.guardCt, countedDrop('invalid', daddr(), ids));
+  // Nor into a tunnel: a packet with no connection to an origin's inner address (an ACK or RST from outside, routed
+  // to the edge) is none of the above, and guard_nodnat's test of ct status ends at once without a connection.
+  rule(CHAINS.guardCt, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), drop()]);
   // Not DNAT-ed: never into a tunnel, and never to P (counted when P is a tunnel's).
   rule(CHAINS.guardNoDnat, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), drop()]);
   rule(CHAINS.guardNoDnat, countedDrop('invalid', daddr(), ids));

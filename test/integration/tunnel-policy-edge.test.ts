@@ -155,8 +155,8 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'root (network namespaces
     gw.services.health.startCollector(createLogger('silent', { service: 'test' }, () => {}), { intervalSeconds: 3600 });
     expect((await gw.services.health.collectNow())?.nodes[edge.nodeId]).toBe('answered');
 
-    // Every packet to the protected IP is counted `in` before the policy decides (the `count` chain, -150,
-    // before `allow`, -140), so `in` is all that was sent to it. UDP with 100 bytes of data: 128 bytes of IP.
+    // Every packet to the protected IP is counted `in` before the policy decides (the first rule of the `early`
+    // chain, before the rate limit in it), so `in` is all that was sent to it. UDP with 100 bytes of data: 128 bytes of IP.
     const SIZE = 128;
     const udp = (n: number, port: number, gap: string) => client.run('bash', '-c', `hping3 -q --udp -d ${SIZE - 28} -c ${n} -i ${gap} -p ${port} ${t.protected_ip} >/dev/null 2>&1 || true`);
     const allowed = 200; // 50 a second, half the limit: passes

@@ -119,6 +119,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       frag: 'udp dport 7003',
       hairpin: 'udp dport 7005',
       proxyack: `tcp sport 8080 ip saddr ${T1.protected_ip} tcp flags & (syn|ack) == syn|ack`,
+      strayack: 'tcp dport 7006',
       mss1436: 'tcp dport 7004 tcp flags & (syn|ack) == syn tcp option maxseg size 1436',
       syn7004: 'tcp dport 7004 tcp flags & (syn|ack) == syn',
     });
@@ -291,6 +292,18 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     await restart();
   }, 120_000);
 
+  it('from outside: a packet with no connection to an origin\'s inner address never enters its tunnel', async () => {
+    // The client's default route is the edge, which routes the inner subnets into their tunnels: an ACK (no
+    // connection: conntrack calls it invalid) is no DNAT-ed connection, and must not get there.
+    const send = (): void => hping(ns.client, `-A -c 5 -i u20000 -p 7006 100.64.0.6`);
+    send();
+    expect(counted(ns.origin2, 'strayack')).toBe(0);
+    deleteRule('guard_ct', 'oifname "tg-*" drop');
+    send();
+    expect(counted(ns.origin2, 'strayack')).toBe(5);
+    await restart();
+  }, 120_000);
+
   it('fragments to a tunnel that drops them are dropped before reassembly, counted fragment', async () => {
     const before = (await drops(T2)).fragment;
     // hping3 -m: each datagram as two IP fragments (the edge would otherwise reassemble and forward it). Two, not
@@ -354,9 +367,9 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   it('the rule count does not depend on the number of tunnels', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // The table's rules (agent/dataplane/kernel.ts EXPECTED_RULES, 34 since issue 10 item 6 put everything that
+    // The table's rules (agent/dataplane/kernel.ts EXPECTED_RULES, 35 since issue 10 item 6 put everything that
     // sees every packet before conntrack in one chain), plus one per distinct rate limit in use (here one).
     expect(rules).toBe(EXPECTED_RULES.length + 1);
-    expect(rules).toBe(35);
+    expect(rules).toBe(36);
   });
 });

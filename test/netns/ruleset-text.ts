@@ -117,6 +117,7 @@ ${counters}  chain early {
     jump allowlist
     synproxy name ip daddr map @syn_proxy
     counter name ip daddr map @drop_invalid drop
+    oifname "${opts.ifnamePrefix}*" drop
   }
   chain guard_nodnat {
     oifname "${opts.ifnamePrefix}*" drop
