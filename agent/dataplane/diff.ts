@@ -54,6 +54,11 @@ export interface KernelView {
    * names (linkBucket, for LINK_KEYED_SETS). Their ids are not in `elements`; every other element's is.
    */
   cleanOwners?: CleanOwners;
+  /**
+   * With cleanOwners: the owners with elements in the kernel that differ from the wanted ones (their ids are in
+   * `elements`). An owner in neither has no element in the kernel at all.
+   */
+  dirtyOwners?: CleanOwners;
 }
 
 /** Owners (protected IPs, link name buckets) whose elements a reconcile found as wanted, by digest. */
@@ -474,14 +479,22 @@ export function diff(input: DiffInput): Plan {
     // Elements of a clean owner (the kernel's are the wanted ones, by digest) are not looked at, and a clean
     // protected IP's allowlist (~70 elements with a port list) is not even built: at 10,000 tunnels they were
     // most of a drift repair's garbage (RSS at its peak, the diff).
-    const cleanIp = view.cleanOwners?.ips.has(protectedKey(t.protected_ip)) ?? false;
-    const cleanLink = view.cleanOwners?.links.has(linkBucket(t.tunnel_name)) ?? false;
-    // Nothing of a tunnel whose owners are both clean (a drift repair's ~99%) is built at all.
-    const built = cleanIp && cleanLink ? [] : cleanIp ? tunnelElementsButAllowlist(t) : tunnelElements(t);
-    const wantEls = cleanIp || cleanLink ? built.filter((e) => (LINK_KEYED_SETS.has(e.set) ? !cleanLink : !cleanIp)) : built;
+    const ipKey = protectedKey(t.protected_ip);
+    const linkKey = linkBucket(t.tunnel_name);
+    const cleanIp = view.cleanOwners?.ips.has(ipKey) ?? false;
+    const cleanLink = view.cleanOwners?.links.has(linkKey) ?? false;
+    // Built only when looked at: nothing of a tunnel whose owners are both clean (a drift repair's ~99%), nor of one
+    // added whole because neither of its owners has an element in the kernel (a first apply's every tunnel).
+    let wanted: PolicyElement[] | undefined;
+    const wantEls = (): PolicyElement[] => {
+      if (wanted) return wanted;
+      const built = cleanIp && cleanLink ? [] : cleanIp ? tunnelElementsButAllowlist(t) : tunnelElements(t);
+      return (wanted = cleanIp || cleanLink ? built.filter((e) => (LINK_KEYED_SETS.has(e.set) ? !cleanLink : !cleanIp)) : built);
+    };
+    const absent = view.dirtyOwners !== undefined && !cleanIp && !cleanLink && !view.dirtyOwners.ips.has(ipKey) && !view.dirtyOwners.links.has(linkKey);
     // Nothing of it in the kernel, and the kernel's elements were read: added whole (NftChanges.addWhole).
     const whole =
-      !prev && view.elements !== undefined && !cleanIp && !cleanLink && counterNames.every((c) => !view.counters.has(c)) && wantEls.every((e) => !view.elements!.has(e.id));
+      !prev && view.elements !== undefined && !cleanIp && !cleanLink && counterNames.every((c) => !view.counters.has(c)) && (absent || wantEls().every((e) => !view.elements!.has(e.id)));
     if (whole) {
       nft.addWhole.push(t);
       touched = true;
@@ -504,7 +517,7 @@ export function diff(input: DiffInput): Plan {
     if (whole) {
       // its elements are in addWhole
     } else if (view.elements) {
-      for (const e of wantEls) {
+      for (const e of wantEls()) {
         // In the kernel already: claimed (see KernelView.elements), and out of this plan's deletes: in a scoped plan
         // a tunnel before this one may have listed it (its earlier spec's, on the protected IP this one takes
         // over). A clean owner's are not in wantEls at all.
@@ -518,7 +531,7 @@ export function diff(input: DiffInput): Plan {
       // A scoped change read its own elements by key (kernel.ts readScoped): what the record had, the kernel
       // still has and the tunnel no longer wants goes here (a reconcile's sweep does it for the whole table).
       if (!all && prev) {
-        const wantIds = new Set(wantEls.map((e) => e.id));
+        const wantIds = new Set(wantEls().map((e) => e.id));
         for (const p of held)
           for (const e of tunnelElements(p)) {
             if (wantIds.has(e.id) || !view.elements.has(e.id)) continue;
@@ -528,7 +541,7 @@ export function diff(input: DiffInput): Plan {
       }
     } else {
       const had = held.flatMap(tunnelElements);
-      const wantIds = new Set(wantEls.map((e) => e.id));
+      const wantIds = new Set(wantEls().map((e) => e.id));
       const hadIds = new Set(had.map((e) => e.id));
       for (const e of had) {
         if (wantIds.has(e.id)) continue;
@@ -537,7 +550,7 @@ export function diff(input: DiffInput): Plan {
       }
       // Unconfirmed records (pending) or a counter recreated (its map elements went with it): add every element.
       const all = !prev || prev.pending === true || countersMissing;
-      for (const e of wantEls) {
+      for (const e of wantEls()) {
         if (!all && hadIds.has(e.id)) {
           claimed.add(e.id);
           continue;
@@ -552,7 +565,7 @@ export function diff(input: DiffInput): Plan {
     // A pending record's specs count too: its refused change may have been committed before what failed after it.
     const otherPolicies = held.filter((p) => !samePolicyAsSent(p.policy, t.policy));
     if (otherPolicies.length > 0) {
-      const now = new Set((cleanIp ? tunnelElements(t) : built).map((e) => e.id));
+      const now = new Set(tunnelElements(t).map((e) => e.id));
       if (otherPolicies.some((p) => tunnelElements(p).some((e) => allowedElementIp(e) !== undefined && !now.has(e.id)))) narrowedBySpec.set(t.id, t);
     }
 

@@ -100,7 +100,7 @@ async function listCounters(k: KernelContext, names: readonly string[]): Promise
  * wanted digests, every element is digested by owner instead (its protected IP, or its link name: policy.ts
  * ownerDigests): `clean` names the owners whose digest matched, and only the others' elements are listed.
  */
-async function readElementIds(k: KernelContext, wanted?: OwnerDigests): Promise<{ ids: Set<string>; clean?: CleanOwners }> {
+async function readElementIds(k: KernelContext, wanted?: OwnerDigests): Promise<{ ids: Set<string>; clean?: CleanOwners; dirty?: CleanOwners }> {
   const ids = new Set<string>();
   if (!wanted) {
     for (const set of TUNNEL_SETS) await k.nft.eachSetElement(k.table, set, (e) => void ids.add(elementId(set, e)));
@@ -132,7 +132,7 @@ async function readElementIds(k: KernelContext, wanted?: OwnerDigests): Promise<
       if (owners.has(link ? linkBucketOfKey(e.key) : e.key.readUInt32BE(0))) ids.add(elementId(set, e));
     });
   }
-  return { ids, clean };
+  return { ids, clean, dirty };
 }
 
 /** The synproxy objects and rate-limit chains present: one per distinct value in use, never per tunnel. */
@@ -381,6 +381,7 @@ export async function readView(
     ...shared,
     ...(policy ? { elements: policy.ids } : {}),
     ...(policy?.clean ? { cleanOwners: policy.clean } : {}),
+    ...(policy?.dirty ? { dirtyOwners: policy.dirty } : {}),
   };
   observeLinks(k, view, links, addrs, recordedByName);
   return view;
