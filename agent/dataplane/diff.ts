@@ -345,7 +345,14 @@ export interface DiffInput {
    * protected IPs and counters stay claimed). A reconcile's tunnels that the kernel refused.
    */
   keep?: ReadonlySet<string>;
+  /**
+   * Called after every PACE_EVERY desired tunnels: where a large plan's caller may collect garbage (housekeeping/memory.ts
+   * phases). The per-tunnel garbage of 10,000 tunnels (names, steps, claims) was a drift repair's RSS peak.
+   */
+  pace?: () => void;
 }
+
+const PACE_EVERY = 2048;
 
 export function diff(input: DiffInput): Plan {
   const { desired, owned, view, scope } = input;
@@ -429,7 +436,9 @@ export function diff(input: DiffInput): Plan {
     if (view.counters.has(name)) delCounters.add(name);
   };
 
+  let paced = 0;
   for (const t of desired) {
+    if (input.pace && ++paced % PACE_EVERY === 0) input.pace();
     const prev = owned.get(t.id);
     // What the kernel may hold for this tunnel: its record's spec, and a pending change's earlier ones.
     const held = prev ? heldSpecs(prev) : [];
@@ -624,7 +633,8 @@ export function diff(input: DiffInput): Plan {
   if (all) {
     for (const ip of view.dnat.keys()) if (!claimedIps.has(ip)) delDnat.add(ip);
     for (const ip of view.counterMap.keys()) if (!claimedIps.has(ip)) delCounterMap.add(ip);
-    const wantedCounters = new Set(desired.flatMap(tunnelCounterNames));
+    const wantedCounters = new Set<string>();
+    for (const t of desired) for (const c of tunnelCounterNames(t)) wantedCounters.add(c);
     for (const id of keep) {
       const o = owned.get(id);
       if (!o) continue;

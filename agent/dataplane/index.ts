@@ -279,7 +279,8 @@ class EdgeDataplane implements DataplaneHandle {
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
     const mem = phases('operation', names.size);
     mem.between();
-    const plan = diff({ desired, owned, index: this.state.index, view, scope, orphanProtectedIps: orphans, ...(keep ? { keep } : {}) });
+    const pace = phases('read', names.size);
+    const plan = diff({ desired, owned, index: this.state.index, view, scope, orphanProtectedIps: orphans, ...(keep ? { keep } : {}), ...(pace.large ? { pace: pace.between } : {}) });
     mem.between();
     const c = plan.counts;
     if (mem.large || phases('operation', c.added + c.changed + c.removed).large) this.largeOperation = true;

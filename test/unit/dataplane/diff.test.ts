@@ -6,6 +6,7 @@ import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { LINK_KEYED_SETS, isAllowedId, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
+import { benchTunnel } from '../../../bench/lib/tunnels.ts';
 
 const t = (i: number, over: Partial<TunnelSpec> = {}): TunnelSpec => ({
   id: `id${i}`,
@@ -37,6 +38,32 @@ function viewOf(specs: TunnelSpec[]): KernelView {
 const ownedOf = (specs: TunnelSpec[]): Map<string, OwnedTunnel> => new Map(specs.map((s) => [s.id, { spec: s }]));
 
 describe('dataplane diff', () => {
+  it('a read by owner: a tunnel none of whose owners has an element in the kernel is added whole; one with a dirty owner element by element', () => {
+    const [a, b] = [t(1), t(2)];
+    const kept = tunnelElements(a)[0]!;
+    const view: KernelView = {
+      ...viewOf([]),
+      elements: new Set([kept.id]),
+      cleanOwners: { ips: new Set(), links: new Set() },
+      dirtyOwners: { ips: LINK_KEYED_SETS.has(kept.set) ? new Set() : new Set([protectedKey(a.protected_ip)]), links: LINK_KEYED_SETS.has(kept.set) ? new Set([linkBucket(a.tunnel_name)]) : new Set() },
+    };
+    const p = diff({ desired: [a, b], owned: new Map(), view, scope: 'all' });
+    expect(p.nft.addWhole.map((x) => x.id)).toEqual([b.id]);
+    expect(p.nft.addElements.map((e) => e.id).sort()).toEqual(tunnelElements(a).filter((e) => e.id !== kept.id).map((e) => e.id).sort());
+    expect(p.nft.delElements).toEqual([]);
+  });
+
+  it('a large plan paces its caller every 2,048 tunnels, and plans the same as without', () => {
+    const specs = Array.from({ length: 4100 }, (_, i) => benchTunnel(i + 1));
+    let paced = 0;
+    const plain = diff({ desired: specs, owned: new Map(), view: viewOf([]), scope: 'all' });
+    const p = diff({ desired: specs, owned: new Map(), view: viewOf([]), scope: 'all', pace: () => paced++ });
+    expect(paced).toBe(2);
+    expect(p.counts).toEqual(plain.counts);
+    expect(p.counts.added).toBe(4100);
+    expect(p.linkSteps.length).toBe(plain.linkSteps.length);
+  });
+
   it('nothing to do when the kernel matches: unchanged, no steps, no flush', () => {
     const specs = [t(1), t(2)];
     const p = diff({ desired: specs, owned: ownedOf(specs), view: viewOf(specs), scope: 'all' });
