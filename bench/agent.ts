@@ -129,9 +129,9 @@ function quantiles(xs: readonly number[]): Quantiles {
   return { p50: r(at(0.5)), p99: r(at(0.99)), mean: r(s.reduce((a, b) => a + b, 0) / s.length) };
 }
 
-const partsMb = (p: Answer['parts']): Record<string, string> | null => (p ? Object.fromEntries(Object.entries(p).map(([k, v]) => [k, mb(v)])) : null);
 const fmt = (ms: number): string => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);
 const mb = (b: number): string => `${(b / 1048576).toFixed(1)} MB`;
+const partsMb = (p: Answer['parts']): Record<string, string> | null => (p ? Object.fromEntries(Object.entries(p).map(([k, v]) => [k, mb(v)])) : null);
 
 async function main(): Promise<void> {
   const tunnels = Array.from({ length: N }, (_, i) => tun(i + 1));

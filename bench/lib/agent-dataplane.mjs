@@ -31,22 +31,23 @@ say({ ready: true, ...memory() });
 for await (const line of createInterface({ input: process.stdin, crlfDelay: Infinity })) {
   // "5" resets VmHWM to the current RSS (proc(5), clear_refs): the peak answered is this command's own.
   writeFileSync('/proc/self/clear_refs', '5');
-  // What the peak is made of: V8's heap (total reserved, and used) and memory outside it (Buffers), sampled
-  // whenever the event loop is free during the command (the highest of each, not necessarily at one moment).
+  const cmd = JSON.parse(line);
+  // What a reconcile's peak is made of: V8's heap (total reserved, and used) and memory outside it (Buffers),
+  // sampled whenever the event loop is free during it (the highest of each, not necessarily at one moment). Not
+  // during one-tunnel jobs, whose few milliseconds the sampling would add to.
   const parts = { heapTotal: 0, heapUsed: 0, external: 0, arrayBuffers: 0 };
   const sample = () => {
     const m = process.memoryUsage();
     for (const k of Object.keys(parts)) parts[k] = Math.max(parts[k], m[k]);
   };
-  const sampler = setInterval(sample, 5);
-  const cmd = JSON.parse(line);
+  const sampler = cmd.op === 'reconcile' ? setInterval(sample, 5) : undefined;
   const t = performance.now();
   try {
     const result =
       cmd.op === 'reconcile' ? await dp.reconcile(cmd.tunnels) : cmd.op === 'apply' ? await dp.apply(cmd.tunnel) : cmd.op === 'remove' ? await dp.remove(cmd.tunnel) : null;
     const ms = performance.now() - t;
-    sample();
-    say({ ok: true, result, ms, ...memory(), parts });
+    if (sampler) sample();
+    say({ ok: true, result, ms, ...memory(), ...(sampler ? { parts } : {}) });
   } catch (e) {
     say({ ok: false, error: e instanceof Error ? e.message : String(e) });
   } finally {
