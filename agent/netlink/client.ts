@@ -120,6 +120,16 @@ export class Rtnl extends Client {
     await this.call((s) => (typeof dev === 'number' ? rt.encodeDelLink(dev, s) : rt.encodeDelLinkByName(dev, s)), `delete link ${dev}`, rt.RTM_DELLINK);
   }
 
+  /** Puts the link in device group `group` (deleteLinkGroup then takes it with the others). */
+  async setLinkGroup(index: number, group: number): Promise<void> {
+    await this.call((s) => rt.encodeSetLinkGroup(index, group, s), `set link ${index} group ${group}`, rt.RTM_NEWLINK);
+  }
+
+  /** Deletes every link of the namespace in device group `group`, in one unregistration (ENODEV: none is). */
+  async deleteLinkGroup(group: number): Promise<void> {
+    await this.call((s) => rt.encodeDelLinkGroup(group, s), `delete link group ${group}`, rt.RTM_DELLINK);
+  }
+
   /** cidr "a.b.c.d/len" */
   async addAddress(dev: Dev, cidr: string): Promise<void> {
     const index = await this.index(dev);

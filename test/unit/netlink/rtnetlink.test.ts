@@ -28,6 +28,8 @@ import {
   encodeNewVeth,
   encodeReplaceRoute,
   encodeSetLinkMtu,
+  encodeSetLinkGroup,
+  encodeDelLinkGroup,
   encodeSetLinkUp,
 } from '../../../agent/netlink/rtnetlink.ts';
 import { lastOfType, loadCapture, norm } from './fixtures.ts';
@@ -69,6 +71,11 @@ describe('links', () => {
     expect(norm(encodeSetLinkUp(TGV0, false, 1))).toBe(norm(lastOfType('link-down', RTM_NEWLINK)));
     expect(norm(encodeSetLinkMtu(TGV0, 1476, 1))).toBe(norm(lastOfType('link-mtu', RTM_NEWLINK)));
     expect(norm(encodeDelLink(TGV0, 1))).toBe(norm(lastOfType('link-del', RTM_DELLINK)));
+  });
+  it('device group: set on one link, delete the group', () => {
+    // capture.sh: tgv2 is ifindex 5 in its namespace; group 4660 is 0x1234
+    expect(norm(encodeSetLinkGroup(5, 4660, 1))).toBe(norm(lastOfType('link-group', RTM_NEWLINK)));
+    expect(norm(encodeDelLinkGroup(4660, 1))).toBe(norm(lastOfType('link-del-group', RTM_DELLINK)));
   });
   it('get by name, as ip resolves it (ext mask VF|SKIP_STATS, no ack)', () => {
     const ours = encodeGetLink({ name: 'tgv0' }, 1, { extMask: RTEXT_FILTER_VF | RTEXT_FILTER_SKIP_STATS, flags: NLM_F_REQUEST });
