@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { PlanConflict, checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
-import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, phaseClock, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { EchoProber } from './probe.ts';
@@ -227,6 +227,7 @@ class EdgeDataplane implements DataplaneHandle {
     // generation still current) and nobody else committed while it ran; a failure leaves it unknown.
     const clean = this.cleanGeneration;
     this.cleanGeneration = undefined;
+    const clock = phaseClock();
     // The records this change may alter: all of them for a reconcile, else the scope's, looked up by id (a
     // single-tunnel change never walks every record: issue 10 item 4), and every spec the kernel may hold for them.
     const inScope: OwnedTunnel[] = [];
@@ -274,6 +275,7 @@ class EdgeDataplane implements DataplaneHandle {
     const [gen0, view] = trusted
       ? [clean, await recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() })]
       : await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]);
+    const readMs = clock();
     const knownBefore = (scope === 'all' && !keep?.size) || (scope !== 'all' && clean === gen0);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
     // garbage (tens of thousands of decoded objects, Map tables outgrown) is gone before the next allocates.
@@ -291,6 +293,7 @@ class EdgeDataplane implements DataplaneHandle {
     const intents: OwnedTunnel[] = [];
     for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push(intentOver(owned.get(t.id), t));
     this.state.commit(intents, []);
+    const planMs = clock();
     let applied: Awaited<ReturnType<typeof applyPlan>>;
     try {
       applied = await applyPlan(this.k, plan, view, trusted ? { genId: gen0 } : {});
@@ -301,7 +304,8 @@ class EdgeDataplane implements DataplaneHandle {
       this.log('dataplane.generation_moved', { tunnels: names.size });
       return this.run(desired, scope, orphans, keep);
     }
-    const { flushed, disallowed, generation, commits } = applied;
+    const { flushed, disallowed, generation, commits, ms } = applied;
+    clock(); // applyPlan timed its own steps (ms)
     const puts = desired.filter((t) => plan.actions.get(t.id) !== 'unchanged').map((t) => ({ spec: t }));
     const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id);
     this.state.commit(puts, dels);
@@ -313,7 +317,10 @@ class EdgeDataplane implements DataplaneHandle {
         this.cleanGeneration = generation;
       }
     }
-    this.log('dataplane.applied', { ...plan.counts, links: plan.linkSteps.length + plan.linkDeletes.length, conntrackFlushed: flushed, conntrackDisallowed: disallowed });
+    const recordMs = clock();
+    // Where the time went, per step: read-back, plan (with the intent records), the kernel's steps, the records after.
+    const phaseMs = { read: readMs, plan: planMs, ...ms, record: recordMs };
+    this.log('dataplane.applied', { ...plan.counts, links: plan.linkSteps.length + plan.linkDeletes.length, conntrackFlushed: flushed, conntrackDisallowed: disallowed, ms: phaseMs });
     return plan.counts;
   }
 
