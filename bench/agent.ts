@@ -77,6 +77,8 @@ interface Answer {
   peak: number;
   /** The highest of each of process.memoryUsage()'s parts during the command (bench/lib/agent-dataplane.mjs). */
   parts?: { heapTotal: number; heapUsed: number; external: number; arrayBuffers: number };
+  /** A reconcile's longest stretch without an event-loop turn, ms (SSH and probes wait that long). */
+  stallMs?: number;
   error?: string;
 }
 
@@ -130,6 +132,7 @@ function quantiles(xs: readonly number[]): Quantiles {
 }
 
 const fmt = (ms: number): string => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);
+const ms0 = (x: number | undefined): number | null => (x === undefined ? null : Math.round(x));
 const mb = (b: number): string => `${(b / 1048576).toFixed(1)} MB`;
 const partsMb = (p: Answer['parts']): Record<string, string> | null => (p ? Object.fromEntries(Object.entries(p).map(([k, v]) => [k, mb(v)])) : null);
 
@@ -290,6 +293,7 @@ async function main(): Promise<void> {
       peak_rss_by_step: { apply: mb(peakApply), noop_reconcile: mb(same.peak), drift_reconcile: mb(repaired.peak), single_jobs: mb(jobPeak) },
       // Where a reconcile's peak is: V8's heap or Buffers outside it.
       peak_parts: { noop_reconcile: partsMb(same.parts), drift_reconcile: partsMb(repaired.parts) },
+      event_loop_stall_ms: { apply: ms0(applied.stallMs), noop_reconcile: ms0(same.stallMs), drift_reconcile: ms0(repaired.stallMs) },
       peak_rss_before_removal: mb(peak),
     });
     console.log('');
@@ -300,6 +304,7 @@ async function main(): Promise<void> {
     const q = (x: Quantiles): string => `p50 ${x.p50} ms, p99 ${x.p99} ms, mean ${x.mean} ms`;
     console.log(`one-tunnel job at ${N}: apply ${q(jobApply)}; remove ${q(jobRemove)} (${SAMPLE_JOBS} each; target p50 < 10 ms)`);
     console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, ${mb(rssJobs)} after single jobs, ${mb(rssIdle)} idle 3 s later, peak (VmHWM) ${mb(peakApply)} during the apply, ${mb(same.peak)} during a no-change reconcile, ${mb(repaired.peak)} during the 1% drift repair, ${mb(jobPeak)} during single jobs (target < 150 MB; node ${AGENT_NODE_FLAGS.join(' ')})`);
+    console.log(`event loop            longest stretch without a turn: ${fmt(applied.stallMs ?? NaN)} in the apply, ${fmt(same.stallMs ?? NaN)} in a no-change reconcile, ${fmt(repaired.stallMs ?? NaN)} in the drift repair (SSH and probes wait that long)`);
     console.log(JSON.stringify(out));
     // bench:all's rows (bench/lib/report.ts), with issue 12's targets.
     report({ scenario: `apply ${N} tunnels`, rate: ourApply, unit: 'ms', ceiling: 'ip -batch + nft -f', ceiling_rate: cliApply, ratio: ourApply / cliApply, target: '<= 1.0x', pass: ourApply <= cliApply });

@@ -531,7 +531,18 @@ async function inChunks<T>(items: readonly T[], fn: (x: T) => Promise<unknown>, 
   for (let i = 0; i < items.length; i += CHUNK) {
     await Promise.all(items.slice(i, i + CHUNK).map(fn));
     if ((i + CHUNK) % COLLECT_EVERY_REQUESTS === 0 && i + CHUNK < items.length) collect();
+    if (i + CHUNK < items.length) await turn();
   }
+}
+
+/**
+ * Lets the event loop run once (timers, the SSH server's sockets). The socket answers most requests within
+ * the promise chain (socket.ts: the kernel has replied by the time sendto() returns), so without this a
+ * 10,000-tunnel apply would hold the loop for its whole ~12 s: SSH handshakes and keepalives, probes and
+ * timers would all wait for it.
+ */
+function turn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 /**
@@ -784,6 +795,7 @@ export async function applyPlan(
       addMapElements(b, k.table, mapped(dnat), mapped(ctr));
       addWholeElements(b, k.table, tunnels);
       await send(b);
+      await turn();
     }
   }
   if (commits > 0) generation = await k.nft.getGeneration();

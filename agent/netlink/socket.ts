@@ -11,7 +11,8 @@
 // we call poll() through koffi's `.async`, which runs it on a koffi worker thread in slices of
 // POLL_SLICE_MS, so the event loop is never blocked by a wait, and the fast path costs no thread hop
 // or message copy between threads. The main thread is only ever busy for the kernel's own processing
-// time of what we sent (milliseconds for a 10,000-element nft batch). The exception is a request whose
+// time of what we sent (milliseconds for a 10,000-element nft batch); as that fast path never leaves the
+// promise chain, the pump lets the event loop turn once every YIELD_AFTER_MS of it. The exception is a request whose
 // processing blocks long after its effect (a link deletion's RCU barrier, ~20 ms): a socket opened with
 // `sendOffThread` makes each sendto() a koffi async call on a worker thread.
 //
@@ -50,6 +51,15 @@ const CLONE_NEWNET = 0x40000000;
 const POLLIN = 0x1;
 
 const E = osConstants.errno;
+
+/**
+ * After this long in one stretch of the pump (the fast path below never leaves the promise chain), it lets the
+ * event loop turn once: a dump of hundreds of thousands of set elements or a queue of 10,000 requests would
+ * otherwise hold timers and the SSH server's sockets for seconds. One kernel call is never split.
+ */
+const YIELD_AFTER_MS = 20;
+/** When a pump last let the event loop turn (NetlinkSocket.yieldIfLong). */
+let pumpTurnedAt = 0;
 
 /** How long one async poll() may occupy its worker thread before we look at deadlines again. */
 const POLL_SLICE_MS = 50;
@@ -436,6 +446,7 @@ export class NetlinkSocket {
         const sending = this.sendRound(round);
         if (sending) await sending;
         await this.receiveRound(round);
+        await this.yieldIfLong();
       }
     } catch (e) {
       // Unexpected (a parse failure of a kernel message): fail what is in flight, keep the socket usable.
@@ -495,6 +506,8 @@ export class NetlinkSocket {
         // a 10,000-link dump was ~30 MB of garbage.
         const inPlace = round.length === 1 && round[0]!.spec.onMessage !== undefined;
         this.dispatch(inPlace ? this.recvBuf.subarray(0, n) : Buffer.from(this.recvBuf.subarray(0, n)));
+        // Between datagrams only: a dump's rest stays queued in the kernel meanwhile.
+        await this.yieldIfLong();
         continue;
       }
       const e = -n;
@@ -514,6 +527,16 @@ export class NetlinkSocket {
       if (round.every((p) => p.done)) return;
       await this.endpoint.wait(POLL_SLICE_MS);
     }
+  }
+
+  /**
+   * Lets the event loop turn when no pump has for YIELD_AFTER_MS. One clock for every socket of the process:
+   * the dataplane's work alternates between its route and nftables sockets in one promise chain.
+   */
+  private async yieldIfLong(): Promise<void> {
+    if (performance.now() - pumpTurnedAt < YIELD_AFTER_MS) return;
+    await new Promise((resolve) => setImmediate(resolve));
+    pumpTurnedAt = performance.now();
   }
 
   private dispatch(datagram: Buffer): void {
