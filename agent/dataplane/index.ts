@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
-import { PlanConflict, checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
+import { checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
 import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, phaseClock, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
