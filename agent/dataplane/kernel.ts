@@ -310,6 +310,9 @@ export function tunnelLinkSysctls(netns: string | undefined, names: readonly str
   );
 }
 
+/** New links whose sysctls applyPlan writes between two turns of the event loop. */
+const SYSCTL_SLICE = 1024;
+
 /** Lists fewer links than this one by one; more with one dump. */
 const LINK_GET_LIMIT = 16;
 
@@ -738,7 +741,11 @@ export async function applyPlan(
       if (!l) throw new NetlinkError({ errno: 19, operation: `link ${c.name} vanished right after its creation` });
       index.set(c.name, l.index);
     }
-    tunnelLinkSysctls(k.netns, creates.map((c) => c.name));
+    // Two synchronous /proc writes per link (~40 ms per 1,000 here): in slices, the event loop turning between.
+    for (let i = 0; i < creates.length; i += SYSCTL_SLICE) {
+      if (i > 0) await turn();
+      tunnelLinkSysctls(k.netns, creates.slice(i, i + SYSCTL_SLICE).map((c) => c.name));
+    }
   }
   const idx = (name: string): number => {
     const i = index.get(name);
