@@ -304,7 +304,8 @@ async function main(): Promise<void> {
     const q = (x: Quantiles): string => `p50 ${x.p50} ms, p99 ${x.p99} ms, mean ${x.mean} ms`;
     console.log(`one-tunnel job at ${N}: apply ${q(jobApply)}; remove ${q(jobRemove)} (${SAMPLE_JOBS} each; target p50 < 10 ms)`);
     console.log(`agent RSS             ${mb(rssApplied)} with ${N} tunnels, ${mb(rssReconciled)} after reconciles, ${mb(rssJobs)} after single jobs, ${mb(rssIdle)} idle 3 s later, peak (VmHWM) ${mb(peakApply)} during the apply, ${mb(same.peak)} during a no-change reconcile, ${mb(repaired.peak)} during the 1% drift repair, ${mb(jobPeak)} during single jobs (target < 150 MB; node ${AGENT_NODE_FLAGS.join(' ')})`);
-    console.log(`event loop            longest stretch without a turn: ${fmt(applied.stallMs ?? NaN)} in the apply, ${fmt(same.stallMs ?? NaN)} in a no-change reconcile, ${fmt(repaired.stallMs ?? NaN)} in the drift repair (SSH and probes wait that long)`);
+    const stall = (x: number | undefined): string => (x === undefined ? 'not measured' : fmt(x));
+    console.log(`event loop            longest stretch without a turn: ${stall(applied.stallMs)} in the apply, ${stall(same.stallMs)} in a no-change reconcile, ${stall(repaired.stallMs)} in the drift repair (SSH and probes wait that long)`);
     console.log(JSON.stringify(out));
     // bench:all's rows (bench/lib/report.ts), with issue 12's targets.
     report({ scenario: `apply ${N} tunnels`, rate: ourApply, unit: 'ms', ceiling: 'ip -batch + nft -f', ceiling_rate: cliApply, ratio: ourApply / cliApply, target: '<= 1.0x', pass: ourApply <= cliApply });

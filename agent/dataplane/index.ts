@@ -258,8 +258,8 @@ class EdgeDataplane implements DataplaneHandle {
               return mss === undefined ? [] : [synproxyName(mss)];
             }),
           };
-    // Read from the kernel, the generation is read in the same round as the read-back (the socket keeps their
-    // order): one round trip less for a one-tunnel job.
+    // Read from the kernel, the generation is requested before the read-back, on the same socket (which answers in
+    // order), and both are awaited together: no other round trip in between for a one-tunnel job.
     // A reconcile compares the kernel's elements by digest per owner with what it wants or keeps (KernelView.cleanOwners).
     const kept = [...(keep ?? [])].flatMap((id) => {
       const o = owned.get(id);

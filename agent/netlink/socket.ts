@@ -12,7 +12,7 @@
 // POLL_SLICE_MS, so the event loop is never blocked by a wait, and the fast path costs no thread hop
 // or message copy between threads. The main thread is only ever busy for the kernel's own processing
 // time of what we sent (milliseconds for a 10,000-element nft batch); as that fast path never leaves the
-// promise chain, the pump lets the event loop turn once every YIELD_AFTER_MS of it. The exception is a request whose
+// promise chain, the pump lets the event loop turn once YIELD_AFTER_MS have passed since a pump last did. The exception is a request whose
 // processing blocks long after its effect (a link deletion's RCU barrier, ~20 ms): a socket opened with
 // `sendOffThread` makes each sendto() a koffi async call on a worker thread.
 //

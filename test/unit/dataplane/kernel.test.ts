@@ -26,11 +26,11 @@ import {
   nfgenmsg,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
-import { RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink.ts';
+import { IFLA_GROUP, RTM_DELADDR, RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
-import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, awaitReaping, deleteLinkUnlisted, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
-import { diff } from '../../../agent/dataplane/diff.ts';
+import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, awaitReaping, deleteLinkUnlisted, deleteLinks, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
+import { diff, type KernelView, type ObservedLink } from '../../../agent/dataplane/diff.ts';
 import type { Conntrack } from '../../../agent/dataplane/conntrack.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
 import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
@@ -175,12 +175,12 @@ describe('deleteLinkUnlisted: a one-tunnel job waits for its link to leave the l
   /** The route socket answers GETLINK from `listed`; the reaper's sends are held until released (a worker in the kernel). */
   function setUp(reaperAnswer: Handler = () => undefined) {
     const state = { listed: true };
-    const { k } = context((m) => (m.type === RTM_GETLINK ? (state.listed ? { messages: [LINK] } : { errno: 19 }) : undefined));
+    const { k, kernel } = context((m) => (m.type === RTM_GETLINK ? (state.listed ? { messages: [LINK] } : { errno: 19 }) : undefined));
     const reaper = new SlowSendKernelStandIn(reaperAnswer);
     const reaperRtnl = new Rtnl(new NetlinkSocket(reaper));
     k.reaper = () => reaperRtnl;
     k.reaping = new Set();
-    return { k, reaper, state };
+    return { k, reaper, state, kernel };
   }
   const turn = (): Promise<void> => new Promise((r) => setTimeout(r, 2));
   /** The link as the job's read-back saw it. */
@@ -216,6 +216,18 @@ describe('deleteLinkUnlisted: a one-tunnel job waits for its link to leave the l
     expect(del!.payload.length).toBe(16);
   });
 
+  it('deletes the link\'s addresses first (its routes by key), then the link', async () => {
+    const { k, reaper, state, kernel } = setUp();
+    const deleting = deleteLinkUnlisted(k, { ...SEEN, addresses: ['100.64.0.1/30'] });
+    await turn();
+    // The address went on the route socket before the reaper was sent the link's deletion.
+    expect(kernel.requests.filter((r) => r.type === RTM_DELADDR)).toHaveLength(1);
+    expect(reaper.holding).toBe(1);
+    state.listed = false;
+    await deleting;
+    reaper.release();
+  });
+
   it("a refused deletion (the link still listed) fails with the kernel's error; a link already gone is no error", async () => {
     const refused = setUp((m) => (m.type === RTM_DELLINK ? { errno: 1, extack: 'not permitted' } : undefined));
     const failing = deleteLinkUnlisted(refused.k, SEEN).catch((e: unknown) => e);
@@ -227,6 +239,64 @@ describe('deleteLinkUnlisted: a one-tunnel job waits for its link to leave the l
     await turn();
     gone.reaper.release();
     await expect(ok).resolves.toBeUndefined();
+  });
+});
+
+describe('deleteLinks: a step deleting many links deletes them by device group', () => {
+  /** `n` links as a read-back saw them, each with its inner address. */
+  function viewOf(n: number): { view: KernelView; names: string[] } {
+    const links = new Map<string, ObservedLink>();
+    for (let i = 0; i < n; i++) links.set(`tg-${i}`, { name: `tg-${i}`, index: 100 + i, up: true, mtu: 1476, addresses: [`100.64.${i >> 6}.${(i & 63) * 4 + 1}/30`] });
+    return { view: { links } as KernelView, names: [...links.keys()] };
+  }
+  /** The group a RTM_NEWLINK sets, or a RTM_DELLINK deletes (IFLA_GROUP after the 16-byte ifinfomsg). */
+  const groupOf = (m: NlMsg): number | undefined => new AttrTable(m.payload.subarray(16)).u32(IFLA_GROUP);
+
+  it('addresses first, then every link into one new group, then one deletion of that group; no deletion per link', async () => {
+    const { k, kernel } = context(() => undefined);
+    const { view, names } = viewOf(20);
+    await deleteLinks(k, names, view);
+    const types = kernel.requests.map((r) => r.type);
+    expect(types).toEqual([...Array<number>(20).fill(RTM_DELADDR), ...Array<number>(20).fill(RTM_NEWLINK), RTM_DELLINK]);
+    const groups = new Set(kernel.requests.filter((r) => r.type === RTM_NEWLINK).map(groupOf));
+    expect(groups.size).toBe(1);
+    const [group] = groups;
+    // Far above the groups administrators name (/etc/iproute2/group), and what the deletion names.
+    expect(group).toBeGreaterThanOrEqual(1 << 24);
+    expect(group).toBeLessThan(2 ** 31);
+    const del = kernel.requests.at(-1)!;
+    expect(del.payload.readInt32LE(4)).toBe(0); // by group, not by index
+    expect(groupOf(del)).toBe(group);
+    // Each link by the index the read-back saw.
+    expect(kernel.requests.filter((r) => r.type === RTM_NEWLINK).map((r) => r.payload.readInt32LE(4))).toEqual(names.map((_, i) => 100 + i));
+  });
+
+  it('at most 1,024 links a group: 2,100 links are three deletions, of three different groups', async () => {
+    const { k, kernel } = context(() => undefined);
+    const { view, names } = viewOf(2100);
+    await deleteLinks(k, names, view);
+    const dels = kernel.requests.filter((r) => r.type === RTM_DELLINK);
+    expect(dels).toHaveLength(3);
+    expect(new Set(dels.map(groupOf)).size).toBe(3);
+    const sizes = dels.map((d) => kernel.requests.filter((r) => r.type === RTM_NEWLINK && groupOf(r) === groupOf(d)).length);
+    expect(sizes).toEqual([1024, 1024, 52]);
+  });
+
+  it('a link the kernel refuses to group: the others grouped are still deleted, then the refusal is the error', async () => {
+    const { k, kernel } = context((m) => (m.type === RTM_NEWLINK && m.payload.readInt32LE(4) === 105 ? { errno: 1, extack: 'not permitted' } : undefined));
+    const { view, names } = viewOf(20);
+    const err = await deleteLinks(k, names, view).catch((e: unknown) => e);
+    expect(err).toMatchObject({ name: 'NetlinkError', code: 'EPERM' });
+    expect(kernel.requests.filter((r) => r.type === RTM_DELLINK)).toHaveLength(1);
+  });
+
+  it('8 links or fewer: each deleted on its own (answered once unlisted), none by group', async () => {
+    const { k, kernel } = context((m) => (m.type === RTM_GETLINK ? { errno: 19 } : undefined));
+    const { view, names } = viewOf(8);
+    await deleteLinks(k, names, view);
+    const dels = kernel.requests.filter((r) => r.type === RTM_DELLINK);
+    expect(dels.map((d) => d.payload.readInt32LE(4))).toEqual(names.map((_, i) => 100 + i));
+    expect(kernel.requests.some((r) => r.type === RTM_NEWLINK)).toBe(false);
   });
 });
 
