@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
-import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, phaseClock, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, phaseClock, readConsistently, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { EchoProber } from './probe.ts';
@@ -146,7 +146,8 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       disallowed = await k.conntrack().flushDisallowed(tunnels).catch((e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`);
     }
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
-    const present = ownedNames.length ? await readView(k, ownedNames, state.tunnels) : undefined;
+    const records = state.tunnels;
+    const present = ownedNames.length ? await readConsistently(() => readView(k, ownedNames, records)) : undefined;
     if (present) tunnelLinkSysctls(netns, [...present.links.keys()]);
     log('dataplane.start', { table: opts.nftTable, tableState: table, conntrackDisallowed: disallowed, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
     return new EdgeDataplane(k, state, desired, opts, table, log, ct);
@@ -273,8 +274,8 @@ class EdgeDataplane implements DataplaneHandle {
     // replaces (OwnedTunnel.was), whose old link, map elements and ports that run reads and removes.
     const trusted = scoped !== undefined && clean !== undefined && inScope.every((o) => !o.pending) && (await this.k.nft.getGeneration()) === clean;
     const [gen0, view] = trusted
-      ? [clean, await recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() })]
-      : await Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]);
+      ? [clean, await readConsistently(() => recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() }))]
+      : await readConsistently(() => Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]));
     const readMs = clock();
     const knownBefore = (scope === 'all' && !keep?.size) || (scope !== 'all' && clean === gen0);
     // A large operation collects between read-back, diff and apply (housekeeping/memory.ts): each phase's
@@ -386,7 +387,7 @@ class EdgeDataplane implements DataplaneHandle {
       if (!o || o.pending || !sameSpec(o.spec, t)) return false;
     }
     if ((await this.k.nft.getGeneration()) !== clean) return false;
-    const links = await readLinks(this.k, desired.map((t) => t.tunnel_name), owned);
+    const links = await readConsistently(() => readLinks(this.k, desired.map((t) => t.tunnel_name), owned));
     if (!desired.every((t) => linkStepsFor(t, links.get(t.tunnel_name)).length === 0)) return false;
     // The links were read after the generation: a commit while they were read leaves the answer unproven.
     return (await this.k.nft.getGeneration()) === clean;

@@ -330,6 +330,25 @@ async function getLinks(k: KernelContext, names: readonly string[]): Promise<Map
   return out;
 }
 
+/** Reads of the kernel whose dump was interrupted by a concurrent change are made this many times at most. */
+const READ_ATTEMPTS = 3;
+
+/**
+ * Runs a read again when one of its dumps came back marked interrupted (NLM_F_DUMP_INTR: someone changed the
+ * list while it was dumped, so entries may be missing or repeated; client.ts turns it into EINTR). Acting on such
+ * a read could create a link that exists or delete an element that went: the batch would then fail whole.
+ * Reads only: nothing they do needs undoing.
+ */
+export async function readConsistently<T>(read: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await read();
+    } catch (e) {
+      if (!(e instanceof NetlinkError && e.code === 'EINTR') || attempt >= READ_ATTEMPTS) throw e;
+    }
+  }
+}
+
 /** What the kernel has for these link names (owned or wanted) and the whole of the agent's table. */
 /**
  * `full`: also read every policy element back (a reconcile); otherwise only what a single-tunnel change read

@@ -16,6 +16,8 @@ export const NLMSG_OVERRUN = 0x4;
 export const NLM_F_REQUEST = 0x01;
 export const NLM_F_MULTI = 0x02;
 export const NLM_F_ACK = 0x04;
+/** On a dump part: the kernel's list changed while it was dumped, so the dump may have missed or repeated entries. */
+export const NLM_F_DUMP_INTR = 0x10;
 // GET requests
 const NLM_F_ROOT = 0x100;
 const NLM_F_MATCH = 0x200;

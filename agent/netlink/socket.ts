@@ -26,7 +26,7 @@ import { closeSync, openSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import koffi from 'koffi';
 import { HOST_LE } from './attrs.ts';
-import { NLMSG_DONE, NLMSG_ERROR, NLMSG_OVERRUN, NetlinkError, parseError, parseMessages, type NlMsg } from './message.ts';
+import { NLMSG_DONE, NLMSG_ERROR, NLMSG_OVERRUN, NLM_F_DUMP_INTR, NetlinkError, parseError, parseMessages, type NlMsg } from './message.ts';
 
 // include/linux/socket.h / asm-generic/socket.h (x86_64 and aarch64 share these)
 const AF_NETLINK = 16;
@@ -313,6 +313,8 @@ export interface SeqReply {
   extack: { message?: string; offset?: number };
   /** Data messages (dump parts, echoes) for this seq, in arrival order. */
   messages: NlMsg[];
+  /** A part of this dump carried NLM_F_DUMP_INTR: it is not a consistent picture of the kernel's list. */
+  interrupted?: boolean;
 }
 
 export interface RequestResult {
@@ -557,6 +559,7 @@ export class NetlinkSocket {
         r = { seq: m.seq, errno: 0, extack: {}, messages: [] };
         p.replies.set(m.seq, r);
       }
+      if (m.flags & NLM_F_DUMP_INTR) r.interrupted = true;
       if (m.type === NLMSG_ERROR) {
         const e = parseError(m);
         r.errno = e.errno;

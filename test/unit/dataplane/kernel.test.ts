@@ -5,7 +5,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { Nft, Rtnl } from '../../../agent/netlink/client.ts';
 import { AttrTable, NlWriter } from '../../../agent/netlink/attrs.ts';
-import { NLM_F_ACK, NLM_F_DUMP, beginMessage, endMessage, parseMessages, type NlMsg } from '../../../agent/netlink/message.ts';
+import { NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, beginMessage, endMessage, parseMessages, type NlMsg } from '../../../agent/netlink/message.ts';
 import {
   NFT_MSG_DELTABLE,
   NFT_MSG_GETGEN,
@@ -29,7 +29,7 @@ import {
 import { IFLA_GROUP, RTM_DELADDR, RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
-import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, awaitReaping, deleteLinkUnlisted, deleteLinks, ensureTable, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
+import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, awaitReaping, deleteLinkUnlisted, deleteLinks, ensureTable, readConsistently, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
 import { diff, type KernelView, type ObservedLink } from '../../../agent/dataplane/diff.ts';
 import type { Conntrack } from '../../../agent/dataplane/conntrack.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
@@ -139,6 +139,32 @@ describe('readView over recorded replies', () => {
     expect([...view.counters]).toEqual(['tun-1']);
     expect(view.counterMap.size).toBe(0);
     expect(kernel.requests.some((r) => r.type === RTM_GETADDR)).toBe(true);
+  });
+
+  it('a read whose dump the kernel marked interrupted is made again (readConsistently), at most 3 times', async () => {
+    const flagged = DNAT.map((b) => {
+      const c = Buffer.from(b);
+      c.writeUInt16LE(c.readUInt16LE(6) | NLM_F_DUMP_INTR, 6);
+      return c;
+    });
+    /** The `protected` map's dump is interrupted the first `times` times it is asked for. */
+    const setUp = (times: number) => {
+      let dumps = 0;
+      const { k } = context((m) => {
+        if (m.type === RTM_GETLINK) return { messages: [LINK] };
+        if (m.type === nftType(NFT_MSG_GETSETELEM) && setOf(m) === 'protected') return { messages: ++dumps <= times ? flagged : DNAT };
+        if (m.type === nftType(NFT_MSG_GETOBJ)) return { messages: COUNTERS };
+        return undefined;
+      });
+      return { k, dumps: () => dumps };
+    };
+    const once = setUp(1);
+    const view = await readConsistently(() => readView(once.k, ['tgv0'], new Map()));
+    expect(Object.fromEntries(view.dnat)).toEqual({ '203.0.113.1': '100.64.0.10', '203.0.113.2': '100.64.0.6' });
+    expect(once.dumps()).toBe(2);
+    const always = setUp(Infinity);
+    await expect(readConsistently(() => readView(always.k, ['tgv0'], new Map()))).rejects.toMatchObject({ code: 'EINTR' });
+    expect(always.dumps()).toBe(3);
   });
 
   it('a scoped read asks for its keys and names only: no dump of any set, map or counter list', async () => {

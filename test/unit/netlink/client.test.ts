@@ -5,7 +5,7 @@
 import { constants as osConstants } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { Nft, NftBatchError, Rtnl } from '../../../agent/netlink/client.ts';
-import { NLMSG_ERROR, NLM_F_ACK, parseError, parseMessages } from '../../../agent/netlink/message.ts';
+import { NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP_INTR, parseError, parseMessages } from '../../../agent/netlink/message.ts';
 import { NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_GETOBJ, NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWOBJ, NFT_MSG_NEWSETELEM, NftBatch, nftType } from '../../../agent/netlink/nftables/index.ts';
 import { RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
@@ -177,6 +177,20 @@ describe('Nft over recorded kernel replies', () => {
     expect(map.size).toBe(2);
     // Without the socket's turns the whole dump is one stretch of microtasks, and `spin` never runs before it ends.
     expect(turns).toBeGreaterThanOrEqual(2);
+  });
+
+  it('a dump the kernel marks interrupted (NLM_F_DUMP_INTR: the list changed meanwhile) fails with EINTR; unmarked, it is read', async () => {
+    const parts = recorded('reply-nft-list-map', nftType(NFT_MSG_NEWSETELEM));
+    // The same recorded parts, the first one flagged as the kernel flags a dump a commit interrupted.
+    const flagged = parts.map((b, i) => {
+      const c = Buffer.from(b);
+      if (i === 0) c.writeUInt16LE(c.readUInt16LE(6) | NLM_F_DUMP_INTR, 6);
+      return c;
+    });
+    const interrupted = nftOver((m) => (m.type === nftType(NFT_MSG_GETSETELEM) ? { messages: flagged } : undefined));
+    await expect(interrupted.nft.listIpv4Map('tunnelgate', 'protected')).rejects.toMatchObject({ name: 'NetlinkError', code: 'EINTR' });
+    const whole = nftOver((m) => (m.type === nftType(NFT_MSG_GETSETELEM) ? { messages: parts } : undefined));
+    expect((await whole.nft.listIpv4Map('tunnelgate', 'protected')).size).toBe(2);
   });
 
   it('lists named counters with their values from the recorded dump', async () => {
