@@ -593,9 +593,14 @@ export async function deleteLinks(k: KernelContext, names: readonly string[], vi
   }
   await inChunks(
     seen.flatMap((l) => l.addresses.map((a) => ({ index: l.index, a }))),
-    (x) => k.rtnl.deleteAddress(x.index, x.a).catch(ignoreCode('EADDRNOTAVAIL', 'ENODEV')),
+    (x) => dropAddress(k, x.index, x.a),
   );
   for (let i = 0; i < seen.length; i += GROUP_DELETE_SLICE) await deleteGroup(k, seen.slice(i, i + GROUP_DELETE_SLICE));
+}
+
+/** A doomed link's address deleted before it (deleteLinks); already gone, or the link with it, is no error. */
+function dropAddress(k: KernelContext, index: number, cidr: string): Promise<void> {
+  return k.rtnl.deleteAddress(index, cidr).catch(ignoreCode('EADDRNOTAVAIL', 'ENODEV'));
 }
 
 /**
@@ -646,7 +651,7 @@ const UNLISTED_FAST_POLLS = 16;
  */
 export async function deleteLinkUnlisted(k: KernelContext, link: { name: string; index: number; addresses?: readonly string[] }): Promise<void> {
   // Its addresses first, by key, so the link goes down with no route left to flush (deleteLinks).
-  await Promise.all((link.addresses ?? []).map((a) => k.rtnl.deleteAddress(link.index, a).catch(ignoreCode('EADDRNOTAVAIL', 'ENODEV'))));
+  await Promise.all((link.addresses ?? []).map((a) => dropAddress(k, link.index, a)));
   if (!k.reaper) return k.rtnl.deleteLink(link.index).catch(ignoreCode('ENODEV'));
   let outcome: { error?: unknown } | undefined;
   const reaper = k.reaper();
