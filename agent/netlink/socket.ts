@@ -41,6 +41,7 @@ const SOL_NETLINK = 270;
 const MSG_TRUNC = 0x20;
 const MSG_DONTWAIT = 0x40;
 // include/uapi/linux/netlink.h: socket options
+const NETLINK_ADD_MEMBERSHIP = 1;
 const NETLINK_CAP_ACK = 10;
 const NETLINK_EXT_ACK = 11;
 /** Dump requests' headers are checked and their filters honoured (an address dump of one ifindex). */
@@ -197,6 +198,7 @@ class KernelEndpoint implements NetlinkEndpoint {
       const addr = Buffer.alloc(12);
       addr.writeUInt16LE(AF_NETLINK, 0);
       if (c.bind(fd, addr, 12) < 0) throw sysError('bind(AF_NETLINK)');
+      for (const g of opts.groups ?? []) setInt(c, fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, g);
       const len = Buffer.alloc(4);
       len.writeUInt32LE(12);
       if (c.getsockname(fd, addr, len) < 0) throw sysError('getsockname');
@@ -260,6 +262,8 @@ export interface NetlinkSocketOptions {
    * still filters what it decodes.
    */
   strictDumps?: boolean;
+  /** Multicast groups joined after bind (NetlinkSubscription; joining nfnetlink's needs CAP_NET_ADMIN). */
+  groups?: readonly number[];
   /** Default per-request timeout. */
   timeoutMs?: number;
   /**
@@ -332,6 +336,55 @@ interface Pending {
   resolve: (r: RequestResult) => void;
   reject: (e: Error) => void;
   done: boolean;
+}
+
+/** What NetlinkSubscription.drain found. */
+export type DrainResult = 'drained' | 'overflow';
+
+/**
+ * A socket that only listens: the kernel's multicast notifications of `groups`, read without waiting. Nothing
+ * is sent on it, so it needs none of NetlinkSocket's request machinery. When its receive buffer fills, the
+ * kernel drops what no longer fits and the next read fails with ENOBUFS: drain() then says `overflow`, and what
+ * was read is no complete account of what happened.
+ */
+export class NetlinkSubscription {
+  private readonly buf: Buffer;
+  private overflowed = false;
+
+  /** `buffer`: where datagrams are read to (64 KB by default), shareable by subscriptions opened one after another. */
+  constructor(
+    private readonly endpoint: NetlinkEndpoint,
+    buffer?: Buffer,
+  ) {
+    this.buf = buffer ?? Buffer.alloc(64 * 1024);
+  }
+
+  static open(protocol: number, groups: readonly number[], opts: { netns?: string; rcvbuf?: number; buffer?: Buffer } = {}): NetlinkSubscription {
+    return new NetlinkSubscription(KernelEndpoint.open(protocol, { netns: opts.netns, groups, rcvbuf: opts.rcvbuf ?? 4 * 1024 * 1024, sndbuf: 4096 }), opts.buffer);
+  }
+
+  /** Hands every queued message to `onMessage` (a view of the receive buffer: not to be kept), in order. */
+  drain(onMessage: (m: NlMsg) => void): DrainResult {
+    for (;;) {
+      const n = this.endpoint.receive(this.buf);
+      if (n === -E.EAGAIN) return this.overflowed ? 'overflow' : 'drained';
+      if (n === -E.ENOBUFS) {
+        this.overflowed = true;
+        continue;
+      }
+      if (n < 0) throw sysError('recv(netlink subscription)', -n);
+      // A notification larger than the buffer was cut: as good as lost.
+      if (n > this.buf.length) {
+        this.overflowed = true;
+        continue;
+      }
+      for (const m of parseMessages(this.buf.subarray(0, n))) onMessage(m);
+    }
+  }
+
+  close(): void {
+    this.endpoint.close();
+  }
 }
 
 export class NetlinkSocket {

@@ -10,4 +10,5 @@ export * from './expressions.ts';
 export * from './rule.ts';
 export * from './object.ts';
 export * from './generation.ts';
+export * from './notification.ts';
 export * from './batch.ts';
