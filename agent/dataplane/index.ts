@@ -12,6 +12,7 @@ import { Conntrack } from './conntrack.ts';
 import { checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
 import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, phaseClock, readConsistently, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
+import { CommitWatch } from './commit-watch.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { EchoProber } from './probe.ts';
 import { allowsConnection, ownerDigests, dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
@@ -175,11 +176,14 @@ class EdgeDataplane implements DataplaneHandle {
   /**
    * The nftables generation id at which the table is known to hold exactly what the records say: left by the
    * agent's own last operation when that operation read a consistent view and its commit was the only one in
-   * between (run()). Any other commit in the namespace (an `nft` by hand) moves the kernel's id past it, and
-   * the next reconcile reads everything back (docs/CONTRACTS.md "Dataplane"). In memory only: a restarted
-   * agent reads everything once.
+   * between (run()). Any other commit in the namespace (an `nft` by hand) moves the kernel's id past it; the
+   * watch then tells whether those commits touched the table (provenGeneration), and when it cannot tell, the
+   * next reconcile reads everything back (docs/CONTRACTS.md "Dataplane"). In memory only: a restarted agent
+   * reads everything once.
    */
   private cleanGeneration: number | undefined;
+  /** Listens to other programs' commits between the agent's own operations (commit-watch.ts). */
+  private readonly watch: CommitWatch;
 
   constructor(
     private readonly k: KernelContext,
@@ -192,6 +196,23 @@ class EdgeDataplane implements DataplaneHandle {
     private readonly ct: LazySockets,
   ) {
     this.prober = new EchoProber(k.netns);
+    this.watch = new CommitWatch({ netns: k.netns, table: k.table });
+  }
+
+  /**
+   * The generation at which the table is known, now, to hold what the records say: the agent's own last one, or a
+   * later one when the watch heard every commit since and none named the table. Undefined when nothing proves it
+   * (then the clean generation is forgotten, and the next reconcile reads the table back).
+   */
+  private async provenGeneration(): Promise<number | undefined> {
+    const clean = this.cleanGeneration;
+    if (clean === undefined) return undefined;
+    const gen = await this.k.nft.getGeneration();
+    if (gen === clean) return clean;
+    const v = this.watch.cleanThrough(gen);
+    this.log('dataplane.commits_heard', { since: clean, generation: gen, ...(v ? (v.clean ? { untouched: true } : { untouched: false, why: v.why }) : { untouched: false, why: 'not_watching' }) });
+    this.cleanGeneration = v?.clean ? v.generation : undefined;
+    return this.cleanGeneration;
   }
 
   /** One operation at a time; errors surface as KernelError. */
@@ -226,8 +247,11 @@ class EdgeDataplane implements DataplaneHandle {
     const owned = this.state.tunnels;
     // The table matches the records after this operation only if it did before (a full read, or the clean
     // generation still current) and nobody else committed while it ran; a failure leaves it unknown.
-    const clean = this.cleanGeneration;
+    // A scoped change may take its table side from the records (below); a reconcile reads everything anyway.
+    const clean = scope === 'all' ? undefined : await this.provenGeneration();
     this.cleanGeneration = undefined;
+    // Not listening while the agent commits: every element of its batches would be a notification (commit-watch.ts).
+    this.watch.stop();
     const clock = phaseClock();
     // The records this change may alter: all of them for a reconcile, else the scope's, looked up by id (a
     // single-tunnel change never walks every record: issue 10 item 4), and every spec the kernel may hold for them.
@@ -272,7 +296,7 @@ class EdgeDataplane implements DataplaneHandle {
     // one-tunnel job's read otherwise. Its batch carries that generation, so a commit by anyone in between refuses
     // it (ERESTART) and the change runs again with the kernel read back: its intent then still names the spec it
     // replaces (OwnedTunnel.was), whose old link, map elements and ports that run reads and removes.
-    const trusted = scoped !== undefined && clean !== undefined && inScope.every((o) => !o.pending) && (await this.k.nft.getGeneration()) === clean;
+    const trusted = scoped !== undefined && clean !== undefined && inScope.every((o) => !o.pending);
     const [gen0, view] = trusted
       ? [clean, await readConsistently(() => recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() }))]
       : await readConsistently(() => Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]));
@@ -318,6 +342,8 @@ class EdgeDataplane implements DataplaneHandle {
         this.cleanGeneration = generation;
       }
     }
+    // Listening again from the agent's own generation; a commit by anyone before the socket listens leaves it off.
+    if (this.cleanGeneration !== undefined) await this.watch.start(this.cleanGeneration, () => this.k.nft.getGeneration());
     const recordMs = clock();
     // Where the time went, per step: read-back, plan (with the intent records), the kernel's steps, the records after.
     const phaseMs = { read: readMs, plan: planMs, ...ms, record: recordMs };
@@ -374,23 +400,23 @@ class EdgeDataplane implements DataplaneHandle {
    * A reconcile's short cut (issue 12 item 3: 10,000 unchanged tunnels in well under a second): true when
    * nothing can have changed. The desired set is exactly the agent's confirmed records, and the nftables
    * generation id is still the one the agent's own last operation left (cleanGeneration), so no batch by anyone
-   * has touched any table since: the maps, sets, counters and objects are what the records say, and are not
-   * read back. Links have no such id: they are read (one link dump, one address dump) and must need nothing.
+   * has touched any table since, or every commit since was heard and none touched the agent's table (the watch:
+   * provenGeneration): the maps, sets, counters and objects are what the records say, and are not read back.
+   * Links have no such id: they are read (one link dump, one address dump) and must need nothing.
    * Anything else is the full reconcile's work (read everything back, diff, repair).
    */
   private async unchangedSince(desired: readonly TunnelSpec[]): Promise<boolean> {
-    const clean = this.cleanGeneration;
     const owned = this.state.tunnels;
-    if (clean === undefined || desired.length !== owned.size) return false;
+    if (this.cleanGeneration === undefined || desired.length !== owned.size) return false;
     for (const t of desired) {
       const o = owned.get(t.id);
       if (!o || o.pending || !sameSpec(o.spec, t)) return false;
     }
-    if ((await this.k.nft.getGeneration()) !== clean) return false;
+    if ((await this.provenGeneration()) === undefined) return false;
     const links = await readConsistently(() => readLinks(this.k, desired.map((t) => t.tunnel_name), owned));
     if (!desired.every((t) => linkStepsFor(t, links.get(t.tunnel_name)).length === 0)) return false;
-    // The links were read after the generation: a commit while they were read leaves the answer unproven.
-    return (await this.k.nft.getGeneration()) === clean;
+    // The links were read after the generation: a commit while they were read must be proven too.
+    return (await this.provenGeneration()) !== undefined;
   }
 
   /**
@@ -525,6 +551,7 @@ class EdgeDataplane implements DataplaneHandle {
     await this.queue.drained();
     this.closed = true;
     this.release.stop();
+    this.watch.stop();
     // Sockets and the journal only: the kernel state stays, traffic keeps flowing.
     this.prober.close();
     this.k.rtnl.close();

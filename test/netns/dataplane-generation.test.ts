@@ -14,6 +14,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
   let edge: DataplaneEdge;
   let dp: DataplaneHandle;
   const events: string[] = [];
+  /** The fields of every `dataplane.commits_heard` event: what the watch made of other programs' commits. */
+  const heard: Record<string, unknown>[] = [];
   /** Where each change read its table side from (the `dataplane.planned` event's `read`). */
   const reads: string[] = [];
   /** Run synchronously at the next plan read from the records: between its generation check and its commit. */
@@ -37,6 +39,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
     edge = new DataplaneEdge('tg-dpgen');
     dp = await createDataplane({ edgeIp: EDGE_IP, nftTable: T, stateDir: edge.stateDir, netns: edge.name, linkKind: 'veth-standin', log: (e, fields) => {
         events.push(e);
+        if (e === 'dataplane.commits_heard') heard.push(fields ?? {});
         if (e !== 'dataplane.planned') return;
         reads.push(String(fields?.read));
         if (fields?.read !== 'records' || !betweenPlanAndCommit) return;
@@ -101,10 +104,35 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
     expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
   });
 
-  it('a commit to another table is no drift of ours, but still reads everything back', async () => {
+  it('other programs\' commits to their own tables are heard between operations: the short cut holds', async () => {
+    // The agent's watch (agent/dataplane/commit-watch.ts) heard a NEWGEN for each, and no notification named its table.
     edge.run('nft', 'add', 'table', 'ip', 'someone_else');
+    edge.run('nft', 'add', 'set', 'ip', 'someone_else', 'banned', '{ type ipv4_addr; }');
+    edge.run('nft', 'add', 'element', 'ip', 'someone_else', 'banned', '{ 192.0.2.7, 192.0.2.8 }');
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+    expect(heard.at(-1)).toMatchObject({ untouched: true });
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
+  it('a commit naming a table of the agent\'s name, in any family, reads everything back', async () => {
+    edge.run('nft', 'add', 'table', 'inet', T);
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });
+    expect(heard.at(-1)).toMatchObject({ untouched: false, why: 'touched' });
+    edge.run('nft', 'delete', 'table', 'inet', T);
     expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });
     expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
+  it('a commit of more notifications than the listening socket holds proves nothing: everything is read back', async () => {
+    // 60,000 elements are a notification each, far past the socket's 4 MB receive buffer.
+    const elements = Array.from({ length: 60_000 }, (_, i) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`).join(', ');
+    edge.nft(`add element ip someone_else banned { ${elements} }\n`);
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });
+    expect(heard.at(-1)).toMatchObject({ untouched: false, why: 'overflow' });
+    // The full read started the watch again: the next commit elsewhere is heard.
+    edge.run('nft', 'delete', 'table', 'ip', 'someone_else');
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+    expect(heard.at(-1)).toMatchObject({ untouched: true });
   });
 
   it('links have no generation id: one deleted or set down by hand is found and repaired', async () => {
@@ -158,13 +186,19 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
       expect(await job(() => dp.remove(t))).toEqual(['records']);
       expect(allowlistOf(t.protected_ip)).toBe(0);
       expect(protectedIps()).not.toContain(t.protected_ip);
-      // Once anyone committed, a job reads its tunnel from the kernel by key, and builds the same.
+      // Another program's commit to its own table is heard, and changes nothing of that.
       edge.run('nft', 'add', 'table', 'ip', 'someone_else_2');
+      expect(await job(() => dp.apply(t))).toEqual(['records']);
+      expect(await job(() => dp.remove(t))).toEqual(['records']);
+      edge.run('nft', 'delete', 'table', 'ip', 'someone_else_2');
+      // Once anyone committed to the agent's table (here a counter added and deleted in one commit), a job reads its
+      // tunnel from the kernel by key, and builds the same.
+      edge.nft(`add counter ip ${T} stray\ndelete counter ip ${T} stray\n`);
       expect(await job(() => dp.apply(t))).toEqual(['keys']);
       expect(allowlistOf(t.protected_ip)).toBe(4);
+      // Until a reconcile has read the whole table again, every job does.
       expect(await job(() => dp.remove(t))).toEqual(['keys']);
       expect(allowlistOf(t.protected_ip)).toBe(0);
-      edge.run('nft', 'delete', 'table', 'ip', 'someone_else_2');
     });
 
     it('a commit by anyone between the generation check and the batch refuses the batch; the job runs again from the kernel', async () => {

@@ -18,6 +18,11 @@ export class TestNetns {
     return execFileSync('ip', ['netns', 'exec', this.name, cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 256 * 1024 * 1024 });
   }
 
+  /** `nft -f -` of a script inside the namespace: one commit. */
+  nft(script: string): string {
+    return execFileSync('ip', ['netns', 'exec', this.name, 'nft', '-f', '-'], { input: script, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] });
+  }
+
   /** `ip -j ...` parsed. */
   ipJson<T = unknown>(...args: string[]): T {
     const out = this.run('ip', '-j', ...args).trim();

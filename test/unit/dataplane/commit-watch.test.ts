@@ -1,0 +1,138 @@
+// The watch over other programs' nftables commits (agent/dataplane/commit-watch.ts): the notifications the
+// kernel sent `nft monitor` for six commits (test/fixtures/netlink/notify-commits.hex), judged for the table
+// `tunnelgate`, and the listening socket's overflow over a stand-in endpoint.
+import { constants } from 'node:os';
+import { describe, expect, it } from 'vitest';
+import { CommitWatch, judgeCommits } from '../../../agent/dataplane/commit-watch.ts';
+import { parseMessages } from '../../../agent/netlink/message.ts';
+import { decodeNotification, type NftNotification } from '../../../agent/netlink/nftables/notification.ts';
+import { NetlinkSubscription, type NetlinkEndpoint } from '../../../agent/netlink/socket.ts';
+import { loadCapture } from '../netlink/fixtures.ts';
+
+const T = 'tunnelgate';
+
+/** Every nftables notification of the capture after the monitor's own start-up (its GETGENs answered generation 1). */
+function captured(): NftNotification[] {
+  const all = loadCapture('notify-commits').calls.flatMap((c) => parseMessages(c).map(decodeNotification));
+  const first = all.findIndex((n) => n.kind === 'change');
+  expect(all[first - 1]).toEqual({ kind: 'generation', genId: 1 });
+  return all.slice(first);
+}
+/** The notifications of the commits that produced generations (from, to]. */
+const commits = (from: number, to: number): NftNotification[] => {
+  const out: NftNotification[] = [];
+  let gen = 1;
+  for (const n of captured()) {
+    if (gen >= from && gen < to) out.push(n);
+    if (n.kind === 'generation') gen = n.genId;
+  }
+  return out;
+};
+
+describe('ruleset notifications, decoded', () => {
+  it('one message per changed object naming its table and family, then NEWGEN per commit', () => {
+    const n = captured();
+    expect(n.filter((x) => x.kind === 'generation').map((x) => (x as { genId: number }).genId)).toEqual([2, 3, 4, 5, 6, 7]);
+    const changes = n.filter((x): x is Extract<NftNotification, { kind: 'change' }> => x.kind === 'change');
+    // The set's two elements are a message each.
+    expect(changes.map((c) => [c.table, c.family])).toEqual([
+      ['someone_else', 2],
+      ['someone_else', 2],
+      ['someone_else', 2],
+      ['someone_else', 2],
+      [T, 2],
+      [T, 1],
+      [T, 2],
+    ]);
+  });
+});
+
+describe('judgeCommits', () => {
+  it('commits to other tables only, every generation heard: clean through the last', () => {
+    expect(judgeCommits(1, commits(1, 4), 'drained', T, 4)).toEqual({ clean: true, generation: 4 });
+    // Commits after the kernel's id was read and before the drain are heard too.
+    expect(judgeCommits(1, commits(1, 4), 'drained', T, 2)).toEqual({ clean: true, generation: 4 });
+    expect(judgeCommits(4, [], 'drained', T, 4)).toEqual({ clean: true, generation: 4 });
+  });
+  it('a commit naming the table, in any family: touched', () => {
+    expect(judgeCommits(1, commits(1, 7), 'drained', T, 7)).toEqual({ clean: false, why: 'touched' });
+    expect(judgeCommits(4, commits(4, 5), 'drained', T, 5)).toEqual({ clean: false, why: 'touched' });
+    expect(judgeCommits(5, commits(5, 6), 'drained', T, 6)).toEqual({ clean: false, why: 'touched' });
+  });
+  it('a generation not heard, or the kernel\'s id past the last heard: a gap', () => {
+    const withoutThird = commits(1, 4).filter((n) => !(n.kind === 'generation' && n.genId === 3));
+    expect(judgeCommits(1, withoutThird, 'drained', T, 4)).toEqual({ clean: false, why: 'gap' });
+    expect(judgeCommits(1, commits(1, 3), 'drained', T, 4)).toEqual({ clean: false, why: 'gap' });
+    expect(judgeCommits(2, commits(1, 4), 'drained', T, 4)).toEqual({ clean: false, why: 'gap' });
+  });
+  it('an overflowed socket or a message naming no table proves nothing', () => {
+    expect(judgeCommits(1, commits(1, 4), 'overflow', T, 4)).toEqual({ clean: false, why: 'overflow' });
+    expect(judgeCommits(1, [{ kind: 'change', msgType: 0, family: 2, table: undefined }, { kind: 'generation', genId: 2 }], 'drained', T, 2)).toEqual({ clean: false, why: 'unnamed' });
+  });
+  it('the kernel\'s id wraps past 0xffffffff to 1', () => {
+    expect(judgeCommits(0xffffffff, [{ kind: 'generation', genId: 1 }], 'drained', T, 1)).toEqual({ clean: true, generation: 1 });
+    expect(judgeCommits(0xfffffffe, [{ kind: 'generation', genId: 0xffffffff }, { kind: 'generation', genId: 1 }], 'drained', T, 0xffffffff)).toEqual({ clean: true, generation: 1 });
+    expect(judgeCommits(0xffffffff, [{ kind: 'generation', genId: 0 }], 'drained', T, 0)).toEqual({ clean: false, why: 'gap' });
+  });
+});
+
+/** A stand-in endpoint (a mock of the kernel socket) handing out the capture's datagrams, then an errno per call. */
+class ScriptedEndpoint implements NetlinkEndpoint {
+  readonly portId = 1;
+  closed = false;
+  constructor(private readonly script: (Buffer | number)[]) {}
+  send(): number {
+    return 0;
+  }
+  receive(buf: Buffer): number {
+    const next = this.script.shift();
+    if (next === undefined) return -constants.errno.EAGAIN;
+    if (typeof next === 'number') return -next;
+    next.copy(buf);
+    return next.length;
+  }
+  async wait(): Promise<void> {}
+  close(): void {
+    this.closed = true;
+  }
+}
+
+describe('the watch over a listening socket', () => {
+  const datagrams = (): Buffer[] => loadCapture('notify-commits').calls;
+
+  it('starts only when the kernel is still at the generation it starts from, and proves later ones', async () => {
+    const calls = datagrams();
+    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(new ScriptedEndpoint(calls.slice(0, 8))) });
+    expect(await watch.start(1, async () => 2)).toBe(false);
+    expect(watch.cleanThrough(4)).toBeUndefined();
+    expect(await watch.start(1, async () => 1)).toBe(true);
+    // The first calls hold the monitor's own start-up answers (its GETGEN's generation 1, then dumps' DONE).
+    expect(watch.cleanThrough(4)).toEqual({ clean: false, why: 'gap' });
+    // Ended by what it could not prove: nothing more until it starts again.
+    expect(watch.cleanThrough(4)).toBeUndefined();
+  });
+
+  it('a commit to the table ends the watch; a receive buffer that overflowed too', async () => {
+    const calls = datagrams();
+    const firstCommit = calls.findIndex((c) => parseMessages(c).some((m) => decodeNotification(m).kind === 'change'));
+    const notifications = calls.slice(firstCommit);
+    let endpoint = new ScriptedEndpoint([...notifications.slice(0, 6)]);
+    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(endpoint) });
+    expect(await watch.start(1, async () => 1)).toBe(true);
+    expect(watch.cleanThrough(4)).toEqual({ clean: true, generation: 4 });
+    expect(watch.cleanThrough(4)).toEqual({ clean: true, generation: 4 });
+    endpoint = new ScriptedEndpoint([...notifications.slice(6)]);
+    expect(await watch.start(4, async () => 4)).toBe(true);
+    expect(watch.cleanThrough(7)).toEqual({ clean: false, why: 'touched' });
+    expect(endpoint.closed).toBe(true);
+    endpoint = new ScriptedEndpoint([notifications[0]!, constants.errno.ENOBUFS, notifications[1]!]);
+    expect(await watch.start(1, async () => 1)).toBe(true);
+    expect(watch.cleanThrough(2)).toEqual({ clean: false, why: 'overflow' });
+  });
+
+  it('a datagram larger than the receive buffer counts as lost', () => {
+    const big = Buffer.alloc(128);
+    const sub = new NetlinkSubscription(new ScriptedEndpoint([Buffer.alloc(200)]), big);
+    expect(sub.drain(() => undefined)).toBe('overflow');
+  });
+});
