@@ -8,8 +8,8 @@
 // (agent/netlink/nftables/notification.ts). A later generation is as good as the agent's own when a NEWGEN was
 // heard for every generation in between and no message named the table. Anything else (a generation not heard,
 // a receive buffer that overflowed, a message naming no table) proves nothing, and the caller reads the table
-// back as before. The socket is closed while the agent commits: the kernel builds a notification per element
-// for every listener, 800,000 of them for a first apply of 10,000 tunnels.
+// back as before. The socket leaves the group while the agent commits: the kernel builds a notification per
+// element for every listener, 800,000 of them for a first apply of 10,000 tunnels.
 import type { NlMsg } from '../netlink/message.ts';
 import { decodeNotification, NFNLGRP_NFTABLES, type NftNotification } from '../netlink/nftables/notification.ts';
 import { NETLINK_NETFILTER } from '../netlink/message.ts';
@@ -54,28 +54,34 @@ export interface CommitWatchOptions {
   netns?: string;
   table: string;
   /** Tests hand in their own subscription; by default a netfilter socket in `netns`. */
-  open?: () => Pick<NetlinkSubscription, 'drain' | 'close'>;
+  open?: () => Subscription;
 }
 
+type Subscription = Pick<NetlinkSubscription, 'drain' | 'discard' | 'listen' | 'close'>;
+const GROUPS = [NFNLGRP_NFTABLES];
+
 export class CommitWatch {
-  private sub?: Pick<NetlinkSubscription, 'drain' | 'close'>;
+  /** Opened at the first start, kept until close(): stop and start only leave and join the group (socket.ts). */
+  private sub?: Subscription;
   /** The generation the subscription is known to have heard everything since; undefined: not watching. */
   private since?: number;
-  /** One receive buffer for every subscription: the watch restarts after each of the agent's operations. */
-  private buffer?: Buffer;
 
   constructor(private readonly opts: CommitWatchOptions) {}
 
   /**
    * Starts listening from `generation`, the agent's own. `current` reads the kernel's generation: it must still be
    * `generation` once the socket listens, or a commit in between went unheard and the watch does not start.
-   * A socket that cannot be opened (no CAP_NET_ADMIN) leaves the agent as it was without the watch.
+   * A socket that cannot be opened or join (no CAP_NET_ADMIN) leaves the agent as it was without the watch.
    */
   async start(generation: number, current: () => Promise<number>): Promise<boolean> {
     this.stop();
     try {
-      this.sub = this.opts.open ? this.opts.open() : NetlinkSubscription.open(NETLINK_NETFILTER, [NFNLGRP_NFTABLES], { netns: this.opts.netns, buffer: (this.buffer ??= Buffer.alloc(64 * 1024)) });
+      this.sub ??= this.opts.open ? this.opts.open() : NetlinkSubscription.open(NETLINK_NETFILTER, [], { netns: this.opts.netns });
+      // What was queued before the last stop (an overflow too) belongs to an account already closed.
+      this.sub.discard();
+      this.sub.listen(GROUPS, true);
     } catch {
+      this.close();
       return false;
     }
     if ((await current()) !== generation) {
@@ -86,11 +92,22 @@ export class CommitWatch {
     return true;
   }
 
-  /** Stops listening (before the agent's own commits, and at close). */
+  /** Stops listening (before the agent's own commits). */
   stop(): void {
+    this.since = undefined;
+    if (!this.sub) return;
+    try {
+      this.sub.listen(GROUPS, false);
+    } catch {
+      this.close();
+    }
+  }
+
+  /** Closes the socket (the dataplane's close). */
+  close(): void {
+    this.since = undefined;
     this.sub?.close();
     this.sub = undefined;
-    this.since = undefined;
   }
 
   /**
@@ -104,7 +121,7 @@ export class CommitWatch {
     try {
       drained = this.sub.drain((m: NlMsg) => heard.push(decodeNotification(m)));
     } catch {
-      this.stop();
+      this.close();
       return undefined;
     }
     const v = judgeCommits(this.since, heard, drained, this.opts.table, kernelGen);

@@ -551,7 +551,7 @@ class EdgeDataplane implements DataplaneHandle {
     await this.queue.drained();
     this.closed = true;
     this.release.stop();
-    this.watch.stop();
+    this.watch.close();
     // Sockets and the journal only: the kernel state stays, traffic keeps flowing.
     this.prober.close();
     this.k.rtnl.close();

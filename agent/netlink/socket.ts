@@ -42,6 +42,7 @@ const MSG_TRUNC = 0x20;
 const MSG_DONTWAIT = 0x40;
 // include/uapi/linux/netlink.h: socket options
 const NETLINK_ADD_MEMBERSHIP = 1;
+const NETLINK_DROP_MEMBERSHIP = 2;
 const NETLINK_CAP_ACK = 10;
 const NETLINK_EXT_ACK = 11;
 /** Dump requests' headers are checked and their filters honoured (an address dump of one ifindex). */
@@ -151,6 +152,8 @@ export interface NetlinkEndpoint {
   wait(ms: number): Promise<void>;
   /** The receive buffer the kernel granted, where there is one. */
   receiveBufferSize?(): number;
+  /** Joins or leaves a multicast group (NETLINK_ADD_MEMBERSHIP / NETLINK_DROP_MEMBERSHIP). */
+  setMembership?(group: number, member: boolean): void;
   close(): void;
 }
 
@@ -239,6 +242,10 @@ class KernelEndpoint implements NetlinkEndpoint {
 
   receiveBufferSize(): number {
     return getInt(loadLibc(), this.fd, SOL_SOCKET, SO_RCVBUF);
+  }
+
+  setMembership(group: number, member: boolean): void {
+    setInt(loadLibc(), this.fd, SOL_NETLINK, member ? NETLINK_ADD_MEMBERSHIP : NETLINK_DROP_MEMBERSHIP, group);
   }
 
   close(): void {
@@ -345,7 +352,9 @@ export type DrainResult = 'drained' | 'overflow';
  * A socket that only listens: the kernel's multicast notifications of `groups`, read without waiting. Nothing
  * is sent on it, so it needs none of NetlinkSocket's request machinery. When its receive buffer fills, the
  * kernel drops what no longer fits and the next read fails with ENOBUFS: drain() then says `overflow`, and what
- * was read is no complete account of what happened.
+ * was read is no complete account of what happened. It can stop listening for a while without being closed
+ * (leave, then join): a closed netlink socket is freed after an RCU grace period, which the next link deletion's
+ * rcu_barrier() then waits out (~10 ms on a one-tunnel remove).
  */
 export class NetlinkSubscription {
   private readonly buf: Buffer;
@@ -361,6 +370,18 @@ export class NetlinkSubscription {
 
   static open(protocol: number, groups: readonly number[], opts: { netns?: string; rcvbuf?: number; buffer?: Buffer } = {}): NetlinkSubscription {
     return new NetlinkSubscription(KernelEndpoint.open(protocol, { netns: opts.netns, groups, rcvbuf: opts.rcvbuf ?? 4 * 1024 * 1024, sndbuf: 4096 }), opts.buffer);
+  }
+
+  /** Stops (false) or starts (true) hearing `groups`. */
+  listen(groups: readonly number[], on: boolean): void {
+    if (!this.endpoint.setMembership) throw new Error('this netlink endpoint cannot join groups');
+    for (const g of groups) this.endpoint.setMembership(g, on);
+  }
+
+  /** Throws away whatever is queued, and forgets an overflow: what follows is a fresh account. */
+  discard(): void {
+    this.drain(() => undefined);
+    this.overflowed = false;
   }
 
   /** Hands every queued message to `onMessage` (a view of the receive buffer: not to be kept), in order. */

@@ -76,20 +76,30 @@ describe('judgeCommits', () => {
   });
 });
 
-/** A stand-in endpoint (a mock of the kernel socket) handing out the capture's datagrams, then an errno per call. */
-class ScriptedEndpoint implements NetlinkEndpoint {
+/**
+ * A stand-in endpoint (a mock of the kernel socket): the kernel's datagrams reach it only while it is a member of a
+ * group, as multicast does; `ENOBUFS` stands for the kernel dropping what the receive buffer could not hold.
+ */
+class MulticastEndpoint implements NetlinkEndpoint {
   readonly portId = 1;
   closed = false;
-  constructor(private readonly script: (Buffer | number)[]) {}
+  member = false;
+  private readonly queue: (Buffer | number)[] = [];
+  deliver(...items: (Buffer | number)[]): void {
+    if (this.member) this.queue.push(...items);
+  }
   send(): number {
     return 0;
   }
   receive(buf: Buffer): number {
-    const next = this.script.shift();
+    const next = this.queue.shift();
     if (next === undefined) return -constants.errno.EAGAIN;
     if (typeof next === 'number') return -next;
     next.copy(buf);
     return next.length;
+  }
+  setMembership(_group: number, member: boolean): void {
+    this.member = member;
   }
   async wait(): Promise<void> {}
   close(): void {
@@ -98,41 +108,62 @@ class ScriptedEndpoint implements NetlinkEndpoint {
 }
 
 describe('the watch over a listening socket', () => {
-  const datagrams = (): Buffer[] => loadCapture('notify-commits').calls;
+  /** The capture's datagrams from the first commit on: a commit is [its objects' datagram, its NEWGEN's]. */
+  const notifications = (): Buffer[] => {
+    const calls = loadCapture('notify-commits').calls;
+    return calls.slice(calls.findIndex((c) => parseMessages(c).some((m) => decodeNotification(m).kind === 'change')));
+  };
 
   it('starts only when the kernel is still at the generation it starts from, and proves later ones', async () => {
-    const calls = datagrams();
-    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(new ScriptedEndpoint(calls.slice(0, 8))) });
+    const ep = new MulticastEndpoint();
+    const n = notifications();
+    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
     expect(await watch.start(1, async () => 2)).toBe(false);
-    expect(watch.cleanThrough(4)).toBeUndefined();
+    expect(ep.member).toBe(false);
+    expect(watch.cleanThrough(2)).toBeUndefined();
     expect(await watch.start(1, async () => 1)).toBe(true);
-    // The first calls hold the monitor's own start-up answers (its GETGEN's generation 1, then dumps' DONE).
-    expect(watch.cleanThrough(4)).toEqual({ clean: false, why: 'gap' });
-    // Ended by what it could not prove: nothing more until it starts again.
-    expect(watch.cleanThrough(4)).toBeUndefined();
+    expect(ep.member).toBe(true);
+    ep.deliver(...n.slice(0, 6));
+    expect(watch.cleanThrough(4)).toEqual({ clean: true, generation: 4 });
+    expect(watch.cleanThrough(4)).toEqual({ clean: true, generation: 4 });
+    // Stopped for the agent's own commits: nothing reaches it, and the socket stays open.
+    watch.stop();
+    expect([ep.member, ep.closed]).toEqual([false, false]);
+    ep.deliver(...n.slice(6));
+    expect(watch.cleanThrough(7)).toBeUndefined();
   });
 
-  it('a commit to the table ends the watch; a receive buffer that overflowed too', async () => {
-    const calls = datagrams();
-    const firstCommit = calls.findIndex((c) => parseMessages(c).some((m) => decodeNotification(m).kind === 'change'));
-    const notifications = calls.slice(firstCommit);
-    let endpoint = new ScriptedEndpoint([...notifications.slice(0, 6)]);
-    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(endpoint) });
+  it('what was queued before a stop is thrown away at the next start', async () => {
+    const ep = new MulticastEndpoint();
+    const n = notifications();
+    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
     expect(await watch.start(1, async () => 1)).toBe(true);
-    expect(watch.cleanThrough(4)).toEqual({ clean: true, generation: 4 });
-    expect(watch.cleanThrough(4)).toEqual({ clean: true, generation: 4 });
-    endpoint = new ScriptedEndpoint([...notifications.slice(6)]);
-    expect(await watch.start(4, async () => 4)).toBe(true);
-    expect(watch.cleanThrough(7)).toEqual({ clean: false, why: 'touched' });
-    expect(endpoint.closed).toBe(true);
-    endpoint = new ScriptedEndpoint([notifications[0]!, constants.errno.ENOBUFS, notifications[1]!]);
+    // Commits 2-4 heard, never drained, then the agent's own operation (stop, its commit 5, start from 5).
+    ep.deliver(...n.slice(0, 6), constants.errno.ENOBUFS);
+    watch.stop();
+    expect(await watch.start(5, async () => 5)).toBe(true);
+    ep.deliver(...n.slice(8, 10));
+    expect(watch.cleanThrough(6)).toEqual({ clean: false, why: 'touched' });
+    expect(ep.member).toBe(false);
+  });
+
+  it('a receive buffer that overflowed proves nothing, and ends the watch', async () => {
+    const ep = new MulticastEndpoint();
+    const n = notifications();
+    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
     expect(await watch.start(1, async () => 1)).toBe(true);
+    ep.deliver(n[0]!, constants.errno.ENOBUFS, n[1]!);
     expect(watch.cleanThrough(2)).toEqual({ clean: false, why: 'overflow' });
+    expect(watch.cleanThrough(2)).toBeUndefined();
+    watch.close();
+    expect(ep.closed).toBe(true);
   });
 
   it('a datagram larger than the receive buffer counts as lost', () => {
-    const big = Buffer.alloc(128);
-    const sub = new NetlinkSubscription(new ScriptedEndpoint([Buffer.alloc(200)]), big);
+    const ep = new MulticastEndpoint();
+    ep.member = true;
+    ep.deliver(Buffer.alloc(200));
+    const sub = new NetlinkSubscription(ep, Buffer.alloc(128));
     expect(sub.drain(() => undefined)).toBe('overflow');
   });
 });
