@@ -19,7 +19,10 @@ import { NetlinkSubscription, type DrainResult } from '../netlink/socket.ts';
 const after = (gen: number): number => (gen === 0xffffffff ? 1 : gen + 1);
 
 /** What the notifications heard since `since` prove, for `table`. */
-export type CommitVerdict = { clean: true; generation: number } | { clean: false; why: 'overflow' | 'gap' | 'touched' | 'unnamed' };
+export type CommitVerdict =
+  | { clean: true; generation: number }
+  /** `by`: the process whose commit touched the table, as its NEWGEN names it (for the operator's log). */
+  | { clean: false; why: 'overflow' | 'forged' | 'gap' | 'touched' | 'unnamed'; by?: { pid?: number; proc?: string } };
 
 /**
  * Pure: the generation up to which every commit after `since` is heard and none touched `table`, given the
@@ -27,16 +30,19 @@ export type CommitVerdict = { clean: true; generation: number } | { clean: false
  * NEWGEN at or past it must be among them, so no commit before that read can still be missing).
  */
 export function judgeCommits(since: number, heard: readonly NftNotification[], drained: DrainResult, table: string, atLeast: number): CommitVerdict {
-  if (drained === 'overflow') return { clean: false, why: 'overflow' };
+  if (drained !== 'drained') return { clean: false, why: drained };
   let gen = since;
-  for (const n of heard) {
+  for (const [i, n] of heard.entries()) {
     if (n.kind === 'generation') {
       if (n.genId !== after(gen)) return { clean: false, why: 'gap' };
       gen = n.genId;
     } else if (n.kind === 'change') {
       // Any family: a table of this name in another family is not ours, but telling them apart buys nothing.
       if (n.table === undefined) return { clean: false, why: 'unnamed' };
-      if (n.table === table) return { clean: false, why: 'touched' };
+      if (n.table === table) {
+        const end = heard.slice(i).find((x) => x.kind === 'generation');
+        return { clean: false, why: 'touched', ...(end?.kind === 'generation' && (end.pid !== undefined || end.proc !== undefined) ? { by: { pid: end.pid, proc: end.proc } } : {}) };
+      }
     }
   }
   // The kernel's id read before the drain must be among those heard (or be `since`): a commit's NEWGEN is sent after
@@ -53,6 +59,8 @@ function ahead(since: number, gen: number): number {
 export interface CommitWatchOptions {
   netns?: string;
   table: string;
+  /** Told once when the watch cannot work here (no socket, no group): the agent then reads back as before. */
+  unavailable?: (error: string) => void;
   /** Tests hand in their own subscription; by default a netfilter socket in `netns`. */
   open?: () => Subscription;
 }
@@ -65,6 +73,8 @@ export class CommitWatch {
   private sub?: Subscription;
   /** The generation the subscription is known to have heard everything since; undefined: not watching. */
   private since?: number;
+  /** Opening or joining failed once: never tried again (each reopen would cost a link deletion ~10 ms, socket.ts). */
+  private unavailable = false;
 
   constructor(private readonly opts: CommitWatchOptions) {}
 
@@ -75,16 +85,21 @@ export class CommitWatch {
    */
   async start(generation: number, current: () => Promise<number>): Promise<boolean> {
     this.stop();
+    if (this.unavailable) return false;
     try {
       this.sub ??= this.opts.open ? this.opts.open() : NetlinkSubscription.open(NETLINK_NETFILTER, [], { netns: this.opts.netns });
       // What was queued before the last stop (an overflow too) belongs to an account already closed.
       this.sub.discard();
       this.sub.listen(GROUPS, true);
-    } catch {
+    } catch (e) {
+      this.unavailable = true;
       this.close();
+      this.opts.unavailable?.(e instanceof Error ? e.message : String(e));
       return false;
     }
-    if ((await current()) !== generation) {
+    // The agent's own change is done and recorded by now: a failure to read the generation only leaves the watch off.
+    const now = await current().catch(() => undefined);
+    if (now !== generation) {
       this.stop();
       return false;
     }

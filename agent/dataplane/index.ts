@@ -196,7 +196,7 @@ class EdgeDataplane implements DataplaneHandle {
     private readonly ct: LazySockets,
   ) {
     this.prober = new EchoProber(k.netns);
-    this.watch = new CommitWatch({ netns: k.netns, table: k.table });
+    this.watch = new CommitWatch({ netns: k.netns, table: k.table, unavailable: (error) => this.log('dataplane.commit_watch_unavailable', { error }) });
   }
 
   /**
@@ -210,7 +210,7 @@ class EdgeDataplane implements DataplaneHandle {
     const gen = await this.k.nft.getGeneration();
     if (gen === clean) return clean;
     const v = this.watch.cleanThrough(gen);
-    this.log('dataplane.commits_heard', { since: clean, generation: gen, ...(v ? (v.clean ? { untouched: true } : { untouched: false, why: v.why }) : { untouched: false, why: 'not_watching' }) });
+    this.log('dataplane.commits_heard', { since: clean, generation: gen, ...(v ? (v.clean ? { untouched: true } : { untouched: false, why: v.why, ...(v.by ? { by: v.by } : {}) }) : { untouched: false, why: 'not_watching' }) });
     this.cleanGeneration = v?.clean ? v.generation : undefined;
     return this.cleanGeneration;
   }

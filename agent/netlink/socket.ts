@@ -80,6 +80,7 @@ interface Libc {
   /** sendto() on a worker thread; -1 on failure (the worker's errno does not reach us). */
   sendtoAsync(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: number): Promise<number>;
   recv(fd: number, buf: Buffer, len: number, flags: number): number;
+  recvfrom(fd: number, buf: Buffer, len: number, flags: number, addr: Buffer, addrlen: Buffer): number;
   close(fd: number): number;
   setns(fd: number, nstype: number): number;
   pollAsync(pfd: Buffer, nfds: number, timeoutMs: number): Promise<number>;
@@ -97,6 +98,7 @@ function loadLibc(): Libc {
   const getsockopt = lib.func('int getsockopt(int fd, int level, int name, void *val, void *len)');
   const sendto = lib.func('intptr_t sendto(int fd, void *buf, size_t len, int flags, void *addr, uint32_t addrlen)');
   const recv = lib.func('intptr_t recv(int fd, void *buf, size_t len, int flags)');
+  const recvfrom = lib.func('intptr_t recvfrom(int fd, void *buf, size_t len, int flags, void *addr, void *addrlen)');
   const close = lib.func('int close(int fd)');
   const setns = lib.func('int setns(int fd, int nstype)');
   const poll = lib.func('int poll(void *fds, unsigned long nfds, int timeout)');
@@ -114,6 +116,7 @@ function loadLibc(): Libc {
         sendto.async(fd, b, l, f, a, al, (err: unknown, res: unknown) => (err ? reject(err instanceof Error ? err : new Error(String(err))) : resolve(num(res))));
       }),
     recv: (fd, b, l, f) => num(recv(fd, b, l, f)),
+    recvfrom: (fd, b, l, f, a, al) => num(recvfrom(fd, b, l, f, a, al)),
     close: (fd) => num(close(fd)),
     setns: (fd, t) => num(setns(fd, t)),
     pollAsync: (pfd, n, t) =>
@@ -146,8 +149,9 @@ export interface NetlinkEndpoint {
   /**
    * Copies the next queued datagram into `buf` without waiting: its full length (larger than `buf` when it
    * was truncated), or minus an errno (EAGAIN: nothing queued; ENOBUFS: the kernel dropped replies).
+   * `from`: filled with the sender's port id (0: the kernel; any other is a process).
    */
-  receive(buf: Buffer): number;
+  receive(buf: Buffer, from?: { pid: number }): number;
   /** Resolves when a datagram may be readable, or after at most `ms`. */
   wait(ms: number): Promise<void>;
   /** The receive buffer the kernel granted, where there is one. */
@@ -161,6 +165,8 @@ export interface NetlinkEndpoint {
 class KernelEndpoint implements NetlinkEndpoint {
   private readonly kernelAddr = Buffer.alloc(12); // struct sockaddr_nl, nl_pid 0 = the kernel
   private readonly pollFd = Buffer.alloc(8); // struct pollfd
+  private readonly senderAddr = Buffer.alloc(12); // struct sockaddr_nl of recvfrom
+  private readonly senderLen = Buffer.alloc(4);
   private fd: number;
   readonly sendAsync?: (data: Buffer) => Promise<number>;
 
@@ -226,10 +232,17 @@ class KernelEndpoint implements NetlinkEndpoint {
     return n < 0 ? E.EIO : 0;
   }
 
-  receive(buf: Buffer): number {
+  receive(buf: Buffer, from?: { pid: number }): number {
     const c = loadLibc();
     for (;;) {
-      const n = c.recv(this.fd, buf, buf.length, MSG_DONTWAIT | MSG_TRUNC);
+      let n: number;
+      if (from) {
+        // socklen_t in, the address's length out; nl_pid is at offset 4 of struct sockaddr_nl.
+        if (HOST_LE) this.senderLen.writeUInt32LE(12);
+        else this.senderLen.writeUInt32BE(12);
+        n = c.recvfrom(this.fd, buf, buf.length, MSG_DONTWAIT | MSG_TRUNC, this.senderAddr, this.senderLen);
+        if (n >= 0) from.pid = HOST_LE ? this.senderAddr.readUInt32LE(4) : this.senderAddr.readUInt32BE(4);
+      } else n = c.recv(this.fd, buf, buf.length, MSG_DONTWAIT | MSG_TRUNC);
       if (n >= 0) return n;
       const e = errno();
       if (e !== E.EINTR) return -e;
@@ -346,7 +359,7 @@ interface Pending {
 }
 
 /** What NetlinkSubscription.drain found. */
-export type DrainResult = 'drained' | 'overflow';
+export type DrainResult = 'drained' | 'overflow' | 'forged';
 
 /**
  * A socket that only listens: the kernel's multicast notifications of `groups`, read without waiting. Nothing
@@ -359,8 +372,9 @@ export type DrainResult = 'drained' | 'overflow';
 export class NetlinkSubscription {
   private readonly buf: Buffer;
   private overflowed = false;
+  private forged = false;
 
-  /** `buffer`: where datagrams are read to (64 KB by default), shareable by subscriptions opened one after another. */
+  /** `buffer`: where datagrams are read to (64 KB by default). */
   constructor(
     private readonly endpoint: NetlinkEndpoint,
     buffer?: Buffer,
@@ -368,8 +382,9 @@ export class NetlinkSubscription {
     this.buf = buffer ?? Buffer.alloc(64 * 1024);
   }
 
-  static open(protocol: number, groups: readonly number[], opts: { netns?: string; rcvbuf?: number; buffer?: Buffer } = {}): NetlinkSubscription {
-    return new NetlinkSubscription(KernelEndpoint.open(protocol, { netns: opts.netns, groups, rcvbuf: opts.rcvbuf ?? 4 * 1024 * 1024, sndbuf: 4096 }), opts.buffer);
+  /** `rcvbuf`: what is asked for; the kernel counts twice that against the socket (its bookkeeping). */
+  static open(protocol: number, groups: readonly number[], opts: { netns?: string; rcvbuf?: number } = {}): NetlinkSubscription {
+    return new NetlinkSubscription(KernelEndpoint.open(protocol, { netns: opts.netns, groups, rcvbuf: opts.rcvbuf ?? 2 * 1024 * 1024, sndbuf: 4096 }));
   }
 
   /** Stops (false) or starts (true) hearing `groups`. */
@@ -382,18 +397,28 @@ export class NetlinkSubscription {
   discard(): void {
     this.drain(() => undefined);
     this.overflowed = false;
+    this.forged = false;
   }
 
-  /** Hands every queued message to `onMessage` (a view of the receive buffer: not to be kept), in order. */
+  /**
+   * Hands every queued message to `onMessage` (a view of the receive buffer: not to be kept), in order. A datagram
+   * from anyone but the kernel (a process with CAP_NET_ADMIN may send to a multicast group) is no notification:
+   * it makes the account `forged`, which proves nothing, as an overflow does.
+   */
   drain(onMessage: (m: NlMsg) => void): DrainResult {
+    const from = { pid: 0 };
     for (;;) {
-      const n = this.endpoint.receive(this.buf);
-      if (n === -E.EAGAIN) return this.overflowed ? 'overflow' : 'drained';
+      const n = this.endpoint.receive(this.buf, from);
+      if (n === -E.EAGAIN) return this.overflowed ? 'overflow' : this.forged ? 'forged' : 'drained';
       if (n === -E.ENOBUFS) {
         this.overflowed = true;
         continue;
       }
       if (n < 0) throw sysError('recv(netlink subscription)', -n);
+      if (from.pid !== 0) {
+        this.forged = true;
+        continue;
+      }
       // A notification larger than the buffer was cut: as good as lost.
       if (n > this.buf.length) {
         this.overflowed = true;

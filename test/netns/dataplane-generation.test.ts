@@ -124,8 +124,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
   });
 
   it('a commit of more notifications than the listening socket holds proves nothing: everything is read back', async () => {
-    // 60,000 elements are a notification each, far past the socket's 4 MB receive buffer.
-    const elements = Array.from({ length: 60_000 }, (_, i) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`).join(', ');
+    // 200,000 elements are a notification each: ~13 MB of them, 3 times what the socket's receive buffer holds.
+    const elements = Array.from({ length: 200_000 }, (_, i) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`).join(', ');
     edge.nft(`add element ip someone_else banned { ${elements} }\n`);
     expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });
     expect(heard.at(-1)).toMatchObject({ untouched: false, why: 'overflow' });

@@ -17,10 +17,12 @@ export const NFNLGRP_NFTABLES = 7;
  */
 const ATTR_TABLE = 1;
 const NFTA_GEN_ID = 1;
+const NFTA_GEN_PROC_PID = 2;
+const NFTA_GEN_PROC_NAME = 3;
 
 export type NftNotification =
-  /** A commit ended: the ruleset is now at this generation. */
-  | { kind: 'generation'; genId: number }
+  /** A commit ended: the ruleset is now at this generation; `pid` and `proc` name the process that committed. */
+  | { kind: 'generation'; genId: number; pid?: number; proc?: string }
   /** An object of a commit changed: its table's name and family (undefined when the message names none). */
   | { kind: 'change'; msgType: number; family: number; table: string | undefined }
   /** Not an nftables message at all. */
@@ -31,6 +33,12 @@ export function decodeNotification(msg: NlMsg): NftNotification {
   const msgType = msg.type & 0xff;
   const attrs = new AttrTable(msg.payload.subarray(NFGENMSG_LEN));
   const first = attrs.get(ATTR_TABLE);
-  if (msgType === NFT_MSG_NEWGEN && first && first.length >= 4) return { kind: 'generation', genId: readU32be(attrs.get(NFTA_GEN_ID)!) };
+  if (msgType === NFT_MSG_NEWGEN) {
+    // A NEWGEN without a whole id names no generation (and no table): judged as proving nothing.
+    if (!first || first.length < 4) return { kind: 'change', msgType, family: msg.payload[0]!, table: undefined };
+    const pid = attrs.get(NFTA_GEN_PROC_PID);
+    const proc = attrs.get(NFTA_GEN_PROC_NAME);
+    return { kind: 'generation', genId: readU32be(first), ...(pid && pid.length >= 4 ? { pid: readU32be(pid) } : {}), ...(proc ? { proc: readString(proc) } : {}) };
+  }
   return { kind: 'change', msgType, family: msg.payload[0]!, table: first ? readString(first) : undefined };
 }

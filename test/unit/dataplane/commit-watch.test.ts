@@ -15,7 +15,7 @@ const T = 'tunnelgate';
 function captured(): NftNotification[] {
   const all = loadCapture('notify-commits').calls.flatMap((c) => parseMessages(c).map(decodeNotification));
   const first = all.findIndex((n) => n.kind === 'change');
-  expect(all[first - 1]).toEqual({ kind: 'generation', genId: 1 });
+  expect(all[first - 1]).toMatchObject({ kind: 'generation', genId: 1 });
   return all.slice(first);
 }
 /** The notifications of the commits that produced generations (from, to]. */
@@ -55,9 +55,10 @@ describe('judgeCommits', () => {
     expect(judgeCommits(4, [], 'drained', T, 4)).toEqual({ clean: true, generation: 4 });
   });
   it('a commit naming the table, in any family: touched', () => {
-    expect(judgeCommits(1, commits(1, 7), 'drained', T, 7)).toEqual({ clean: false, why: 'touched' });
-    expect(judgeCommits(4, commits(4, 5), 'drained', T, 5)).toEqual({ clean: false, why: 'touched' });
-    expect(judgeCommits(5, commits(5, 6), 'drained', T, 6)).toEqual({ clean: false, why: 'touched' });
+    // The NEWGEN after the touch names who committed it.
+    expect(judgeCommits(1, commits(1, 7), 'drained', T, 7)).toEqual({ clean: false, why: 'touched', by: { pid: expect.any(Number), proc: 'nft' } });
+    expect(judgeCommits(4, commits(4, 5), 'drained', T, 5)).toMatchObject({ clean: false, why: 'touched' });
+    expect(judgeCommits(5, commits(5, 6), 'drained', T, 6)).toMatchObject({ clean: false, why: 'touched' });
   });
   it('a generation not heard, or the kernel\'s id past the last heard: a gap', () => {
     const withoutThird = commits(1, 4).filter((n) => !(n.kind === 'generation' && n.genId === 3));
@@ -65,8 +66,9 @@ describe('judgeCommits', () => {
     expect(judgeCommits(1, commits(1, 3), 'drained', T, 4)).toEqual({ clean: false, why: 'gap' });
     expect(judgeCommits(2, commits(1, 4), 'drained', T, 4)).toEqual({ clean: false, why: 'gap' });
   });
-  it('an overflowed socket or a message naming no table proves nothing', () => {
+  it('an overflowed socket, a datagram not from the kernel or a message naming no table proves nothing', () => {
     expect(judgeCommits(1, commits(1, 4), 'overflow', T, 4)).toEqual({ clean: false, why: 'overflow' });
+    expect(judgeCommits(1, commits(1, 4), 'forged', T, 4)).toEqual({ clean: false, why: 'forged' });
     expect(judgeCommits(1, [{ kind: 'change', msgType: 0, family: 2, table: undefined }, { kind: 'generation', genId: 2 }], 'drained', T, 2)).toEqual({ clean: false, why: 'unnamed' });
   });
   it('the kernel\'s id wraps past 0xffffffff to 1', () => {
@@ -84,19 +86,21 @@ class MulticastEndpoint implements NetlinkEndpoint {
   readonly portId = 1;
   closed = false;
   member = false;
-  private readonly queue: (Buffer | number)[] = [];
-  deliver(...items: (Buffer | number)[]): void {
+  private readonly queue: (Buffer | number | { from: number; data: Buffer })[] = [];
+  deliver(...items: (Buffer | number | { from: number; data: Buffer })[]): void {
     if (this.member) this.queue.push(...items);
   }
   send(): number {
     return 0;
   }
-  receive(buf: Buffer): number {
+  receive(buf: Buffer, from?: { pid: number }): number {
     const next = this.queue.shift();
     if (next === undefined) return -constants.errno.EAGAIN;
     if (typeof next === 'number') return -next;
-    next.copy(buf);
-    return next.length;
+    const [pid, data] = Buffer.isBuffer(next) ? [0, next] : [next.from, next.data];
+    if (from) from.pid = pid;
+    data.copy(buf);
+    return data.length;
   }
   setMembership(_group: number, member: boolean): void {
     this.member = member;
@@ -143,7 +147,7 @@ describe('the watch over a listening socket', () => {
     watch.stop();
     expect(await watch.start(5, async () => 5)).toBe(true);
     ep.deliver(...n.slice(8, 10));
-    expect(watch.cleanThrough(6)).toEqual({ clean: false, why: 'touched' });
+    expect(watch.cleanThrough(6)).toMatchObject({ clean: false, why: 'touched' });
     expect(ep.member).toBe(false);
   });
 
@@ -157,6 +161,41 @@ describe('the watch over a listening socket', () => {
     expect(watch.cleanThrough(2)).toBeUndefined();
     watch.close();
     expect(ep.closed).toBe(true);
+  });
+
+  it('a NEWGEN sent by a process, not the kernel, proves nothing: a forged one cannot cover a touch', async () => {
+    const ep = new MulticastEndpoint();
+    const n = notifications();
+    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    expect(await watch.start(1, async () => 1)).toBe(true);
+    // Commit 2 heard; then a process multicasts a NEWGEN 3 of its own, as if commit 3 had touched nothing.
+    ep.deliver(n[0]!, n[1]!, { from: 4242, data: n[3]! });
+    expect(watch.cleanThrough(2)).toEqual({ clean: false, why: 'forged' });
+    expect(ep.member).toBe(false);
+  });
+
+  it('a socket that cannot join is tried once, and said so once', async () => {
+    const said: string[] = [];
+    let opened = 0;
+    const watch = new CommitWatch({
+      table: T,
+      open: () => {
+        opened++;
+        throw new Error('EPERM');
+      },
+      unavailable: (e) => said.push(e),
+    });
+    expect(await watch.start(1, async () => 1)).toBe(false);
+    expect(await watch.start(2, async () => 2)).toBe(false);
+    expect([opened, said]).toEqual([1, ['EPERM']]);
+  });
+
+  it('a generation that cannot be read leaves the watch off, without failing the agent\'s operation', async () => {
+    const ep = new MulticastEndpoint();
+    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    expect(await watch.start(1, () => Promise.reject(new Error('EIO')))).toBe(false);
+    expect(ep.member).toBe(false);
+    expect(await watch.start(1, async () => 1)).toBe(true);
   });
 
   it('a datagram larger than the receive buffer counts as lost', () => {
