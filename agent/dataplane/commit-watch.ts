@@ -67,6 +67,12 @@ export interface CommitWatchOptions {
 
 type Subscription = Pick<NetlinkSubscription, 'drain' | 'discard' | 'listen' | 'close'>;
 const GROUPS = [NFNLGRP_NFTABLES];
+/**
+ * While watching, what was heard is judged this often, not only at the agent's next operation: the queue stays
+ * short, and after a touch, a gap or an overflow the socket leaves the group at once. Every listener makes the
+ * kernel build a notification per object of every other program's commit.
+ */
+const POLL_MS = 1_000;
 
 export class CommitWatch {
   /** Opened at the first start, kept until close(): stop and start only leave and join the group (socket.ts). */
@@ -75,6 +81,9 @@ export class CommitWatch {
   private since?: number;
   /** Opening or joining failed once: never tried again (each reopen would cost a link deletion ~10 ms, socket.ts). */
   private unavailable = false;
+  /** What ended the watch at a poll, told by the next cleanThrough. */
+  private ended?: CommitVerdict;
+  private timer?: ReturnType<typeof setInterval>;
 
   constructor(private readonly opts: CommitWatchOptions) {}
 
@@ -104,12 +113,21 @@ export class CommitWatch {
       return false;
     }
     this.since = generation;
+    this.timer ??= setInterval(() => this.poll(), POLL_MS).unref();
     return true;
+  }
+
+  /** Judges what was heard so far (the timer's work; tests call it): a watch that proves nothing more ends here. */
+  poll(): void {
+    if (this.since === undefined) return;
+    const v = this.judge(this.since);
+    if (v && !v.clean) this.ended = v;
   }
 
   /** Stops listening (before the agent's own commits). */
   stop(): void {
     this.since = undefined;
+    this.ended = undefined;
     if (!this.sub) return;
     try {
       this.sub.listen(GROUPS, false);
@@ -121,6 +139,8 @@ export class CommitWatch {
   /** Closes the socket (the dataplane's close). */
   close(): void {
     this.since = undefined;
+    clearInterval(this.timer);
+    this.timer = undefined;
     this.sub?.close();
     this.sub = undefined;
   }
@@ -130,6 +150,15 @@ export class CommitWatch {
    * later), or undefined, which also ends the watch (what follows a lost notification proves nothing).
    */
   cleanThrough(kernelGen: number): CommitVerdict | undefined {
+    if (this.since === undefined) {
+      const ended = this.ended;
+      this.ended = undefined;
+      return ended;
+    }
+    return this.judge(kernelGen);
+  }
+
+  private judge(kernelGen: number): CommitVerdict | undefined {
     if (!this.sub || this.since === undefined) return undefined;
     const heard: NftNotification[] = [];
     let drained: DrainResult;

@@ -198,6 +198,23 @@ describe('the watch over a listening socket', () => {
     expect(await watch.start(1, async () => 1)).toBe(true);
   });
 
+  it('between operations a poll judges what was heard: after a touch it leaves the group, and tells the next reader', async () => {
+    const ep = new MulticastEndpoint();
+    const n = notifications();
+    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    expect(await watch.start(1, async () => 1)).toBe(true);
+    ep.deliver(...n.slice(0, 6));
+    watch.poll();
+    expect(ep.member).toBe(true);
+    ep.deliver(...n.slice(6, 8));
+    watch.poll();
+    // Commit 5 named the table: nothing more is heard, and the kernel builds no notification for this socket.
+    expect(ep.member).toBe(false);
+    expect(watch.cleanThrough(5)).toMatchObject({ clean: false, why: 'touched' });
+    expect(watch.cleanThrough(5)).toBeUndefined();
+    watch.close();
+  });
+
   it('a datagram larger than the receive buffer counts as lost', () => {
     const ep = new MulticastEndpoint();
     ep.member = true;
