@@ -7,12 +7,11 @@
 // kernel sends one message per changed object, naming its table, then NEWGEN with the commit's generation id
 // (agent/netlink/nftables/notification.ts). A later generation is as good as the agent's own when a NEWGEN was
 // heard for every generation in between and no message named the table. Anything else (a generation not heard,
-// a receive buffer that overflowed, a message naming no table) proves nothing, and the caller reads the table
-// back as before. The socket leaves the group while the agent commits: the kernel builds a notification per
+// a receive buffer that overflowed, a datagram that a process rather than the kernel sent, a message naming no
+// table) proves nothing, and the caller reads the table back as before. The socket leaves the group while the agent commits: the kernel builds a notification per
 // element for every listener, 800,000 of them for a first apply of 10,000 tunnels.
-import type { NlMsg } from '../netlink/message.ts';
+import { NETLINK_NETFILTER, type NlMsg } from '../netlink/message.ts';
 import { decodeNotification, NFNLGRP_NFTABLES, type NftNotification } from '../netlink/nftables/notification.ts';
-import { NETLINK_NETFILTER } from '../netlink/message.ts';
 import { NetlinkSubscription, type DrainResult } from '../netlink/socket.ts';
 
 /** The generation after `gen` (the kernel's counter skips 0 when it wraps: nf_tables_commit). */
