@@ -97,6 +97,12 @@ function kernelError(op: string, e: unknown): KernelError {
   return err;
 }
 
+/** After a rebuild of tampered rules: the connections the records' policies would not have let in (a count, or why not). */
+async function flushDisallowed(k: KernelContext, state: StateStore): Promise<number | string> {
+  const tunnels = [...state.tunnels.values()].map(({ spec }) => ({ ip: spec.protected_ip, allows: (proto: number, port: number | undefined) => allowsConnection(spec, proto, port) }));
+  return k.conntrack().flushDisallowed(tunnels).catch((e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`);
+}
+
 export async function createDataplane(opts: DataplaneOptions): Promise<DataplaneHandle> {
   const netns = opts.netns ? netnsPath(opts.netns) : undefined;
   const linkPrefix = opts.linkPrefix ?? 'tg-';
@@ -141,11 +147,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     // A rebuilt table kept its elements, so the restore finds no mapping that appeared and flushes nothing; the
     // allowlist judges only a connection's first packet, so what the tampered rules let in would live on.
     // Best effort: a failure here is logged, never a start that fails (and restarts, and fails) on it.
-    let disallowed: number | string = 0;
-    if (table === 'rebuilt') {
-      const tunnels = [...state.tunnels.values()].map(({ spec }) => ({ ip: spec.protected_ip, allows: (proto: number, port: number | undefined) => allowsConnection(spec, proto, port) }));
-      disallowed = await k.conntrack().flushDisallowed(tunnels).catch((e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`);
-    }
+    const disallowed = table === 'rebuilt' ? await flushDisallowed(k, state) : 0;
     const ownedNames = [...state.tunnels.values()].map((o) => o.spec.tunnel_name);
     const records = state.tunnels;
     const present = ownedNames.length ? await readConsistently(() => readView(k, ownedNames, records)) : undefined;
@@ -386,6 +388,7 @@ class EdgeDataplane implements DataplaneHandle {
           this.log('dataplane.reconcile.unchanged', { tunnels: desired.length });
           return { added: 0, changed: 0, removed: 0, unchanged: desired.length, failed: [] };
         }
+        await this.ensureOwnTable();
         return { ...(await this.run(desired, 'all')), failed: [] };
       } catch (e) {
         // One broken tunnel must not block its node (issue 8 item 3): find the ones the kernel refuses and
@@ -417,6 +420,22 @@ class EdgeDataplane implements DataplaneHandle {
     if (!desired.every((t) => linkStepsFor(t, links.get(t.tunnel_name)).length === 0)) return false;
     // The links were read after the generation: a commit while they were read must be proven too.
     return (await this.provenGeneration()) !== undefined;
+  }
+
+  /**
+   * The full path's first step, as at the agent's start (kernel.ts ensureTable): the table is there and holds the
+   * agent's rules. `nft flush ruleset` deletes it (Debian's nftables.service runs one at every start and reload),
+   * and a running agent could then neither read nor repair anything until restarted; rules changed by hand are
+   * rebuilt keeping every element, and the connections they let in that the policies would not are flushed.
+   */
+  private async ensureOwnTable(): Promise<void> {
+    // Its check builds and deletes a reference copy: the agent's own commits, not to be heard as another's.
+    this.watch.stop();
+    this.cleanGeneration = undefined;
+    const table = await ensureTable(this.k);
+    if (table === 'present') return;
+    const disallowed = table === 'rebuilt' ? await flushDisallowed(this.k, this.state) : 0;
+    this.log('dataplane.table_restored', { table: this.k.table, tableState: table, conntrackDisallowed: disallowed });
   }
 
   /**

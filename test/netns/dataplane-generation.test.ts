@@ -135,6 +135,32 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
     expect(heard.at(-1)).toMatchObject({ untouched: true });
   });
 
+  it('`nft flush ruleset` (as nftables.service runs at every start) deletes the table: the next reconcile builds it again, whole', async () => {
+    const before = { protectedIps: protectedIps(), allowed: setElements('allowed_1'), rules: edge.run('nft', 'list', 'chain', 'ip', T, 'guard') };
+    edge.run('nft', 'flush', 'ruleset');
+    expect(edge.run('nft', 'list', 'tables')).not.toContain(T);
+    events.length = 0;
+    const r = await dp.reconcile(desired);
+    expect(r.failed).toEqual([]);
+    expect(events).toContain('dataplane.table_restored');
+    expect({ protectedIps: protectedIps(), allowed: setElements('allowed_1'), rules: edge.run('nft', 'list', 'chain', 'ip', T, 'guard') }).toEqual(before);
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
+  it('a rule deleted by hand is put back by the next reconcile, the elements kept', async () => {
+    const guard = edge.run('nft', 'list', 'chain', 'ip', T, 'guard');
+    const elements = setElements('origins');
+    // The isolation of traffic from the tunnels, gone.
+    edge.run('nft', 'flush', 'chain', 'ip', T, 'guard');
+    expect(edge.run('nft', 'list', 'chain', 'ip', T, 'guard')).not.toContain('jump from_tunnel');
+    events.length = 0;
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: false });
+    expect(events).toContain('dataplane.table_restored');
+    expect(edge.run('nft', 'list', 'chain', 'ip', T, 'guard')).toBe(guard);
+    expect(setElements('origins')).toBe(elements);
+    expect(await reconcile()).toEqual({ added: 0, unchanged: 3, changed: 0, shortCut: true });
+  });
+
   it('links have no generation id: one deleted or set down by hand is found and repaired', async () => {
     const index = edge.linkIndexes();
     edge.run('ip', 'link', 'del', tun(1).tunnel_name);
