@@ -95,7 +95,7 @@ export class CommitWatch {
     this.stop();
     if (this.unavailable) return false;
     try {
-      this.sub ??= this.opts.open ? this.opts.open() : NetlinkSubscription.open(NETLINK_NETFILTER, [], { netns: this.opts.netns });
+      this.sub ??= this.opts.open ? this.opts.open() : NetlinkSubscription.open(NETLINK_NETFILTER, { netns: this.opts.netns });
       // What was queued before the last stop (an overflow too) belongs to an account already closed.
       this.sub.discard();
       this.sub.listen(GROUPS, true);

@@ -207,7 +207,6 @@ class KernelEndpoint implements NetlinkEndpoint {
       const addr = Buffer.alloc(12);
       addr.writeUInt16LE(AF_NETLINK, 0);
       if (c.bind(fd, addr, 12) < 0) throw sysError('bind(AF_NETLINK)');
-      for (const g of opts.groups ?? []) setInt(c, fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, g);
       const len = Buffer.alloc(4);
       len.writeUInt32LE(12);
       if (c.getsockname(fd, addr, len) < 0) throw sysError('getsockname');
@@ -282,8 +281,6 @@ export interface NetlinkSocketOptions {
    * still filters what it decodes.
    */
   strictDumps?: boolean;
-  /** Multicast groups joined after bind (NetlinkSubscription; joining nfnetlink's needs CAP_NET_ADMIN). */
-  groups?: readonly number[];
   /** Default per-request timeout. */
   timeoutMs?: number;
   /**
@@ -362,7 +359,8 @@ interface Pending {
 export type DrainResult = 'drained' | 'overflow' | 'forged';
 
 /**
- * A socket that only listens: the kernel's multicast notifications of `groups`, read without waiting. Nothing
+ * A socket that only listens: the kernel's multicast notifications of the groups it joins (listen(); joining
+ * nfnetlink's needs CAP_NET_ADMIN), read without waiting. Nothing
  * is sent on it, so it needs none of NetlinkSocket's request machinery. When its receive buffer fills, the
  * kernel drops what no longer fits and the next read fails with ENOBUFS: drain() then says `overflow`, and what
  * was read is no complete account of what happened. It can stop listening for a while without being closed
@@ -383,8 +381,8 @@ export class NetlinkSubscription {
   }
 
   /** `rcvbuf`: what is asked for; the kernel counts twice that against the socket (its bookkeeping). */
-  static open(protocol: number, groups: readonly number[], opts: { netns?: string; rcvbuf?: number } = {}): NetlinkSubscription {
-    return new NetlinkSubscription(KernelEndpoint.open(protocol, { netns: opts.netns, groups, rcvbuf: opts.rcvbuf ?? 2 * 1024 * 1024, sndbuf: 4096 }));
+  static open(protocol: number, opts: { netns?: string; rcvbuf?: number } = {}): NetlinkSubscription {
+    return new NetlinkSubscription(KernelEndpoint.open(protocol, { netns: opts.netns, rcvbuf: opts.rcvbuf ?? 2 * 1024 * 1024, sndbuf: 4096 }));
   }
 
   /** Stops (false) or starts (true) hearing `groups`. */
