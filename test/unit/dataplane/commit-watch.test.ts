@@ -111,6 +111,9 @@ class MulticastEndpoint implements NetlinkEndpoint {
   }
 }
 
+/** A watch of table T whose socket is `ep`. */
+const watchOver = (ep: MulticastEndpoint): CommitWatch => new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+
 describe('the watch over a listening socket', () => {
   /** The capture's datagrams from the first commit on: a commit is [its objects' datagram, its NEWGEN's]. */
   const notifications = (): Buffer[] => {
@@ -121,7 +124,7 @@ describe('the watch over a listening socket', () => {
   it('starts only when the kernel is still at the generation it starts from, and proves later ones', async () => {
     const ep = new MulticastEndpoint();
     const n = notifications();
-    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    const watch = watchOver(ep);
     expect(await watch.start(1, async () => 2)).toBe(false);
     expect(ep.member).toBe(false);
     expect(watch.cleanThrough(2)).toBeUndefined();
@@ -140,7 +143,7 @@ describe('the watch over a listening socket', () => {
   it('what was queued before a stop is thrown away at the next start', async () => {
     const ep = new MulticastEndpoint();
     const n = notifications();
-    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    const watch = watchOver(ep);
     expect(await watch.start(1, async () => 1)).toBe(true);
     // Commits 2-4 heard, never drained, then the agent's own operation (stop, its commit 5, start from 5).
     ep.deliver(...n.slice(0, 6), constants.errno.ENOBUFS);
@@ -154,7 +157,7 @@ describe('the watch over a listening socket', () => {
   it('a receive buffer that overflowed proves nothing, and ends the watch', async () => {
     const ep = new MulticastEndpoint();
     const n = notifications();
-    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    const watch = watchOver(ep);
     expect(await watch.start(1, async () => 1)).toBe(true);
     ep.deliver(n[0]!, constants.errno.ENOBUFS, n[1]!);
     expect(watch.cleanThrough(2)).toEqual({ clean: false, why: 'overflow' });
@@ -166,7 +169,7 @@ describe('the watch over a listening socket', () => {
   it('a NEWGEN sent by a process, not the kernel, proves nothing: a forged one cannot cover a touch', async () => {
     const ep = new MulticastEndpoint();
     const n = notifications();
-    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    const watch = watchOver(ep);
     expect(await watch.start(1, async () => 1)).toBe(true);
     // Commit 2 heard; then a process multicasts a NEWGEN 3 of its own, as if commit 3 had touched nothing.
     ep.deliver(n[0]!, n[1]!, { from: 4242, data: n[3]! });
@@ -192,7 +195,7 @@ describe('the watch over a listening socket', () => {
 
   it('a generation that cannot be read leaves the watch off, without failing the agent\'s operation', async () => {
     const ep = new MulticastEndpoint();
-    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    const watch = watchOver(ep);
     expect(await watch.start(1, () => Promise.reject(new Error('EIO')))).toBe(false);
     expect(ep.member).toBe(false);
     expect(await watch.start(1, async () => 1)).toBe(true);
@@ -201,7 +204,7 @@ describe('the watch over a listening socket', () => {
   it('between operations a poll judges what was heard: after a touch it leaves the group, and tells the next reader', async () => {
     const ep = new MulticastEndpoint();
     const n = notifications();
-    const watch = new CommitWatch({ table: T, open: () => new NetlinkSubscription(ep) });
+    const watch = watchOver(ep);
     expect(await watch.start(1, async () => 1)).toBe(true);
     ep.deliver(...n.slice(0, 6));
     watch.poll();
