@@ -23,7 +23,7 @@
 //   npm run bench:edge          (root; TG_BENCH_N=2000 TG_BENCH_PACKETS=300000 for a quicker run)
 //   TG_BENCH_PORTS=any          policies without a port list
 //   TG_BENCH_PERF=DIR           one more run per lab under `perf record -g`: DIR/<lab>.data
-//   TG_BENCH_RPF=0              the edge's upstream link without loose reverse-path filtering (README: the kernel's
+//   TG_BENCH_RPF=0              the edge's upstream link without loose reverse-path filtering (docs/OPERATOR.md: the kernel's
 //                               martian check then grows with the tunnels' addresses)
 //   TG_BENCH_EDIT='nft script'  applied to the largest lab's table; with TG_BENCH_N=1, many/one is what it removes
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -91,7 +91,7 @@ class Lab {
     this.edge.run('ip', 'link', 'set', 'e-c', 'up');
     this.edge.run('ip', 'addr', 'add', `${benchTunnel(1).edge_ip}/32`, 'dev', 'lo');
     this.edge.run('sysctl', '-q', '-w', 'net.ipv4.ip_forward=1');
-    // The client's link is the router's upstream, with loose reverse-path filtering as README asks of it: with
+    // The client's link is the router's upstream, with loose reverse-path filtering as docs/OPERATOR.md asks of it: with
     // rp_filter off the kernel checks each forwarded packet's source against the host's address hash, which the
     // 10,000 tunnels' inner addresses crowd (7.9% of the CPU, 10,000 vs 1 tunnel 0.94). TG_BENCH_RPF=0: off.
     this.edge.run('sysctl', '-q', '-w', `net.ipv4.conf.e-c.rp_filter=${process.env.TG_BENCH_RPF ?? '2'}`);
@@ -234,7 +234,7 @@ async function main(): Promise<void> {
     // Everything our edge costs against plain forwarding, NAT included: reported, without a target.
     const policyCost = 1 - m.many / m.plain;
     // Issue 10 item 6's target ("the policy costs at most 15% of the plain forwarding rate") as the team reads it
-    // (README "Benchmarks"): what the policy costs, i.e. the rate lost beyond bare NAT's, in units of the plain
+    // (docs/BENCHMARKS.md "All at once"): what the policy costs, i.e. the rate lost beyond bare NAT's, in units of the plain
     // rate. The product cannot forward without conntrack DNAT (DESIGN 3.7), and that alone costs 13-20% of
     // plain on this host, at or over 15% by itself, whatever the table holds.
     const beyondNat = (m.nat - m.many) / m.plain;

@@ -17,7 +17,7 @@ export class JobKeyError extends Error {
 
 /**
  * AGENT_JOB_KEY: the key(s) a job may be signed with (docs/CONTRACTS.md "Agent configuration"). One key, a
- * JWK or an SPKI PEM; or, while the gateway's job-signing key is rotated (README "Rotating the job-signing
+ * JWK or an SPKI PEM; or, while the gateway's job-signing key is rotated (docs/OPERATOR.md "Rotating the job-signing
  * key"), two: a JWK Set (`{"keys": [old, new]}`, each with its own `kid`, which tells them apart) or two
  * PEM blocks one after the other (what openssl prints; no kid, so both are tried). A job verifying with
  * either is accepted. More than two is refused: an old key left in the set would stay trusted long after

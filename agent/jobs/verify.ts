@@ -61,7 +61,7 @@ export interface VerifyContext {
   edgeIp: string;
   /**
    * AGENT_JOB_KEY: one key, or two while the gateway's job-signing key is rotated; a job signed by either
-   * is accepted (README "Rotating the job-signing key").
+   * is accepted (docs/OPERATOR.md "Rotating the job-signing key").
    */
   jobKeys: readonly JobKey[];
   /**

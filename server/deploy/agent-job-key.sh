@@ -3,7 +3,7 @@
 # job-signing key(s) given on standard input: one JOB_SIGNING_KEY value per line, as .env or gateway.env
 # holds it (one line, literal \n, optionally in single quotes). Out comes each key's public half as an
 # SPKI PEM, all on one line with literal \n. Two keys in, two PEM blocks out: what agents trust while the
-# key is rotated (README "Rotating the job-signing key"). Only public keys are printed.
+# key is rotated (docs/OPERATOR.md "Rotating the job-signing key"). Only public keys are printed.
 #   grep '^JOB_SIGNING_KEY=' .env | cut -d= -f2- | bash server/deploy/agent-job-key.sh
 set -euo pipefail
 command -v openssl >/dev/null || { echo "agent-job-key.sh: needs openssl" >&2; exit 1; }

@@ -41,7 +41,7 @@ export class PricingService {
     /**
      * How long a computed price list may be served again, in ms. Changes made in this process drop it
      * at once (invalidate); this bound is how a change made elsewhere (the admin CLI, another replica)
-     * shows (README "Pricing").
+     * shows (docs/API.md "REST").
      */
     private readonly ttlMs = 1000,
   ) {}

@@ -238,7 +238,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
   });
 
   // Idempotency records older than 7 days no longer count (domain/tunnels/purchase.ts); this drops them in
-  // batches so the table stays bounded (README, "Idempotency"). Every replica may run it: deletes are idempotent.
+  // batches so the table stays bounded (docs/API.md "Idempotency"). Every replica may run it: deletes are idempotent.
   const purgeIdempotency = () =>
     purgeExpiredIdempotency(services.db)
       .then((n) => {

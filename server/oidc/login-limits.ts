@@ -6,7 +6,7 @@
 //  - per client address: password spraying across many accounts from one place.
 // There is deliberately no bucket per account alone: an attacker elsewhere could then lock the real
 // user out just by failing on purpose. The real user, from their own address, keeps their own
-// (account, address) bucket. In memory, so each replica counts on its own (documented in README).
+// (account, address) bucket. In memory, so each replica counts on its own (documented in docs/OPERATOR.md "OAuth clients and users").
 export interface Limit {
   /** Failures allowed at once. */
   burst: number;

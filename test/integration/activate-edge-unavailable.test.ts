@@ -1,5 +1,5 @@
 // Issue 15: "Activate's 503 edge_unavailable is never produced". docs/CONTRACTS.md "REST errors": 503 edge_unavailable when
-// the edge could not be reached in time; README: its body never names the edge's internal address (that
+// the edge could not be reached in time; docs/API.md "Errors and rate limits": its body never names the edge's internal address (that
 // is logged with the request id). Two real unreachable edges: a closed port (connection refused at once)
 // and a black hole that accepts TCP and never speaks SSH (only EDGE_JOB_TIMEOUT_MS ends the wait; the
 // timeout is a bound on the gateway, the test decides nothing on time). The tunnel is left provisioned.

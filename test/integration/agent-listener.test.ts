@@ -48,7 +48,7 @@ const NODE = randomUUID();
 const KID = 'listener-kid';
 const jobSigning = generateKeyPairSync('ed25519');
 const gatewayKey: GatewaySshKey = parseSecret('gateway_ssh_key', generateSecret('gateway_ssh_key'));
-/** The gateway's normal per-job timeout (EDGE_JOB_TIMEOUT_MS default, README). */
+/** The gateway's normal per-job timeout (EDGE_JOB_TIMEOUT_MS default, docs/CONFIGURATION.md). */
 const JOB_TIMEOUT_MS = 10_000;
 
 const dirs: string[] = [];

@@ -1,6 +1,6 @@
-// Issue 15, "Money": (1) the database itself refuses a negative balance (README "Money": "the database
+// Issue 15, "Money": (1) the database itself refuses a negative balance (docs/API.md "Money": "the database
 // refuses a negative balance"), hit directly with SQL that bypasses every service; (2) pricing freshness
-// as README and pricing.ts promise it, with no manual invalidate(): stock is cached 1 s and dropped at
+// as docs/API.md and pricing.ts promise it, with no manual invalidate(): stock is cached 1 s and dropped at
 // once by a purchase or release in this process; a change made elsewhere (the admin CLI, another
 // replica) shows once the 1 s has passed. Time is the injected clock (vitest's fake Date only): frozen,
 // so a cached answer cannot expire behind the test's back, and moved on by hand to cross the bound.

@@ -1,6 +1,6 @@
 // Issue 15: "/graphql 429 never tested". docs/CONTRACTS.md "REST shapes" and "REST errors": a spent rate limit is 429 with Retry-After.
 // GraphQL over HTTP answers its refusals in GraphQL's own error shape with the REST code in
-// extensions.code (README "GraphQL"; the 401 and the WebSocket's rate limit do the same), so a
+// extensions.code (docs/API.md "GraphQL"; the 401 and the WebSocket's rate limit do the same), so a
 // GraphQL client sees `errors[0].extensions.code === 'rate_limited'`; REST answers its one body shape.
 // The budget is one token a minute: nothing refills while the test runs, however slow the machine.
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -59,6 +59,6 @@ it('REST: the 429 body is exactly {error: rate_limited, error_description} with 
   expect(over.status).toBe(429);
   expect(Number(over.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
   expect(over.body).toEqual({ error: 'rate_limited', error_description: expect.stringMatching(/retry in \d+ s/) });
-  // REST and GraphQL share one budget per credential (README "Rate limits"): /graphql is spent too.
+  // REST and GraphQL share one budget per credential (docs/API.md "Errors and rate limits"): /graphql is spent too.
   expect((await gql(u.readKey, '{ me { accountId } }')).status).toBe(429);
 });

@@ -83,7 +83,7 @@ describe.skipIf(skipUnless(onPath('docker-compose') && onPath('openssl'), 'compo
     const made = spawnSync('bash', [join(ROOT, 'server/deploy/make-env.sh')], { encoding: 'utf8' });
     expect(made.stderr).toBe('');
     expect(made.status).toBe(0);
-    // KEY='value' lines: single quotes, so a shell's `set -a; . ./.env` (README "Operator guide") reads them alike.
+    // KEY='value' lines: single quotes, so a shell's `set -a; . ./.env` (docs/OPERATOR.md "First node") reads them alike.
     const lines = made.stdout.trim().split('\n');
     for (const l of lines) expect(l).toMatch(/^[A-Z_]+='[^']+'$/);
     const secrets = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 2, -1)]));
@@ -105,7 +105,7 @@ describe.skipIf(skipUnless(onPath('docker-compose') && onPath('openssl'), 'compo
       expect(gateway[SECRET_ENV[n]]).toBe(secrets[SECRET_ENV[n]]);
       expect(() => parseSecret(n, gateway[SECRET_ENV[n]]!)).not.toThrow();
     }
-    // The same file sourced by a shell, as README's operator guide does for `npm start` and the admin CLI.
+    // The same file sourced by a shell, as docs/OPERATOR.md does for `npm start` and the admin CLI.
     const envFile = join(dir, 'sourced.env');
     writeFileSync(envFile, envText, { mode: 0o600 });
     const sourced = spawnSync('bash', ['-c', 'set -a; . "$1"; set +a; node -e "process.stdout.write(JSON.stringify(process.env))"', 'bash', envFile], { encoding: 'utf8' });

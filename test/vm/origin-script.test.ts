@@ -42,7 +42,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the origin script wit
     if (r.status !== 0) throw new Error(`in ${name}: ${script}\n${r.stdout}${r.stderr}`);
     return r.stdout;
   };
-  /** The origin script piped into bash on the origin, as the README tells buyers to run it. */
+  /** The origin script piped into bash on the origin, as docs/BUYER.md tells buyers to run it. */
   const originScript = (text: string, ...args: string[]) => ns(ORIGIN, `bash -s -- ${args.join(' ')}`, text);
 
   /** Everything the script may touch, as text: two equal snapshots mean the same kernel state (ifindexes included). */

@@ -3,7 +3,7 @@
 //   GraphQL. Existing clients become `none`, like new ones: until now every client's token could spend
 //   the user's balance, which is the hole being closed, and the operator is the only one who knows which
 //   registered application really needs the API. `client update --client-id C --api-access read|write`
-//   gives it back in one command (README, "Identity provider").
+//   gives it back in one command (docs/OPERATOR.md "Upgrades").
 // - app_user.avatar_key: the opaque key of the generated avatar's public URL (docs/CONTRACTS.md "REST shapes").
 // Generated from server/db/entities.ts.
 import { Migration } from '@mikro-orm/migrations';

@@ -30,7 +30,7 @@ export interface PurchaseOutcome {
   replayed: boolean;
 }
 
-/** How long an Idempotency-Key is remembered (README, "Idempotency"); purgeExpiredIdempotency drops older records. */
+/** How long an Idempotency-Key is remembered (docs/API.md "Idempotency"); purgeExpiredIdempotency drops older records. */
 export const IDEMPOTENCY_TTL_DAYS = 7;
 
 /** Deletes up to `batch` idempotency records older than IDEMPOTENCY_TTL_DAYS (by the created_at index); returns how many. */
@@ -45,7 +45,7 @@ export async function purgeExpiredIdempotency(db: Database, batch = 10_000): Pro
 }
 
 /**
- * An outcome as the idempotency record keeps it. The Idempotency-Key contract is REST's (README,
+ * An outcome as the idempotency record keeps it. The Idempotency-Key contract is REST's (docs/API.md
  * "Idempotency"), so a record holds the REST status of the first answer: 201 with the purchase, or a
  * refusal's status with its error body (older records' purchase bodies also carry next_steps; the
  * adapters rebuild those from the tunnel id, to the same value).
@@ -128,7 +128,7 @@ function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseI
     // REST adds the WWW-Authenticate challenge to every invalid_token (server/http/app.ts).
     if (!account) throw new ApiError('invalid_token', 'The account of this credential no longer exists.');
     if (idempotencyKey !== null) {
-      // Records are kept IDEMPOTENCY_TTL_DAYS (README): an older one is gone, and its key is new again.
+      // Records are kept IDEMPOTENCY_TTL_DAYS (docs/API.md "Idempotency"): an older one is gone, and its key is new again.
       await sql.query(`delete from idempotency_record where account_id = ? and key = ? and created_at < now() - make_interval(days => ?)`, [
         principal.accountId,
         idempotencyKey,

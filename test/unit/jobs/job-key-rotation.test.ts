@@ -1,4 +1,4 @@
-// Rotating the gateway's job-signing key without downtime (issue 13 item 4, README "Rotating the
+// Rotating the gateway's job-signing key without downtime (issue 13 item 4, docs/OPERATOR.md "Rotating the
 // job-signing key"): AGENT_JOB_KEY may hold the old and the new key, and the agent then accepts a job
 // signed by either, as the gateway signs it (server/edge/job-signing.ts, one key named by its kid), so
 // gateways can switch keys one by one while agents keep applying jobs from both. Keys are the gateway's own
@@ -53,7 +53,7 @@ describe('AGENT_JOB_KEY with two keys (a rotation)', () => {
   });
 
   it.skipIf(skipUnless(onPath('openssl'), 'rotation test: openssl'))('two PEMs as server/deploy/agent-job-key.sh prints them from the two JOB_SIGNING_KEY lines: both pass', async () => {
-    // The README's commands: the old key as .env holds it (quoted, one line) and a new one from openssl.
+    // docs/OPERATOR.md's commands: the old key as .env holds it (quoted, one line) and a new one from openssl.
     const made = spawnSync('bash', [join(ROOT, 'server/deploy/make-env.sh')], { encoding: 'utf8' });
     const oldLine = made.stdout.split('\n').find((l) => l.startsWith('JOB_SIGNING_KEY='))!.slice('JOB_SIGNING_KEY='.length);
     const newLine = spawnSync('bash', ['-c', `openssl genpkey -algorithm ed25519 | awk 'NF {printf "%s\\\\n", $0}'`], { encoding: 'utf8' }).stdout;
