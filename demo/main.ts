@@ -298,6 +298,9 @@ class Demo {
         LOG_LEVEL: 'info',
       },
       stdio: ['ignore', fd, fd],
+      // Its own process group: a Ctrl-C in the demo's terminal reaches the demo, which stops the children in
+      // order (edge, gateway), then deletes the namespaces.
+      detached: true,
     });
     closeSync(fd);
     this.gateway = child;
@@ -344,6 +347,7 @@ class Demo {
       },
       // stdin stays open: the edge stops when it closes, so a killed demo leaves no agent behind.
       stdio: ['pipe', 'pipe', fd],
+      detached: true,
     });
     closeSync(fd);
     this.edge = child;
