@@ -38,6 +38,8 @@ const EDGE_PUBLIC_IP = '192.0.2.1';
 const POOL = '203.0.113.0/28';
 const USER_EMAIL = 'demo@example.com';
 const BALANCE_USD = '10';
+/** How long the gateway may take to become ready before the demo gives up (a cold start under load took 90 s once). */
+const GATEWAY_START_BOUND_MS = 300_000;
 /** Marks a directory this demo made, so a start never wipes anything else. */
 const MARKER = '.tunnelgate-demo';
 
@@ -122,7 +124,12 @@ interface Pids {
 async function prepare(s: Settings): Promise<void> {
   const pidFile = path.join(s.dir, 'demo.pids');
   if (existsSync(pidFile)) {
-    const pids = JSON.parse(readFileSync(pidFile, 'utf8')) as Pids;
+    let pids: Pids = { demo: 0 };
+    try {
+      pids = JSON.parse(readFileSync(pidFile, 'utf8')) as Pids;
+    } catch {
+      // Cut short by a crash while it was written: nothing to stop by it.
+    }
     if (pids.demo !== process.pid && processRuns(pids.demo, 'demo/main.ts')) {
       throw new DemoError(`a demo is already running from ${s.dir} (pid ${pids.demo}): stop it first (Ctrl-C in its terminal), or run another with DEMO_DATA_DIR and PORT set`);
     }
@@ -308,9 +315,12 @@ class Demo {
     this.savePids();
     let exited = false;
     child.once('exit', () => (exited = true));
-    // Ready when /readyz says so (it turns 200 once the database, the queue and the listener are up).
+    // Ready when /readyz says so (it turns 200 once the database, the queue and the listener are up). The
+    // bound only turns a hang into a message: a first start on a slow machine takes well under it.
+    const giveUp = Date.now() + GATEWAY_START_BOUND_MS;
     for (;;) {
       if (exited) throw new DemoError(`the gateway did not start; the end of ${log}:\n${tail(log)}`);
+      if (Date.now() > giveUp) throw new DemoError(`the gateway did not become ready in ${GATEWAY_START_BOUND_MS / 1000} s; the end of ${log}:\n${tail(log)}`);
       const ready = await fetch(`${this.url}/readyz`).then((r) => r.ok, () => false);
       if (ready) break;
       await new Promise((r) => setTimeout(r, 250));

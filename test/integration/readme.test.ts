@@ -10,7 +10,8 @@
 // runs in bash from that temporary directory, where `.data/demo/demo.env` is the demo's. So the block must use
 // $TG_URL, never a fixed port. The tunnel it bought must end `active` (polled, no clock), the outputs the
 // block shows in its comments must be the statuses it got, in order, and after a SIGTERM the demo must be gone
-// with all it made: its processes, its namespaces (and the links in them).
+// with all it made: its processes, its namespaces (and the links in them). The login page it prints is tried
+// too, with the password it generated.
 //
 // As root on Linux the demo's edge is the real agent in a namespace (veth stand-in for GRE); that path is
 // required in CI (TUNNELGATE_TESTS=require: a missing prerequisite fails the file). The simulated edge, what
@@ -22,6 +23,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { deleteNetns, netnsNamed } from '../../demo/netns.ts';
+import { driveAuthorize } from '../helpers/oidc.ts';
 import { freePort } from '../helpers/ports.ts';
 import { onPath, skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
@@ -136,6 +138,15 @@ async function firstSale(run: Run, edge: 'agent' | 'simulated'): Promise<void> {
   const pids = JSON.parse(readFileSync(path.join(run.dir, '.data/demo/demo.pids'), 'utf8')) as { demo: number; gateway: number; edge: number };
   const { prefix } = run;
   if (edge === 'agent') expect(netnsNamed(prefix).sort()).toEqual([`${prefix}edge`, `${prefix}origin`]);
+
+  // The login page it printed takes the demo buyer's password, and its redirect lands on the demo, which
+  // redeems the code and shows who signed in.
+  const login = await driveAuthorize(env.TG_LOGIN_URL!, { email: env.TG_EMAIL!, password: env.TG_PASSWORD! });
+  expect(login.callback, JSON.stringify(login.last)).not.toBeNull();
+  const signedIn = await fetch(login.callback!);
+  const page = await signedIn.text();
+  expect([signedIn.status, /<h1>([^<]*)<\/h1>/.exec(page)?.[1]]).toEqual([200, 'Signed in']);
+  expect(page).toContain(`(${env.TG_EMAIL})`);
 
   // The first sale, as written, from the directory whose .data/demo is the demo's.
   const block = markedBlock('first-sale');
