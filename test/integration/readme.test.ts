@@ -60,6 +60,8 @@ const alive = (pid: number): boolean => {
 };
 
 const canRunAgent = process.platform === 'linux' && process.getuid?.() === 0 && onPath('ip');
+// The first sale is curl commands; npm runs the demo.
+const haveTools = onPath('curl') && onPath('npm');
 
 interface Run {
   demo: ChildProcess;
@@ -185,7 +187,7 @@ async function firstSale(run: Run, edge: 'agent' | 'simulated'): Promise<void> {
   expect(run.out()).toContain('demo: stopped');
 }
 
-describe.skipIf(skipUnless(canRunAgent, 'README test of the demo with the real agent: root on Linux with iproute2 (network namespaces)'))('README quick start and first sale, as written (the real agent in a namespace)', () => {
+describe.skipIf(skipUnless(canRunAgent && haveTools, 'README test of the demo with the real agent: root on Linux with iproute2 (network namespaces), curl and npm'))('README quick start and first sale, as written (the real agent in a namespace)', () => {
   it('npm run demo over the namespaces of a killed run, then the first sale: pending -> provisioned -> active; SIGTERM leaves nothing behind', async () => {
     // What a demo killed with SIGKILL leaves: its two namespaces, with links in them. The next start removes them.
     const leftovers = (prefix: string) => {
@@ -198,7 +200,7 @@ describe.skipIf(skipUnless(canRunAgent, 'README test of the demo with the real a
   }, 400_000);
 });
 
-describe('README quick start and first sale, as written (the simulated edge)', () => {
+describe.skipIf(skipUnless(haveTools, 'README test of the demo with the simulated edge: curl and npm'))('README quick start and first sale, as written (the simulated edge)', () => {
   it('DEMO_EDGE=simulated npm run demo, then the first sale: active through the simulated edge; SIGTERM leaves nothing behind', async () => {
     await firstSale(await startDemo('simulated'), 'simulated');
   }, 400_000);
