@@ -1,7 +1,8 @@
 // A real agent process for the provisioning tests and the provisioning benchmark: the production
 // startAgent() and createDataplane(), configured from the environment like `npm run agent`, except
 // that the dataplane lives in the network namespace TG_TEST_NETNS with the veth stand-in for GRE (this
-// kernel has no GRE) while the SSH port stays on the host's loopback. Each dataplane call that reaches
+// kernel has no GRE) while the SSH port stays on the host's loopback: the demo edge's agent
+// (demo/edge-agent.ts startStandinAgent). Each dataplane call that reaches
 // the kernel is reported as one JSON line on stdout ({"call": op, "ids": [...]}) so tests can count
 // how many times a job was applied. The first line is {"ready": true, "port", "fingerprint"}.
 //
@@ -12,9 +13,9 @@
 // the two lines the call is in flight, which is how a test counts the jobs a node runs at once.
 import { createInterface } from 'node:readline';
 import { loadConfig } from '../../agent/config.ts';
-import { restoreAtStart, startAgent, startHealth } from '../../agent/main.ts';
-import { createDataplane, type Dataplane, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/index.ts';
+import type { Dataplane, TunnelRef, TunnelSpec } from '../../agent/dataplane/index.ts';
 import { createLogger } from '../../common/log.ts';
+import { startStandinAgent } from '../../demo/edge-agent.ts';
 
 const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
 
@@ -55,28 +56,26 @@ async function report<T>(call: string, ids: string[], run: () => Promise<T>): Pr
 const config = loadConfig(process.env);
 const netns = process.env.TG_TEST_NETNS;
 if (!netns) throw new Error('TG_TEST_NETNS is required');
-const inner = await createDataplane({ edgeIp: config.edgeIp, nftTable: config.nftTable, stateDir: config.stateDir, netns, linkKind: 'veth-standin' });
-const dataplane: Dataplane = {
-  apply: (t: TunnelSpec) => report('apply', [t.id], () => inner.apply(t)),
-  remove: (t: TunnelRef) => report('remove', [t.id], () => inner.remove(t)),
-  reconcile: (ts: TunnelSpec[]) => report('reconcile', ts.map((t) => t.id), () => inner.reconcile(ts)),
-  probe: (t: TunnelSpec) => report('probe', [t.id], () => inner.probe(t)),
-  has: (id: string) => inner.has(id),
-  close: () => inner.close(),
-};
 const log = createLogger((process.env.AGENT_LOG_LEVEL as 'silent' | undefined) ?? 'silent', { service: 'agent' }, (l) => process.stderr.write(l));
-// As agent/main.ts does: the last desired state is restored before any job can arrive. It goes to the
-// inner dataplane directly, so it is not reported as a call (a call is a job the gateway sent).
-await restoreAtStart(inner, log);
-// Health checks and the status op only when the test asks (AGENT_HEALTH_INTERVAL_S set): their probes
-// would otherwise run beside every other test's jobs. They use the inner dataplane: not calls either.
-const health = process.env.AGENT_HEALTH_INTERVAL_S ? startHealth(inner, { intervalS: config.healthIntervalS }) : undefined;
-const agent = await startAgent(config, { dataplane, log, ...(health ? { status: health.status } : {}) });
-say({ ready: true, port: agent.address.port, fingerprint: agent.hostKey.fingerprint });
+// Each call a job makes is reported (restore and health checks use the dataplane directly: they are not
+// calls). Health checks and the status op only when the test asks (AGENT_HEALTH_INTERVAL_S set): their
+// probes would otherwise run beside every other test's jobs.
+const running = await startStandinAgent(config, {
+  netns,
+  log,
+  health: Boolean(process.env.AGENT_HEALTH_INTERVAL_S),
+  wrap: (inner): Dataplane => ({
+    apply: (t: TunnelSpec) => report('apply', [t.id], () => inner.apply(t)),
+    remove: (t: TunnelRef) => report('remove', [t.id], () => inner.remove(t)),
+    reconcile: (ts: TunnelSpec[]) => report('reconcile', ts.map((t) => t.id), () => inner.reconcile(ts)),
+    probe: (t: TunnelSpec) => report('probe', [t.id], () => inner.probe(t)),
+    has: (id: string) => inner.has(id),
+    close: () => inner.close(),
+  }),
+});
+say({ ready: true, port: running.agent.address.port, fingerprint: running.agent.hostKey.fingerprint });
 const stop = async () => {
-  await health?.stop();
-  await agent.stop();
-  await dataplane.close();
+  await running.stop();
   process.exit(0);
 };
 process.on('SIGTERM', () => void stop());

@@ -1,32 +1,14 @@
-// Fresh network namespaces for the kernel tests, and `ip`/`nft` run inside them as oracles.
-import { execFileSync } from 'node:child_process';
+// Fresh network namespaces for the kernel tests, and `ip`/`nft` run inside them as oracles: the demo's
+// named namespaces (demo/netns.ts) with a random name each, so tests running at once never meet.
 import { randomBytes } from 'node:crypto';
+import { Netns } from '../../demo/netns.ts';
 import { until } from '../helpers/wait.ts';
 
 export const isRoot = process.getuid?.() === 0;
 
-export class TestNetns {
-  readonly name = `tg-test-${randomBytes(4).toString('hex')}`;
-  readonly path = `/run/netns/${this.name}`;
-
+export class TestNetns extends Netns {
   constructor() {
-    execFileSync('ip', ['netns', 'add', this.name]);
-  }
-
-  /** Runs a command inside the namespace; returns stdout. Throws with stderr on failure. */
-  run(cmd: string, ...args: string[]): string {
-    return execFileSync('ip', ['netns', 'exec', this.name, cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 256 * 1024 * 1024 });
-  }
-
-  /** `nft -f -` of a script inside the namespace: one commit. */
-  nft(script: string): string {
-    return execFileSync('ip', ['netns', 'exec', this.name, 'nft', '-f', '-'], { input: script, encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] });
-  }
-
-  /** `ip -j ...` parsed. */
-  ipJson<T = unknown>(...args: string[]): T {
-    const out = this.run('ip', '-j', ...args).trim();
-    return (out === '' ? [] : JSON.parse(out)) as T;
+    super(`tg-test-${randomBytes(4).toString('hex')}`);
   }
 
   /**
@@ -40,13 +22,5 @@ export class TestNetns {
       this.run('ping', '-n', '-q', '-c', '1', '-W', '1', target);
       return true;
     }, deadlineMs);
-  }
-
-  delete(): void {
-    try {
-      execFileSync('ip', ['netns', 'del', this.name]);
-    } catch {
-      // already gone
-    }
   }
 }

@@ -1,23 +1,12 @@
 // The far end of a tunnel and the services behind it, for namespace tests on this GRE-less kernel: the
 // dataplane's veth stand-in's peer is moved into an origin namespace and becomes its tunnel link
-// (point-to-point like GRE: no ARP, one MAC), and small node programs serve and hold TCP connections there.
-// Shared by test/netns/edge-protection.test.ts and test/integration/tunnel-policy-edge.test.ts.
+// (demo/standin-origin.ts, which the demo's origin uses too), and small node programs serve and hold TCP
+// connections there. Shared by test/netns/edge-protection.test.ts and test/integration/tunnel-policy-edge.test.ts.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { standinPeerName } from '../../agent/dataplane/index.ts';
 import { until } from '../helpers/wait.ts';
 import type { TestNetns } from './netns.ts';
 
-/** Moves `tunnel_name`'s stand-in peer from `edge` into `origin`, named like the edge's end, with the inner address; the origin's default route goes into it. */
-export function attachStandinOrigin(edge: TestNetns, origin: TestNetns, t: { tunnel_name: string; origin_inner: string }): void {
-  const peer = standinPeerName(t.tunnel_name);
-  const mac = edge.ipJson<{ address: string }[]>('link', 'show', 'dev', t.tunnel_name)[0]!.address;
-  edge.run('ip', 'link', 'set', 'dev', t.tunnel_name, 'arp', 'off');
-  edge.run('ip', 'link', 'set', 'dev', peer, 'address', mac, 'arp', 'off', 'netns', origin.name);
-  origin.run('ip', 'link', 'set', 'dev', peer, 'name', t.tunnel_name);
-  origin.run('ip', 'link', 'set', 'dev', t.tunnel_name, 'up');
-  origin.run('ip', 'addr', 'add', t.origin_inner, 'dev', t.tunnel_name);
-  origin.run('ip', 'route', 'add', 'default', 'dev', t.tunnel_name);
-}
+export { attachStandinOrigin } from '../../demo/standin-origin.ts';
 
 // An origin's TCP service: every line gets "peer=<client address> echo=<line>" back, on ports 8080 and 9090.
 export const SERVER = `
