@@ -47,7 +47,7 @@ async function main(): Promise<void> {
     : await serveAdminSocket(adminSocketPath(config.dataDir), async (argv) => {
         let stdout = '';
         let stderr = '';
-        const status = await runAdminCommand(argv, process.env, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), progress: false }, { db, provisioning: services.provisioning });
+        const status = await runAdminCommand(argv, process.env, { stdout: (t) => (stdout += t), stderr: (t) => (stderr += t), progress: false }, { db, provisioning: services.provisioning, forwarded: true });
         log.info('admin command', { command: argv.slice(0, 2).join(' '), status });
         return { status, stdout, stderr };
       });

@@ -19,6 +19,9 @@
 //   that command's usage.
 // - Progress of long work (`node add` with a large pool) goes to stderr, and only when stderr is a
 //   terminal, so a script reading stdout and stderr sees only the JSON.
+// - A secret given as an argument (`--password P` instead of `--password -`) works, but a success then
+//   also prints `warning: ...` on stderr: the value was visible to every user in `ps` and stays in the
+//   shell history. Failures print only their JSON line, whose contract is one line.
 //
 // The database is the gateway's: the same DATABASE_URL (or the embedded one under DATA_DIR), migrated
 // on open. Server secrets (needed by `client ...` and `node add`) follow the gateway's rules in
@@ -150,7 +153,7 @@ export async function main(
   argv: readonly string[],
   env: NodeJS.ProcessEnv = process.env,
   io: Io = processIo,
-  deps: { db?: Database; provisioning?: EdgeQueueing } = {},
+  deps: { db?: Database; provisioning?: EdgeQueueing; forwarded?: boolean } = {},
 ): Promise<number> {
   const fail = (f: Failure) => {
     io.stderr(JSON.stringify({ error: f.error, error_description: f.description }) + '\n');
@@ -187,6 +190,15 @@ export async function main(
     return fail(classify(e));
   }
 
+  // Secrets written on the command line, found before standard input fills in the `-` ones. A command
+  // line forwarded by a CLI process (deps.forwarded) has its `-` values filled in already: that CLI warns.
+  const parsed = options;
+  const inArgv = deps.forwarded ? [] : command.options.filter((s) => s.stdin && parsed[s.name] !== undefined && parsed[s.name] !== '-').map((s) => s.name);
+  const succeeded = (): number => {
+    for (const name of inArgv) io.stderr(`warning: --${name} on the command line is visible in ps and shell history; use --${name} - and pipe it\n`);
+    return EXIT.ok;
+  };
+
   let forwarded: string[];
   try {
     forwarded = await readStdinOptions(command, options, argv, io);
@@ -205,7 +217,7 @@ export async function main(
       if (reply) {
         if (reply.stdout) io.stdout(reply.stdout);
         if (reply.stderr) io.stderr(reply.stderr);
-        return reply.status;
+        return reply.status === EXIT.ok ? succeeded() : reply.status;
       }
     }
     db = deps.db ?? (await openDatabase(config, { poolMax: 2 }));
@@ -224,7 +236,7 @@ export async function main(
       options,
     );
     io.stdout(options.format === 'table' ? renderTable(result) : JSON.stringify(result) + '\n');
-    return EXIT.ok;
+    return succeeded();
   } catch (e) {
     return fail(classify(e));
   } finally {

@@ -56,7 +56,7 @@ const ALL_COMMANDS: readonly Command[] = [
     options: [
       { name: 'email', value: 'EMAIL', help: 'login name, stored lower-cased', required: true },
       { name: 'name', value: 'NAME', help: 'display name', required: true },
-      { name: 'password', value: 'PASSWORD|-', help: 'at least 8 characters; - reads it from the first line of standard input', required: true, stdin: true },
+      { name: 'password', value: 'PASSWORD|-', help: 'at least 8 characters; give - to read it from the first line of standard input (a value here is visible in ps and shell history, and draws a warning)', required: true, stdin: true },
       { name: 'balance-usd', value: 'USD', help: 'opening balance, a decimal such as 25.50 (default 0); written to the ledger' },
       { name: 'role', value: 'owner|viewer', help: 'owner may write, viewer only read (default owner)', choices: ROLES },
       { name: 'picture', value: 'URL', help: 'avatar, an absolute http(s) URL' },

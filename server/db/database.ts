@@ -2,7 +2,7 @@
 // locking paths, transactions over the same SQL, and the ORM itself (`orm`) for entity work.
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
-import type { Em, Orm } from './orm.ts';
+import { HOT_POOL_TYPES, type Em, type Orm } from './orm.ts';
 
 export interface Sql {
   /** Runs one statement with `?` placeholders and returns its rows. */
@@ -144,8 +144,8 @@ export class Database {
   /**
    * A read on a hot path (authentication, listing, reading a tunnel): same `?` SQL as query(), but on
    * PostgreSQL a named prepared statement on a lean pool, which measured about twice the throughput
-   * of going through the ORM. `name` must identify `text` uniquely. Type parsing matches query() for
-   * the types these statements return (text, uuid, int4, bool, numeric as string).
+   * of going through the ORM. `name` must identify `text` uniquely. Values are parsed as query() parses
+   * them, on both databases (orm.ts "Types"): int8, numeric and times as text, jsonb parsed.
    */
   hot<T extends object = Record<string, unknown>>(name: string, text: string, params: readonly unknown[] = []): Promise<T[]> {
     const url = this.url;
@@ -170,11 +170,29 @@ export class Database {
   /**
    * hot() with each row as an array of its columns in select order: no object with named keys is
    * built per row, which is most of what reading a page of rows costs this process.
+   *
+   * Both drivers are asked for array rows, so columns keep their place even when names repeat (several
+   * unnamed `(...)::text` columns are all called `text`, and an object would keep only the last of
+   * them). Outside any transaction, like hot(): on the embedded database it waits for a transaction
+   * in progress (PGlite runs one statement or one transaction at a time).
    */
-  hotRows(name: string, text: string, params: readonly unknown[] = []): Promise<unknown[][]> {
+  async hotRows(name: string, text: string, params: readonly unknown[] = []): Promise<unknown[][]> {
     const url = this.url;
-    if (!url) return this.query(text, params).then((rows) => rows.map((r) => Object.values(r)));
+    if (!url) {
+      const pglite = await this.embedded();
+      return (await pglite.query<unknown[]>(this.pgText(name, text), [...params], { rowMode: 'array' })).rows;
+    }
     return this.pool(url).query<unknown[]>({ name, text: this.pgText(name, text), values: [...params], rowMode: 'array' }).then((r) => r.rows);
+  }
+
+  /**
+   * The PGlite instance under MikroORM's connection (embedded database only), for what the ORM's query
+   * path cannot ask for: array rows. Its type parsers are the ones openOrm configured, so values come
+   * back as query() returns them.
+   */
+  private async embedded(): Promise<EmbeddedClient> {
+    const em = this.orm.em.fork() as Em;
+    return (em.getConnection() as unknown as { getNativeClient(): Promise<EmbeddedClient> }).getNativeClient();
   }
 
   /** `?` placeholders numbered for PostgreSQL, once per statement name. */
@@ -190,7 +208,9 @@ export class Database {
   private pool(url: string): pg.Pool {
     if (!this.hotPool) {
       // DateStyle pinned: hot statements may return times as PostgreSQL's text output and parse it.
-      this.hotPool = new pg.Pool({ connectionString: url, max: 10, options: '-c DateStyle=ISO,YMD' });
+      // Types parsed as MikroORM's pool parses them (times as PostgreSQL's text, not Date), so hot() returns
+      // what query() does, on this database and on the embedded one (orm.ts HOT_POOL_TYPES).
+      this.hotPool = new pg.Pool({ connectionString: url, max: 10, options: '-c DateStyle=ISO,YMD', types: HOT_POOL_TYPES });
       // An idle connection dropped by the server (restart, failover) must not crash the process:
       // the pool discards it and the next query opens a new one.
       this.hotPool.on('error', () => {});
@@ -264,6 +284,11 @@ export class Database {
     // the middle of a transaction (a PostgreSQL restart) would hold shutdown forever.
     await Promise.race([this.orm.close(), new Promise<void>((r) => setTimeout(r, 5000).unref())]);
   }
+}
+
+/** What hotRows() uses of a PGlite instance (`@electric-sql/pglite`'s query with its row mode). */
+interface EmbeddedClient {
+  query<R>(text: string, params: unknown[], options: { rowMode: 'array' | 'object' }): Promise<{ rows: R[] }>;
 }
 
 /** `?` placeholders as PostgreSQL's `$1`, `$2`, ... */

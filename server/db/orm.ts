@@ -7,7 +7,7 @@ import { MikroORM as PgORM } from '@mikro-orm/postgresql';
 import { MikroORM as PgliteORM, PgliteDriver } from '@mikro-orm/pglite';
 import { Migrator } from '@mikro-orm/migrations';
 import type { MikroORM } from '@mikro-orm/core';
-import type { AbstractSqlDriver, EntityManager } from '@mikro-orm/sql';
+import { createPostgreSqlTypeParsers, type AbstractSqlDriver, type EntityManager } from '@mikro-orm/sql';
 import { entities } from './entities.ts';
 import { migrationsList } from './migrations/index.ts';
 import './release-on-failed-rollback.ts';
@@ -36,6 +36,30 @@ const common = {
   allowGlobalContext: false,
 };
 
+// Types. Rows read through the ORM (Database.query), its hot paths (hot, hotRows) and its transactions
+// must carry the same JavaScript values on both databases, or code tested on one breaks on the other.
+// MikroORM keeps dates, times and intervals as PostgreSQL's text on both drivers. The rest as `pg` parses
+// it by default on PostgreSQL: numeric and int8 as text (exact; a bigint can pass 2^53), int4 as number,
+// bool, json and jsonb parsed. PGlite's own default parses int8 as a number: overridden below so that a
+// count or a bigint column is text there too (and int8[] a string[], as pg gives).
+const INT8 = 20;
+const text = (s: string) => s;
+
+/** PGlite's parsers on top of MikroORM's: int8 as text, like `pg`. */
+const PGLITE_PARSERS: Record<number, (s: string) => unknown> = { [INT8]: text };
+
+/**
+ * The type parsers of Database's own PostgreSQL pool (hot reads): MikroORM's (times as text), so hot()
+ * returns what query() does.
+ */
+export const HOT_POOL_TYPES = (() => {
+  const types = new pg.TypeOverrides();
+  // text[] (oid 1009, not among pg's named builtins): pg's parser of an array into its elements' text.
+  const textArray = pg.types.getTypeParser(1009 as Parameters<typeof pg.types.getTypeParser>[0], 'text') as (s: string) => string[];
+  for (const [oid, parser] of Object.entries(createPostgreSqlTypeParsers(textArray))) types.setTypeParser(Number(oid), parser);
+  return types;
+})();
+
 export async function openOrm(opts: OpenOptions): Promise<Orm> {
   if (opts.databaseUrl) {
     const orm = await PgORM.init({
@@ -53,6 +77,8 @@ export async function openOrm(opts: OpenOptions): Promise<Orm> {
   const orm = await PgliteORM.init({
     ...common,
     dbName: path.join(opts.dataDir, 'pg'),
+    // Merged over MikroORM's own parsers by its PGlite connection (see "Types" above).
+    driverOptions: { parsers: PGLITE_PARSERS },
     debug: opts.debug ?? false,
   });
   return orm as unknown as Orm;

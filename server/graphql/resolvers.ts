@@ -79,7 +79,7 @@ export class TunnelResolver {
 
   @Mutation(() => PurchaseResult, {
     description:
-      'Buys a tunnel: debits the price, takes a protected IP; ports, protocol and protection are optional (the defaults forward everything). With an idempotencyKey, a retry with the same input replays the first outcome without charging again; the same key with other input is invalid_request. Keys are shared with the REST Idempotency-Key header of the same account.',
+      'Buys a tunnel: debits the price, takes a protected IP; ports, protocol and protection are optional (the defaults forward everything). With an idempotencyKey, a retry with the same input replays the purchase without charging again; the same key with other input is invalid_request. Refusals (insufficient_balance, out_of_stock, invalid_promocode) are not remembered: the same input with the same key tries again. Keys are shared with the REST Idempotency-Key header of the same account.',
   })
   async purchaseTunnel(
     @Ctx() ctx: GraphqlContext,

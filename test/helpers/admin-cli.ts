@@ -21,10 +21,11 @@ const ARGV = ['--import', './loader/register.mjs', 'server/cli/admin.ts'];
 const cleanEnv = (env: Record<string, string>) => ({ PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', ...env });
 
 /** Runs the real CLI with a clean environment: only PATH, HOME and `env` (DATABASE_URL, or DATA_DIR for the
- *  embedded database, plus whatever the test sets). */
-export function runAdminCli(env: Record<string, string>, args: string[]): Promise<CliRun> {
+ *  embedded database, plus whatever the test sets). `stdin`: written to its standard input, which is then
+ *  closed (for `--password -`, the form operators should use). */
+export function runAdminCli(env: Record<string, string>, args: string[], stdin?: string): Promise<CliRun> {
   return new Promise((resolve, reject) => {
-    execFile(
+    const child = execFile(
       NODE,
       [...ARGV, ...args],
       // The kill timeout only ends a hung process; the tests' own bounds are what fail.
@@ -41,12 +42,13 @@ export function runAdminCli(env: Record<string, string>, args: string[]): Promis
         resolve({ code, stdout, stderr, json });
       },
     );
+    if (stdin !== undefined) child.stdin?.end(stdin);
   });
 }
 
 /** The CLI against the PostgreSQL database at `databaseUrl`; `env` adds to (or overrides) that. */
-export function adminCli(databaseUrl: string, args: string[], env: Record<string, string> = {}): Promise<CliRun> {
-  return runAdminCli({ DATABASE_URL: databaseUrl, ...env }, args);
+export function adminCli(databaseUrl: string, args: string[], env: Record<string, string> = {}, stdin?: string): Promise<CliRun> {
+  return runAdminCli({ DATABASE_URL: databaseUrl, ...env }, args, stdin);
 }
 
 /** The CLI started with its stdin, stdout and stderr as pipes, for a test that feeds stdin or watches the process. */

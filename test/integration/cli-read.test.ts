@@ -467,7 +467,7 @@ describe('queue and read commands through a running gateway on the embedded data
       // A node on a closed local port: its jobs fail to connect and wait to retry, so they stay live.
       const node = ok(await runAdminCli(env, ['node', 'add', '--name', 'edge-e', '--public-ip', '192.0.2.20', '--ssh-host', '127.0.0.1', '--ssh-port', '9', '--pool', '198.18.9.0/30', '--host-key', `SHA256:${'B'.repeat(43)}`]));
       const nodeId = node.node_id as string;
-      ok(await runAdminCli(env, ['user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', 'long enough pw', '--balance-usd', '3']));
+      ok(await runAdminCli(env, ['user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', '-', '--balance-usd', '3'], 'long enough pw\n'));
       expect(items(ok(await runAdminCli(env, ['user', 'list']))).map((u) => u.email)).toEqual(['e@example.test']);
 
       const r = ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeId]));

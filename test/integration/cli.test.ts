@@ -15,6 +15,7 @@ import { adminCli, cliFailed, cliOk, expectCliRefusals, spawnAdminCli, type CliR
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 
 const sha256hex = (s: string) => createHash('sha256').update(s).digest('hex');
+const PASSWORD_WARNING = 'warning: --password on the command line is visible in ps and shell history; use --password - and pipe it';
 
 /** Row counts (and the rate) of every table the CLI writes, to show that a refusal wrote nothing. */
 async function snapshot(t: TestDatabase) {
@@ -42,9 +43,11 @@ describe('admin CLI, every command against PostgreSQL', () => {
   let accountId = '';
 
   it('user create and balance add: account, user, ledger rows in exact decimals', async () => {
-    const created = cliOk(
-      await adminCli(t.url, ['user', 'create', '--email', email, '--name', 'Operator One', '--password', 'correct horse battery', '--balance-usd', '25.50', '--role', 'viewer', '--picture', 'https://img.example/a.png']),
-    );
+    const run = await adminCli(t.url, ['user', 'create', '--email', email, '--name', 'Operator One', '--password', 'correct horse battery', '--balance-usd', '25.50', '--role', 'viewer', '--picture', 'https://img.example/a.png']);
+    // A password given as an argument still works (same JSON, exit 0), with a warning on stderr that
+    // names the safe form and never repeats the password.
+    expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: `${PASSWORD_WARNING}\n` });
+    const created = cliOk({ ...run, stderr: '' });
     expect(Object.keys(created).sort()).toEqual(['account_id', 'user_id']);
     userId = created.user_id as string;
     accountId = created.account_id as string;
@@ -343,6 +346,38 @@ describe('server secrets in the database', () => {
     const loaded = await loadSecrets(fresh.db, env);
     expect(loaded.sources.gateway_ssh_key).toBe('env');
     expect(loaded.sources.access_token_key).toBe('database');
+  });
+});
+
+describe('a password on the command line, in-process through main() on the test database', () => {
+  async function run(argv: string[], opts: { stdin?: string; forwarded?: boolean } = {}) {
+    let stdout = '';
+    let stderr = '';
+    const code = await main(
+      argv,
+      { DATABASE_URL: t.url },
+      { stdout: (s) => void (stdout += s), stderr: (s) => void (stderr += s), progress: false, ...(opts.stdin === undefined ? {} : { readLine: async () => opts.stdin! }) },
+      { db: t.db, forwarded: opts.forwarded },
+    );
+    return { code, stdout, stderr };
+  }
+  const create = (password: string, email = `pw-${Math.random().toString(36).slice(2)}@example.test`) => ['user', 'create', '--email', email, '--name', 'P', `--password=${password}`];
+
+  it('warns for --password=P too, never for --password - nor for a line a CLI forwarded (that CLI warns), and keeps a failure to its one JSON line', async () => {
+    const inline = await run(create('inline password'));
+    expect([inline.code, inline.stderr]).toEqual([0, `${PASSWORD_WARNING}\n`]);
+    expect(Object.keys(JSON.parse(inline.stdout)).sort()).toEqual(['account_id', 'user_id']);
+    const piped = await run(['user', 'create', '--email', `pw-stdin-${Date.now()}@example.test`, '--name', 'P', '--password', '-'], { stdin: 'piped password' });
+    expect([piped.code, piped.stderr]).toEqual([0, '']);
+    // The gateway's side of the admin socket gets the command line with `-` already replaced.
+    const forwarded = await run(create('piped then forwarded'), { forwarded: true });
+    expect([forwarded.code, forwarded.stderr]).toEqual([0, '']);
+    const email = `pw-dup-${Date.now()}@example.test`;
+    expect((await run(create('first one', email))).code).toBe(0);
+    const refused = await run(create('second one', email));
+    expect(refused.code).toBe(1);
+    expect(refused.stderr.trimEnd().split('\n')).toHaveLength(1);
+    expect(JSON.parse(refused.stderr).error).toBe('invalid_request');
   });
 });
 

@@ -71,11 +71,18 @@ it('`npm start` entry point: embedded database, /readyz, graceful SIGTERM', asyn
 
     // The admin CLI works while the gateway holds the embedded database: it hands its command over.
     const admin = (...args: string[]) => runAdminCli(env, args);
+    const adminWithStdin = (stdin: string, ...args: string[]) => runAdminCli(env, args, stdin);
     // With a pinned host key: purchases take IPs only from nodes that have one.
     const node = await admin('node', 'add', '--name', 'edge-1', '--public-ip', '192.0.2.1', '--ssh-host', '192.0.2.1', '--pool', '198.18.7.0/30', '--host-key', `SHA256:${'E'.repeat(43)}`);
     expect(node.code, node.stderr).toBe(0);
     expect(node.json).toMatchObject({ pool_size: 2, gateway_ssh_public_key: expect.stringMatching(/^ssh-ed25519 /) });
-    expect((await admin('user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', 'long enough pw', '--balance-usd', '3')).code).toBe(0);
+    // The password from standard input, forwarded to the gateway: no warning from either process.
+    const user = await adminWithStdin('long enough pw\n', 'user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', '-', '--balance-usd', '3');
+    expect([user.code, user.stderr]).toEqual([0, '']);
+    // A password as an argument still works, warned about once (by the CLI, not again by the gateway).
+    const argvUser = await admin('user', 'create', '--email', 'argv@example.test', '--name', 'A', '--password', 'long enough pw');
+    expect([argvUser.code, argvUser.stderr]).toEqual([0, 'warning: --password on the command line is visible in ps and shell history; use --password - and pipe it\n']);
+    expect(Object.keys(argvUser.json).sort()).toEqual(['account_id', 'user_id']);
     const key = await admin('apikey', 'create', '--email', 'e@example.test', '--permission', 'write');
     expect(key.code).toBe(0);
     const refused = await admin('user', 'create', '--email', 'not-an-email', '--name', 'E', '--password', 'long enough pw');

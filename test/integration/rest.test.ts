@@ -261,6 +261,7 @@ describe('Idempotency-Key', () => {
     expect(first.status).toBe(201);
     expect(again.status).toBe(201);
     expect(again.body).toEqual(first.body);
+    expect([first.headers.get('idempotent-replayed'), again.headers.get('idempotent-replayed')]).toEqual([null, 'true']);
     expect(await balanceOf(alice.accountId)).toBe((Number(before) - 1.11).toFixed(2));
     const { rows } = await gw.testDb.raw.query('select count(*)::int as n from tunnel where name = $1 and account_id = $2', ['idem', alice.accountId]);
     expect(rows[0].n).toBe(1);
@@ -291,15 +292,18 @@ describe('Idempotency-Key', () => {
     expect(await balanceOf(bob.accountId)).toBe((Number(before) - 1.11).toFixed(2));
   });
 
-  it('replays a refusal too, and rejects a malformed key', async () => {
+  it('does not keep a refusal (the same key buys once its cause is gone), and rejects a malformed key', async () => {
     const poor = await seedUser(gw.testDb.db, { balanceUsd: '0.50' });
     const key = 'refused-1';
     const first = await buy(poor.writeKey, { origin_ip: ORIGIN }, { 'idempotency-key': key });
     expect(first.status).toBe(402);
     await addBalance(gw.testDb.db, poor.email, '10');
+    const retry = await buy(poor.writeKey, { origin_ip: ORIGIN }, { 'idempotency-key': key });
+    expect([retry.status, retry.headers.get('idempotent-replayed')]).toEqual([201, null]);
     const replay = await buy(poor.writeKey, { origin_ip: ORIGIN }, { 'idempotency-key': key });
-    expect(replay.status).toBe(402);
-    expect(replay.body).toEqual(first.body);
+    expect([replay.status, replay.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
+    expect(replay.body).toEqual(retry.body);
+    expect(await balanceOf(poor.accountId)).toBe('9.39');
     const bad = await buy(poor.writeKey, { origin_ip: ORIGIN }, { 'idempotency-key': 'x'.repeat(300) });
     expect([bad.status, bad.body.error]).toEqual([400, 'invalid_request']);
   });

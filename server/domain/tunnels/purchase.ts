@@ -1,11 +1,17 @@
 // Buying a tunnel: one transaction that locks the account, replays or claims the Idempotency-Key, checks
 // the promocode and the balance, takes a free protected IP and a GRE key, debits, writes the ledger row
 // and creates the tunnel (`pending`). Also the expiry of idempotency records.
+//
+// An Idempotency-Key remembers purchases only. A refusal (402 insufficient_balance, 409 out_of_stock,
+// 400 invalid_promocode) changed nothing and may succeed later (after a top-up, once stock is added,
+// once the code exists or has uses left), so it rolls back with the claim of the key: the same request
+// with the same key tries again. Remembering refusals made a fixed problem look unfixed for the whole
+// life of the key (docs/CONTRACTS.md "REST shapes").
 import { randomUUID } from 'node:crypto';
 import type { Database, Sql } from '../../db/database.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { requireWrite } from '../../auth/principal.ts';
-import { ApiError, type ErrorBody } from '../errors.ts';
+import { ApiError } from '../errors.ts';
 import { centsToNumber, centsToString, dbToCents, kopecksToNumber, parseRate, rubToUsdCents } from '../money.ts';
 import { drawGreKey, isGreKeyCollision, pickGreKey, randomGreKey, type GreKeySource } from '../gre-keys.ts';
 import { PRICE_RUB_KOPECKS, type PricingService } from '../pricing.ts';
@@ -45,37 +51,22 @@ export async function purgeExpiredIdempotency(db: Database, batch = 10_000): Pro
 }
 
 /**
- * An outcome as the idempotency record keeps it. The Idempotency-Key contract is REST's (docs/API.md
- * "Idempotency"), so a record holds the REST status of the first answer: 201 with the purchase, or a
- * refusal's status with its error body (older records' purchase bodies also carry next_steps; the
- * adapters rebuild those from the tunnel id, to the same value).
+ * The REST status an idempotency record holds for a purchase: records hold purchases only (201 with the
+ * purchase; older records' bodies also carry next_steps, which the adapters rebuild from the tunnel id to
+ * the same value). Records written by earlier versions may hold a refusal's status and error body: those
+ * are dropped when their key is used again, as if expired.
  */
-interface StoredOutcome {
-  status: number;
-  body: Purchase | ErrorBody;
-  replayed: boolean;
-}
-
 const CREATED = 201;
 
 /**
- * A stored outcome as it replays. A purchase recorded before tunnel settings existed (issue 10) has a
- * tunnel without `protection`: it had the defaults, which every tunnel object shows now (docs/CONTRACTS.md
- * "REST shapes"), so they are filled in; everything recorded is kept as it was.
+ * A stored purchase as it replays. A purchase recorded before tunnel settings existed has a tunnel without
+ * `protection`: it had the defaults, which every tunnel object shows now (docs/CONTRACTS.md "REST shapes"),
+ * so they are filled in; everything recorded is kept as it was.
  */
-function recorded(status: number, body: StoredOutcome['body']): StoredOutcome['body'] {
-  if (status !== CREATED) return body;
-  const p = body as Purchase;
-  if (p.tunnel === undefined || p.tunnel.protection !== undefined) return body;
+function recorded(p: Purchase): Purchase {
+  if (p.tunnel === undefined || p.tunnel.protection !== undefined) return p;
   const { ports, protocol, protection } = DEFAULT_SETTINGS;
   return { ...p, tunnel: { ...p.tunnel, ports: p.tunnel.ports ?? ports, protocol: p.tunnel.protocol ?? protocol, protection: { ...protection } } };
-}
-
-/** A refusal that is a purchase outcome (stored and replayed), unlike the input refusals that roll back. */
-class PurchaseRefused extends Error {
-  constructor(readonly error: ApiError) {
-    super(error.message);
-  }
 }
 
 export interface PurchaseDeps {
@@ -87,8 +78,9 @@ export interface PurchaseDeps {
 }
 
 /**
- * With an Idempotency-Key the outcome (success or refusal) is stored in the same transaction and
- * replayed for the same request; the same key with another request is idempotency_mismatch.
+ * With an Idempotency-Key a purchase is stored in the same transaction and replayed for the same request
+ * (`replayed`); the same key with another request is idempotency_mismatch. A refusal is thrown and
+ * nothing of it is kept, the key included.
  */
 export async function purchase(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null): Promise<PurchaseOutcome> {
   requireWrite(principal);
@@ -98,24 +90,20 @@ export async function purchase(deps: PurchaseDeps, principal: Principal, input: 
   // a concurrent purchase (odds n/2^32), is refused by the unique index: the whole transaction rolls
   // back, nothing was charged, the Idempotency-Key was not claimed. It is then run once more, reading
   // the keys in use this time, so it picks one no committed tunnel has (issue 16).
-  let outcome: StoredOutcome;
+  let outcome: PurchaseOutcome;
   try {
     outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash, false);
   } catch (e) {
     if (!isGreKeyCollision(e)) throw e;
     outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash, true);
   }
-  if (outcome.status !== CREATED) {
-    const body = outcome.body as { error: ConstructorParameters<typeof ApiError>[0]; error_description: string };
-    throw new ApiError(body.error, body.error_description);
-  }
   deps.pricing.invalidate();
-  return { purchase: outcome.body as Purchase, replayed: outcome.replayed };
+  return outcome;
 }
 
 /** One attempt of purchase(), in one transaction; `readKeys`: pick a GRE key the pair does not use (the retry). */
-function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string, readKeys: boolean): Promise<StoredOutcome> {
-  return deps.db.hotTransaction(async (sql): Promise<StoredOutcome> => {
+function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null, hash: string, readKeys: boolean): Promise<PurchaseOutcome> {
+  return deps.db.hotTransaction(async (sql): Promise<PurchaseOutcome> => {
     // The account row is locked first: the idempotency insert below takes a FOR KEY SHARE lock on it
     // (foreign key), and two purchases that each held that and then asked for FOR UPDATE deadlocked
     // (seen with concurrent keyed retries after a PostgreSQL restart). Its balance and the rate are read
@@ -128,45 +116,37 @@ function purchaseOnce(deps: PurchaseDeps, principal: Principal, input: PurchaseI
     // REST adds the WWW-Authenticate challenge to every invalid_token (server/http/app.ts).
     if (!account) throw new ApiError('invalid_token', 'The account of this credential no longer exists.');
     if (idempotencyKey !== null) {
-      // Records are kept IDEMPOTENCY_TTL_DAYS (docs/API.md "Idempotency"): an older one is gone, and its key is new again.
-      await sql.query(`delete from idempotency_record where account_id = ? and key = ? and created_at < now() - make_interval(days => ?)`, [
+      // Records are kept IDEMPOTENCY_TTL_DAYS (docs/API.md "Idempotency"): an older one is gone, and its key is new again. So is
+      // a refusal an earlier version stored (see the top of this file): refusals are not kept.
+      await sql.query(`delete from idempotency_record where account_id = ? and key = ? and (created_at < now() - make_interval(days => ?) or status_code <> ${CREATED})`, [
         principal.accountId,
         idempotencyKey,
         IDEMPOTENCY_TTL_DAYS,
       ]);
-      // A concurrent twin blocks here until the first commits or rolls back.
+      // A concurrent twin blocks here until the first commits (it then replays the purchase) or rolls back
+      // (a refusal: it then claims the key and tries the purchase itself).
       const claimed = await sql.query(
         `insert into idempotency_record (account_id, key, request_hash, status_code, body) values (?, ?, ?, 0, '{}')
          on conflict (account_id, key) do nothing returning key`,
         [principal.accountId, idempotencyKey, hash],
       );
       if (claimed.length === 0) {
-        const [prev] = await sql.query<{ request_hash: string; status_code: number; body: StoredOutcome['body'] }>(
-          'select request_hash, status_code, body from idempotency_record where account_id = ? and key = ?',
-          [principal.accountId, idempotencyKey],
-        );
+        const [prev] = await sql.query<{ request_hash: string; body: Purchase }>('select request_hash, body from idempotency_record where account_id = ? and key = ?', [
+          principal.accountId,
+          idempotencyKey,
+        ]);
         if (prev!.request_hash !== hash) {
           throw new ApiError('idempotency_mismatch', 'This Idempotency-Key was already used with a different request body.');
         }
-        return { status: prev!.status_code, body: recorded(prev!.status_code, prev!.body), replayed: true };
+        return { purchase: recorded(prev!.body), replayed: true };
       }
     }
-    let result: StoredOutcome;
-    try {
-      result = { status: CREATED, body: await buy(deps, sql, principal, input, readKeys, account), replayed: false };
-    } catch (e) {
-      if (!(e instanceof PurchaseRefused)) throw e;
-      result = { status: e.error.status, body: e.error.body, replayed: false };
-    }
+    // A refusal is thrown from here: the transaction rolls back, the claim of the key with it.
+    const bought = await buy(deps, sql, principal, input, readKeys, account);
     if (idempotencyKey !== null) {
-      await sql.query('update idempotency_record set status_code = ?, body = ? where account_id = ? and key = ?', [
-        result.status,
-        JSON.stringify(result.body),
-        principal.accountId,
-        idempotencyKey,
-      ]);
+      await sql.query('update idempotency_record set status_code = ?, body = ? where account_id = ? and key = ?', [CREATED, JSON.stringify(bought), principal.accountId, idempotencyKey]);
     }
-    return result;
+    return { purchase: bought, replayed: false };
   });
 }
 
@@ -176,8 +156,8 @@ interface AccountRow {
 }
 
 /**
- * The purchase proper, on the account row locked by purchaseOnce. Refusals are thrown as PurchaseRefused
- * before anything is written. Its statements are few on purpose (issue 12: the gateway's per-statement
+ * The purchase proper, on the account row locked by purchaseOnce. Refusals are thrown (ApiError) before
+ * anything is written. Its statements are few on purpose (issue 12: the gateway's per-statement
  * cost, not PostgreSQL, bounded purchases): the origin check rides on the IP pick, and every write is one
  * statement that also returns the tunnel.
  */
@@ -196,8 +176,7 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
     [input.originIp, input.originIp, input.originIp],
   );
   // After the replay lookup (a replay answers as the first time did), before anything is bought.
-  // Thrown, so the transaction rolls back and the key stays unused: a refusal of the input, like
-  // validatePurchase's, not a purchase outcome to replay.
+  // Thrown, like every refusal here: the transaction rolls back and the key stays unused.
   refuseIfOurs(input.originIp, pick!.ours);
 
   let kopecks = PRICE_RUB_KOPECKS;
@@ -209,22 +188,20 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
          from promocode where code = ? for update`,
       [promo],
     );
-    if (!row) throw new PurchaseRefused(new ApiError('invalid_promocode', `Unknown promocode ${JSON.stringify(input.promocode)}.`));
-    if (row.expired) throw new PurchaseRefused(new ApiError('invalid_promocode', `Promocode ${row.code} has expired.`));
+    if (!row) throw new ApiError('invalid_promocode', `Unknown promocode ${JSON.stringify(input.promocode)}.`);
+    if (row.expired) throw new ApiError('invalid_promocode', `Promocode ${row.code} has expired.`);
     if (row.max_uses !== null && row.uses >= row.max_uses) {
-      throw new PurchaseRefused(new ApiError('invalid_promocode', `Promocode ${row.code} has been used up.`));
+      throw new ApiError('invalid_promocode', `Promocode ${row.code} has been used up.`);
     }
     kopecks = discountedKopecks(PRICE_RUB_KOPECKS, row);
   }
   const charge = rubToUsdCents(kopecks, rate);
   const balance = dbToCents(account.balance_usd);
   if (balance < charge) {
-    throw new PurchaseRefused(
-      new ApiError('insufficient_balance', `The price is ${centsToString(charge)} USD and the balance is ${centsToString(balance)} USD; nothing was charged.`),
-    );
+    throw new ApiError('insufficient_balance', `The price is ${centsToString(charge)} USD and the balance is ${centsToString(balance)} USD; nothing was charged.`);
   }
   const ipRow = pick!.ip === null ? null : { ip: pick!.ip, node_id: pick!.node_id, inner_index: pick!.inner_index };
-  if (!ipRow) throw new PurchaseRefused(new ApiError('out_of_stock', 'No protected IP is free right now; nothing was charged.'));
+  if (!ipRow) throw new ApiError('out_of_stock', 'No protected IP is free right now; nothing was charged.');
 
   // A key unused by this node's live tunnels to the same origin: GRE links are unique by local,
   // remote and key, so it is what lets any number of tunnels share an origin on one edge. Drawn blind

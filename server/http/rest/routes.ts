@@ -108,9 +108,11 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     const body = expectObject(await readJsonBody(ctx, config.bodyLimitBytes, { required: true }), PURCHASE_FIELDS);
     const input = validatePurchase(body, tunnels.allowPrivateOrigins);
     try {
-      // A replay answers as the first time did: 201 with the same purchase.
-      const { purchase } = await tunnels.purchase(who, input, key);
-      metrics.purchases.inc({ outcome: 'created' });
+      // A replay answers as the first time did: 201 with the same purchase, marked as a replay (the first
+      // answer has no such header), so a client can tell that nothing was bought this time.
+      const { purchase, replayed } = await tunnels.purchase(who, input, key);
+      metrics.purchases.inc({ outcome: replayed ? 'replayed' : 'created' });
+      if (replayed) ctx.set('Idempotent-Replayed', 'true');
       ctx.status = 201;
       ctx.body = purchaseBody(purchase);
     } catch (e) {
