@@ -155,12 +155,17 @@ async function firstSale(run: Run, edge: 'agent' | 'simulated'): Promise<void> {
   const sale = spawnSync('bash', ['-c', block], { cwd: run.dir, env: { PATH: process.env.PATH, HOME: process.env.HOME }, encoding: 'utf8', timeout: 180_000 });
   expect(sale.status, `${sale.stdout}\n${sale.stderr}`).toBe(0);
   // Every JSON answer the block printed, in order; the statuses its comments show are the ones it got.
-  const answers = sale.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { tunnel?: { id: string; status: string; tunnel_name: string }; availability?: unknown });
+  type Shown = { id: string; status: string; tunnel_name: string };
+  const answers = sale.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { tunnel?: Shown; tunnels?: Shown[]; next_cursor?: string | null; availability?: unknown });
   const shown = [...block.matchAll(/^# \{"tunnel":.*?"status":"(\w+)"/gm)].map((m) => m[1]);
   expect(shown).toEqual(['pending', 'provisioned', 'active']);
   expect(answers.filter((a) => a.tunnel).map((a) => a.tunnel!.status)).toEqual(shown);
   expect(answers[0]!.availability).toBeDefined();
   const tunnel = answers.find((a) => a.tunnel)!.tunnel!;
+  // The list ends the block: the one tunnel sold, active (the embedded database lists what it sold).
+  const listed = answers.at(-1)!;
+  expect([listed.tunnels?.map((t) => [t.id, t.status]), listed.next_cursor]).toEqual([[[tunnel.id, 'active']], null]);
+  expect(block).toMatch(/^# \{"tunnels":\[\{"id":.*"status":"active"/m);
 
   // And the gateway says so too.
   const status = await until('the tunnel active', async () => {
