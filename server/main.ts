@@ -2,7 +2,8 @@
 // SIGINT drain: /readyz turns 503, the listener closes, in-flight requests finish, then the
 // database closes.
 import 'reflect-metadata';
-import { ConfigError, loadConfig } from './config.ts';
+import { ConfigError, loadConfig, type Config } from './config.ts';
+import { checkListen, ListenError, listenFailure, type ListenSettings } from './http/listen-check.ts';
 import { createLogger } from '../common/log.ts';
 import { buildServices, openDatabase } from './services.ts';
 import { createHttpServer } from './http/server.ts';
@@ -17,11 +18,15 @@ async function main(): Promise<void> {
     config = loadConfig();
     // Before the database opens: a production start without its secrets stops here, naming them.
     requireSecretsFromEnv(process.env);
+    // Before the database opens too (seconds, more on a loaded machine): a port another program holds
+    // is named at once, with what to change (server/http/listen-check.ts).
+    await checkListen(listenSettings(config));
   } catch (e) {
     if (e instanceof ConfigError || e instanceof SecretsError) {
       process.stderr.write(`${JSON.stringify({ error: 'invalid_config', error_description: e.message })}\n`);
       process.exit(2);
     }
+    if (e instanceof ListenError) failToListen(e);
     throw e;
   }
   const log = createLogger(config.logLevel, { service: 'gateway' });
@@ -57,7 +62,12 @@ async function main(): Promise<void> {
   // Attach the handler only now: app.callback() freezes the middleware list it is called with.
   server.on('request', gateway.app.callback());
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
+    server.once('error', (e) => {
+      // Taken since the check at start: the same line, then the same exit.
+      const failure = listenFailure(e, listenSettings(config));
+      if (failure) failToListen(failure);
+      reject(e);
+    });
     server.listen(config.port, config.host, resolve);
   });
   const addr = server.address();
@@ -93,6 +103,16 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
   log.info('listening', { url: `http://${config.host}:${port}`, public_url: config.publicUrl, ms: Date.now() - started });
+}
+
+function listenSettings(config: Config): ListenSettings {
+  return { host: config.host, port: config.port, publicUrlSet: (process.env.PUBLIC_URL ?? '') !== '' };
+}
+
+/** One line on stderr, the documented error shape, exit 2 (a setting to change, as for invalid_config). */
+function failToListen(e: ListenError): never {
+  process.stderr.write(`${JSON.stringify({ error: e.code, error_description: e.message })}\n`);
+  process.exit(2);
 }
 
 main().catch((e: unknown) => {
