@@ -1,7 +1,7 @@
 // A real agent process for the provisioning tests and the provisioning benchmark: the production
 // startAgent() and createDataplane(), configured from the environment like `npm run agent`, except
 // that the dataplane lives in the network namespace TG_TEST_NETNS with the veth stand-in for GRE (this
-// kernel has no GRE) while the SSH port stays on the host's loopback. Each dataplane call that reaches
+// kernel has no GRE; TG_TEST_LINK_KIND=gre for an edge that cannot carry tunnels) while the SSH port stays on the host's loopback. Each dataplane call that reaches
 // the kernel is reported as one JSON line on stdout ({"call": op, "ids": [...]}) so tests can count
 // how many times a job was applied. The first line is {"ready": true, "port", "fingerprint"}.
 //
@@ -15,6 +15,7 @@ import { loadConfig } from '../../agent/config.ts';
 import { restoreAtStart, startAgent, startHealth } from '../../agent/main.ts';
 import { createDataplane, type Dataplane, type TunnelRef, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { createLogger } from '../../common/log.ts';
+import { TunnelLinksState } from '../../agent/dataplane/link-support.ts';
 
 const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
 
@@ -55,7 +56,11 @@ async function report<T>(call: string, ids: string[], run: () => Promise<T>): Pr
 const config = loadConfig(process.env);
 const netns = process.env.TG_TEST_NETNS;
 if (!netns) throw new Error('TG_TEST_NETNS is required');
-const inner = await createDataplane({ edgeIp: config.edgeIp, nftTable: config.nftTable, stateDir: config.stateDir, netns, linkKind: 'veth-standin' });
+// TG_TEST_LINK_KIND=gre: the production link driver, whose links this kernel cannot make (no GRE): an
+// edge that really cannot carry tunnels, as the agent finds out and reports (dataplane/link-support.ts).
+const linkKind = process.env.TG_TEST_LINK_KIND ?? 'veth-standin';
+if (linkKind !== 'gre' && linkKind !== 'veth-standin') throw new Error(`TG_TEST_LINK_KIND must be gre or veth-standin, not ${linkKind}`);
+const inner = await createDataplane({ edgeIp: config.edgeIp, nftTable: config.nftTable, stateDir: config.stateDir, netns, linkKind });
 const dataplane: Dataplane = {
   apply: (t: TunnelSpec) => report('apply', [t.id], () => inner.apply(t)),
   remove: (t: TunnelRef) => report('remove', [t.id], () => inner.remove(t)),
@@ -68,10 +73,13 @@ const log = createLogger((process.env.AGENT_LOG_LEVEL as 'silent' | undefined) ?
 // As agent/main.ts does: the last desired state is restored before any job can arrive. It goes to the
 // inner dataplane directly, so it is not reported as a call (a call is a job the gateway sent).
 await restoreAtStart(inner, log);
+// As agent/main.ts does: whether the links can be made, asked before the first job, said in hello and status.
+const tunnelLinks = new TunnelLinksState(() => inner.tunnelLinks(), log);
+await tunnelLinks.refresh();
 // Health checks and the status op only when the test asks (AGENT_HEALTH_INTERVAL_S set): their probes
 // would otherwise run beside every other test's jobs. They use the inner dataplane: not calls either.
-const health = process.env.AGENT_HEALTH_INTERVAL_S ? startHealth(inner, { intervalS: config.healthIntervalS }) : undefined;
-const agent = await startAgent(config, { dataplane, log, ...(health ? { status: health.status } : {}) });
+const health = process.env.AGENT_HEALTH_INTERVAL_S ? startHealth(inner, { intervalS: config.healthIntervalS, tunnelLinks }) : undefined;
+const agent = await startAgent(config, { dataplane, log, tunnelLinks, ...(health ? { status: health.status } : {}) });
 say({ ready: true, port: agent.address.port, fingerprint: agent.hostKey.fingerprint });
 const stop = async () => {
   await health?.stop();
