@@ -235,7 +235,9 @@ async function main(): Promise<void> {
   // Before the first job: a kernel that cannot make the tunnels' links (no GRE) is a warning here, and
   // `hello`/`status` tell the gateway, which then sells nothing from this node (docs/CONTRACTS.md "Tunnel links").
   const tunnelLinks = new TunnelLinksState(() => dataplane.tunnelLinks(), log);
-  await tunnelLinks.refresh();
+  const links = await tunnelLinks.refresh();
+  // Also in plain words beside the fingerprint line: whoever starts the agent by hand reads stderr, not the JSON log.
+  if (links.usable === false) process.stderr.write(`tunnel-agent: warning: ${links.reason ?? 'this node cannot make its tunnel links'}; the gateway sells nothing from this node\n`);
   const health = startHealth(dataplane, { intervalS: config.healthIntervalS, log: log.child({ component: 'health' }), startedAt: Date.now() - Math.round(process.uptime() * 1000), tunnelLinks });
   let agent: RunningAgent;
   try {
