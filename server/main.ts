@@ -18,20 +18,23 @@ async function main(): Promise<void> {
     config = loadConfig();
     // Before the database opens: a production start without its secrets stops here, naming them.
     requireSecretsFromEnv(process.env);
-    // Before the database opens too (seconds, more on a loaded machine): a port another program holds
-    // is named at once, with what to change (server/http/listen-check.ts).
-    await checkListen(listenSettings(config));
   } catch (e) {
     if (e instanceof ConfigError || e instanceof SecretsError) {
       process.stderr.write(`${JSON.stringify({ error: 'invalid_config', error_description: e.message })}\n`);
       process.exit(2);
     }
-    if (e instanceof ListenError) failToListen(e);
     throw e;
   }
   const log = createLogger(config.logLevel, { service: 'gateway' });
   const started = Date.now();
+  // A second `npm start` on the same embedded database is named as such (it also holds the port).
   if (!config.databaseUrl) await assertNoLiveGateway(adminSocketPath(config.dataDir));
+  // Before the database opens (seconds, more on a loaded machine): a port another program holds is
+  // named at once, with what to change (server/http/listen-check.ts).
+  await checkListen(listenSettings(config)).catch((e: unknown) => {
+    if (e instanceof ListenError) failToListen(e);
+    throw e;
+  });
   const db = await openDatabase(config);
   log.info('database ready', { driver: config.databaseUrl ? 'postgresql' : 'pglite', data_dir: config.databaseUrl ? undefined : config.dataDir, ms: Date.now() - started });
   const loaded = await loadSecrets(db, process.env);
