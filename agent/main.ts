@@ -17,6 +17,7 @@ import { HealthScheduler, type CheckRecord, type HealthClock } from './health/sc
 import { StatusReporter } from './health/status.ts';
 import { outCounterName } from './dataplane/policy.ts';
 import { releaseMemory } from './housekeeping/memory.ts';
+import { TunnelLinksState } from './dataplane/link-support.ts';
 import { ReplayCache } from './jobs/replay-cache.ts';
 import { loadOrCreateHostKey, type HostKey } from './ssh/keys.ts';
 import { AgentSshServer } from './ssh/server.ts';
@@ -41,6 +42,8 @@ export interface StartOptions {
   handshakeTimeoutMs?: number;
   /** The status op's answer (startHealth); without it the agent answers status with kernel_error. */
   status?: () => Promise<StatusResult>;
+  /** Whether it can make its tunnels' links, as `hello` says it (dataplane/link-support.ts); absent: not said. */
+  tunnelLinks?: TunnelLinksState;
 }
 
 /** The health checks' probe timeout. */
@@ -58,7 +61,7 @@ export interface RunningHealth {
  */
 export function startHealth(
   dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'>,
-  opts: { intervalS: number; log?: Logger; startedAt?: number; clock?: HealthClock; concurrency?: number; timer?: boolean; probeTimeoutMs?: number },
+  opts: { intervalS: number; log?: Logger; startedAt?: number; clock?: HealthClock; concurrency?: number; timer?: boolean; probeTimeoutMs?: number; tunnelLinks?: TunnelLinksState },
 ): RunningHealth {
   const scheduler = new HealthScheduler({
     tunnels: () => dataplane.desiredTunnels(),
@@ -83,6 +86,7 @@ export function startHealth(
     counters: () => dataplane.counters(),
     health: (id) => scheduler.get(id),
     version: agentVersion(),
+    ...(opts.tunnelLinks ? { tunnelLinks: () => opts.tunnelLinks!.refresh() } : {}),
     startedAt: opts.startedAt ?? Date.now(),
     ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
   });
@@ -135,6 +139,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     allowFrom: config.allowFrom,
     versions: config.jobVersions,
     agentVersion: agentVersion(),
+    ...(opts.tunnelLinks ? { tunnelLinks: () => opts.tunnelLinks!.current() } : {}),
     ...(opts.inputTimeoutMs !== undefined ? { inputTimeoutMs: opts.inputTimeoutMs } : {}),
     ...(opts.handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs: opts.handshakeTimeoutMs } : {}),
   });
@@ -227,10 +232,16 @@ async function main(): Promise<void> {
   // reconcile. Tunnels already right are left alone; one the kernel refuses is logged, not fatal, and the
   // agent still starts, so the gateway can reach it.
   await restoreAtStart(dataplane, log);
-  const health = startHealth(dataplane, { intervalS: config.healthIntervalS, log: log.child({ component: 'health' }), startedAt: Date.now() - Math.round(process.uptime() * 1000) });
+  // Before the first job: a kernel that cannot make the tunnels' links (no GRE) is a warning here, and
+  // `hello`/`status` tell the gateway, which then sells nothing from this node (docs/CONTRACTS.md "Tunnel links").
+  const tunnelLinks = new TunnelLinksState(() => dataplane.tunnelLinks(), log);
+  const links = await tunnelLinks.refresh();
+  // Also in plain words beside the fingerprint line: whoever starts the agent by hand reads stderr, not the JSON log.
+  if (links.usable === false) process.stderr.write(`tunnel-agent: warning: ${links.reason ?? 'this node cannot make its tunnel links'}; the gateway sells nothing from this node\n`);
+  const health = startHealth(dataplane, { intervalS: config.healthIntervalS, log: log.child({ component: 'health' }), startedAt: Date.now() - Math.round(process.uptime() * 1000), tunnelLinks });
   let agent: RunningAgent;
   try {
-    agent = await startAgent(config, { dataplane, log, status: health.status });
+    agent = await startAgent(config, { dataplane, log, status: health.status, tunnelLinks });
   } catch (e) {
     await health.stop();
     await dataplane.close();

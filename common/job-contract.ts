@@ -5,6 +5,7 @@
 // that the two agree. No I/O here.
 import { checkTunnel, type ChangeCounts, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from './tunnel-spec.ts';
 import type { StatusResult } from './tunnel-status.ts';
+import { checkTunnelLinks, type TunnelLinks } from './tunnel-links.ts';
 
 export type { ReconcileResult, TunnelFailure } from './tunnel-spec.ts';
 
@@ -94,11 +95,15 @@ export type JobClaims<O extends Op = Op> = O extends Op ? StandardClaims & { op:
  */
 export type OkResult = ChangeCounts | ReconcileResult | ProbeResult | StatusResult;
 
-/** What `tunnel-agent hello` writes, as one line: the versions the agent accepts and its own version. */
+/**
+ * What `tunnel-agent hello` writes, as one line: the versions the agent accepts and its own version; and,
+ * from agents that know it, whether it can make its tunnels' links (common/tunnel-links.ts).
+ */
 export interface HelloLine {
   ok: true;
   versions: JobVersion[];
   agent: string;
+  tunnel_links?: TunnelLinks;
 }
 
 /** A hello line's shape. Undefined when right, else a sentence. Unknown versions in the list are allowed (a newer agent). */
@@ -108,6 +113,7 @@ export function checkHello(v: unknown): string | undefined {
   if (o.ok !== true) return 'hello.ok must be true';
   if (!Array.isArray(o.versions) || !o.versions.every((x) => Number.isInteger(x) && (x as number) > 0)) return 'hello.versions must be a list of positive integers';
   if (typeof o.agent !== 'string') return 'hello.agent must be a string';
+  if (o.tunnel_links !== undefined) return checkTunnelLinks(o.tunnel_links, 'hello.tunnel_links');
   return undefined;
 }
 

@@ -2,6 +2,7 @@
 // and 3.9): health from its own checks and monotonic counters, and the shape check both ends use. The
 // gateway turns the counters into traffic deltas (a decrease means the counter restarted, never negative
 // traffic). No I/O here.
+import { checkTunnelLinks, type TunnelLinks } from './tunnel-links.ts';
 
 /** Why the edge dropped a packet of a tunnel (docs/CONTRACTS.md "Dataplane"). */
 export const DROP_REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
@@ -30,7 +31,8 @@ export interface TunnelReport {
 
 /** The `status` op's result. */
 export interface StatusResult {
-  agent: { version: string; uptime_s: number; tunnels: number };
+  /** tunnel_links: whether the agent can make its tunnels' links (common/tunnel-links.ts), from agents that know it. */
+  agent: { version: string; uptime_s: number; tunnels: number; tunnel_links?: TunnelLinks };
   tunnels: TunnelReport[];
 }
 
@@ -54,6 +56,10 @@ export function checkStatusResult(v: unknown): string | undefined {
   const a = v.agent;
   if (!isObject(a) || typeof a.version !== 'string' || typeof a.uptime_s !== 'number' || !(a.uptime_s >= 0) || !isCount(a.tunnels)) {
     return 'agent must be {version: string, uptime_s: number >= 0, tunnels: integer >= 0}';
+  }
+  if (a.tunnel_links !== undefined) {
+    const why = checkTunnelLinks(a.tunnel_links, 'agent.tunnel_links');
+    if (why) return why;
   }
   if (!Array.isArray(v.tunnels)) return 'tunnels must be an array';
   for (let i = 0; i < v.tunnels.length; i++) {

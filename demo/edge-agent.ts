@@ -8,6 +8,7 @@
 // - startSimulatedAgent: the simulated edge (demo/simulated-dataplane.ts), for the demo anywhere else.
 import type { AgentConfig } from '../agent/config.ts';
 import { createDataplane, type Dataplane, type DataplaneHandle } from '../agent/dataplane/index.ts';
+import { TunnelLinksState } from '../agent/dataplane/link-support.ts';
 import { restoreAtStart, startAgent, startHealth, type RunningAgent, type RunningHealth } from '../agent/main.ts';
 import type { Logger } from '../common/log.ts';
 import { SimulatedDataplane } from './simulated-dataplane.ts';
@@ -21,6 +22,11 @@ export interface DemoAgent {
 export interface StandinAgentOptions {
   /** The namespace the dataplane works in (its name under /run/netns). */
   netns: string;
+  /**
+   * The links it makes: the veth stand-in (default), or the production GRE driver, whose links a kernel
+   * without GRE cannot make (an edge that cannot carry tunnels, as the tests need one).
+   */
+  linkKind?: 'veth-standin' | 'gre';
   log: Logger;
   /**
    * What the jobs call instead of the dataplane itself (a wrapper around it). Restore and the health checks
@@ -31,10 +37,10 @@ export interface StandinAgentOptions {
   health?: boolean;
 }
 
-async function serve(config: AgentConfig, log: Logger, jobs: Dataplane, health: RunningHealth | undefined, close: () => Promise<void>): Promise<DemoAgent> {
+async function serve(config: AgentConfig, log: Logger, jobs: Dataplane, health: RunningHealth | undefined, close: () => Promise<void>, tunnelLinks?: TunnelLinksState): Promise<DemoAgent> {
   let agent: RunningAgent;
   try {
-    agent = await startAgent(config, { dataplane: jobs, log, ...(health ? { status: health.status } : {}) });
+    agent = await startAgent(config, { dataplane: jobs, log, ...(tunnelLinks ? { tunnelLinks } : {}), ...(health ? { status: health.status } : {}) });
   } catch (e) {
     await health?.stop();
     await close();
@@ -51,11 +57,14 @@ async function serve(config: AgentConfig, log: Logger, jobs: Dataplane, health: 
 }
 
 export async function startStandinAgent(config: AgentConfig, opts: StandinAgentOptions): Promise<DemoAgent> {
-  const inner = await createDataplane({ edgeIp: config.edgeIp, nftTable: config.nftTable, stateDir: config.stateDir, netns: opts.netns, linkKind: 'veth-standin' });
-  // As agent/main.ts does: the last desired state is restored before any job can arrive.
+  const inner = await createDataplane({ edgeIp: config.edgeIp, nftTable: config.nftTable, stateDir: config.stateDir, netns: opts.netns, linkKind: opts.linkKind ?? 'veth-standin' });
+  // As agent/main.ts does: the last desired state is restored before any job can arrive, and whether the
+  // links can be made is asked before the first job (said in hello and status).
   await restoreAtStart(inner, opts.log);
-  const health = opts.health === false ? undefined : startHealth(inner, { intervalS: config.healthIntervalS });
-  return serve(config, opts.log, opts.wrap ? opts.wrap(inner) : inner, health, () => inner.close());
+  const tunnelLinks = new TunnelLinksState(() => inner.tunnelLinks(), opts.log);
+  await tunnelLinks.refresh();
+  const health = opts.health === false ? undefined : startHealth(inner, { intervalS: config.healthIntervalS, tunnelLinks });
+  return serve(config, opts.log, opts.wrap ? opts.wrap(inner) : inner, health, () => inner.close(), tunnelLinks);
 }
 
 export async function startSimulatedAgent(config: AgentConfig, opts: { log: Logger }): Promise<DemoAgent> {

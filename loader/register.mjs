@@ -2,6 +2,9 @@
 // Node's own type stripping cannot run type-graphql (it emits no decorator metadata), so .ts files
 // are transpiled by rolldown's oxc transform (the engine vitest uses too) with legacy decorators and
 // metadata, matching tsconfig.json. Type checking stays with `npm run typecheck`.
-import { register } from 'node:module';
+// node-version.mjs first: it stops an older Node with a message before anything here can fail on it
+// (hence the default import of node:module, which links on any Node, instead of named ones).
+import './node-version.mjs';
+import nodeModule from 'node:module';
 
-register('./hooks.mjs', import.meta.url);
+nodeModule.register('./hooks.mjs', import.meta.url);

@@ -2,7 +2,8 @@
 // SIGINT drain: /readyz turns 503, the listener closes, in-flight requests finish, then the
 // database closes.
 import 'reflect-metadata';
-import { ConfigError, loadConfig } from './config.ts';
+import { ConfigError, loadConfig, type Config } from './config.ts';
+import { checkListen, ListenError, listenFailure, type ListenSettings } from './http/listen-check.ts';
 import { createLogger } from '../common/log.ts';
 import { buildServices, openDatabase } from './services.ts';
 import { createHttpServer } from './http/server.ts';
@@ -26,7 +27,14 @@ async function main(): Promise<void> {
   }
   const log = createLogger(config.logLevel, { service: 'gateway' });
   const started = Date.now();
+  // A second `npm start` on the same embedded database is named as such (it also holds the port).
   if (!config.databaseUrl) await assertNoLiveGateway(adminSocketPath(config.dataDir));
+  // Before the database opens (seconds, more on a loaded machine): a port another program holds is
+  // named at once, with what to change (server/http/listen-check.ts).
+  await checkListen(listenSettings(config)).catch((e: unknown) => {
+    if (e instanceof ListenError) failToListen(e);
+    throw e;
+  });
   const db = await openDatabase(config);
   log.info('database ready', { driver: config.databaseUrl ? 'postgresql' : 'pglite', data_dir: config.databaseUrl ? undefined : config.dataDir, ms: Date.now() - started });
   const loaded = await loadSecrets(db, process.env);
@@ -57,7 +65,12 @@ async function main(): Promise<void> {
   // Attach the handler only now: app.callback() freezes the middleware list it is called with.
   server.on('request', gateway.app.callback());
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
+    server.once('error', (e) => {
+      // Taken since the check at start: the same line, then the same exit.
+      const failure = listenFailure(e, listenSettings(config));
+      if (failure) failToListen(failure);
+      reject(e);
+    });
     server.listen(config.port, config.host, resolve);
   });
   const addr = server.address();
@@ -93,6 +106,16 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
   log.info('listening', { url: `http://${config.host}:${port}`, public_url: config.publicUrl, ms: Date.now() - started });
+}
+
+function listenSettings(config: Config): ListenSettings {
+  return { host: config.host, port: config.port, publicUrlSet: (process.env.PUBLIC_URL ?? '') !== '' };
+}
+
+/** One line on stderr, the documented error shape, exit 2 (a setting to change, as for invalid_config). */
+function failToListen(e: ListenError): never {
+  process.stderr.write(`${JSON.stringify({ error: e.code, error_description: e.message })}\n`);
+  process.exit(2);
 }
 
 main().catch((e: unknown) => {

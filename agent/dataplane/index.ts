@@ -22,6 +22,7 @@ import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
 import { SerialQueue } from '../housekeeping/serial-queue.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, validateRef, validateSpec } from './validate.ts';
+import type { TunnelLinks } from '../../common/tunnel-links.ts';
 
 export { KernelError } from './types.ts';
 export type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelFailure, TunnelRef, TunnelSpec } from './types.ts';
@@ -80,6 +81,11 @@ export interface DataplaneHandle extends Dataplane {
    * accepts jobs (docs/CONTRACTS.md "Restart and reboot", "Dataplane").
    */
   restore(): Promise<ReconcileResult>;
+  /**
+   * Whether this kernel can make the tunnels' links (link-support.ts): asked anew each call, creating
+   * nothing. Not serialised with changes: one netlink request that touches no link of the agent's.
+   */
+  tunnelLinks(): Promise<TunnelLinks>;
 }
 
 /** The sockets opened at their first use, closed with the dataplane, and the deletions close() waits for. */
@@ -508,6 +514,10 @@ class EdgeDataplane implements DataplaneHandle {
     const specs = this.desiredTunnels();
     this.log('dataplane.restore', { tunnels: specs.length });
     return this.reconcile(specs);
+  }
+
+  tunnelLinks(): Promise<TunnelLinks> {
+    return this.k.driver.support(this.k.rtnl);
   }
 
   desiredTunnels(): TunnelSpec[] {

@@ -6,6 +6,8 @@ import { GRE_KEY, type LinkInfo } from '../netlink/rtnetlink.ts';
 import type { Rtnl } from '../netlink/client.ts';
 import { GRE_TTL, type LinkParams } from './diff.ts';
 import type { TunnelSpec } from './types.ts';
+import type { TunnelLinks } from '../../common/tunnel-links.ts';
+import { probeGreSupport } from './link-support.ts';
 
 export type LinkKind = 'gre' | 'veth-standin';
 
@@ -17,6 +19,8 @@ export interface LinkDriver {
   readonly mtuAtCreate: boolean;
   /** The link's identity as the kernel reports it; `recorded` is the agent's own record of this link. */
   params(link: LinkInfo, recorded: TunnelSpec | undefined): LinkParams | undefined;
+  /** Whether this kernel can make these links (link-support.ts), asked without making one. */
+  support(rtnl: Rtnl): Promise<TunnelLinks>;
 }
 
 const greDriver: LinkDriver = {
@@ -33,6 +37,7 @@ const greDriver: LinkDriver = {
     else if (inKey || outKey) key = Number.NaN;
     return { local: g.local ?? '', remote: g.remote ?? '', ttl: g.ttl ?? 0, key };
   },
+  support: (rtnl) => probeGreSupport(rtnl),
 };
 
 /** The veth peer's name: derived from the tunnel name, never starting with the tunnel prefix. */
@@ -52,6 +57,9 @@ export const vethStandinDriver: LinkDriver = {
     if (link.kind !== 'veth' || !recorded) return undefined;
     return { local: recorded.edge_ip, remote: recorded.origin_ip, ttl: GRE_TTL, key: recorded.gre_key };
   },
+  // veth is in every kernel this runs on, and the stand-in does carry its tunnels (over veth): usable,
+  // and named for what it is wherever it is reported.
+  support: () => Promise.resolve({ kind: 'veth-standin', usable: true }),
 };
 
 export function linkDriver(kind: LinkKind): LinkDriver {

@@ -11,6 +11,7 @@ import { DROP_REASONS, type StatusResult, type TunnelCounters, type TunnelReport
 import { dropCounterName, outCounterName } from '../dataplane/policy.ts';
 import type { TunnelSpec } from '../dataplane/types.ts';
 import type { TunnelHealth } from './scheduler.ts';
+import type { TunnelLinks } from '../../common/tunnel-links.ts';
 
 export interface CounterValue {
   packets: bigint;
@@ -24,6 +25,8 @@ export interface StatusSources {
   counters: () => Promise<ReadonlyMap<string, CounterValue>>;
   health: (id: string) => TunnelHealth;
   version: string;
+  /** Whether the agent can make its tunnels' links, asked anew for each status (dataplane/link-support.ts); absent: not said. */
+  tunnelLinks?: () => Promise<TunnelLinks>;
   /** ms since the epoch at which the agent started, and now. */
   startedAt: number;
   now?: () => number;
@@ -64,7 +67,9 @@ export class StatusReporter {
     // A tunnel removed starts from nothing if it comes back: its life on this agent ended.
     for (const id of this.kept.keys()) if (!seen.has(id)) this.kept.delete(id);
     const now = (this.s.now ?? Date.now)();
-    return { agent: { version: this.s.version, uptime_s: Math.max(0, Math.floor((now - this.s.startedAt) / 1000)), tunnels: reports.length }, tunnels: reports };
+    const agent: StatusResult['agent'] = { version: this.s.version, uptime_s: Math.max(0, Math.floor((now - this.s.startedAt) / 1000)), tunnels: reports.length };
+    if (this.s.tunnelLinks) agent.tunnel_links = await this.s.tunnelLinks();
+    return { agent, tunnels: reports };
   }
 
   private monotonic(id: string, raw: bigint[]): bigint[] {

@@ -69,6 +69,22 @@ export class Rtnl extends Client {
     return this.call((s) => rt.encodeNewGreLink(spec, s), `create GRE link ${spec.name}`, rt.RTM_NEWLINK).then(() => undefined);
   }
 
+  /**
+   * Asks the kernel whether it can make GRE links, creating nothing (rt.encodeGreSupportProbe): resolves
+   * with the errno of the kernel's answer (EINVAL: it can; EOPNOTSUPP: it cannot), or 0 if a kernel ever
+   * accepted the request, in which case the link `name` it made has been deleted again.
+   */
+  async probeGreSupport(name: string): Promise<number> {
+    try {
+      await this.call((s) => rt.encodeGreSupportProbe(name, s), `probe GRE support (${name})`, rt.RTM_NEWLINK);
+    } catch (e) {
+      if (e instanceof NetlinkError) return e.errno;
+      throw e;
+    }
+    await this.deleteLink(name);
+    return 0;
+  }
+
   createVeth(name: string, peer: string): Promise<void> {
     return this.call((s) => rt.encodeNewVeth(name, peer, s), `create veth ${name}/${peer}`, rt.RTM_NEWLINK).then(() => undefined);
   }

@@ -171,6 +171,32 @@ export function encodeNewGreLink(spec: GreLinkSpec, seq: number, flags = FLAGS_C
   });
 }
 
+/**
+ * RTM_NEWLINK of kind "gre" that no kernel can carry out: its input flags set GRE_VERSION, which the GRE
+ * driver's validator (net/ipv4/ip_gre.c ipgre_tunnel_validate) refuses with EINVAL before any device is
+ * made. A kernel with GRE (built in, or its module loaded on demand as for a real link) answers EINVAL; a
+ * kernel without it answers EOPNOTSUPP ("Unknown device type"), since the kind has no driver. So the
+ * question "can this kernel make GRE links" is asked with nothing created, in any namespace.
+ */
+export function encodeGreSupportProbe(name: string, seq: number): Buffer {
+  return message(RTM_NEWLINK, FLAGS_CREATE, seq, (w) => {
+    ifinfomsg(w);
+    w.attrString(IFLA_IFNAME, name);
+    w.nest(
+      IFLA_LINKINFO,
+      (li) => {
+        li.attrStringNoNul(IFLA_INFO_KIND, 'gre');
+        // GRE_VERSION (0x0007 of the header's flags): a version other than 0 is not GRE as RFC 2784 has it.
+        li.nest(IFLA_INFO_DATA, (d) => d.attrU16be(IFLA_GRE_IFLAGS, GRE_VERSION_MASK), false);
+      },
+      false,
+    );
+  });
+}
+
+/** include/net/gre.h GRE_VERSION, as a __be16 flag like GRE_KEY. */
+export const GRE_VERSION_MASK = 0x0007;
+
 /** RTM_NEWLINK for a veth pair (tests and the NAT proof use it in place of GRE). */
 export function encodeNewVeth(name: string, peer: string, seq: number, flags = FLAGS_CREATE): Buffer {
   return message(RTM_NEWLINK, flags, seq, (w) => {

@@ -25,6 +25,7 @@ import {
   type ResultLine,
 } from '../../common/job-contract.ts';
 import { exitCodeFor, type JobLog } from '../jobs/handle.ts';
+import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import type { AuthorizedKey, HostKey } from './keys.ts';
 import { Admission, type Ticket } from './admission.ts';
 
@@ -59,6 +60,8 @@ export interface AgentSshServerOptions {
   versions?: readonly JobVersion[];
   /** This agent's own version (agent/package.json), for `hello`. */
   agentVersion?: string;
+  /** Whether it can make its tunnels' links, as last found (dataplane/link-support.ts), for `hello`; undefined: not said. */
+  tunnelLinks?: () => TunnelLinks | undefined;
 }
 
 const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
@@ -71,7 +74,7 @@ function sameKey(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom'>;
+type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks'>;
 
 /** Whether an agent accepting `versions` answers `hello`: one that speaks only version 1 predates it. */
 function answersHello(versions: readonly JobVersion[]): boolean {
@@ -250,6 +253,9 @@ export class AgentSshServer {
     if (command === HELLO_COMMAND && answersHello(this.opts.versions)) {
       // No stdin is read: whatever the client sends (or whether it ever closes it) does not matter.
       const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion };
+      // Additive (docs/CONTRACTS.md "Tunnel links"): a gateway from before it ignores the key.
+      const links = this.opts.tunnelLinks?.();
+      if (links) hello.tunnel_links = links;
       this.opts.log.info('hello', { ...fields, versions: hello.versions });
       finish(hello, 0);
       return;

@@ -87,6 +87,13 @@ const EdgeNodeSchema = defineEntity({
     pool: p.string().length(18).nullable(),
     // Purchases take IPs only from sellable nodes that have a pinned host key (`node update`).
     sellable: p.boolean().default(true),
+    // What its agent last said of its tunnel links (hello or status; docs/CONTRACTS.md "Tunnel links"):
+    // usable false (a kernel without GRE) keeps purchases off the node. Null: not reported (yet).
+    tunnelLinksKind: p.string().length(32).nullable(),
+    tunnelLinksUsable: p.boolean().nullable(),
+    tunnelLinksReason: p.string().length(500).nullable(),
+    // When the report last changed.
+    tunnelLinksSince: p.datetime().nullable(),
     createdAt: createdAt(),
   },
 });

@@ -5,6 +5,7 @@ import { isUuid } from '../../common/names.ts';
 import type { Database, Sql } from '../db/database.ts';
 import { TUNNEL_HEALTHS, TUNNEL_STATUSES, type TunnelStatus } from '../db/entities.ts';
 import { ApiError } from './errors.ts';
+import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import { cidrRange, formatIPv4, INNER_POOL, INNER_SLOTS, IpError, isUnicast, parseCidr, parseIPv4, poolAddresses, type Cidr } from './ip.ts';
 
 export interface AddNode {
@@ -135,8 +136,16 @@ export interface NodeView {
   /** The pinned agent host-key fingerprint (not a secret), or null: then the node is never contacted. */
   host_key: string | null;
   sellable: boolean;
-  /** Whether purchases take IPs from it now: sellable and with a pinned host key. */
+  /** Whether purchases take IPs from it now: sellable, with a pinned host key, and not unable to carry tunnels. */
   selling: boolean;
+  /**
+   * Whether its agent can make the tunnels' links (docs/CONTRACTS.md "Tunnel links"): false when it said
+   * it cannot (a kernel without GRE: every tunnel job would fail), null when it has not said (never
+   * contacted since, or an agent from before the report); `tunnel_links` has the kind and the reason.
+   */
+  can_carry_tunnels: boolean | null;
+  /** What the agent last reported, and since when; null before any report. */
+  tunnel_links: { kind: string; usable: boolean | null; reason: string | null; since: string } | null;
   pool: string | null;
   pool_size: number;
   free: number;
@@ -154,6 +163,10 @@ export interface NodeView {
 
 /** A node as the query reads it: the view's own columns as they are, counts as PostgreSQL's bigint text. */
 type NodeRow = Pick<NodeView, 'name' | 'public_ip' | 'ssh_host' | 'ssh_port' | 'host_key' | 'sellable' | 'pool' | 'created_at'> & {
+  tunnel_links_kind: string | null;
+  tunnel_links_usable: boolean | null;
+  tunnel_links_reason: string | null;
+  tunnel_links_since: string | null;
   id: string;
   pool_size: string;
   free: string;
@@ -165,6 +178,8 @@ type NodeRow = Pick<NodeView, 'name' | 'public_ip' | 'ssh_host' | 'ssh_port' | '
 };
 
 const NODE_SELECT = `select n.id, n.name, n.public_ip, n.ssh_host, n.ssh_port, n.host_key, n.sellable, n.pool,
+    n.tunnel_links_kind, n.tunnel_links_usable, n.tunnel_links_reason,
+    to_char(n.tunnel_links_since at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as tunnel_links_since,
     (select count(*) from protected_ip p where p.node_id = n.id) as pool_size,
     (select count(*) from protected_ip p where p.node_id = n.id and p.tunnel_id is null) as free,
     (select json_object_agg(s.status, s.c) from (select t.status, count(*)::int as c from tunnel t where t.node_id = n.id group by t.status) s) as tunnels,
@@ -184,7 +199,12 @@ function nodeView(r: NodeRow): NodeView {
     ssh_port: r.ssh_port,
     host_key: r.host_key,
     sellable: r.sellable,
-    selling: r.sellable && r.host_key !== null,
+    selling: r.sellable && r.host_key !== null && r.tunnel_links_usable !== false,
+    can_carry_tunnels: r.tunnel_links_usable,
+    tunnel_links:
+      r.tunnel_links_kind === null || r.tunnel_links_since === null
+        ? null
+        : { kind: r.tunnel_links_kind, usable: r.tunnel_links_usable, reason: r.tunnel_links_reason, since: r.tunnel_links_since },
     pool: r.pool,
     pool_size: Number(r.pool_size),
     free: Number(r.free),
@@ -254,4 +274,26 @@ export async function updateNode(db: Database, u: UpdateNode): Promise<{ node_id
   );
   if (!row) throw new ApiError('not_found', `no edge node with id ${u.id}.`);
   return { node_id: row.id, sellable: row.sellable, host_key: row.host_key };
+}
+
+/** The longest reason kept (edge_node.tunnel_links_reason): an agent's words, not an unbounded field. */
+const REASON_MAX = 500;
+
+/**
+ * Records what a node's agent said of its tunnel links (hello or status; null: it said nothing, an agent
+ * from before the report). Written only when it differs from what is recorded, so a status round every
+ * few seconds costs a read-only statement; returns whether it changed (the caller then drops its cached
+ * stock: pricing counts only nodes that can carry tunnels).
+ */
+export async function recordTunnelLinks(db: Pick<Database, 'query'>, nodeId: string, links: TunnelLinks | null): Promise<boolean> {
+  const kind = links?.kind.slice(0, 32) ?? null;
+  const usable = links ? links.usable : null;
+  const reason = links?.reason?.slice(0, REASON_MAX) ?? null;
+  const rows = await db.query<{ id: string }>(
+    `update edge_node set tunnel_links_kind = ?, tunnel_links_usable = ?, tunnel_links_reason = ?, tunnel_links_since = now()
+      where id = ? and (tunnel_links_kind, tunnel_links_usable, tunnel_links_reason) is distinct from (?::varchar, ?::boolean, ?::varchar)
+      returning id`,
+    [kind, usable, reason, nodeId, kind, usable, reason],
+  );
+  return rows.length > 0;
 }

@@ -91,11 +91,12 @@ export class PricingService {
 
   async #read(now: number): Promise<Served> {
     // Stock is what a purchase can take: IPs of sellable nodes with a pinned host key (the purchase's
-    // own filter, server/domain/tunnels/purchase.ts; issue 8 item 5). A node that cannot sell adds nothing.
+    // own filter, server/domain/tunnels/purchase.ts; issue 8 item 5). A node that cannot sell adds nothing,
+    // nor one whose agent said it cannot carry tunnels (docs/CONTRACTS.md "Tunnel links").
     const [row] = await this.db.query<{ rate: string; total: string; available: string }>(
       `select (select value from setting where key = 'usd_rub_rate') as rate,
               count(p.ip) as total, count(p.ip) filter (where p.tunnel_id is null) as available
-         from protected_ip p join edge_node n on n.id = p.node_id and n.sellable and n.host_key is not null`,
+         from protected_ip p join edge_node n on n.id = p.node_id and n.sellable and n.host_key is not null and n.tunnel_links_usable is not false`,
     );
     const rate = parseRate(row!.rate);
     const total = Number(row!.total);

@@ -4,6 +4,7 @@
 // Also what `tunnel-agent hello` comes back with (docs/CONTRACTS.md "Versions"): the versions the agent
 // accepts, or "version 1 only" from an agent that predates hello.
 import { EXIT_UNSUPPORTED_COMMAND, JOB_VERSION_1, checkHello, type HelloLine, type ResultLine } from '../../common/job-contract.ts';
+import type { TunnelLinks } from '../../common/tunnel-links.ts';
 
 export type EdgeSshErrorKind =
   /** The agent presented another host key: nothing was sent. Needs an operator, not a retry. */
@@ -41,6 +42,8 @@ export interface AgentHello {
   versions: readonly number[];
   /** Its own version (agent/package.json); null for an agent that predates hello. */
   agent: string | null;
+  /** Whether it can make its tunnels' links (docs/CONTRACTS.md "Tunnel links"); null when it did not say. */
+  tunnelLinks: TunnelLinks | null;
 }
 
 
@@ -60,14 +63,14 @@ const oneJsonLine = (stdout: string): unknown => {
 export function parseHelloAnswer(stdout: string, exitCode: number | undefined): AgentHello {
   const line = oneJsonLine(stdout);
   const l = (typeof line === 'object' && line !== null ? line : {}) as Record<string, unknown>;
-  if (exitCode === EXIT_UNSUPPORTED_COMMAND || (exitCode === 1 && l.ok === false && l.error === 'unsupported_command')) return { versions: [JOB_VERSION_1], agent: null };
+  if (exitCode === EXIT_UNSUPPORTED_COMMAND || (exitCode === 1 && l.ok === false && l.error === 'unsupported_command')) return { versions: [JOB_VERSION_1], agent: null, tunnelLinks: null };
   const shown = JSON.stringify(stdout.slice(0, 200));
   if (line === undefined) throw new EdgeSshError('protocol', `the agent's hello is not one JSON line (exit status ${exitCode ?? 'none'}): ${shown}`);
   const why = checkHello(line);
   if (why) throw new EdgeSshError('protocol', `the agent's hello is not a hello line (${why}): ${shown}`);
   if (exitCode !== 0) throw new EdgeSshError('protocol', `the agent's hello came with exit status ${exitCode ?? 'none'}, not 0`);
   const hello = line as HelloLine;
-  return { versions: [...hello.versions], agent: hello.agent };
+  return { versions: [...hello.versions], agent: hello.agent, tunnelLinks: hello.tunnel_links ?? null };
 }
 
 /** One result line from an agent's stdout, checked against its exit status. */

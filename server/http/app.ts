@@ -136,10 +136,13 @@ export async function createGateway(services: Services, log: Logger, server: htt
         // the request gate (it needs no credential) and the router. The metrics label is the router's.
         ctx._matchedRoute = '/api/dedicated/pricing';
         return servePricing(ctx, services.pricing);
+      // Their own route labels in the access log and the request metrics (the router never sees them).
       case '/healthz':
+        ctx._matchedRoute = '/healthz';
         ctx.body = { status: 'ok' };
         return;
       case '/readyz': {
+        ctx._matchedRoute = '/readyz';
         let pending = -1;
         try {
           pending = await migrationsPending(services.db.orm);
@@ -152,6 +155,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
         return;
       }
       case '/metrics':
+        ctx._matchedRoute = '/metrics';
         if (metricsToken !== null && !bearerMatches(ctx.get('authorization'), metricsToken)) {
           throw new ApiError('invalid_token', 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.', { 'WWW-Authenticate': 'Bearer realm="metrics"' });
         }

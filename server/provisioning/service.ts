@@ -83,7 +83,7 @@ export class ProvisioningService {
     private readonly db: Database,
     readonly config: ProvisioningConfig,
     private readonly log: Logger,
-    onStockChange: () => void,
+    private readonly onStockChange: () => void,
   ) {
     this.bus = new TunnelStatusBus(db);
     this.events = new TunnelEvents(config.adminSshPort);
@@ -126,6 +126,7 @@ export class ProvisioningService {
       onJob: (op, outcome, seconds) => {
         for (const fn of this.jobObservers) fn(op, outcome, seconds);
       },
+      onStockChange: this.onStockChange,
     });
     this.edge = { worker, connections };
     if (!opts.worker) return;

@@ -35,6 +35,8 @@ import { isDefaultPolicy } from '../../common/tunnel-policy.ts';
 import { desiredSet, edgeNode, edgeTunnel } from './edge-state.ts';
 import { FinalJobFailure, isReconcileJob, type EdgeJob } from './queue.ts';
 import type { Transitions } from './transitions.ts';
+import { recordTunnelLinks } from '../domain/nodes.ts';
+import type { TunnelLinks } from '../../common/tunnel-links.ts';
 
 /** The agent answered `ok: false`: delivered, but refused or failed on the kernel. */
 export class AgentRefused extends Error {
@@ -124,6 +126,8 @@ export interface EdgeWorkerOptions {
   jobTimeoutMs: number;
   /** Each job's op, outcome and duration (the /metrics histogram). */
   onJob?: JobObserver;
+  /** A node's ability to carry tunnels changed (docs/CONTRACTS.md "Tunnel links"): the stock purchases can take changed. */
+  onStockChange?: () => void;
 }
 
 export class EdgeWorker {
@@ -173,7 +177,9 @@ export class EdgeWorker {
       if (!line.ok) throw new AgentRefused(line.error, line.error_description);
       const why = checkStatusResult(line.result);
       if (why) throw new EdgeSshError('protocol', `the status answer of node ${node.id} breaks the contract: ${why}`);
-      return line.result as unknown as StatusResult;
+      const result = line.result as unknown as StatusResult;
+      await this.recordTunnelLinks(node, result.agent.tunnel_links ?? null, 'status');
+      return result;
     });
   }
 
@@ -220,9 +226,32 @@ export class EdgeWorker {
     }
     if (!this.greeted.has(session)) {
       this.greeted.add(session);
-      this.o.log.info('edge agent hello', { node_id: node.id, agent: session.hello.agent, agent_versions: session.hello.versions, job_version: session.version });
+      this.o.log.info('edge agent hello', { node_id: node.id, agent: session.hello.agent, agent_versions: session.hello.versions, job_version: session.version, tunnel_links: session.hello.tunnelLinks });
+      await this.recordTunnelLinks(node, session.hello.tunnelLinks, 'hello');
     }
     return session;
+  }
+
+  /**
+   * Keeps what the agent said of its tunnel links on the node (null: it said nothing), so purchases and
+   * pricing leave out a node that cannot carry tunnels and `node list` shows why. A failed write is
+   * logged and the job goes on: the next hello or status writes it again.
+   */
+  private async recordTunnelLinks(node: EdgeNode, links: TunnelLinks | null, from: 'hello' | 'status'): Promise<void> {
+    let changed: boolean;
+    try {
+      changed = await recordTunnelLinks(this.o.db, node.id, links);
+    } catch (e) {
+      this.o.log.warn('could not record the node\'s tunnel links', { node_id: node.id, from, err: (e as Error).message });
+      return;
+    }
+    if (!changed) return;
+    this.o.onStockChange?.();
+    if (links?.usable === false) {
+      this.o.log.warn('edge node cannot carry tunnels: no sales from it', { node_id: node.id, node_host: node.host, from, kind: links.kind, reason: links.reason });
+    } else {
+      this.o.log.info('edge node tunnel links', { node_id: node.id, from, kind: links?.kind ?? null, usable: links?.usable ?? null });
+    }
   }
 
   /** Sends the node its whole desired set unless this process knows it is in sync (or `force`). */

@@ -130,11 +130,16 @@ async function storedOrGenerated(db: Query, name: SecretName, generate: () => st
   return { value: row.value, created: inserted.length > 0 };
 }
 
-/** The start-up warning the gateway logs when any secret lives in the database; null when none does. */
+/**
+ * The start-up warning the gateway logs when any secret lives in the database; null when none does.
+ * Each secret is named once, by the variable that would take it from the environment (what an operator
+ * sets), with "generated now" beside those this start created.
+ */
 export function startupWarning(loaded: Pick<LoadedSecrets, 'sources' | 'generated'>): string | null {
   const stored = SECRET_NAMES.filter((n) => loaded.sources[n] !== 'env');
   if (!stored.length) return null;
-  const vars = stored.map((n) => SECRET_ENV[n]).join(', ');
-  const gen = loaded.generated.length ? ` (generated now: ${loaded.generated.join(', ')})` : '';
-  return `server secrets kept in the database${gen}: ${stored.join(', ')}. Production should pass them in the environment (${vars}).`;
+  const allGenerated = stored.every((n) => loaded.generated.includes(n));
+  const names = stored.map((n) => (!allGenerated && loaded.generated.includes(n) ? `${SECRET_ENV[n]} (generated now)` : SECRET_ENV[n]));
+  const what = allGenerated ? 'server secrets generated now and kept in the database' : 'server secrets kept in the database';
+  return `${what}, not taken from the environment: ${names.join(', ')}. Production should set ${stored.length > 1 ? 'these variables' : 'this variable'}.`;
 }

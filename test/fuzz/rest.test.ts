@@ -313,6 +313,8 @@ describe('fuzz: path ids and methods', () => {
   const route = fc.constantFrom<[string, string]>(
     ['GET', ''],
     ['GET', '/setup'],
+    ['GET', '/setup/origin.sh'],
+    ['GET', '/setup/systemd_origin.service'],
     ['POST', '/provision'],
     ['POST', '/activate'],
     ['DELETE', ''],

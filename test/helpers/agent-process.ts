@@ -1,8 +1,8 @@
 // A real agent process for the provisioning tests and the provisioning benchmark: the production
 // startAgent() and createDataplane(), configured from the environment like `npm run agent`, except
 // that the dataplane lives in the network namespace TG_TEST_NETNS with the veth stand-in for GRE (this
-// kernel has no GRE) while the SSH port stays on the host's loopback: the demo edge's agent
-// (demo/edge-agent.ts startStandinAgent). Each dataplane call that reaches
+// kernel has no GRE; TG_TEST_LINK_KIND=gre for an edge that cannot carry tunnels) while the SSH port stays
+// on the host's loopback: the demo edge's agent (demo/edge-agent.ts startStandinAgent). Each dataplane call that reaches
 // the kernel is reported as one JSON line on stdout ({"call": op, "ids": [...]}) so tests can count
 // how many times a job was applied. The first line is {"ready": true, "port", "fingerprint"}.
 //
@@ -56,12 +56,17 @@ async function report<T>(call: string, ids: string[], run: () => Promise<T>): Pr
 const config = loadConfig(process.env);
 const netns = process.env.TG_TEST_NETNS;
 if (!netns) throw new Error('TG_TEST_NETNS is required');
+// TG_TEST_LINK_KIND=gre: the production link driver, whose links this kernel cannot make (no GRE): an
+// edge that really cannot carry tunnels, as the agent finds out and reports (dataplane/link-support.ts).
+const linkKind = process.env.TG_TEST_LINK_KIND ?? 'veth-standin';
+if (linkKind !== 'gre' && linkKind !== 'veth-standin') throw new Error(`TG_TEST_LINK_KIND must be gre or veth-standin, not ${linkKind}`);
 const log = createLogger((process.env.AGENT_LOG_LEVEL as 'silent' | undefined) ?? 'silent', { service: 'agent' }, (l) => process.stderr.write(l));
 // Each call a job makes is reported (restore and health checks use the dataplane directly: they are not
 // calls). Health checks and the status op only when the test asks (AGENT_HEALTH_INTERVAL_S set): their
 // probes would otherwise run beside every other test's jobs.
 const running = await startStandinAgent(config, {
   netns,
+  linkKind,
   log,
   health: Boolean(process.env.AGENT_HEALTH_INTERVAL_S),
   wrap: (inner): Dataplane => ({

@@ -107,9 +107,10 @@ export class TestEdge {
   /**
    * Starts the agent process and waits until it listens; with `hold`, every call waits at that point for
    * release(). `jobVersions`: AGENT_JOB_VERSIONS (`1` stands in for an agent from before job version 2).
-   * `log`: the agent logs at info and its lines are kept in `logs`.
+   * `log`: the agent logs at info and its lines are kept in `logs`. `linkKind: 'gre'`: the production
+   * link driver, which this GRE-less kernel refuses (an edge that cannot carry tunnels).
    */
-  async start(opts: { hold?: HoldPoint; jobVersions?: string; log?: boolean; healthIntervalS?: number } = {}): Promise<void> {
+  async start(opts: { hold?: HoldPoint; jobVersions?: string; log?: boolean; healthIntervalS?: number; linkKind?: 'gre' | 'veth-standin' } = {}): Promise<void> {
     if (this.child) return;
     const child = spawn(NODE_BIN, ['--import', join(ROOT, 'loader/register.mjs'), join(ROOT, 'test/helpers/agent-process.ts')], {
       cwd: ROOT,
@@ -126,6 +127,7 @@ export class TestEdge {
         ...(opts.hold ? { TG_TEST_HOLD: opts.hold } : {}),
         ...(opts.jobVersions !== undefined ? { AGENT_JOB_VERSIONS: opts.jobVersions } : {}),
         ...(opts.healthIntervalS !== undefined ? { AGENT_HEALTH_INTERVAL_S: String(opts.healthIntervalS) } : {}),
+        ...(opts.linkKind !== undefined ? { TG_TEST_LINK_KIND: opts.linkKind } : {}),
       },
       stdio: [opts.hold ? 'pipe' : 'ignore', 'pipe', 'pipe'],
     });

@@ -105,6 +105,10 @@ it('every request line carries request_id (= X-Request-Id), and no line holds a 
   expect(replay.status).toBe(400);
   expectId(replay.headers);
 
+  // The probes and the metrics scrape, and a path nothing serves, for their route labels below.
+  expect((await call(gw.url, 'GET', '/readyz', { headers: { 'x-request-id': 'log-test-readyz' } })).status).toBe(200);
+  expect((await fetch(`${gw.url}/metrics`, { headers: { 'x-request-id': 'log-test-metrics' } })).status).toBe(200);
+  expect((await call(gw.url, 'GET', '/no-such-page', { headers: { 'x-request-id': 'log-test-unmatched' } })).status).toBe(404);
   // A last request whose log line marks the end of what this test caused
   const marker = await call(gw.url, 'GET', '/healthz', { headers: { 'x-request-id': 'log-test-end' } });
   expect(marker.status).toBe(200);
@@ -123,6 +127,17 @@ it('every request line carries request_id (= X-Request-Id), and no line holds a 
   expect(new Set(generated).size).toBe(generated.length);
   // Every other line that speaks of a request names it too (refusals, errors).
   for (const l of parsed) if ('path' in l && 'method' in l) expect(l.request_id, JSON.stringify(l)).toBeTruthy();
+
+  // Health probes and the scrape carry their own route labels, in the log and in the metrics; only a
+  // path nothing serves is `unmatched`.
+  const routeOf = (id: string) => requests.find((l) => l.request_id === id)?.route;
+  expect(routeOf('log-test-end')).toBe('/healthz');
+  expect(routeOf('log-test-readyz')).toBe('/readyz');
+  expect(routeOf('log-test-metrics')).toBe('/metrics');
+  expect(routeOf('log-test-unmatched')).toBe('unmatched');
+  const scraped = await (await fetch(`${gw.url}/metrics`)).text();
+  expect(scraped).toMatch(/tunnelgate_http_requests_total\{method="GET",route="\/healthz",status="200"\} [1-9]/);
+  expect(scraped).toMatch(/tunnelgate_http_requests_total\{method="GET",route="\/readyz",status="200"\} [1-9]/);
 
   const all = gw.lines.join('\n');
   for (const [what, value] of Object.entries(secrets)) {

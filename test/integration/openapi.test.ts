@@ -91,7 +91,7 @@ describe('openapi.yaml as a document', () => {
     const tags = new Set((doc.tags ?? []).map((t: Doc) => t.name));
     const schemes = new Set(Object.keys(doc.components.securitySchemes));
     const ops = listOperations();
-    expect(ops.length).toBe(17);
+    expect(ops.length).toBe(19);
     for (const { method, path, operation } of ops) {
       const where = `${method.toUpperCase()} ${path}`;
       expect(typeof operation.operationId, where).toBe('string');
@@ -151,6 +151,9 @@ describe('openapi.yaml as a document', () => {
     expect(statuses('get', '/api/dedicated')).toEqual(['200', '400', '401', '403', '429', '500']);
     expect(statuses('get', '/api/dedicated/{id}')).toEqual(['200', '401', '403', '404', '429', '500']);
     expect(statuses('get', '/api/dedicated/{id}/setup')).toEqual(['200', '401', '403', '404', '409', '429', '500']);
+    for (const file of ['origin.sh', 'systemd_origin.service']) {
+      expect(statuses('get', `/api/dedicated/{id}/setup/${file}`)).toEqual(['200', '401', '403', '404', '409', '429', '500']);
+    }
     expect(statuses('post', '/api/dedicated/{id}/provision')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
     expect(statuses('delete', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
@@ -429,7 +432,15 @@ describe('real responses match openapi.yaml', () => {
     const setup = (await checked(gw, 'GET', `${ID}/setup`, `/api/dedicated/${t.id}/setup`, 200, { token: a.readKey })).body;
     expect(setup.tunnel_id).toBe(t.id);
     expect(setup.scripts.origin).toContain(t.tunnel_name);
-    for (const [tmpl, suffix] of [[ID, ''], [`${ID}/setup`, '/setup']] as const) {
+    // Each script as plain text, the same bytes as in the JSON, for `curl ... | sudo bash`.
+    for (const [file, field] of [['origin.sh', 'origin'], ['systemd_origin.service', 'systemd_origin']] as const) {
+      const text = await checked(gw, 'GET', `${ID}/setup/${file}`, `/api/dedicated/${t.id}/setup/${file}`, 200, { token: a.readKey });
+      expect(text.headers.get('content-type')).toBe('text/plain; charset=utf-8');
+      expect(text.text).toBe(setup.scripts[field]);
+    }
+    expect((await req(gw, 'GET', `/api/dedicated/${t.id}/setup/origin.sh`, { token: a.readKey })).text).toMatch(/^#!\/usr\/bin\/env bash\n/);
+    const pathsToCheck = [[ID, ''], [`${ID}/setup`, '/setup'], [`${ID}/setup/origin.sh`, '/setup/origin.sh'], [`${ID}/setup/systemd_origin.service`, '/setup/systemd_origin.service']] as const;
+    for (const [tmpl, suffix] of pathsToCheck) {
       await checked(gw, 'GET', tmpl, `/api/dedicated/${t.id}${suffix}`, 401, {});
       for (const id of [randomUUID(), 'not-a-uuid', t.id]) {
         const token = id === t.id ? other.readKey : a.readKey;
@@ -485,6 +496,7 @@ describe('real responses match openapi.yaml', () => {
     // A deleted tunnel is still readable, has no setup, and is left out of the list.
     expect((await checked(gw, 'GET', ID, path, 200, { token: a.readKey })).body.tunnel.status).toBe('deleted');
     expect((await checked(gw, 'GET', `${ID}/setup`, `${path}/setup`, 409, { token: a.readKey })).body.error).toBe('invalid_state');
+    expect((await checked(gw, 'GET', `${ID}/setup/origin.sh`, `${path}/setup/origin.sh`, 409, { token: a.readKey })).body.error).toBe('invalid_state');
     const list = (await checked(gw, 'GET', '/api/dedicated', '/api/dedicated?limit=100', 200, { token: a.readKey })).body;
     expect(list.tunnels.map((x: any) => x.id)).not.toContain(t.id);
   });

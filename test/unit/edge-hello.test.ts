@@ -22,15 +22,24 @@ const POLICY: TunnelPolicy = { ports: [[443, 443]], protocol: 'tcp', syn_proxy: 
 
 describe('parseHelloAnswer', () => {
   it('a hello line with exit 0: the versions and the agent\'s version (newer versions kept)', () => {
-    expect(parseHelloAnswer('{"ok":true,"versions":[1,2],"agent":"0.1.0"}\n', 0)).toEqual({ versions: [1, 2], agent: '0.1.0' });
-    expect(parseHelloAnswer('{"ok":true,"versions":[1,2,3],"agent":"9.0.0"}\n', 0)).toEqual({ versions: [1, 2, 3], agent: '9.0.0' });
+    expect(parseHelloAnswer('{"ok":true,"versions":[1,2],"agent":"0.1.0"}\n', 0)).toEqual({ versions: [1, 2], agent: '0.1.0', tunnelLinks: null });
+    expect(parseHelloAnswer('{"ok":true,"versions":[1,2,3],"agent":"9.0.0"}\n', 0)).toEqual({ versions: [1, 2, 3], agent: '9.0.0', tunnelLinks: null });
+  });
+
+  it('tunnel_links, when the agent says it: kept as said (a kind this gateway does not know included)', () => {
+    const noGre = { kind: 'gre', usable: false, reason: 'this kernel cannot create GRE links' };
+    expect(parseHelloAnswer(`${JSON.stringify({ ok: true, versions: [1, 2], agent: '0.2.0', tunnel_links: noGre })}\n`, 0)).toEqual({ versions: [1, 2], agent: '0.2.0', tunnelLinks: noGre });
+    const standin = { kind: 'veth-standin', usable: true };
+    expect(parseHelloAnswer(`${JSON.stringify({ ok: true, versions: [1, 2], agent: '0.2.0', tunnel_links: standin })}\n`, 0).tunnelLinks).toEqual(standin);
+    const future = { kind: 'ipip', usable: null, reason: 'x', extra: 1 };
+    expect(parseHelloAnswer(`${JSON.stringify({ ok: true, versions: [1, 2], agent: '9.0.0', tunnel_links: future })}\n`, 0).tunnelLinks).toEqual(future);
   });
 
   it('exit 127, or an unsupported_command line: an agent from before hello, version 1 only', () => {
     const old = '{"ok":false,"error":"unsupported_command","error_description":"only \\"tunnel-agent job\\" is accepted"}\n';
-    expect(parseHelloAnswer(old, 127)).toEqual({ versions: [1], agent: null });
-    expect(parseHelloAnswer('', 127)).toEqual({ versions: [1], agent: null });
-    expect(parseHelloAnswer(old, 1)).toEqual({ versions: [1], agent: null });
+    expect(parseHelloAnswer(old, 127)).toEqual({ versions: [1], agent: null, tunnelLinks: null });
+    expect(parseHelloAnswer('', 127)).toEqual({ versions: [1], agent: null, tunnelLinks: null });
+    expect(parseHelloAnswer(old, 1)).toEqual({ versions: [1], agent: null, tunnelLinks: null });
   });
 
   it('anything else is a contract error (protocol), never a guess', () => {
@@ -42,6 +51,8 @@ describe('parseHelloAnswer', () => {
       ['{"ok":true,"versions":"1,2","agent":"0.1.0"}\n', 0],
       ['{"ok":true,"versions":[0],"agent":"0.1.0"}\n', 0],
       ['{"ok":true,"versions":[1,2]}\n', 0],
+      ['{"ok":true,"versions":[1,2],"agent":"0.1.0","tunnel_links":{"kind":"gre","usable":"no"}}\n', 0],
+      ['{"ok":true,"versions":[1,2],"agent":"0.1.0","tunnel_links":"gre"}\n', 0],
       ['{"ok":false,"error":"malformed","error_description":"x"}\n', 1],
       ['{"ok":true,"versions":[1,2],"agent":"0.1.0"}\n', 1],
       ['{"ok":true,"versions":[1,2],"agent":"0.1.0"}\n', undefined],
@@ -96,7 +107,7 @@ function workerOver() {
   const connect = (versions: number[], agent: string | null, version: 1 | 2) => {
     current = {
       nodeId: NODE.id,
-      hello: { versions, agent },
+      hello: { versions, agent, tunnelLinks: null },
       version,
       run: async (jws: string): Promise<ResultLine> => {
         const claims = JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString('utf8')) as Record<string, unknown>;

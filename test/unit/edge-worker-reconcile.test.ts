@@ -22,7 +22,7 @@ function workerAnswering(answer: (op: string) => ResultLine) {
   // One FAKE session (a v2 agent's hello) whose jobs get `answer`.
   const session: EdgeSession = {
     nodeId: NODE.id,
-    hello: { versions: [1, 2], agent: '0.1.0' },
+    hello: { versions: [1, 2], agent: '0.1.0', tunnelLinks: null },
     version: 2,
     run: async (jws: string) => {
       const op = JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString('utf8')).op as string;

@@ -217,8 +217,28 @@ describe('startupWarning', () => {
     const w = startupWarning({ sources, generated: ['cookie_keys'] });
     expect(w).toContain('JOB_SIGNING_KEY');
     expect(w).toContain('COOKIE_KEYS');
-    expect(w).toContain('generated now: cookie_keys');
+    expect(w).toContain('COOKIE_KEYS (generated now)');
+    expect(w).not.toContain('JOB_SIGNING_KEY (generated now)');
     expect(w).not.toContain('ACCESS_TOKEN_KEY');
+  });
+
+  it('names each of the five secrets once on a first start that generated them all', () => {
+    const w = startupWarning({ sources: all('generated'), generated: [...SECRET_NAMES] })!;
+    expect(w).toBe(
+      'server secrets generated now and kept in the database, not taken from the environment: ' +
+        'ACCESS_TOKEN_KEY, COOKIE_KEYS, SECRET_ENCRYPTION_KEY, JOB_SIGNING_KEY, GATEWAY_SSH_KEY. Production should set these variables.',
+    );
+    for (const name of SECRET_NAMES) {
+      // Neither the variable nor the secret's own name appears a second time.
+      const mentions = w.split(/[^A-Za-z_]+/).filter((word) => word.toLowerCase() === name);
+      expect(mentions, name).toHaveLength(1);
+    }
+  });
+
+  it('names each secret once on a restart that read them all back from the database', () => {
+    const w = startupWarning({ sources: all('database'), generated: [] })!;
+    expect(w).not.toContain('generated');
+    for (const name of SECRET_NAMES) expect(w.split(SECRET_ENV[name]).length - 1, name).toBe(1);
   });
 });
 

@@ -36,4 +36,12 @@ describe('checkStatusResult', () => {
     }
     expect(DROP_REASONS).toHaveLength(5);
   });
+  it('agent.tunnel_links (docs/CONTRACTS.md "Tunnel links"): optional, checked when present, unknown kinds allowed', () => {
+    for (const links of [{ kind: 'gre', usable: false, reason: 'no GRE' }, { kind: 'veth-standin', usable: true }, { kind: 'ipip', usable: null, more: 1 }]) {
+      expect(checkStatusResult({ ...ok, agent: { ...ok.agent, tunnel_links: links } }), JSON.stringify(links)).toBeUndefined();
+    }
+    for (const links of ['gre', { kind: '', usable: true }, { kind: 'gre', usable: 'no' }, { kind: 'gre' }, { kind: 'gre', usable: false, reason: 5 }]) {
+      expect(checkStatusResult({ ...ok, agent: { ...ok.agent, tunnel_links: links } }), JSON.stringify(links)).toMatch(/agent\.tunnel_links/);
+    }
+  });
 });

@@ -10,7 +10,7 @@ import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TunnelSpec } from '../../agent/dataplane/types.ts';
 import { routeTableFor, tunnelNameFor } from '../../server/domain/tunnels/index.ts';
-import { addNode, updateNode } from '../../server/domain/nodes.ts';
+import { addNode, showNode, updateNode } from '../../server/domain/nodes.ts';
 import { loadSecrets } from '../../server/secrets.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
@@ -313,6 +313,10 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('real GRE in a QEMU gu
       }[];
       expect(link!.linkinfo).toMatchObject({ info_kind: 'gre', info_data: { local: LAB.edge, remote: LAB.origin } });
       expect(await vm.run('edge', ['nft', 'list', 'map', 'ip', 'tunnelgate', 'protected'])).toContain(tunnel.protected_ip);
+      // The agent found GRE in the guest's kernel (its probe answered EINVAL, docs/CONTRACTS.md "Tunnel
+      // links"), logged it at start and said so in its hello: the node can carry tunnels and sells.
+      expect(await showNode(gw.testDb.db, node1)).toMatchObject({ can_carry_tunnels: true, selling: true, tunnel_links: { kind: 'gre', usable: true, reason: null } });
+      expect((await vm.output('agent')).output).toMatch(/"msg":"tunnel links usable"[^\n]*"kind":"gre"/);
 
       const a = await timed('activateRefused', () => api('POST', `/api/dedicated/${tunnel.id}/activate`));
       expect(a.status, a.text).toBe(409);

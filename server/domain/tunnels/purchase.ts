@@ -166,11 +166,12 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
   // Only nodes the gateway can provision: sellable, with a pinned host key (an IP on a node that is
   // never contacted would end `failed`; issue 8 item 5). The IP brings its inner /30 number, unique
   // across nodes since node add (issue 8 item 6), so the row lock covers that allocation too. Beside it,
-  // whether the origin is an address of ours (issue 8 item 7), checked first below.
+  // whether the origin is an address of ours (issue 8 item 7), checked first below. Nor a node whose
+  // agent said it cannot make the tunnels' links (docs/CONTRACTS.md "Tunnel links"): the tunnel would fail.
   const [pick] = await sql.query<{ ours: string | null; ip: string | null; node_id: string; inner_index: number }>(
     `with ours as (${OUR_ADDRESS_SQL}),
           free as (select p.ip, p.node_id, p.inner_index from protected_ip p join edge_node n on n.id = p.node_id
-                    where p.tunnel_id is null and n.sellable and n.host_key is not null
+                    where p.tunnel_id is null and n.sellable and n.host_key is not null and n.tunnel_links_usable is not false
                     order by p.position, p.ip limit 1 for update of p skip locked)
      select (select what from ours) as ours, free.ip, free.node_id, free.inner_index from (select 1) as one left join free on true`,
     [input.originIp, input.originIp, input.originIp],

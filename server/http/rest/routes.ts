@@ -161,6 +161,18 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     ctx.body = await tunnels.setup(await principal(ctx), ctx.params.id!);
   });
 
+  // The same two scripts as plain text, byte for byte, so `curl -H 'Authorization: Bearer svc_...'
+  // .../setup/origin.sh | sudo bash` needs no JSON tool on the origin (docs/CONTRACTS.md "REST shapes").
+  // Same permission and errors as /setup: refusals stay the JSON error body.
+  for (const [file, field] of [['origin.sh', 'origin'], ['systemd_origin.service', 'systemd_origin']] as const) {
+    router.get(`/dedicated/:id/setup/${file}`, async (ctx) => {
+      const { scripts } = await tunnels.setup(await principal(ctx), ctx.params.id!);
+      ctx.type = 'text/plain; charset=utf-8';
+      ctx.set('Content-Disposition', `inline; filename="${file}"`);
+      ctx.body = scripts[field];
+    });
+  }
+
   router.post('/dedicated/:id/provision', async (ctx) => {
     const who = await principal(ctx);
     await noBody(ctx);

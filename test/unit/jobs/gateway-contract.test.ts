@@ -4,6 +4,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { JobSigningError, signJob } from '../../../server/edge/job-signing.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { NODE, OTHER_NODE, T0, gateway, KID, tunnel, claims, token, resetVerifier, ctx, code, jobSchema, jobSchemaAjv } from './fixtures.ts';
+import { checkHello } from '../../../common/job-contract.ts';
 
 beforeEach(resetVerifier);
 
@@ -214,6 +215,17 @@ describe('schema/job.schema.json', () => {
     const validateHello = ajv.getSchema(`${String(schema.$id)}#/$defs/helloLine`)!;
     expect(validateHello({ ok: true, versions: [1, 2], agent: '0.1.0' })).toBe(true);
     expect(validateHello({ ok: true, versions: [1, 2] })).toBe(false);
+    // tunnel_links (docs/CONTRACTS.md "Tunnel links"): optional, and the same shape checkHello takes.
+    for (const links of [{ kind: 'gre', usable: false, reason: 'no GRE' }, { kind: 'veth-standin', usable: true }, { kind: 'gre', usable: null }]) {
+      const line = { ok: true, versions: [1, 2], agent: '0.1.0', tunnel_links: links };
+      expect(validateHello(line)).toBe(true);
+      expect(checkHello(line)).toBeUndefined();
+    }
+    for (const links of [{ kind: 'gre' }, { kind: 'gre', usable: 'no' }, 'gre']) {
+      const line = { ok: true, versions: [1, 2], agent: '0.1.0', tunnel_links: links };
+      expect(validateHello(line), JSON.stringify(links)).toBe(false);
+      expect(checkHello(line), JSON.stringify(links)).toMatch(/tunnel_links/);
+    }
     expect(validateHello({ ok: false, error: 'unsupported_command', error_description: 'x' })).toBe(false);
   });
 });
