@@ -82,18 +82,24 @@ describe('Rtnl over recorded kernel replies', () => {
     const kernel = new SlowSendKernelStandIn((m) => (m.type === RTM_GETLINK ? { errno: E.ENODEV } : undefined));
     const rtnl = new Rtnl(new NetlinkSocket(kernel));
     let settled = false;
+    // Each step waits for a send to be held, never for a time: a loaded host's timers say nothing of it.
+    const heldSend = async () => {
+      while (kernel.holding === 0) await new Promise((r) => setImmediate(r));
+    };
     const deleting = rtnl.deleteLink('tg-1').then(() => (settled = true));
     // The event loop goes on while the send is held (a worker thread inside the kernel).
+    await heldSend();
     await new Promise((r) => setTimeout(r, 5));
     expect([kernel.holding, settled, kernel.sent.length]).toEqual([1, false, 0]);
     kernel.release();
     await deleting;
     expect([kernel.asyncSends, kernel.sent.length]).toEqual([1, 1]);
     // Requests queued while one is held coalesce behind it, as on any socket: three requests, two sends.
-    const three = Promise.all([rtnl.findLink('a'), rtnl.findLink('b'), rtnl.findLink('c')]);
-    await new Promise((r) => setTimeout(r, 1));
+    const first = rtnl.findLink('a');
+    await heldSend();
+    const three = Promise.all([first, rtnl.findLink('b'), rtnl.findLink('c')]);
     kernel.release();
-    await new Promise((r) => setTimeout(r, 1));
+    await heldSend();
     kernel.release();
     await expect(three).resolves.toEqual([undefined, undefined, undefined]);
     expect(kernel.sent.slice(1).map((d) => parseMessages(d).length)).toEqual([1, 2]);
