@@ -2,54 +2,16 @@
 // "Idempotency"): a refusal changed nothing and may succeed later, so once its cause is gone the same request
 // with the same key buys, and only then do retries replay, marked `Idempotent-Replayed: true`. On both
 // databases, since the purchase's transaction takes a different path on each (database.ts hotTransaction).
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Config } from '../../server/config.ts';
-import type { Database } from '../../server/db/database.ts';
 import { addBalance } from '../../server/domain/accounts.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { setRate } from '../../server/domain/settings.ts';
-import { bootEmbeddedGateway } from '../helpers/embedded-gateway.ts';
-import { call, startGateway } from '../helpers/gateway.ts';
+import { BOTH_DATABASES, type Backend } from '../helpers/both-databases.ts';
+import { call } from '../helpers/gateway.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { expectMatchesOpenApi } from '../helpers/openapi.ts';
 
-interface Backend {
-  url: string;
-  db: Database;
-  close(): Promise<void>;
-}
-
-const config: Partial<Config> = { rateLimitPerMinute: 1_000_000, rateLimitBurst: 100_000, edgeWaitMs: 300 };
-
-const databases: [string, () => Promise<Backend>][] = [
-  [
-    'PostgreSQL',
-    async () => {
-      const gw = await startGateway({ config });
-      return { url: gw.url, db: gw.testDb.db, close: () => gw.close() };
-    },
-  ],
-  [
-    'the embedded database (PGlite)',
-    async () => {
-      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-idem-'));
-      const gw = await bootEmbeddedGateway(dir, { config });
-      return {
-        url: gw.url,
-        db: gw.db,
-        async close() {
-          await gw.close();
-          fs.rmSync(dir, { recursive: true, force: true });
-        },
-      };
-    },
-  ],
-];
-
-describe.each(databases)('Idempotency-Key and refusals on %s', (_name, boot) => {
+describe.each(BOTH_DATABASES)('Idempotency-Key and refusals on %s', (_name, boot) => {
   let b: Backend;
   beforeAll(async () => {
     b = await boot();

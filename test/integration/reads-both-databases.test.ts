@@ -5,56 +5,14 @@
 // and traffic; GraphQL `tunnels` (paged) and `tunnel` with its traffic; and the operator's ledger read
 // (the admin CLI's `ledger`, server/domain/admin-read.ts). Tunnels carry settings, health from the ingest
 // seam, a check time and traffic points with counts past 2^32.
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Config } from '../../server/config.ts';
-import type { Database } from '../../server/db/database.ts';
-import type { Services } from '../../server/services.ts';
 import { listLedger } from '../../server/domain/admin-read.ts';
 import { MINUTE_MS } from '../../server/health/storage.ts';
 import { DROP_REASONS, type DropReason, type Health, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
-import { bootEmbeddedGateway } from '../helpers/embedded-gateway.ts';
-import { call, startGateway } from '../helpers/gateway.ts';
+import { BOTH_DATABASES, type Backend } from '../helpers/both-databases.ts';
+import { call } from '../helpers/gateway.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { expectMatchesOpenApi } from '../helpers/openapi.ts';
-
-interface Backend {
-  url: string;
-  db: Database;
-  services: Services;
-  close(): Promise<void>;
-}
-
-/** Test gateways never trip the limiter and answer 202 quickly (no agent here). */
-const config: Partial<Config> = { rateLimitPerMinute: 1_000_000, rateLimitBurst: 100_000, edgeWaitMs: 300 };
-
-const databases: [string, () => Promise<Backend>][] = [
-  [
-    'PostgreSQL',
-    async () => {
-      const gw = await startGateway({ config });
-      return { url: gw.url, db: gw.testDb.db, services: gw.services, close: () => gw.close() };
-    },
-  ],
-  [
-    'the embedded database (PGlite)',
-    async () => {
-      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-reads-'));
-      const gw = await bootEmbeddedGateway(dir, { config });
-      return {
-        url: gw.url,
-        db: gw.db,
-        services: gw.services,
-        async close() {
-          await gw.close();
-          fs.rmSync(dir, { recursive: true, force: true });
-        },
-      };
-    },
-  ],
-];
 
 const zeroDrops = (): Record<DropReason, number> => Object.fromEntries(DROP_REASONS.map((r) => [r, 0])) as Record<DropReason, number>;
 const counters = (c: Partial<Omit<TunnelCounters, 'dropped'>> & { dropped?: Partial<Record<DropReason, number>> } = {}): TunnelCounters => ({
@@ -79,7 +37,7 @@ const PURCHASES = [
   { name: 'gone', origin_ip: '8.8.4.4' },
 ];
 
-describe.each(databases)('tunnel reads on %s', (_name, boot) => {
+describe.each(BOTH_DATABASES)('tunnel reads on %s', (_name, boot) => {
   let b: Backend;
   let user: SeededUser;
   let other: SeededUser;
