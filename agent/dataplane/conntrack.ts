@@ -128,7 +128,7 @@ export class Conntrack {
       const e = decodeCtEntry(m);
       if (e && keep(e)) out.push(e);
     };
-    const res = await this.sock.request({ data: encodeCtDump(seq, dst), seqs: [seq], dump: true, onMessage });
+    const res = await this.sock.request({ data: encodeCtDump(seq, dst), seqs: [seq], dump: true, onMessage, what: `conntrack dump${dst ? ` of ${dst}` : ''}` });
     const r = res.replies.get(seq);
     if (!r) throw new NetlinkError({ errno: 5, operation: 'conntrack dump: no reply' });
     // ENOENT: nf_conntrack is not loaded in this namespace, so there is nothing to flush.
@@ -162,7 +162,7 @@ export class Conntrack {
     const answers = await Promise.all(
       ips.map(async (ip) => {
         const seq = this.sock.allocSeq();
-        const res = await this.sock.request({ data: encodeCtFlush(seq, ip), seqs: [seq] });
+        const res = await this.sock.request({ data: encodeCtFlush(seq, ip), seqs: [seq], what: `conntrack flush of ${ip}` });
         return res.replies.get(seq);
       }),
     );
@@ -209,7 +209,7 @@ export class Conntrack {
     await Promise.all(
       doomed.map(async (e) => {
         const seq = this.sock.allocSeq();
-        const res = await this.sock.request({ data: encodeCtDelete(e, seq), seqs: [seq] });
+        const res = await this.sock.request({ data: encodeCtDelete(e, seq), seqs: [seq], what: 'conntrack delete of one connection' });
         const r = res.replies.get(seq);
         if (r && r.errno !== 0) {
           if (errnoName(r.errno) === 'ENOENT') return; // gone meanwhile (timed out, or closed)

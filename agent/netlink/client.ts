@@ -37,20 +37,20 @@ abstract class Client {
   /** One request message (must carry NLM_F_ACK); resolves with any data replies, throws NetlinkError on refusal. */
   protected async call(encode: (seq: number) => Buffer, operation: string, requestType: number): Promise<NlMsg[]> {
     const seq = this.sock.allocSeq();
-    const res = await this.sock.request({ data: encode(seq), seqs: [seq] });
+    const res = await this.sock.request({ data: encode(seq), seqs: [seq], what: operation });
     return check(res.replies.get(seq), operation, requestType).messages;
   }
 
   protected async dump(encode: (seq: number) => Buffer, operation: string, requestType: number): Promise<NlMsg[]> {
     const seq = this.sock.allocSeq();
-    const res = await this.sock.request({ data: encode(seq), seqs: [seq], dump: true });
+    const res = await this.sock.request({ data: encode(seq), seqs: [seq], dump: true, what: operation });
     return check(res.replies.get(seq), operation, requestType).messages;
   }
 
   /** A dump decoded message by message as it arrives (nothing of it is held): for dumps that grow with the tunnels. */
   protected async dumpEach(encode: (seq: number) => Buffer, operation: string, requestType: number, onMessage: (m: NlMsg) => void): Promise<void> {
     const seq = this.sock.allocSeq();
-    const res = await this.sock.request({ data: encode(seq), seqs: [seq], dump: true, onMessage });
+    const res = await this.sock.request({ data: encode(seq), seqs: [seq], dump: true, onMessage, what: operation });
     check(res.replies.get(seq), operation, requestType);
   }
 }
@@ -258,6 +258,7 @@ export class Nft extends Client {
       abortSeqs: [enc.beginSeq, enc.endSeq],
       exclusive: true,
       timeoutMs: opts.timeoutMs,
+      what: `nftables commit (${batch.messageCount} messages)`,
     });
     const failures: NftBatchError['failures'] = [];
     // Only errors are in the replies: in seq order, BEGIN and END named as such, the others by their index.
@@ -381,7 +382,7 @@ export class Nft extends Client {
       chunks.map(async (chunk) => {
         const first = this.sock.allocSeq(chunk.length);
         const data = Buffer.concat(chunk.map((n, i) => nft.encodeGetObject(table, n, nft.NFT_OBJECT_COUNTER, first + i, family)));
-        const res = await this.sock.request({ data, seqs: chunk.map((_, i) => first + i) });
+        const res = await this.sock.request({ data, seqs: chunk.map((_, i) => first + i), what: `get ${chunk.length} counters of ${table}` });
         chunk.forEach((name, i) => {
           const reply = res.replies.get(first + i);
           if (reply?.errno === E.ENOENT) return;

@@ -22,6 +22,15 @@
 // aborts the process in that state). So requests queue in JS (any number of them), at most
 // MAX_COALESCE_MSGS of them are sent per sendto(), and the receive buffer is sized far above what one
 // round can produce.
+//
+// Why every wait has a deadline, off-thread calls included: a kernel that never answers (a reply lost, a lock
+// held by someone else) must become an error naming the request, never a promise that stays pending and holds
+// the dataplane's queue, or a worker thread of libuv's pool (4 by default, shared with fs and crypto; koffi's
+// `.async` runs there) lost for good. A worker's poll() is at most POLL_SLICE_MS and never more than one per
+// socket at a time; a worker's sendto() the kernel holds past its request's deadline fails that request and
+// the socket, and stays counted (offThreadOverdue) for the agent's watchdog (housekeeping/activity.ts), which
+// restarts the agent if the thread never comes back. A call made on the event loop that the kernel holds
+// cannot be timed out from the same thread: the observer's enter/leave name it for the watchdog's own thread.
 import { closeSync, openSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import koffi from 'koffi';
@@ -62,6 +71,40 @@ const E = osConstants.errno;
 const YIELD_AFTER_MS = 20;
 /** When a pump last let the event loop turn (NetlinkSocket.yieldIfLong). */
 let pumpTurnedAt = 0;
+
+/**
+ * Who watches the kernel calls (the agent's activity tracker, housekeeping/activity.ts); none by default (tests,
+ * benchmarks). Process-wide, as the calls are.
+ */
+export interface NetlinkObserver {
+  /**
+   * A request is queued, named `what`: returns what to call when it settles, or an Error to refuse it with (the
+   * operation that asked was abandoned by the watchdog: nothing of it may reach the kernel any more).
+   */
+  request(what: string): ((err?: Error) => void) | Error | undefined;
+  /** The event loop is about to make a synchronous kernel call for `what` (leave() follows when it returns). */
+  enter(what: string): void;
+  leave(): void;
+}
+let observer: NetlinkObserver | undefined;
+
+/** Installs (or, with undefined, removes) the process's netlink observer. */
+export function observeNetlink(o: NetlinkObserver | undefined): void {
+  observer = o;
+}
+
+/** A kernel call on a worker thread that outlived its deadline (the kernel still holds it). */
+export interface OverdueCall {
+  what: string;
+  /** Milliseconds since the epoch at which its deadline passed. */
+  since: number;
+}
+const overdue = new Set<OverdueCall>();
+
+/** Worker-thread kernel calls still held by the kernel past their deadline: each is a thread of libuv's pool lost meanwhile. */
+export function offThreadOverdue(): readonly OverdueCall[] {
+  return [...overdue];
+}
 
 /** How long one async poll() may occupy its worker thread before we look at deadlines again. */
 const POLL_SLICE_MS = 50;
@@ -168,6 +211,8 @@ class KernelEndpoint implements NetlinkEndpoint {
   private readonly senderAddr = Buffer.alloc(12); // struct sockaddr_nl of recvfrom
   private readonly senderLen = Buffer.alloc(4);
   private fd: number;
+  /** The poll() running on a worker thread, if any (wait()). */
+  private polling: Promise<void> | undefined;
   readonly sendAsync?: (data: Buffer) => Promise<number>;
 
   constructor(
@@ -249,7 +294,20 @@ class KernelEndpoint implements NetlinkEndpoint {
   }
 
   async wait(ms: number): Promise<void> {
-    await loadLibc().pollAsync(this.pollFd, 1, ms);
+    // One poll() per socket at a time, and the wait ends on the event loop's own timer too: a pool whose threads
+    // are all taken would otherwise queue poll after poll, and the request's deadline would never be looked at.
+    this.polling ??= loadLibc()
+      .pollAsync(this.pollFd, 1, ms)
+      .then(
+        () => undefined,
+        () => undefined,
+      )
+      .finally(() => {
+        this.polling = undefined;
+      });
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.polling, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms + POLL_SLICE_MS)))]);
+    clearTimeout(timer);
   }
 
   receiveBufferSize(): number {
@@ -325,6 +383,8 @@ export interface RequestSpec {
    */
   ackRange?: { first: number; count: number };
   timeoutMs?: number;
+  /** What the request does ("create GRE link tg-1"): its errors, a timeout included, and the watchdog name it. */
+  what?: string;
 }
 
 export interface SeqReply {
@@ -353,6 +413,8 @@ interface Pending {
   resolve: (r: RequestResult) => void;
   reject: (e: Error) => void;
   done: boolean;
+  /** The observer's, called when it settles. */
+  settled?: (err?: Error) => void;
 }
 
 /** What NetlinkSubscription.drain found. */
@@ -502,6 +564,12 @@ export class NetlinkSocket {
         reject(new Error('an ack range needs an exclusive request'));
         return;
       }
+      const watched = observer?.request(spec.what ?? 'netlink request');
+      if (watched instanceof Error) {
+        reject(watched);
+        return;
+      }
+      p.settled = watched;
       for (const s of [...spec.seqs, ...(spec.abortSeqs ?? [])]) {
         if (this.bySeq.has(s) || this.rangeOwner(s)) {
           reject(new Error(`netlink seq ${s} already in flight`));
@@ -533,6 +601,7 @@ export class NetlinkSocket {
     for (const s of p.spec.seqs) this.bySeq.delete(s);
     for (const s of p.spec.abortSeqs ?? []) this.bySeq.delete(s);
     this.ranged.delete(p);
+    p.settled?.(err);
     if (err) p.reject(err);
     else p.resolve({ replies: p.replies });
   }
@@ -543,7 +612,7 @@ export class NetlinkSocket {
       while (this.queue.length > 0 && !this.closed) {
         const round = this.takeRound();
         const sending = this.sendRound(round);
-        if (sending) await sending;
+        if (sending && !(await this.sentInTime(sending, round))) break;
         await this.receiveRound(round);
         await this.yieldIfLong();
       }
@@ -575,6 +644,27 @@ export class NetlinkSocket {
     return round;
   }
 
+  /**
+   * Waits for a send made on a worker thread until the round's deadline. Past it the kernel still holds the call:
+   * the round fails naming it, and so does the socket (its fd is in a call that may never return); the call stays
+   * in offThreadOverdue() until it does. False when that happened.
+   */
+  private async sentInTime(sending: Promise<void>, round: Pending[]): Promise<boolean> {
+    const ms = Math.max(0, Math.min(...round.map((p) => p.deadline)) - this.clock());
+    let timer: NodeJS.Timeout | undefined;
+    const late = await Promise.race([sending.then(() => false), new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), ms)))]);
+    clearTimeout(timer);
+    if (!late) return true;
+    const what = describe(round);
+    const call: OverdueCall = { what: `sendto for ${what}`, since: Date.now() };
+    overdue.add(call);
+    void sending.finally(() => overdue.delete(call)).catch(() => undefined);
+    const err = new NetlinkError({ errno: E.ETIMEDOUT, operation: `${what}: the kernel did not return from sendto within ${round[0]!.spec.timeoutMs ?? this.timeoutMs} ms` });
+    for (const p of round) this.finish(p, err);
+    this.close();
+    return false;
+  }
+
   /** Sends a round; a promise only when the endpoint sends off the event loop. */
   private sendRound(round: Pending[]): Promise<void> | undefined {
     const now = this.clock();
@@ -591,13 +681,25 @@ export class NetlinkSocket {
       for (const p of round) this.finish(p, err);
     };
     if (this.endpoint.sendAsync) return this.endpoint.sendAsync(data).then(failed);
-    failed(this.endpoint.send(data));
+    observer?.enter(round[0]!.spec.what ?? 'netlink send');
+    try {
+      failed(this.endpoint.send(data));
+    } finally {
+      observer?.leave();
+    }
     return undefined;
   }
 
   private async receiveRound(round: Pending[]): Promise<void> {
+    const what = round[0]!.spec.what ?? 'netlink receive';
     while (!this.closed && round.some((p) => !p.done)) {
-      const n = this.endpoint.receive(this.recvBuf);
+      observer?.enter(what);
+      let n: number;
+      try {
+        n = this.endpoint.receive(this.recvBuf);
+      } finally {
+        observer?.leave();
+      }
       if (n >= 0) {
         if (n > this.recvBuf.length) throw new Error(`netlink datagram of ${n} bytes exceeds the ${this.recvBuf.length}-byte receive buffer`);
         // Copy: the receive buffer is reused, and replies handed out must stay valid. A streamed dump
@@ -620,7 +722,7 @@ export class NetlinkSocket {
       const now = this.clock();
       for (const p of round) {
         if (!p.done && now >= p.deadline) {
-          this.finish(p, new NetlinkError({ errno: E.ETIMEDOUT, operation: `no netlink reply within ${p.spec.timeoutMs ?? this.timeoutMs} ms`, seq: p.spec.seqs[0] }));
+          this.finish(p, new NetlinkError({ errno: E.ETIMEDOUT, operation: `${p.spec.what ?? 'netlink request'}: no reply within ${p.spec.timeoutMs ?? this.timeoutMs} ms`, seq: p.spec.seqs[0] }));
         }
       }
       if (round.every((p) => p.done)) return;
@@ -684,6 +786,12 @@ export class NetlinkSocket {
     p.waiting.delete(seq);
     if ((failed && p.abort.has(seq)) || (p.waiting.size === 0 && p.rangeLeft === 0)) this.finish(p);
   }
+}
+
+/** A round's requests by name, for an error that fails them together. */
+function describe(round: readonly Pending[]): string {
+  const first = round[0]!.spec.what ?? 'netlink request';
+  return round.length === 1 ? first : `${first} (and ${round.length - 1} more requests sent with it)`;
 }
 
 function setBuf(c: Libc, fd: number, force: number, plain: number, size: number): void {
