@@ -29,6 +29,7 @@ const CONFIG_KEYS = [
   'AGENT_PROTECTED_POOLS',
   'AGENT_JOB_VERSIONS',
   'AGENT_HEALTH_INTERVAL_S',
+  'AGENT_WATCHDOG_S',
 ] as const;
 export type ConfigKey = (typeof CONFIG_KEYS)[number];
 
@@ -61,6 +62,11 @@ export interface AgentConfig {
   jobVersions: JobVersion[];
   /** AGENT_HEALTH_INTERVAL_S (default 30): every tunnel of the desired state is checked once per interval (agent/health). */
   healthIntervalS: number;
+  /**
+   * AGENT_WATCHDOG_S (default 60): a dataplane operation without progress this long is given up as stuck (its job
+   * answers kernel_error), and the agent restarts itself when it cannot recover (housekeeping/activity.ts).
+   */
+  watchdogS: number;
   /** Where each key came from, for the start-up log line. */
   sources: Partial<Record<ConfigKey, 'env' | 'file' | 'default'>>;
 }
@@ -221,6 +227,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     },
     '30',
   );
+  const watchdogS = need(
+    'AGENT_WATCHDOG_S',
+    (v) => {
+      const n = /^[0-9]{1,4}$/.test(v) ? Number(v) : NaN;
+      // At least 2 s: the heartbeat is looked at four times per period, and a second is a GC pause on a slow VM.
+      if (!(n >= 2 && n <= 3600)) throw new ConfigError(`AGENT_WATCHDOG_S must be whole seconds from 2 to 3600, got "${v}"`);
+      return n;
+    },
+    '60',
+  );
   const allowFrom = cidrs('AGENT_ALLOW_FROM', 'the CIDRs the gateway connects from (IPv4 or IPv6)', false);
   const protectedPools = cidrs('AGENT_PROTECTED_POOLS', 'the IPv4 CIDRs of this node\'s protected pools', true);
 
@@ -239,6 +255,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     logLevel: logLevel!,
     jobVersions: jobVersions!,
     healthIntervalS: healthIntervalS!,
+    watchdogS: watchdogS!,
     ...(allowFrom ? { allowFrom } : {}),
     ...(protectedPools ? { protectedPools } : {}),
     sources,

@@ -21,6 +21,8 @@ import { TunnelLinksState } from './dataplane/link-support.ts';
 import { ReplayCache } from './jobs/replay-cache.ts';
 import { loadOrCreateHostKey, type HostKey } from './ssh/keys.ts';
 import { AgentSshServer } from './ssh/server.ts';
+import { activity, type StuckOperation } from './housekeeping/activity.ts';
+import { startWatchdogThread, type WatchdogThread } from './housekeeping/watchdog-thread.ts';
 
 export interface RunningAgent {
   address: { host: string; port: number };
@@ -61,7 +63,18 @@ export interface RunningHealth {
  */
 export function startHealth(
   dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'>,
-  opts: { intervalS: number; log?: Logger; startedAt?: number; clock?: HealthClock; concurrency?: number; timer?: boolean; probeTimeoutMs?: number; tunnelLinks?: TunnelLinksState },
+  opts: {
+    intervalS: number;
+    log?: Logger;
+    startedAt?: number;
+    clock?: HealthClock;
+    concurrency?: number;
+    timer?: boolean;
+    probeTimeoutMs?: number;
+    tunnelLinks?: TunnelLinksState;
+    /** The operation the watchdog gave up as stuck, for `agent.stuck` (default: the process's tracker). */
+    stuck?: () => StuckOperation | undefined;
+  },
 ): RunningHealth {
   const scheduler = new HealthScheduler({
     tunnels: () => dataplane.desiredTunnels(),
@@ -87,6 +100,7 @@ export function startHealth(
     health: (id) => scheduler.get(id),
     version: agentVersion(),
     ...(opts.tunnelLinks ? { tunnelLinks: () => opts.tunnelLinks!.refresh() } : {}),
+    stuck: opts.stuck ?? (() => activity.stuck()),
     startedAt: opts.startedAt ?? Date.now(),
     ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
   });
@@ -161,6 +175,53 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
   };
 }
 
+/** Exit code of an agent that restarts itself (EX_SOFTWARE): systemd's Restart=on-failure starts it again. */
+export const WATCHDOG_EXIT_CODE = 70;
+/**
+ * How long a stop (SIGTERM, SIGINT) may take: the SSH server's drain (10 s, ssh/server.ts) and the rest. Below
+ * systemd's TimeoutStopSec (agent/deploy/tunnel-agent.service), so the agent ends itself, never killed mid-write.
+ */
+export const STOP_BOUND_S = 15;
+
+export interface RunningWatchdog {
+  /** A stop began: the process ends within STOP_BOUND_S whatever happens (its own timer, and the watchdog thread's). */
+  stopping(): void;
+  stop(): Promise<void>;
+}
+
+/**
+ * The watchdog (housekeeping/activity.ts): operations without progress for `watchdogS` are given up as stuck, and the
+ * agent exits with WATCHDOG_EXIT_CODE when it cannot recover; its thread kills the agent when the event loop stops
+ * turning for as long, or a stop outlives STOP_BOUND_S.
+ */
+export function startWatchdog(watchdogS: number, log: Logger, base: Record<string, unknown>): RunningWatchdog {
+  const wlog = log.child({ component: 'watchdog' });
+  activity.configure({
+    stuckAfterMs: watchdogS * 1000,
+    log: (event, fields) => (event === 'watchdog.unrecoverable' ? wlog.error(event, fields) : wlog.warn(event, fields)),
+    onUnrecoverable: () => {
+      wlog.error('exiting so that systemd restarts the agent; the restore at start brings the dataplane back', { exit_code: WATCHDOG_EXIT_CODE });
+      process.exit(WATCHDOG_EXIT_CODE);
+    },
+  });
+  let thread: WatchdogThread | undefined = startWatchdogThread({ shared: activity.shared, limitMs: watchdogS * 1000, base }, () => activity.beat());
+  return {
+    stopping() {
+      activity.stopping(STOP_BOUND_S);
+      const t = setTimeout(() => {
+        wlog.error('the stop did not finish within its bound; exiting, the dataplane stays as it is', { stop_s: STOP_BOUND_S, ...(activity.stuck() ?? {}) });
+        process.exit(1);
+      }, STOP_BOUND_S * 1000);
+      t.unref();
+    },
+    async stop() {
+      activity.stop();
+      await thread?.stop();
+      thread = undefined;
+    },
+  };
+}
+
 /** Runs the dataplane's restore() and logs the outcome; never throws (the agent must come up regardless). */
 export async function restoreAtStart(dataplane: Pick<DataplaneHandle, 'restore'>, log: Logger): Promise<void> {
   const started = performance.now();
@@ -204,6 +265,8 @@ async function main(): Promise<void> {
     return;
   }
   const log = createLogger(config.logLevel, { service: 'tunnel-agent', node_id: config.nodeId });
+  // Before the dataplane: the restore at start is watched too.
+  const watchdog = startWatchdog(config.watchdogS, log, { service: 'tunnel-agent', node_id: config.nodeId });
   log.info('starting', {
     listen: `${config.listen.host}:${config.listen.port}`,
     state_dir: config.stateDir,
@@ -213,6 +276,7 @@ async function main(): Promise<void> {
     protected_pools: config.protectedPools?.entries ?? 'any',
     job_versions: config.jobVersions,
     health_interval_s: config.healthIntervalS,
+    watchdog_s: config.watchdogS,
     version: agentVersion(),
     gateway_key: config.authorizedKey.fingerprint,
     job_keys: config.jobKeys.map((k) => k.kid ?? k.thumbprint),
@@ -253,11 +317,14 @@ async function main(): Promise<void> {
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
-    log.info('shutting down; the dataplane stays as it is', { signal });
+    // Whatever hangs from here on (a job, the kernel, the event loop), the process ends within STOP_BOUND_S.
+    watchdog.stopping();
+    log.info('shutting down; the dataplane stays as it is', { signal, bound_s: STOP_BOUND_S });
     try {
       await agent.stop();
       await health.stop();
       await dataplane.close();
+      await watchdog.stop();
       log.info('stopped');
     } catch (e) {
       log.error('shutdown failed', { err: e });

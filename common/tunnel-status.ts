@@ -29,11 +29,34 @@ export interface TunnelReport {
   counters: TunnelCounters;
 }
 
+/**
+ * A dataplane operation the agent's watchdog gave up as stuck (no progress for AGENT_WATCHDOG_S) and that has not
+ * settled yet: `op` (apply, remove, reconcile), `step` (what did not finish, with the kernel request it waits on),
+ * `since` (its last progress, ISO 8601). Present only while it is so.
+ */
+export interface StuckReport {
+  op: string;
+  step: string;
+  since: string;
+}
+
 /** The `status` op's result. */
 export interface StatusResult {
-  /** tunnel_links: whether the agent can make its tunnels' links (common/tunnel-links.ts), from agents that know it. */
-  agent: { version: string; uptime_s: number; tunnels: number; tunnel_links?: TunnelLinks };
+  /**
+   * tunnel_links: whether the agent can make its tunnels' links (common/tunnel-links.ts), from agents that know it.
+   * stuck: the operation its watchdog gave up (StuckReport), only while there is one. Both added later: an agent
+   * from before them never sends them, and a gateway from before them ignores them.
+   */
+  agent: { version: string; uptime_s: number; tunnels: number; tunnel_links?: TunnelLinks; stuck?: StuckReport };
   tunnels: TunnelReport[];
+}
+
+/** A stuck report's shape: undefined when right, else a sentence. */
+export function checkStuckReport(v: unknown): string | undefined {
+  if (!isObject(v) || typeof v.op !== 'string' || typeof v.step !== 'string' || typeof v.since !== 'string' || Number.isNaN(Date.parse(v.since))) {
+    return 'agent.stuck must be {op: string, step: string, since: ISO time}';
+  }
+  return undefined;
 }
 
 const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
@@ -59,6 +82,10 @@ export function checkStatusResult(v: unknown): string | undefined {
   }
   if (a.tunnel_links !== undefined) {
     const why = checkTunnelLinks(a.tunnel_links, 'agent.tunnel_links');
+    if (why) return why;
+  }
+  if (a.stuck !== undefined) {
+    const why = checkStuckReport(a.stuck);
     if (why) return why;
   }
   if (!Array.isArray(v.tunnels)) return 'tunnels must be an array';

@@ -13,6 +13,13 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { AGENT_NODE_FLAGS, hasAgentFlags, loadAgent } from './runtime.mjs';
 
+// libuv's threadpool (4 threads by default) is read once, at its first use, which is later than this line. The agent
+// shares it between fs, crypto and koffi's async kernel calls (netlink polls, link deletions, the probes' epoll_wait):
+// a few calls the kernel holds must not leave the others and the SSH server's work without a thread. Each netlink
+// socket has at most one poll there at a time and a held call ends the agent after AGENT_WATCHDOG_S
+// (agent/housekeeping/activity.ts), so 16 is ample; an operator's own setting wins.
+process.env.UV_THREADPOOL_SIZE ??= '16';
+
 const major = Number(process.versions.node.split('.')[0]);
 const localNode = fileURLToPath(new URL('../../node_modules/node/bin/node', import.meta.url));
 

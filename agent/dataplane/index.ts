@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
-import { FALLBACK_TUNNEL_LINKS, applyPlan, awaitReaping, ensureTable, nextGeneration, phaseClock, readConsistently, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, step, awaitReaping, ensureTable, nextGeneration, phaseClock, readConsistently, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { CommitWatch } from './commit-watch.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
@@ -20,6 +20,7 @@ import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
 import { SerialQueue } from '../housekeeping/serial-queue.ts';
+import { activity } from '../housekeeping/activity.ts';
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, validateRef, validateSpec } from './validate.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
@@ -51,6 +52,12 @@ export interface DataplaneOptions {
   probeTimeoutMs?: number;
   /** Diagnostics (one line per event). */
   log?: (event: string, fields?: Record<string, unknown>) => void;
+  /**
+   * TEST SEAM ONLY: an operation that reaches the step of this name (kernel.ts step(): "links", "nftables commit",
+   * "read back the kernel"...) never finishes, as if the kernel never answered. For the watchdog's tests
+   * (test/integration/agent-watchdog.test.ts); the agent never sets it.
+   */
+  testOnlyHangAt?: string;
 }
 
 export interface DataplaneHandle extends Dataplane {
@@ -137,6 +144,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       linkPrefix,
       driver: linkDriver(opts.linkKind ?? 'gre'),
       netns,
+      ...(opts.testOnlyHangAt !== undefined ? { testOnlyHangAt: opts.testOnlyHangAt } : {}),
     };
     // Forwarding on; loose rp_filter and no IPv6 on the links we own (new ones get them when created).
     writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);
@@ -223,12 +231,17 @@ class EdgeDataplane implements DataplaneHandle {
     return this.cleanGeneration;
   }
 
-  /** One operation at a time; errors surface as KernelError. */
+  /**
+   * One operation at a time; errors surface as KernelError. Each is a track of the watchdog (housekeeping/activity.ts):
+   * one without progress for its time fails here naming its step, and the queue goes on to the next operation (which
+   * reads the kernel back, so it repairs whatever the stuck one left), while nothing more of the stuck one reaches
+   * the kernel.
+   */
   private serial<T>(op: string, fn: () => Promise<T>): Promise<T> {
     const run = async (): Promise<T> => {
       if (this.closed) throw new KernelError(`${op}: dataplane is closed`);
       try {
-        return await fn();
+        return await activity.run(op, fn);
       } catch (e) {
         this.log('dataplane.error', { op, error: e instanceof Error ? e.message : String(e) });
         throw kernelError(op, e);
@@ -305,6 +318,7 @@ class EdgeDataplane implements DataplaneHandle {
     // it (ERESTART) and the change runs again with the kernel read back: its intent then still names the spec it
     // replaces (OwnedTunnel.was), whose old link, map elements and ports that run reads and removes.
     const trusted = scoped !== undefined && clean !== undefined && inScope.every((o) => !o.pending);
+    await step(this.k, 'read back the kernel');
     const [gen0, view] = trusted
       ? [clean, await readConsistently(() => recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() }))]
       : await readConsistently(() => Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]));
@@ -323,6 +337,7 @@ class EdgeDataplane implements DataplaneHandle {
     // kernel by key (a one-tunnel job otherwise) or the whole table (a reconcile).
     this.log('dataplane.planned', { ...c, read: trusted ? 'records' : scoped ? 'keys' : 'full' });
     // Intent first: a link the agent is about to create is on record before it exists.
+    await step(this.k, 'record intent');
     const intents: OwnedTunnel[] = [];
     for (const t of desired) if (plan.actions.get(t.id) !== 'unchanged') intents.push(intentOver(owned.get(t.id), t));
     this.state.commit(intents, []);
@@ -339,6 +354,7 @@ class EdgeDataplane implements DataplaneHandle {
     }
     const { flushed, disallowed, generation, commits, ms } = applied;
     clock(); // applyPlan timed its own steps (ms)
+    await step(this.k, 'record result');
     const puts = desired.filter((t) => plan.actions.get(t.id) !== 'unchanged').map((t) => ({ spec: t }));
     const dels = [...plan.actions].filter(([, a]) => a === 'removed').map(([id]) => id);
     this.state.commit(puts, dels);
@@ -390,13 +406,17 @@ class EdgeDataplane implements DataplaneHandle {
       checkDesired(desired);
       this.recordDesired(desired, 'replace');
       try {
+        await step(this.k, 'check for changes');
         if (await this.unchangedSince(desired)) {
           this.log('dataplane.reconcile.unchanged', { tunnels: desired.length });
           return { added: 0, changed: 0, removed: 0, unchanged: desired.length, failed: [] };
         }
+        await step(this.k, 'make sure of the table');
         await this.ensureOwnTable();
         return { ...(await this.run(desired, 'all')), failed: [] };
       } catch (e) {
+        // Given up as stuck: nothing more of it may reach the kernel, so there is nothing to isolate.
+        if (activity.givenUp()) throw e;
         // One broken tunnel must not block its node (issue 8 item 3): find the ones the kernel refuses and
         // apply everything else.
         this.log('dataplane.reconcile.isolating', { tunnels: desired.length, error: e instanceof Error ? e.message : String(e) });
@@ -461,6 +481,7 @@ class EdgeDataplane implements DataplaneHandle {
         counts.changed += c.changed;
         counts.unchanged += c.unchanged;
       } catch (e) {
+        if (activity.givenUp()) throw e;
         if (group.length > 1) {
           const mid = group.length >> 1;
           await applyGroup(group.slice(0, mid));

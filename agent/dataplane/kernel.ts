@@ -14,6 +14,7 @@ import { ipOf, nftChangeCount, recordedSpecs, type CleanOwners, type KernelView,
 import type { LinkDriver } from './links.ts';
 import { writeSysctls } from './netns.ts';
 import { COLLECT_EVERY_REQUESTS, phases } from '../housekeeping/memory.ts';
+import { activity } from '../housekeeping/activity.ts';
 
 export const DNAT_MAP = RULESET_DEFAULTS.dnatMap;
 const COUNTER_MAP = RULESET_DEFAULTS.counterMap;
@@ -204,6 +205,21 @@ export interface KernelContext {
   linkPrefix: string;
   driver: LinkDriver;
   netns?: string;
+  /**
+   * TEST SEAM ONLY (DataplaneOptions.testOnlyHangAt): the operation that reaches this step never finishes, as one
+   * the kernel never answers would (test/integration/agent-watchdog.test.ts). Never set by the agent itself.
+   */
+  testOnlyHangAt?: string;
+}
+
+/**
+ * The operation begins step `name`: progress for the watchdog (housekeeping/activity.ts), and the name a job that
+ * does not finish gives in its kernel_error ("nftables commit did not finish within 60 s").
+ */
+export async function step(k: Pick<KernelContext, 'testOnlyHangAt'>, name: string): Promise<void> {
+  activity.step(name);
+  // The test seam: a promise nothing settles, so the operation hangs at this step.
+  if (k.testOnlyHangAt === name) await new Promise<never>(() => undefined);
 }
 
 /**
@@ -766,6 +782,7 @@ export async function applyPlan(
 ): Promise<{ flushed: number | undefined; disallowed: number; generation?: number; commits: number; ms: ApplyPhaseMs }> {
   const clock = phaseClock();
   const steps = plan.linkSteps;
+  await step(k, 'links');
   // 1. recreated links go first, then creates (all requests in flight together: the socket coalesces them).
   await deleteLinks(
     k,
@@ -818,6 +835,7 @@ export async function applyPlan(
   }
 
   const linksMs = clock();
+  await step(k, 'nftables commit');
   // 3. One atomic nft batch (a changed element is delete + add in it), and a batch per WHOLE_PER_BATCH further
   // tunnels added whole. The generation right after our last commit goes to index.ts run(), which compares it
   // with the one read before the plan's read-back, `commits` steps on. A plan read from the kernel sends no genid:
@@ -860,9 +878,11 @@ export async function applyPlan(
 
   const nftMs = clock();
   // 4. Links of removed tunnels: traffic no longer goes to them.
+  await step(k, 'link deletion');
   await deleteLinks(k, plan.linkDeletes, view);
   const unlinkMs = clock();
 
+  await step(k, 'conntrack flush');
   // 5. Conntrack of every protected IP whose mapping appeared, changed or went; then the connections that a
   // narrowed allowlist no longer lets in, now that it is committed (a packet in between is judged as new).
   const flushed = await k.conntrack().flushDestinations(plan.flush);

@@ -7,11 +7,14 @@
 // tunnel, the last raw value and an offset, and adds the last value to the offset when the raw value goes down,
 // so what it reports never decreases while the agent runs. An agent restart starts again from the kernel's
 // values (the contract's "a decrease means a reset": the gateway handles it).
-import { DROP_REASONS, type StatusResult, type TunnelCounters, type TunnelReport } from '../../common/tunnel-status.ts';
+import { DROP_REASONS, type StatusResult, type StuckReport, type TunnelCounters, type TunnelReport } from '../../common/tunnel-status.ts';
 import { dropCounterName, outCounterName } from '../dataplane/policy.ts';
 import type { TunnelSpec } from '../dataplane/types.ts';
 import type { TunnelHealth } from './scheduler.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
+
+/** What the watchdog says of a stuck operation (a StuckReport with the request's name when it waits on one). */
+type StuckOperation = StuckReport & { call?: string };
 
 export interface CounterValue {
   packets: bigint;
@@ -27,6 +30,8 @@ export interface StatusSources {
   version: string;
   /** Whether the agent can make its tunnels' links, asked anew for each status (dataplane/link-support.ts); absent: not said. */
   tunnelLinks?: () => Promise<TunnelLinks>;
+  /** The operation the watchdog gave up as stuck and that has not settled (agent/housekeeping/activity.ts), if any. */
+  stuck?: () => StuckOperation | undefined;
   /** ms since the epoch at which the agent started, and now. */
   startedAt: number;
   now?: () => number;
@@ -69,6 +74,9 @@ export class StatusReporter {
     const now = (this.s.now ?? Date.now)();
     const agent: StatusResult['agent'] = { version: this.s.version, uptime_s: Math.max(0, Math.floor((now - this.s.startedAt) / 1000)), tunnels: reports.length };
     if (this.s.tunnelLinks) agent.tunnel_links = await this.s.tunnelLinks();
+    // Only while one is stuck: an agent that is fine answers exactly what it did before the field existed.
+    const stuck = this.s.stuck?.();
+    if (stuck) agent.stuck = { op: stuck.op, step: stuck.call ? `${stuck.step} (${stuck.call})` : stuck.step, since: stuck.since };
     return { agent, tunnels: reports };
   }
 

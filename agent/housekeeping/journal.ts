@@ -18,6 +18,7 @@
 import { closeSync, fdatasyncSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { ensureDir, fsyncDir, replaceFile } from './files.ts';
+import { activity } from './activity.ts';
 
 /** Lines per write(): 10,000 records as one string were ~5 MB of transient heap at the agent's peak. */
 const WRITE_CHUNK = 512;
@@ -98,14 +99,15 @@ export class Journal<L> {
     if (lines.length === 0) return;
     if (this.fd < 0) throw new Error(`journal ${this.path} is closed`);
     writeLines(this.fd, lines);
-    if (opts.durable !== false) fdatasyncSync(this.fd);
+    // Named for the watchdog's thread: a disk that never completes the sync holds the event loop here.
+    if (opts.durable !== false) activity.syscall(`fdatasync of ${this.path}`, () => fdatasyncSync(this.fd));
     this.count += lines.length;
   }
 
   /** Replaces the file with exactly these lines (a new file, fsync, rename, directory fsync). */
   rewrite(lines: readonly L[]): void {
     if (this.fd < 0) throw new Error(`journal ${this.path} is closed`);
-    replaceFile(this.path, (fd) => writeLines(fd, lines));
+    activity.syscall(`rewrite of ${this.path}`, () => replaceFile(this.path, (fd) => writeLines(fd, lines)));
     closeSync(this.fd);
     this.fd = openSync(this.path, 'a', 0o600);
     this.count = lines.length;
