@@ -194,7 +194,7 @@ export interface RunningWatchdog {
  * agent exits with WATCHDOG_EXIT_CODE when it cannot recover; its thread kills the agent when the event loop stops
  * turning for as long, or a stop outlives STOP_BOUND_S.
  */
-export function startWatchdog(watchdogS: number, log: Logger, base: Record<string, unknown>): RunningWatchdog {
+export function startWatchdog(watchdogS: number, log: Logger, base: Record<string, unknown>, logFd = 1): RunningWatchdog {
   const wlog = log.child({ component: 'watchdog' });
   activity.configure({
     stuckAfterMs: watchdogS * 1000,
@@ -204,7 +204,11 @@ export function startWatchdog(watchdogS: number, log: Logger, base: Record<strin
       process.exit(WATCHDOG_EXIT_CODE);
     },
   });
-  let thread: WatchdogThread | undefined = startWatchdogThread({ shared: activity.shared, limitMs: watchdogS * 1000, base }, () => activity.beat());
+  let thread: WatchdogThread | undefined = startWatchdogThread(
+    { shared: activity.shared, limitMs: watchdogS * 1000, base, fd: logFd },
+    () => activity.beat(),
+    (e) => wlog.error('the watchdog thread failed; the agent goes on without it', { err: e }),
+  );
   return {
     stopping() {
       activity.stopping(STOP_BOUND_S);

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
 import { checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
-import { FALLBACK_TUNNEL_LINKS, applyPlan, step, awaitReaping, ensureTable, nextGeneration, phaseClock, readConsistently, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead } from './kernel.ts';
+import { FALLBACK_TUNNEL_LINKS, applyPlan, step, awaitReaping, ensureTable, nextGeneration, phaseClock, readConsistently, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead, type TestOnlyHang } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { CommitWatch } from './commit-watch.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
@@ -53,11 +53,11 @@ export interface DataplaneOptions {
   /** Diagnostics (one line per event). */
   log?: (event: string, fields?: Record<string, unknown>) => void;
   /**
-   * TEST SEAM ONLY: an operation that reaches the step of this name (kernel.ts step(): "links", "nftables commit",
-   * "read back the kernel"...) never finishes, as if the kernel never answered. For the watchdog's tests
+   * TEST SEAM ONLY: the first operation that reaches the step so named (kernel.ts step(): "links", "nftables commit",
+   * "read back the kernel"...) hangs there, as if the kernel never answered. For the watchdog's tests
    * (test/integration/agent-watchdog.test.ts); the agent never sets it.
    */
-  testOnlyHangAt?: string;
+  testOnlyHang?: TestOnlyHang;
 }
 
 export interface DataplaneHandle extends Dataplane {
@@ -144,7 +144,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       linkPrefix,
       driver: linkDriver(opts.linkKind ?? 'gre'),
       netns,
-      ...(opts.testOnlyHangAt !== undefined ? { testOnlyHangAt: opts.testOnlyHangAt } : {}),
+      ...(opts.testOnlyHang ? { testOnlyHang: opts.testOnlyHang } : {}),
     };
     // Forwarding on; loose rp_filter and no IPv6 on the links we own (new ones get them when created).
     writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);

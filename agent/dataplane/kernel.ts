@@ -205,21 +205,41 @@ export interface KernelContext {
   linkPrefix: string;
   driver: LinkDriver;
   netns?: string;
-  /**
-   * TEST SEAM ONLY (DataplaneOptions.testOnlyHangAt): the operation that reaches this step never finishes, as one
-   * the kernel never answers would (test/integration/agent-watchdog.test.ts). Never set by the agent itself.
-   */
-  testOnlyHangAt?: string;
+  /** TEST SEAM ONLY (DataplaneOptions.testOnlyHang). Never set by the agent itself. */
+  testOnlyHang?: TestOnlyHang;
+}
+
+/**
+ * TEST SEAM ONLY: the first operation that reaches step `step` hangs there, as one the kernel never answers would
+ * (test/integration/agent-watchdog.test.ts). Only the first: the next operation is the one that repairs.
+ */
+export interface TestOnlyHang {
+  step: string;
+  /** Only in this operation (apply, remove, reconcile); any, without it. */
+  op?: string;
+  /** Ends the hang (the operation goes on); without it the hang never ends. */
+  release?: Promise<void>;
+  /** Holds the event loop itself, as a synchronous kernel call that never returns would (release is then ignored). */
+  blockEventLoop?: boolean;
+  /** Set once an operation has hung. */
+  used?: boolean;
 }
 
 /**
  * The operation begins step `name`: progress for the watchdog (housekeeping/activity.ts), and the name a job that
  * does not finish gives in its kernel_error ("nftables commit did not finish within 60 s").
  */
-export async function step(k: Pick<KernelContext, 'testOnlyHangAt'>, name: string): Promise<void> {
+export async function step(k: Pick<KernelContext, 'testOnlyHang'>, name: string): Promise<void> {
   activity.step(name);
-  // The test seam: a promise nothing settles, so the operation hangs at this step.
-  if (k.testOnlyHangAt === name) await new Promise<never>(() => undefined);
+  const hang = k.testOnlyHang;
+  if (hang?.step !== name || hang.used || (hang.op !== undefined && activity.currentOp() !== hang.op)) return;
+  hang.used = true;
+  if (hang.blockEventLoop) {
+    // Nothing wakes this wait: the thread is held as by a kernel call that never returns.
+    activity.syscall(`TEST SEAM: ${name} held on the event loop`, () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0));
+    return;
+  }
+  await (hang.release ?? new Promise<never>(() => undefined));
 }
 
 /**

@@ -9,9 +9,9 @@
 //    dataplane's queue goes on to the next operation, which reads the kernel back and repairs what was left (the
 //    desired state was recorded before the change). The status op reports it (`agent.stuck`) until it settles.
 //  - What it cannot recover from, it ends the process for (exit code 70), so systemd restarts the agent and the
-//    restore at start brings the dataplane back: a stuck operation that has still not settled a watchdog time
-//    after it was abandoned, or a kernel call on a worker thread the kernel has held as long past its deadline
-//    (a thread of libuv's pool lost for good: socket.ts offThreadOverdue).
+//    restore at start brings the dataplane back: a stuck operation that has still not settled UNSETTLED_FACTOR
+//    watchdog times after it was given up, or a kernel call on a worker thread that the kernel has held a watchdog
+//    time past its deadline (a thread of libuv's pool lost for good: socket.ts offThreadOverdue).
 //  - The event loop itself can be held by a synchronous kernel call (the fast path of socket.ts, an fsync): then
 //    no timer of this thread runs. A worker thread (watchdog-thread.ts) watches a heartbeat this thread writes
 //    into shared memory, with the name of the synchronous call being made, and kills the process when the
@@ -64,6 +64,12 @@ export const OP_TEXT = { offset: 320, size: 256 } as const;
 const SHARED_BYTES = 576;
 
 const DEFAULT_STUCK_AFTER_MS = 60_000;
+/**
+ * A stuck operation may still settle once given up (its request times out, the kernel answers late, its next
+ * request is refused): it has this many watchdog times to, before the agent restarts. Long enough that the status
+ * op can be asked and report it meanwhile; short enough that a wedge ends within minutes.
+ */
+export const UNSETTLED_FACTOR = 3;
 
 export class Activity {
   private readonly als = new AsyncLocalStorage<Track>();
@@ -149,6 +155,11 @@ export class Activity {
     this.writeText(OP_TEXT, SLOT.opLen, `${t.op}: ${name}`);
   }
 
+  /** The current operation's name (apply, remove, reconcile), if any. */
+  currentOp(): string | undefined {
+    return this.als.getStore()?.op;
+  }
+
   /** Whether the current operation was given up as stuck (what it still does is refused). */
   givenUp(): boolean {
     return this.als.getStore()?.abandonedAt !== undefined;
@@ -176,8 +187,8 @@ export class Activity {
         const s = Math.round(limit / 1000);
         this.opts.log?.('watchdog.stuck', { op: t.op, step: t.step, ...(call ? { netlink_request: call } : {}), since: new Date(t.lastProgress).toISOString(), stuck_s: s });
         t.abandon(new OperationStuck(`${t.step} did not finish within ${s} s${call ? ` (waiting on the kernel for: ${call})` : ''}`));
-      } else if (now - t.abandonedAt >= limit) {
-        this.giveUp(`${t.op} stuck in ${t.step} did not settle within ${Math.round(limit / 1000)} s after it was given up`, { op: t.op, step: t.step });
+      } else if (now - t.abandonedAt >= UNSETTLED_FACTOR * limit) {
+        this.giveUp(`${t.op} stuck in ${t.step} did not settle within ${Math.round((UNSETTLED_FACTOR * limit) / 1000)} s after it was given up`, { op: t.op, step: t.step });
         return;
       }
     }

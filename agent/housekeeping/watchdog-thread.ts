@@ -14,7 +14,7 @@ import { CALL_TEXT, OP_TEXT, SLOT } from './activity.ts';
 const THREAD_CODE = `
 const { workerData } = require('node:worker_threads');
 const { writeSync } = require('node:fs');
-const { shared, limitMs, tickMs, base, slot, callText, opText } = workerData;
+const { shared, limitMs, tickMs, base, slot, callText, opText, fd } = workerData;
 const slots = new Int32Array(shared, 0, 8);
 const text = (where, len) => Buffer.from(new Uint8Array(shared, where.offset, Math.min(len, where.size))).toString('utf8');
 let beat = Atomics.load(slots, slot.beat);
@@ -22,7 +22,7 @@ let beatAt = Date.now();
 let stopAt;
 const die = (msg, fields) => {
   try {
-    writeSync(1, JSON.stringify({ time: new Date().toISOString(), level: 'error', msg, ...base, ...fields }) + '\\n');
+    writeSync(fd, JSON.stringify({ time: new Date().toISOString(), level: 'error', msg, ...base, ...fields }) + '\\n');
   } finally {
     process.kill(process.pid, 'SIGKILL');
   }
@@ -52,6 +52,8 @@ export interface WatchdogThreadOptions {
   limitMs: number;
   /** Fields of every line it logs (service, node_id). */
   base: Record<string, unknown>;
+  /** Where its log line goes (default 1: stdout, as the agent's logger writes). */
+  fd?: number;
 }
 
 export interface WatchdogThread {
@@ -60,18 +62,21 @@ export interface WatchdogThread {
 }
 
 /** Starts the watchdog thread and the main thread's heartbeat into `beat`. */
-export function startWatchdogThread(opts: WatchdogThreadOptions, beat: () => void): WatchdogThread {
+export function startWatchdogThread(opts: WatchdogThreadOptions, beat: () => void, onError: (e: Error) => void = () => undefined): WatchdogThread {
   const tickMs = Math.max(10, Math.min(1000, opts.limitMs / 4));
   const worker = new Worker(THREAD_CODE, {
     eval: true,
-    workerData: { shared: opts.shared, limitMs: opts.limitMs, tickMs, base: { ...opts.base, component: 'watchdog' }, slot: SLOT, callText: CALL_TEXT, opText: OP_TEXT },
-    // A few MB: it holds nothing (the agent's memory budget, docs/ARCHITECTURE.md).
-    resourceLimits: { maxOldGenerationSizeMb: 4, maxYoungGenerationSizeMb: 1 },
+    workerData: { shared: opts.shared, limitMs: opts.limitMs, tickMs, base: { ...opts.base, component: 'watchdog' }, slot: SLOT, callText: CALL_TEXT, opText: OP_TEXT, fd: opts.fd ?? 1 },
+    // It holds next to nothing; the bound keeps a fault of its own from growing into the agent's memory budget
+    // (docs/ARCHITECTURE.md). Node's own start-up of a thread needs more than 4 MB of old generation.
+    resourceLimits: { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 1 },
     // Not the agent's own flags (--expose-gc and the heap settings are the main thread's).
     execArgv: [],
     stdout: false,
     stderr: false,
   });
+  // A watchdog that failed must not take the agent with it: said once, and the agent goes on without it.
+  worker.on('error', (e) => onError(e));
   // Neither it nor the heartbeat keeps the process alive.
   worker.unref();
   const heart = setInterval(beat, tickMs);
