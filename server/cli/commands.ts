@@ -248,9 +248,10 @@ const ALL_COMMANDS: readonly Command[] = [
     summary:
       'Edge nodes, oldest first: addresses, pinned host key, whether they sell (sellable, a host key, and able to carry tunnels), ' +
       'whether the agent can make its tunnel links (can_carry_tunnels false: its kernel has no GRE, reason in tunnel_links; null: not reported yet), ' +
-      'pool size and free IPs, tunnels by status, live tunnels by health, and the last status round (when, and whether the agent answered).',
+      'pool size and free IPs, tunnels by status, live tunnels by health, the last status round (when, and whether the agent answered), ' +
+      'and the operation the agent reported stuck in that round (its watchdog gave it up and it has not settled).',
     prints:
-      '{items: [{node_id, name, public_ip, ssh_host, ssh_port, host_key, sellable, selling, can_carry_tunnels, tunnel_links: {kind, usable, reason, since} | null, pool, pool_size, free, tunnels: {STATUS: n}, health: {up, down, unknown}, last_poll: {at, reachable} | null, created_at}], next_cursor}',
+      '{items: [{node_id, name, public_ip, ssh_host, ssh_port, host_key, sellable, selling, can_carry_tunnels, tunnel_links: {kind, usable, reason, since} | null, pool, pool_size, free, tunnels: {STATUS: n}, health: {up, down, unknown}, last_poll: {at, reachable} | null, stuck: {op, step, since} | null, created_at}], next_cursor}',
     options: [
       { name: 'limit', value: 'N', help: 'at most N nodes (1-500, default 50)' },
       { name: 'cursor', value: 'CURSOR', help: 'next_cursor of the previous page' },
@@ -268,7 +269,7 @@ const ALL_COMMANDS: readonly Command[] = [
     name: 'node show',
     read: true,
     summary: 'One edge node, as node list shows it.',
-    prints: '{node_id, name, public_ip, ssh_host, ssh_port, host_key, sellable, selling, can_carry_tunnels, tunnel_links, pool, pool_size, free, tunnels, health, last_poll, created_at}',
+    prints: '{node_id, name, public_ip, ssh_host, ssh_port, host_key, sellable, selling, can_carry_tunnels, tunnel_links, pool, pool_size, free, tunnels, health, last_poll, stuck, created_at}',
     options: [{ name: 'id', value: 'ID', help: 'the node id printed by node add', required: true }],
     run: ({ db }, o) => showNode(db, str(o, 'id')).then((node) => ({ ...node })),
   },

@@ -7,6 +7,7 @@ import { TUNNEL_HEALTHS, TUNNEL_STATUSES, type TunnelStatus } from '../db/entiti
 import { ApiError } from './errors.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import { cidrRange, formatIPv4, INNER_POOL, INNER_SLOTS, IpError, isUnicast, parseCidr, parseIPv4, poolAddresses, type Cidr } from './ip.ts';
+import { checkStuckReport, type StuckReport } from '../../common/tunnel-status.ts';
 
 export interface AddNode {
   name: string;
@@ -158,6 +159,11 @@ export interface NodeView {
    * and whether the agent answered; null when never polled. The operator's "when did we last reach it".
    */
   last_poll: { at: string; reachable: boolean } | null;
+  /**
+   * The operation the agent's watchdog had given up as stuck at the last status round ({op, step, since}: op `status`
+   * `agent.stuck`, docs/CONTRACTS.md "Health and traffic"), or null: none, or the agent did not answer.
+   */
+  stuck: StuckReport | null;
   created_at: string;
 }
 
@@ -174,6 +180,7 @@ type NodeRow = Pick<NodeView, 'name' | 'public_ip' | 'ssh_host' | 'ssh_port' | '
   health: Record<string, number>;
   polled_at: string | null;
   reachable: boolean | null;
+  stuck: unknown;
   cursor_at: string;
 };
 
@@ -185,10 +192,18 @@ const NODE_SELECT = `select n.id, n.name, n.public_ip, n.ssh_host, n.ssh_port, n
     (select json_object_agg(s.status, s.c) from (select t.status, count(*)::int as c from tunnel t where t.node_id = n.id group by t.status) s) as tunnels,
     (select json_build_object('up', count(*) filter (where t.health = 'up'), 'down', count(*) filter (where t.health = 'down'),
        'unknown', count(*) filter (where t.health = 'unknown')) from tunnel t where t.node_id = n.id and t.status <> 'deleted') as health,
-    to_char(np.polled_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as polled_at, np.reachable,
+    to_char(np.polled_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as polled_at, np.reachable, np.stuck,
     to_char(n.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as created_at,
     to_json(n.created_at) #>> '{}' as cursor_at
   from edge_node n left join traffic.node_poll np on np.node_id = n.id`;
+
+/** The stored report as the node view shows it: exactly {op, step, since}, or null (none, or not one). */
+function stuckOf(v: unknown): StuckReport | null {
+  const o = typeof v === 'string' ? (JSON.parse(v) as unknown) : v;
+  if (o === null || o === undefined || checkStuckReport(o)) return null;
+  const s = o as StuckReport;
+  return { op: s.op, step: s.step, since: s.since };
+}
 
 function nodeView(r: NodeRow): NodeView {
   return {
@@ -211,6 +226,7 @@ function nodeView(r: NodeRow): NodeView {
     tunnels: Object.fromEntries(TUNNEL_STATUSES.map((st) => [st, Number(r.tunnels?.[st] ?? 0)])) as NodeView['tunnels'],
     health: Object.fromEntries(TUNNEL_HEALTHS.map((h) => [h, Number(r.health[h] ?? 0)])) as NodeView['health'],
     last_poll: r.polled_at === null ? null : { at: r.polled_at, reachable: r.reachable === true },
+    stuck: stuckOf(r.stuck),
     created_at: r.created_at,
   };
 }

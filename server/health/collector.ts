@@ -13,7 +13,7 @@
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { EdgeNode } from '../edge/connections.ts';
-import type { StatusResult } from '../../common/tunnel-status.ts';
+import { checkStuckReport, type StatusResult, type StuckReport } from '../../common/tunnel-status.ts';
 import type { KeyedLocks } from '../provisioning/locks.ts';
 import { AgentRefused, StatusUnsupported } from '../provisioning/worker.ts';
 import type { StatusIngest } from './ingest.ts';
@@ -97,11 +97,17 @@ export class Collector {
     const at = new Date();
     let poll: NodePoll;
     let tunnels = 0;
+    let stuck: StuckReport | null = null;
     try {
       const result = await this.o.status(node);
       await this.o.ingest.ingestStatus(node.id, result, at);
       tunnels = result.tunnels.length;
       poll = 'answered';
+      // An operation the agent's watchdog gave up (docs/CONTRACTS.md "Agent configuration"): the node view shows it.
+      if (result.agent.stuck && !checkStuckReport(result.agent.stuck)) {
+        stuck = { op: result.agent.stuck.op, step: result.agent.stuck.step, since: result.agent.stuck.since };
+        this.o.log.warn('edge agent reports a stuck operation', { node_id: node.id, ...stuck });
+      }
     } catch (e) {
       // An agent that lists version 2 from before `status` existed refuses the op: reachable, no status.
       if (e instanceof StatusUnsupported || (e instanceof AgentRefused && e.code === 'unsupported_command')) {
@@ -118,9 +124,9 @@ export class Collector {
       await this.o.ingest.markUnknown(node.id);
     }
     await this.o.db.query(
-      `insert into traffic.node_poll (node_id, polled_at, reachable, tunnels) values (?, ?, ?, ?)
-       on conflict (node_id) do update set polled_at = excluded.polled_at, reachable = excluded.reachable, tunnels = excluded.tunnels`,
-      [node.id, at.toISOString(), poll !== 'unreachable', tunnels],
+      `insert into traffic.node_poll (node_id, polled_at, reachable, tunnels, stuck) values (?, ?, ?, ?, ?::jsonb)
+       on conflict (node_id) do update set polled_at = excluded.polled_at, reachable = excluded.reachable, tunnels = excluded.tunnels, stuck = excluded.stuck`,
+      [node.id, at.toISOString(), poll !== 'unreachable', tunnels, stuck === null ? null : JSON.stringify(stuck)],
     );
     return poll;
   }

@@ -270,18 +270,24 @@ describe('read and queue commands against PostgreSQL', () => {
     await t.raw.query(`update tunnel set health = 'up' where id = $1`, [tunnels['ann-1']]);
     await t.raw.query(`update tunnel set health = 'down' where id = $1`, [tunnels['ann-4']]);
     await t.raw.query(`update tunnel set health = 'up' where id = $1`, [tunnels['bob-1']]); // deleted: not counted
-    await t.raw.query(`insert into traffic.node_poll (node_id, polled_at, reachable, tunnels) values ($1, '2026-11-25T10:00:00Z', true, 3)`, [nodeA]);
+    // The round found edge-a's agent with an operation its watchdog had given up (op status `agent.stuck`).
+    const stuck = { op: 'reconcile', step: 'nftables commit (nftables commit (812 messages))', since: '2026-11-25T09:58:30.000Z' };
+    await t.raw.query(`insert into traffic.node_poll (node_id, polled_at, reachable, tunnels, stuck) values ($1, '2026-11-25T10:00:00Z', true, 3, $2::jsonb)`, [nodeA, JSON.stringify(stuck)]);
     try {
       const list = items(ok(await runAdminCli(env, ['node', 'list'])));
       const zero = { pending: 0, provisioning: 0, provisioned: 0, active: 0, failed: 0, deleting: 0, deleted: 0 };
-      const a = { tunnels: { ...zero, active: 1, pending: 1, provisioned: 1 }, health: { up: 1, down: 1, unknown: 1 }, last_poll: { at: '2026-11-25T10:00:00.000Z', reachable: true } };
-      const b = { tunnels: { ...zero, active: 1, deleted: 1 }, health: { up: 0, down: 0, unknown: 1 }, last_poll: null };
-      expect(list.map(({ name, tunnels: byStatus, health, last_poll }) => ({ name, tunnels: byStatus, health, last_poll }))).toEqual([
+      const a = { tunnels: { ...zero, active: 1, pending: 1, provisioned: 1 }, health: { up: 1, down: 1, unknown: 1 }, last_poll: { at: '2026-11-25T10:00:00.000Z', reachable: true }, stuck };
+      const b = { tunnels: { ...zero, active: 1, deleted: 1 }, health: { up: 0, down: 0, unknown: 1 }, last_poll: null, stuck: null };
+      expect(list.map(({ name, tunnels: byStatus, health, last_poll, stuck: s }) => ({ name, tunnels: byStatus, health, last_poll, stuck: s }))).toEqual([
         { name: 'edge-a', ...a },
         { name: 'edge-b', ...b },
       ]);
       expect(list[0]).toMatchObject({ pool_size: 6, free: 3, host_key: null, sellable: true, selling: false });
       expect(ok(await runAdminCli(env, ['node', 'show', '--id', nodeB]))).toMatchObject({ node_id: nodeB, pool_size: 6, free: 4, ...b });
+      expect(ok(await runAdminCli(env, ['node', 'show', '--id', nodeA]))).toMatchObject({ node_id: nodeA, ...a });
+      // The table shows it in one cell.
+      const table = (await runAdminCli(env, ['node', 'show', '--id', nodeA, '--format', 'table'])).stdout;
+      expect(table).toMatch(/^stuck +op=reconcile step=nftables commit \(nftables commit \(812 messages\)\) since=2026-11-25T09:58:30\.000Z$/m);
     } finally {
       await t.raw.query(`update tunnel set health = 'unknown'`);
       await t.raw.query(`delete from traffic.node_poll`);
@@ -326,9 +332,9 @@ describe('read and queue commands against PostgreSQL', () => {
     expect(shown.stdout).toMatch(/^balance_usd +30\.25$/m);
     expect(shown.stdout).toMatch(/^tunnels +(?=.*active=2)(?=.*pending=1)(?=.*provisioned=1).*$/m);
     const nodes = await runAdminCli(env, ['node', 'list', '--format', 'table']);
-    // tunnels (0 counts left out), health, last_poll ("-": never polled), created_at.
-    expect(nodes.stdout.split('\n')[1]).toMatch(/^[0-9a-f-]{36} +edge-a +192\.0\.2\.10 .* pending=1 provisioned=1 active=1 +unknown=3 +- +\d{4}-\S+$/);
-    expect(nodes.stdout.split('\n')[2]).toMatch(/^[0-9a-f-]{36} +edge-b +192\.0\.2\.11 .* active=1 deleted=1 +unknown=1 +- +\d{4}-\S+$/);
+    // tunnels (0 counts left out), health, last_poll ("-": never polled), stuck ("-": none), created_at.
+    expect(nodes.stdout.split('\n')[1]).toMatch(/^[0-9a-f-]{36} +edge-a +192\.0\.2\.10 .* pending=1 provisioned=1 active=1 +unknown=3 +- +- +\d{4}-\S+$/);
+    expect(nodes.stdout.split('\n')[2]).toMatch(/^[0-9a-f-]{36} +edge-b +192\.0\.2\.11 .* active=1 deleted=1 +unknown=1 +- +- +\d{4}-\S+$/);
 
     // JSON stays the default and --format json is the same bytes.
     expect((await runAdminCli(env, ['promocode', 'list', '--format', 'json'])).stdout).toBe((await runAdminCli(env, ['promocode', 'list'])).stdout);

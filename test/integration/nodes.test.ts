@@ -70,7 +70,7 @@ describe('item 5: only sellable nodes with a pinned host key sell (node update)'
           // No agent ever reported on its tunnel links: not known (null), which does not stop sales by itself.
           selling: false, can_carry_tunnels: null, tunnel_links: null, pool: '198.18.40.0/30', pool_size: 2, free: 1, created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
           // The one tunnel sold, in whatever state its provisioning reached (cli-read.test.ts checks the counts).
-          tunnels: expect.any(Object), health: expect.any(Object), last_poll: null,
+          tunnels: expect.any(Object), health: expect.any(Object), last_poll: null, stuck: null,
         },
       ],
       next_cursor: null,

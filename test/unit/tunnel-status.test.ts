@@ -19,6 +19,8 @@ describe('checkStatusResult', () => {
   it('takes the contract shape, and extra keys a newer agent may add', () => {
     expect(checkStatusResult(ok)).toBeUndefined();
     expect(checkStatusResult({ ...ok, extra: 1, tunnels: [{ ...ok.tunnels[0], checked_at: null, rtt_ms: undefined, more: true }] })).toBeUndefined();
+    // A stuck operation (the agent's watchdog): additive, absent when there is none.
+    expect(checkStatusResult({ ...ok, agent: { ...ok.agent, stuck: { op: 'reconcile', step: 'nftables commit', since: '2026-11-25T12:00:00.000Z' } } })).toBeUndefined();
   });
   it('refuses what a gateway could not store', () => {
     const t = ok.tunnels[0]!;
@@ -26,6 +28,9 @@ describe('checkStatusResult', () => {
     for (const [bad, why] of [
       [{ ...ok, agent: { ...ok.agent, uptime_s: -1 } }, /agent/],
       [{ ...ok, tunnels: {} }, /tunnels must be an array/],
+      [{ ...ok, agent: { ...ok.agent, stuck: { op: 'apply', step: 'links' } } }, /agent\.stuck/],
+      [{ ...ok, agent: { ...ok.agent, stuck: { op: 'apply', step: 'links', since: 'a while ago' } } }, /agent\.stuck/],
+      [{ ...ok, agent: { ...ok.agent, stuck: 'yes' } }, /agent\.stuck/],
       [{ ...ok, tunnels: [{ ...t, health: 'sick' }] }, /health/],
       [{ ...ok, tunnels: [{ ...t, checked_at: 'yesterday' }] }, /checked_at/],
       [{ ...ok, tunnels: [{ ...t, counters: { ...c, bytes_in: -5 } }] }, /bytes_in/],

@@ -12,6 +12,7 @@ import { Migration20261126110000_webhooks } from './Migration20261126110000_webh
 import { Migration20261127100000_health_traffic } from './Migration20261127100000_health_traffic.ts';
 import { Migration20261128100000_health_checked_seen } from './Migration20261128100000_health_checked_seen.ts';
 import { Migration20261128200000_node_tunnel_links } from './Migration20261128200000_node_tunnel_links.ts';
+import { Migration20261128210000_node_poll_stuck } from './Migration20261128210000_node_poll_stuck.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -26,4 +27,5 @@ export const migrationsList = [
   { name: 'Migration20261127100000_health_traffic', class: Migration20261127100000_health_traffic },
   { name: 'Migration20261128100000_health_checked_seen', class: Migration20261128100000_health_checked_seen },
   { name: 'Migration20261128200000_node_tunnel_links', class: Migration20261128200000_node_tunnel_links },
+  { name: 'Migration20261128210000_node_poll_stuck', class: Migration20261128210000_node_poll_stuck },
 ];

@@ -281,4 +281,16 @@ describe('StatusReporter', () => {
     const second = await r.status();
     expect(second.tunnels[0]!.counters).toMatchObject({ packets_in: 13, bytes_in: 1300, packets_out: 5 });
   });
+
+  it('reports the operation the watchdog gave up as agent.stuck while there is one, and nothing otherwise', async () => {
+    let stuck: { op: string; step: string; since: string; call?: string } | undefined;
+    const r = new StatusReporter({ tunnels: () => [], counters: async () => new Map(), health: () => ({ health: 'unknown', failures: 0 }), version: '9.9.9', startedAt: 0, now: () => 1000, stuck: () => stuck });
+    expect((await r.status()).agent).toEqual({ version: '9.9.9', uptime_s: 1, tunnels: 0 });
+    stuck = { op: 'reconcile', step: 'nftables commit', since: '2026-11-28T16:06:21.000Z', call: 'nftables commit (812 messages)' };
+    const s = await r.status();
+    expect(checkStatusResult(s)).toBeUndefined();
+    expect(s.agent.stuck).toEqual({ op: 'reconcile', step: 'nftables commit (nftables commit (812 messages))', since: '2026-11-28T16:06:21.000Z' });
+    stuck = undefined;
+    expect((await r.status()).agent.stuck).toBeUndefined();
+  });
 });
