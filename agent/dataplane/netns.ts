@@ -3,6 +3,7 @@
 // Production runs the agent in the host namespace and never switches; tests pass a namespace.
 import { closeSync, existsSync, openSync, writeSync } from 'node:fs';
 import koffi from 'koffi';
+import { activity } from '../housekeeping/activity.ts';
 
 const CLONE_NEWNET = 0x40000000;
 
@@ -56,12 +57,16 @@ export function writeSysctls(netns: string | undefined, entries: readonly (reado
     for (const [path, value] of entries) {
       const file = `/proc/sys/${path.join('/')}`;
       if (opts.skipMissing && !existsSync(file)) continue;
-      const fd = openSync(file, 'w');
-      try {
-        writeSync(fd, `${value}\n`);
-      } finally {
-        closeSync(fd);
-      }
+      // Named for the watchdog's thread: some of these writes wait for RTNL (disable_ipv6 retries the syscall
+      // until it gets it), holding the event loop as long as someone else holds the lock.
+      activity.syscall(`write ${file}`, () => {
+        const fd = openSync(file, 'w');
+        try {
+          writeSync(fd, `${value}\n`);
+        } finally {
+          closeSync(fd);
+        }
+      });
     }
   });
 }
