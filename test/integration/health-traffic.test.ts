@@ -19,6 +19,9 @@ import { loadSecrets } from '../../server/secrets.ts';
 import { createLogger } from '../../common/log.ts';
 import { DROP_REASONS, type DropReason, type Health, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
 import { HOUR_MS, MINUTE_MS } from '../../server/health/storage.ts';
+import { Collector } from '../../server/health/collector.ts';
+import { KeyedLocks } from '../../server/provisioning/locks.ts';
+import { showNode } from '../../server/domain/nodes.ts';
 
 const TRAFFIC = '/api/dedicated/{id}/traffic';
 const zeroDrops = (): Record<DropReason, number> => Object.fromEntries(DROP_REASONS.map((r) => [r, 0])) as Record<DropReason, number>;
@@ -346,6 +349,36 @@ describe('health', () => {
     await expect(gw.services.health.ingest.ingestStatus(nodeId, bad, new Date())).rejects.toThrow(/packets_in/);
     const seen = await gw.testDb.raw.query('select 1 from traffic.seen where tunnel_id = $1', [id]);
     expect(seen.rows).toHaveLength(0);
+  });
+
+  it('a stuck operation the agent reports (agent.stuck) shows on the node view until a round without it', async () => {
+    // The collector over the real database; the agent's answers are the test's (its SSH side: health-collect-edge).
+    let answer: StatusResult = status([]);
+    const locks = new KeyedLocks(null, { maxConnections: 1, application: 'test' });
+    const collector = new Collector({
+      db: gw.testDb.db,
+      ingest: gw.services.health.ingest,
+      store: gw.services.health.store,
+      locks,
+      log: createLogger('silent'),
+      nodes: async () => [{ id: nodeId, host: '127.0.0.1', port: 1, hostKeyFingerprint: 'SHA256:test' }],
+      status: async () => answer,
+      intervalSeconds: 3600,
+      concurrency: 1,
+    });
+    try {
+      const stuck = { op: 'reconcile', step: 'nftables commit (nftables commit (812 messages))', since: '2026-11-28T16:06:21.000Z' };
+      answer = { ...status([]), agent: { version: '0.1.0', uptime_s: 10, tunnels: 0, stuck } };
+      expect((await collector.round({ force: true })).nodes[nodeId]).toBe('answered');
+      expect((await showNode(gw.testDb.db, nodeId)).stuck).toEqual(stuck);
+      answer = status([]);
+      await collector.round({ force: true });
+      expect((await showNode(gw.testDb.db, nodeId)).stuck).toBeNull();
+    } finally {
+      await collector.stop();
+      await locks.close();
+      await gw.testDb.raw.query('delete from traffic.node_poll where node_id = $1', [nodeId]);
+    }
   });
 });
 
