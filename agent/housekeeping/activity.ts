@@ -1,9 +1,10 @@
-// What the agent is doing with the kernel, and the watchdog over it (docs/CONTRACTS.md "Agent configuration",
+// What the agent is doing with the kernel, and the watchdog over it (docs/CONTRACTS.md "Agent watchdog",
 // AGENT_WATCHDOG_S). An edge that stops answering stops every tenant's jobs on it, whatever the kernel does, so:
 //
 //  - Each dataplane operation runs as a track (run()): its step (named by the dataplane: "nftables commit") and
 //    the netlink requests it has in flight (named by the netlink layer, through its observer). Progress is a step
-//    begun or a request settled. A track without progress for the watchdog's time is stuck: it is logged
+//    begun, a request settled, or a datagram of a dump's or a batch's answer. A track without progress for the
+//    watchdog's time is stuck: it is logged
 //    (`watchdog.stuck`, naming the operation, the step and the request), its caller gets an error naming the step
 //    (the job answers kernel_error), nothing more of it may reach the kernel (its next request is refused), and the
 //    dataplane's queue goes on to the next operation, which reads the kernel back and repairs what was left (the
@@ -93,9 +94,12 @@ export class Activity {
       const call = { what };
       t.calls.add(call);
       t.lastProgress = this.now();
-      return () => {
-        t.calls.delete(call);
-        t.lastProgress = this.now();
+      return {
+        progress: () => void (t.lastProgress = this.now()),
+        settled: () => {
+          t.calls.delete(call);
+          t.lastProgress = this.now();
+        },
       };
     },
     enter: (what) => this.enter(what),

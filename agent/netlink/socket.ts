@@ -78,13 +78,19 @@ let pumpTurnedAt = 0;
  */
 export interface NetlinkObserver {
   /**
-   * A request is queued, named `what`: returns what to call when it settles, or an Error to refuse it with (the
+   * A request is queued, named `what`: returns what to tell as it goes, or an Error to refuse it with (the
    * operation that asked was abandoned by the watchdog: nothing of it may reach the kernel any more).
    */
-  request(what: string): ((err?: Error) => void) | Error | undefined;
+  request(what: string): RequestWatch | Error | undefined;
   /** The event loop is about to make a synchronous kernel call for `what` (leave() follows when it returns). */
   enter(what: string): void;
   leave(): void;
+}
+/** What the observer is told of one request. */
+export interface RequestWatch {
+  /** A datagram of its answer arrived (a long dump streams for a while before it settles). */
+  progress(): void;
+  settled(err?: Error): void;
 }
 let observer: NetlinkObserver | undefined;
 
@@ -413,8 +419,8 @@ interface Pending {
   resolve: (r: RequestResult) => void;
   reject: (e: Error) => void;
   done: boolean;
-  /** The observer's, called when it settles. */
-  settled?: (err?: Error) => void;
+  /** The observer's watch over it. */
+  watch?: RequestWatch;
 }
 
 /** What NetlinkSubscription.drain found. */
@@ -569,7 +575,7 @@ export class NetlinkSocket {
         reject(watched);
         return;
       }
-      p.settled = watched;
+      p.watch = watched;
       for (const s of [...spec.seqs, ...(spec.abortSeqs ?? [])]) {
         if (this.bySeq.has(s) || this.rangeOwner(s)) {
           reject(new Error(`netlink seq ${s} already in flight`));
@@ -601,7 +607,7 @@ export class NetlinkSocket {
     for (const s of p.spec.seqs) this.bySeq.delete(s);
     for (const s of p.spec.abortSeqs ?? []) this.bySeq.delete(s);
     this.ranged.delete(p);
-    p.settled?.(err);
+    p.watch?.settled(err);
     if (err) p.reject(err);
     else p.resolve({ replies: p.replies });
   }
@@ -707,6 +713,9 @@ export class NetlinkSocket {
         // a 10,000-link dump was ~30 MB of garbage.
         const inPlace = round.length === 1 && round[0]!.spec.onMessage !== undefined;
         this.dispatch(inPlace ? this.recvBuf.subarray(0, n) : Buffer.from(this.recvBuf.subarray(0, n)));
+        // A dump or a batch is alone in its round: each datagram of its answer is progress (a round of many small
+        // requests settles them one by one instead).
+        if (round.length === 1) round[0]!.watch?.progress();
         // Between datagrams only: a dump's rest stays queued in the kernel meanwhile.
         await this.yieldIfLong();
         continue;

@@ -7,6 +7,9 @@ import { Activity, OperationStuck, UNSETTLED_FACTOR, activity as processActivity
 import { Rtnl } from '../../../agent/netlink/client.ts';
 import { NetlinkSocket, observeNetlink } from '../../../agent/netlink/socket.ts';
 import { KernelStandIn } from '../../helpers/netlink-kernel.ts';
+import { RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { capturedMessages } from '../netlink/fixtures.ts';
+import { until } from '../../helpers/wait.ts';
 
 const LIMIT = 60_000;
 
@@ -98,6 +101,32 @@ describe('activity watchdog', () => {
     advance(10);
     a.check();
     expect(a.stuck()).toMatchObject({ op: 'apply', step: 'read back the kernel' });
+    rtnl.close();
+  });
+
+  it('a long dump whose datagrams keep coming is progress, though it settles only at its end', async () => {
+    const { a, advance } = rig();
+    const [newlink] = capturedMessages('reply-link-get').filter((b) => b.readUInt16LE(4) === RTM_NEWLINK);
+    // Every datagram of the dump waits for the test's go (a kernel producing a long dump slowly).
+    let allowed = 0;
+    const kernel = new KernelStandIn((m) => (m.type === RTM_GETLINK ? { messages: [newlink!, newlink!, newlink!] } : undefined));
+    const receive = kernel.receive.bind(kernel);
+    kernel.receive = (buf) => (allowed > 0 ? (allowed--, receive(buf)) : -11);
+    const rtnl = new Rtnl(new NetlinkSocket(kernel, { timeoutMs: 3_600_000 }));
+    let links: unknown[] | undefined;
+    const op = a.run('reconcile', async () => {
+      a.step('read back the kernel');
+      links = await rtnl.listLinks();
+    });
+    for (let i = 0; i < 4; i++) {
+      advance(LIMIT - 1);
+      a.check();
+      expect(a.stuck()).toBeUndefined();
+      allowed = 1;
+      await until(`datagram ${i} taken`, () => allowed === 0, 10_000);
+    }
+    await op;
+    expect(links).toHaveLength(3);
     rtnl.close();
   });
 
