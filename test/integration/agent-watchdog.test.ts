@@ -1,5 +1,5 @@
 // The agent never stops serving whatever the kernel does (agent/housekeeping/activity.ts, docs/CONTRACTS.md "Agent
-// configuration", AGENT_WATCHDOG_S). A real agent process (test/helpers/agent-process.ts: the production startAgent,
+// watchdog", AGENT_WATCHDOG_S). A real agent process (test/helpers/agent-watchdog-process.ts: the production startAgent,
 // createDataplane in a fresh namespace with the veth stand-in for GRE, the watchdog as agent/main.ts starts it) gets
 // signed jobs over real SSH through the worker's own connection pool. What does not finish is made with the
 // dataplane's TEST-ONLY seam (DataplaneOptions.testOnlyHang, TG_TEST_HANG_AT): the first `apply` that reaches the
@@ -36,8 +36,6 @@ interface AgentUnderTest {
   netns: TestNetns;
   /** Its structured log lines (stderr), the watchdog thread's included. */
   logs: Record<string, unknown>[];
-  /** Its dataplane calls as the helper reports them (stdout). */
-  calls: Record<string, unknown>[];
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   exit?: { code: number | null; signal: NodeJS.Signals | null };
 }
@@ -55,7 +53,7 @@ function pool(): EdgeConnections {
 async function startAgentProcess(env: Record<string, string>): Promise<AgentUnderTest> {
   const netns = new TestNetns();
   const stateDir = mkdtempSync(join(tmpdir(), 'tg-agent-watchdog-'));
-  const child = spawn(NODE_BIN, ['--import', join(ROOT, 'loader/register.mjs'), join(ROOT, 'test/helpers/agent-process.ts')], {
+  const child = spawn(NODE_BIN, ['--import', join(ROOT, 'loader/register.mjs'), join(ROOT, 'test/helpers/agent-watchdog-process.ts')], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH,
@@ -75,7 +73,6 @@ async function startAgentProcess(env: Record<string, string>): Promise<AgentUnde
   });
   child.stdin!.on('error', () => undefined);
   const logs: Record<string, unknown>[] = [];
-  const calls: Record<string, unknown>[] = [];
   createInterface({ input: child.stderr! }).on('line', (line) => {
     if (!line.startsWith('{')) return;
     try {
@@ -90,10 +87,9 @@ async function startAgentProcess(env: Record<string, string>): Promise<AgentUnde
     createInterface({ input: child.stdout! }).on('line', (line) => {
       const o = JSON.parse(line) as { ready?: boolean; port: number; fingerprint: string };
       if (o.ready) resolveReady(o);
-      else calls.push(o);
     });
   });
-  const agent: AgentUnderTest = { child, netns, logs, calls, exited, node: { id: NODE, host: '127.0.0.1', port: ready.port, hostKeyFingerprint: ready.fingerprint } };
+  const agent: AgentUnderTest = { child, netns, logs, exited, node: { id: NODE, host: '127.0.0.1', port: ready.port, hostKeyFingerprint: ready.fingerprint } };
   void exited.then((e) => (agent.exit = e));
   started.push({ agent, stateDir });
   return agent;
