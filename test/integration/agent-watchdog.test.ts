@@ -161,6 +161,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('agent watchdog
     expect(exit.signal).toBe('SIGKILL');
     const line = agent.logs.find((l) => typeof l.msg === 'string' && l.msg.startsWith('watchdog: the event loop has not turned'));
     expect(line).toMatchObject({ component: 'watchdog', operation: 'apply: nftables commit', kernel_call: 'TEST SEAM: nftables commit held on the event loop' });
+    // Where the kernel held the thread: the seam waits in futex_wait (Atomics.wait), asleep, not running.
+    expect(line).toMatchObject({ main_thread_state: 'S' });
+    expect(String(line!.main_thread_wchan ?? (line!.main_thread_kernel_stack as string[] | undefined)?.join(' '))).toMatch(/futex/);
     expect(await job).toBeInstanceOf(Error);
   });
 
