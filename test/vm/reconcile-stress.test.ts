@@ -11,6 +11,12 @@
 // agent's threads are read in the guest (/proc/PID/task/*: state, wchan, kernel stack) and the guest's
 // kernel log, which say where it is stuck (test-results/reconcile-stress-*.log).
 //
+// First, the wedge's cause on its own: a probe of a tunnel whose link is gone must not make the kernel request a
+// module named after the link (the guest kernel's module_request tracepoint counts every request). The probe
+// looked its link up with ioctls by name, and for a missing name the kernel runs modprobe, twice, and waits for
+// it in the calling thread: the agent's main thread, in D state. Tunnels of the desired state whose links are not
+// made yet are exactly that, ~200 of them checked every 2 s: the event loop barely turned.
+//
 // TUNNELGATE_STRESS_ROUNDS (default 6) sets the rounds; TUNNELGATE_STRESS_TUNNELS (default 200) the set's
 // size. Skips (saying why) where QEMU cannot run; with TUNNELGATE_VM=require or CI set, that is a failure.
 import { createHash, generateKeyPairSync } from 'node:crypto';
@@ -154,6 +160,13 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the agent keeps servi
     }
   }
 
+  /** A shell script in the guest's own namespace (tracefs); its stdout, or an error with its stderr. */
+  async function inGuest(script: string): Promise<string> {
+    const r = await vm.exec({ argv: ['bash', '--norc', '--noprofile', '-c', script] });
+    if (r.code !== 0) throw new Error(`guest: ${script} exited ${r.code ?? r.signal}: ${r.stderr}`);
+    return r.stdout;
+  }
+
   /** Where the agent's threads are (state, wchan, kernel stack) and the guest kernel's last words. */
   async function diagnose(why: string): Promise<string> {
     const script = `
@@ -218,6 +231,29 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the agent keeps servi
     if (vm) writeArtifact('reconcile-stress-console.log', vm.console);
     process.stderr.write(`test/vm reconcile stress: ${JSON.stringify({ rounds, timings, kernelBootS: vm?.kernelBootSeconds, guestExit: code })}\n`);
   }, 120_000);
+
+  // The cause of the wedge, pinned on its own: a health check of a tunnel whose link does not exist (a desired tunnel
+  // not made yet, or deleted behind the agent's back) must not make the kernel run modprobe. The ioctls the probe
+  // used to look its link up by name (SIOCGIFINDEX) do for a missing name: dev_load() requests modules
+  // "netdev-<name>" and "<name>" and waits for modprobe in the calling thread, the agent's main thread. The guest
+  // kernel's module_request tracepoint counts every such request (a trace instance of this test's own).
+  it('a probe of a tunnel whose link is gone answers unreachable without the kernel being asked to load a module named after the link', async () => {
+    const gone = crowd(1_000);
+    const traced = '/sys/kernel/tracing/instances/tg_stress';
+    await inGuest(`mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing; mkdir -p ${traced} && echo 1 > ${traced}/events/module/module_request/enable`);
+    try {
+      const applied = await job(await signJob(jobKey.privateKey, KID, NODE_ID, 'apply', { tunnel: gone }, { version: 1 }));
+      expect(applied, JSON.stringify(applied)).toMatchObject({ ok: true, result: { added: 1 } });
+      await vm.run('edge', ['ip', 'link', 'del', 'dev', gone.tunnel_name]);
+      // The job's probe and the health checks look the link up the same way (agent/dataplane/probe.ts).
+      const probed = await job(await signJob(jobKey.privateKey, KID, NODE_ID, 'probe', { tunnel: gone }, { version: 1 }));
+      expect(probed, JSON.stringify(probed)).toMatchObject({ ok: true, result: { reachable: false } });
+      const requests = (await inGuest(`cat ${traced}/trace`)).split('\n').filter((l) => l.includes('module_request:'));
+      expect(requests.filter((l) => l.includes(gone.tunnel_name))).toEqual([]);
+    } finally {
+      await inGuest(`echo 0 > ${traced}/events/module/module_request/enable; rmdir ${traced}`).catch(() => undefined);
+    }
+  }, 3 * JOB_BOUND_MS);
 
   it(`${ROUNDS} rounds: every reconcile answers ok, and a fresh SSH handshake is served after it`, { timeout: ROUNDS * 2 * JOB_BOUND_MS + 120_000 }, async () => {
     const t0 = performance.now();
