@@ -190,7 +190,7 @@ class EchoWaiter {
 const waiter = new EchoWaiter();
 
 /** The link named `name`: its ifindex and whether it is up; undefined when there is none (agent/netlink Rtnl.linkState). */
-export type LinkLookup = (name: string) => Promise<{ index: number; up: boolean } | undefined>;
+type LinkLookup = (name: string) => Promise<{ index: number; up: boolean } | undefined>;
 
 export interface ProbeOptions {
   /** The tunnel link the echo leaves by and the reply must arrive on. */
