@@ -178,6 +178,9 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
   }
 }
 
+/** The probes' route socket takes one link's answer per datagram (~1 KB without stats): no dump's 1 MB buffer. */
+const PROBE_RECEIVE_BYTES = 64 * 1024;
+
 /** How long close() waits for link deletions still in the kernel (each normally takes ~20 ms). */
 const CLOSE_REAPING_WAIT_MS = 5_000;
 
@@ -200,6 +203,8 @@ class EdgeDataplane implements DataplaneHandle {
   private cleanGeneration: number | undefined;
   /** Listens to other programs' commits between the agent's own operations (commit-watch.ts). */
   private readonly watch: CommitWatch;
+  /** The probes' route socket (probe.ts LinkLookup), opened at the first probe. */
+  private probeRtnl?: Rtnl;
 
   constructor(
     private readonly k: KernelContext,
@@ -211,7 +216,9 @@ class EdgeDataplane implements DataplaneHandle {
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
     private readonly ct: LazySockets,
   ) {
-    this.prober = new EchoProber(k.netns);
+    // The probes look their links up on a route socket of their own: not queued behind a reconcile's dumps on
+    // the dataplane's (each is one small GET, and concurrent checks' GETs leave in one sendto).
+    this.prober = new EchoProber(k.netns, (name) => (this.probeRtnl ??= Rtnl.open({ netns: k.netns, receiveBytes: PROBE_RECEIVE_BYTES })).linkState(name));
     this.watch = new CommitWatch({ netns: k.netns, table: k.table, unavailable: (error) => this.log('dataplane.commit_watch_unavailable', { error }) });
   }
 
@@ -604,6 +611,7 @@ class EdgeDataplane implements DataplaneHandle {
     this.watch.close();
     // Sockets and the journal only: the kernel state stays, traffic keeps flowing.
     this.prober.close();
+    this.probeRtnl?.close();
     this.k.rtnl.close();
     this.k.nft.close();
     // Link deletions still finishing on a worker thread (kernel.ts deleteLinkUnlisted) return before close()

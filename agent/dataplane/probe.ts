@@ -11,15 +11,22 @@
 //
 // One socket per dataplane (EchoProber), not one per probe (issue 11: 10,000 tunnels checked every 30 s).
 // A socket per probe cost, every time, a switch into the edge namespace and back (two setns and four
-// open/close), socket, SO_BINDTODEVICE, bind, two epoll_ctl and close, plus a netlink RTM_GETLINK to learn
-// whether the link was up. Now the socket is opened once (in the namespace, where it stays) and:
+// open/close), socket, SO_BINDTODEVICE, bind, two epoll_ctl and close, plus a netlink RTM_GETLINK decoded whole
+// to learn whether the link was up. Now the socket is opened once (in the namespace, where it stays) and:
 //  - each echo is sent with sendmsg and an IP_PKTINFO control message: ipi_ifindex = the tunnel link (the
 //    route lookup is pinned to it, as SO_BINDTODEVICE pinned it) and ipi_spec_dst = edge_ip (the source, as
 //    bind() set it);
 //  - each reply is read with recvmsg and IP_PKTINFO on: the kernel tells the ifindex it arrived on, which
 //    must be the probe's link (what SO_BINDTODEVICE filtered before); ICMP_FILTER passes echo replies only;
-//  - the link's ifindex and IFF_UP come from two ioctls on that socket (SIOCGIFINDEX, SIOCGIFFLAGS, resolved
-//    in the socket's namespace), at every probe: a tunnel recreated under the same name has a new ifindex.
+//  - the link's ifindex and IFF_UP come from one RTM_GETLINK by name (LinkLookup: a route socket of the
+//    prober's own, in the namespace), at every probe: a tunnel recreated under the same name has a new ifindex.
+//    Never from an ioctl on the name (SIOCGIFINDEX, SIOCGIFFLAGS): for a name that does not exist (a tunnel of the
+//    desired state whose link is not made yet, or failed) the kernel's dev_load() runs modprobe for
+//    "netdev-<name>" and then "<name>" and waits for each in the calling thread, uninterruptibly: the event loop.
+//    With a couple of hundred such tunnels checked every few seconds that held the agent's main thread in the
+//    kernel almost without pause (Debian 12's kernel in the VM: a reconcile, the SSH handshakes and SIGTERM
+//    all waited behind it, test/vm/reconcile-stress.test.ts; docs/CONTRACTS.md "Health and status"). rtnetlink looks
+//    the name up and answers ENODEV.
 //
 // Waiting: koffi has no hook into Node's event loop, so a blocking wait runs in libuv's threadpool (4 threads,
 // shared with fs, dns and crypto). The prober sockets of the process share ONE epoll set (EchoWaiter): a
@@ -44,13 +51,6 @@ const ICMP_ECHOREPLY = 0;
 const MSG_DONTWAIT = 0x40;
 const EAGAIN = 11;
 const EINTR = 4;
-const ENODEV = 19;
-const ENXIO = 6;
-// include/uapi/linux/sockios.h, if.h: struct ifreq is 40 bytes, the name first, the union at 16.
-const SIOCGIFFLAGS = 0x8913;
-const SIOCGIFINDEX = 0x8933;
-const IFF_UP = 1;
-const IFNAMSIZ = 16;
 
 const EPOLLIN = 1;
 const EPOLL_CTL_ADD = 1;
@@ -75,7 +75,6 @@ interface Sys {
   setsockopt(fd: number, lvl: number, name: number, val: Buffer, len: number): number;
   sendmsg(fd: number, msg: Buffer, flags: number): number;
   recvmsg(fd: number, msg: Buffer, flags: number): number;
-  ioctl(fd: number, req: number, arg: Buffer): number;
   close(fd: number): number;
   epollCreate(flags: number): number;
   epollCtl(epfd: number, op: number, fd: number, ev: Buffer | null): number;
@@ -91,7 +90,6 @@ function load(): Sys {
   const setsockopt = lib.func('int setsockopt(int, int, int, void *, uint32_t)');
   const sendmsg = lib.func('intptr_t sendmsg(int, void *, int)');
   const recvmsg = lib.func('intptr_t recvmsg(int, void *, int)');
-  const ioctl = lib.func('int ioctl(int, unsigned long, ...)');
   const close = lib.func('int close(int)');
   const epollCreate = lib.func('int epoll_create1(int)');
   const epollCtl = lib.func('int epoll_ctl(int, int, int, void *)');
@@ -101,7 +99,6 @@ function load(): Sys {
     setsockopt: (fd, l, n, v, len) => num(setsockopt(fd, l, n, v, len)),
     sendmsg: (fd, m, f) => num(sendmsg(fd, m, f)),
     recvmsg: (fd, m, f) => num(recvmsg(fd, m, f)),
-    ioctl: (fd, req, arg) => num(ioctl(fd, req, 'void *', arg)),
     close: (fd) => num(close(fd)),
     epollCreate: (flags) => num(epollCreate(flags)),
     epollCtl: (epfd, op, fd, ev) => num(epollCtl(epfd, op, fd, ev)),
@@ -192,6 +189,9 @@ class EchoWaiter {
 
 const waiter = new EchoWaiter();
 
+/** The link named `name`: its ifindex and whether it is up; undefined when there is none (agent/netlink Rtnl.linkState). */
+type LinkLookup = (name: string) => Promise<{ index: number; up: boolean } | undefined>;
+
 export interface ProbeOptions {
   /** The tunnel link the echo leaves by and the reply must arrive on. */
   link: string;
@@ -238,11 +238,14 @@ export class EchoProber {
   private readonly rxIov = this.arena.subarray(256, 272);
   private readonly rxName = this.arena.subarray(272, 288);
   private readonly rxCtl = this.arena.subarray(320, 448);
-  private readonly ifr = this.arena.subarray(448, 488);
   private readonly rxBuf = this.arena.subarray(1024, 1024 + PACKET_MAX);
   private readonly txBuf = this.arena.subarray(3072, 3072 + 8 + TOKEN_LEN);
 
-  constructor(private readonly netns?: string) {
+  constructor(
+    private readonly netns: string | undefined,
+    /** The tunnel link's ifindex and whether it is up, by name (undefined: no such link). */
+    private readonly lookup: LinkLookup,
+  ) {
     const addr = (b: Buffer): bigint => koffi.address(b) as bigint;
     this.txMsg.writeBigUInt64LE(addr(this.txName), MSGHDR.name);
     this.txMsg.writeUInt32LE(16, MSGHDR.namelen);
@@ -288,23 +291,9 @@ export class EchoProber {
   }
 
   /** The link's ifindex when it exists and is up; undefined otherwise (no probe through a link that is down). */
-  private upLink(fd: number, link: string): number | undefined {
-    const s = load();
-    const ifr = this.ifr;
-    ifr.fill(0);
-    if (ifr.write(link, 0, IFNAMSIZ - 1, 'latin1') !== link.length) return undefined;
-    if (s.ioctl(fd, SIOCGIFINDEX, ifr) < 0) {
-      const e = koffi.errno();
-      if (e === ENODEV || e === ENXIO) return undefined;
-      throw new Error(`SIOCGIFINDEX ${link}: errno ${e}`);
-    }
-    const ifindex = ifr.readInt32LE(IFNAMSIZ);
-    if (s.ioctl(fd, SIOCGIFFLAGS, ifr) < 0) {
-      const e = koffi.errno();
-      if (e === ENODEV || e === ENXIO) return undefined;
-      throw new Error(`SIOCGIFFLAGS ${link}: errno ${e}`);
-    }
-    return ifr.readUInt16LE(IFNAMSIZ) & IFF_UP ? ifindex : undefined;
+  private async upLink(link: string): Promise<number | undefined> {
+    const l = await this.lookup(link);
+    return l?.up ? l.index : undefined;
   }
 
   private allocId(): number {
@@ -374,7 +363,7 @@ export class EchoProber {
     const timeoutMs = o.timeoutMs ?? 3000;
     const attempts = o.attempts ?? 3;
     const fd = this.socket();
-    const ifindex = this.upLink(fd, o.link);
+    const ifindex = await this.upLink(o.link);
     if (ifindex === undefined) return { reachable: false };
     const source = ipv4Number(o.source);
     const id = this.allocId();

@@ -109,6 +109,26 @@ export class Rtnl extends Client {
   }
 
   /**
+   * The index of the link named `name` and whether it is up, or undefined when there is no such link. One
+   * RTM_GETLINK without stats, of which only the header is read. By netlink, never by an ioctl on the name: for a
+   * name that does not exist, the kernel's ioctls (SIOCGIFINDEX, SIOCGIFFLAGS: dev_load) run modprobe, twice, and
+   * wait for it in the calling thread (docs/CONTRACTS.md "Health and status"); rtnetlink looks the name up and answers.
+   */
+  async linkState(name: string): Promise<{ index: number; up: boolean } | undefined> {
+    let msgs: NlMsg[];
+    try {
+      msgs = await this.call((s) => rt.encodeGetLink({ name }, s, { extMask: rt.RTEXT_FILTER_SKIP_STATS }), `get link ${name}`, rt.RTM_GETLINK);
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'ENODEV') return undefined;
+      throw e;
+    }
+    const m = msgs.find((x) => x.type === rt.RTM_NEWLINK);
+    if (!m) return undefined;
+    const h = rt.linkHeader(m);
+    return { index: h.index, up: (h.flags & rt.IFF_UP) !== 0 };
+  }
+
+  /**
    * skipStats: no stats64 in the answer (a third of the bytes of a big dump). `keep`: only links it accepts
    * are returned. `keepName`: links whose name it refuses are not even decoded (cheaper than `keep`).
    */

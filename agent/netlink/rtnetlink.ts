@@ -347,6 +347,17 @@ export function linkName(msg: NlMsg): string | undefined {
   return undefined;
 }
 
+/**
+ * Only the ifinfomsg header of an RTM_NEWLINK: the link's index and IFF_* flags, no attribute read. What a health
+ * probe needs of its tunnel's link, per check (agent/dataplane/probe.ts), without decodeLink's attribute table.
+ */
+export function linkHeader(msg: NlMsg): { index: number; flags: number } {
+  if (msg.type !== RTM_NEWLINK) throw new NetlinkParseError(`expected RTM_NEWLINK, got type ${msg.type}`);
+  const p = msg.payload;
+  if (p.length < IFINFOMSG_LEN) throw new NetlinkParseError('short ifinfomsg');
+  return { index: readU32(p.subarray(4, 8)) | 0, flags: readU32(p.subarray(8, 12)) };
+}
+
 export function decodeLink(msg: NlMsg): LinkInfo {
   if (msg.type !== RTM_NEWLINK) throw new NetlinkParseError(`expected RTM_NEWLINK, got type ${msg.type}`);
   const p = msg.payload;

@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { Nft, NftBatchError, Rtnl } from '../../../agent/netlink/client.ts';
 import { NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP_INTR, parseError, parseMessages } from '../../../agent/netlink/message.ts';
 import { NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_GETOBJ, NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWOBJ, NFT_MSG_NEWSETELEM, NftBatch, nftType } from '../../../agent/netlink/nftables/index.ts';
-import { RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { IFF_UP, IFLA_EXT_MASK, IFLA_IFNAME, RTEXT_FILTER_SKIP_STATS, RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { AttrTable } from '../../../agent/netlink/attrs.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
 import { capturedMessages, lastOfType, norm } from './fixtures.ts';
@@ -68,6 +69,22 @@ describe('Rtnl over recorded kernel replies', () => {
     await expect(rtnl.findLink('nope')).resolves.toBeUndefined();
     const other = rtnlOver((m) => (m.type === RTM_GETLINK ? { errno: E.EPERM, extack: 'not allowed' } : undefined));
     await expect(other.rtnl.findLink('nope')).rejects.toMatchObject({ code: 'EPERM', extackMessage: 'not allowed' });
+  });
+
+  it('linkState (what a probe asks of its link) is one RTM_GETLINK by name without stats: index and IFF_UP from the answer, undefined for ENODEV', async () => {
+    const [newlink] = recorded('reply-link-get', RTM_NEWLINK);
+    const { kernel, rtnl } = rtnlOver((m) => (m.type === RTM_GETLINK ? { messages: [newlink!] } : undefined));
+    // The recorded answer is tgv0, ifindex 3 and down (capture.sh made it and never set it up).
+    await expect(rtnl.linkState('tgv0')).resolves.toEqual({ index: 3, up: false });
+    const [req] = kernel.requests;
+    const attrs = new AttrTable(req!.payload.subarray(16));
+    expect([req!.type, attrs.string(IFLA_IFNAME), attrs.u32(IFLA_EXT_MASK)]).toEqual([RTM_GETLINK, 'tgv0', RTEXT_FILTER_SKIP_STATS]);
+    // The same answer with IFF_UP set in ifi_flags (payload offset 8) reads as up.
+    const upLink = Buffer.from(newlink!);
+    upLink.writeUInt32LE(upLink.readUInt32LE(16 + 8) | IFF_UP, 16 + 8);
+    await expect(rtnlOver((m) => (m.type === RTM_GETLINK ? { messages: [upLink] } : undefined)).rtnl.linkState('tgv0')).resolves.toEqual({ index: 3, up: true });
+    await expect(rtnlOver((m) => (m.type === RTM_GETLINK ? { errno: E.ENODEV } : undefined)).rtnl.linkState('tg-missing')).resolves.toBeUndefined();
+    await expect(rtnlOver((m) => (m.type === RTM_GETLINK ? { errno: E.EPERM } : undefined)).rtnl.linkState('tg-missing')).rejects.toMatchObject({ code: 'EPERM' });
   });
 
   it('coalesces requests queued behind one in flight into one datagram, and matches each answer by seq', async () => {
