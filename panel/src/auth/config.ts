@@ -1,0 +1,19 @@
+// What the panel needs to know about its gateway, from the gateway itself (GET /config.json, never
+// cached): the issuer (ISSUER_URL may differ from the panel's origin), the panel's client id and scope,
+// and the sign-out endpoint.
+export interface PanelConfig {
+  issuer: string;
+  clientId: string;
+  scope: string;
+  signOutUrl: string;
+}
+
+export async function loadConfig(): Promise<PanelConfig> {
+  const r = await fetch('/config.json', { cache: 'no-store', headers: { accept: 'application/json' } });
+  if (!r.ok) throw new Error(`GET /config.json answered ${r.status}`);
+  const c = (await r.json()) as Partial<PanelConfig>;
+  if (typeof c.issuer !== 'string' || typeof c.clientId !== 'string' || typeof c.scope !== 'string' || typeof c.signOutUrl !== 'string') {
+    throw new Error('GET /config.json is missing issuer, clientId, scope or signOutUrl');
+  }
+  return c as PanelConfig;
+}
