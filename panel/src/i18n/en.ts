@@ -96,6 +96,7 @@ export const en = {
   'traffic.summary.reason': '{reason}: {packets}',
   'traffic.summary.marks': ' Health changes marked: {count}.',
   'traffic.time': 'Time',
+  'traffic.legendTotal': 'total over the range',
   'traffic.showTable': 'Show as table',
   'traffic.table.caption': 'Traffic {per}, {range}, oldest first; each row starts at its time',
   'traffic.table.region': 'Traffic table',

@@ -96,6 +96,7 @@ export const ru: Catalogue = {
   'traffic.summary.reason': '{reason}: {packets}',
   'traffic.summary.marks': ' Отмечено изменений состояния: {count}.',
   'traffic.time': 'Время',
+  'traffic.legendTotal': 'всего за период',
   'traffic.showTable': 'Показать таблицей',
   'traffic.table.caption': 'Трафик {per}, {range}, сначала старые; строка начинается в своё время',
   'traffic.table.region': 'Таблица трафика',

@@ -192,6 +192,7 @@ function Chart(props: { series: TrafficSeries; marks: readonly HealthMark[]; ste
           in: t('traffic.in'),
           out: t('traffic.out'),
           time: t('traffic.time'),
+          total: t('traffic.legendTotal'),
           reasons: Object.fromEntries(DROP_REASONS.map((r) => [r, t(`traffic.drop.${r}`)])) as Record<(typeof DROP_REASONS)[number], string>,
         });
       },

@@ -9,7 +9,7 @@
 // when the colour scheme changes.
 import uPlot from 'uplot';
 import type { HealthMark } from './healthMarks.ts';
-import { DROP_REASONS, formatBytes, stack, type DropReason, type NumberFormat, type TrafficSeries } from './series.ts';
+import { DROP_REASONS, formatBytes, stack, totals, type DropReason, type NumberFormat, type TrafficSeries } from './series.ts';
 
 export interface ChartTexts {
   locale: string;
@@ -20,6 +20,8 @@ export interface ChartTexts {
   in: string;
   out: string;
   time: string;
+  /** What the legend's time says while it shows the range's totals. */
+  total: string;
   reasons: Record<DropReason, string>;
 }
 
@@ -41,22 +43,40 @@ const REASON_COLOUR: Record<DropReason, string> = {
 const MARK_DASH: Record<HealthMark['to'], number[]> = { UP: [], DOWN: [6, 4], UNKNOWN: [2, 3] };
 const MARK_COLOUR: Record<HealthMark['to'], string> = { UP: '--ok', DOWN: '--bad', UNKNOWN: '--warn' };
 
+const rgb = (colour: string) => {
+  const m = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(colour);
+  return m ? [parseInt(m[1]!, 16), parseInt(m[2]!, 16), parseInt(m[3]!, 16)] : undefined;
+};
+
 /** `#rrggbb` at `alpha`; any other colour syntax is used as it is (opaque). */
 function withAlpha(colour: string, alpha: number): string {
-  const m = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(colour);
-  return m ? `rgba(${parseInt(m[1]!, 16)}, ${parseInt(m[2]!, 16)}, ${parseInt(m[3]!, 16)}, ${alpha})` : colour;
+  const c = rgb(colour);
+  return c ? `rgba(${c.join(', ')}, ${alpha})` : colour;
+}
+
+/** `colour` mixed into `background` (`share` of colour), opaque: a layer's tint that hides what it covers. */
+function tint(colour: string, background: string, share: number): string {
+  const c = rgb(colour);
+  const b = rgb(background);
+  if (!c || !b) return colour;
+  return `rgb(${c.map((v, i) => Math.round(v * share + b[i]! * (1 - share))).join(', ')})`;
 }
 
 /** Chart height for a width: shorter on a phone, never a sliver. */
 const heightFor = (width: number) => Math.round(Math.min(220, Math.max(150, width * 0.42)));
 
+/** The drop reasons from the top of the stack down: the order the drops chart draws and lists them. */
+const TOP_FIRST = [...DROP_REASONS].reverse();
+
 export function mountTrafficCharts(container: HTMLElement, first: TrafficSeries, firstMarks: readonly HealthMark[], texts: ChartTexts): TrafficCharts {
   let series = first;
+  let sums = totals(first);
+  const stepSeconds = () => (series.x.length > 1 ? series.x[1]! - series.x[0]! : 60);
   let marks = firstMarks;
   let plots: uPlot[] = [];
   let titles: HTMLElement[] = [];
   const sync = uPlot.sync(`traffic-${Math.random().toString(36).slice(2)}`);
-  const timeOfDay = new Intl.DateTimeFormat(texts.locale, { hour: '2-digit', minute: '2-digit' });
+  const timeOfDay = new Intl.DateTimeFormat(texts.locale, { hour: 'numeric', minute: '2-digit' });
   const day = new Intl.DateTimeFormat(texts.locale, { day: 'numeric', month: 'short' });
   const full = new Intl.DateTimeFormat(texts.locale, { dateStyle: 'medium', timeStyle: 'short' });
   const compact = new Intl.NumberFormat(texts.locale, { notation: 'compact', maximumFractionDigits: 1 });
@@ -68,6 +88,7 @@ export function mountTrafficCharts(container: HTMLElement, first: TrafficSeries,
     const colour = (name: string) => css.getPropertyValue(name).trim() || css.color;
     const fg = colour('--fg');
     const grid = colour('--line');
+    const bg = colour('--bg');
     const font = `12px ${css.fontFamily}`;
     const width = Math.max(200, container.clientWidth);
 
@@ -96,61 +117,66 @@ export function mountTrafficCharts(container: HTMLElement, first: TrafficSeries,
       grid: { stroke: grid, width: 1 },
       ticks: { stroke: grid, width: 1 },
       values: (_u, splits) => splits.map(format),
-      // Wide enough for the longest label ("999 MB"), at 12 px.
-      size: (_u, values) => Math.max(40, 14 + 7 * Math.max(0, ...(values ?? []).map((v) => String(v).length))),
+      // Wide enough for the longest label ("999 MB", "300K"), at 12 px, with the tick and a gap.
+      size: (_u, values) => Math.max(48, 20 + 8 * Math.max(0, ...(values ?? []).map((v) => String(v).length))),
     });
-    const xSeries: uPlot.Series = { label: texts.time, value: (_u, v) => (v == null ? '' : full.format(new Date(v * 1000))) };
+    // Off the plot (and always on a touch screen, which has no hover) the legend shows the range's
+    // totals; over it, the values of the step under the cursor.
+    const xSeries: uPlot.Series = { label: texts.time, value: (_u, v) => (v == null ? texts.total : full.format(new Date(v * 1000))) };
     const marker = markPlugin(() => marks, colour);
     const common = (height: number): Omit<uPlot.Options, 'series'> => ({
       width,
       height,
       cursor: { sync: { key: sync.key }, points: { size: 6 } },
       legend: { live: true },
-      scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, max > 0 ? max : 1] } },
+      // x runs to the end of the last step (the range's `to`), so a health change in the current step shows.
+      scales: { x: { time: true, range: (_u, min, max) => [min, max + stepSeconds()] }, y: { range: (_u, _min, max) => [0, max > 0 ? max : 1] } },
       axes: [xAxis, {}],
       plugins: [marker],
     });
     const height = heightFor(width);
-    const line = (label: string, stroke: string, format: (v: number) => string): uPlot.Series => ({
+    const line = (label: string, stroke: string, format: (v: number) => string, total: () => number): uPlot.Series => ({
       label,
       stroke,
       width: 2,
       fill: withAlpha(stroke, 0.1),
       points: { show: false },
-      value: (_u, v) => (v == null ? '' : format(v)),
+      value: (_u, v, _si, idx) => (idx == null || v == null ? format(total()) : format(v)),
     });
 
     const bytesOpts: uPlot.Options = {
       ...common(height),
       axes: [xAxis, yAxis(bytes)],
-      series: [xSeries, line(texts.in, colour('--traffic-in'), bytes), line(texts.out, colour('--traffic-out'), bytes)],
+      series: [xSeries, line(texts.in, colour('--traffic-in'), bytes, () => sums.bytesIn), line(texts.out, colour('--traffic-out'), bytes, () => sums.bytesOut)],
     };
     const packetsOpts: uPlot.Options = {
       ...common(height),
       axes: [xAxis, yAxis((v) => compact.format(v))],
-      series: [xSeries, line(texts.in, colour('--traffic-in'), packets), line(texts.out, colour('--traffic-out'), packets)],
+      series: [xSeries, line(texts.in, colour('--traffic-in'), packets, () => sums.packetsIn), line(texts.out, colour('--traffic-out'), packets, () => sums.packetsOut)],
     };
-    // Drops: each reason's series is the running sum up to it (series.ts `stack`), and a band fills
-    // between it and the one below, so the top edge is the total dropped. The legend and the cursor
-    // show each reason's own count, not the running sum.
+    // Drops: each reason's series is the running sum up to it (series.ts `stack`), filled to zero with
+    // an opaque tint and drawn top layer first, so each layer covers the lower part of the one above
+    // and the top edge is the total dropped. (uPlot's bands between series go wrong once a range has
+    // more points than pixels: each pixel column then draws a series' min-max envelope, and a band
+    // between two envelopes fills more than the layer.) The legend lists the layers top first, as
+    // they are stacked, and shows each reason's own count, not the running sum.
     const dropsOpts: uPlot.Options = {
       ...common(height),
       axes: [xAxis, yAxis((v) => compact.format(v))],
       series: [
         xSeries,
-        ...DROP_REASONS.map((r): uPlot.Series => {
+        ...TOP_FIRST.map((r): uPlot.Series => {
           const stroke = colour(REASON_COLOUR[r]);
           return {
             label: texts.reasons[r],
             stroke,
             width: 1.5,
-            fill: withAlpha(stroke, 0.45),
+            fill: tint(stroke, bg, 0.55),
             points: { show: false },
-            value: (_u, _v, _si, idx) => (idx == null ? '' : packets(series.drops[r][idx] ?? 0)),
+            value: (_u, _v, _si, idx) => packets(idx == null ? sums.drops[r] : (series.drops[r][idx] ?? 0)),
           };
         }),
       ],
-      bands: DROP_REASONS.slice(1).map((_, i): uPlot.Band => ({ series: [i + 2, i + 1] })),
     };
 
     const make = (title: string, opts: uPlot.Options, data: uPlot.AlignedData) => {
@@ -198,6 +224,7 @@ export function mountTrafficCharts(container: HTMLElement, first: TrafficSeries,
   return {
     update(next) {
       series = next;
+      sums = totals(next);
       const [b, p, d] = plots;
       b?.setData(bytesData(next));
       p?.setData(packetsData(next));
@@ -217,7 +244,7 @@ export function mountTrafficCharts(container: HTMLElement, first: TrafficSeries,
 
 const bytesData = (s: TrafficSeries): uPlot.AlignedData => [s.x, s.bytesIn, s.bytesOut];
 const packetsData = (s: TrafficSeries): uPlot.AlignedData => [s.x, s.packetsIn, s.packetsOut];
-const dropsData = (s: TrafficSeries): uPlot.AlignedData => [s.x, ...stack(DROP_REASONS.map((r) => s.drops[r]))];
+const dropsData = (s: TrafficSeries): uPlot.AlignedData => [s.x, ...stack(DROP_REASONS.map((r) => s.drops[r])).reverse()];
 
 /** Draws each health change seen as a vertical line across the plot at its time, with a notch on top. */
 function markPlugin(marks: () => readonly HealthMark[], colour: (name: string) => string): uPlot.Plugin {
