@@ -2,7 +2,7 @@
 // (uPlot, loaded on demand: chart.ts) and, behind a disclosure, as a table; health changes seen live
 // marked on the time axis (healthMarks.ts says why only live ones).
 //
-// Refresh: every ranges ends now, so while the page is shown the last two steps are fetched again once a
+// Refresh: every range ends now, so while the page is shown the last two steps are fetched again once a
 // minute and merged in (series.ts refreshQuery). A minute because the gateway stores traffic by the
 // minute from collection rounds every 30 s (docs/CONTRACTS.md "Health and traffic"): more often would
 // mostly fetch nothing new. No subscription carries traffic, and the no-polling rule is about status and
