@@ -1,6 +1,7 @@
 // The settings fields the buy page and the tunnel page share: a preset (web, game, everything) or custom,
 // which shows ports, protocol, SYN proxy, the per-source limit and fragments, each explained in a sentence
 // (docs/BUYER.md "Tunnel settings"). SettingsSummary is the same settings as text, for a read-only role.
+import type { ComponentChildren } from 'preact';
 import { useId } from 'preact/hooks';
 import { formatNumber, useT } from '../../i18n/index.ts';
 import type { MessageKey } from '../../i18n/en.ts';
@@ -75,13 +76,14 @@ function Check(props: { label: string; hint: string; error: string | undefined; 
   );
 }
 
-/** The settings as text: what a read-only role sees. */
-export function SettingsSummary(props: { settings: Settings }) {
+/** The settings as text: what a read-only role sees (`children`: rows of the same list before them). */
+export function SettingsSummary(props: { settings: Settings; children?: ComponentChildren }) {
   const t = useT();
   const s = props.settings;
   const yesNo = (v: boolean) => (v ? t('common.yes') : t('common.no'));
   return (
     <dl class="facts">
+      {props.children}
       <dt>{t('tunnel.settings.ports')}</dt>
       <dd class="mono">{s.ports === '*' ? t('tunnel.settings.allPorts') : s.ports}</dd>
       <dt>{t('tunnel.settings.protocol')}</dt>

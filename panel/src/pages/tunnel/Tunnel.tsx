@@ -99,15 +99,12 @@ function TunnelView(props: { tunnel: Tunnel; accept: Accept; liveLost: boolean }
         {canWrite && live ? (
           <SettingsForm tunnel={tunnel} accept={accept} />
         ) : (
-          <>
-            <dl class="facts">
-              <dt>{t('tunnel.name')}</dt>
-              <dd>{tunnel.name ?? t('common.none')}</dd>
-              <dt>{t('tunnel.originIp')}</dt>
-              <dd class="mono">{tunnel.originIp}</dd>
-            </dl>
-            <SettingsSummary settings={settingsOfTunnel(tunnel)} />
-          </>
+          <SettingsSummary settings={settingsOfTunnel(tunnel)}>
+            <dt>{t('tunnel.name')}</dt>
+            <dd>{tunnel.name ?? t('common.none')}</dd>
+            <dt>{t('tunnel.originIp')}</dt>
+            <dd class="mono">{tunnel.originIp}</dd>
+          </SettingsSummary>
         )}
       </section>
       {live ? canWrite && <Delete tunnel={tunnel} accept={accept} /> : <p class="notice" role="status">{t(tunnel.status === 'DELETED' ? 'tunnel.deleted' : 'tunnel.deleting')}</p>}
