@@ -11,5 +11,5 @@ export interface RouteProps {
 export const ROUTES: Record<string, (props: RouteProps) => JSX.Element> = {
   '/': () => <Dashboard />,
   '/buy': () => <Buy />,
-  '/tunnels/:id': (props) => <TunnelPage {...props} />,
+  '/tunnels/:id': (props) => <TunnelPage key={props.params.id} {...props} />,
 };
