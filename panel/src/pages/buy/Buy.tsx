@@ -81,6 +81,8 @@ function BuyForm() {
     } catch (err) {
       const f = err instanceof ApiFailure ? err : new ApiFailure('server_error', String(err));
       setRefusal(purchaseRefusal(f.code, f.message, { priceUsd: price.priceUsd, balanceUsd }));
+      // The balance shown may be older than the one refused (a top-up or a purchase elsewhere).
+      if (f.code === 'insufficient_balance') me.reload();
     } finally {
       submitting.current = false;
       setRunning(false);
