@@ -46,10 +46,11 @@ export async function recordHealthChanges(sql: Q, changes: readonly HealthChange
 
 /** The changes of tunnel `tunnelId` with `from` <= at < `to`, oldest first, at most `limit` (the oldest). */
 export async function readHealthChanges(q: Q, tunnelId: string, from: Date, to: Date, limit: number): Promise<HealthChange[]> {
+  // Ordered by the column, not the text of the same name, so the index gives the order.
   return q.query<HealthChange>(
-    `select to_char(at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as at, previous, health
-       from traffic.tunnel_health_change where tunnel_id = ?::uuid and at >= ?::timestamptz and at < ?::timestamptz
-      order by at, seq limit ?`,
+    `select to_char(c.at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') as at, c.previous, c.health
+       from traffic.tunnel_health_change c where c.tunnel_id = ?::uuid and c.at >= ?::timestamptz and c.at < ?::timestamptz
+      order by c.at, c.seq limit ?`,
     [tunnelId, from.toISOString(), to.toISOString(), limit],
   );
 }

@@ -18,7 +18,8 @@ export class Migration20261128220000_tunnel_health_change extends Migration {
       `create table traffic.tunnel_health_change (seq bigint generated always as identity primary key, tunnel_id uuid not null, at timestamptz not null,
         previous text not null check (previous in ('up', 'down', 'unknown')), health text not null check (health in ('up', 'down', 'unknown')));`,
     );
-    // A tunnel's range, oldest first: the read path; the trim walks at alone.
+    // A tunnel's range, oldest first: the read path. The trim runs with every collection round's upkeep
+    // and deletes the few rows that just aged out: by `at` alone, never a scan of the table.
     this.addSql(`create index tunnel_health_change_tunnel_at on traffic.tunnel_health_change (tunnel_id, at, seq);`);
     this.addSql(`create index tunnel_health_change_at on traffic.tunnel_health_change (at);`);
   }
