@@ -293,6 +293,14 @@ describe('history merged with live marks', () => {
     expect(merged).toEqual([...history, later, far]);
   });
 
+  it('a live mark in the time a truncated history was not read for is kept, even before the read', () => {
+    const inGap: HealthMark = { at: readAt - 600_000, from: 'UP', to: 'UNKNOWN' };
+    const beforeGap: HealthMark = { at: readAt - 7_200_000, from: 'UP', to: 'UNKNOWN' };
+    const gap = { from: readAt - 3_600_000, to: readAt };
+    expect(mergeMarks(history, [beforeGap, inGap], readAt, gap)).toEqual([history[0], inGap, history[1]]);
+    expect(mergeMarks(history, [inGap], readAt)).toEqual(history);
+  });
+
   it('the history alone is handed back as it is (no new array for the chart to redraw)', () => {
     expect(mergeMarks(history, [], readAt)).toBe(history);
   });

@@ -17,7 +17,7 @@ import { formatDateTime, formatNumber, locale, useT } from '../../../i18n/index.
 import type { MessageKey } from '../../../i18n/en.ts';
 import { Failure, Loading } from '../../../ui/components.tsx';
 import type { TrafficCharts } from './chart.ts';
-import { addHistory, healthMarks as store, markOf, marksByStep, marksWithin, mergeMarks, readHistory, type HealthMark } from './healthMarks.ts';
+import { HISTORY_PAGE, addHistory, healthMarks as store, markOf, marksByStep, marksWithin, mergeMarks, readHistory, type HealthMark } from './healthMarks.ts';
 import {
   DROP_REASONS,
   MINUTE_MS,
@@ -103,11 +103,12 @@ export function TrafficSection(props: { tunnelId: string }) {
       if (!before || before.range !== range) return;
       const changesFrom = Math.max(query.fromMs, before.changesReadAt - CHANGES_OVERLAP_MS);
       try {
-        // A full page of changes here (a thousand in a few minutes) keeps its thousand: the next refresh
-        // reads on from its own time, and the marks are far too dense to tell apart by then anyway.
         const d = await request(TrafficSectionPointsDocument, { id, from: fresh.from, to: fresh.to, step: fresh.step, changesFrom: new Date(changesFrom).toISOString() });
         if (!live) return;
         const changes = d.tunnel.healthChanges.map(markOf);
+        // A full page (a thousand changes in a few minutes) may have more after it: the read counts as
+        // reaching only its last change, so the next refresh reads on from there.
+        const readTo = changes.length >= HISTORY_PAGE ? changes[changes.length - 1]!.at : now;
         setLoaded((h) =>
           h && h.range === range
             ? {
@@ -116,7 +117,7 @@ export function TrafficSection(props: { tunnelId: string }) {
                 points: mergePoints(h.points, d.tunnel.traffic.points, query.fromMs),
                 at: now,
                 changes: addHistory(h.changes, changes).filter((m) => m.at >= query.fromMs),
-                changesReadAt: now,
+                changesReadAt: readTo,
               }
             : h,
         );
@@ -143,7 +144,7 @@ export function TrafficSection(props: { tunnelId: string }) {
 
   const series = useMemo(() => (loaded ? buildSeries(loaded.points, loaded.query) : undefined), [loaded]);
   const marks = useMemo(
-    () => (loaded ? marksWithin(mergeMarks(loaded.changes, liveMarks, loaded.changesReadAt), loaded.query.fromMs, loaded.query.toMs) : []),
+    () => (loaded ? marksWithin(mergeMarks(loaded.changes, liveMarks, loaded.changesReadAt, loaded.gap), loaded.query.fromMs, loaded.query.toMs) : []),
     [liveMarks, loaded],
   );
 

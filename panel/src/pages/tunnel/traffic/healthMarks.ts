@@ -127,11 +127,13 @@ export const LIVE_MATCH_MS = 2 * 60_000;
 /**
  * What the chart marks: the history, and the live marks seen since it was last read (`readAt`, this
  * browser's clock when the read was sent: a change before that is in the history, so its live mark
- * would be a second one), less those the history holds already (the same new health within
+ * would be a second one) or within `gap` (a time the history was not read for: HealthHistory's
+ * truncatedAt up to the read), less those the history holds already (the same new health within
  * LIVE_MATCH_MS: a message that arrived after the read was sent, of a change the read found).
  */
-export function mergeMarks(history: readonly HealthMark[], live: readonly HealthMark[], readAt: number): readonly HealthMark[] {
-  const extra = live.filter((m) => m.at >= readAt && !history.some((h) => h.to === m.to && Math.abs(h.at - m.at) <= LIVE_MATCH_MS));
+export function mergeMarks(history: readonly HealthMark[], live: readonly HealthMark[], readAt: number, gap?: { from: number; to: number }): readonly HealthMark[] {
+  const unread = (at: number) => at >= readAt || (gap !== undefined && at > gap.from && at < gap.to);
+  const extra = live.filter((m) => unread(m.at) && !history.some((h) => h.to === m.to && Math.abs(h.at - m.at) <= LIVE_MATCH_MS));
   return extra.length ? sortMarks([...history, ...extra]) : history;
 }
 
