@@ -197,11 +197,14 @@ export async function setClientApiAccess(db: Database, clientId: string, access:
   return { client_id: clientId, api_access: apiAccess };
 }
 
-/** The client's API access for the consent page; null for an unknown client. */
-export async function clientApiAccess(db: Pick<Database, 'query'>, clientId: string): Promise<ApiAccess | null> {
+/**
+ * What the consent page says of a client: its API access, and whether a customer registered it in the
+ * developer portal (so its name is anyone's choice); null for an unknown client.
+ */
+export async function clientConsentFacts(db: Pick<Database, 'query'>, clientId: string): Promise<{ api_access: ApiAccess; portal: boolean } | null> {
   if (!isClientId(clientId)) return null;
-  const [row] = await db.query<{ api_access: ApiAccess }>('select api_access from oauth_client where client_id = ?', [clientId]);
-  return row?.api_access ?? null;
+  const [row] = await db.query<{ api_access: ApiAccess; portal: boolean }>('select api_access, owner_account_id is not null as portal from oauth_client where client_id = ?', [clientId]);
+  return row ?? null;
 }
 
 export interface ClientListItem {

@@ -31,9 +31,8 @@ async function codeFlow(client: { id: string; secret?: string; redirectUri: stri
   const params = oauth.validateAuthResponse(as, c, r.callback, state);
   const auth = client.secret ? oauth.ClientSecretPost(client.secret) : oauth.None();
   const res = await oauth.authorizationCodeGrantRequest(as, c, auth, params, client.redirectUri, p.verifier, insecure);
-  return oauth.processAuthorizationCodeResponse(as, c, res) as Promise<
-    oauth.TokenEndpointResponse & { refresh_token: string }
-  >;
+  const tokens = await oauth.processAuthorizationCodeResponse(as, c, res);
+  return Object.assign(tokens as oauth.TokenEndpointResponse & { refresh_token: string }, { pages: r.pages });
 }
 
 interface GqlResult {
@@ -85,6 +84,9 @@ describe('registering an application', () => {
     const user = await w.newUser('owner');
     const tokens = await codeFlow({ id: application.id, secret: clientSecret, redirectUri: loopback }, user);
     expect(tokens.id_token).toBeTruthy();
+    // Its name is the customer's choice: the consent page says who registered it.
+    const consent = tokens.pages.find((p) => /action="[^"]*\/consent"/.test(p.html));
+    expect(consent?.html).toContain('registered by a customer of this service');
     const me = await gql(tokens.access_token, '{ me { userId permission } }');
     expect(me.data!.me).toEqual({ userId: user.userId, permission: 'READ' });
   });

@@ -78,8 +78,9 @@ describe('a public client (admin CLI client create --public)', () => {
 
   it('completes the code flow with PKCE and no secret, and rotates its refresh token on every use', async () => {
     const { tokens, pages } = await login(pub, w.owner);
-    // A third-party public client is still asked for consent.
+    // A third-party public client is still asked for consent; the operator registered this one.
     expect(sawConsent(pages)).toBe(true);
+    expect(pages.map((p) => p.html).join('')).not.toContain('registered by a customer');
     expect(tokens.id_token).toBeUndefined();
     expect(tokens.refresh_token).toMatch(/^rt_/);
     expect((await me(tokens.access_token)).body.data.me).toEqual({ userId: w.owner.userId, permission: 'READ' });
