@@ -116,6 +116,10 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   oidcContext.entity = function limited(this: { ctx: KoaContextWithOIDC; route: string }, key: string, value: unknown) {
     assign.call(this, key, value);
     if (key !== 'Client' || (this.route !== 'token' && this.route !== 'revocation')) return;
+    // A public client (the panel, above all) authenticates with its public id alone: a budget per client
+    // would be one budget for all of its users together, which anyone could spend. Its requests count
+    // against their addresses' budget only.
+    if ((value as { tokenEndpointAuthMethod?: string }).tokenEndpointAuthMethod === 'none') return;
     const wait = perClient.take(`client:${(value as { clientId: string }).clientId}`);
     if (wait > 0) {
       this.ctx.set('Retry-After', String(wait));

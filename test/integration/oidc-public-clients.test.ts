@@ -6,7 +6,9 @@
 // "Identity provider"): the refresh token revoked with client_id alone, the session ended, CSRF refused.
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call } from '../helpers/gateway.ts';
+import { call, startGateway } from '../helpers/gateway.ts';
+import { createClient } from '../../server/domain/clients.ts';
+import { loadSecrets } from '../../server/secrets.ts';
 import { authorizeUrl, CookieJar, driveAuthorize, pkce, postForm, type Credentials } from '../helpers/oidc.ts';
 import { adminCli, startOidcWorld, type OidcWorld } from '../helpers/oidc-fixture.ts';
 
@@ -220,5 +222,35 @@ describe('the first-party panel client', () => {
     expect(silent.callback.searchParams.get('code')).toBeTruthy();
     const get = await fetch(ep('logout'), { redirect: 'manual' });
     expect(get.status).toBe(405);
+  });
+});
+
+describe('token-endpoint budgets', () => {
+  it("a confidential client has a budget of its own across addresses; the panel's users do not share one", async () => {
+    // Burst 3, and each request from its own address (one trusted proxy), so only a per-client budget can refuse.
+    const gw = await startGateway({ config: { rateLimitPerMinute: 1, rateLimitBurst: 3, trustProxy: 1 } });
+    try {
+      const { secretEncryptionKey } = (await loadSecrets(gw.testDb.db, {})).secrets;
+      const c = await createClient(gw.testDb.db, secretEncryptionKey, { name: 'Budgeted', redirectUris: ['http://127.0.0.1:9/cb'] });
+      let address = 0;
+      const post = async (form: Record<string, string>) => {
+        address++;
+        const res = await fetch(`${gw.url}/oauth/token`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-forwarded-for': `198.51.100.${address}` },
+          body: new URLSearchParams(form).toString(),
+        });
+        return res.status;
+      };
+      const confidential: number[] = [];
+      for (let i = 0; i < 5; i++) confidential.push(await post({ grant_type: 'refresh_token', refresh_token: 'rt_unknown', client_id: c.client_id, client_secret: c.client_secret }));
+      expect(confidential.slice(0, 3)).toEqual([400, 400, 400]);
+      expect(confidential.slice(3)).toEqual([429, 429]);
+      const panel: number[] = [];
+      for (let i = 0; i < 8; i++) panel.push(await post({ grant_type: 'refresh_token', refresh_token: 'rt_unknown', client_id: 'panel' }));
+      expect(panel).toEqual(new Array(8).fill(400));
+    } finally {
+      await gw.close();
+    }
   });
 });
