@@ -11,6 +11,8 @@ import { loadConfig, type PanelConfig } from './config.ts';
 
 const PENDING_KEY = 'tunnelgate.signin';
 export const CALLBACK_PATH = '/callback';
+/** Where the issuer sends the browser back after sign-out (a path of PUBLIC_URL). */
+export const SIGNED_OUT_PATH = '/signed-out';
 /** Refresh this long before the access token expires, so a request never leaves with a dying token. */
 const EARLY_REFRESH_MS = 60_000;
 
@@ -173,6 +175,11 @@ export async function signOut(): Promise<never> {
   const form = document.createElement('form');
   form.method = 'POST';
   form.action = config!.signOutUrl;
+  const back = document.createElement('input');
+  back.type = 'hidden';
+  back.name = 'return_to';
+  back.value = SIGNED_OUT_PATH;
+  form.append(back);
   document.body.append(form);
   form.submit();
   return new Promise<never>(() => {});
