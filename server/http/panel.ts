@@ -1,4 +1,4 @@
-// The customer panel's static files (docs/CONTRACTS.md "The storefront"; docs/ARCHITECTURE.md, server/http/panel.ts):
+// The customer panel's static files (docs/CONTRACTS.md "Starting it", docs/ARCHITECTURE.md server/http/panel.ts):
 // the panel's build output served at `/`, behind every API route. The build output is a directory with
 // `index.html` (the app) and `assets/<name>-<hash>.<ext>` (content-hashed, so cached for good), and
 // possibly more HTML entry points. Unknown GET/HEAD paths that a browser navigates to (Accept names

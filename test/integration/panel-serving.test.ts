@@ -1,4 +1,4 @@
-// The customer panel's files at `/` (server/http/panel.ts, docs/CONTRACTS.md "The storefront") against a
+// The customer panel's files at `/` (server/http/panel.ts, docs/CONTRACTS.md "Starting it") against a
 // real gateway on real PostgreSQL, serving a fixture build output made here in a temporary directory with
 // the build's layout: index.html, content-hashed assets (some with precompressed .br/.gz siblings written by
 // node:zlib), a second HTML entry point, and a secret file beside the directory that no request may reach.
