@@ -43,8 +43,6 @@ export interface PanelOptions {
 
 export interface Panel {
   middleware: Middleware;
-  /** Whether the build output is there now (index.html exists). */
-  built(): boolean;
 }
 
 /** Whether the request names text/html among what it accepts: a browser navigating, not `*\/*` from a script or curl. */
@@ -224,7 +222,8 @@ export function createPanel(o: PanelOptions): Panel {
     return (await regularFileInside(file)) ?? (await regularFileInside(path.join(file, 'index.html')));
   }
 
-  async function send(ctx: Context, file: FoundFile, cacheControl: string): Promise<void> {
+  /** Answers with the file; false when it vanished before it could be read. */
+  async function send(ctx: Context, file: FoundFile, cacheControl: string): Promise<boolean> {
     // The precompressed siblings present for this file, offered to the client's Accept-Encoding.
     const variants = new Map<string, FoundFile>();
     for (const e of ENCODINGS) {
@@ -233,7 +232,14 @@ export function createPanel(o: PanelOptions): Panel {
     }
     const encoding = variants.size > 0 ? pickEncoding(ctx.get('accept-encoding'), [...variants.keys()]) : null;
     const chosen = encoding ? variants.get(encoding) : undefined;
-    const content = await read(chosen ?? file);
+    let content: CachedFile;
+    try {
+      content = await read(chosen ?? file);
+    } catch (e) {
+      // Gone between the look-up and the read: a rebuild is replacing the directory. Not found, this once.
+      if ((e as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      throw e;
+    }
     ctx.status = 200;
     ctx.set(headers);
     // The answer depends on Accept-Encoding whenever a sibling may exist: a shared cache must not hand
@@ -243,11 +249,9 @@ export function createPanel(o: PanelOptions): Panel {
     ctx.type = path.extname(file.real);
     if (chosen && encoding) ctx.set('Content-Encoding', encoding);
     ctx.set('ETag', content.etag);
-    if (ctx.fresh) {
-      ctx.status = 304;
-      return;
-    }
-    ctx.body = content.body;
+    if (ctx.fresh) ctx.status = 304;
+    else ctx.body = content.body;
+    return true;
   }
 
   function sendNotBuilt(ctx: Context): void {
@@ -267,16 +271,17 @@ export function createPanel(o: PanelOptions): Panel {
     const isAsset = segments[0] === 'assets';
     const found = await lookup(segments);
     if (found) {
-      ctx._matchedRoute = isAsset ? '/assets/*' : '/*';
-      return send(ctx, found, isAsset ? IMMUTABLE : REVALIDATE);
+      if (await send(ctx, found, isAsset ? IMMUTABLE : REVALIDATE)) {
+        ctx._matchedRoute = isAsset ? '/assets/*' : '/*';
+        return;
+      }
     }
     // A missing asset stays missing (an old page asking for a file of a previous build must see a 404).
     if (isAsset || !(segments.length === 0 || wantsHtml(ctx))) return next();
     ctx._matchedRoute = '/*';
     const index = await regularFileInside(indexFile);
-    if (!index) return sendNotBuilt(ctx);
-    return send(ctx, index, REVALIDATE);
+    if (!index || !(await send(ctx, index, REVALIDATE))) sendNotBuilt(ctx);
   };
 
-  return { middleware, built: () => existsSync(indexFile) };
+  return { middleware };
 }
