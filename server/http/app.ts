@@ -228,6 +228,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     // Apollo's 400; queries by GET and every POST are unchanged.
     if ((ctx.method === 'GET' || ctx.method === 'HEAD') && !ctx.URL.searchParams.has('query') && wantsHtml(ctx)) {
       ctx._matchedRoute = '/graphql';
+      ctx.vary('Accept');
       ctx.redirect(GRAPHQL_EXPLORER);
       return;
     }

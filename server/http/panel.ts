@@ -6,7 +6,7 @@
 // missing script is a 404 and not an HTML page the browser would refuse as a script.
 //
 // Files are looked up per request (a rebuild or a first build while the gateway runs is picked up at the
-// next request) and kept in memory by inode, size and mtime, so a steady state reads no file.
+// next request) and their contents kept in memory by inode, size and mtime, so a steady state reads no content.
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { existsSync, type Stats } from 'node:fs';
@@ -279,6 +279,8 @@ export function createPanel(o: PanelOptions): Panel {
     // A missing asset stays missing (an old page asking for a file of a previous build must see a 404).
     if (isAsset || !(segments.length === 0 || wantsHtml(ctx))) return next();
     ctx._matchedRoute = '/*';
+    // The same path answers a script the JSON 404: a shared cache must key this answer on Accept too.
+    if (segments.length > 0) ctx.vary('Accept');
     const index = await regularFileInside(indexFile);
     if (!index || !(await send(ctx, index, REVALIDATE))) sendNotBuilt(ctx);
   };

@@ -159,6 +159,8 @@ describe('the built panel', () => {
       expect(res.body.toString(), path).toBe(INDEX);
       expect(res.headers['cache-control']).toBe('no-cache');
       expect(res.headers['content-security-policy']).toContain("script-src 'self'");
+      // A script asking for the same path gets the JSON 404: caches must tell the two apart.
+      expect(String(res.headers.vary).toLowerCase().split(/,\s*/)).toContain('accept');
     }
     // Another entry point is served as itself (a directory's index.html).
     const dev = await raw(gw.url, '/developers/', { accept: BROWSER });
@@ -246,6 +248,7 @@ describe('the built panel', () => {
     const browser = await raw(gw.url, '/graphql', { accept: BROWSER });
     expect(browser.status).toBe(302);
     expect(browser.headers.location).toBe('/developers/graphql');
+    expect(String(browser.headers.vary).toLowerCase().split(/,\s*/)).toContain('accept');
     // With a query it runs, as before.
     const query = await call(gw.url, 'GET', `/graphql?query=${encodeURIComponent('{ __typename }')}`, { headers: { accept: BROWSER, 'apollo-require-preflight': 'true' } });
     expect(query.status).toBe(200);
