@@ -77,18 +77,29 @@ export function panelCsp(publicUrl: string, issuerUrl: string): string {
 }
 
 /**
- * Headers of every panel response, as the issuer's own pages (server/oidc/pages.ts) set them.
- * Referrer-Policy same-origin rather than no-referrer: with no-referrer a browser sends `Origin: null`
- * on the panel's own POSTs, and the callback URL (which carries the authorization code) still never
- * leaves the origin in a Referer.
+ * Headers of every panel response, as the issuer's own pages (server/oidc/pages.ts) set them, but for
+ * Referrer-Policy: strict-origin. A Referer never carries a path or query (tunnel ids, the authorization
+ * code on /callback), not even to the gateway; and unlike no-referrer or same-origin, a form the panel
+ * posts to an issuer on another origin (sign-out) still carries the real `Origin`, which the issuer checks
+ * (with those two a browser sends `Origin: null`).
  */
 function securityHeaders(csp: string): Record<string, string> {
   return {
     'Content-Security-Policy': csp,
     'X-Content-Type-Options': 'nosniff',
     'X-Frame-Options': 'DENY',
-    'Referrer-Policy': 'same-origin',
+    'Referrer-Policy': 'strict-origin',
   };
+}
+
+/**
+ * What the panel learns from its gateway at start (`GET /config.json`, never cached; docs/CONTRACTS.md "The
+ * panel (`client_id` `panel`)"): the issuer (ISSUER_URL may be another origin), the first-party client the
+ * gateway registers for it, the scopes it asks for (no `openid`: a public client gets no ID token), and the
+ * issuer's sign-out endpoint. Built from the configuration, so it cannot drift from the issuer.
+ */
+export function panelConfig(issuerUrl: string): { issuer: string; clientId: string; scope: string; signOutUrl: string } {
+  return { issuer: issuerUrl, clientId: 'panel', scope: 'profile email', signOutUrl: `${issuerUrl}/oauth/logout` };
 }
 
 /** Nothing external, no script, no style: only words. */
@@ -180,6 +191,7 @@ export function createPanel(o: PanelOptions): Panel {
   const reserved = o.reserved.map((p) => p.replace(/\/+$/, '')).filter((p) => p !== '');
   const isReserved = (p: string) => reserved.some((r) => p === r || p.startsWith(`${r}/`));
   const indexFile = path.join(root, 'index.html');
+  const configJson = JSON.stringify(panelConfig(o.issuerUrl));
 
   if (!existsSync(indexFile)) {
     o.log.warn('panel not built: / answers a page saying so until it is', { dir: root, build: 'npm run build:panel' });
@@ -265,6 +277,13 @@ export function createPanel(o: PanelOptions): Panel {
   const middleware: Middleware = async (ctx: Context, next: Next) => {
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') return next();
     if (isReserved(ctx.path)) return next();
+    if (ctx.path === '/config.json') {
+      ctx._matchedRoute = '/config.json';
+      ctx.set({ ...headers, 'Cache-Control': 'no-store' });
+      ctx.type = 'application/json';
+      ctx.body = configJson;
+      return;
+    }
     const segments = safeSegments(ctx.path);
     // Anything that could leave the directory is the gateway's plain 404: never a file, never the app.
     if (segments === null) return next();

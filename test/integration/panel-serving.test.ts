@@ -83,7 +83,15 @@ describe('the built panel', () => {
     expect(csp).not.toMatch(/unsafe-inline|unsafe-eval|\*/);
     expect(res.headers['x-content-type-options']).toBe('nosniff');
     expect(res.headers['x-frame-options']).toBe('DENY');
-    expect(res.headers['referrer-policy']).toBe('same-origin');
+    expect(res.headers['referrer-policy']).toBe('strict-origin');
+  });
+
+  it('GET /config.json tells the panel its issuer, client, scope and sign-out endpoint, never cached', async () => {
+    const res = await call(gw.url, 'GET', '/config.json');
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(res.headers.get('cache-control')).toBe('no-store');
+    expect(res.body).toEqual({ issuer: gw.url, clientId: 'panel', scope: 'profile email', signOutUrl: `${gw.url}/oauth/logout` });
   });
 
   it('304 for a matching If-None-Match, the same validators again', async () => {
