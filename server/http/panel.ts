@@ -13,6 +13,7 @@ import { existsSync, type Stats } from 'node:fs';
 import path from 'node:path';
 import type { Context, Middleware, Next } from 'koa';
 import type { Logger } from '../../common/log.ts';
+import { PANEL_CLIENT_ID } from '../domain/clients.ts';
 
 /** Hashed assets: the name changes with the content, so a browser and every cache may keep them a year. */
 const IMMUTABLE = 'public, max-age=31536000, immutable';
@@ -99,7 +100,7 @@ function securityHeaders(csp: string): Record<string, string> {
  * issuer's sign-out endpoint. Built from the configuration, so it cannot drift from the issuer.
  */
 export function panelConfig(issuerUrl: string): { issuer: string; clientId: string; scope: string; signOutUrl: string } {
-  return { issuer: issuerUrl, clientId: 'panel', scope: 'profile email', signOutUrl: `${issuerUrl}/oauth/logout` };
+  return { issuer: issuerUrl, clientId: PANEL_CLIENT_ID, scope: 'profile email', signOutUrl: `${issuerUrl.replace(/\/+$/, '')}/oauth/logout` };
 }
 
 /** Nothing external, no script, no style: only words. */
