@@ -28,6 +28,7 @@ import {
 import { WebhookResolver } from './webhooks.ts';
 import { TunnelTrafficResolver } from './health.ts';
 import { LedgerResolver } from './ledger.ts';
+import { releasing } from './subscriptions.ts';
 
 /**
  * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
@@ -133,12 +134,19 @@ export class TunnelResolver {
 export class TunnelStatusResolver {
   @Subscription(() => Tunnel, {
     description:
-      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...) or its health changes, from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization.',
+      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...) or its health changes, from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization. At most 10 running subscriptions per WebSocket and 50 per credential: more are refused with code rate_limited.',
     subscribe: async ({ args, context }: SubscribeResolverData<unknown, { id: string }, GraphqlContext>) => {
       const principal = await context.principal();
-      // Refuse another account's or a missing tunnel now, as a subscription error, not mid-stream.
-      await context.services.tunnels.get(principal, args.id);
-      return context.services.tunnels.watch(principal, args.id);
+      // Over a cap (subscriptions.ts): refused before anything is read or listened to.
+      const release = context.subscriptions?.acquire(principal) ?? (() => {});
+      try {
+        // Refuse another account's or a missing tunnel now, as a subscription error, not mid-stream.
+        await context.services.tunnels.get(principal, args.id);
+        return releasing(context.services.tunnels.watch(principal, args.id), release);
+      } catch (e) {
+        release();
+        throw e;
+      }
     },
   })
   tunnelStatus(@Root() tunnel: TunnelView, @Arg('id', () => ID) _id: string): Tunnel {
