@@ -7,7 +7,7 @@ import { ApolloServer } from '@apollo/server';
 import { ApolloServerPluginDrainHttpServer } from '@apollo/server/plugin/drainHttpServer';
 import { ApolloServerPluginLandingPageDisabled } from '@apollo/server/plugin/disabled';
 import { koaMiddleware } from '@as-integrations/koa';
-import { GraphQLError, specifiedRules, validate } from 'graphql';
+import { GraphQLError, execute, getOperationAST, specifiedRules, subscribe, validate, type ExecutionArgs } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import { WebSocketServer, type WebSocket } from 'ws';
 import type { Duplex } from 'node:stream';
@@ -24,6 +24,7 @@ import { errorPlugin, formatGraphqlError } from './errors.ts';
 import { queryLimitsRule } from './limits.ts';
 import { buildGraphqlSchema } from './schema.ts';
 import { SubscriptionCaps, type SubscriptionSlots } from './subscriptions.ts';
+import { trafficBudgetPlugin, trafficRefusal, trafficRefusalError } from './traffic-budget.ts';
 
 export { buildGraphqlSchema, printGraphqlSchema } from './schema.ts';
 export { QUERY_LIMITS } from './limits.ts';
@@ -65,7 +66,7 @@ export async function createGraphql(
       warn: (m: unknown) => glog.warn(String(m)),
       error: (m: unknown) => glog.error(String(m)),
     },
-    plugins: [ApolloServerPluginDrainHttpServer({ httpServer }), ApolloServerPluginLandingPageDisabled(), errorPlugin(glog)],
+    plugins: [ApolloServerPluginDrainHttpServer({ httpServer }), ApolloServerPluginLandingPageDisabled(), errorPlugin(glog), trafficBudgetPlugin()],
   });
   await apollo.start();
 
@@ -258,6 +259,11 @@ function subscriptionServer(
     c.recheck.unref();
   };
 
+  const trafficRefusalOf = (args: ExecutionArgs): GraphQLError | null => {
+    const refusal = trafficRefusal(args.schema, args.document, getOperationAST(args.document, args.operationName), args.variableValues);
+    return refusal ? trafficRefusalError(refusal) : null;
+  };
+
   const rateLimitedError = (e: ApiError) =>
     new GraphQLError(e.message, { extensions: { code: e.code, status: e.status, retry_after: Number(e.headers['Retry-After'] ?? 1) } });
 
@@ -265,6 +271,15 @@ function subscriptionServer(
     {
       schema,
       validate: (s, doc) => validate(s, doc, [...specifiedRules, queryLimitsRule()]),
+      // The traffic budget (traffic-budget.ts), checked before any resolver runs, as over HTTP.
+      execute: (args: ExecutionArgs) => {
+        const refusal = trafficRefusalOf(args);
+        return refusal ? { errors: [refusal] } : execute(args);
+      },
+      subscribe: (args: ExecutionArgs) => {
+        const refusal = trafficRefusalOf(args);
+        return refusal ? { errors: [refusal] } : subscribe(args);
+      },
       onConnect: async (ctx) => {
         const c = connectionOf(ctx);
         c.authorization = authorizationOf(ctx.connectionParams);

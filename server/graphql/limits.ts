@@ -13,6 +13,8 @@
 //   (default 20, a variable counts as 100), and likewise under `ledger(limit: n)`. `Tunnel.traffic` costs 10 too (it reads the database for
 //   each tunnel). A full page of 100 tunnels with every field but traffic costs 1,610 (so one fits,
 //   two do not); the standard introspection query costs 220 at depth 6.
+// - traffic points: not here (they depend on variables and the clock); traffic-budget.ts allows at most
+//   10,000 per operation, counted by each traffic field's points times its tunnels, before execution.
 // - aliases: at most 20 aliased fields, so one request cannot fan a resolver out many times.
 // - mutations: one root mutation field per operation. Mutation results are non-null, so when a later
 //   root field failed the whole `data` became null and hid a purchase the earlier field had already
