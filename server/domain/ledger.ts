@@ -31,6 +31,7 @@ export interface LedgerPage {
 }
 
 const CURSOR_TAG = 'ledger';
+const MAX_INT8 = 2n ** 63n - 1n;
 
 function encodeCursor(id: string): string {
   return Buffer.from(JSON.stringify([CURSOR_TAG, id])).toString('base64url');
@@ -41,7 +42,8 @@ function decodeCursor(cursor: string): string {
   if (cursor.length <= 128 && /^[A-Za-z0-9_-]+$/.test(cursor)) {
     try {
       const v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
-      if (Array.isArray(v) && v.length === 2 && v[0] === CURSOR_TAG && typeof v[1] === 'string' && /^[1-9]\d{0,18}$/.test(v[1])) return v[1];
+      // Within bigint (int8), or the cast in the query would fail as a server error.
+      if (Array.isArray(v) && v.length === 2 && v[0] === CURSOR_TAG && typeof v[1] === 'string' && /^[1-9]\d{0,18}$/.test(v[1]) && BigInt(v[1]) <= MAX_INT8) return v[1];
     } catch {
       // fall through
     }
