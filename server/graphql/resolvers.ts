@@ -4,7 +4,7 @@
 import 'reflect-metadata';
 import { Arg, Ctx, ID, Int, Mutation, Query, Resolver, Root, Subscription, type SubscribeResolverData } from 'type-graphql';
 import { getAccount } from '../domain/accounts.ts';
-import { validateIdempotencyKey, validatePurchase, validateUpdate, type LifecycleResult, type TunnelView } from '../domain/tunnels/index.ts';
+import { WATCH_MANY_MAX, validateIdempotencyKey, validatePurchase, validateUpdate, type LifecycleResult, type TunnelView } from '../domain/tunnels/index.ts';
 import type { GraphqlContext } from './context.ts';
 import { TUNNELS_DEFAULT_LIMIT, TUNNELS_MAX_LIMIT } from './limits.ts';
 import {
@@ -152,6 +152,23 @@ export class TunnelStatusResolver {
     },
   })
   tunnelStatus(@Root() tunnel: TunnelView, @Arg('id', () => ID) _id: string): Tunnel {
+    return toTunnel(tunnel);
+  }
+
+  @Subscription(() => Tunnel, {
+    description: `Changes of many tunnels on one subscription (a dashboard's list): each time one of \`ids\` (1 to ${WATCH_MANY_MAX} of this account's tunnels) changes status or health, that tunnel now. No first snapshot: read the list, then follow it. One id not of this account: not_found. Counts as one subscription against the caps of tunnelStatus.`,
+    subscribe: async ({ args, context }: SubscribeResolverData<unknown, { ids: string[] }, GraphqlContext>) => {
+      const principal = await context.principal();
+      const release = context.subscriptions?.acquire(principal) ?? (() => {});
+      try {
+        return releasing(await context.services.tunnels.watchMany(principal, args.ids), release);
+      } catch (e) {
+        release();
+        throw e;
+      }
+    },
+  })
+  tunnelsStatus(@Root() tunnel: TunnelView, @Arg('ids', () => [ID]) _ids: string[]): Tunnel {
     return toTunnel(tunnel);
   }
 }

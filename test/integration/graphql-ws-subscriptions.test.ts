@@ -136,6 +136,46 @@ describe('caps', () => {
   });
 });
 
+describe('tunnelsStatus: many tunnels on one subscription', () => {
+  const MANY = 'subscription M($ids: [ID!]!) { tunnelsStatus(ids: $ids) { id status } }';
+
+  it('follows more tunnels than a socket may hold subscriptions, sends each change once, refuses a stranger\'s id, and lets go when completed', async () => {
+    await seedNode(gw.testDb.db, '198.18.10.0/27');
+    const u = await seedUser(gw.testDb.db);
+    const other = await seedUser(gw.testDb.db);
+    const ids: string[] = [];
+    for (let i = 0; i < 12; i++) ids.push(await tunnelOf(u));
+    const strangers = await tunnelOf(other);
+    const baseline = listeners();
+    const s = await authed(`Bearer ${u.readKey}`);
+
+    // One id of another account: not_found, and nothing is held.
+    s.send({ type: 'subscribe', id: 'stranger', payload: { query: MANY, variables: { ids: [...ids, strangers] } } });
+    const refused = await s.next((f) => f.id === 'stranger' && f.type === 'next');
+    expect((refused?.payload as { errors?: Array<{ extensions?: { code?: string } }> }).errors?.[0]?.extensions?.code).toBe('not_found');
+
+    // 501 ids: invalid_request before anything is read.
+    const tooMany = Array.from({ length: 501 }, (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`);
+    s.send({ type: 'subscribe', id: 'many', payload: { query: MANY, variables: { ids: tooMany } } });
+    const big = await s.next((f) => f.id === 'many' && f.type === 'next');
+    expect((big?.payload as { errors?: Array<{ extensions?: { code?: string } }> }).errors?.[0]?.extensions?.code).toBe('invalid_request');
+
+    s.send({ type: 'subscribe', id: 'all', payload: { query: MANY, variables: { ids } } });
+    // No first snapshot: the subscription is running once it holds a listener per tunnel.
+    await until('the subscription to follow all 12 tunnels', () => listeners() >= baseline + 12);
+    // Two of them change (a pending tunnel's delete is immediate): each arrives once, as it is now.
+    for (const id of [ids[11]!, ids[3]!]) expect((await call(gw.url, 'DELETE', `/api/dedicated/${id}`, { token: u.writeKey })).status).toBe(200);
+    const answers = () => s.frames.filter((x) => x.id === 'all' && x.type === 'next');
+    await until('both changes to arrive', () => answers().length >= 2);
+    const seen = answers().map((f) => (f.payload as { data: { tunnelsStatus: { id: string; status: string } } }).data.tunnelsStatus);
+    expect(seen.sort((a, b) => a.id.localeCompare(b.id))).toEqual([ids[11]!, ids[3]!].sort().map((id) => ({ id, status: 'DELETED' })));
+
+    s.send({ type: 'complete', id: 'all' });
+    await until('the completed subscription to let go of its listeners', () => listeners() === baseline);
+    s.ws.close();
+  });
+});
+
 describe('credential re-check', () => {
   async function watching(authorization: string, tunnel: string): Promise<Socket> {
     const s = await authed(authorization);

@@ -1,30 +1,30 @@
-// Live status and health of the tunnels a page shows, from the tunnelStatus subscription: each change
-// the gateway publishes replaces that tunnel's entry. No polling.
+// Live status and health of the tunnels a list shows, from one tunnelsStatus subscription (a socket may
+// hold only 10 subscriptions, a dashboard shows more tunnels): each change the gateway publishes replaces
+// that tunnel's entry. No polling.
 import { useEffect, useState } from 'preact/hooks';
 import { subscribe } from '../api/graphql.ts';
-import { TunnelRowLiveDocument, type TunnelHealth, type TunnelStatus } from '../graphql/generated.ts';
+import { TunnelRowsLiveDocument, type TunnelHealth, type TunnelStatus } from '../graphql/generated.ts';
 
 export interface LiveState {
   status: TunnelStatus;
   health: TunnelHealth;
 }
 
-/** The server allows 10 subscriptions per socket (docs/CONTRACTS.md "Storefront"). */
-const MAX_WATCHED = 10;
+/** What one tunnelsStatus subscription may follow (the gateway's WATCH_MANY_MAX). */
+const MAX_WATCHED = 500;
 
 export function useLiveTunnels(ids: readonly string[]): Map<string, LiveState> {
   const [states, setStates] = useState(() => new Map<string, LiveState>());
-  const key = ids.slice(0, MAX_WATCHED).join(',');
+  const watched = ids.slice(0, MAX_WATCHED);
+  const key = watched.join(',');
   useEffect(() => {
-    const stops = ids.slice(0, MAX_WATCHED).map((id) =>
-      subscribe(
-        TunnelRowLiveDocument,
-        { id },
-        (d) => setStates((m) => new Map(m).set(d.tunnelStatus.id, { status: d.tunnelStatus.status, health: d.tunnelStatus.health })),
-        () => {},
-      ),
+    if (watched.length === 0) return;
+    return subscribe(
+      TunnelRowsLiveDocument,
+      { ids: watched },
+      (d) => setStates((m) => new Map(m).set(d.tunnelsStatus.id, { status: d.tunnelsStatus.status, health: d.tunnelsStatus.health })),
+      () => {},
     );
-    return () => stops.forEach((stop) => stop());
     // The ids are compared by value (key).
   }, [key]);
   return states;

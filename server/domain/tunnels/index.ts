@@ -25,6 +25,7 @@ export type { TunnelProtection, TunnelSettings } from './settings.ts';
 export { IDEMPOTENCY_TTL_DAYS, purgeExpiredIdempotency, type Purchase, type PurchaseOutcome } from './purchase.ts';
 export type { EdgeDispatch, LifecycleResult } from './lifecycle.ts';
 export type { ListOptions, SetupView, TunnelPage, TunnelWatch } from './queries.ts';
+export { WATCH_MANY_MAX } from './queries.ts';
 export type { TunnelView } from './rows.ts';
 export { routeTableFor, tunnelNameFor } from './naming.ts';
 export { utcText } from './cursor.ts';
@@ -98,5 +99,9 @@ export class TunnelService {
 
   watch(principal: Principal, id: string): TunnelWatch {
     return this.queries.watch(principal, id);
+  }
+
+  watchMany(principal: Principal, ids: readonly string[]): Promise<TunnelWatch> {
+    return this.queries.watchMany(principal, ids);
   }
 }

@@ -6,13 +6,14 @@ import type { TunnelStatus } from '../../db/entities.ts';
 import type { Health } from '../../../common/tunnel-status.ts';
 import type { StatusChange } from '../../provisioning/status-bus.ts';
 import type { Principal } from '../../auth/principal.ts';
-import { ApiError } from '../errors.ts';
+import { ApiError, notFound } from '../errors.ts';
 import { IpError } from '../ip.ts';
 import { renderOriginScripts, type OriginScripts } from '../origin-scripts.ts';
 import { decodeCursor, encodeCursor, utcText } from './cursor.ts';
 import { ourAddress } from './input.ts';
 import type { EdgeDispatch } from './lifecycle.ts';
 import { routeTableFor } from './naming.ts';
+import { isUuid } from '../../../common/names.ts';
 import { HEALTH_CHECKED_AT_SQL, readTunnel, shownHealth, tunnelView, type TunnelView } from './rows.ts';
 import { settingsOf } from './settings.ts';
 import { SETTINGS_COLUMNS, tunnelSpecOf } from './spec.ts';
@@ -229,26 +230,77 @@ export class TunnelQueries {
    * the consumer stops. Access is checked once, up front, like get().
    *
    * The consumer stops with return() (graphql-ws calls it when a subscription completes or its socket
-   * closes). An async generator queues a return() that arrives while it is suspended at an await until its
-   * next yield, and an idle tunnel never yields again: its bus listeners and the generator would stay for
-   * good. So return() aborts the wait first; the generator wakes, leaves its loop and unsubscribes at once.
+   * closes), which ends it at once (abortable).
    */
   watch(principal: Principal, id: string): TunnelWatch {
-    const abort = new AbortController();
-    const gen = this.watching(principal, id, abort.signal);
-    const watch: TunnelWatch = {
-      next: () => gen.next(),
-      return: (value?: undefined) => {
-        abort.abort();
-        return gen.return(value);
-      },
-      throw: (e?: unknown) => {
-        abort.abort();
-        return gen.throw(e);
-      },
-      [Symbol.asyncIterator]: () => watch,
-    };
-    return watch;
+    return abortable((signal) => this.watching(principal, id, signal));
+  }
+
+  /**
+   * Changes of any of `ids` (this account's tunnels, at most WATCH_MANY_MAX), as they come: each time one
+   * of them changes status or health, that tunnel now. Unlike watch() it sends no first snapshot: the
+   * caller has just read the list it follows (the panel's dashboard, which shows more tunnels than a
+   * socket may hold subscriptions). Access is checked once, up front, for every id: one id that is not
+   * this account's makes the whole call not_found. A deleted tunnel stops being followed after its
+   * `deleted` change; the call ends when none is left.
+   */
+  async watchMany(principal: Principal, ids: readonly string[]): Promise<TunnelWatch> {
+    const wanted = [...new Set(ids.map((id) => id.toLowerCase()))];
+    if (wanted.length === 0 || wanted.length > WATCH_MANY_MAX) throw new ApiError('invalid_request', `ids must hold 1 to ${WATCH_MANY_MAX} tunnel ids.`);
+    if (!wanted.every((id) => isUuid(id))) throw notFound();
+    const rows = await this.db.query<{ id: string; status: TunnelStatus; health: Health }>(
+      'select id, status, health from tunnel where account_id = ? and id = any(?::uuid[])',
+      [principal.accountId, `{${wanted.join(',')}}`],
+    );
+    if (rows.length !== wanted.length) throw notFound();
+    const last = new Map(rows.map((r) => [r.id, { status: r.status, health: shownHealth(r.status, r.health) }]));
+    return abortable((signal) => this.watchingMany(principal, last, signal));
+  }
+
+  private async *watchingMany(principal: Principal, last: Map<string, { status: TunnelStatus; health: Health }>, signal: AbortSignal): AsyncGenerator<TunnelView, undefined> {
+    if (signal.aborted) return undefined;
+    await this.edge.bus.start();
+    const changed = new Set<string>();
+    let resync = false;
+    let wake: (() => void) | null = null;
+    const offs = [...last.keys()].map((id) =>
+      this.edge.bus.on(id, () => {
+        changed.add(id);
+        wake?.();
+      }),
+    );
+    // Notices may have been missed: every followed tunnel is read again.
+    offs.push(
+      this.edge.bus.onResync(() => {
+        resync = true;
+        wake?.();
+      }),
+    );
+    const onAbort = () => wake?.();
+    signal.addEventListener('abort', onAbort);
+    try {
+      while (last.size > 0 && !signal.aborted) {
+        if (changed.size === 0 && !resync) await new Promise<void>((r) => (wake = r));
+        wake = null;
+        if (signal.aborted) break;
+        const ids = resync ? [...last.keys()] : [...changed];
+        resync = false;
+        changed.clear();
+        for (const id of ids) {
+          const before = last.get(id);
+          if (!before) continue;
+          // The row, not the notice, is the truth: several notices may have come while this loop was busy.
+          const now = await this.get(principal, id);
+          if (now.status === 'deleted') last.delete(id);
+          else last.set(id, { status: now.status, health: now.health });
+          if (now.status !== before.status || now.health !== before.health) yield now;
+        }
+      }
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+      for (const off of offs) off();
+    }
+    return undefined;
   }
 
   private async *watching(principal: Principal, id: string, signal: AbortSignal): AsyncGenerator<TunnelView, undefined> {
@@ -299,6 +351,33 @@ export class TunnelQueries {
     }
     return undefined;
   }
+}
+
+/** How many tunnels one watchMany() may follow: the panel's dashboard shows them 50 at a time. */
+export const WATCH_MANY_MAX = 500;
+
+/**
+ * An async iterator over `start`'s generator whose return() ends it at once. An async generator queues a
+ * return() that arrives while it is suspended at an await until its next yield, and an idle tunnel never
+ * yields again: its bus listeners and the generator would stay for good. So return() aborts the wait
+ * first; the generator wakes, leaves its loop and unsubscribes at once.
+ */
+function abortable(start: (signal: AbortSignal) => AsyncGenerator<TunnelView, undefined>): TunnelWatch {
+  const abort = new AbortController();
+  const gen = start(abort.signal);
+  const watch: TunnelWatch = {
+    next: () => gen.next(),
+    return: (value?: undefined) => {
+      abort.abort();
+      return gen.return(value);
+    },
+    throw: (e?: unknown) => {
+      abort.abort();
+      return gen.throw(e);
+    },
+    [Symbol.asyncIterator]: () => watch,
+  };
+  return watch;
 }
 
 /** A tunnel's status changes as they come (TunnelQueries.watch); return() ends it at once. */
