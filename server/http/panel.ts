@@ -95,12 +95,20 @@ function securityHeaders(csp: string): Record<string, string> {
 
 /**
  * What the panel learns from its gateway at start (`GET /config.json`, never cached; docs/CONTRACTS.md "The
- * panel (`client_id` `panel`)"): the issuer (ISSUER_URL may be another origin), the first-party client the
- * gateway registers for it, the scopes it asks for (no `openid`: a public client gets no ID token), and the
- * issuer's sign-out endpoint. Built from the configuration, so it cannot drift from the issuer.
+ * panel (`client_id` `panel`)"): its own canonical address (PUBLIC_URL: the callback registered for it is
+ * there, so a panel opened under another name for the same server moves there before signing in), the
+ * issuer (ISSUER_URL may be another origin), the first-party client the gateway registers for it, the
+ * scopes it asks for (no `openid`: a public client gets no ID token), and the issuer's sign-out endpoint.
+ * Built from the configuration, so it cannot drift from the issuer.
  */
-export function panelConfig(issuerUrl: string): { issuer: string; clientId: string; scope: string; signOutUrl: string } {
-  return { issuer: issuerUrl, clientId: PANEL_CLIENT_ID, scope: 'profile email', signOutUrl: `${issuerUrl.replace(/\/+$/, '')}/oauth/logout` };
+export function panelConfig(publicUrl: string, issuerUrl: string): { publicUrl: string; issuer: string; clientId: string; scope: string; signOutUrl: string } {
+  return {
+    publicUrl: publicUrl.replace(/\/+$/, ''),
+    issuer: issuerUrl,
+    clientId: PANEL_CLIENT_ID,
+    scope: 'profile email',
+    signOutUrl: `${issuerUrl.replace(/\/+$/, '')}/oauth/logout`,
+  };
 }
 
 /** Nothing external, no script, no style: only words. */
@@ -192,7 +200,7 @@ export function createPanel(o: PanelOptions): Panel {
   const reserved = o.reserved.map((p) => p.replace(/\/+$/, '')).filter((p) => p !== '');
   const isReserved = (p: string) => reserved.some((r) => p === r || p.startsWith(`${r}/`));
   const indexFile = path.join(root, 'index.html');
-  const configJson = JSON.stringify(panelConfig(o.issuerUrl));
+  const configJson = JSON.stringify(panelConfig(o.publicUrl, o.issuerUrl));
 
   if (!existsSync(indexFile)) {
     o.log.warn('panel not built: / answers a page saying so until it is', { dir: root, build: 'npm run build:panel' });

@@ -86,12 +86,12 @@ describe('the built panel', () => {
     expect(res.headers['referrer-policy']).toBe('strict-origin');
   });
 
-  it('GET /config.json tells the panel its issuer, client, scope and sign-out endpoint, never cached', async () => {
+  it('GET /config.json tells the panel its own address, its issuer, client, scope and sign-out endpoint, never cached', async () => {
     const res = await call(gw.url, 'GET', '/config.json');
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^application\/json/);
     expect(res.headers.get('cache-control')).toBe('no-store');
-    expect(res.body).toEqual({ issuer: gw.url, clientId: 'panel', scope: 'profile email', signOutUrl: `${gw.url}/oauth/logout` });
+    expect(res.body).toEqual({ publicUrl: gw.url, issuer: gw.url, clientId: 'panel', scope: 'profile email', signOutUrl: `${gw.url}/oauth/logout` });
   });
 
   it('304 for a matching If-None-Match, the same validators again', async () => {

@@ -39,14 +39,29 @@ const insecure = () => ({ [oauth.allowInsecureRequests]: new URL(config!.issuer)
 
 async function discover(): Promise<oauth.AuthorizationServer> {
   if (server) return server;
-  config = await loadConfig();
+  config ??= await loadConfig();
   const issuer = new URL(config.issuer);
   server = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oidc', ...insecure() }));
   client = { client_id: config.clientId };
   return server;
 }
 
-const redirectUri = () => new URL(CALLBACK_PATH, location.origin).href;
+/** The callback registered for the panel: under PUBLIC_URL, whatever name this page was opened under. */
+const redirectUri = () => `${config!.publicUrl}${CALLBACK_PATH}`;
+
+/**
+ * True when this page is not at the panel's canonical address (127.0.0.1 for a PUBLIC_URL of localhost,
+ * say): it then moves there, keeping its path, and answers true. The callback and the issuer's cookies
+ * belong to that address, so signing in anywhere else would fail.
+ */
+export async function moveToCanonicalAddress(): Promise<boolean> {
+  // Before discovery: from another origin the issuer's metadata is a cross-origin read CORS refuses.
+  config ??= await loadConfig();
+  const canonical = new URL(config!.publicUrl);
+  if (canonical.origin === location.origin) return false;
+  location.replace(`${canonical.origin}${location.pathname}${location.search}`);
+  return true;
+}
 
 /** Leaves for the issuer's sign-in page (or, `silent`, a prompt=none round trip); comes back to `returnTo`. */
 export async function signIn(returnTo: string, silent: boolean): Promise<never> {
@@ -155,7 +170,7 @@ async function refresh(stale: string): Promise<string> {
   }
 }
 
-const currentPlace = () => location.pathname + location.search;
+const currentPlace = () => location.pathname + location.search + location.hash;
 
 /**
  * Sign-out: the refresh token is revoked (its grant with it), then the browser goes to the issuer's
