@@ -26,6 +26,7 @@ export { IDEMPOTENCY_TTL_DAYS, purgeExpiredIdempotency, type Purchase, type Purc
 export type { EdgeDispatch, LifecycleResult } from './lifecycle.ts';
 export type { ListOptions, SetupView, TunnelPage } from './queries.ts';
 export type { TunnelView } from './rows.ts';
+export { SETTINGS_APPLIED } from './rows.ts';
 export { routeTableFor, tunnelNameFor } from './naming.ts';
 export { utcText } from './cursor.ts';
 export { tunnelSpecOf, type SpecSource } from './spec.ts';
