@@ -264,6 +264,17 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('settingsApplie
     const u = await updateTunnel(gw, user.writeKey, t.id, { originIp: '9.9.9.9' });
     expect(u).toMatchObject({ originIp: '9.9.9.9', status: 'PROVISIONED', settingsApplied: false });
     const held = await edge.waitForCall(carries(t.id), from);
+    // The one tunnel and the list say the same (the list reads its rows its own way: queries.ts).
+    const read = async () => {
+      const r = await call(gw.url, 'POST', '/graphql', {
+        token: user.readKey,
+        body: { query: 'query($id: ID!) { tunnel(id: $id) { settingsApplied } tunnels(limit: 100) { tunnels { id settingsApplied } } }', variables: { id: t.id } },
+      });
+      expect(r.body.errors).toBeUndefined();
+      const listed = (r.body.data.tunnels.tunnels as { id: string; settingsApplied: boolean }[]).find((x) => x.id === t.id);
+      return [r.body.data.tunnel.settingsApplied, listed?.settingsApplied];
+    };
+    expect(await read()).toEqual([false, false]);
 
     const client = createClient({
       url: gw.url.replace('http', 'ws') + '/graphql',
@@ -298,6 +309,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('settingsApplie
         { status: 'PROVISIONED', settingsApplied: true },
       ]);
       expect(await status(t.id)).toBe('provisioned');
+      expect(await read()).toEqual([true, true]);
     } finally {
       await client.dispose();
     }
