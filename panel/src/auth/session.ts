@@ -167,7 +167,11 @@ export async function signOut(): Promise<never> {
   tokens = undefined;
   if (held?.refresh) {
     try {
-      await oauth.processRevocationResponse(await oauth.revocationRequest(as, client!, oauth.None(), held.refresh, insecure()));
+      const response = await oauth.revocationRequest(as, client!, oauth.None(), held.refresh, insecure());
+      // Read the answer to its end before leaving the page: a body still streaming when the form below
+      // navigates is aborted, and the browser reports a failed request.
+      await response.clone().arrayBuffer();
+      await oauth.processRevocationResponse(response);
     } catch {
       // The session still ends below; a refresh token whose revocation failed expires on its own.
     }
