@@ -34,7 +34,7 @@ import { releasing } from './subscriptions.ts';
 
 /**
  * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
- * waiting one; an update moves no status, so its answer is the same whether the edge applied it yet or not.
+ * waiting one; an update moves no status, so its settingsApplied tells REST's 200 from its 202.
  */
 function tunnelOf(result: LifecycleResult): Tunnel {
   return toTunnel(result.tunnel);
@@ -109,7 +109,7 @@ export class TunnelResolver {
 
   @Mutation(() => Tunnel, {
     description:
-      'Changes a tunnel\'s name, origin and settings (PATCH /api/dedicated/{id}). A pending or failed tunnel just stores them (the next provision carries them); on the edge, the change is applied like a provision and the mutation waits a few seconds for the agent. A new origin moves an ACTIVE tunnel back to PROVISIONED once applied. Deleted or deleting: invalid_state.',
+      'Changes a tunnel\'s name, origin and settings (PATCH /api/dedicated/{id}). A pending or failed tunnel just stores them (the next provision carries them); on the edge, the change is applied like a provision and the mutation waits a few seconds for the agent: settingsApplied is true when it applied the change, false while its job retries (tunnelStatus fires once it is applied). A new origin moves an ACTIVE tunnel back to PROVISIONED once applied. Deleted or deleting: invalid_state.',
   })
   async updateTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string, @Arg('input', () => UpdateTunnelInput) input: UpdateTunnelInput): Promise<Tunnel> {
     const principal = await ctx.principal();
@@ -136,7 +136,7 @@ export class TunnelResolver {
 export class TunnelStatusResolver {
   @Subscription(() => Tunnel, {
     description:
-      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...) or its health changes, from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization. At most 10 running subscriptions per WebSocket and 50 per credential: more are refused with code rate_limited.',
+      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...), its health changes or the edge applies its settings (settingsApplied turns true), from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization. At most 10 running subscriptions per WebSocket and 50 per credential: more are refused with code rate_limited.',
     subscribe: async ({ args, context }: SubscribeResolverData<unknown, { id: string }, GraphqlContext>) => {
       const principal = await context.principal();
       // Over a cap (subscriptions.ts): refused before anything is read or listened to.

@@ -5,7 +5,7 @@
 import 'reflect-metadata';
 import { Field, Float, ID, InputType, Int, ObjectType, registerEnumType, GraphQLISODateTime } from 'type-graphql';
 import type { Pricing as PricingView } from '../domain/pricing.ts';
-import type { Purchase as PurchaseView, SetupView, TunnelPage as TunnelPageView, TunnelView } from '../domain/tunnels/index.ts';
+import { SETTINGS_APPLIED, type Purchase as PurchaseView, type SetupView, type TunnelPage as TunnelPageView, type TunnelView } from '../domain/tunnels/index.ts';
 import { nextStepsOf } from '../http/rest/paths.ts';
 import { PPS_MAX, PPS_MIN } from '../../common/tunnel-policy.ts';
 import type { AccountView } from '../domain/accounts.ts';
@@ -149,6 +149,12 @@ export class Tunnel {
 
   @Field(() => GraphQLISODateTime, { nullable: true, description: 'When the edge last checked the tunnel; null before the first check.' })
   healthCheckedAt!: Date | null;
+
+  @Field({
+    description:
+      'Whether the edge has the current settings (origin, ports, protocol, protection): what REST says with 200 rather than 202 after a PATCH. PROVISIONED or ACTIVE: true once the edge applied the latest change, false while its job retries (tunnelStatus fires when it turns true). PROVISIONING: false (the edge does not have the tunnel yet; the provision carries the current settings). PENDING, FAILED, DELETING, DELETED: true, nothing on an edge to apply them to (the next provision carries them).',
+  })
+  settingsApplied!: boolean;
 
   @Field(() => Int)
   adminSshPort!: number;
@@ -347,6 +353,7 @@ export function toTunnel(t: TunnelView): Tunnel {
     status: t.status as TunnelStatus,
     health: t.health as TunnelHealth,
     healthCheckedAt: t.health_checked_at === null ? null : new Date(t.health_checked_at),
+    settingsApplied: t[SETTINGS_APPLIED],
     adminSshPort: t.admin_ssh_port,
     edgeIp: t.edge_ip,
     createdAt: new Date(t.created_at),

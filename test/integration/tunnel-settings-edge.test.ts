@@ -7,7 +7,9 @@
 // signs version 1 and refuses a policy in it.
 import fs from 'node:fs';
 import { join } from 'node:path';
+import { createClient } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
 import { DESIRED_FILE } from '../../agent/dataplane/state.ts';
 import { EDGE_QUEUE } from '../../server/provisioning/queue.ts';
@@ -138,6 +140,17 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     expect(edge.calls.slice(calls).filter((c) => c.ids.includes(t.id))).toEqual([]);
   }, 120_000);
 
+  it('GraphQL updateTunnel with the agent answering: settingsApplied true, as REST answers 200', async () => {
+    const t = await provisioned('applied at once');
+    const u = await updateTunnel(gw, user.writeKey, t.id, { originIp: '9.9.9.9' });
+    expect(u).toMatchObject({ originIp: '9.9.9.9', status: 'PROVISIONED', settingsApplied: true });
+    expect(onEdge(t.id)?.origin_ip).toBe('9.9.9.9');
+    // The REST object keeps its shape: the same answer carries no such field there.
+    const rest = await call(gw.url, 'GET', `/api/dedicated/${t.id}`, { token: user.readKey });
+    expect(rest.body.tunnel).not.toHaveProperty('settings_applied');
+    expect(rest.body.tunnel).not.toHaveProperty('settingsApplied');
+  }, 180_000);
+
   it('a change stored while the provision applies the older spec: provisioned first, then the same job applies the change', async () => {
     const t = await buy('changed while provisioning');
     edge.holding = carries(t.id, 'apply');
@@ -200,5 +213,105 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     // The second change queued nothing of its own: the live job applied again.
     expect(await jobsFor(t.id)).toBe(jobs + 1);
     expect(applies(t.id)).toBe(before + 2);
+  }, 180_000);
+});
+
+/** GraphQL updateTunnel's answer: the tunnel's status, origin and settingsApplied. */
+async function updateTunnel(gw: RunningGateway, token: string, id: string, input: Record<string, unknown>): Promise<{ status: string; originIp: string; settingsApplied: boolean }> {
+  const r = await call(gw.url, 'POST', '/graphql', {
+    token,
+    body: { query: 'mutation($id: ID!, $input: UpdateTunnelInput!) { updateTunnel(id: $id, input: $input) { status originIp settingsApplied } }', variables: { id, input } },
+  });
+  expect(r.body.errors).toBeUndefined();
+  return r.body.data.updateTunnel;
+}
+
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('settingsApplied while the edge has not applied a change yet (namespace, veth stand-in)', () => {
+  let gw: RunningGateway;
+  let edge: TestEdge;
+  let user: SeededUser;
+  const status = (id: string) => tunnelStatus(gw.testDb.raw, id);
+  const carries = (id: string) => (c: AgentCall) => c.call === 'apply' && c.ids.includes(id);
+
+  beforeAll(async () => {
+    // A short wait, so a mutation whose apply the test holds in the agent answers before it is let go
+    // (REST's 202); the job's own timeout is long, so the held call is the one that applies it.
+    ({ gw, edge } = await startProvisioningRig({
+      config: { edgeWaitMs: 1000, edgeJobTimeoutMs: 60_000, edgeRetryLimit: 20, edgeSweepSeconds: 3600 },
+      pool: '203.0.113.48/28',
+      startAgent: false,
+    }));
+    await edge.start({ hold: 'before' });
+    user = await seedUser(gw.testDb.db);
+  }, 60_000);
+
+  afterAll(async () => {
+    await gw?.close();
+    await edge?.close();
+  });
+
+  it('updateTunnel answers settingsApplied false while the apply is held; tunnelStatus then fires with true, the status unchanged', async () => {
+    const t = await buyTunnel(gw.url, user.writeKey, 'applied later');
+    const p = await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey });
+    expect(await settle(p, 'provisioned', () => status(t.id))).toBe('provisioned');
+    // Its provision job ended too, so the change's apply is the next apply call for this tunnel.
+    await until('the provision job ended', async () =>
+      (await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data->>'tunnelId' = $1 and state < 'completed'`, [t.id])).rows[0]!.n === 0,
+    );
+
+    edge.holding = carries(t.id);
+    const from = edge.calls.length;
+    const u = await updateTunnel(gw, user.writeKey, t.id, { originIp: '9.9.9.9' });
+    expect(u).toMatchObject({ originIp: '9.9.9.9', status: 'PROVISIONED', settingsApplied: false });
+    const held = await edge.waitForCall(carries(t.id), from);
+    // The one tunnel and the list say the same (the list reads its rows its own way: queries.ts).
+    const read = async () => {
+      const r = await call(gw.url, 'POST', '/graphql', {
+        token: user.readKey,
+        body: { query: 'query($id: ID!) { tunnel(id: $id) { settingsApplied } tunnels(limit: 100) { tunnels { id settingsApplied } } }', variables: { id: t.id } },
+      });
+      expect(r.body.errors).toBeUndefined();
+      const listed = (r.body.data.tunnels.tunnels as { id: string; settingsApplied: boolean }[]).find((x) => x.id === t.id);
+      return [r.body.data.tunnel.settingsApplied, listed?.settingsApplied];
+    };
+    expect(await read()).toEqual([false, false]);
+
+    const client = createClient({
+      url: gw.url.replace('http', 'ws') + '/graphql',
+      webSocketImpl: WebSocket,
+      connectionParams: { Authorization: `Bearer ${user.readKey}` },
+      retryAttempts: 0,
+      lazy: true,
+    });
+    const seen: { status: string; settingsApplied: boolean }[] = [];
+    const failures: unknown[] = [];
+    try {
+      client.subscribe<{ tunnelStatus: { status: string; settingsApplied: boolean } }>(
+        { query: 'subscription S($id: ID!) { tunnelStatus(id: $id) { status settingsApplied } }', variables: { id: t.id } },
+        {
+          next: (m) => (m.errors ? failures.push(m.errors) : seen.push(m.data!.tunnelStatus)),
+          error: (e) => failures.push(e),
+          complete: () => {},
+        },
+      );
+      // The tunnel now: still not applied (its apply is held in the agent).
+      await until('the first event', () => seen.length >= 1 || failures.length > 0);
+      expect(failures).toEqual([]);
+      expect(seen[0]).toEqual({ status: 'PROVISIONED', settingsApplied: false });
+
+      edge.holding = () => false;
+      edge.release(held);
+      await until('settingsApplied true on the subscription', () => seen.some((e) => e.settingsApplied) || failures.length > 0);
+      expect(failures).toEqual([]);
+      // It fired on the applied revision alone: no status moved.
+      expect(seen).toEqual([
+        { status: 'PROVISIONED', settingsApplied: false },
+        { status: 'PROVISIONED', settingsApplied: true },
+      ]);
+      expect(await status(t.id)).toBe('provisioned');
+      expect(await read()).toEqual([true, true]);
+    } finally {
+      await client.dispose();
+    }
   }, 180_000);
 });

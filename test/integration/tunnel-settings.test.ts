@@ -305,7 +305,7 @@ describe('PATCH /api/dedicated/{id}', () => {
 });
 
 describe('GraphQL updateTunnel and purchaseTunnel', () => {
-  const TUNNEL = 'id name originIp ports protocol status protection { synProxy sourcePpsLimit dropFragments }';
+  const TUNNEL = 'id name originIp ports protocol status settingsApplied protection { synProxy sourcePpsLimit dropFragments }';
   const UPDATE = `mutation($id: ID!, $input: UpdateTunnelInput!) { updateTunnel(id: $id, input: $input) { ${TUNNEL} } }`;
 
   it('purchase with settings, then updateTunnel over the same service: merged, normalised, and REST shows the same', async () => {
@@ -316,7 +316,8 @@ describe('GraphQL updateTunnel and purchaseTunnel', () => {
     expect(t).toMatchObject({ ports: '80-81,443', protocol: 'udp', protection: { synProxy: false, sourcePpsLimit: null, dropFragments: true } });
     const u = await gql(UPDATE, { id: t.id, input: { name: 'via graphql', ports: '25565-25575,22', protection: { sourcePpsLimit: 300 } } });
     expect(u.errors).toBeUndefined();
-    expect(u.data!.updateTunnel).toMatchObject({ name: 'via graphql', ports: '22,25565-25575', protocol: 'udp', status: 'PENDING', protection: { synProxy: false, sourcePpsLimit: 300, dropFragments: true } });
+    // A pending tunnel is on no edge: nothing to apply, so its settings count as applied (PATCH answers 200).
+    expect(u.data!.updateTunnel).toMatchObject({ name: 'via graphql', ports: '22,25565-25575', protocol: 'udp', status: 'PENDING', settingsApplied: true, protection: { synProxy: false, sourcePpsLimit: 300, dropFragments: true } });
     // null for the rate limit lifts it; fields left out keep their values.
     const lifted = await gql(UPDATE, { id: t.id, input: { protection: { sourcePpsLimit: null } } });
     expect(lifted.data!.updateTunnel.protection).toEqual({ synProxy: false, sourcePpsLimit: null, dropFragments: true });

@@ -112,27 +112,32 @@ describe('bringing a tunnel up', () => {
 
 describe('a saved change', () => {
   it('to a name only, or to a tunnel not on an edge, needs nothing from the edge', () => {
-    expect(saveOutcome({ statusBefore: 'ACTIVE', specChanged: false, originMoved: false }, 'ACTIVE')).toBe('saved');
-    expect(saveOutcome({ statusBefore: 'PENDING', specChanged: true, originMoved: false }, 'PENDING')).toBe('stored');
-    expect(saveOutcome({ statusBefore: 'FAILED', specChanged: true, originMoved: true }, 'FAILED')).toBe('stored');
+    expect(saveOutcome({ statusBefore: 'ACTIVE', specChanged: false, originMoved: false }, { status: 'ACTIVE', settingsApplied: true })).toBe('saved');
+    expect(saveOutcome({ statusBefore: 'PENDING', specChanged: true, originMoved: false }, { status: 'PENDING', settingsApplied: true })).toBe('stored');
+    expect(saveOutcome({ statusBefore: 'FAILED', specChanged: true, originMoved: true }, { status: 'FAILED', settingsApplied: true })).toBe('stored');
   });
 
-  it('a new origin on an active tunnel is pending until the live status is PROVISIONED, then applied', () => {
+  it("settings of a tunnel on its edge: applied when the answer says so (REST's 200), else pending until a live event says applied", () => {
+    const change = { statusBefore: 'PROVISIONED', specChanged: true, originMoved: false } as const;
+    expect(saveOutcome(change, { status: 'PROVISIONED', settingsApplied: true })).toBe('applied');
+    expect(saveOutcome(change, { status: 'PROVISIONED', settingsApplied: false })).toBe('pending');
+    expect(saveOutcome({ ...change, statusBefore: 'ACTIVE' }, { status: 'ACTIVE', settingsApplied: false })).toBe('pending');
+    expect(saveOutcome({ ...change, statusBefore: 'ACTIVE' }, { status: 'ACTIVE', settingsApplied: true })).toBe('applied');
+  });
+
+  it('a new origin on an active tunnel is pending while ACTIVE, applied once PROVISIONED with the settings applied', () => {
     const change = { statusBefore: 'ACTIVE', specChanged: true, originMoved: true } as const;
-    expect(saveOutcome(change, 'ACTIVE')).toBe('pending');
-    expect(saveOutcome(change, 'PROVISIONED')).toBe('applied');
+    expect(saveOutcome(change, { status: 'ACTIVE', settingsApplied: false })).toBe('pending');
+    expect(saveOutcome(change, { status: 'PROVISIONED', settingsApplied: true })).toBe('applied');
   });
 
   it('a change to a provisioning tunnel rides its job: pending, then applied or failed', () => {
     const change = { statusBefore: 'PROVISIONING', specChanged: true, originMoved: false } as const;
-    expect(saveOutcome(change, 'PROVISIONING')).toBe('pending');
-    expect(saveOutcome(change, 'PROVISIONED')).toBe('applied');
-    expect(saveOutcome(change, 'FAILED')).toBe('failed');
-  });
-
-  it('settings of a tunnel on its edge are sent, with no status that says when they are applied', () => {
-    expect(saveOutcome({ statusBefore: 'ACTIVE', specChanged: true, originMoved: false }, 'ACTIVE')).toBe('sent');
-    expect(saveOutcome({ statusBefore: 'PROVISIONED', specChanged: true, originMoved: true }, 'PROVISIONED')).toBe('sent');
+    expect(saveOutcome(change, { status: 'PROVISIONING', settingsApplied: false })).toBe('pending');
+    // Provisioned a moment before the job records the revision it applied: still pending, then applied.
+    expect(saveOutcome(change, { status: 'PROVISIONED', settingsApplied: false })).toBe('pending');
+    expect(saveOutcome(change, { status: 'PROVISIONED', settingsApplied: true })).toBe('applied');
+    expect(saveOutcome(change, { status: 'FAILED', settingsApplied: true })).toBe('failed');
   });
 
   it("refusals of updateTunnel land at the origin, the settings, or the whole form", () => {
@@ -150,6 +155,17 @@ describe('a saved change', () => {
 });
 
 describe('the freshest view of a tunnel', () => {
+  it('of two with the same updatedAt, keeps the one that says the settings are applied (applying touches no updatedAt)', () => {
+    const answer = { settingsApplied: false, updatedAt: '2026-11-28T19:00:01.000Z' };
+    const live = { settingsApplied: true, updatedAt: '2026-11-28T19:00:01.000Z' };
+    // The live event came first, the mutation's answer (read before the edge applied it) after it.
+    expect(newer(live, answer)).toBe(live);
+    expect(newer(answer, live)).toBe(live);
+    // A later change (a newer updatedAt) is not applied yet, whatever the held view said.
+    const later = { settingsApplied: false, updatedAt: '2026-11-28T19:00:09.000Z' };
+    expect(newer(live, later)).toBe(later);
+  });
+
   it('keeps a live event over an older mutation answer, and takes an equal or newer one', () => {
     const live = { status: 'PROVISIONED', updatedAt: '2026-11-28T19:00:05.000Z' };
     const answer = { status: 'PROVISIONING', updatedAt: '2026-11-28T19:00:01.000Z' };

@@ -209,7 +209,6 @@ export const en = {
   'tunnel.saved.stored': 'Saved. The tunnel is not on the edge yet: provisioning carries these settings there.',
   'tunnel.saved.applied': 'Saved and applied on the edge.',
   'tunnel.saved.pending': 'Saved; pending: the edge has not applied it yet. This updates by itself.',
-  'tunnel.saved.sent': 'Saved and sent to the edge. The panel cannot confirm yet that the edge has applied it; if the edge is unreachable, it keeps retrying by itself.',
   'tunnel.saved.failed': 'Saved, but the edge gave up applying it: provision again.',
   'tunnel.settings.title': 'Ports, protocol and protection',
   'tunnel.settings.preset': 'Preset',

@@ -27,6 +27,7 @@ export type { EdgeDispatch, LifecycleResult } from './lifecycle.ts';
 export type { ListOptions, SetupView, TunnelPage, TunnelWatch } from './queries.ts';
 export { WATCH_MANY_MAX } from './queries.ts';
 export type { TunnelView } from './rows.ts';
+export { SETTINGS_APPLIED } from './rows.ts';
 export { routeTableFor, tunnelNameFor } from './naming.ts';
 export { utcText } from './cursor.ts';
 export { tunnelSpecOf, type SpecSource } from './spec.ts';

@@ -14,7 +14,7 @@ import { ourAddress } from './input.ts';
 import type { EdgeDispatch } from './lifecycle.ts';
 import { routeTableFor } from './naming.ts';
 import { isUuid } from '../../../common/names.ts';
-import { HEALTH_CHECKED_AT_SQL, readTunnel, shownHealth, tunnelView, type TunnelView } from './rows.ts';
+import { HEALTH_CHECKED_AT_SQL, readTunnel, SETTINGS_APPLIED, settingsApplied, shownHealth, tunnelView, type TunnelView } from './rows.ts';
 import { settingsOf } from './settings.ts';
 import { SETTINGS_COLUMNS, tunnelSpecOf } from './spec.ts';
 import type { Protocol } from '../../../common/tunnel-policy.ts';
@@ -37,9 +37,9 @@ export interface SetupView {
 /**
  * A list row: id, name, protected_ip, origin_ip, tunnel_name, status, created_at, updated_at (UTC text),
  * edge_ip, then the settings (ports, protocol, syn_proxy, source_pps_limit, drop_fragments), then health
- * and health_checked_at (UTC text or null).
+ * and health_checked_at (UTC text or null), then the spec revision and the applied one.
  */
-type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, Health, string | null];
+type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, Health, string | null, number, number];
 
 /**
  * One list request's page: whose (the account's, or that of the account an API key belongs to), how many
@@ -56,7 +56,8 @@ interface ListAsk {
 // ISO 8601 happens here (utcText), with the same millisecond truncation as rows.ts's columns.
 const LIST_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status,
        (t.created_at at time zone 'UTC')::text, (t.updated_at at time zone 'UTC')::text, n.public_ip,
-       ${SETTINGS_COLUMNS}, t.health, (${HEALTH_CHECKED_AT_SQL} at time zone 'UTC')::text`;
+       ${SETTINGS_COLUMNS}, t.health, (${HEALTH_CHECKED_AT_SQL} at time zone 'UTC')::text,
+       t.spec_revision, t.applied_revision`;
 /** One account's page, `limit + 1` rows (the extra one tells whether there is a next page). */
 const PAGE_OF = (account: string, after: string, limit: string) => `
   from tunnel t join edge_node n on n.id = t.node_id
@@ -184,6 +185,7 @@ export class TunnelQueries {
         edge_ip: r[8],
         created_at: utcText(r[6]).millis,
         updated_at: utcText(r[7]).millis,
+        [SETTINGS_APPLIED]: settingsApplied(r[5], r[16], r[17]),
       };
     }
     const last = rows.length > limit ? rows[limit - 1] : undefined;
@@ -336,10 +338,11 @@ export class TunnelQueries {
           resync = false;
           pending.push({ id: fresh.id, status: fresh.status, health: fresh.health });
         }
-        // A health change (server/health/ingest.ts) is a change too: the subscription fires on it.
+        // A health change (server/health/ingest.ts) is a change too, and so is the edge applying the
+        // current settings (transitions.ts applied() publishes it): the subscription fires on them.
         for (const c of pending.splice(0)) {
           const health = c.health ?? fresh.health;
-          if (c.status === last.status && health === last.health) continue;
+          if (c.status === last.status && health === last.health && fresh[SETTINGS_APPLIED] === last[SETTINGS_APPLIED]) continue;
           last = { ...fresh, status: c.status, health };
           yield last;
         }

@@ -11,6 +11,13 @@ import type { Protocol } from '../../../common/tunnel-policy.ts';
 import { settingsOf, type TunnelProtection } from './settings.ts';
 import { ON_EDGE, SETTINGS_COLUMNS, type SpecSource } from './spec.ts';
 
+/**
+ * The key of TunnelView's settingsApplied: a symbol, so it is no part of the REST wire shape (JSON
+ * leaves symbol keys out; REST says the same through 200 and 202, docs/CONTRACTS.md "Tunnel settings")
+ * while GraphQL's `Tunnel.settingsApplied` reads it from the view it maps.
+ */
+export const SETTINGS_APPLIED: unique symbol = Symbol('settingsApplied');
+
 export interface TunnelView {
   id: string;
   name: string | null;
@@ -33,6 +40,21 @@ export interface TunnelView {
   edge_ip: string;
   created_at: string;
   updated_at: string;
+  /** Whether the edge has the current settings (settingsApplied below); not serialised (SETTINGS_APPLIED). */
+  [SETTINGS_APPLIED]: boolean;
+}
+
+/**
+ * Whether the edge has the tunnel's current settings (docs/CONTRACTS.md "Tunnel settings"). Provisioned
+ * or active: once it applied the stored spec revision (applied_revision >= spec_revision, recorded by
+ * provisioning/transitions.ts applied()). Provisioning: false, the edge does not have the tunnel yet (the
+ * provision carries the current settings; it becomes true with provisioned, or with the revision applied
+ * just after). Pending, failed, deleting, deleted: true, there is nothing on an edge to apply them to (a
+ * pending or failed tunnel's next provision carries them).
+ */
+export function settingsApplied(status: TunnelStatus, specRevision: number, appliedRevision: number): boolean {
+  if (status === 'provisioning') return false;
+  return ON_EDGE.includes(status) ? appliedRevision >= specRevision : true;
 }
 
 /** What the view shows as health: the stored one only while the tunnel is on an edge. */
@@ -87,6 +109,7 @@ export function tunnelView(r: TunnelRow, adminSshPort: number): TunnelView {
     edge_ip: r.edge_ip,
     created_at: r.created_at,
     updated_at: r.updated_at,
+    [SETTINGS_APPLIED]: settingsApplied(r.status, r.spec_revision, r.applied_revision),
   };
 }
 

@@ -328,7 +328,8 @@ function SettingsForm(props: { tunnel: Tunnel; accept: Accept }) {
     }
   };
 
-  const outcome = saved === 'nothing' ? 'nothing' : saved && saveOutcome(saved, tunnel.status);
+  // `tunnel` is the freshest view (the answer, then live events): pending turns to applied by itself.
+  const outcome = saved === 'nothing' ? 'nothing' : saved && saveOutcome(saved, tunnel);
   const clear = (field: UpdateField) => {
     if (errors[field]) setErrors({ ...errors, [field]: undefined });
     setSaved(undefined);

@@ -60,33 +60,45 @@ export interface SavedChange {
   originMoved: boolean;
 }
 
+/** What the page holds of the tunnel now (the mutation's answer, then the live subscription's events). */
+export interface TunnelNow {
+  status: Status;
+  /** The edge has the current settings (GraphQL Tunnel.settingsApplied: REST's 200 rather than 202). */
+  settingsApplied: boolean;
+}
+
 /**
  * Where a saved change is:
  * - saved: nothing for the edge (a name, or no change);
  * - stored: the tunnel is not on an edge (pending, failed): the next provision carries it;
- * - applied: the edge applied it;
- * - pending: not applied yet, and the live status will say when it is;
- * - sent: sent to the edge, and nothing the API answers tells whether it is applied yet;
+ * - applied: the edge applied it (settingsApplied);
+ * - pending: not applied yet; the live subscription fires once it is, and this turns to applied;
  * - failed: the edge gave up (the tunnel is FAILED): provision again.
  *
- * GraphQL's updateTunnel answers the tunnel only, without REST's 200/202 (applied/retrying), and an
- * update moves no status, except two moves the live status shows: a new origin puts an ACTIVE tunnel back
- * to PROVISIONED once applied, and a change to a PROVISIONING tunnel rides its job to PROVISIONED.
+ * updateTunnel answers settingsApplied as REST answers 200 or 202, and tunnelStatus fires when it turns
+ * true even though no status moved; a new origin on an ACTIVE tunnel moves it to PROVISIONED once applied,
+ * a change to a PROVISIONING tunnel rides its job to PROVISIONED.
  */
-export function saveOutcome(change: SavedChange, statusNow: Status): 'saved' | 'stored' | 'applied' | 'pending' | 'sent' | 'failed' {
+export function saveOutcome(change: SavedChange, now: TunnelNow): 'saved' | 'stored' | 'applied' | 'pending' | 'failed' {
   if (!change.specChanged) return 'saved';
   const before = change.statusBefore;
   if (before === 'PENDING' || before === 'FAILED') return 'stored';
-  if (statusNow === 'FAILED') return 'failed';
-  if (before === 'PROVISIONING') return statusNow === 'PROVISIONING' ? 'pending' : 'applied';
-  if (before === 'ACTIVE' && change.originMoved) return statusNow === 'ACTIVE' ? 'pending' : 'applied';
-  return 'sent';
+  if (now.status === 'FAILED') return 'failed';
+  return now.settingsApplied ? 'applied' : 'pending';
 }
 
-/** Keeps the newer of two views of one tunnel: a mutation's answer can arrive after a fresher live event. */
-export function newer<T extends { updatedAt: string }>(held: T | undefined, incoming: T): T {
+/**
+ * Keeps the newer of two views of one tunnel: a mutation's answer can arrive after a fresher live event.
+ * Of two with the same updatedAt, one that says the settings are applied is the newer: the edge applying
+ * a change touches no updatedAt (every change to the tunnel itself does), and an applied revision never
+ * goes back.
+ */
+export function newer<T extends { updatedAt: string; settingsApplied?: boolean }>(held: T | undefined, incoming: T): T {
   if (!held) return incoming;
-  return Date.parse(incoming.updatedAt) >= Date.parse(held.updatedAt) ? incoming : held;
+  const a = Date.parse(incoming.updatedAt);
+  const b = Date.parse(held.updatedAt);
+  if (a === b && held.settingsApplied === true && incoming.settingsApplied === false) return held;
+  return a >= b ? incoming : held;
 }
 
 export type UpdateField = 'name' | 'originIp' | 'form' | SettingsField;
