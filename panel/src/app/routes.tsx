@@ -1,6 +1,10 @@
 // Every page of the panel, by path. Pages add themselves here; the shell picks the first that matches.
 import type { JSX } from 'preact';
+import { Account } from '../pages/account/Account.tsx';
 import { Dashboard } from '../pages/dashboard/Dashboard.tsx';
+import { Developers } from '../pages/developers/Developers.tsx';
+import { Explorer } from '../pages/developers/graphql/Explorer.tsx';
+import { lazyPage } from '../pages/developers/lazy.tsx';
 
 export interface RouteProps {
   params: Record<string, string>;
@@ -8,4 +12,8 @@ export interface RouteProps {
 
 export const ROUTES: Record<string, (props: RouteProps) => JSX.Element> = {
   '/': () => <Dashboard />,
+  '/account': () => <Account />,
+  '/developers': () => <Developers />,
+  '/developers/api': lazyPage(() => import('../pages/developers/api/ApiReference.tsx').then((m) => m.ApiReference)),
+  '/developers/graphql': () => <Explorer />,
 };
