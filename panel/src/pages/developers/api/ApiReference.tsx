@@ -174,8 +174,8 @@ function ResponseItem(props: { status: string; response: Response | undefined; c
       <dt>
         <span class={`status ${error ? 'status-error' : 'status-ok'}`}>{status}</span>
         {codes.length > 0 && (
-          <span class="api-codes" aria-label={t('developers.api.errorCodes')}>
-            {' '}
+          <span class="api-codes">
+            <span class="visually-hidden">{t('developers.api.errorCodes')}:</span>
             {codes.map((c) => (
               <code key={c} class="api-code">
                 {c}

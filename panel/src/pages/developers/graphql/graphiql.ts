@@ -20,8 +20,7 @@ type FetcherParams = Parameters<Fetcher>[0];
 type FetcherOpts = Parameters<Fetcher>[1];
 
 /** What the editor opens with the first time (GraphiQL remembers the user's own tabs afterwards). */
-const DEFAULT_QUERY = `# The panel's own GraphQL API, signed in as you: what you run here acts on your account.
-# Ctrl-Enter runs the query; Ctrl-Space completes; the docs are in the book icon.
+const DEFAULT_QUERY = `# Runs as you, on your account. Ctrl-Enter runs, Ctrl-Space completes.
 query Me {
   me {
     accountId
