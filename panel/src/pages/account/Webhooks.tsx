@@ -89,7 +89,6 @@ function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; on
       </p>
       {props.canWrite && (
         <div class="row">
-          {/* test-event */}
           {!confirming && (
             <button type="button" aria-label={t('account.webhooks.delete', { url: webhook.url })} onClick={() => setConfirming(true)}>
               {t('common.delete')}
