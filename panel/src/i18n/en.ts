@@ -113,7 +113,7 @@ export const en = {
   'account.ledger.unnamed': '(no name)',
   'account.ledger.promocode': 'with promocode {code}',
   'account.ledger.more': 'Load more entries',
-  'account.webhooks.test': 'Send a test event to {url}',
+  'account.webhooks.test': 'Send test event to {url}',
   'account.webhooks.testShort': 'Send test event',
   'account.webhooks.testing': 'Sending…',
   'account.webhooks.testQueued': 'Test event queued (message {id}).',
