@@ -1,10 +1,12 @@
 // Every page of the panel, by path. Pages add themselves here; the shell picks the first that matches.
 import type { JSX } from 'preact';
 import { Account } from '../pages/account/Account.tsx';
+import { Buy } from '../pages/buy/Buy.tsx';
 import { Dashboard } from '../pages/dashboard/Dashboard.tsx';
 import { Developers } from '../pages/developers/Developers.tsx';
 import { Explorer } from '../pages/developers/graphql/Explorer.tsx';
 import { lazyPage } from '../pages/developers/lazy.tsx';
+import { TunnelPage } from '../pages/tunnel/Tunnel.tsx';
 
 export interface RouteProps {
   params: Record<string, string>;
@@ -16,4 +18,6 @@ export const ROUTES: Record<string, (props: RouteProps) => JSX.Element> = {
   '/developers': () => <Developers />,
   '/developers/api': lazyPage(() => import('../pages/developers/api/ApiReference.tsx').then((m) => m.ApiReference)),
   '/developers/graphql': () => <Explorer />,
+  '/buy': () => <Buy />,
+  '/tunnels/:id': (props) => <TunnelPage key={props.params.id} {...props} />,
 };
