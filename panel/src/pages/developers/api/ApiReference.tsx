@@ -3,8 +3,8 @@
 // response can carry. The document arrives as JSON data in this page's own chunk (the build turns the YAML
 // into JSON, panel/build/build.mjs), so the first page does not carry it and the browser parses no YAML.
 import type { ComponentChildren } from 'preact';
-import { useState } from 'preact/hooks';
-import document from '../../../../../schema/openapi.yaml';
+import { useEffect, useState } from 'preact/hooks';
+import openapi from '../../../../../schema/openapi.yaml';
 import { useT } from '../../../i18n/index.ts';
 import { Page } from '../../../ui/components.tsx';
 import { Link } from '../../../ui/Link.tsx';
@@ -29,11 +29,17 @@ import { blocks, inline } from './prose.ts';
 
 // The document is the repository's own, checked against the routes by the server's tests; this page
 // only reads it.
-const doc = document as OpenApiDocument;
+const doc = openapi as OpenApiDocument;
 
 export function ApiReference() {
   const t = useT();
   const groups = groupByTag(doc);
+  // A link to one operation (/developers/api#post-api-dedicated) opens there: the browser looked for the
+  // fragment before this chunk had rendered it.
+  useEffect(() => {
+    const id = decodeURIComponent(location.hash.slice(1));
+    if (id) document.getElementById(id)?.scrollIntoView();
+  }, []);
   return (
     <Page title={t('developers.api.title')}>
       <p class="muted">
