@@ -2,6 +2,7 @@
 import { useT } from '../../i18n/index.ts';
 import { Page } from '../../ui/components.tsx';
 import { Link } from '../../ui/Link.tsx';
+import { Applications } from './apps/Applications.tsx';
 
 export function Developers() {
   const t = useT();
@@ -22,6 +23,13 @@ export function Developers() {
           <p>{t('developers.graphqlAbout')}</p>
         </div>
       </div>
+      <section aria-labelledby="apps-title">
+        <h2 id="apps-title">
+          <Link href="/developers/apps">{t('developers.apps.title')}</Link>
+        </h2>
+        <p class="muted">{t('developers.apps.intro')}</p>
+        <Applications headingLevel={3} />
+      </section>
     </Page>
   );
 }
