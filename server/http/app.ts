@@ -43,7 +43,7 @@ const OPENAPI_PATH = path.join(ROOT, 'schema/openapi.yaml');
 export interface Gateway {
   app: Koa;
   metrics: Metrics;
-  /** Flips /readyz to 503 while the process drains. */
+  /** Flips /readyz to 503 while the process drains, and ends the WebSockets (they would hold the listener's close). */
   setDraining(): void;
   stop(): Promise<void>;
 }
@@ -292,6 +292,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     metrics,
     setDraining: () => {
       draining = true;
+      graphql.closeSockets();
     },
     stop: () => {
       clearInterval(idempotencyTimer);
