@@ -4,6 +4,7 @@ import { useAccount } from '../../app/account.tsx';
 import { usd } from '../../app/format.ts';
 import { useT } from '../../i18n/index.ts';
 import { Failure, Loading, Page } from '../../ui/components.tsx';
+import { Ledger } from './Ledger.tsx';
 import { Webhooks } from './Webhooks.tsx';
 
 export function Account() {
@@ -28,6 +29,7 @@ export function Account() {
           <dd data-testid="account-balance">{usd(who.balanceUsd)}</dd>
         </div>
       </dl>
+      <Ledger />
       <Webhooks />
     </Page>
   );

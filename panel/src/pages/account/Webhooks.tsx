@@ -13,6 +13,7 @@ import {
 } from '../../graphql/generated.ts';
 import { formatDateTime, useT } from '../../i18n/index.ts';
 import { CopyButton, Failure, Field, Loading } from '../../ui/components.tsx';
+import { WebhookTest } from './WebhookTest.tsx';
 import { checkWebhookUrl, MAX_WEBHOOKS, WEBHOOK_EVENTS } from './webhook-input.ts';
 
 export function Webhooks() {
@@ -89,6 +90,7 @@ function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; on
       </p>
       {props.canWrite && (
         <div class="row">
+          <WebhookTest id={webhook.id} url={webhook.url} />
           {!confirming && (
             <button type="button" aria-label={t('account.webhooks.delete', { url: webhook.url })} onClick={() => setConfirming(true)}>
               {t('common.delete')}
