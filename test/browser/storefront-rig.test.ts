@@ -7,7 +7,8 @@
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkA11y, fitsWidth } from '../helpers/a11y.ts';
-import { launchChromium, openSession, screenshot, skipWithoutChromium } from '../helpers/browser.ts';
+import { launchChromium, openSession, readClipboard, screenshot, skipWithoutChromium, tabTo } from '../helpers/browser.ts';
+import { codeFlow, RedirectCatcher, refresh } from '../helpers/independent-client.ts';
 import { authorizeUrl, pkce } from '../helpers/oidc.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { startStorefront, type Storefront } from '../helpers/storefront.ts';
@@ -129,6 +130,46 @@ describe.skipIf(skip)('the storefront test rig', () => {
       expect(await fitsWidth(s.page, 375)).toBe(true);
       await screenshot(s.page, 'issuer-consent');
       expect(s.problems.problems()).toEqual([]);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('an independent client (oauth4webapi) completes a code flow through the browser; once its secret is rotated its refresh token is refused', async () => {
+    const catcher = await RedirectCatcher.start();
+    const s = await openSession(browser);
+    try {
+      const created = await w.admin(['client', 'create', '--name', 'Rig application', '--redirect-uri', catcher.uri, '--api-access', 'read']);
+      const app = { clientId: String(created.client_id), clientSecret: String(created.client_secret) };
+      const first = await codeFlow(s.page, w.url, app, catcher, w.owner);
+      expect(first.consented).toBe(true);
+      expect(first.tokens.refresh_token).toMatch(/^rt_/);
+      // The access token is the API's: the read access this application was given.
+      const list = await w.api('GET', '/api/dedicated', { token: first.tokens.access_token });
+      expect(list.status).toBe(200);
+      const again = await refresh(w.url, app, first.tokens.refresh_token!);
+      expect('tokens' in again).toBe(true);
+      const rt = 'tokens' in again ? again.tokens.refresh_token! : '';
+
+      const rotated = await w.admin(['client', 'rotate-secret', '--client-id', app.clientId]);
+      expect(await refresh(w.url, app, rt)).toEqual({ error: 'invalid_client' });
+      expect(await refresh(w.url, { ...app, clientSecret: String(rotated.client_secret) }, rt)).toEqual({ error: 'invalid_grant' });
+      expect(s.problems.problems()).toEqual([]);
+    } finally {
+      await s.close();
+      await catcher.close();
+    }
+  });
+
+  it('keyboard and clipboard helpers: tabTo reaches a control by its name (and fails naming the way when none), readClipboard reads what the page copied', async () => {
+    const s = await openSession(browser, { clipboard: true });
+    try {
+      await s.page.goto(`${w.url}/healthz`);
+      await s.page.setContent('<!doctype html><html lang="en"><title>t</title><main><a href="#x">First</a><label>Name <input></label><button onclick="navigator.clipboard.writeText(\'ip link add tg0 type gre\')">Copy the script</button></main></html>');
+      expect(await tabTo(s.page, /^Copy the script$/)).toBe('Copy the script');
+      await s.page.keyboard.press('Enter');
+      await until('the script on the clipboard', async () => (await readClipboard(s.page)) === 'ip link add tg0 type gre');
+      await expect(tabTo(s.page, /^Nothing like this$/, { max: 5 })).rejects.toThrow(/focus went through: .*First.*Name/);
     } finally {
       await s.close();
     }

@@ -154,8 +154,14 @@ export interface Session {
  * A fresh context of `browser` with one page. Actions and auto-waiting expectations get a bound that
  * turns a hang into a failure on a loaded host, never a timing check.
  */
-export async function openSession(browser: Browser, opts: { width?: number; height?: number } = {}): Promise<Session> {
-  const context = await browser.newContext({ viewport: { width: opts.width ?? 1280, height: opts.height ?? 900 }, locale: 'en-US', timezoneId: 'UTC' });
+export async function openSession(browser: Browser, opts: { width?: number; height?: number; clipboard?: boolean } = {}): Promise<Session> {
+  const context = await browser.newContext({
+    viewport: { width: opts.width ?? 1280, height: opts.height ?? 900 },
+    locale: 'en-US',
+    timezoneId: 'UTC',
+    // For a test of a copy button: what the page wrote is read back with readClipboard().
+    ...(opts.clipboard ? { permissions: ['clipboard-read', 'clipboard-write'] } : {}),
+  });
   context.setDefaultTimeout(30_000);
   const problems = new ProblemRecorder(context);
   const page = await context.newPage();
@@ -168,6 +174,34 @@ export async function openSession(browser: Browser, opts: { width?: number; heig
  * to the panel (its first-party client has no consent screen). With `keyboard`, only the keyboard is used
  * (Tab to each field, Enter to submit). Resolves once the panel shows its navigation, signed in.
  */
+/** What the page put on the clipboard (a session opened with `clipboard: true`). */
+export async function readClipboard(page: Page): Promise<string> {
+  return (await page.evaluate('navigator.clipboard.readText()')) as string;
+}
+
+/**
+ * Keyboard-only navigation: presses Tab (Shift+Tab with `back`) until the focused element's accessible name
+ * (aria-label, aria-labelledby, its label, or its text) matches `name`; answers that name. Fails after
+ * `max` presses, listing what got focus on the way, so a control that cannot be reached by keyboard fails
+ * the test that needs it.
+ */
+export async function tabTo(page: Page, name: RegExp, opts: { back?: boolean; max?: number } = {}): Promise<string> {
+  const visited: string[] = [];
+  for (let i = 0; i < (opts.max ?? 80); i++) {
+    await page.keyboard.press(opts.back ? 'Shift+Tab' : 'Tab');
+    const focused = (await page.evaluate(`(() => {
+      const e = document.activeElement;
+      if (!e || e === document.body) return '';
+      const by = e.getAttribute('aria-labelledby');
+      const named = e.getAttribute('aria-label') || (by && by.split(/\\s+/).map((id) => document.getElementById(id)?.innerText ?? '').join(' ')) || (e.labels && e.labels[0] && e.labels[0].innerText) || e.innerText || e.value || e.getAttribute('title') || '';
+      return named.trim().replace(/\\s+/g, ' ');
+    })()`)) as string;
+    visited.push(focused);
+    if (name.test(focused)) return focused;
+  }
+  throw new Error(`no focusable element named ${name} within ${opts.max ?? 80} Tab presses; focus went through: ${visited.join(' | ')}`);
+}
+
 /** Where the sign-in round trip passes on the gateway's origin: the panel's callback and the issuer's pages. */
 const SIGN_IN_PATHS = /^\/(callback|interaction|oauth)(\/|$)/;
 
