@@ -83,7 +83,10 @@ function Shell() {
                 ['/account', 'nav.account'],
                 ['/developers', 'nav.developers'],
               ] as const
-            ).map(([href, key]) => (
+            )
+              // A read-only role cannot buy: the buy page is not offered to it.
+              .filter(([href]) => href !== '/buy' || me.data?.me.permission === 'WRITE')
+              .map(([href, key]) => (
               <li key={href}>
                 <Link href={href} aria-current={section(href) ? 'page' : undefined}>
                   {t(key)}
