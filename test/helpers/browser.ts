@@ -122,12 +122,20 @@ export class ProblemRecorder {
     this.add({ kind: 'console', text, url: where || m.page()?.url() });
   }
 
+  /** Requests that were answered (their headers arrived), whatever became of their bodies. */
+  private readonly answered = new WeakSet<Request>();
+
   private response(r: Response): void {
+    this.answered.add(r.request());
     if (r.status() < 400) return;
     this.add({ kind: 'response', text: `${r.status()} ${r.request().method()}`, url: r.url() }, r.status());
   }
 
   private failed(r: Request): void {
+    // Answered, then cut while its body was still on the way because the page navigated (a client that
+    // reads only the status, like oauth4webapi's revocation before the panel's sign-out form): the request
+    // did not fail; its status was judged above.
+    if (this.answered.has(r) && r.failure()?.errorText === 'net::ERR_ABORTED') return;
     this.add({ kind: 'requestfailed', text: `${r.failure()?.errorText ?? 'failed'} ${r.method()}`, url: r.url() });
   }
 }
