@@ -150,7 +150,10 @@ describe.skipIf(skip)('the panel: buying a tunnel and bringing it up', () => {
     await until('the totals to count the packets', async () => /^In: .*, 20 packets$/.test(await s.page.locator('.traffic-totals li').first().innerText()));
     expect(await checkA11y(s.page, 'tunnel')).toEqual([]);
     expect(await fitsWidth(s.page, 375)).toBe(true);
-    await screenshot(s.page, 'tunnel');
+    await screenshot(s.page, 'tunnel-full');
+    // README's picture: the traffic section at the top of the window.
+    await s.page.evaluate(`document.querySelector('section.traffic').scrollIntoView({ block: 'start' })`);
+    await screenshot(s.page, 'tunnel', { fullPage: false });
     expect(s.problems.problems()).toEqual([]);
   });
 
