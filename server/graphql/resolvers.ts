@@ -27,6 +27,7 @@ import {
 } from './types.ts';
 import { WebhookResolver } from './webhooks.ts';
 import { TunnelTrafficResolver } from './health.ts';
+import { TunnelHealthChangesResolver } from './health-changes.ts';
 
 /**
  * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
@@ -145,4 +146,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, WebhookResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, WebhookResolver] as const;

@@ -121,7 +121,7 @@ export class Collector {
         poll = 'unreachable';
       }
       // We do not know how its tunnels are: unknown, not down.
-      await this.o.ingest.markUnknown(node.id);
+      await this.o.ingest.markUnknown(node.id, at);
     }
     await this.o.db.query(
       `insert into traffic.node_poll (node_id, polled_at, reachable, tunnels, stuck) values (?, ?, ?, ?, ?::jsonb)

@@ -1,6 +1,6 @@
 // Health and traffic as the rest of the gateway sees them (issue 11, docs/CONTRACTS.md "Health and
-// traffic"): the traffic query REST and GraphQL share (validation and retention rules written once),
-// the ingest seam, and the collector on the replicas that run the edge worker.
+// traffic"): the traffic and health-history queries REST and GraphQL share (validation and retention
+// rules written once), the ingest seam, and the collector on the replicas that run the edge worker.
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { Principal } from '../auth/principal.ts';
@@ -14,13 +14,35 @@ import type { EdgeNode } from '../edge/connections.ts';
 import { Collector, type RoundOutcome } from './collector.ts';
 import { StatusIngest } from './ingest.ts';
 import { HOUR_MS, RETENTION_MS, STEPS, STEP_MS, TrafficStore, type Step, type TrafficPoint } from './storage.ts';
+import { HEALTH_CHANGE_RETENTION_MS, readHealthChanges, type HealthChange } from './history.ts';
 
 export type { Step, TrafficPoint } from './storage.ts';
+export type { HealthChange } from './history.ts';
 
 /** At most this many points in one answer (DESIGN 3.9). */
 const MAX_POINTS = 10_000;
 /** Without `from`: the last hour of minutes, or the last day of hours. */
 const DEFAULT_SPAN_MS: Record<Step, number> = { '1m': HOUR_MS, '1h': 24 * HOUR_MS };
+
+/**
+ * At most this many health changes in one answer, the oldest of the range: a chart's range holds a few
+ * (a tunnel changes health a few times a day), a flapping tunnel's is cut here rather than at the
+ * client; whoever gets this many asks again from the last one's `at`.
+ */
+export const MAX_HEALTH_CHANGES = 1000;
+/** Without `from`: the last day of changes (the span of the traffic chart's hourly default). */
+const HEALTH_CHANGES_DEFAULT_SPAN_MS = 24 * HOUR_MS;
+
+export interface HealthChangesView {
+  tunnel_id: string;
+  changes: HealthChange[];
+}
+
+/** The health-history query as a client sends it (strings or absent). */
+export interface HealthChangesQueryInput {
+  from?: string | null;
+  to?: string | null;
+}
 
 export interface TrafficView {
   tunnel_id: string;
@@ -64,6 +86,19 @@ function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to: Date; 
   return { from, to, step };
 }
 
+/**
+ * The range of a health-history query, checked: `to` defaults to now, `from` to a day before `to`;
+ * from < to; `from` within retention (90 days). Anything else is invalid_request.
+ */
+function healthChangesRange(q: HealthChangesQueryInput, now: Date): { from: Date; to: Date } {
+  const to = q.to ? time(q.to, 'to') : now;
+  const from = q.from ? time(q.from, 'from') : new Date(to.getTime() - HEALTH_CHANGES_DEFAULT_SPAN_MS);
+  if (from >= to) throw new ApiError('invalid_request', 'from must be before to.');
+  const oldest = now.getTime() - HEALTH_CHANGE_RETENTION_MS;
+  if (from.getTime() < oldest) throw new ApiError('invalid_request', `from is outside retention: health changes are kept 90 days (from ${new Date(oldest).toISOString()}).`);
+  return { from, to };
+}
+
 export class HealthService {
   readonly store: TrafficStore;
   readonly ingest: StatusIngest;
@@ -83,6 +118,16 @@ export class HealthService {
     const range = trafficRange(q, now);
     const t = await readTunnel(this.db, principal, id);
     return { tunnel_id: t.id, step: range.step, points: await this.store.points(this.db, t.id, range.from, range.to, range.step) };
+  }
+
+  /**
+   * GET /api/dedicated/{id}/health-changes and Tunnel.healthChanges: the tunnel's health changes in the
+   * range, oldest first, at most MAX_HEALTH_CHANGES; another account's tunnel is not_found.
+   */
+  async healthChanges(principal: Principal, id: string, q: HealthChangesQueryInput, now = new Date()): Promise<HealthChangesView> {
+    const range = healthChangesRange(q, now);
+    const t = await readTunnel(this.db, principal, id);
+    return { tunnel_id: t.id, changes: await readHealthChanges(this.db, t.id, range.from, range.to, MAX_HEALTH_CHANGES) };
   }
 
   /** Starts the collector (where the edge worker runs; provisioning must be started first). */

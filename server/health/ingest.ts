@@ -14,9 +14,11 @@
 //
 // Health: each tunnel on the edge (provisioning, provisioned, active) takes what the agent reports;
 // one the agent did not report is 'unknown' (it does not have it), as is every tunnel of a node that
-// did not answer (markUnknown: we do not know, which is not 'down'). A health change writes its
-// `tunnel.health_changed` webhook event in the same transaction and, once committed, is published on
-// the status bus (the `tunnelStatus` subscription).
+// did not answer (markUnknown: we do not know, which is not 'down'). A health change writes its row of
+// the tunnel's health history (history.ts) and its `tunnel.health_changed` webhook event in the same
+// transaction and, once committed, is published on the status bus (the `tunnelStatus` subscription).
+// The history's time of an up or down is the agent's check that saw it (the round's time when the
+// report has none), of an 'unknown' the round's: the gateway found it, not the agent.
 //
 // Writes per round: the tunnel row only when its `health` changes. `health_checked_at` (the agent's own
 // last check of the tunnel, docs/CONTRACTS.md "Health and traffic") moves almost every round, so it is
@@ -30,6 +32,7 @@ import { DROP_REASONS, checkStatusResult, type Health, type StatusResult, type T
 import type { TunnelEventSink } from '../webhooks/events.ts';
 import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
 import { HOUR_MS, MINUTE_MS, type TrafficStore } from './storage.ts';
+import { recordHealthChanges, type HealthChangeRecord } from './history.ts';
 
 /** A status answer that does not have the contract's shape: nothing of it is stored. */
 class StatusRejected extends Error {
@@ -143,7 +146,7 @@ export class StatusIngest {
       const seen: { id: string; c: TunnelCounters; pend: Pending | null; checked: string | null }[] = [];
       const flush: { id: string; t: number; d: Counts }[] = [];
       let carried = 0;
-      const health: { id: string; h: Health }[] = [];
+      const health: HealthChangeRecord[] = [];
       const changed: { id: string; status: TunnelStatus; health: Health }[] = [];
       for (const row of rows) {
         const rep = reports.get(row.id);
@@ -175,7 +178,8 @@ export class StatusIngest {
         if (!ON_EDGE.includes(row.status)) continue;
         const h: Health = rep ? rep.health : 'unknown';
         if (h !== row.health) {
-          health.push({ id: row.id, h });
+          const when = h !== 'unknown' && rep?.checked_at ? new Date(rep.checked_at) : at;
+          health.push({ id: row.id, at: when, previous: row.health, health: h });
           changed.push({ id: row.id, status: row.status, health: h });
         }
       }
@@ -232,12 +236,15 @@ export class StatusIngest {
   }
 
   /** Node `nodeId` did not answer: each of its tunnels on the edge is 'unknown'. Returns those that changed. */
-  async markUnknown(nodeId: string): Promise<string[]> {
+  async markUnknown(nodeId: string, at = new Date()): Promise<string[]> {
     const changed = await this.db.transaction(async (sql) => {
-      const rows = await sql.query<{ id: string; status: TunnelStatus }>(
-        `update tunnel set health = 'unknown' where node_id = ? and health <> 'unknown' and status in (${ON_EDGE.map(() => '?').join(', ')}) returning id, status`,
+      // The health before the update, for the history: `returning` shows only the new row.
+      const rows = await sql.query<{ id: string; status: TunnelStatus; previous: Health }>(
+        `update tunnel t set health = 'unknown' from tunnel o
+          where o.id = t.id and t.node_id = ? and t.health <> 'unknown' and t.status in (${ON_EDGE.map(() => '?').join(', ')}) returning t.id, t.status, o.health as previous`,
         [nodeId, ...ON_EDGE],
       );
+      await recordHealthChanges(sql, rows.map((r) => ({ id: r.id, at, previous: r.previous, health: 'unknown' })));
       for (const r of rows) await this.events.healthChanged(sql, r.id);
       return rows.map((r) => ({ id: r.id, status: r.status, health: 'unknown' as const }));
     });
@@ -245,12 +252,13 @@ export class StatusIngest {
     return changed.map((c) => c.id);
   }
 
-  /** The tunnels whose health changed (only those: the check time is in traffic.seen). */
-  private async writeHealth(sql: Pick<Sql, 'query'>, health: { id: string; h: Health }[], changed: { id: string }[]): Promise<void> {
+  /** The tunnels whose health changed (only those: the check time is in traffic.seen), and their history. */
+  private async writeHealth(sql: Pick<Sql, 'query'>, health: HealthChangeRecord[], changed: { id: string }[]): Promise<void> {
     if (health.length === 0) return;
     await sql.query(`update tunnel t set health = x.h from jsonb_to_recordset(?::jsonb) as x(id uuid, h text) where t.id = x.id`, [
-      JSON.stringify(health.map((x) => ({ id: x.id, h: x.h }))),
+      JSON.stringify(health.map((x) => ({ id: x.id, h: x.health }))),
     ]);
+    await recordHealthChanges(sql, health);
     // After the change, in its transaction (server/webhooks/events.ts): the event carries the new health.
     for (const c of changed) await this.events.healthChanged(sql, c.id);
   }

@@ -10,9 +10,11 @@
 //   - the hourly rollup sums an hour's minutes into traffic.hour once that hour is over; how far it went
 //     is traffic.rollup.done_through. A round that lands in an hour already rolled up (late) adds to the
 //     hour too (ingest.ts), under the rollup row's share lock, so the hours stay exact.
+//   - the health history (history.ts) is kept as long as the hours; maintain() trims it too.
 // Every replica may run maintain(); partition DDL races are harmless (already there / already gone).
 import type { Database, Sql } from '../db/database.ts';
 import { DROP_REASONS, type DropReason } from '../../common/tunnel-status.ts';
+import { trimHealthChanges } from './history.ts';
 
 export const MINUTE_MS = 60_000;
 export const HOUR_MS = 3_600_000;
@@ -91,10 +93,11 @@ export class TrafficStore {
 
   /**
    * Partitions ahead (today and two more days, this month and the next), whole partitions past
-   * retention dropped, the hours that are over rolled up, deleted tunnels' baselines forgotten. Returns
-   * what was dropped and how far the rollup went.
+   * retention dropped, the hours that are over rolled up, deleted tunnels' baselines forgotten, health
+   * changes past retention deleted (history.ts). Returns what was dropped and trimmed and how far the
+   * rollup went.
    */
-  async maintain(now = new Date()): Promise<{ dropped: string[]; rolledThrough: Date }> {
+  async maintain(now = new Date()): Promise<{ dropped: string[]; rolledThrough: Date; healthChangesTrimmed: number }> {
     for (let d = 0; d < 3; d++) await this.ensurePartition('minute', new Date(now.getTime() + d * 24 * HOUR_MS));
     await this.ensurePartition('hour', now);
     await this.ensurePartition('hour', nextMonth(now));
@@ -107,7 +110,8 @@ export class TrafficStore {
       `with gone as (delete from traffic.seen s where not exists (select 1 from tunnel t where t.id = s.tunnel_id and t.status <> 'deleted') returning tunnel_id, checked_at)
        update tunnel t set health_checked_at = gone.checked_at from gone where t.id = gone.tunnel_id and gone.checked_at is not null`,
     );
-    return { dropped, rolledThrough };
+    const healthChangesTrimmed = await trimHealthChanges(this.db, now);
+    return { dropped, rolledThrough, healthChangesTrimmed };
   }
 
   /** Drops every partition whose upper bound is older than its table's retention. */

@@ -1,9 +1,9 @@
 // The tunnel read paths on both databases the gateway runs on: PostgreSQL and the embedded PGlite (the
 // default of `npm start`). The two drivers differ under the SQL (row modes, how int8, timestamps and jsonb
 // come back), and a difference once made the embedded list a 500 while every PostgreSQL test passed. So
-// the same data and the same assertions run on each: REST list (paged by cursor past a page), get, setup
-// and traffic; GraphQL `tunnels` (paged) and `tunnel` with its traffic; and the operator's ledger read
-// (the admin CLI's `ledger`, server/domain/admin-read.ts). Tunnels carry settings, health from the ingest
+// the same data and the same assertions run on each: REST list (paged by cursor past a page), get, setup,
+// traffic and health history; GraphQL `tunnels` (paged) and `tunnel` with its traffic and health history;
+// and the operator's ledger read (the admin CLI's `ledger`, server/domain/admin-read.ts). Tunnels carry settings, health from the ingest
 // seam, a check time and traffic points with counts past 2^32.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listLedger } from '../../server/domain/admin-read.ts';
@@ -187,7 +187,7 @@ describe.each(BOTH_DATABASES)('tunnel reads on %s', (_name, boot) => {
   it("keeps accounts apart: another account's tunnel is not found and not listed", async () => {
     const mine = await get('/api/dedicated', other.readKey);
     expect(mine.body.tunnels.map((t: { id: string }) => t.id)).toEqual([otherTunnel]);
-    for (const p of [`/api/dedicated/${otherTunnel}`, `/api/dedicated/${otherTunnel}/setup`, `/api/dedicated/${otherTunnel}/traffic`]) {
+    for (const p of [`/api/dedicated/${otherTunnel}`, `/api/dedicated/${otherTunnel}/setup`, `/api/dedicated/${otherTunnel}/traffic`, `/api/dedicated/${otherTunnel}/health-changes`]) {
       const r = await get(p);
       expect([p, r.status, r.body.error]).toEqual([p, 404, 'not_found']);
     }
@@ -222,6 +222,19 @@ describe.each(BOTH_DATABASES)('tunnel reads on %s', (_name, boot) => {
     expect(hours.status, hours.text).toBe(200);
     const sum = hours.body.points.reduce((s: number, p: { bytes_in: number }) => s + p.bytes_in, 0);
     expect(sum).toBe(6_000_060_000);
+  });
+
+  it('answers the health history the ingest recorded, REST and GraphQL alike', async () => {
+    // The first round took each tunnel from unknown to what the agent reported, at its check time.
+    for (const [i, health] of [[0, 'up'], [1, 'down']] as const) {
+      const r = await get(`/api/dedicated/${ids[i]}/health-changes`);
+      expect(r.status, r.text).toBe(200);
+      expectMatchesOpenApi('get', '/api/dedicated/{id}/health-changes', r.status, r.body, r.headers);
+      expect(r.body).toEqual({ tunnel_id: ids[i], changes: [{ at: checkedAt, previous: 'unknown', health }] });
+      const data = await gql(`query H($id: ID!) { tunnel(id: $id) { healthChanges { at previous health } } }`, { id: ids[i] });
+      expect(data.tunnel.healthChanges).toEqual([{ at: checkedAt, previous: 'UNKNOWN', health: health.toUpperCase() }]);
+    }
+    expect((await get(`/api/dedicated/${ids[2]}/health-changes`)).body.changes).toEqual([]);
   });
 
   it('answers GraphQL tunnels (paged) and tunnel with traffic as REST does', async () => {

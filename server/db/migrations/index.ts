@@ -13,6 +13,7 @@ import { Migration20261127100000_health_traffic } from './Migration2026112710000
 import { Migration20261128100000_health_checked_seen } from './Migration20261128100000_health_checked_seen.ts';
 import { Migration20261128200000_node_tunnel_links } from './Migration20261128200000_node_tunnel_links.ts';
 import { Migration20261128210000_node_poll_stuck } from './Migration20261128210000_node_poll_stuck.ts';
+import { Migration20261128220000_tunnel_health_change } from './Migration20261128220000_tunnel_health_change.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -28,4 +29,5 @@ export const migrationsList = [
   { name: 'Migration20261128100000_health_checked_seen', class: Migration20261128100000_health_checked_seen },
   { name: 'Migration20261128200000_node_tunnel_links', class: Migration20261128200000_node_tunnel_links },
   { name: 'Migration20261128210000_node_poll_stuck', class: Migration20261128210000_node_poll_stuck },
+  { name: 'Migration20261128220000_tunnel_health_change', class: Migration20261128220000_tunnel_health_change },
 ];

@@ -157,6 +157,16 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     ctx.body = await services.health.traffic(who, ctx.params.id!, { from, to, step });
   });
 
+  // docs/CONTRACTS.md "Health and traffic": from, to (ISO 8601); server/health/index.ts healthChangesRange.
+  router.get('/dedicated/:id/health-changes', async (ctx) => {
+    const who = await principal(ctx);
+    const extra = Object.keys(ctx.query).filter((k) => k !== 'from' && k !== 'to');
+    if (extra.length) throw new ApiError('invalid_request', `Unknown query parameter: ${extra.join(', ')}.`);
+    const { from, to } = ctx.query;
+    if (Array.isArray(from) || Array.isArray(to)) throw new ApiError('invalid_request', 'from and to may be given once.');
+    ctx.body = await services.health.healthChanges(who, ctx.params.id!, { from, to });
+  });
+
   router.get('/dedicated/:id/setup', async (ctx) => {
     ctx.body = await tunnels.setup(await principal(ctx), ctx.params.id!);
   });
