@@ -153,7 +153,7 @@ describe.skipIf(skip)('the panel: buying a tunnel and bringing it up', () => {
     await screenshot(s.page, 'tunnel-full');
     // README's picture: the traffic section at the top of the window.
     await s.page.evaluate(`document.querySelector('section.traffic').scrollIntoView({ block: 'start' })`);
-    await screenshot(s.page, 'tunnel', { fullPage: false });
+    await screenshot(s.page, 'tunnel', { fullPage: false, readme: true });
     expect(s.problems.problems()).toEqual([]);
   });
 

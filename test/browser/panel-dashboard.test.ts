@@ -96,7 +96,7 @@ describe.skipIf(skip)('the panel: sign-in and the dashboard', () => {
     await balance(owner.page).waitFor();
     expect(await checkA11y(owner.page, 'dashboard')).toEqual([]);
     expect(await fitsWidth(owner.page, 375)).toBe(true);
-    await screenshot(owner.page, 'dashboard');
+    await screenshot(owner.page, 'dashboard', { readme: true });
     expect(owner.problems.problems()).toEqual([]);
   });
 

@@ -33,14 +33,14 @@ export const ARTIFACTS = path.join(ROOT, 'test-results/browser');
 export const DOC_SCREENSHOTS = path.join(ROOT, 'docs/screenshots');
 
 /**
- * A screenshot of the page as `name`.png in test-results/browser/; with TUNNELGATE_SCREENSHOTS=1 also in
- * docs/screenshots/, the copies README shows, so an ordinary run never changes the tree.
+ * A screenshot of the page as `name`.png in test-results/browser/. One README shows (`readme`) is also
+ * written to docs/screenshots/ when TUNNELGATE_SCREENSHOTS=1, so an ordinary run never changes the tree.
  */
-export async function screenshot(page: Page, name: string, opts: { fullPage?: boolean } = {}): Promise<string> {
+export async function screenshot(page: Page, name: string, opts: { fullPage?: boolean; readme?: boolean } = {}): Promise<string> {
   mkdirSync(ARTIFACTS, { recursive: true });
   const file = path.join(ARTIFACTS, `${name}.png`);
   await page.screenshot({ path: file, fullPage: opts.fullPage ?? true, animations: 'disabled' });
-  if (process.env.TUNNELGATE_SCREENSHOTS === '1') {
+  if (opts.readme && process.env.TUNNELGATE_SCREENSHOTS === '1') {
     mkdirSync(DOC_SCREENSHOTS, { recursive: true });
     copyFileSync(file, path.join(DOC_SCREENSHOTS, `${name}.png`));
   }
