@@ -167,4 +167,18 @@ describe.skipIf(skip)('the panel: buying a tunnel and bringing it up', () => {
     expect(w.edge.links()).toEqual([]);
     expect(s.problems.problems()).toEqual([]);
   });
+
+  it('a viewer opening the buy page is told the role is read-only and offered no form', async () => {
+    const viewer = await openSession(browser);
+    try {
+      await signIn(viewer.page, w.url, w.viewer, { path: '/buy' });
+      await viewer.page.getByText('Your role is read-only: ask an owner of the account to do this.').waitFor();
+      expect(await viewer.page.locator('main').locator('form, input, select, textarea, button').count()).toBe(0);
+      expect(await checkA11y(viewer.page, 'buy (viewer)')).toEqual([]);
+      expect(await fitsWidth(viewer.page, 375)).toBe(true);
+      expect(viewer.problems.problems()).toEqual([]);
+    } finally {
+      await viewer.close();
+    }
+  });
 });
