@@ -11,6 +11,7 @@ import { ProvisioningService } from './provisioning/service.ts';
 import { loadSecrets } from './secrets.ts';
 import { WebhookService } from './webhooks/service.ts';
 import { HealthService } from './health/index.ts';
+import { ApplicationService } from './domain/applications.ts';
 
 export interface Services {
   config: Config;
@@ -24,6 +25,8 @@ export interface Services {
   webhooks: WebhookService;
   /** Health and traffic: the traffic query, the status ingest and, where started, the collector. */
   health: HealthService;
+  /** The developer portal's OAuth applications of an account (GraphQL), over the CLI's client functions. */
+  applications: ApplicationService;
 }
 
 export function buildServices(config: Config, db: Database, log: Logger = createLogger('silent')): Services {
@@ -47,6 +50,7 @@ export function buildServices(config: Config, db: Database, log: Logger = create
     provisioning,
     webhooks: new WebhookService(db, { allowPrivate: config.allowPrivateWebhooks, encryptionKey }),
     health: new HealthService(db, provisioning),
+    applications: new ApplicationService(db, encryptionKey),
   };
 }
 

@@ -19,6 +19,8 @@ export interface OptionSpec {
   choices?: readonly string[];
   /** `-` means: the first line of standard input (docs/CONTRACTS.md "Admin CLI"; keeps secrets out of ps and shell history). */
   stdin?: boolean;
+  /** A switch without a value (`--public`): parsed as the string `true` when given, absent otherwise. */
+  flag?: boolean;
 }
 
 export type ParsedOptions = Record<string, string | string[] | undefined>;
@@ -30,18 +32,18 @@ export function parseOptions(command: string, specs: readonly OptionSpec[], args
   const head = terminator === -1 ? args : args.slice(0, terminator);
   if (head.includes('--help') || head.includes('-h')) return null;
 
-  const options: Record<string, { type: 'string'; multiple: true }> = {};
-  for (const s of specs) options[s.name] = { type: 'string', multiple: true };
-  let values: Record<string, string[] | undefined>;
+  const options: Record<string, { type: 'string' | 'boolean'; multiple: true }> = {};
+  for (const s of specs) options[s.name] = { type: s.flag ? 'boolean' : 'string', multiple: true };
+  let values: Record<string, Array<string | boolean> | undefined>;
   try {
-    ({ values } = parseArgs({ args: [...args], options, strict: true, allowPositionals: false }) as { values: Record<string, string[] | undefined> });
+    ({ values } = parseArgs({ args: [...args], options, strict: true, allowPositionals: false }) as { values: Record<string, Array<string | boolean> | undefined> });
   } catch (e) {
     throw translate(command, specs, e as Error & { code?: string });
   }
 
   const out: ParsedOptions = {};
   for (const s of specs) {
-    const given = values[s.name] ?? [];
+    const given = (values[s.name] ?? []).map(String);
     if (given.length === 0) {
       if (s.required) throw new UsageError(`${command}: --${s.name} is required.`);
       continue;
@@ -107,13 +109,13 @@ export function isoOption(command: string, name: string, text: string): Date {
 export function formatUsage(command: string, summary: string, specs: readonly OptionSpec[]): string {
   const synopsis = specs
     .map((s) => {
-      const one = `--${s.name} ${s.value}`;
+      const one = s.flag ? `--${s.name}` : `--${s.name} ${s.value}`;
       const shown = s.multiple ? `${one} [${one} ...]` : one;
       return s.required ? shown : `[${shown}]`;
     })
     .join(' ');
   const width = Math.max(...specs.map((s) => s.name.length + s.value.length + 3), 0);
-  const lines = specs.map((s) => `  --${`${s.name} ${s.value}`.padEnd(width)}  ${s.help}${s.required ? ' (required)' : ''}`);
+  const lines = specs.map((s) => `  --${(s.flag ? s.name : `${s.name} ${s.value}`).padEnd(width)}  ${s.help}${s.required ? ' (required)' : ''}`);
   return `${wrap(summary, 100)}\n\nUsage: npm run admin -- ${command} ${synopsis}\n\nOptions:\n${lines.join('\n')}\n`;
 }
 

@@ -109,8 +109,10 @@ const ALL_COMMANDS: readonly Command[] = [
   },
   {
     name: 'client create',
-    summary: 'Register an OAuth client of the identity provider. The secret is shown once and stored encrypted.',
-    prints: '{client_id, client_secret, api_access}',
+    summary:
+      'Register an OAuth client of the identity provider. The secret is shown once and stored encrypted. ' +
+      'A --public client (a browser or native app) has no secret: it authenticates with PKCE alone and gets no ID token.',
+    prints: '{client_id, client_secret, api_access, public}: client_secret is null for a public client',
     options: [
       { name: 'name', value: 'NAME', help: 'shown on the consent page', required: true },
       {
@@ -126,6 +128,7 @@ const ALL_COMMANDS: readonly Command[] = [
         help: "what the client's access tokens may do on the tunnel API and GraphQL, never more than the user's role (default none: sign-in only)",
         choices: API_ACCESS,
       },
+      { name: 'public', value: '', help: 'a public client: token_endpoint_auth_method none, PKCE only, no secret, no ID token (openid refused)', flag: true },
     ],
     async run({ db, secrets }, o) {
       // Refuse bad input before the secrets are loaded (and, on a fresh database, generated).
@@ -136,6 +139,7 @@ const ALL_COMMANDS: readonly Command[] = [
         name: str(o, 'name'),
         redirectUris: list(o, 'redirect-uri'),
         apiAccess: (opt(o, 'api-access') ?? 'none') as ApiAccess,
+        public: opt(o, 'public') === 'true',
       });
     },
   },
@@ -153,7 +157,7 @@ const ALL_COMMANDS: readonly Command[] = [
     name: 'client list',
     read: true,
     summary: 'List the OAuth clients with their redirect URIs and API access (never their secrets).',
-    prints: '{items: [{client_id, name, redirect_uris, api_access, created_at, secret_rotated_at}], next_cursor}',
+    prints: '{items: [{client_id, name, redirect_uris, api_access, public, owner_account_id, created_at, secret_rotated_at}], next_cursor}',
     options: [
       { name: 'limit', value: 'N', help: 'at most this many (1-1000, default 100)' },
       { name: 'cursor', value: 'CURSOR', help: 'next_cursor of the previous page' },

@@ -270,7 +270,12 @@ const OAuthClientSchema = defineEntity({
     name: p.string().length(200),
     redirectUris: p.json<string[]>(),
     // AES-256-GCM under the secret-encryption key (v1.<nonce>.<ct>.<tag>); ID tokens need the plaintext.
-    secretCiphertext: p.text(),
+    // Null exactly for a public client (token_endpoint_auth_method none), which has no secret.
+    secretCiphertext: p.text().nullable(),
+    isPublic: p.boolean().default(false),
+    // The account that registered it in the developer portal; null for clients of the operator (admin CLI)
+    // and for the gateway's own first-party panel client.
+    ownerAccount: () => p.manyToOne(AccountSchema).nullable().index().deleteRule('cascade'),
     // docs/CONTRACTS.md "Admin CLI": none (default) | read | write; tokens of a `none` client are refused by the API.
     apiAccess: p.enum(API_ACCESS).default('none'),
     secretRotatedAt: p.datetime().defaultRaw('now()').onCreate(() => new Date()),
@@ -281,6 +286,7 @@ const OAuthClientSchema = defineEntity({
       name: 'oauth_client_redirect_uris_check',
       expression: `case when jsonb_typeof(redirect_uris) = 'array' then jsonb_array_length(redirect_uris) > 0 else false end`,
     },
+    { name: 'oauth_client_secret_check', expression: `is_public = (secret_ciphertext is null)` },
   ],
 });
 export type OAuthClient = InferEntity<typeof OAuthClientSchema>;

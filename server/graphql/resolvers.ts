@@ -28,6 +28,7 @@ import {
 import { WebhookResolver } from './webhooks.ts';
 import { TunnelTrafficResolver } from './health.ts';
 import { TunnelHealthChangesResolver } from './health-changes.ts';
+import { ApplicationResolver } from './applications.ts';
 
 /**
  * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
@@ -146,4 +147,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, WebhookResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, WebhookResolver, ApplicationResolver] as const;

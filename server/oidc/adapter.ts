@@ -5,7 +5,9 @@
 // by key are `db.hot` prepared statements, the project's pattern for hot reads (as API-key checks
 // do), which the token-endpoint benchmark needs. Clients are not stored here: they are the
 // `oauth_client` rows the admin CLI writes, read (and their secret decrypted) for every lookup, never
-// kept, so a rotated secret takes effect on every gateway the moment it commits.
+// kept, so a rotated secret takes effect on every gateway the moment it commits. Public clients (no
+// secret, token_endpoint_auth_method none) come from the same table.
+import { randomBytes } from 'node:crypto';
 import { errors, type Adapter, type AdapterPayload } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
 import { readClients, type OAuthClientRecord } from '../domain/clients.ts';
@@ -65,19 +67,40 @@ export class DatabaseClientSource implements ClientSource {
     const c = await this.reads.call(clientId);
     if (!c) return undefined;
     // A new object per call: oidc-provider may alter what it is given.
-    return {
+    const common: AdapterPayload = {
       client_id: c.client_id,
-      client_secret: c.client_secret,
       client_name: c.name,
       redirect_uris: [...c.redirect_uris],
       grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
+      id_token_signed_response_alg: 'HS256',
+    };
+    if (c.is_public || c.client_secret === null) {
+      return {
+        ...common,
+        // PKCE is required of every client (provider.ts); a public client authenticates with nothing else.
+        token_endpoint_auth_method: 'none',
+        // No secret, so no HS256 ID token: `openid` is refused (invalid_scope) and the client signs the
+        // user in with its access token and userinfo (docs/CONTRACTS.md "Identity provider").
+        scope: PUBLIC_CLIENT_SCOPES.join(' '),
+        // oidc-provider's client schema wants a secret whenever the ID-token algorithm is HS256, even
+        // for a client that can never receive an ID token. This per-process random value satisfies it;
+        // it is never stored, never shown, never used to sign or to authenticate (method none).
+        client_secret: UNUSABLE_SECRET,
+      };
+    }
+    return {
+      ...common,
+      client_secret: c.client_secret,
       // Basic and body credentials are interchangeable in oidc-provider for these two methods.
       token_endpoint_auth_method: 'client_secret_basic',
-      id_token_signed_response_alg: 'HS256',
     };
   }
 }
+
+/** The scopes a public client may ask for: the document's, less `openid` (no secret to sign an ID token with). */
+export const PUBLIC_CLIENT_SCOPES = ['profile', 'email'] as const;
+const UNUSABLE_SECRET = randomBytes(32).toString('base64url');
 
 export interface AdapterOptions {
   db: Database;

@@ -1,6 +1,8 @@
 // The OIDC issuer inside the gateway's one Koa app. Only the document's endpoints reach
 // oidc-provider; the login and consent pages and userinfo are ours; token and revoke are rate
-// limited per client address. Expired artifacts are purged at start and every few minutes.
+// limited per client address. Expired artifacts are purged at start and every few minutes. At start the
+// gateway registers its own first-party public client `panel`; the panel signs out through
+// `POST /oauth/logout` (sign-out.ts).
 import type { Context, Middleware, Next } from 'koa';
 import { errors, type KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
@@ -15,6 +17,8 @@ import { interactionRoutes } from './interactions.ts';
 import { addressKey, LoginLimiter, type Limit } from './login-limits.ts';
 import { createProvider } from './provider.ts';
 import { avatarBase, avatarRoute } from './avatars.ts';
+import { signOutRoute } from './sign-out.ts';
+import { ensurePanelClient } from '../domain/clients.ts';
 
 const PURGE_INTERVAL_MS = 10 * 60_000;
 
@@ -68,6 +72,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   const avatars = avatarBase(c.publicUrl ?? c.issuerUrl);
   const serveAvatar = avatarRoute(c.db, new URL(avatars).pathname);
   const clients = new DatabaseClientSource(c.db, c.secretEncryptionKey);
+  await ensurePanelClient(c.db, c.publicUrl ?? c.issuerUrl);
   const provider = createProvider({
     issuer: c.issuerUrl,
     audience: c.audience,
@@ -92,6 +97,13 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     log: c.log,
     avatars,
   });
+  const signOut = signOutRoute({
+    provider,
+    db: c.db,
+    origins: [...new Set([issuer.origin, new URL(c.publicUrl ?? c.issuerUrl).origin])],
+    publicUrl: c.publicUrl ?? c.issuerUrl,
+    log: c.log,
+  });
   const requests = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst });
   // The same budget per client, spent once oidc-provider has authenticated it (so a stolen secret used
   // from many addresses is still limited, and nobody can spend a client's budget with its public id
@@ -104,6 +116,10 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   oidcContext.entity = function limited(this: { ctx: KoaContextWithOIDC; route: string }, key: string, value: unknown) {
     assign.call(this, key, value);
     if (key !== 'Client' || (this.route !== 'token' && this.route !== 'revocation')) return;
+    // A public client (the panel, above all) authenticates with its public id alone: a budget per client
+    // would be one budget for all of its users together, which anyone could spend. Its requests count
+    // against their addresses' budget only.
+    if ((value as { tokenEndpointAuthMethod?: string }).tokenEndpointAuthMethod === 'none') return;
     const wait = perClient.take(`client:${(value as { clientId: string }).clientId}`);
     if (wait > 0) {
       this.ctx.set('Retry-After', String(wait));
@@ -170,6 +186,10 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     if (rest === '/oauth/userinfo') {
       label(rest);
       return userinfo(ctx, accessTokens, c.db, avatars);
+    }
+    if (rest === '/oauth/logout') {
+      label(rest);
+      return signOut(ctx);
     }
     if (!PROVIDER_PATHS.test(rest)) return next();
     label(rest.replace(/^\/oauth\/authorize\/.+$/, '/oauth/authorize/:uid'));

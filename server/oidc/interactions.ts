@@ -9,7 +9,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import type { Context } from 'koa';
 import type Provider from 'oidc-provider';
 import type { Database } from '../db/database.ts';
-import { clientApiAccess } from '../domain/clients.ts';
+import { clientConsentFacts } from '../domain/clients.ts';
 import type { ApiAccess, Role } from '../db/entities.ts';
 import { checkPassword, findUserClaims } from './accounts.ts';
 import { LoginLimiter } from './login-limits.ts';
@@ -87,13 +87,22 @@ export function interactionRoutes(o: InteractionOptions) {
       const user = d.session?.accountId ? await findUserClaims(o.db, d.session.accountId, o.avatars) : null;
       if (!user) return expired(ctx);
       const scopes = String(d.params.scope ?? '').split(' ').filter(Boolean);
-      const [access, [row]] = await Promise.all([
-        clientApiAccess(o.db, String(d.params.client_id)),
+      const [facts, [row]] = await Promise.all([
+        clientConsentFacts(o.db, String(d.params.client_id)),
         o.db.query<{ role: Role }>('select role from app_user where id = ?', [user.sub]),
       ]);
       // What the tokens will really be allowed (server/oidc/access-tokens.ts): the client's access, capped by the role.
-      const apiAccess: ApiAccess = access === 'write' && row?.role !== 'owner' ? 'read' : (access ?? 'none');
-      return renderConsent(ctx, { action: `${action}/consent`, csrf: csrfFor(uid), clientName: await clientName(d.params.client_id), userEmail: user.email, scopes, apiAccess });
+      const access = facts?.api_access ?? 'none';
+      const apiAccess: ApiAccess = access === 'write' && row?.role !== 'owner' ? 'read' : access;
+      return renderConsent(ctx, {
+        action: `${action}/consent`,
+        csrf: csrfFor(uid),
+        clientName: await clientName(d.params.client_id),
+        userEmail: user.email,
+        scopes,
+        apiAccess,
+        portal: facts?.portal ?? false,
+      });
     }
     return renderMessage(ctx, 400, 'Sign-in not possible', `This sign-in step (${d.prompt.name}) is not supported.`);
   }

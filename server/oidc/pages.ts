@@ -93,6 +93,8 @@ export interface ConsentPage {
   scopes: string[];
   /** What the application's tokens may do with the tunnel API, after the user's role caps it (docs/CONTRACTS.md "Admin CLI"). */
   apiAccess: ApiAccess;
+  /** Registered by a customer in the developer portal: its name is whatever that customer chose, so the page says so. */
+  portal?: boolean;
   error?: string;
 }
 
@@ -120,7 +122,7 @@ export function renderConsent(ctx: Context, p: ConsentPage, status = 200): void 
       'Allow access',
       `<h1>Allow access?</h1>
 ${errorBox(p.error)}
-<p><strong>${esc(p.clientName)}</strong> asks to:</p>
+<p><strong>${esc(p.clientName)}</strong> asks to:</p>${p.portal ? '\n<p>This application was registered by a customer of this service, not by its operator. Allow it only if you trust whoever gave you this link.</p>' : ''}
 <ul>
 ${items}
 </ul>

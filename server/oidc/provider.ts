@@ -2,10 +2,13 @@
 // with PKCE S256 (required for every client) and refresh tokens; access tokens are HS256 JWTs for the
 // API (resource indicators with the API as the one, default resource); ID tokens are HS256 under the
 // client secret; every feature version 9 switches on by default that the document does not list
-// (dev interactions, DPoP, PAR, RP-initiated logout) is off.
+// (dev interactions, DPoP, PAR, RP-initiated logout) is off. Public clients (token_endpoint_auth_method
+// none) authenticate with PKCE alone and get no ID token; the first-party panel is never asked for
+// consent (docs/CONTRACTS.md "Identity provider").
 import Provider, { errors, type Configuration, type KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
-import { postgresAdapter, type ClientSource } from './adapter.ts';
+import { postgresAdapter, PUBLIC_CLIENT_SCOPES, type ClientSource } from './adapter.ts';
+import { PANEL_CLIENT_ID } from '../domain/clients.ts';
 import { UserClaimsSource } from './accounts.ts';
 import { renderErrorPage } from './pages.ts';
 
@@ -45,7 +48,8 @@ export function protocolConfiguration(audience: string, accessTokenKey: Buffer) 
     claims: { openid: ['sub'], profile: ['name', 'picture'], email: ['email', 'email_verified'] },
     scopes: [...OIDC_SCOPES],
     responseTypes: ['code'],
-    clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
+    // `none`: public clients (PKCE only); a confidential client is registered with client_secret_basic.
+    clientAuthMethods: ['client_secret_basic', 'client_secret_post', 'none'],
     clientDefaults: {
       grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
@@ -158,6 +162,22 @@ export function createProvider(o: IssuerOptions): Provider {
     clientBasedCORS: (_ctx, origin, client) => (client.redirectUris ?? []).some((uri) => URL.parse(uri)?.origin === origin),
     interactions: {
       url: (_ctx, interaction) => `${o.interactionPath}/${interaction.uid}`,
+    },
+    // oidc-provider's own lookup (the consent given, else the session's grant for the client), plus one
+    // case: the gateway's first-party panel gets its grant without a consent screen, the user's own
+    // role still capping what its tokens do (server/oidc/access-tokens.ts). Every other client keeps
+    // the consent page.
+    loadExistingGrant: async (ctx) => {
+      const client = ctx.oidc.client!;
+      const session = ctx.oidc.session!;
+      const grantId = ctx.oidc.result?.consent?.grantId || session.grantIdFor(client.clientId);
+      const existing = grantId ? await ctx.oidc.provider.Grant.find(grantId) : undefined;
+      if (existing || client.clientId !== PANEL_CLIENT_ID || !session.accountId) return existing;
+      const grant = new ctx.oidc.provider.Grant({ clientId: client.clientId, accountId: session.accountId });
+      grant.addOIDCScope(PUBLIC_CLIENT_SCOPES.join(' '));
+      grant.addResourceScope(o.audience, PUBLIC_CLIENT_SCOPES.join(' '));
+      await grant.save();
+      return grant;
     },
     renderError: async (ctx, out) => {
       renderErrorPage(ctx, out);

@@ -146,7 +146,13 @@ export const isConsentDecline = (b: { name: string | null; value: string; text: 
 export async function driveAuthorize(
   authorizeUrl: string | URL,
   creds: Credentials | null,
-  opts: { jar?: CookieJar; consent?: 'approve' | 'deny'; maxSteps?: number } = {},
+  opts: {
+    jar?: CookieJar;
+    consent?: 'approve' | 'deny';
+    maxSteps?: number;
+    /** The redirect_uri when it is on the issuer's own origin (the panel's `$PUBLIC_URL/callback`): a redirect there ends the flow too. */
+    callback?: string;
+  } = {},
 ): Promise<AuthorizeResult> {
   const jar = opts.jar ?? new CookieJar();
   const start = new URL(authorizeUrl);
@@ -168,7 +174,7 @@ export async function driveAuthorize(
     if (res.status >= 300 && res.status < 400 && res.headers.get('location')) {
       await res.arrayBuffer();
       const loc = new URL(res.headers.get('location')!, next.url);
-      if (loc.origin !== issuerOrigin) return { callback: loc, pages, last: null };
+      if (loc.origin !== issuerOrigin || (opts.callback !== undefined && loc.origin + loc.pathname === opts.callback)) return { callback: loc, pages, last: null };
       next = { url: loc, method: 'GET' };
       continue;
     }

@@ -89,7 +89,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
   it('client create stores the secret encrypted; client rotate-secret replaces it', async () => {
     const uris = ['https://app.example/callback', 'http://localhost:3000/cb?x=1'];
     const created = cliOk(await adminCli(t.url, ['client', 'create', '--name', 'Panel', '--redirect-uri', uris[0]!, '--redirect-uri', uris[1]!]));
-    expect(Object.keys(created).sort()).toEqual(['api_access', 'client_id', 'client_secret']);
+    expect(Object.keys(created).sort()).toEqual(['api_access', 'client_id', 'client_secret', 'public']);
     // docs/CONTRACTS.md "Admin CLI": without --api-access a client's tokens get no access to the tunnel API.
     expect(created.api_access).toBe('none');
     const clientId = created.client_id as string;

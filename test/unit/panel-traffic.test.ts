@@ -1,8 +1,21 @@
 // The traffic chart's pure parts (panel/src/pages/tunnel/traffic/series.ts, healthMarks.ts): what each
 // range asks the API for, points laid on the range's grid, drops stacked, totals, merging a refresh,
-// bytes and packets in words, and the live health marks. The chart itself is drawn by uPlot in a browser.
+// bytes and packets in words, and the health marks (history read in pages, merged with the live ones).
+// The chart itself is drawn by uPlot in a browser.
 import { describe, expect, it } from 'vitest';
-import { HealthMarks, marksWithin } from '../../panel/src/pages/tunnel/traffic/healthMarks.ts';
+import {
+  HISTORY_PAGE,
+  HealthMarks,
+  LIVE_MATCH_MS,
+  addHistory,
+  marksByStep,
+  marksWithin,
+  mergeMarks,
+  readHistory,
+  type ChangeLike,
+  type Health,
+  type HealthMark,
+} from '../../panel/src/pages/tunnel/traffic/healthMarks.ts';
 import {
   buildSeries,
   formatBytes,
@@ -175,5 +188,133 @@ describe('health marks seen live', () => {
     for (let i = 1; i <= 600; i++) store.observe('t', i % 2 ? 'DOWN' : 'UP', i);
     expect(store.of('t')).toHaveLength(500);
     expect(store.of('t')[0]!.at).toBe(101);
+  });
+});
+
+/** `n` alternating changes from `startMs`, `everyMs` apart (UP -> DOWN first), as the API answers them. */
+function changes(n: number, startMs: number, everyMs: number): ChangeLike[] {
+  return Array.from({ length: n }, (_, i) => ({
+    at: new Date(startMs + i * everyMs).toISOString(),
+    previous: (i % 2 ? 'DOWN' : 'UP') as Health,
+    health: (i % 2 ? 'UP' : 'DOWN') as Health,
+  }));
+}
+
+/** A stand-in for the gateway's paging rule (docs/CONTRACTS.md "Health history"): from <= at, the oldest 1,000. */
+function pager(all: readonly ChangeLike[]) {
+  const asked: string[] = [];
+  const more = async (from: string) => {
+    asked.push(from);
+    return all.filter((c) => Date.parse(c.at) >= Date.parse(from)).slice(0, HISTORY_PAGE);
+  };
+  return { asked, more };
+}
+
+describe('health history in pages', () => {
+  const start = Date.parse('2026-09-01T00:00:00Z');
+
+  it('a page under the cap is the whole history, asked for nothing more', async () => {
+    const all = changes(3, start, 60_000);
+    const p = pager(all);
+    const h = await readHistory(all, p.more);
+    expect(h.marks).toEqual([
+      { at: start, from: 'UP', to: 'DOWN' },
+      { at: start + 60_000, from: 'DOWN', to: 'UP' },
+      { at: start + 120_000, from: 'UP', to: 'DOWN' },
+    ]);
+    expect(h.truncatedAt).toBeUndefined();
+    expect(p.asked).toEqual([]);
+  });
+
+  it('a full page asks again from its last time and skips the changes at that time it already has', async () => {
+    // 2,500 changes, with the 1,000th and 1,001st at the same millisecond (a page boundary inside a tie).
+    const all = changes(2500, start, 1000);
+    all[1000] = { ...all[1000]!, at: all[999]!.at };
+    const p = pager(all);
+    const h = await readHistory(all.slice(0, HISTORY_PAGE), p.more);
+    // Each later page starts again at the previous page's last time: 999..1998, then 1998..2499.
+    expect(p.asked).toEqual([all[999]!.at, all[1998]!.at]);
+    expect(h.marks).toHaveLength(2500);
+    expect(h.marks.map((m) => m.to)).toEqual(all.map((c) => c.health));
+    expect(h.truncatedAt).toBeUndefined();
+  });
+
+  it('stops after the pages allowed and says where the list stops', async () => {
+    const all = changes(4500, start, 1000);
+    const p = pager(all);
+    const h = await readHistory(all.slice(0, HISTORY_PAGE), p.more, 3);
+    expect(p.asked).toHaveLength(2);
+    // 1,000, then 999 new of each page after (each repeats the previous page's last change).
+    expect(h.marks).toHaveLength(2998);
+    expect(h.marks.map((m) => m.at)).toEqual(all.slice(0, 2998).map((c) => Date.parse(c.at)));
+    expect(h.truncatedAt).toBe(Date.parse(all[2997]!.at));
+  });
+
+  it('a full page all at one instant cannot be read past: it stops there, truncated, instead of asking forever', async () => {
+    const all = changes(1500, start, 0);
+    const p = pager(all);
+    const h = await readHistory(all.slice(0, HISTORY_PAGE), p.more);
+    expect(p.asked).toEqual([all[0]!.at]);
+    expect(h.marks).toHaveLength(1000);
+    expect(h.truncatedAt).toBe(start);
+  });
+
+  it('a later read adds only what the held history lacks, in order', () => {
+    const a: HealthMark = { at: 1000, from: 'UP', to: 'DOWN' };
+    const b: HealthMark = { at: 2000, from: 'DOWN', to: 'UP' };
+    const c: HealthMark = { at: 1500, from: 'DOWN', to: 'UNKNOWN' };
+    expect(addHistory([a, b], [b, c])).toEqual([a, c, b]);
+    expect(addHistory([a], [a])).toEqual([a]);
+  });
+});
+
+describe('history merged with live marks', () => {
+  const readAt = Date.parse('2026-11-28T12:00:00Z');
+  const history: HealthMark[] = [
+    { at: readAt - 3_600_000, from: 'UP', to: 'DOWN' },
+    { at: readAt - 30_000, from: 'DOWN', to: 'UP' },
+  ];
+
+  it('a live mark seen before the read is the history’s already, whatever its time', () => {
+    const live: HealthMark[] = [{ at: readAt - 3_500_000, from: 'UP', to: 'DOWN' }];
+    expect(mergeMarks(history, live, readAt)).toEqual(history);
+  });
+
+  it('a live mark of the same health as a change the read found, within the match window, is that change once', () => {
+    // The message of the change at readAt - 30 s arrived after the read was sent.
+    const live: HealthMark[] = [{ at: readAt + 5_000, from: 'DOWN', to: 'UP' }];
+    expect(mergeMarks(history, live, readAt)).toEqual(history);
+  });
+
+  it('live marks after the read are added in time order; a different health or one out of the window is a mark of its own', () => {
+    const later: HealthMark = { at: readAt + 60_000, from: 'UP', to: 'UNKNOWN' };
+    const far: HealthMark = { at: readAt - 30_000 + LIVE_MATCH_MS + 1, from: 'UNKNOWN', to: 'UP' };
+    const merged = mergeMarks(history, [later, far], readAt);
+    expect(merged).toEqual([...history, later, far]);
+  });
+
+  it('a live mark in the time a truncated history was not read for is kept, even before the read', () => {
+    const inGap: HealthMark = { at: readAt - 600_000, from: 'UP', to: 'UNKNOWN' };
+    const beforeGap: HealthMark = { at: readAt - 7_200_000, from: 'UP', to: 'UNKNOWN' };
+    const gap = { from: readAt - 3_600_000, to: readAt };
+    expect(mergeMarks(history, [beforeGap, inGap], readAt, gap)).toEqual([history[0], inGap, history[1]]);
+    expect(mergeMarks(history, [inGap], readAt)).toEqual(history);
+  });
+
+  it('the history alone is handed back as it is (no new array for the chart to redraw)', () => {
+    expect(mergeMarks(history, [], readAt)).toBe(history);
+  });
+
+  it('the table gets each step’s marks, in one pass', () => {
+    const marks: HealthMark[] = [
+      { at: 0, from: 'UP', to: 'DOWN' },
+      { at: 59_999, from: 'DOWN', to: 'UP' },
+      { at: 120_000, from: 'UP', to: 'UNKNOWN' },
+      { at: 180_000, from: 'UNKNOWN', to: 'UP' },
+      { at: -1, from: 'UP', to: 'DOWN' },
+    ];
+    const rows = marksByStep(marks, 0, 60_000, 3);
+    expect(rows.map((r) => r.map((m) => m.at))).toEqual([[0, 59_999], [], [120_000]]);
+    expect(rows.map((r, i) => r.length === marksWithin(marks, i * 60_000, (i + 1) * 60_000).length)).toEqual([true, true, true]);
   });
 });

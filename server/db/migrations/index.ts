@@ -14,6 +14,7 @@ import { Migration20261128100000_health_checked_seen } from './Migration20261128
 import { Migration20261128200000_node_tunnel_links } from './Migration20261128200000_node_tunnel_links.ts';
 import { Migration20261128210000_node_poll_stuck } from './Migration20261128210000_node_poll_stuck.ts';
 import { Migration20261128220000_tunnel_health_change } from './Migration20261128220000_tunnel_health_change.ts';
+import { Migration20261128230000_client_owner_public } from './Migration20261128230000_client_owner_public.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -30,4 +31,5 @@ export const migrationsList = [
   { name: 'Migration20261128200000_node_tunnel_links', class: Migration20261128200000_node_tunnel_links },
   { name: 'Migration20261128210000_node_poll_stuck', class: Migration20261128210000_node_poll_stuck },
   { name: 'Migration20261128220000_tunnel_health_change', class: Migration20261128220000_tunnel_health_change },
+  { name: 'Migration20261128230000_client_owner_public', class: Migration20261128230000_client_owner_public },
 ];

@@ -25,6 +25,7 @@ import { activateRefusal, canActivate, canProvision, isLive, newer, saveOutcome,
 import { ProtectionFields, SettingsSummary } from './ProtectionFields.tsx';
 import { draftOf, sameSettings, settingsInput, settingsOfDraft, type Settings, type SettingsDraft } from './protection.ts';
 import { TrafficSection } from './traffic/TrafficSection.tsx';
+import { healthMarks } from './traffic/healthMarks.ts';
 
 type Tunnel = TunnelDetailFragment;
 type Accept = (t: Tunnel) => void;
@@ -47,7 +48,17 @@ export function TunnelPage(props: RouteProps) {
   useEffect(() => {
     if (q.data) accept(q.data.tunnel);
   }, [q.data]);
-  const liveFailure = useSubscription(TunnelLiveDocument, { id }, (d) => accept(d.tunnelStatus), !q.data);
+  // The one subscription of the page: its health reports also feed the traffic chart's live marks
+  // (traffic/healthMarks.ts), so the traffic section needs none of its own.
+  const liveFailure = useSubscription(
+    TunnelLiveDocument,
+    { id },
+    (d) => {
+      accept(d.tunnelStatus);
+      healthMarks.observe(d.tunnelStatus.id, d.tunnelStatus.health, Date.now());
+    },
+    !q.data,
+  );
 
   if (q.failure)
     return (
