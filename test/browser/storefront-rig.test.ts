@@ -22,7 +22,7 @@ describe.skipIf(skip)('the storefront test rig', () => {
   let browser: Browser;
 
   beforeAll(async () => {
-    [w, browser] = await Promise.all([startStorefront({ pool: '203.0.113.64/28' }), launchChromium()]);
+    [w, browser] = await Promise.all([startStorefront({ pool: '203.0.113.64/28', panel: false }), launchChromium()]);
   });
 
   afterAll(async () => {

@@ -45,6 +45,11 @@ export interface StorefrontOptions {
   pool: string;
   /** The owner's balance after `balance add`, USD (default 50). */
   balanceUsd?: string;
+  /**
+   * Whether the world checks, once the gateway listens, that it serves the built panel and /config.json
+   * (default true; the rig's own test, which opens no panel page, says false).
+   */
+  panel?: boolean;
   /** EDGE_STATUS_SECONDS and the agent's health interval: how soon health and traffic reach the gateway (default 5). */
   statusSeconds?: number;
 }
@@ -163,6 +168,8 @@ async function build(opts: StorefrontOptions, undo: (() => Promise<void> | void)
   if (failed) throw failed.reason;
   const gateway = (started[0] as PromiseFulfilledResult<GatewayProcess>).value;
 
+  if (opts.panel !== false) await expectPanelServed(url);
+
   const webhooks = await WebhookReceiver.start();
   undo.push(() => webhooks.close());
 
@@ -219,4 +226,20 @@ async function build(opts: StorefrontOptions, undo: (() => Promise<void> | void)
       for (const u of undo.reverse()) await Promise.resolve(u()).catch(() => {});
     },
   };
+}
+
+/**
+ * Fails the world at once, saying why, when the gateway does not serve the built panel at `/` and its
+ * sign-in settings at /config.json (docs/CONTRACTS.md "The storefront"), rather than every test timing out
+ * on a page that never comes.
+ */
+async function expectPanelServed(url: string): Promise<void> {
+  const index = await fetch(`${url}/`, { headers: { accept: 'text/html' } });
+  const html = await index.text();
+  if (!index.ok || !/<script type="module" src="\/assets\//.test(html)) {
+    throw new Error(`the gateway at ${url} does not serve the built panel at / (${index.status}): ${html.slice(0, 200)}`);
+  }
+  const config = await fetch(`${url}/config.json`, { headers: { accept: 'application/json' } });
+  const body = (await config.json().catch(() => null)) as { clientId?: unknown } | null;
+  if (!config.ok || body?.clientId !== 'panel') throw new Error(`the gateway at ${url} answers GET /config.json with ${config.status} ${JSON.stringify(body)}, not the panel's sign-in settings`);
 }
