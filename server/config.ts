@@ -1,5 +1,9 @@
 // Environment -> one typed Config object, read once at start. Everything else takes a Config.
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The repository root: the default panel build sits at `panel/dist` beside the gateway's sources, wherever the process was started. */
+const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 export interface Config {
   host: string;
@@ -51,6 +55,11 @@ export interface Config {
   allowPrivateWebhooks: boolean;
   /** WEBHOOK_WORKER: whether this process sends webhook deliveries; default: as EDGE_WORKER. */
   webhookWorker: boolean;
+  /**
+   * PANEL_DIR (docs/CONFIGURATION.md): the panel's build output served at `/` (server/http/panel.ts).
+   * Absolute; default `<repository>/panel/dist`.
+   */
+  panelDir: string;
 }
 
 export class ConfigError extends Error {
@@ -122,6 +131,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     drainTimeoutMs: int(env, 'DRAIN_TIMEOUT_MS', 10_000, 0, 600_000),
     allowPrivateWebhooks: bool(env, 'ALLOW_PRIVATE_WEBHOOKS'),
     webhookWorker: env.WEBHOOK_WORKER === undefined || env.WEBHOOK_WORKER === '' ? edgeWorker : bool(env, 'WEBHOOK_WORKER'),
+    // Relative to the working directory, as DATA_DIR is.
+    panelDir: env.PANEL_DIR ? path.resolve(env.PANEL_DIR) : path.join(REPO_ROOT, 'panel/dist'),
   };
 }
 

@@ -77,7 +77,7 @@ function indexHtml(out, entry, preload, css) {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="color-scheme" content="light dark">
 <title>Tunnelgate</title>
-<link rel="icon" href="/assets/${ICON}">
+<link rel="icon" href="${iconHref()}">
 <link rel="stylesheet" href="/assets/${css}">
 ${preload.map((f) => `<link rel="modulepreload" href="/assets/${f}">`).join('\n')}
 <script type="module" src="/assets/${entry}"></script>
@@ -90,11 +90,13 @@ ${preload.map((f) => `<link rel="modulepreload" href="/assets/${f}">`).join('\n'
   writeFileSync(join(out, 'index.html'), html);
 }
 
-let ICON = '';
-function icon(out) {
-  const svg = readFileSync(join(PANEL, 'src/styles/icon.svg'));
-  ICON = `icon-${hash(svg)}.svg`;
-  writeFileSync(join(out, 'assets', ICON), svg);
+/**
+ * The icon, inline as a data: URL (the CSP allows data: images): a file would be a request that the
+ * first load's immediate redirect to the issuer aborts, and the browser would report it as failed.
+ */
+function iconHref() {
+  const svg = readFileSync(join(PANEL, 'src/styles/icon.svg'), 'utf8').trim();
+  return `data:image/svg+xml,${encodeURIComponent(svg)}`;
 }
 
 function compressAll(dir) {
@@ -130,7 +132,6 @@ export async function buildPanel() {
     const chunk = output.find((o) => o.fileName === name);
     for (const imported of chunk?.imports ?? []) firstPage.add(imported);
   }
-  icon(tmp);
   const css = styles(tmp);
   indexHtml(tmp, entry.fileName, [...firstPage].filter((f) => f !== entry.fileName), css);
   compressAll(tmp);

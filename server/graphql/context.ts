@@ -6,6 +6,7 @@ import { ApiError } from '../domain/errors.ts';
 import type { Logger } from '../../common/log.ts';
 import type { Services } from '../services.ts';
 import type { Admission } from '../http/middleware/request-gate.ts';
+import type { SubscriptionSlots } from './subscriptions.ts';
 
 export interface GraphqlContext {
   services: Services;
@@ -17,6 +18,8 @@ export interface GraphqlContext {
    * goes with a 401). A holder object, because Apollo shallow-copies the context value.
    */
   auth: { error: ApiError | null };
+  /** The caps of the WebSocket this operation came on (subscriptions.ts); absent over HTTP, which runs no subscription. */
+  subscriptions?: SubscriptionSlots;
 }
 
 /**

@@ -64,7 +64,7 @@ function toTraffic(v: TrafficView): Traffic {
 export class TunnelTrafficResolver {
   @FieldResolver(() => Traffic, {
     description:
-      'Traffic history: step 1m (kept 48 hours, the default) or 1h (kept 90 days); `to` defaults to now, `from` to an hour (1m) or a day (1h) before `to`. A range outside retention or over 10,000 points is invalid_request.',
+      'Traffic history: step 1m (kept 48 hours, the default) or 1h (kept 90 days); `to` defaults to now (at most one step after it), `from` to an hour (1m) or a day (1h) before `to`. A range outside retention is invalid_request, and so is an operation whose traffic fields ask for more than 10,000 points together (each field\'s points times the tunnels it runs for), refused before anything is read.',
   })
   async traffic(
     @Root() tunnel: Tunnel,

@@ -7,7 +7,7 @@ import { ApolloServer } from '@apollo/server';
 import { ApolloServerPluginDrainHttpServer } from '@apollo/server/plugin/drainHttpServer';
 import { ApolloServerPluginLandingPageDisabled } from '@apollo/server/plugin/disabled';
 import { koaMiddleware } from '@as-integrations/koa';
-import { GraphQLError, specifiedRules, validate } from 'graphql';
+import { GraphQLError, execute, getOperationAST, specifiedRules, subscribe, validate, type ExecutionArgs } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import { WebSocketServer, type WebSocket } from 'ws';
 import type { Duplex } from 'node:stream';
@@ -23,6 +23,8 @@ import { createContext, type GraphqlContext } from './context.ts';
 import { errorPlugin, formatGraphqlError } from './errors.ts';
 import { queryLimitsRule } from './limits.ts';
 import { buildGraphqlSchema } from './schema.ts';
+import { SubscriptionCaps, type SubscriptionSlots } from './subscriptions.ts';
+import { trafficBudgetPlugin, trafficRefusal, trafficRefusalError } from './traffic-budget.ts';
 
 export { buildGraphqlSchema, printGraphqlSchema } from './schema.ts';
 export { QUERY_LIMITS } from './limits.ts';
@@ -42,7 +44,7 @@ export async function createGraphql(
   httpServer: http.Server,
   log: Logger,
   gate: RequestGate,
-): Promise<{ middleware: Koa.Middleware; stop(): Promise<void> }> {
+): Promise<{ middleware: Koa.Middleware; closeSockets(): void; stop(): Promise<void> }> {
   const glog = log.child({ component: 'graphql' });
   const schema = await buildGraphqlSchema();
   const apollo = new ApolloServer<GraphqlContext>({
@@ -64,7 +66,7 @@ export async function createGraphql(
       warn: (m: unknown) => glog.warn(String(m)),
       error: (m: unknown) => glog.error(String(m)),
     },
-    plugins: [ApolloServerPluginDrainHttpServer({ httpServer }), ApolloServerPluginLandingPageDisabled(), errorPlugin(glog)],
+    plugins: [ApolloServerPluginDrainHttpServer({ httpServer }), ApolloServerPluginLandingPageDisabled(), errorPlugin(glog), trafficBudgetPlugin()],
   });
   await apollo.start();
 
@@ -94,6 +96,7 @@ export async function createGraphql(
 
   return {
     middleware,
+    closeSockets: () => ws.closeSockets(),
     stop: async () => {
       await ws.stop();
       await apollo.stop();
@@ -129,6 +132,8 @@ function authorizationOf(params: Readonly<Record<string, unknown>> | undefined):
 
 /** Close codes of the socket (graphql-ws uses 44xx for the HTTP-like refusals). */
 const FORBIDDEN = 4403;
+/** How long a drain waits for a peer's answer to its close frame before cutting the socket. */
+const CLOSE_GRACE_MS = 2_000;
 const TOO_MANY = 4429;
 
 interface Connection {
@@ -136,6 +141,26 @@ interface Connection {
   authorization: string | undefined;
   principal: Principal | null;
   recheck: NodeJS.Timeout | null;
+  /** This socket's share of the subscription caps (subscriptions.ts). */
+  slots: SubscriptionSlots;
+}
+
+/**
+ * Why a re-check must end a live connection, or null when it may stay: the credential refused (revoked,
+ * expired, its application's API access lowered to none: any 401 or 403 of the Authenticator), or still
+ * valid but for another account or with less permission than the socket was opened with (a role change,
+ * API access lowered to read). Operations already running were allowed under the old permission, so the
+ * socket closes rather than carrying it on; the client reconnects with what it now holds.
+ */
+export function recheckRefusal(before: Principal | null, outcome: { principal: Principal } | { error: unknown }): string | null {
+  if ('error' in outcome) {
+    const e = outcome.error;
+    return e instanceof ApiError && (e.status === 401 || e.status === 403) ? e.code : null;
+  }
+  const now = outcome.principal;
+  if (before && now.accountId !== before.accountId) return 'account_changed';
+  if (before && before.permission === 'write' && now.permission !== 'write') return 'permission_lowered';
+  return null;
 }
 
 /**
@@ -146,8 +171,10 @@ interface Connection {
  * - connection_init goes through the request gate like an HTTP request (failed logins spend the
  *   address's failure budget; a bad credential closes with 4403, a spent budget with 4429), and every
  *   operation spends the credential's (or, anonymous, the address's) request budget;
- * - the credential is re-checked every WS_AUTH_RECHECK_MS: a revoked key, an expired access token or a
- *   revoked grant closes the socket with 4403, ending its subscriptions.
+ * - the credential is re-checked every WS_AUTH_RECHECK_MS: a revoked key, an expired access token, a
+ *   revoked grant, API access lowered, or less permission than before (recheckRefusal) closes the socket
+ *   with 4403, ending its subscriptions; only an infrastructure failure of the check keeps it open;
+ * - at most 10 subscriptions run per socket and 50 per credential (subscriptions.ts).
  * Each operation is validated with the same query limits as HTTP and its errors carry the REST codes.
  */
 function subscriptionServer(
@@ -161,8 +188,14 @@ function subscriptionServer(
   const wss = new WebSocketServer({ noServer: true, maxPayload: bodyLimitBytes });
   const open = new Map<string, number>();
   const connections = new WeakMap<WebSocket, Connection>();
+  const caps = new SubscriptionCaps();
 
+  let closing = false;
   const onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (closing) {
+      socket.end('HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+      return;
+    }
     if (new URL(req.url ?? '/', 'http://x').pathname !== '/graphql') {
       socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
       return;
@@ -192,7 +225,7 @@ function subscriptionServer(
     const socket = ctx.extra.socket;
     let c = connections.get(socket);
     if (!c) {
-      c = { address: clientAddress(ctx.extra.request, trustProxy), authorization: undefined, principal: null, recheck: null };
+      c = { address: clientAddress(ctx.extra.request, trustProxy), authorization: undefined, principal: null, recheck: null, slots: caps.socket() };
       connections.set(socket, c);
     }
     return c;
@@ -203,12 +236,19 @@ function subscriptionServer(
     c.recheck = setInterval(() => {
       services.auth.authenticate(c.authorization).then(
         (p) => {
+          const refusal = recheckRefusal(c.principal, { principal: p });
+          if (refusal) {
+            log.info('websocket credential changed; closing', { credential: p.credential.kind, reason: refusal });
+            socket.close(FORBIDDEN, 'Forbidden: the credential no longer has the permission this connection was opened with');
+            return;
+          }
           c.principal = p;
         },
         (e: unknown) => {
-          if (e instanceof ApiError && e.code === 'invalid_token') {
-            log.info('websocket credential no longer valid; closing', { credential: c.principal?.credential.kind ?? null });
-            socket.close(FORBIDDEN, 'Forbidden: the credential was revoked or expired');
+          const refusal = recheckRefusal(c.principal, { error: e });
+          if (refusal) {
+            log.info('websocket credential refused; closing', { credential: c.principal?.credential.kind ?? null, reason: refusal });
+            socket.close(FORBIDDEN, 'Forbidden: the credential was revoked, expired or lost API access');
           } else {
             // The database may be briefly away: keep the socket, try again next round.
             log.warn('websocket credential re-check failed', { err: e });
@@ -219,6 +259,11 @@ function subscriptionServer(
     c.recheck.unref();
   };
 
+  const trafficRefusalOf = (args: ExecutionArgs): GraphQLError | null => {
+    const refusal = trafficRefusal(args.schema, args.document, getOperationAST(args.document, args.operationName), args.variableValues);
+    return refusal ? trafficRefusalError(refusal) : null;
+  };
+
   const rateLimitedError = (e: ApiError) =>
     new GraphQLError(e.message, { extensions: { code: e.code, status: e.status, retry_after: Number(e.headers['Retry-After'] ?? 1) } });
 
@@ -226,6 +271,15 @@ function subscriptionServer(
     {
       schema,
       validate: (s, doc) => validate(s, doc, [...specifiedRules, queryLimitsRule()]),
+      // The traffic budget (traffic-budget.ts), checked before any resolver runs, as over HTTP.
+      execute: (args: ExecutionArgs) => {
+        const refusal = trafficRefusalOf(args);
+        return refusal ? { errors: [refusal] } : execute(args);
+      },
+      subscribe: (args: ExecutionArgs) => {
+        const refusal = trafficRefusalOf(args);
+        return refusal ? { errors: [refusal] } : subscribe(args);
+      },
       onConnect: async (ctx) => {
         const c = connectionOf(ctx);
         c.authorization = authorizationOf(ctx.connectionParams);
@@ -260,7 +314,9 @@ function subscriptionServer(
       },
       context: (ctx) => {
         const c = connectionOf(ctx);
-        return createContext(services, log, c.authorization, null, { principal: c.principal, error: null });
+        const context = createContext(services, log, c.authorization, null, { principal: c.principal, error: null });
+        context.subscriptions = c.slots;
+        return context;
       },
       onNext: (_ctx, _id, _payload, _args, result) =>
         result.errors ? { ...result, errors: result.errors.map((e) => formatGraphqlError(e.toJSON(), e) as unknown as GraphQLError) } : result,
@@ -269,6 +325,19 @@ function subscriptionServer(
     wss,
   );
   return {
+    /**
+     * Ends every WebSocket with 1001 (going away) and refuses new ones: a drain must not wait on them. An
+     * upgraded socket still counts as a connection of the HTTP server, so server.close() would wait for a
+     * live subscription for ever; the client reconnects, to another replica. A peer that does not answer
+     * the closing handshake is cut after CLOSE_GRACE_MS.
+     */
+    closeSockets: () => {
+      closing = true;
+      for (const c of wss.clients) {
+        c.close(1001, 'Going away');
+        setTimeout(() => c.terminate(), CLOSE_GRACE_MS).unref();
+      }
+    },
     stop: async () => {
       httpServer.off('upgrade', onUpgrade);
       for (const c of wss.clients) c.terminate();

@@ -29,6 +29,8 @@ import { WebhookResolver } from './webhooks.ts';
 import { TunnelTrafficResolver } from './health.ts';
 import { TunnelHealthChangesResolver } from './health-changes.ts';
 import { ApplicationResolver } from './applications.ts';
+import { LedgerResolver } from './ledger.ts';
+import { releasing } from './subscriptions.ts';
 
 /**
  * provision, activate, delete and update: GraphQL returns the tunnel. Its status tells a settled move from a
@@ -134,12 +136,19 @@ export class TunnelResolver {
 export class TunnelStatusResolver {
   @Subscription(() => Tunnel, {
     description:
-      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...) or its health changes, from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization.',
+      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...) or its health changes, from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization. At most 10 running subscriptions per WebSocket and 50 per credential: more are refused with code rate_limited.',
     subscribe: async ({ args, context }: SubscribeResolverData<unknown, { id: string }, GraphqlContext>) => {
       const principal = await context.principal();
-      // Refuse another account's or a missing tunnel now, as a subscription error, not mid-stream.
-      await context.services.tunnels.get(principal, args.id);
-      return context.services.tunnels.watch(principal, args.id);
+      // Over a cap (subscriptions.ts): refused before anything is read or listened to.
+      const release = context.subscriptions?.acquire(principal) ?? (() => {});
+      try {
+        // Refuse another account's or a missing tunnel now, as a subscription error, not mid-stream.
+        await context.services.tunnels.get(principal, args.id);
+        return releasing(context.services.tunnels.watch(principal, args.id), release);
+      } catch (e) {
+        release();
+        throw e;
+      }
     },
   })
   tunnelStatus(@Root() tunnel: TunnelView, @Arg('id', () => ID) _id: string): Tunnel {
@@ -147,4 +156,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, WebhookResolver, ApplicationResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, WebhookResolver, LedgerResolver, ApplicationResolver] as const;

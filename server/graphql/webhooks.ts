@@ -1,5 +1,5 @@
 // Webhooks in GraphQL (docs/CONTRACTS.md "Webhooks"): `webhooks`, `createWebhook` and
-// `deleteWebhook`, thin adapters over server/webhooks/service.ts, validated by the same function REST uses.
+// `deleteWebhook`, `testWebhook`, thin adapters over server/webhooks/service.ts, validated by the same function REST uses.
 import 'reflect-metadata';
 import { Arg, Ctx, Field, GraphQLISODateTime, ID, InputType, Mutation, ObjectType, Query, Resolver, registerEnumType } from 'type-graphql';
 import type { WebhookEvent } from '../webhooks/events.ts';
@@ -51,6 +51,12 @@ export class CreateWebhookInput {
 
 const toWebhook = (w: WebhookView): Webhook => ({ id: w.id, url: w.url, events: w.events as string[] as WebhookEventType[], createdAt: new Date(w.created_at) });
 
+@ObjectType({ description: 'A queued webhook.test event.' })
+export class WebhookTestQueued {
+  @Field({ description: 'The message id: the webhook-id header the delivery will carry.' })
+  messageId!: string;
+}
+
 @Resolver()
 export class WebhookResolver {
   @Query(() => [Webhook], { description: "This account's webhooks, oldest first." })
@@ -66,6 +72,14 @@ export class WebhookResolver {
     const checked = validateWebhookInput({ url: input.url, events: input.events ?? undefined }, webhooks.allowPrivate);
     const created = await webhooks.create(principal, checked);
     return { webhook: toWebhook(created.webhook), secret: created.secret };
+  }
+
+  @Mutation(() => WebhookTestQueued, {
+    description: "Queues a webhook.test event for this webhook only (write permission), signed and delivered like any event; another account's webhook is not_found.",
+  })
+  async testWebhook(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<WebhookTestQueued> {
+    const principal = await ctx.principal();
+    return { messageId: (await ctx.services.webhooks.test(principal, id)).message_id };
   }
 
   @Mutation(() => Boolean, { description: "Deletes one of this account's webhooks (write permission); another account's is not_found. Returns true." })

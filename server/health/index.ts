@@ -19,8 +19,9 @@ import { HEALTH_CHANGE_RETENTION_MS, readHealthChanges, type HealthChange } from
 export type { Step, TrafficPoint } from './storage.ts';
 export type { HealthChange } from './history.ts';
 
-/** At most this many points in one answer (DESIGN 3.9). */
-const MAX_POINTS = 10_000;
+/** At most this many points in one answer, and in one GraphQL operation however many traffic fields it has (docs/CONTRACTS.md "Health and traffic"). */
+export const MAX_TRAFFIC_POINTS = 10_000;
+const MAX_POINTS = MAX_TRAFFIC_POINTS;
 /** Without `from`: the last hour of minutes, or the last day of hours. */
 const DEFAULT_SPAN_MS: Record<Step, number> = { '1m': HOUR_MS, '1h': 24 * HOUR_MS };
 
@@ -67,15 +68,19 @@ function time(v: string, name: string): Date {
 
 /**
  * The range a query asks for, checked: step 1m (default) or 1h; `to` defaults to now, `from` to `to`
- * minus DEFAULT_SPAN_MS; from < to; `from` within the step's retention (48 h of minutes, 90 days of hours);
- * at most MAX_POINTS points. Anything else is invalid_request.
+ * minus DEFAULT_SPAN_MS; from < to; `to` at most one step after now (later points cannot exist, and a far
+ * `to` would only inflate the count); `from` within the step's retention (48 h of minutes, 90 days of
+ * hours); at most MAX_POINTS points. Anything else is invalid_request.
  */
-function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to: Date; step: Step } {
+export function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to: Date; step: Step; points: number } {
   const step = (q.step ?? '1m') as Step;
   if (!STEPS.includes(step)) throw new ApiError('invalid_request', 'step must be 1m or 1h.');
   const to = q.to ? time(q.to, 'to') : now;
   const from = q.from ? time(q.from, 'from') : new Date(to.getTime() - DEFAULT_SPAN_MS[step]);
   if (from >= to) throw new ApiError('invalid_request', 'from must be before to.');
+  if (to.getTime() > now.getTime() + STEP_MS[step]) {
+    throw new ApiError('invalid_request', `to is in the future: at most one step (${step}) after now (${new Date(now.getTime() + STEP_MS[step]).toISOString()}).`);
+  }
   const oldest = now.getTime() - RETENTION_MS[step];
   if (from.getTime() < oldest) {
     throw new ApiError('invalid_request', `from is outside retention: ${step} points are kept ${step === '1m' ? '48 hours' : '90 days'} (from ${new Date(oldest).toISOString()}).`);
@@ -83,7 +88,7 @@ function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to: Date; 
   const ms = STEP_MS[step];
   const points = Math.ceil(to.getTime() / ms) - Math.floor(from.getTime() / ms);
   if (points > MAX_POINTS) throw new ApiError('invalid_request', `the range holds ${points} points of ${step}; at most ${MAX_POINTS}.`);
-  return { from, to, step };
+  return { from, to, step, points };
 }
 
 /**

@@ -1,4 +1,5 @@
-// The gateway's one Koa app: health and metrics, the REST routes under /api, GraphQL at /graphql.
+// The gateway's one Koa app: health and metrics, the REST routes under /api, GraphQL at /graphql, the
+// customer panel's files at `/`.
 // Middleware order matters: request context (id, logs, metrics) wraps the error mapper, which wraps
 // everything that can throw an ApiError.
 import { randomUUID, timingSafeEqual, createHash } from 'node:crypto';
@@ -20,10 +21,14 @@ import { prefetchList, restRouter, servePricing } from './rest/routes.ts';
 import { createGraphql } from '../graphql/index.ts';
 import { graphqlRefusalBody } from '../graphql/errors.ts';
 import { createIssuer, looksLikeJwt } from '../oidc/index.ts';
+import { avatarBase } from '../oidc/avatars.ts';
+import { createPanel, wantsHtml } from './panel.ts';
 import { loadSecrets } from '../secrets.ts';
 import { purgeExpiredIdempotency } from '../domain/tunnels/index.ts';
 
 const IDEMPOTENCY_PURGE_MS = 60 * 60_000;
+/** The panel's GraphQL explorer page, where a browser opening /graphql is sent. */
+const GRAPHQL_EXPLORER = '/developers/graphql';
 
 declare module 'koa' {
   interface Request {
@@ -38,7 +43,7 @@ const OPENAPI_PATH = path.join(ROOT, 'schema/openapi.yaml');
 export interface Gateway {
   app: Koa;
   metrics: Metrics;
-  /** Flips /readyz to 503 while the process drains. */
+  /** Flips /readyz to 503 while the process drains, and ends the WebSockets (they would hold the listener's close). */
   setDraining(): void;
   stop(): Promise<void>;
 }
@@ -219,6 +224,14 @@ export async function createGateway(services: Services, log: Logger, server: htt
   const graphql = await createGraphql(services, server, log, gate);
   app.use(async (ctx, next) => {
     if (ctx.path !== '/graphql') return next();
+    // A browser opening /graphql (no query to run) is shown the panel's GraphQL explorer instead of
+    // Apollo's 400; queries by GET and every POST are unchanged.
+    if ((ctx.method === 'GET' || ctx.method === 'HEAD') && !ctx.URL.searchParams.has('query') && wantsHtml(ctx)) {
+      ctx._matchedRoute = '/graphql';
+      ctx.vary('Accept');
+      ctx.redirect(GRAPHQL_EXPLORER);
+      return;
+    }
     // Every GraphQL request passes the gate (GET queries too); the WebSocket transport has its own
     // entrance in graphql/index.ts, through the same gate. A spent budget is answered in GraphQL's
     // error shape (extensions.code rate_limited), as every other /graphql refusal, with Retry-After.
@@ -236,6 +249,27 @@ export async function createGateway(services: Services, log: Logger, server: htt
     }
     await graphql.middleware(ctx, next);
   });
+
+  // The customer panel at `/` (server/http/panel.ts), behind everything above: the paths those answer
+  // are reserved, so a browser asking for them never gets the app in place of their own answers or 404s.
+  const issuerPath = new URL(issuerUrl).pathname.replace(/\/+$/, '');
+  const panel = createPanel({
+    dir: services.config.panelDir,
+    publicUrl,
+    issuerUrl,
+    reserved: [
+      '/api',
+      '/graphql',
+      '/metrics',
+      '/healthz',
+      '/readyz',
+      new URL(avatarBase(publicUrl)).pathname,
+      // The issuer mounted at its own path owns all of it; at `/` it owns these.
+      ...(issuerPath ? [issuerPath] : ['/oauth', '/interaction', '/.well-known']),
+    ],
+    log,
+  });
+  app.use(panel.middleware);
 
   app.use((ctx) => {
     throw new ApiError('not_found', `No route ${ctx.method} ${ctx.path}.`);
@@ -258,6 +292,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     metrics,
     setDraining: () => {
       draining = true;
+      graphql.closeSockets();
     },
     stop: () => {
       clearInterval(idempotencyTimer);

@@ -53,6 +53,13 @@ export class TunnelStatusBus {
     return () => this.events.off(id, fn);
   }
 
+  /** Listeners held right now, of every tunnel and of resyncs: what a finished watcher must give back (tests, leak checks). */
+  listenerCount(): number {
+    let n = 0;
+    for (const name of this.events.eventNames()) n += this.events.listenerCount(name);
+    return n;
+  }
+
   /**
    * Calls `fn` whenever notices may have been missed (the LISTEN connection was lost, or is listening
    * again after a gap): whoever relies on them should re-read. Returns the unsubscribe function.

@@ -9,6 +9,11 @@ import { readTunnelOfAnyAccount, tunnelView } from '../domain/tunnels/rows.ts';
 
 export const WEBHOOK_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+/**
+ * The event a buyer asks for to try an endpoint: sent to that one webhook whatever events it takes, signed
+ * and retried like the others. Not in WEBHOOK_EVENTS: nobody subscribes to it.
+ */
+export const WEBHOOK_TEST_EVENT = 'webhook.test';
 
 /** A Standard Webhooks message id: `msg_` and 128 random bits; the `webhook-id` of every attempt. */
 function newMessageId(): string {
@@ -43,6 +48,19 @@ export class TunnelEvents implements TunnelEventSink {
     if (!t) return;
     await enqueue(sql, t.accountId, type, { tunnel: tunnelView(t.row, this.adminSshPort) });
   }
+}
+
+/**
+ * One outbox row for webhook `webhookId` of `accountId` carrying a `webhook.test` event (`data: {"webhook":
+ * {id, url}}`); returns its message id, or null when the account has no such webhook.
+ */
+export async function enqueueTest(sql: Pick<Sql, 'query'>, accountId: string, webhookId: string): Promise<string | null> {
+  const [hook] = await sql.query<{ id: string; url: string }>('select id, url from webhook where id = ? and account_id = ?', [webhookId, accountId]);
+  if (!hook) return null;
+  const id = newMessageId();
+  const body = JSON.stringify({ type: WEBHOOK_TEST_EVENT, timestamp: new Date().toISOString(), data: { webhook: { id: hook.id, url: hook.url } } });
+  await sql.query('insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values (?, ?, ?, ?, now())', [id, hook.id, WEBHOOK_TEST_EVENT, body]);
+  return id;
 }
 
 /**

@@ -10,7 +10,7 @@ import { ApiError, notFound } from '../domain/errors.ts';
 import { encryptSecret } from '../secrets/at-rest.ts';
 import type { Logger } from '../../common/log.ts';
 import { DeliveryWorker, type DeliveryOptions, type DeliveryOutcome } from './delivery.ts';
-import { WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
+import { enqueueTest, WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
 import { newWebhookSecret } from './signing.ts';
 import { literalRefusal } from './ssrf.ts';
 
@@ -153,6 +153,19 @@ export class WebhookService {
   async delete(principal: Principal, id: string): Promise<void> {
     requireWrite(principal);
     if (!(await this.deleteWhere(id, principal.accountId))) throw notFound('webhook');
+  }
+
+  /**
+   * Queues a `webhook.test` event for this one webhook (write permission), delivered and signed like any
+   * other; returns its message id (the `webhook-id` header the endpoint will see). Another account's
+   * webhook is not_found, as a missing one.
+   */
+  async test(principal: Principal, id: string): Promise<{ message_id: string }> {
+    requireWrite(principal);
+    if (!isUuid(id)) throw notFound('webhook');
+    const messageId = await enqueueTest(this.db, principal.accountId, id.toLowerCase());
+    if (messageId === null) throw notFound('webhook');
+    return { message_id: messageId };
   }
 
   /** The account's webhook with a new secret; at most MAX_WEBHOOKS_PER_ACCOUNT per account. */

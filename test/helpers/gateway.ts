@@ -44,6 +44,8 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
     services,
     testDb,
     async close() {
+      // As main.ts drains: WebSockets end first (an upgraded socket would hold server.close() open).
+      gateway.setDraining();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await gateway.stop();

@@ -1,99 +1,15 @@
 // Issue 8, item 13: GraphQL over WebSocket under the same limits as HTTP, against the real gateway on
 // real PostgreSQL. The client speaks graphql-transport-ws by hand over the `ws` library, so every
 // frame and close code is visible.
-import { randomBytes, randomUUID } from 'node:crypto';
-import { SignJWT } from 'jose';
+import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
+import { closeCode, connect, DEADLINE_MS, issueAccessToken, open, Socket } from '../helpers/graphql-ws-client.ts';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { revokeApiKey } from '../../server/auth/api-keys.ts';
 import type { Config } from '../../server/config.ts';
 import { setRate } from '../../server/domain/settings.ts';
-import { loadSecrets } from '../../server/secrets.ts';
-
-const PROTOCOL = 'graphql-transport-ws';
-/** Safety bound for anything awaited here; never an assertion on time. */
-const DEADLINE_MS = 15_000;
-
-interface Frame {
-  type: string;
-  id?: string;
-  payload?: unknown;
-}
-
-/** One raw graphql-transport-ws connection: frames in arrival order and the close code. */
-class Socket {
-  readonly frames: Frame[] = [];
-  readonly closed: Promise<{ code: number; reason: string }>;
-  private waiters: Array<() => void> = [];
-
-  constructor(readonly ws: WebSocket) {
-    ws.on('message', (data) => {
-      this.frames.push(JSON.parse(String(data)) as Frame);
-      for (const w of this.waiters.splice(0)) w();
-    });
-    this.closed = new Promise((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: String(reason) })));
-    void this.closed.then(() => {
-      for (const w of this.waiters.splice(0)) w();
-    });
-  }
-
-  send(frame: Frame): void {
-    this.ws.send(JSON.stringify(frame));
-  }
-
-  /** The first frame matching `pred`, or null if the socket closes first. */
-  async next(pred: (f: Frame) => boolean): Promise<Frame | null> {
-    for (;;) {
-      const hit = this.frames.find(pred);
-      if (hit) return hit;
-      if (this.ws.readyState === WebSocket.CLOSED) return null;
-      await new Promise<void>((r) => this.waiters.push(r));
-    }
-  }
-
-  /** connection_init with this Authorization; resolves to 'ack' or the close code. */
-  async init(authorization?: string, extra: Record<string, unknown> = {}): Promise<'ack' | number> {
-    this.send({ type: 'connection_init', payload: { ...(authorization ? { Authorization: authorization } : {}), ...extra } });
-    const ack = await Promise.race([this.next((f) => f.type === 'connection_ack'), this.closed]);
-    if (ack && 'type' in ack) return 'ack';
-    return (await this.closed).code;
-  }
-}
-
-/** Opens a socket; resolves to it, or to the HTTP status the upgrade was refused with. */
-function open(gw: RunningGateway): Promise<Socket | number> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${gw.url.replace('http', 'ws')}/graphql`, PROTOCOL);
-    const timer = setTimeout(() => reject(new Error('no answer to the upgrade')), DEADLINE_MS);
-    ws.once('open', () => {
-      clearTimeout(timer);
-      resolve(new Socket(ws));
-    });
-    ws.once('unexpected-response', (_req, res) => {
-      clearTimeout(timer);
-      resolve(res.statusCode ?? 0);
-      res.resume();
-      ws.terminate();
-    });
-    ws.once('error', (e) => {
-      clearTimeout(timer);
-      reject(e);
-    });
-  });
-}
-
-async function connect(gw: RunningGateway): Promise<Socket> {
-  const s = await open(gw);
-  if (typeof s === 'number') throw new Error(`upgrade refused with ${s}`);
-  return s;
-}
-
-/** Resolves to the close code, or 'open' if the socket is still open after the safety bound. */
-function closeCode(s: Socket): Promise<number | 'open'> {
-  return Promise.race([s.closed.then((c) => c.code), new Promise<'open'>((r) => setTimeout(() => r('open'), DEADLINE_MS).unref())]);
-}
 
 const ME = 'query { me { accountId } }';
 
@@ -226,36 +142,7 @@ describe('GraphQL over WebSocket: live credentials (item 13)', () => {
     control.ws.close();
   });
 
-  /**
-   * An access token as the issuer signs one (HS256 with the gateway's key, typ at+jwt) for a grant
-   * stored the way oidc-provider stores it; the verifier under test is the real one.
-   */
-  async function accessToken(u: SeededUser, expiresInS: number): Promise<{ token: string; grantId: string }> {
-    const { accessTokenKey } = (await loadSecrets(gw.testDb.db, {})).secrets;
-    const grantId = randomUUID().replace(/-/g, '');
-    const clientId = `client-${randomBytes(4).toString('hex')}`;
-    // The client as `client create --api-access write` registers it: only such a client's tokens reach
-    // the API (docs/CONTRACTS.md "Admin CLI"). Its secret is never used here.
-    await gw.testDb.raw.query(
-      `insert into oauth_client (client_id, name, redirect_uris, secret_ciphertext, api_access) values ($1, 'ws test', '["https://app.example/cb"]', 'unused', 'write')`,
-      [clientId],
-    );
-    await gw.testDb.raw.query(
-      `insert into oidc_payload (kind, id, payload, client_id, expires_at) values ('Grant', $1, $2, $3, now() + interval '1 day')`,
-      [grantId, JSON.stringify({ accountId: u.userId, clientId, kind: 'Grant', jti: grantId }), clientId],
-    );
-    const now = Math.floor(Date.now() / 1000);
-    const token = await new SignJWT({ client_id: clientId, scope: 'openid profile email', gid: grantId })
-      .setProtectedHeader({ alg: 'HS256', typ: 'at+jwt' })
-      .setIssuer(gw.services.config.issuerUrl)
-      .setAudience(`${gw.services.config.publicUrl}/api`)
-      .setSubject(u.userId)
-      .setIssuedAt(now)
-      .setExpirationTime(now + expiresInS)
-      .setJti(randomUUID())
-      .sign(accessTokenKey);
-    return { token, grantId };
-  }
+  const accessToken = (u: SeededUser, expiresInS: number) => issueAccessToken(gw, u, expiresInS);
 
   it('a subscription under an access token is closed with 4403 once the token expires', async () => {
     const u = await seedUser(gw.testDb.db);

@@ -451,8 +451,11 @@ describe('HTTP surface', () => {
     const preflighted = await call(gw.url, 'GET', `/graphql?query=${q}`, { headers: { 'apollo-require-preflight': 'true' } });
     expect(preflighted.status).toBe(200);
     expect(preflighted.body.data.pricing.price).toBe(100);
-    const browser = await call(gw.url, 'GET', '/graphql', { headers: { accept: 'text/html' } });
-    expect(browser.text).not.toMatch(/<html/i);
+    // A browser opening /graphql is sent to the panel's explorer page (server/http/panel.ts), not shown Apollo's.
+    const browser = await fetch(`${gw.url}/graphql`, { headers: { accept: 'text/html' }, redirect: 'manual' });
+    expect(browser.status).toBe(302);
+    expect(browser.headers.get('location')).toBe('/developers/graphql');
+    expect(await browser.text()).not.toMatch(/<html/i);
   });
 
   it('answers a JSON body that is not an object with 400, not 500', async () => {

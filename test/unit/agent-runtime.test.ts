@@ -86,8 +86,11 @@ describe('agent bundle', () => {
     const lines = readFileSync('Dockerfile', 'utf8').split('\n');
     const build = lines.findIndex((l) => /^RUN node agent\/bin\/bundle\.mjs\b/.test(l));
     expect(build).toBeGreaterThan(0);
-    // `COPY a b ./dest` before the build: the sources it brings, as paths in the repository.
-    const copied = lines.slice(0, build).flatMap((l) => (/^COPY\s/.test(l) ? l.trim().split(/\s+/).slice(1, -1) : []));
+    // `COPY a b ./dest` before the build, in the bundle's own stage (the runtime image, the last): the
+    // sources it brings, as paths in the repository.
+    const stage = lines.findLastIndex((l) => /^FROM\s/.test(l));
+    expect(stage).toBeLessThan(build);
+    const copied = lines.slice(stage, build).flatMap((l) => (/^COPY\s/.test(l) ? l.trim().split(/\s+/).slice(1, -1) : []));
     const inputs = Object.keys((JSON.parse(readFileSync('agent/dist/agent.json', 'utf8')) as { inputs: Record<string, string> }).inputs);
     const missing = inputs.filter((p) => !copied.some((c) => p === c || p.startsWith(`${c.replace(/\/$/, '')}/`)));
     expect(missing).toEqual([]);

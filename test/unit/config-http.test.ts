@@ -1,4 +1,5 @@
 // The HTTP settings of issue 8 (items 12, 13, 16) as loadConfig reads them from the environment.
+import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../server/config.ts';
 
@@ -23,5 +24,13 @@ describe('TRUST_PROXY, METRICS_TOKEN, WebSocket limits', () => {
     expect(c.wsConnectionsPerAddress).toBe(32);
     expect(c.wsAuthRecheckMs).toBe(5000);
     expect(() => loadConfig({ WS_AUTH_RECHECK_MS: '10' })).toThrow(ConfigError);
+  });
+});
+
+describe('PANEL_DIR', () => {
+  it('defaults to panel/dist of the repository, wherever the process started; a relative value is from the working directory', () => {
+    expect(loadConfig({}).panelDir).toBe(join(resolve(import.meta.dirname, '../..'), 'panel/dist'));
+    expect(loadConfig({ PANEL_DIR: '/srv/panel' }).panelDir).toBe('/srv/panel');
+    expect(loadConfig({ PANEL_DIR: 'build/panel' }).panelDir).toBe(resolve(process.cwd(), 'build/panel'));
   });
 });

@@ -1,7 +1,7 @@
 // The shell: sign-in first (auth/session.ts), then the navigation, the language switch and the page the
 // path names (app/routes.tsx).
 import { useEffect, useState } from 'preact/hooks';
-import { CALLBACK_PATH, SignInError, accessToken, completeSignIn, signIn, signOut, signedIn } from '../auth/session.ts';
+import { CALLBACK_PATH, SIGNED_OUT_PATH, SignInError, accessToken, completeSignIn, signIn, signOut, signedIn } from '../auth/session.ts';
 import { LOCALE_NAMES, locale, setLocale, useT, type Locale } from '../i18n/index.ts';
 import { Link } from '../ui/Link.tsx';
 import { AccountProvider, useAccount } from './account.tsx';
@@ -16,7 +16,7 @@ export function App() {
   useEffect(() => {
     if (phase.kind !== 'signing-in') return;
     (async () => {
-      if (location.pathname === '/signed-out') return setPhase({ kind: 'signed-out' });
+      if (location.pathname === SIGNED_OUT_PATH) return setPhase({ kind: 'signed-out' });
       if (location.pathname === CALLBACK_PATH) {
         const back = await completeSignIn();
         navigate(back, true);

@@ -11,6 +11,8 @@ import { loadConfig, type PanelConfig } from './config.ts';
 
 const PENDING_KEY = 'tunnelgate.signin';
 export const CALLBACK_PATH = '/callback';
+/** Where the issuer sends the browser back after sign-out (a path of PUBLIC_URL). */
+export const SIGNED_OUT_PATH = '/signed-out';
 /** Refresh this long before the access token expires, so a request never leaves with a dying token. */
 const EARLY_REFRESH_MS = 60_000;
 
@@ -165,7 +167,11 @@ export async function signOut(): Promise<never> {
   tokens = undefined;
   if (held?.refresh) {
     try {
-      await oauth.processRevocationResponse(await oauth.revocationRequest(as, client!, oauth.None(), held.refresh, insecure()));
+      const response = await oauth.revocationRequest(as, client!, oauth.None(), held.refresh, insecure());
+      // Read the answer to its end before leaving the page: a body still streaming when the form below
+      // navigates is aborted, and the browser reports a failed request.
+      await response.clone().arrayBuffer();
+      await oauth.processRevocationResponse(response);
     } catch {
       // The session still ends below; a refresh token whose revocation failed expires on its own.
     }
@@ -173,6 +179,11 @@ export async function signOut(): Promise<never> {
   const form = document.createElement('form');
   form.method = 'POST';
   form.action = config!.signOutUrl;
+  const back = document.createElement('input');
+  back.type = 'hidden';
+  back.name = 'return_to';
+  back.value = SIGNED_OUT_PATH;
+  form.append(back);
   document.body.append(form);
   form.submit();
   return new Promise<never>(() => {});

@@ -16,7 +16,7 @@ import type { PricingService } from '../pricing.ts';
 import type { PurchaseInput, TunnelUpdate } from './input.ts';
 import { activate, provision, remove, type EdgeDispatch, type LifecycleDeps, type LifecycleResult } from './lifecycle.ts';
 import { purchase, type PurchaseDeps, type PurchaseOutcome } from './purchase.ts';
-import { TunnelQueries, type ListOptions, type SetupView, type TunnelPage } from './queries.ts';
+import { TunnelQueries, type ListOptions, type SetupView, type TunnelPage, type TunnelWatch } from './queries.ts';
 import type { TunnelView } from './rows.ts';
 import { update, type UpdateDeps } from './update.ts';
 
@@ -24,7 +24,7 @@ export { PURCHASE_FIELDS, UPDATE_FIELDS, validateIdempotencyKey, validatePurchas
 export type { TunnelProtection, TunnelSettings } from './settings.ts';
 export { IDEMPOTENCY_TTL_DAYS, purgeExpiredIdempotency, type Purchase, type PurchaseOutcome } from './purchase.ts';
 export type { EdgeDispatch, LifecycleResult } from './lifecycle.ts';
-export type { ListOptions, SetupView, TunnelPage } from './queries.ts';
+export type { ListOptions, SetupView, TunnelPage, TunnelWatch } from './queries.ts';
 export type { TunnelView } from './rows.ts';
 export { routeTableFor, tunnelNameFor } from './naming.ts';
 export { utcText } from './cursor.ts';
@@ -96,7 +96,7 @@ export class TunnelService {
     return this.queries.setup(principal, id);
   }
 
-  watch(principal: Principal, id: string): AsyncGenerator<TunnelView> {
+  watch(principal: Principal, id: string): TunnelWatch {
     return this.queries.watch(principal, id);
   }
 }

@@ -227,8 +227,32 @@ export class TunnelQueries {
   /**
    * The tunnel now, then again each time its status or health changes (from any replica), until it is deleted or
    * the consumer stops. Access is checked once, up front, like get().
+   *
+   * The consumer stops with return() (graphql-ws calls it when a subscription completes or its socket
+   * closes). An async generator queues a return() that arrives while it is suspended at an await until its
+   * next yield, and an idle tunnel never yields again: its bus listeners and the generator would stay for
+   * good. So return() aborts the wait first; the generator wakes, leaves its loop and unsubscribes at once.
    */
-  async *watch(principal: Principal, id: string): AsyncGenerator<TunnelView> {
+  watch(principal: Principal, id: string): TunnelWatch {
+    const abort = new AbortController();
+    const gen = this.watching(principal, id, abort.signal);
+    const watch: TunnelWatch = {
+      next: () => gen.next(),
+      return: (value?: undefined) => {
+        abort.abort();
+        return gen.return(value);
+      },
+      throw: (e?: unknown) => {
+        abort.abort();
+        return gen.throw(e);
+      },
+      [Symbol.asyncIterator]: () => watch,
+    };
+    return watch;
+  }
+
+  private async *watching(principal: Principal, id: string, signal: AbortSignal): AsyncGenerator<TunnelView, undefined> {
+    if (signal.aborted) return undefined;
     await this.edge.bus.start();
     const pending: StatusChange[] = [];
     let resync = false;
@@ -243,12 +267,15 @@ export class TunnelQueries {
       resync = true;
       wake?.();
     });
+    const onAbort = () => wake?.();
+    signal.addEventListener('abort', onAbort);
     try {
       let last = await this.get(principal, id);
       yield last;
-      while (last.status !== 'deleted') {
+      while (last.status !== 'deleted' && !signal.aborted) {
         if (pending.length === 0 && !resync) await new Promise<void>((r) => (wake = r));
         wake = null;
+        if (signal.aborted) break;
         // Every change in the order it happened, even when two came before this loop woke up: the row
         // is read fresh for the other fields, the status is the one each notice announced. After a
         // resync the row's own status comes last: it is at least as new as any notice.
@@ -266,8 +293,17 @@ export class TunnelQueries {
         }
       }
     } finally {
+      signal.removeEventListener('abort', onAbort);
       off();
       offResync();
     }
+    return undefined;
   }
+}
+
+/** A tunnel's status changes as they come (TunnelQueries.watch); return() ends it at once. */
+export interface TunnelWatch extends AsyncIterableIterator<TunnelView, undefined> {
+  next(): Promise<IteratorResult<TunnelView, undefined>>;
+  return(value?: undefined): Promise<IteratorResult<TunnelView, undefined>>;
+  throw(e?: unknown): Promise<IteratorResult<TunnelView, undefined>>;
 }

@@ -12,6 +12,7 @@ import { expectObject, readJsonBody } from '../middleware/body.ts';
 import type { Metrics } from '../metrics.ts';
 import type { Admission } from '../middleware/request-gate.ts';
 import { webhookRoutes } from './webhooks.ts';
+import { ledgerRoutes } from './ledger.ts';
 
 const pageJson = new WeakMap<object, string>();
 
@@ -202,6 +203,7 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
   });
 
   webhookRoutes(router, services, principal, noBody);
+  ledgerRoutes(router, services, principal);
 
   return router;
 }

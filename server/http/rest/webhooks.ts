@@ -26,6 +26,14 @@ export function webhookRoutes(
     ctx.body = { webhooks: await services.webhooks.list(await principal(ctx)) };
   });
 
+  // A webhook.test event for this one webhook: 202, delivered by the worker like any event.
+  router.post('/webhooks/:id/test', async (ctx) => {
+    const who = await principal(ctx);
+    await noBody(ctx);
+    ctx.status = 202;
+    ctx.body = await services.webhooks.test(who, ctx.params.id!);
+  });
+
   router.delete('/webhooks/:id', async (ctx) => {
     const who = await principal(ctx);
     await noBody(ctx);
