@@ -3,7 +3,7 @@
 // server that records the `code` and `state` it receives. Also checked in the browser: a wrong
 // password gives a clear error on the page, every input has a label, and no request leaves the
 // issuer's origin (no external assets). Screenshots are kept in test-results/ (git-ignored).
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
@@ -12,12 +12,10 @@ import { chromium, type BrowserContext, type Locator, type Page } from 'playwrig
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { authorizeUrl, pkce, postForm } from '../helpers/oidc.ts';
 import { startOidcWorld, type OidcWorld, type TestClient } from '../helpers/oidc-fixture.ts';
-import { skipUnless } from '../helpers/requirements.ts';
+import { CHROMIUM, CHROMIUM_ARGS, skipWithoutChromium } from '../helpers/browser.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
-const haveChromium = existsSync(CHROMIUM);
 // Skipped without chromium on a developer's machine; in CI (TUNNELGATE_TESTS=require, CI) that fails instead.
-const skip = skipUnless(haveChromium, `the browser test: ${CHROMIUM} (apt-get install chromium)`);
+const skip = skipWithoutChromium('the browser test');
 const ARTIFACTS = path.resolve(import.meta.dirname, '../../test-results');
 
 let w: OidcWorld;
@@ -45,7 +43,7 @@ beforeAll(async () => {
   context = await chromium.launchPersistentContext(profileDir, {
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: CHROMIUM_ARGS,
   });
   context.on('request', (r) => requests.push(r.url()));
   mkdirSync(ARTIFACTS, { recursive: true });

@@ -56,6 +56,22 @@ export class InFlightMeter {
   }
 }
 
+/** What an edge's node is registered with (everything `node add` takes but the pool). */
+export interface EdgeNodeRequest {
+  name: string;
+  publicIp: string;
+  sshHost: string;
+  sshPort: number;
+  /** The agent's host-key fingerprint, pinned at registration. */
+  hostKey: string;
+}
+
+/** The gateway's keys the agent trusts, as `node add` prints them: its SSH public key, its job-signing JWK (JSON). */
+export interface AgentKeys {
+  authorizedKey: string;
+  jobKey: string;
+}
+
 export class TestEdge {
   readonly calls: AgentCall[] = [];
   /** The agent's structured log lines (with start({ log: true }); each carries `run`, like calls). */
@@ -83,21 +99,38 @@ export class TestEdge {
     readonly port: number,
     readonly stateDir: string,
     readonly fingerprint: string,
-    private readonly secrets: Pick<ServerSecrets, 'jobSigningKey' | 'gatewaySshKey'>,
+    private readonly keys: AgentKeys,
   ) {}
 
   /** Adds a node (pool `pool`) with the agent's host key pinned; the agent is not started yet. */
   static async create(db: Database, secrets: Pick<ServerSecrets, 'jobSigningKey' | 'gatewaySshKey'>, pool: string): Promise<TestEdge> {
+    return TestEdge.register(async (node) => ({
+      nodeId: (await addNode(db, { ...node, pool })).node_id,
+      authorizedKey: secrets.gatewaySshKey.publicKey,
+      jobKey: JSON.stringify(secrets.jobSigningKey.publicJwk),
+    }));
+  }
+
+  /**
+   * The namespace, the agent's host key and port, and a node registered by `add` (the admin CLI's `node add`,
+   * as an operator does it, or the domain function), which answers the keys the agent must trust.
+   */
+  static async register(add: (node: EdgeNodeRequest) => Promise<{ nodeId: string } & AgentKeys>): Promise<TestEdge> {
     const netns = new TestNetns();
-    // The router's underlay address exists on the edge (the probe sends from it).
-    netns.run('ip', 'link', 'set', 'lo', 'up');
-    netns.run('ip', 'addr', 'add', `${EDGE_PUBLIC_IP}/32`, 'dev', 'lo');
-    const stateDir = mkdtempSync(join(tmpdir(), 'tg-edge-'));
-    const hostKey = await loadOrCreateHostKey(stateDir);
-    const port = await freePort();
-    const name = `edge-${netns.name.slice(-8)}`;
-    const node = await addNode(db, { name, publicIp: EDGE_PUBLIC_IP, sshHost: '127.0.0.1', sshPort: port, pool, hostKey: hostKey.fingerprint });
-    return new TestEdge(netns, node.node_id, port, stateDir, hostKey.fingerprint, secrets);
+    try {
+      // The router's underlay address exists on the edge (the probe sends from it).
+      netns.run('ip', 'link', 'set', 'lo', 'up');
+      netns.run('ip', 'addr', 'add', `${EDGE_PUBLIC_IP}/32`, 'dev', 'lo');
+      const stateDir = mkdtempSync(join(tmpdir(), 'tg-edge-'));
+      const hostKey = await loadOrCreateHostKey(stateDir);
+      const port = await freePort();
+      const name = `edge-${netns.name.slice(-8)}`;
+      const { nodeId, ...keys } = await add({ name, publicIp: EDGE_PUBLIC_IP, sshHost: '127.0.0.1', sshPort: port, hostKey: hostKey.fingerprint });
+      return new TestEdge(netns, nodeId, port, stateDir, hostKey.fingerprint, keys);
+    } catch (e) {
+      netns.delete();
+      throw e;
+    }
   }
 
   get running(): boolean {
@@ -119,8 +152,8 @@ export class TestEdge {
         AGENT_NODE_ID: this.nodeId,
         AGENT_LISTEN: `127.0.0.1:${this.port}`,
         AGENT_STATE_DIR: this.stateDir,
-        AGENT_AUTHORIZED_KEY: this.secrets.gatewaySshKey.publicKey,
-        AGENT_JOB_KEY: JSON.stringify(this.secrets.jobSigningKey.publicJwk),
+        AGENT_AUTHORIZED_KEY: this.keys.authorizedKey,
+        AGENT_JOB_KEY: this.keys.jobKey,
         AGENT_EDGE_IP: EDGE_PUBLIC_IP,
         AGENT_LOG_LEVEL: opts.log ? 'info' : 'silent',
         TG_TEST_NETNS: this.netns.name,
