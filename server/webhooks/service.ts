@@ -16,6 +16,7 @@ import { literalRefusal } from './ssrf.ts';
 
 /** A sane bound per account: each webhook multiplies every event into one delivery. */
 const MAX_WEBHOOKS_PER_ACCOUNT = 10;
+/** The webhook.url column's width (varchar(2048)): the bound is on the URL as stored, its normalised href. */
 const MAX_URL_LENGTH = 2048;
 
 /** The REST wire shape of one webhook (never its secret). */
@@ -47,6 +48,7 @@ const bad = (text: string) => new ApiError('invalid_request', text);
 export function validateWebhookInput(input: { url?: unknown; events?: unknown }, allowPrivate: boolean): WebhookInput {
   const { url, events } = input;
   if (typeof url !== 'string' || url === '') throw bad('url is required: a string, the https URL deliveries are POSTed to.');
+  // A first bound before parsing, so a megabyte of text is not normalised for nothing.
   if (url.length > MAX_URL_LENGTH) throw bad(`url is longer than ${MAX_URL_LENGTH} characters.`);
   let parsed: URL;
   try {
@@ -54,6 +56,9 @@ export function validateWebhookInput(input: { url?: unknown; events?: unknown },
   } catch {
     throw bad('url is not an absolute URL.');
   }
+  // What is stored is the normalised href, which can be six times the text sent (each é becomes %C3%A9,
+  // an IDN host its punycode): bounded again here, or the insert overflows the column and answers 500.
+  if (parsed.href.length > MAX_URL_LENGTH) throw bad(`url is longer than ${MAX_URL_LENGTH} characters once normalised (percent-encoded).`);
   const schemes = allowPrivate ? ['https:', 'http:'] : ['https:'];
   if (!schemes.includes(parsed.protocol)) throw bad(`url must be https${allowPrivate ? ' or http' : ''}.`);
   if (parsed.username || parsed.password) throw bad('url must not carry a user name or password.');
