@@ -12,7 +12,7 @@ import type { Logger } from '../../common/log.ts';
 import { DeliveryWorker, type DeliveryOptions, type DeliveryOutcome } from './delivery.ts';
 import { enqueueTest, WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
 import { newWebhookSecret } from './signing.ts';
-import { literalRefusal } from './ssrf.ts';
+import { literalRefusal, portRefusal } from './ssrf.ts';
 
 /** A sane bound per account: each webhook multiplies every event into one delivery. */
 const MAX_WEBHOOKS_PER_ACCOUNT = 10;
@@ -99,6 +99,8 @@ export class WebhookService {
     private readonly opts: {
       /** ALLOW_PRIVATE_WEBHOOKS (server/config.ts). */
       allowPrivate: boolean;
+      /** ADMIN_SSH_PORT (server/config.ts): never a webhook's port. */
+      adminSshPort: number;
       /** The secret-encryption key (loaded on first use: an API replica may start before its secrets). */
       encryptionKey: () => Promise<Buffer>;
     },
@@ -116,6 +118,7 @@ export class WebhookService {
     if (this.worker) throw new Error('the webhook delivery worker is already running');
     this.worker = new DeliveryWorker(this.db, {
       allowPrivate: this.opts.allowPrivate,
+      adminSshPort: this.opts.adminSshPort,
       log,
       ...overrides,
       encryptionKey: this.opts.encryptionKey,
@@ -175,6 +178,10 @@ export class WebhookService {
 
   /** The account's webhook with a new secret; at most MAX_WEBHOOKS_PER_ACCOUNT per account. */
   async createFor(accountId: string, input: WebhookInput): Promise<CreatedWebhook> {
+    // Here rather than in validateWebhookInput: the edges' ssh_ports are in the database. REST, GraphQL
+    // and the CLI all come through this function.
+    const port = await portRefusal(this.db, new URL(input.url), this.opts.adminSshPort);
+    if (port) throw bad(`url: ${port}; webhooks may not be aimed at it.`);
     const key = await this.opts.encryptionKey();
     const id = randomUUID();
     const secret = newWebhookSecret();
