@@ -48,7 +48,7 @@ export function buildServices(config: Config, db: Database, log: Logger = create
     pricing,
     tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins }, provisioning),
     provisioning,
-    webhooks: new WebhookService(db, { allowPrivate: config.allowPrivateWebhooks, encryptionKey }),
+    webhooks: new WebhookService(db, { allowPrivate: config.allowPrivateWebhooks, adminSshPort: config.adminSshPort, encryptionKey }),
     health: new HealthService(db, provisioning),
     applications: new ApplicationService(db, encryptionKey),
   };

@@ -12,7 +12,7 @@ const str = (o: ParsedOptions, name: string): string => o[name] as string;
 const list = (o: ParsedOptions, name: string): string[] => (o[name] as string[] | undefined) ?? [];
 
 const serviceOf = (ctx: CommandContext) =>
-  new WebhookService(ctx.db, { allowPrivate: ctx.config.allowPrivateWebhooks, encryptionKey: () => ctx.secrets().then((s) => s.secretEncryptionKey) });
+  new WebhookService(ctx.db, { allowPrivate: ctx.config.allowPrivateWebhooks, adminSshPort: ctx.config.adminSshPort, encryptionKey: () => ctx.secrets().then((s) => s.secretEncryptionKey) });
 
 async function accountOf(ctx: CommandContext, email: string): Promise<string> {
   const user = await findUserByEmail(ctx.db, email);

@@ -29,6 +29,8 @@ export type DeliveryOutcome = 'delivered' | 'failed' | 'refused' | 'given_up';
 export interface DeliveryOptions {
   /** ALLOW_PRIVATE_WEBHOOKS: skip the public-address rule (labs and tests). */
   allowPrivate: boolean;
+  /** ADMIN_SSH_PORT: never a webhook's port (ssrf.ts portRefusal). */
+  adminSshPort: number;
   encryptionKey: () => Promise<Buffer>;
   log: Logger;
   /** IPv4 addresses of a host name (default: the system resolver, IPv4 only). */
@@ -192,7 +194,7 @@ export class DeliveryWorker {
 
   private async attempt(c: Claimed, key: Buffer): Promise<Attempt> {
     const url = new URL(c.url);
-    const target = await checkTarget(this.db, url, { allowPrivate: this.o.allowPrivate, resolve: this.resolve });
+    const target = await checkTarget(this.db, url, { allowPrivate: this.o.allowPrivate, resolve: this.resolve, adminSshPort: this.o.adminSshPort });
     if (!target.ok) return { outcome: 'refused', detail: `refused: ${target.reason}` };
     const secret = decryptSecret(key, c.secret_ciphertext, c.webhook_id);
     const timestamp = Math.floor(this.now() / 1000);

@@ -12,10 +12,11 @@ import type { Logger } from '../../common/log.ts';
 import { DeliveryWorker, type DeliveryOptions, type DeliveryOutcome } from './delivery.ts';
 import { enqueueTest, WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
 import { newWebhookSecret } from './signing.ts';
-import { literalRefusal } from './ssrf.ts';
+import { literalRefusal, portRefusal } from './ssrf.ts';
 
 /** A sane bound per account: each webhook multiplies every event into one delivery. */
 const MAX_WEBHOOKS_PER_ACCOUNT = 10;
+/** The webhook.url column's width (varchar(2048)): the bound is on the URL as stored, its normalised href. */
 const MAX_URL_LENGTH = 2048;
 
 /** The REST wire shape of one webhook (never its secret). */
@@ -47,6 +48,7 @@ const bad = (text: string) => new ApiError('invalid_request', text);
 export function validateWebhookInput(input: { url?: unknown; events?: unknown }, allowPrivate: boolean): WebhookInput {
   const { url, events } = input;
   if (typeof url !== 'string' || url === '') throw bad('url is required: a string, the https URL deliveries are POSTed to.');
+  // A first bound before parsing, so a megabyte of text is not normalised for nothing.
   if (url.length > MAX_URL_LENGTH) throw bad(`url is longer than ${MAX_URL_LENGTH} characters.`);
   let parsed: URL;
   try {
@@ -54,6 +56,9 @@ export function validateWebhookInput(input: { url?: unknown; events?: unknown },
   } catch {
     throw bad('url is not an absolute URL.');
   }
+  // What is stored is the normalised href, which can be six times the text sent (each é becomes %C3%A9,
+  // an IDN host its punycode): bounded again here, or the insert overflows the column and answers 500.
+  if (parsed.href.length > MAX_URL_LENGTH) throw bad(`url is longer than ${MAX_URL_LENGTH} characters once normalised (percent-encoded).`);
   const schemes = allowPrivate ? ['https:', 'http:'] : ['https:'];
   if (!schemes.includes(parsed.protocol)) throw bad(`url must be https${allowPrivate ? ' or http' : ''}.`);
   if (parsed.username || parsed.password) throw bad('url must not carry a user name or password.');
@@ -94,6 +99,8 @@ export class WebhookService {
     private readonly opts: {
       /** ALLOW_PRIVATE_WEBHOOKS (server/config.ts). */
       allowPrivate: boolean;
+      /** ADMIN_SSH_PORT (server/config.ts): never a webhook's port. */
+      adminSshPort: number;
       /** The secret-encryption key (loaded on first use: an API replica may start before its secrets). */
       encryptionKey: () => Promise<Buffer>;
     },
@@ -111,6 +118,7 @@ export class WebhookService {
     if (this.worker) throw new Error('the webhook delivery worker is already running');
     this.worker = new DeliveryWorker(this.db, {
       allowPrivate: this.opts.allowPrivate,
+      adminSshPort: this.opts.adminSshPort,
       log,
       ...overrides,
       encryptionKey: this.opts.encryptionKey,
@@ -170,6 +178,10 @@ export class WebhookService {
 
   /** The account's webhook with a new secret; at most MAX_WEBHOOKS_PER_ACCOUNT per account. */
   async createFor(accountId: string, input: WebhookInput): Promise<CreatedWebhook> {
+    // Here rather than in validateWebhookInput: the edges' ssh_ports are in the database. REST, GraphQL
+    // and the CLI all come through this function.
+    const port = await portRefusal(this.db, new URL(input.url), this.opts.adminSshPort);
+    if (port) throw bad(`url: ${port}; webhooks may not be aimed at it.`);
     const key = await this.opts.encryptionKey();
     const id = randomUUID();
     const secret = newWebhookSecret();

@@ -23,6 +23,7 @@ import {
   oddString,
   sometimes,
   startSellingGateway,
+  webhookUrl,
   type Answer,
 } from './support.ts';
 
@@ -257,6 +258,36 @@ describe('fuzz: GraphQL documents and variables', () => {
       }
       const codes = [...new Set((g?.errors ?? []).map((e) => String(e.extensions?.code)))].sort().join(',');
       return `${res.status}${created.length ? ` bought${created.length}` : ''}${codes ? ` ${codes}` : ''}`;
+    });
+  });
+});
+
+describe('fuzz: GraphQL createWebhook', () => {
+  const events = fc.oneof(
+    { weight: 4, arbitrary: fc.constant(undefined) },
+    { weight: 2, arbitrary: fc.constantFrom<unknown>(['TUNNEL_STATUS_CHANGED'], ['TUNNEL_HEALTH_CHANGED', 'TUNNEL_STATUS_CHANGED'], [], ['tunnel.status_changed'], null) },
+    { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
+  );
+  const CREATE = 'mutation($i: CreateWebhookInput!) { createWebhook(input: $i) { webhook { id url } } }';
+
+  it('never 5xx or server_error; a created webhook fits its column, a refusal is invalid_request (400) or a coercion error', { timeout: fuzzTimeout(150) }, async () => {
+    await fuzz('createWebhook (url: schemes, hosts, ports, multi-byte and long paths; events)', fc.record({ url: webhookUrl, events }), 150, async ({ url, events: ev }) => {
+      const headers = { ...authHeader('rich'), 'content-type': 'application/json' };
+      const i = ev === undefined ? { url } : { url, events: ev };
+      const res = await post(headers, JSON.stringify({ query: CREATE, variables: { i } }));
+      const what = `createWebhook ${JSON.stringify(i).slice(0, 300)} (${url.length} characters)`;
+      const g = expectGraphqlAnswer(res, what);
+      const made = (g?.data?.createWebhook as { webhook: { id: string; url: string } } | undefined)?.webhook;
+      if (made) {
+        expect(made.url.length, what).toBeLessThanOrEqual(2048);
+        expect(new URL(made.url).port, what).not.toBe('52222');
+        const del = await post(headers, JSON.stringify({ query: `mutation { deleteWebhook(id: ${JSON.stringify(made.id)}) }` }));
+        expect((JSON.parse(del.text) as { data?: { deleteWebhook?: boolean } }).data?.deleteWebhook, what).toBe(true);
+        return 'created';
+      }
+      const codes = [...new Set((g?.errors ?? []).map((e) => String(e.extensions?.code)))].sort().join(',');
+      expect(['invalid_request', 'BAD_USER_INPUT'], `${what}: ${res.text.slice(0, 300)}`).toContain(codes);
+      return `${res.status} ${codes}`;
     });
   });
 });

@@ -26,6 +26,7 @@ import {
   rawHttp,
   serverErrorCount,
   startSellingGateway,
+  webhookUrl,
   type Answer,
 } from './support.ts';
 
@@ -260,6 +261,39 @@ describe('fuzz: POST /api/dedicated', () => {
         return 201;
       },
     );
+  });
+});
+
+describe('fuzz: POST /api/webhooks', () => {
+  const events = fc.oneof(
+    { weight: 4, arbitrary: fc.constant(undefined) },
+    { weight: 2, arbitrary: fc.constantFrom<unknown>(['tunnel.status_changed'], ['tunnel.health_changed', 'tunnel.status_changed'], [], ['tunnel.exploded'], 'tunnel.status_changed', null) },
+    { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
+  );
+  const body = fc.oneof(
+    { weight: 8, arbitrary: fc.tuple(webhookUrl, events).map(([url, ev]) => objectText(ev === undefined ? [['url', url]] : [['url', url], ['events', ev]])) },
+    { weight: 1, arbitrary: fc.tuple(fc.jsonValue({ maxDepth: 2 }), nastyKey).map(([url, k]) => objectText([['url', url], [k, 1]])) },
+    { weight: 1, arbitrary: fc.jsonValue().map((v) => JSON.stringify(v)) },
+  );
+
+  it('never 5xx; 201 stores a URL that fits its column, every refusal is a documented 400', { timeout: fuzzTimeout(200) }, async () => {
+    await fuzz('POST /api/webhooks (url: schemes, hosts, ports, multi-byte and long paths; events)', body, 200, async (text) => {
+      const headers = { authorization: `Bearer ${rich.writeKey}`, 'content-type': 'application/json' };
+      const res = await send('POST', '/api/webhooks', headers, text);
+      const what = `POST /api/webhooks ${text.slice(0, 200)} (${text.length} characters)`;
+      expectRestAnswer(res, what, 'POST');
+      if (res.status === 201) {
+        const { webhook } = JSON.parse(res.text) as { webhook: { id: string; url: string } };
+        expect(webhook.url.length, what).toBeLessThanOrEqual(2048);
+        expect(new URL(webhook.url).protocol, what).toBe('https:');
+        expect(new URL(webhook.url).port, what).not.toBe('52222');
+        // Deleted again, so the 10-webhook cap never answers for the inputs that follow.
+        expect((await send('DELETE', `/api/webhooks/${webhook.id}`, { authorization: headers.authorization })).status, what).toBe(204);
+        return 201;
+      }
+      expect(res.status, `${what}: ${res.text.slice(0, 300)}`).toBe(400);
+      return `400 ${(JSON.parse(res.text) as { error: string }).error}`;
+    });
   });
 });
 

@@ -385,3 +385,36 @@ export function pct(s: string): string {
 export function sometimes<T>(arb: fc.Arbitrary<T>, oneIn: number): fc.Arbitrary<T | undefined> {
   return fc.oneof({ weight: oneIn - 1, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: arb });
 }
+
+/**
+ * Webhook URLs (REST `POST /api/webhooks`, GraphQL `createWebhook`): schemes right, odd and wrong; hosts
+ * as names, IDNs, IP literals of every kind and nonsense; ports including our admin SSH port; paths of
+ * multi-byte characters long enough that their percent-encoded form passes the 2,048-character column
+ * while the text sent does not (the review found 2,000 `é` answering 500).
+ */
+export const webhookUrl: fc.Arbitrary<string> = (() => {
+  const scheme = fc.oneof(
+    { weight: 6, arbitrary: fc.constant('https://') },
+    { weight: 3, arbitrary: fc.constantFrom('http://', 'HTTPS://', 'ftp://', 'file://', 'javascript:', 'data:text/plain,', 'ws://', 'gopher://', 'https:', 'https:/', 'https:///', '//', '') },
+    { weight: 1, arbitrary: oddString.map((s) => `${s}://`) },
+  );
+  const host = fc.oneof(
+    { weight: 5, arbitrary: fc.constantFrom('hooks.example.com', 'b\u00fccher.example', '\u4f8b\u3048.\u30c6\u30b9\u30c8', 'xn--bcher-kva.example', 'HOOKS.EXAMPLE.COM.', 'localhost') },
+    { weight: 2, arbitrary: fc.constantFrom('8.8.8.8', '127.0.0.1', '10.0.0.1', '0x7f.1', '2130706433', '[::1]', '[::ffff:127.0.0.1]', '192.0.2.1', '') },
+    { weight: 1, arbitrary: fc.integer({ min: 1, max: 300 }).map((n) => `${'\u00e9'.repeat(n)}.example`) },
+    { weight: 1, arbitrary: oddString },
+  );
+  const port = fc.oneof({ weight: 4, arbitrary: fc.constant('') }, { weight: 2, arbitrary: fc.constantFrom(':443', ':52222', ':0', ':65535', ':65536', ':99999', ':abc', ':') }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 65535 }).map((p) => `:${p}`) });
+  const path = fc.oneof(
+    { weight: 3, arbitrary: fc.constantFrom('/hook', '', '/', '/a?b=c', '/x#frag', '/%zz', '/%00', '/\u0000', '/ space', '/\\x') },
+    // Runs of 1- to 4-byte UTF-8 around the bound: 300 to 2,100 characters sent, up to 12 times that stored.
+    { weight: 3, arbitrary: fc.tuple(fc.constantFrom('\u00e9', '\u20ac', '\u{1F600}', 'a', '%C3%A9', ' '), fc.integer({ min: 300, max: 2100 })).map(([c, n]) => `/${c.repeat(n)}`) },
+    { weight: 2, arbitrary: fc.string({ unit: fc.constantFrom('\u00e9', '\u20ac', '\u{1F600}', 'a', '/', '%', '?', '#', '\ud800'), maxLength: 400 }).map((s) => `/${s}`) },
+    { weight: 1, arbitrary: oddString.map((s) => `/${s}`) },
+  );
+  const userinfo = fc.oneof({ weight: 8, arbitrary: fc.constant('') }, { weight: 1, arbitrary: fc.constantFrom('user@', 'user:pw@', '\u00e9:\u00e9@') });
+  return fc.oneof(
+    { weight: 9, arbitrary: fc.tuple(scheme, userinfo, host, port, path).map((parts) => parts.join('')) },
+    { weight: 1, arbitrary: oddString },
+  );
+})();

@@ -271,7 +271,7 @@ describe('deliveries', () => {
   });
 
   it('backoff: the first retry within 30 s by default, doubling, at most an hour apart', () => {
-    const w = new DeliveryWorker(gw.testDb.db, { allowPrivate: false, encryptionKey: async () => Buffer.alloc(32), log: createLogger('silent') });
+    const w = new DeliveryWorker(gw.testDb.db, { allowPrivate: false, adminSshPort: 52222, encryptionKey: async () => Buffer.alloc(32), log: createLogger('silent') });
     expect(w.backoff(1)).toBeLessThanOrEqual(30_000);
     expect(w.backoff(2)).toBe(2 * w.backoff(1));
     expect(w.backoff(50)).toBe(3600_000);
