@@ -37,7 +37,14 @@ async function main(): Promise<void> {
   });
   const db = await openDatabase(config);
   log.info('database ready', { driver: config.databaseUrl ? 'postgresql' : 'pglite', data_dir: config.databaseUrl ? undefined : config.dataDir, ms: Date.now() - started });
-  const loaded = await loadSecrets(db, process.env);
+  // A stale or missing secret variable (server/secrets/load.ts) is a setting to change: one line naming
+  // it, the same exit as invalid_config above, and the database as it was.
+  const loaded = await loadSecrets(db, process.env).catch(async (e: unknown) => {
+    if (!(e instanceof SecretsError)) throw e;
+    process.stderr.write(`${JSON.stringify({ error: 'invalid_config', error_description: e.message })}\n`);
+    await db.close().catch(() => {});
+    process.exit(2);
+  });
   const warning = startupWarning(loaded);
   if (warning) log.warn(warning);
   const services = buildServices(config, db, log);
