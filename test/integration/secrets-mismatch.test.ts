@@ -3,10 +3,16 @@
 // the database; SECRETS_ROTATE naming the variable (the rotation step of docs/OPERATOR.md) lets it
 // through. The real CLI in child processes against a real PostgreSQL database
 // (docs/SECURITY.md "A mismatched secret ...").
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { generateSecret, loadSecrets, SECRET_ENV, SecretsError } from '../../server/secrets.ts';
 import { adminCli, cliFailed, cliOk } from '../helpers/admin-cli.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const NODE = path.join(ROOT, 'node_modules/.bin/node');
 
 let t: TestDatabase;
 beforeAll(async () => {
@@ -67,4 +73,35 @@ it('SECRET_ENCRYPTION_KEY B after A: no client secret is encrypted under B, and 
   const loaded = await loadSecrets(t.db, { [SECRET_ENV.secret_encryption_key]: keyB, SECRETS_ROTATE: 'SECRET_ENCRYPTION_KEY, JOB_SIGNING_KEY', JOB_SIGNING_KEY: generateSecret('job_signing_key') });
   expect(loaded.sources.secret_encryption_key).toBe('env');
   expect((await state()).secrets).not.toEqual(before.secrets);
+}, 600_000);
+
+it('the gateway itself refuses to start with a stale JOB_SIGNING_KEY: one invalid_config line naming it, exit 2, nothing written', async () => {
+  await t.raw.query(`delete from server_secret where name like 'env_fingerprint.%'`);
+  const recorded = generateSecret('job_signing_key');
+  await loadSecrets(t.db, { JOB_SIGNING_KEY: recorded, SECRETS_ROTATE: 'JOB_SIGNING_KEY' });
+  const before = await state();
+  const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const p = spawn(NODE, ['--import', './loader/register.mjs', 'server/main.ts'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', EDGE_WORKER: 'false', DATABASE_URL: t.url, JOB_SIGNING_KEY: generateSecret('job_signing_key') },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => {
+      stdout += String(d);
+      // A gateway that got as far as listening has accepted the stale key: stop it, the assertions fail.
+      if (/"msg":"listening"/.test(stdout)) p.kill('SIGTERM');
+    });
+    p.stderr.on('data', (d: Buffer) => (stderr += String(d)));
+    p.on('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+  expect(run.stdout).not.toMatch(/"msg":"listening"/);
+  expect(run.code).toBe(2);
+  const lines = run.stderr.trimEnd().split('\n');
+  expect(lines).toHaveLength(1);
+  const error = JSON.parse(lines[0]!) as { error: string; error_description: string };
+  expect(error.error).toBe('invalid_config');
+  expect(error.error_description).toMatch(/^JOB_SIGNING_KEY differs from the value the gateway recorded/);
+  expect(await state()).toEqual(before);
 }, 600_000);
