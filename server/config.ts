@@ -107,7 +107,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     publicUrl,
     issuerUrl: url(env, 'ISSUER_URL', publicUrl),
     databaseUrl: env.DATABASE_URL || null,
-    dataDir: path.resolve(env.DATA_DIR || './.data'),
+    // Relative to the installation, never the working directory: the gateway and an admin CLI started
+    // from another directory must find the same database and admin socket (docs/SECURITY.md row 22).
+    dataDir: path.resolve(REPO_ROOT, env.DATA_DIR || '.data'),
     allowPrivateOrigins: bool(env, 'ALLOW_PRIVATE_ORIGINS'),
     adminSshPort: int(env, 'ADMIN_SSH_PORT', 52222, 1, 65535),
     rateLimitPerMinute: int(env, 'RATE_LIMIT_PER_MINUTE', 600, 1, 100_000_000),
@@ -131,7 +133,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     drainTimeoutMs: int(env, 'DRAIN_TIMEOUT_MS', 10_000, 0, 600_000),
     allowPrivateWebhooks: bool(env, 'ALLOW_PRIVATE_WEBHOOKS'),
     webhookWorker: env.WEBHOOK_WORKER === undefined || env.WEBHOOK_WORKER === '' ? edgeWorker : bool(env, 'WEBHOOK_WORKER'),
-    // Relative to the working directory, as DATA_DIR is.
+    // Relative to the working directory (unlike DATA_DIR, which is relative to the installation).
     panelDir: env.PANEL_DIR ? path.resolve(env.PANEL_DIR) : path.join(REPO_ROOT, 'panel/dist'),
   };
 }

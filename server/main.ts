@@ -11,6 +11,7 @@ import { createGateway } from './http/app.ts';
 import { loadSecrets, requireSecretsFromEnv, SecretsError, startupWarning } from './secrets.ts';
 import { adminSocketPath, assertNoLiveGateway, serveAdminSocket } from './cli/admin-socket.ts';
 import { main as runAdminCommand } from './cli/admin.ts';
+import { prepareDataDir } from './data-dir.ts';
 
 async function main(): Promise<void> {
   let config;
@@ -28,7 +29,11 @@ async function main(): Promise<void> {
   const log = createLogger(config.logLevel, { service: 'gateway' });
   const started = Date.now();
   // A second `npm start` on the same embedded database is named as such (it also holds the port).
-  if (!config.databaseUrl) await assertNoLiveGateway(adminSocketPath(config.dataDir));
+  if (!config.databaseUrl) {
+    // Private before the database or the admin socket is made in it (server/data-dir.ts).
+    prepareDataDir(config.dataDir);
+    await assertNoLiveGateway(adminSocketPath(config.dataDir));
+  }
   // Before the database opens (seconds, more on a loaded machine): a port another program holds is
   // named at once, with what to change (server/http/listen-check.ts).
   await checkListen(listenSettings(config)).catch((e: unknown) => {
@@ -37,7 +42,14 @@ async function main(): Promise<void> {
   });
   const db = await openDatabase(config);
   log.info('database ready', { driver: config.databaseUrl ? 'postgresql' : 'pglite', data_dir: config.databaseUrl ? undefined : config.dataDir, ms: Date.now() - started });
-  const loaded = await loadSecrets(db, process.env);
+  // A stale or missing secret variable (server/secrets/load.ts) is a setting to change: one line naming
+  // it, the same exit as invalid_config above, and the database as it was.
+  const loaded = await loadSecrets(db, process.env).catch(async (e: unknown) => {
+    if (!(e instanceof SecretsError)) throw e;
+    process.stderr.write(`${JSON.stringify({ error: 'invalid_config', error_description: e.message })}\n`);
+    await db.close().catch(() => {});
+    process.exit(2);
+  });
   const warning = startupWarning(loaded);
   if (warning) log.warn(warning);
   const services = buildServices(config, db, log);

@@ -1,7 +1,8 @@
 // The embedded database (PGlite) lives inside one process, so while a gateway runs on it the admin
 // CLI cannot open it too. The gateway therefore serves admin commands on a Unix socket in DATA_DIR
 // (mode 0600: only the gateway's user), and the CLI hands its command line over when it finds a live
-// one. The command runs in the gateway's process through the same code as a direct CLI run.
+// one. The command runs in the gateway's process through the same code as a direct CLI run. That line
+// may carry a password, so the CLI first checks who owns the socket (checkSocketOwner, docs/SECURITY.md).
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -43,8 +44,40 @@ function readLine(s: net.Socket, limit: number): Promise<string> {
   });
 }
 
-/** Sends a command line to a running gateway; null when no gateway serves this DATA_DIR. */
+/** A socket the CLI must not talk to: its message says why and what to check. */
+export class AdminSocketRefused extends Error {}
+
+/**
+ * Throws unless `socketPath` is a socket owned by this user or by root: the command line sent over it
+ * may hold a password (`--password -` filled in), so a socket someone else made in DATA_DIR (a
+ * directory they could write, a DATA_DIR taken from another working directory) must never hear it.
+ * Returns false when there is no socket. Checked without following a link; the data directory is
+ * 0700 (server/data-dir.ts), so nobody else can swap the file between this check and the connect.
+ */
+export function checkSocketOwner(socketPath: string, uid: number | undefined = process.getuid?.()): boolean {
+  let st: fs.Stats;
+  try {
+    st = fs.lstatSync(socketPath);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw e;
+  }
+  if (!st.isSocket()) throw new AdminSocketRefused(`refusing ${socketPath}: it is not a socket; remove it, or check DATA_DIR`);
+  if (uid !== undefined && st.uid !== uid && st.uid !== 0) {
+    throw new AdminSocketRefused(
+      `refusing the admin socket ${socketPath}: it is owned by uid ${st.uid}, not by this user (uid ${uid}) or root, ` +
+        'so it may not be the gateway\'s; nothing was sent. Run the CLI as the gateway\'s user, or check DATA_DIR',
+    );
+  }
+  return true;
+}
+
+/**
+ * Sends a command line to a running gateway; null when no gateway serves this DATA_DIR. The socket's
+ * owner is checked first (checkSocketOwner): nothing is sent to one another user made.
+ */
 export async function forwardToGateway(socketPath: string, argv: readonly string[]): Promise<AdminReply | null> {
+  if (!checkSocketOwner(socketPath)) return null;
   const s = await connect(socketPath);
   if (!s) return null;
   s.write(JSON.stringify({ argv }) + '\n');

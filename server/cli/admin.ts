@@ -37,7 +37,7 @@ import { openDatabase } from '../services.ts';
 import { formatUsage, parseOptions, UsageError, type ParsedOptions } from './args.ts';
 import { COMMANDS, type Command } from './commands.ts';
 import { renderTable } from './table.ts';
-import { adminSocketPath, forwardToGateway } from './admin-socket.ts';
+import { AdminSocketRefused, adminSocketPath, forwardToGateway } from './admin-socket.ts';
 import { createLogger } from '../../common/log.ts';
 import { ProvisioningService } from '../provisioning/service.ts';
 import type { EdgeQueueing } from './queue-commands.ts';
@@ -137,7 +137,7 @@ function classify(e: unknown): Failure {
   if (e instanceof ConstraintViolationException) {
     return { status: EXIT.refused, error: 'invalid_request', description: `refused by the database: ${firstLine(e.message)}` };
   }
-  if (e instanceof ConfigError || e instanceof SecretsError) return { status: EXIT.failed, error: 'configuration_error', description: e.message };
+  if (e instanceof ConfigError || e instanceof SecretsError || e instanceof AdminSocketRefused) return { status: EXIT.failed, error: 'configuration_error', description: e.message };
   return { status: EXIT.failed, error: 'server_error', description: firstLine(e instanceof Error ? e.message : String(e)) || 'unexpected failure' };
 }
 

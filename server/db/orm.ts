@@ -1,6 +1,5 @@
 // Opens the database: PostgreSQL when a URL is given, the embedded PGlite cluster under DATA_DIR
 // otherwise. Both go through MikroORM with the same entities and migrations.
-import fs from 'node:fs';
 import pg from 'pg';
 import path from 'node:path';
 import { MikroORM as PgORM } from '@mikro-orm/postgresql';
@@ -9,6 +8,7 @@ import { Migrator } from '@mikro-orm/migrations';
 import type { MikroORM } from '@mikro-orm/core';
 import { createPostgreSqlTypeParsers, type AbstractSqlDriver, type EntityManager } from '@mikro-orm/sql';
 import { entities } from './entities.ts';
+import { prepareDataDir } from '../data-dir.ts';
 import { migrationsList } from './migrations/index.ts';
 import './release-on-failed-rollback.ts';
 
@@ -72,8 +72,9 @@ export async function openOrm(opts: OpenOptions): Promise<Orm> {
     });
     return orm as unknown as Orm;
   }
-  // PGlite wants its parent directory to exist; the cluster itself lives in DATA_DIR/pg.
-  fs.mkdirSync(opts.dataDir, { recursive: true });
+  // PGlite wants its parent directory to exist; the cluster itself lives in DATA_DIR/pg. Private to
+  // this user (server/data-dir.ts).
+  prepareDataDir(opts.dataDir);
   const orm = await PgliteORM.init({
     ...common,
     dbName: path.join(opts.dataDir, 'pg'),

@@ -4,7 +4,8 @@
 // stored value is never regenerated: one that no longer parses stops the process with an error naming
 // the secret. Environment values are validated and never written to the database; only a fingerprint of
 // each (a public-key thumbprint or an HMAC of a constant) is recorded, so that a process started
-// without the gateway's variables refuses to run instead of disagreeing with it. SECRETS_FROM_ENV=required
+// without the gateway's variables, or with other values in them, refuses to run instead of disagreeing
+// with it (SECRETS_ROTATE names the variables a rotation may change). SECRETS_FROM_ENV=required
 // turns the database fallback off.
 //
 // The gateway should warn at start when any secret came from the database (`startupWarning`):
@@ -34,6 +35,9 @@ type Query = Pick<Database, 'query'>;
  * start instead of quietly using the stored or a freshly generated value, which would disagree with
  * the gateway (an admin CLI run without the gateway's environment would otherwise encrypt client
  * secrets with the wrong key and print the wrong public keys). Deleting the row undoes the choice.
+ * A process whose variable holds another value than the recorded one (a stale .env) is refused the
+ * same way, naming the variable, and writes nothing; only SECRETS_ROTATE naming that variable lets it
+ * record the new fingerprint (the rotation step of docs/OPERATOR.md).
  */
 export async function loadSecrets(db: Query, env: NodeJS.ProcessEnv = process.env): Promise<LoadedSecrets> {
   requireSecretsFromEnv(env);
@@ -51,23 +55,40 @@ export async function loadSecrets(db: Query, env: NodeJS.ProcessEnv = process.en
         'to go back to the stored values)',
     );
   }
+  // Every environment value is parsed and checked against the fingerprint recorded earlier before
+  // anything is written: a refused start leaves the database exactly as it was.
+  const rotate = rotationOverride(env);
+  const fromEnvValues = new Map<SecretName, { value: unknown; fingerprint: string }>();
+  for (const name of fromEnvNames) {
+    const variable = SECRET_ENV[name];
+    let value: unknown;
+    try {
+      value = SPECS[name].parse(env[variable]!);
+    } catch (e) {
+      throw new SecretsError(`${variable}: ${(e as Error).message}`);
+    }
+    fromEnvValues.set(name, { value, fingerprint: SPECS[name].fingerprint(value) });
+  }
+  const recorded = new Map(marks.map((m) => [m.name.slice(ENV_MARK.length), m.value]));
+  const mismatched = fromEnvNames.filter((n) => recorded.has(n) && recorded.get(n) !== fromEnvValues.get(n)!.fingerprint && !rotate.has(SECRET_ENV[n]));
+  if (mismatched.length) throw mismatchError(mismatched);
   for (const name of SECRET_NAMES) {
     const spec = SPECS[name];
     const variable = SECRET_ENV[name];
-    const fromEnv = env[variable];
-    if (fromEnv !== undefined && fromEnvNames.includes(name)) {
-      let value: unknown;
-      try {
-        value = spec.parse(fromEnv);
-      } catch (e) {
-        throw new SecretsError(`${variable}: ${(e as Error).message}`);
-      }
+    const fromEnv = fromEnvValues.get(name);
+    if (fromEnv) {
+      // Replaced only when this process was told to (SECRETS_ROTATE names the variable); otherwise a
+      // first record, and a concurrent start with another value loses the insert and is refused below.
       await db.query(
-        `insert into server_secret (name, value) values (?, ?)
-         on conflict (name) do update set value = excluded.value where server_secret.value <> excluded.value`,
-        [`${ENV_MARK}${name}`, spec.fingerprint(value)],
+        rotate.has(variable)
+          ? `insert into server_secret (name, value) values (?, ?)
+             on conflict (name) do update set value = excluded.value where server_secret.value <> excluded.value`
+          : 'insert into server_secret (name, value) values (?, ?) on conflict (name) do nothing',
+        [`${ENV_MARK}${name}`, fromEnv.fingerprint],
       );
-      values[FIELD[name]] = value;
+      const [row] = await db.query<{ value: string }>('select value from server_secret where name = ?', [`${ENV_MARK}${name}`]);
+      if (row && row.value !== fromEnv.fingerprint) throw mismatchError([name]);
+      values[FIELD[name]] = fromEnv.value;
       sources[name] = 'env';
       continue;
     }
@@ -112,6 +133,29 @@ export function requireSecretsFromEnv(env: NodeJS.ProcessEnv): void {
   if (missing.length) {
     throw new SecretsError(`SECRETS_FROM_ENV=required, but ${missing.join(', ')} ${missing.length > 1 ? 'are' : 'is'} not set`);
   }
+}
+
+/**
+ * SECRETS_ROTATE (docs/OPERATOR.md "Rotating the job-signing key", docs/CONFIGURATION.md): the secret variables, comma-separated,
+ * whose new value this process may record in place of the fingerprint stored by an earlier one. Set for
+ * the one start that rotates, then removed; a name that is not a secret variable is an error, so a typo
+ * does not quietly leave the check on.
+ */
+function rotationOverride(env: NodeJS.ProcessEnv): Set<string> {
+  const names = (env.SECRETS_ROTATE ?? '').split(',').map((v) => v.trim()).filter((v) => v !== '');
+  const known = SECRET_NAMES.map((n) => SECRET_ENV[n]);
+  const unknown = names.filter((v) => !known.includes(v));
+  if (unknown.length) throw new SecretsError(`SECRETS_ROTATE names ${unknown.join(', ')}, which ${unknown.length > 1 ? 'are not secret variables' : 'is not a secret variable'}: one or more of ${known.join(', ')}`);
+  return new Set(names);
+}
+
+/** One line naming each variable whose value differs from the one the gateway recorded, never a value. */
+function mismatchError(names: SecretName[]): SecretsError {
+  const vars = names.map((n) => SECRET_ENV[n]).join(', ');
+  return new SecretsError(
+    `${vars} ${names.length > 1 ? 'differ' : 'differs'} from the value the gateway recorded: refusing to start with a stale key; ` +
+      `use the gateway's value, or to rotate set SECRETS_ROTATE=${names.map((n) => SECRET_ENV[n]).join(',')} for this one start (docs/OPERATOR.md)`,
+  );
 }
 
 /** Row-name prefix of the fingerprints recorded for secrets taken from the environment. */
