@@ -163,10 +163,17 @@ describe.skipIf(skip)('the panel: the account page and the developer portal', ()
     }
   });
 
-  it('the developer portal landing lists the references and the applications (README picture)', async () => {
+  it('the developer portal landing: the references, and an application registered from its form (README picture)', async () => {
     await s.page.goto(`${w.url}/developers`);
     await s.page.getByRole('heading', { level: 1, name: 'Developers' }).waitFor();
-    await s.page.getByRole('heading', { name: 'Register an application' }).waitFor();
+    // An application in the list for the picture, registered from the landing page's own form.
+    await s.page.getByLabel('Application name').fill('Status dashboard');
+    await s.page.getByLabel('Redirect URIs').fill('https://status.example.com/callback');
+    await s.page.getByLabel('API access').selectOption({ label: 'Read' });
+    await s.page.getByRole('button', { name: 'Register application' }).click();
+    await s.page.getByText('Status dashboard is registered.').waitFor();
+    await s.page.getByRole('button', { name: 'I have copied the secret' }).click();
+    expect(await s.page.getByRole('link', { name: 'Status dashboard' }).count()).toBe(1);
     await accessible(s.page, 'developers');
     await screenshot(s.page, 'portal', { readme: true });
     expect(s.problems.problems()).toEqual([]);
