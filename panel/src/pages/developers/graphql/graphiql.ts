@@ -82,5 +82,25 @@ export async function mount(host: HTMLElement): Promise<() => void> {
   await loadStylesheet();
   const root = createRoot(host);
   root.render(createElement(GraphiQL, { fetcher, defaultQuery: DEFAULT_QUERY, shouldPersistHeaders: false }));
-  return () => root.unmount();
+  const observer = new MutationObserver(() => completeAccessibility(host));
+  observer.observe(host, { childList: true, subtree: true });
+  return () => {
+    observer.disconnect();
+    root.unmount();
+  };
+}
+
+/**
+ * What GraphiQL 4 leaves out for screen readers and the keyboard (docs/PANEL.md: every control named, all
+ * of it reachable by keyboard), added to its editors as React renders them: CodeMirror's input textarea is
+ * named after the editor's section (GraphiQL's own English aria-label: "Query Editor", "Result Window",
+ * "Variables", "Headers"), and its scroller takes focus so a long document scrolls by keyboard.
+ */
+function completeAccessibility(host: HTMLElement): void {
+  for (const input of host.querySelectorAll<HTMLTextAreaElement>('.CodeMirror textarea:not([aria-label])')) {
+    const name = input.closest('[aria-label]')?.getAttribute('aria-label');
+    if (name) input.setAttribute('aria-label', name);
+  }
+  // CodeMirror gives its scroller tabindex -1 (focusable by script only).
+  for (const scroller of host.querySelectorAll<HTMLElement>('.CodeMirror-scroll:not([tabindex="0"])')) scroller.tabIndex = 0;
 }
