@@ -1,4 +1,4 @@
-// The panel's session over time, in chromium against the real gateway (test/helpers/storefront.ts):
+// The panel's language and its session over time, in chromium against the real gateway (test/helpers/storefront.ts):
 // - an access token that expires while the panel is open is replaced silently from the refresh token (the
 //   page's clock is moved past the token's 15 minutes; the gateway's is not, so the refresh is real);
 // - a grant revoked while the panel is open (sign-out in another tab ends the panel's grant and the issuer
@@ -19,7 +19,7 @@ function grantType(r: Request): string | null {
   return new URLSearchParams(r.postData() ?? '').get('grant_type');
 }
 
-describe.skipIf(skip)('the panel: a session over time', () => {
+describe.skipIf(skip)('the panel: its language and a session over time', () => {
   let w: Storefront;
   let browser: Browser;
 
@@ -30,6 +30,23 @@ describe.skipIf(skip)('the panel: a session over time', () => {
   afterAll(async () => {
     await browser?.close();
     await w?.close();
+  });
+
+  it('speaks the browser\'s language, and the switch in the header changes every string at once and is remembered', async () => {
+    // A browser that asks for Russian first gets the panel in Russian, the price in roubles included.
+    const context = await browser.newContext({ locale: 'ru-RU', viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    await signIn(page, w.url, w.owner);
+    await page.getByRole('heading', { level: 1, name: 'Обзор' }).waitFor();
+    await page.getByRole('navigation').getByRole('link', { name: 'Купить туннель' }).waitFor();
+    await page.getByText(/Туннель стоит .*₽/).waitFor();
+    // The switch: English at once, no reload, and kept for the next visit.
+    await page.getByRole('combobox', { name: 'Язык' }).selectOption('en');
+    await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
+    expect(await page.evaluate(() => document.documentElement.lang)).toBe('en');
+    await page.reload();
+    await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
+    await context.close();
   });
 
   it('an access token that expired while the page was open is refreshed silently: the next page loads with no sign-in', async () => {
