@@ -29,17 +29,15 @@ async function main(): Promise<void> {
   const log = createLogger(config.logLevel, { service: 'gateway' });
   const started = Date.now();
   // A second `npm start` on the same embedded database is named as such (it also holds the port).
-  if (!config.databaseUrl) {
-    // Private before the database or the admin socket is made in it (server/data-dir.ts).
-    prepareDataDir(config.dataDir);
-    await assertNoLiveGateway(adminSocketPath(config.dataDir));
-  }
+  if (!config.databaseUrl) await assertNoLiveGateway(adminSocketPath(config.dataDir));
   // Before the database opens (seconds, more on a loaded machine): a port another program holds is
-  // named at once, with what to change (server/http/listen-check.ts).
+  // named at once, with what to change (server/http/listen-check.ts), and nothing is created first.
   await checkListen(listenSettings(config)).catch((e: unknown) => {
     if (e instanceof ListenError) failToListen(e);
     throw e;
   });
+  // Private before the database or the admin socket is made in it (server/data-dir.ts).
+  if (!config.databaseUrl) prepareDataDir(config.dataDir);
   const db = await openDatabase(config);
   log.info('database ready', { driver: config.databaseUrl ? 'postgresql' : 'pglite', data_dir: config.databaseUrl ? undefined : config.dataDir, ms: Date.now() - started });
   // A stale or missing secret variable (server/secrets/load.ts) is a setting to change: one line naming

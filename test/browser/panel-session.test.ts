@@ -43,7 +43,7 @@ describe.skipIf(skip)('the panel: its language and a session over time', () => {
     // The switch: English at once, no reload, and kept for the next visit.
     await page.getByRole('combobox', { name: 'Язык' }).selectOption('en');
     await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
-    expect(await page.evaluate(() => document.documentElement.lang)).toBe('en');
+    expect(await page.locator('html').getAttribute('lang')).toBe('en');
     await page.reload();
     await page.getByRole('heading', { level: 1, name: 'Dashboard' }).waitFor();
     await context.close();
