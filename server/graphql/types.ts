@@ -353,7 +353,9 @@ export function toTunnel(t: TunnelView): Tunnel {
     status: t.status as TunnelStatus,
     health: t.health as TunnelHealth,
     healthCheckedAt: t.health_checked_at === null ? null : new Date(t.health_checked_at),
-    settingsApplied: t[SETTINGS_APPLIED],
+    // A replayed purchase's tunnel comes from its stored JSON, which has no symbol keys: a purchase is
+    // pending, on no edge, so nothing is left to apply.
+    settingsApplied: t[SETTINGS_APPLIED] ?? true,
     adminSshPort: t.admin_ssh_port,
     edgeIp: t.edge_ip,
     createdAt: new Date(t.created_at),

@@ -24,7 +24,7 @@ let profileDir: string;
 
 beforeAll(async () => {
   if (skip) return;
-  gw = await startGateway({ config: { panelDir: PANEL_DIR } });
+  gw = await startGateway({ config: { panelDir: PANEL_DIR }, publicUrlIsItself: true });
   profileDir = mkdtempSync(path.join(os.tmpdir(), 'tg-chromium-'));
   context = await chromium.launchPersistentContext(profileDir, {
     executablePath: CHROMIUM,

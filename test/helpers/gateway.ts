@@ -19,7 +19,11 @@ export interface RunningGateway {
  * `clock`: milliseconds now for the gateway's request gate (REST and GraphQL rate limits), so a rate-limit
  * test moves time itself instead of depending on how long its requests took.
  */
-export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger; clock?: () => number } = {}): Promise<RunningGateway> {
+/**
+ * `publicUrlIsItself`: PUBLIC_URL is the address the gateway listens on (known only once it listens), for a
+ * browser that must stay on it: the panel moves to PUBLIC_URL before it signs in.
+ */
+export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger; clock?: () => number; publicUrlIsItself?: boolean } = {}): Promise<RunningGateway> {
   const testDb = opts.testDb ?? (await createTestDatabase());
   // Listen first: the issuer URL (ISSUER_URL) must be the address clients really reach.
   const server = createHttpServer();
@@ -34,6 +38,7 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
     edgeWaitMs: 300,
     logLevel: 'silent',
     issuerUrl: url,
+    ...(opts.publicUrlIsItself ? { publicUrl: url } : {}),
     ...opts.config,
   };
   const services = opts.log ? buildServices(config, testDb.db, opts.log) : buildServices(config, testDb.db);

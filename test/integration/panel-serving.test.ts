@@ -91,7 +91,7 @@ describe('the built panel', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^application\/json/);
     expect(res.headers.get('cache-control')).toBe('no-store');
-    expect(res.body).toEqual({ publicUrl: gw.url, issuer: gw.url, clientId: 'panel', scope: 'profile email', signOutUrl: `${gw.url}/oauth/logout` });
+    expect(res.body).toEqual({ publicUrl: gw.services.config.publicUrl, issuer: gw.url, clientId: 'panel', scope: 'profile email', signOutUrl: `${gw.url}/oauth/logout` });
   });
 
   it('304 for a matching If-None-Match, the same validators again', async () => {
