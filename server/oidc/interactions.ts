@@ -15,26 +15,9 @@ import { checkPassword, findUserClaims } from './accounts.ts';
 import { LoginLimiter } from './login-limits.ts';
 import { renderConsent, renderLogin, renderMessage } from './pages.ts';
 import type { Logger } from '../../common/log.ts';
+import { readForm } from './form.ts';
 
 const FORM_LIMIT = 8 * 1024;
-
-/** Reads a small application/x-www-form-urlencoded body (only on the interaction routes; never in front of oidc-provider). */
-async function readForm(ctx: Context): Promise<URLSearchParams | null> {
-  if (!ctx.is('application/x-www-form-urlencoded')) return null;
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of ctx.req) {
-      size += (chunk as Buffer).length;
-      if (size > FORM_LIMIT) return null;
-      chunks.push(chunk as Buffer);
-    }
-  } catch {
-    // The browser went away mid-body ('aborted'): no form, rather than a logged 500 (found by test/fuzz).
-    return null;
-  }
-  return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
-}
 
 export interface InteractionOptions {
   provider: Provider;
@@ -108,7 +91,7 @@ export function interactionRoutes(o: InteractionOptions) {
   }
 
   async function login(ctx: Context, uid: string) {
-    const form = await readForm(ctx);
+    const form = await readForm(ctx, FORM_LIMIT);
     const d = await details(ctx);
     if (!d || d.uid !== uid) return expired(ctx);
     const action = `${o.basePath}/${uid}/login`;
@@ -149,7 +132,7 @@ export function interactionRoutes(o: InteractionOptions) {
   }
 
   async function consent(ctx: Context, uid: string) {
-    const form = await readForm(ctx);
+    const form = await readForm(ctx, FORM_LIMIT);
     const d = await details(ctx);
     if (!d || d.uid !== uid) return expired(ctx);
     if (!form || !csrfOk(uid, form.get('csrf'))) {

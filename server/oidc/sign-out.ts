@@ -15,6 +15,7 @@ import type { Database } from '../db/database.ts';
 import { PANEL_CLIENT_ID } from '../domain/clients.ts';
 import { ApiError } from '../domain/errors.ts';
 import type { Logger } from '../../common/log.ts';
+import { readForm } from './form.ts';
 
 const FORM_LIMIT = 4 * 1024;
 /** An absolute path: one leading slash (not `//host`), no backslash, whitespace or control characters. */
@@ -30,21 +31,10 @@ export interface SignOutOptions {
   log?: Logger;
 }
 
-async function readForm(ctx: Context): Promise<URLSearchParams | null> {
+/** The sign-out form; an empty body is an empty form (every field is optional). */
+async function signOutForm(ctx: Context): Promise<URLSearchParams | null> {
   if (!ctx.request.length && !ctx.is('application/x-www-form-urlencoded')) return new URLSearchParams();
-  if (!ctx.is('application/x-www-form-urlencoded')) return null;
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of ctx.req) {
-      size += (chunk as Buffer).length;
-      if (size > FORM_LIMIT) return null;
-      chunks.push(chunk as Buffer);
-    }
-  } catch {
-    return null;
-  }
-  return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
+  return readForm(ctx, FORM_LIMIT);
 }
 
 export function signOutRoute(o: SignOutOptions) {
@@ -62,7 +52,7 @@ export function signOutRoute(o: SignOutOptions) {
       ctx.body = { error: 'invalid_request', error_description: 'Sign-out must be sent from a page of this site (the Origin header did not match).' };
       return;
     }
-    const form = await readForm(ctx);
+    const form = await signOutForm(ctx);
     if (!form) throw new ApiError('invalid_request', 'Send the sign-out as application/x-www-form-urlencoded (at most 4 KiB).');
     const returnTo = form.get('return_to') ?? '/';
     if (!PATH_RE.test(returnTo)) throw new ApiError('invalid_request', 'return_to must be a path of this site, such as /signed-out.');
