@@ -105,7 +105,7 @@ function fromKoaError(e: unknown): ApiError | null {
 }
 
 export interface GatewayOptions {
-  /** Milliseconds now for the request gate's rate limits; Date.now unless a test drives the time itself. */
+  /** Milliseconds now for every rate limit (the request gate's, the issuer's); Date.now unless a test drives the time itself. */
   clock?: () => number;
 }
 
@@ -189,6 +189,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     rateLimitPerMinute,
     rateLimitBurst,
     publicUrl: services.config.publicUrl,
+    ...(opts.clock ? { clock: opts.clock } : {}),
   });
   services.auth.use(looksLikeJwt, (token) => issuer.accessTokens.principal(token));
   app.use(issuer.middleware);
