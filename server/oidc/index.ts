@@ -37,7 +37,7 @@ export interface IssuerConfig {
   loginLimits?: { accountAddress: Limit; address: Limit };
   /** PUBLIC_URL: the generated avatars are served under it (docs/CONTRACTS.md "REST shapes"); defaults to the issuer URL. */
   publicUrl?: string;
-  /** Milliseconds now for every rate limit here (sign-in, token, revoke); Date.now unless a test drives the time. */
+  /** Milliseconds now for every rate limit here (sign-in, token, revoke) and for access tokens' expiry; Date.now unless a test drives the time. */
   clock?: () => number;
 }
 
@@ -68,10 +68,10 @@ function missingCredentialsAreInvalidClient(ctx: Context): void {
 
 export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   const issuer = new URL(c.issuerUrl);
-  const clock = c.clock ?? Date.now;
   const prefix = issuer.pathname.replace(/\/+$/, '');
   const interactionBase = `${prefix}/interaction`;
-  const accessTokens = new AccessTokenVerifier(c.db, { key: c.accessTokenKey, issuer: c.issuerUrl, audience: c.audience });
+  const clock = c.clock ?? Date.now;
+  const accessTokens = new AccessTokenVerifier(c.db, { key: c.accessTokenKey, issuer: c.issuerUrl, audience: c.audience, clock });
   const avatars = avatarBase(c.publicUrl ?? c.issuerUrl);
   const serveAvatar = avatarRoute(c.db, new URL(avatars).pathname);
   const clients = new DatabaseClientSource(c.db, c.secretEncryptionKey);
