@@ -252,7 +252,10 @@ function parseArgs(argv: string[]): { command: 'run' | 'fingerprint'; configPath
     } else if (a === 'fingerprint' && i === 0) {
       command = 'fingerprint';
     } else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: tunnel-agent [fingerprint] [--config FILE]\n');
+      process.stdout.write('usage: tunnel-agent [fingerprint] [--config FILE] [--version]\n');
+      process.exit(0);
+    } else if (a === '--version') {
+      process.stdout.write(`tunnel-agent ${agentVersion()}\n`);
       process.exit(0);
     } else {
       throw new ConfigError(`unknown argument "${a}" (usage: tunnel-agent [fingerprint] [--config FILE])`);

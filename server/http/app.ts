@@ -25,6 +25,7 @@ import { avatarBase } from '../oidc/avatars.ts';
 import { createPanel, wantsHtml } from './panel.ts';
 import { loadSecrets } from '../secrets.ts';
 import { purgeExpiredIdempotency } from '../domain/tunnels/index.ts';
+import { VERSION } from '../version.ts';
 
 const IDEMPOTENCY_PURGE_MS = 60 * 60_000;
 /** The panel's GraphQL explorer page, where a browser opening /graphql is sent. */
@@ -144,7 +145,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
       // Their own route labels in the access log and the request metrics (the router never sees them).
       case '/healthz':
         ctx._matchedRoute = '/healthz';
-        ctx.body = { status: 'ok' };
+        ctx.body = { status: 'ok', version: VERSION };
         return;
       case '/readyz': {
         ctx._matchedRoute = '/readyz';
