@@ -108,6 +108,8 @@ function fromKoaError(e: unknown): ApiError | null {
 export interface GatewayOptions {
   /** Milliseconds now for every rate limit (the request gate's, the issuer's); Date.now unless a test drives the time itself. */
   clock?: () => number;
+  /** How often stale idempotency records are purged; hourly unless a test wants to see the timer fire. */
+  idempotencyPurgeMs?: number;
 }
 
 export async function createGateway(services: Services, log: Logger, server: http.Server, opts: GatewayOptions = {}): Promise<Gateway> {
@@ -286,7 +288,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
       })
       .catch((e: unknown) => log.warn('idempotency purge failed', { err: e }));
   void purgeIdempotency();
-  const idempotencyTimer = setInterval(purgeIdempotency, IDEMPOTENCY_PURGE_MS);
+  const idempotencyTimer = setInterval(purgeIdempotency, opts.idempotencyPurgeMs ?? IDEMPOTENCY_PURGE_MS);
   idempotencyTimer.unref();
 
   return {

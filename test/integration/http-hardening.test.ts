@@ -13,6 +13,7 @@ import { setRate } from '../../server/domain/settings.ts';
 import { purgeExpiredIdempotency } from '../../server/domain/tunnels/index.ts';
 import { createLogger } from '../../common/log.ts';
 import { loadSecrets } from '../../server/secrets.ts';
+import { until } from '../helpers/wait.ts';
 
 /** Counts the API-key lookups the gateway sends to PostgreSQL (the one prepared read of api-keys.ts). */
 function countKeyLookups(gw: RunningGateway): { readonly n: number } {
@@ -275,5 +276,18 @@ describe('Idempotency-Key records expire after 7 days (item 16)', () => {
     expect(rows.map((r: { key: string }) => r.key)).toEqual(['young']);
     const idx = await gw.testDb.raw.query(`select indexdef from pg_indexes where tablename = 'idempotency_record' and indexname = 'idempotency_record_created_idx'`);
     expect(idx.rows[0]?.indexdef).toMatch(/\(created_at\)/);
+  });
+
+  it('the gateway runs that purge on its own timer, not only at start', async () => {
+    const ticking = await startGateway({ testDb: gw.testDb, idempotencyPurgeMs: 200 });
+    try {
+      const u = await seedUser(gw.testDb.db);
+      // Bought after the gateway started (its purge at start is over), then aged past the 7 days.
+      expect((await call(ticking.url, 'POST', '/api/dedicated', { token: u.writeKey, body: { origin_ip: '8.8.4.4' }, headers: { 'idempotency-key': 'stale' } })).status).toBe(201);
+      await age(u.accountId, 'stale', 8);
+      await until('the timer purged the stale record', async () => (await gw.testDb.raw.query('select 1 from idempotency_record where account_id = $1', [u.accountId])).rowCount === 0);
+    } finally {
+      await ticking.close();
+    }
   });
 });
