@@ -9,7 +9,9 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { NetlinkError, Nft, Rtnl } from '../netlink/client.ts';
 import { Conntrack } from './conntrack.ts';
-import { checkDesired, diff, heldSpecs, intentOver, ipOf, linkStepsFor, recordedSpecs, sameSpec, type OwnedTunnel } from './diff.ts';
+import { checkDesired, diff } from './diff.ts';
+import { heldSpecs, intentOver, recordedSpecs, type OwnedTunnel } from './records.ts';
+import { ipOf, linkStepsFor, sameSpec } from './spec-compare.ts';
 import { FALLBACK_TUNNEL_LINKS, applyPlan, step, awaitReaping, ensureTable, nextGeneration, phaseClock, readConsistently, readLinks, readView, recordedView, tunnelLinkSysctls, type KernelContext, type ScopedRead, type TestOnlyHang } from './kernel.ts';
 import { linkDriver, type LinkKind } from './links.ts';
 import { CommitWatch } from './commit-watch.ts';
@@ -626,5 +628,5 @@ class EdgeDataplane implements DataplaneHandle {
 
 // Re-exported for the job layer's error mapping and for tests.
 export { InvalidTunnel } from './validate.ts';
-export { PlanConflict } from './diff.ts';
+export { PlanConflict } from './plan.ts';
 export { NetlinkError };

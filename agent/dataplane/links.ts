@@ -4,7 +4,8 @@
 import { createHash } from 'node:crypto';
 import { GRE_KEY, type LinkInfo } from '../netlink/rtnetlink.ts';
 import type { Rtnl } from '../netlink/client.ts';
-import { GRE_TTL, type LinkParams } from './diff.ts';
+import type { LinkParams } from './plan.ts';
+import { GRE_TTL } from './spec-compare.ts';
 import type { TunnelSpec } from './types.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import { probeGreSupport } from './link-support.ts';

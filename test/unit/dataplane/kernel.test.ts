@@ -30,7 +30,8 @@ import { IFLA_GROUP, RTM_DELADDR, RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEW
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
 import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, awaitReaping, deleteLinkUnlisted, deleteLinks, ensureTable, readConsistently, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
-import { diff, type KernelView, type ObservedLink } from '../../../agent/dataplane/diff.ts';
+import { diff } from '../../../agent/dataplane/diff.ts';
+import type { KernelView, ObservedLink } from '../../../agent/dataplane/plan.ts';
 import type { Conntrack } from '../../../agent/dataplane/conntrack.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
 import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
