@@ -2,7 +2,7 @@
 // sysctls every tunnel link gets, and their deletion (addresses first; a few each answered once unlisted, many
 // by device group). Links have no nftables generation, so even a read that trusts the records reads them.
 import { randomInt } from 'node:crypto';
-import type { LinkInfo } from '../../netlink/rtnetlink.ts';
+import type { LinkInfo } from '../../netlink/rtnetlink/index.ts';
 import type { TunnelSpec } from '../types.ts';
 import type { KernelView, ObservedLink } from '../plan.ts';
 import type { OwnedTunnel } from '../records.ts';

@@ -6,7 +6,7 @@ import { NetlinkError, ipv4MapElement, ipv4ObjElement } from '../../netlink/clie
 import { NFT_OBJECT_SYNPROXY } from '../../netlink/nftables/index.ts';
 import { ALLOWED_SETS, rateLimitName, rateLimitOf, synproxyName } from '../../netlink/ruleset.ts';
 import { LINK_KEYED_SETS, TUNNEL_SETS, addElementToDigest, addKeyToDigest, digestIn, elementId, linkBucketOfKey, sameDigest, tunnelCounterNames, tunnelElements, type OwnerDigests, type PolicyElement } from '../policy.ts';
-import type { LinkInfo } from '../../netlink/rtnetlink.ts';
+import type { LinkInfo } from '../../netlink/rtnetlink/index.ts';
 import { bytesToIpv4 } from '../../netlink/attrs.ts';
 import type { TunnelSpec } from '../types.ts';
 import type { CleanOwners, KernelView } from '../plan.ts';

@@ -26,7 +26,7 @@ import {
   nfgenmsg,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
-import { IFLA_GROUP, RTM_DELADDR, RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink.ts';
+import { IFLA_GROUP, RTM_DELADDR, RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink/index.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
 import type { KernelContext } from '../../../agent/dataplane/kernel/context.ts';

@@ -7,7 +7,7 @@ import { Activity, OperationStuck, UNSETTLED_FACTOR, activity as processActivity
 import { Rtnl } from '../../../agent/netlink/client.ts';
 import { NetlinkSocket, observeNetlink } from '../../../agent/netlink/socket.ts';
 import { KernelStandIn } from '../../helpers/netlink-kernel.ts';
-import { RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink/index.ts';
 import { capturedMessages } from '../netlink/fixtures.ts';
 import { until } from '../../helpers/wait.ts';
 
