@@ -11,7 +11,7 @@ import { addNode } from '../../server/domain/nodes.ts';
 import type { Config } from '../../server/config.ts';
 import { loadSecrets, type ServerSecrets } from '../../server/secrets.ts';
 import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
-import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
+import { DNAT_MAP } from '../../agent/dataplane/kernel/context.ts';
 import { TestNetns } from '../netns/netns.ts';
 import { Database } from '../../server/db/database.ts';
 import { openOrm } from '../../server/db/orm.ts';

@@ -17,7 +17,7 @@ import { addBalance, createUser } from '../../server/domain/accounts.ts';
 import { addNode } from '../../server/domain/nodes.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { openDatabase } from '../../server/services.ts';
-import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
+import { DNAT_MAP } from '../../agent/dataplane/kernel/context.ts';
 import { cliFailed, cliOk, runAdminCli, type CliRun } from '../helpers/admin-cli.ts';
 import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';

@@ -11,7 +11,7 @@ import { buyTunnel, provisionTunnel, tunnelStatus } from '../helpers/queue.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
-import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
+import { DNAT_MAP } from '../../agent/dataplane/kernel/context.ts';
 import { isRoot } from '../netns/netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { settle, until } from '../helpers/wait.ts';
