@@ -30,6 +30,7 @@ const CONFIG_KEYS = [
   'AGENT_JOB_VERSIONS',
   'AGENT_HEALTH_INTERVAL_S',
   'AGENT_WATCHDOG_S',
+  'AGENT_EDGE_PPS',
 ] as const;
 export type ConfigKey = (typeof CONFIG_KEYS)[number];
 
@@ -67,6 +68,11 @@ export interface AgentConfig {
    * answers kernel_error), and the agent restarts itself when it cannot recover (housekeeping/activity.ts).
    */
   watchdogS: number;
+  /**
+   * AGENT_EDGE_PPS (default 2,000,000): the packets a second this edge is rated for; each tunnel's per-source meter
+   * holds the sources that rate brings (agent/dataplane/sizing.ts; docs/CONTRACTS.md "Dataplane").
+   */
+  edgePps: number;
   /** Where each key came from, for the start-up log line. */
   sources: Partial<Record<ConfigKey, 'env' | 'file' | 'default'>>;
 }
@@ -237,6 +243,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     },
     '60',
   );
+  const edgePps = need(
+    'AGENT_EDGE_PPS',
+    (v) => {
+      const n = /^[0-9]{1,9}$/.test(v) ? Number(v) : NaN;
+      if (!(n >= 10_000 && n <= 100_000_000)) throw new ConfigError(`AGENT_EDGE_PPS must be whole packets a second from 10000 to 100000000, got "${v}"`);
+      return n;
+    },
+    '2000000',
+  );
   const allowFrom = cidrs('AGENT_ALLOW_FROM', 'the CIDRs the gateway connects from (IPv4 or IPv6)', false);
   const protectedPools = cidrs('AGENT_PROTECTED_POOLS', 'the IPv4 CIDRs of this node\'s protected pools', true);
 
@@ -256,6 +271,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, configPath?: st
     jobVersions: jobVersions!,
     healthIntervalS: healthIntervalS!,
     watchdogS: watchdogS!,
+    edgePps: edgePps!,
     ...(allowFrom ? { allowFrom } : {}),
     ...(protectedPools ? { protectedPools } : {}),
     sources,

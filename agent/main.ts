@@ -63,7 +63,7 @@ export interface RunningHealth {
  * DESIGN 3.6 and 3.7). Checks at most 16 tunnels at once, each at its own slot in the interval.
  */
 export function startHealth(
-  dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'>,
+  dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'> & Partial<Pick<DataplaneHandle, 'capacity'>>,
   opts: {
     intervalS: number;
     log?: Logger;
@@ -101,6 +101,7 @@ export function startHealth(
     health: (id) => scheduler.get(id),
     version: agentVersion(),
     ...(opts.tunnelLinks ? { tunnelLinks: () => opts.tunnelLinks!.refresh() } : {}),
+    ...(dataplane.capacity ? { capacity: () => dataplane.capacity!() } : {}),
     stuck: opts.stuck ?? (() => activity.stuck()),
     startedAt: opts.startedAt ?? Date.now(),
     ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
@@ -302,6 +303,7 @@ async function main(): Promise<void> {
     job_versions: config.jobVersions,
     health_interval_s: config.healthIntervalS,
     watchdog_s: config.watchdogS,
+    edge_pps: config.edgePps,
     version: agentVersion(),
     gateway_key: config.authorizedKey.fingerprint,
     job_keys: config.jobKeys.map((k) => k.kid ?? k.thumbprint),
@@ -314,6 +316,8 @@ async function main(): Promise<void> {
     stateDir: config.stateDir,
     edgeIp: config.edgeIp,
     nftTable: config.nftTable,
+    edgePps: config.edgePps,
+    ...(config.protectedPools ? { protectedPools: config.protectedPools.entries } : {}),
     log: (event, fields) => (event.endsWith('.error') ? dpLog.warn(event, fields) : dpLog.info(event, fields)),
   });
   // Restore the last desired state before the first job can arrive (docs/CONTRACTS.md "Restart and reboot"): after a

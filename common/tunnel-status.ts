@@ -40,14 +40,34 @@ export interface StuckReport {
   since: string;
 }
 
+/**
+ * How the agent sized what one tunnel's flood could otherwise fill for every tenant (docs/CONTRACTS.md "Dataplane",
+ * DESIGN 3.11): the connection table (nf_conntrack_max and its hash buckets, set by the agent when
+ * `conntrack_applied`) and each tunnel's per-source meter (the sources it holds).
+ */
+export interface CapacityReport {
+  conntrack_max: number;
+  conntrack_buckets: number;
+  conntrack_applied: boolean;
+  meter_sources: number;
+}
+
+/** A capacity report's shape: undefined when right, else a sentence. */
+export function checkCapacityReport(v: unknown): string | undefined {
+  if (!isObject(v) || !isCount(v.conntrack_max) || !isCount(v.conntrack_buckets) || typeof v.conntrack_applied !== 'boolean' || !isCount(v.meter_sources)) {
+    return 'agent.capacity must be {conntrack_max: integer >= 0, conntrack_buckets: integer >= 0, conntrack_applied: boolean, meter_sources: integer >= 0}';
+  }
+  return undefined;
+}
+
 /** The `status` op's result. */
 export interface StatusResult {
   /**
    * tunnel_links: whether the agent can make its tunnels' links (common/tunnel-links.ts), from agents that know it.
-   * stuck: the operation its watchdog gave up (StuckReport), only while there is one. Both added later: an agent
-   * from before them never sends them, and a gateway from before them ignores them.
+   * stuck: the operation its watchdog gave up (StuckReport), only while there is one. capacity: CapacityReport.
+   * All added later: an agent from before them never sends them, and a gateway from before them ignores them.
    */
-  agent: { version: string; uptime_s: number; tunnels: number; tunnel_links?: TunnelLinks; stuck?: StuckReport };
+  agent: { version: string; uptime_s: number; tunnels: number; tunnel_links?: TunnelLinks; stuck?: StuckReport; capacity?: CapacityReport };
   tunnels: TunnelReport[];
 }
 
@@ -86,6 +106,10 @@ export function checkStatusResult(v: unknown): string | undefined {
   }
   if (a.stuck !== undefined) {
     const why = checkStuckReport(a.stuck);
+    if (why) return why;
+  }
+  if (a.capacity !== undefined) {
+    const why = checkCapacityReport(a.capacity);
     if (why) return why;
   }
   if (!Array.isArray(v.tunnels)) return 'tunnels must be an array';

@@ -60,6 +60,12 @@ export interface CommitWatchOptions {
   table: string;
   /** Told once when the watch cannot work here (no socket, no group): the agent then reads back as before. */
   unavailable?: (error: string) => void;
+  /**
+   * Told when a poll ends the watch on what it heard (a commit that touched the table, or one it cannot rule out:
+   * a gap, an overflow, a forged or unnamed notification): the dataplane repairs the table at once (heal) rather
+   * than at the gateway's next reconcile.
+   */
+  ended?: (verdict: Exclude<CommitVerdict, { clean: true }>) => void;
   /** Tests hand in their own subscription; by default a netfilter socket in `netns`. */
   open?: () => Subscription;
 }
@@ -67,11 +73,12 @@ export interface CommitWatchOptions {
 type Subscription = Pick<NetlinkSubscription, 'drain' | 'discard' | 'listen' | 'close'>;
 const GROUPS = [NFNLGRP_NFTABLES];
 /**
- * While watching, what was heard is judged this often, not only at the agent's next operation: the queue stays
- * short, and after a touch, a gap or an overflow the socket leaves the group at once. Every listener makes the
- * kernel build a notification per object of every other program's commit.
+ * While watching, what was heard is judged this often, not only at the agent's next operation: a touch of the table
+ * is repaired within this and the heal's debounce (edge-dataplane.ts), the queue stays short, and after a touch, a
+ * gap or an overflow the socket leaves the group at once. Every listener makes the kernel build a notification per
+ * object of every other program's commit.
  */
-const POLL_MS = 1_000;
+const POLL_MS = 250;
 
 export class CommitWatch {
   /** Opened at the first start, kept until close(): stop and start only leave and join the group (socket.ts). */
@@ -120,7 +127,10 @@ export class CommitWatch {
   poll(): void {
     if (this.since === undefined) return;
     const v = this.judge(this.since);
-    if (v && !v.clean) this.ended = v;
+    if (v && !v.clean) {
+      this.ended = v;
+      this.opts.ended?.(v);
+    }
   }
 
   /** Stops listening (before the agent's own commits). */

@@ -1,7 +1,7 @@
 // Desired state against what the kernel has: a pure function from (desired tunnels, the agent's own
 // records, a view of the kernel) to a plan of link steps, one nftables batch and conntrack flushes.
 // No I/O here, so every decision (what is added, changed, left alone, never touched) is unit-testable.
-import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
+import { synproxyName } from '../netlink/ruleset.ts';
 import { LINK_KEYED_SETS, allowedElementIp, elementFromId, elementNeeds, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements, tunnelElementsButAllowlist, type PolicyElement } from './policy.ts';
 import { PlanConflict, type KernelView, type LinkStep, type NftChanges, type Plan, type TunnelAction } from './plan.ts';
 import { OwnedIndex, heldSpecs, type OwnedTunnel } from './records.ts';
@@ -103,8 +103,8 @@ export function diff(input: DiffInput): Plan {
     addWhole: [],
     delSynproxies: [],
     addSynproxies: [],
-    delRateLimits: [],
-    addRateLimits: [],
+    delChains: [],
+    addChains: [],
   };
   const addEls = new Map<string, PolicyElement>();
   /**
@@ -364,7 +364,7 @@ export function diff(input: DiffInput): Plan {
   if (!view.elements) {
     nft.delElements = nft.delElements.filter((e) => {
       const n = elementNeeds(e);
-      return (n.counter === undefined || view.counters.has(n.counter)) && (n.synproxy === undefined || view.synproxies.has(n.synproxy)) && (n.chain === undefined || view.rateChains.has(n.chain));
+      return (n.counter === undefined || view.counters.has(n.counter)) && (n.synproxy === undefined || view.synproxies.has(n.synproxy)) && (n.chain === undefined || view.chains.has(n.chain));
     });
     nft.ensureElements = nft.delElements;
   }
@@ -372,26 +372,26 @@ export function diff(input: DiffInput): Plan {
   // Shared objects by value: created with their first user, deleted with their last (in this same batch).
   // Users after the plan: the index's counts, less the records this plan replaces or drops, plus the desired.
   const mssUsers = new Map(index.mssUsers());
-  const ppsUsers = new Map(index.ppsUsers());
+  const chainUsers = new Map(index.chainUsers());
   for (const o of scopedOwned)
     for (const s of heldSpecs(o)) {
       const n = sharedNeeds(s);
       if (n.mss !== undefined) mssUsers.set(n.mss, (mssUsers.get(n.mss) ?? 0) - 1);
-      if (n.pps !== undefined) ppsUsers.set(n.pps, (ppsUsers.get(n.pps) ?? 0) - 1);
+      for (const c of n.chains) chainUsers.set(c, (chainUsers.get(c) ?? 0) - 1);
     }
   for (const o of putOwned.values()) {
     const n = sharedNeeds(o.spec);
     if (n.mss !== undefined) mssUsers.set(n.mss, (mssUsers.get(n.mss) ?? 0) + 1);
-    if (n.pps !== undefined) ppsUsers.set(n.pps, (ppsUsers.get(n.pps) ?? 0) + 1);
+    for (const c of n.chains) chainUsers.set(c, (chainUsers.get(c) ?? 0) + 1);
   }
   const mss = [...mssUsers].filter(([, n]) => n > 0).map(([m]) => m);
-  const pps = [...ppsUsers].filter(([, n]) => n > 0).map(([p]) => p);
   for (const m of mss) if (!view.synproxies.has(synproxyName(m))) nft.addSynproxies.push(m);
   const wantedSyn = new Set([...mss].map(synproxyName));
   nft.delSynproxies = [...view.synproxies].filter((n) => !wantedSyn.has(n));
-  for (const p of pps) if (!view.rateChains.has(rateLimitName(p))) nft.addRateLimits.push(p);
-  const wantedRate = new Set([...pps].map(rateLimitName));
-  nft.delRateLimits = [...view.rateChains].filter((n) => !wantedRate.has(n));
+  // A tunnel's meter has one user, its tunnel; the flow caps of a max_flows value as many as use it.
+  const wantedChains = new Set([...chainUsers].filter(([, n]) => n > 0).map(([c]) => c));
+  for (const c of wantedChains) if (!view.chains.has(c)) nft.addChains.push(c);
+  nft.delChains = [...view.chains, ...(view.damagedChains ?? [])].filter((c) => !wantedChains.has(c));
 
   nft.delDnat = [...delDnat];
   nft.delCounterMap = [...delCounterMap];

@@ -9,7 +9,9 @@ import { heldSpecs, intentOver, recordedSpecs, type OwnedTunnel } from './record
 import { ipOf, linkStepsFor, sameSpec } from './spec-compare.ts';
 import { step, type KernelContext } from './kernel/context.ts';
 import { FALLBACK_TUNNEL_LINKS, awaitReaping, readLinks } from './kernel/links.ts';
-import { ensureTable } from './kernel/table.ts';
+import { ensureBogons, ensureTable } from './kernel/table.ts';
+import { applyConntrackLimits, sizing, DEFAULT_EDGE_PPS, type Sizing } from './sizing.ts';
+import { totalmem } from 'node:os';
 import { readConsistently, readView, recordedView, type ScopedRead } from './kernel/read.ts';
 import { applyPlan, nextGeneration, phaseClock } from './kernel/apply.ts';
 import { CommitWatch } from './commit-watch.ts';
@@ -22,7 +24,7 @@ import { SerialQueue } from '../housekeeping/serial-queue.ts';
 import { activity } from '../housekeeping/activity.ts';
 import { KernelError, kernelError, type ChangeCounts, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, validateRef, validateSpec } from './validate.ts';
-import type { DataplaneHandle, DataplaneOptions } from './handle.ts';
+import type { Capacity, DataplaneHandle, DataplaneOptions } from './handle.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 
 /** The sockets opened at their first use, closed with the dataplane, and the deletions close() waits for. */
@@ -43,6 +45,14 @@ const PROBE_RECEIVE_BYTES = 64 * 1024;
 
 /** How long close() waits for link deletions still in the kernel (each normally takes ~20 ms). */
 const CLOSE_REAPING_WAIT_MS = 5_000;
+
+/**
+ * A table touched by another program is repaired this long after the watch heard it (more commits of the same
+ * program, an `nft -f` of several, come within it and cost one repair), and never sooner than HEAL_SPACING_MS after
+ * the previous repair began: a program that touches the table in a loop costs a reconcile a second at most.
+ */
+const HEAL_DEBOUNCE_MS = 200;
+const HEAL_SPACING_MS = 1_000;
 
 export class EdgeDataplane implements DataplaneHandle {
   private readonly queue = new SerialQueue();
@@ -65,6 +75,11 @@ export class EdgeDataplane implements DataplaneHandle {
   private readonly watch: CommitWatch;
   /** The probes' route socket (probe.ts LinkLookup), opened at the first probe. */
   private probeRtnl?: Rtnl;
+  /** The repair a touch of the table scheduled (scheduleHeal), and when the last one began. */
+  private healTimer?: ReturnType<typeof setTimeout>;
+  private lastHeal = 0;
+  /** The sizes the agent wants for the connection table and the meters, and whether it set the kernel's. */
+  private sized: { sizing: Sizing; applied: boolean };
 
   constructor(
     private readonly k: KernelContext,
@@ -75,11 +90,73 @@ export class EdgeDataplane implements DataplaneHandle {
     readonly table: 'created' | 'present' | 'rebuilt',
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
     private readonly ct: LazySockets,
+    /** nf_conntrack_max and its buckets as the kernel had them at start: the floor of the agent's sizes. */
+    private readonly kernelLimits: { max: number; buckets: number },
   ) {
     // The probes look their links up on a route socket of their own: not queued behind a reconcile's dumps on
     // the dataplane's (each is one small GET, and concurrent checks' GETs leave in one sendto).
     this.prober = new EchoProber(k.netns, (name) => (this.probeRtnl ??= Rtnl.open({ netns: k.netns, receiveBytes: PROBE_RECEIVE_BYTES })).linkState(name));
-    this.watch = new CommitWatch({ netns: k.netns, table: k.table, unavailable: (error) => this.log('dataplane.commit_watch_unavailable', { error }) });
+    this.watch = new CommitWatch({
+      netns: k.netns,
+      table: k.table,
+      unavailable: (error) => this.log('dataplane.commit_watch_unavailable', { error }),
+      ended: (v) => this.scheduleHeal(v.why),
+    });
+    this.sized = { sizing: this.wantedSizing(), applied: false };
+    this.resize();
+  }
+
+  /** The sizes for the desired tunnels on this host (sizing.ts); the meters' are fixed at start (KernelContext.sizes). */
+  private wantedSizing(): Sizing {
+    const maxFlows: (number | undefined)[] = [];
+    for (const o of this.desired.tunnels.values()) maxFlows.push(o.spec.policy?.max_flows);
+    const s = sizing({ memoryBytes: totalmem(), edgePps: this.opts.edgePps ?? DEFAULT_EDGE_PPS, maxFlows, kernel: this.kernelLimits });
+    return { ...s, meterSources: this.k.sizes.meterSources };
+  }
+
+  /**
+   * Sizes the connection table for the desired tunnels (after each change: their max_flows add up), where the
+   * kernel lets the agent (sizing.ts applyConntrackLimits). A failure is logged, never a failed job: the table's
+   * per-tunnel caps hold whatever its size.
+   */
+  private resize(): void {
+    const s = this.wantedSizing();
+    const was = this.sized;
+    if (was.applied && was.sizing.conntrackMax === s.conntrackMax && was.sizing.conntrackBuckets === s.conntrackBuckets) return;
+    try {
+      const r = applyConntrackLimits(this.k.netns, s);
+      this.sized = { sizing: s, applied: r.applied };
+      if (r.applied) this.log('dataplane.conntrack_sized', { max: s.conntrackMax, buckets: s.conntrackBuckets });
+    } catch (e) {
+      this.sized = { sizing: s, applied: false };
+      this.log('dataplane.conntrack_sizing_failed', { error: e instanceof Error ? e.message : String(e) });
+    }
+  }
+
+  capacity(): Capacity {
+    const s = this.sized.sizing;
+    return { conntrack_max: s.conntrackMax, conntrack_buckets: s.conntrackBuckets, conntrack_applied: this.sized.applied, meter_sources: s.meterSources };
+  }
+
+  /**
+   * The watch heard another program's commit touch the table (or could not rule it out): the desired state is
+   * reconciled at once (debounced, see HEAL_DEBOUNCE_MS), so a rule or element deleted by hand, or the whole table
+   * flushed, is back within a second instead of at the gateway's next periodic reconcile (docs/CONTRACTS.md "Dataplane").
+   */
+  private scheduleHeal(why: string): void {
+    if (this.opts.healOnTouch === false || this.closed || this.healTimer) return;
+    const delay = Math.max(HEAL_DEBOUNCE_MS, this.lastHeal + HEAL_SPACING_MS - Date.now());
+    this.healTimer = setTimeout(() => {
+      this.healTimer = undefined;
+      if (this.closed) return;
+      this.lastHeal = Date.now();
+      this.log('dataplane.heal', { why });
+      this.restore().then(
+        (r) => this.log('dataplane.healed', { added: r.added, changed: r.changed, removed: r.removed, unchanged: r.unchanged, failed: r.failed.length }),
+        (e: unknown) => this.log('dataplane.heal_failed', { error: e instanceof Error ? e.message : String(e) }),
+      );
+    }, delay);
+    this.healTimer.unref?.();
   }
 
   /**
@@ -170,6 +247,7 @@ export class EdgeDataplane implements DataplaneHandle {
               const mss = sharedNeeds(t).mss;
               return mss === undefined ? [] : [synproxyName(mss)];
             }),
+            chains: specs.flatMap((t) => sharedNeeds(t).chains),
           };
     // Read from the kernel, the generation is requested before the read-back, on the same socket (which answers in
     // order), and both are awaited together: no other round trip in between for a one-tunnel job.
@@ -187,7 +265,7 @@ export class EdgeDataplane implements DataplaneHandle {
     const trusted = scoped !== undefined && clean !== undefined && inScope.every((o) => !o.pending);
     await step(this.k, 'read back the kernel');
     const [gen0, view] = trusted
-      ? [clean, await readConsistently(() => recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), pps: this.state.index.ppsUsers().keys() }))]
+      ? [clean, await readConsistently(() => recordedView(this.k, [...names], recorded, { mss: this.state.index.mssUsers().keys(), chains: this.state.index.chainUsers().keys() }))]
       : await readConsistently(() => Promise.all([this.k.nft.getGeneration(), readView(this.k, [...names], owned, scope === 'all', scoped, wanted)]));
     const readMs = clock();
     const knownBefore = (scope === 'all' && !keep?.size) || (scope !== 'all' && clean === gen0);
@@ -235,6 +313,8 @@ export class EdgeDataplane implements DataplaneHandle {
     }
     // Listening again from the agent's own generation; a commit by anyone before the socket listens leaves it off.
     if (this.cleanGeneration !== undefined) await this.watch.start(this.cleanGeneration, () => this.k.nft.getGeneration());
+    // The connection table's size follows the tunnels' max_flows.
+    this.resize();
     const recordMs = clock();
     // Where the time went, per step: read-back, plan (with the intent records), the kernel's steps, the records after.
     const phaseMs = { read: readMs, plan: planMs, ...ms, record: recordMs };
@@ -326,7 +406,10 @@ export class EdgeDataplane implements DataplaneHandle {
     this.watch.stop();
     this.cleanGeneration = undefined;
     const table = await ensureTable(this.k);
-    if (table === 'present') return;
+    if (table === 'present') {
+      if (await ensureBogons(this.k)) this.log('dataplane.bogons_restored', { table: this.k.table });
+      return;
+    }
     const disallowed = table === 'rebuilt' ? await flushDisallowed(this.k, this.state) : 0;
     this.log('dataplane.table_restored', { table: this.k.table, tableState: table, conntrackDisallowed: disallowed });
   }
@@ -467,6 +550,7 @@ export class EdgeDataplane implements DataplaneHandle {
     if (this.closed) return;
     await this.queue.drained();
     this.closed = true;
+    clearTimeout(this.healTimer);
     this.release.stop();
     this.watch.close();
     // Sockets and the journal only: the kernel state stays, traffic keeps flowing.

@@ -25,6 +25,20 @@ export interface DataplaneOptions {
   linkKind?: LinkKind;
   /** Probe timeout. */
   probeTimeoutMs?: number;
+  /** AGENT_EDGE_PPS: the packet rate the edge is rated for, which sizes each tunnel's meter (dataplane/sizing.ts). */
+  edgePps?: number;
+  /**
+   * The sources each tunnel's meter holds, instead of what sizing.ts makes of the memory and edgePps: for tests that
+   * must overflow a meter with a bounded flood. Never set by the agent itself.
+   */
+  meterSources?: number;
+  /** AGENT_PROTECTED_POOLS: sources from upstream in them cannot be genuine (the `bogons` set, with the martians). */
+  protectedPools?: readonly string[];
+  /**
+   * Whether a commit of another program that touched the table (heard by commit-watch.ts) starts a reconcile of the
+   * desired state at once, debounced (default true). Off for tests of what the watch itself decides.
+   */
+  healOnTouch?: boolean;
   /** Diagnostics (one line per event). */
   log?: (event: string, fields?: Record<string, unknown>) => void;
   /**
@@ -68,4 +82,18 @@ export interface DataplaneHandle extends Dataplane {
    * nothing. Not serialised with changes: one netlink request that touches no link of the agent's.
    */
   tunnelLinks(): Promise<TunnelLinks>;
+  /** The connection table's and the meters' sizes, and whether the kernel's were set to them (the status op's `agent.capacity`). */
+  capacity(): Capacity;
+}
+
+/** docs/CONTRACTS.md "Edge jobs", op status: `agent.capacity`. */
+export interface Capacity {
+  /** nf_conntrack_max as the agent sized it (and set it, when conntrack_applied). */
+  conntrack_max: number;
+  /** nf_conntrack_buckets as the agent sized it. */
+  conntrack_buckets: number;
+  /** Whether the agent set the kernel's two (only in the host's network namespace). */
+  conntrack_applied: boolean;
+  /** The sources each tunnel's per-source meter holds. */
+  meter_sources: number;
 }

@@ -12,12 +12,15 @@ import { Conntrack } from './conntrack.ts';
 import type { KernelContext } from './kernel/context.ts';
 import { readConsistently, readView } from './kernel/read.ts';
 import { tunnelLinkSysctls } from './kernel/links.ts';
-import { ensureTable } from './kernel/table.ts';
+import { ensureBogons, ensureTable } from './kernel/table.ts';
 import { linkDriver } from './links.ts';
 import { netnsPath, writeSysctls } from './netns.ts';
 import { DESIRED_FILE, StateStore } from './state.ts';
 import { kernelError } from './types.ts';
 import { EdgeDataplane, flushDisallowed, type LazySockets } from './edge-dataplane.ts';
+import { DEFAULT_EDGE_PPS, readConntrackLimits, sizing } from './sizing.ts';
+import { bogonSources } from '../netlink/ruleset.ts';
+import { totalmem } from 'node:os';
 import type { DataplaneHandle, DataplaneOptions } from './handle.ts';
 
 export { KernelError } from './types.ts';
@@ -26,7 +29,7 @@ export type { LinkKind } from './links.ts';
 export { standinPeerName } from './links.ts';
 export { tunnelCounterNames, dropCounterName } from './policy.ts';
 export { DROP_REASONS, type DropReason } from '../netlink/ruleset.ts';
-export type { DataplaneHandle, DataplaneOptions } from './handle.ts';
+export type { Capacity, DataplaneHandle, DataplaneOptions } from './handle.ts';
 
 export async function createDataplane(opts: DataplaneOptions): Promise<DataplaneHandle> {
   const netns = opts.netns ? netnsPath(opts.netns) : undefined;
@@ -45,6 +48,8 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     const firstDesired = !existsSync(join(opts.stateDir, DESIRED_FILE));
     desired = StateStore.open(opts.stateDir, DESIRED_FILE);
     if (firstDesired && state.tunnels.size > 0) desired.commit([...state.tunnels.values()].map((o) => ({ spec: o.spec })), []);
+    // The chains' sizes depend on the host only (its memory, its rate): the same for the table's whole life.
+    const chainSizes = sizing({ memoryBytes: totalmem(), edgePps: opts.edgePps ?? DEFAULT_EDGE_PPS, maxFlows: [], kernel: { max: 0, buckets: 0 } });
     const k: KernelContext = {
       rtnl,
       nft,
@@ -54,6 +59,8 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
       reaping: ct.reaping,
       table: opts.nftTable,
       linkPrefix,
+      sizes: { meterSources: opts.meterSources ?? chainSizes.meterSources, flowEntries: chainSizes.flowEntries },
+      bogons: bogonSources({ protectedPools: opts.protectedPools, edgeIp: opts.edgeIp }),
       driver: linkDriver(opts.linkKind ?? 'gre'),
       netns,
       ...(opts.testOnlyHang ? { testOnlyHang: opts.testOnlyHang } : {}),
@@ -62,6 +69,7 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     writeSysctls(netns, [[['net', 'ipv4', 'ip_forward'], '1']]);
     // The table first: after a reboot it is gone, and reading the links back reads its maps too.
     const table = await ensureTable(k);
+    const bogonsChanged = table === 'present' && (await ensureBogons(k));
     // The SYN proxy's prerequisites (STACK.md), once the table's ct expressions loaded conntrack: a mid-stream
     // packet without a connection is invalid (not picked up as established), and the proxy's cookies and
     // timestamps are on. Conntrack's sysctls exist only once it is loaded, hence after the table.
@@ -78,8 +86,9 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     const records = state.tunnels;
     const present = ownedNames.length ? await readConsistently(() => readView(k, ownedNames, records)) : undefined;
     if (present) tunnelLinkSysctls(netns, [...present.links.keys()]);
-    log('dataplane.start', { table: opts.nftTable, tableState: table, conntrackDisallowed: disallowed, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns });
-    return new EdgeDataplane(k, state, desired, opts, table, log, ct);
+    log('dataplane.start', { table: opts.nftTable, tableState: table, conntrackDisallowed: disallowed, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns, bogonsChanged });
+    // Conntrack's settings exist once the table's ct rules loaded it: read now, as the floor the agent never goes below.
+    return new EdgeDataplane(k, state, desired, opts, table, log, ct, readConntrackLimits(netns));
   } catch (e) {
     ct.sock?.close();
     nft?.close();

@@ -35,9 +35,15 @@ export interface KernelView {
   counterMap: Map<string, string>;
   /** Every named counter of the table (tunnels' traffic and drop counters). */
   counters: Set<string>;
-  /** Synproxy objects present (by name), and rate-limit chains present (by name): few, one per value in use. */
+  /** Synproxy objects present (by name): few, one per MSS in use. */
   synproxies: Set<string>;
-  rateChains: Set<string>;
+  /**
+   * Chains made by value present with exactly their rules, by name (agent/netlink/ruleset.ts addDynamicChain): one
+   * per tunnel with a per-source limit (its meter) and one per max_flows value in use (the flow caps).
+   */
+  chains: Set<string>;
+  /** Chains made by value present with other rules than theirs (one deleted by hand): built again, flushed first. */
+  damagedChains?: Set<string>;
   /**
    * The elements of the tunnels' policy sets (policy.ts TUNNEL_SETS) by id: read back whole for a reconcile, and
    * for a scoped apply or remove only its tunnels' own, by key (kernel.ts readScoped). Undefined (trust the
@@ -97,9 +103,9 @@ export interface NftChanges {
   /** Synproxy objects by name to delete; MSS values to create one for. */
   delSynproxies: string[];
   addSynproxies: number[];
-  /** Rate-limit chains by name to delete; packet rates to create one for. */
-  delRateLimits: string[];
-  addRateLimits: number[];
+  /** Chains made by value, by name, to delete (with their sets) and to create (or repair: KernelView.damagedChains). */
+  delChains: string[];
+  addChains: string[];
 }
 
 export interface Plan {
@@ -142,7 +148,7 @@ export function nftChangeCount(n: NftChanges): number {
     n.addWhole.length * WHOLE_TUNNEL_CHANGES +
     n.delSynproxies.length +
     n.addSynproxies.length +
-    n.delRateLimits.length +
-    n.addRateLimits.length
+    n.delChains.length +
+    n.addChains.length
   );
 }

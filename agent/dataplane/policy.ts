@@ -1,11 +1,11 @@
 // A tunnel's isolation and policy as nftables elements (docs/CONTRACTS.md "Dataplane"): which element of which
 // set or map each tunnel owns, its named objects (the traffic counter and one drop counter per reason), and the
-// objects tunnels share by value (a synproxy per MSS, a rate-limit chain per packet rate). Pure: the diff
-// compares these with what the kernel has; the kernel code encodes them.
-import { DEFAULT_POLICY, mergeRanges, type PortRange, type TunnelPolicy } from '../../common/tunnel-policy.ts';
+// objects made by value (a synproxy per MSS; a meter chain per tunnel with a per-source limit, a flow-cap chain per
+// max_flows value). Pure: the diff compares these with what the kernel has; the kernel code encodes them.
+import { DEFAULT_MAX_FLOWS, DEFAULT_POLICY, mergeRanges, type PortRange, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { parseIPv4 } from '../../common/ipv4.ts';
 import { IFNAME_LEN, IPPROTO_TCP, IPPROTO_UDP, NFT_JUMP, type ElementView, type SetElement } from '../netlink/nftables/index.ts';
-import { ALLOWED_SETS, DROP_REASONS, OUT_MAP, PORT_BLOCK_BITS, POLICY_SETS, allowedSet, dropMap, rateLimitName, synproxyName, type DropReason, type PortBlockBits } from '../netlink/ruleset.ts';
+import { ALLOWED_SETS, DROP_REASONS, OUT_MAP, PORT_BLOCK_BITS, POLICY_SETS, SPOOFED_IN_MAP, allowedSet, dropMap, flowsChainName, meterChainName, synproxyName, type DropReason, type PortBlockBits } from '../netlink/ruleset.ts';
 import type { TunnelSpec } from './types.ts';
 
 /** One element of one of the agent's sets; `id` names it (set, key, value) for comparing with a dump. */
@@ -16,7 +16,7 @@ export interface PolicyElement {
 }
 
 /** The sets whose elements belong to tunnels (read back whole only by a reconcile). */
-export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ...ALLOWED_SETS, ...DROP_REASONS.map(dropMap), OUT_MAP];
+export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ...ALLOWED_SETS, ...DROP_REASONS.map(dropMap), OUT_MAP, SPOOFED_IN_MAP];
 
 /**
  * The tunnel sets whose element keys start with the tunnel's link name (16 bytes, NUL-padded: tunnelElements);
@@ -63,10 +63,19 @@ export function tunnelCounterNames(t: Pick<TunnelSpec, 'tunnel_name'>): string[]
 /** The SYN proxy's MSS for a tunnel: what fits its MTU (IPv4 and TCP headers, 40 bytes, without options). */
 const synproxyMss = (t: Pick<TunnelSpec, 'mtu'>): number => t.mtu - 40;
 
-/** The shared objects a tunnel needs: a synproxy object (by MSS) and a rate-limit chain (by packets per second). */
-export function sharedNeeds(t: Pick<TunnelSpec, 'mtu' | 'policy'>): { mss?: number; pps?: number } {
+/** The connections a tunnel may hold (DESIGN 3.11): its policy's max_flows, or the default when it names none. */
+export const maxFlowsOf = (t: Pick<TunnelSpec, 'policy'>): number => t.policy?.max_flows ?? DEFAULT_MAX_FLOWS;
+
+/**
+ * The objects made by value that a tunnel needs: a synproxy object (by MSS), and the chains its elements jump to
+ * (agent/netlink/ruleset.ts addDynamicChain): its flow caps' (by max_flows, every tunnel) and its own meter's (by
+ * link name and rate, with a source_pps_limit). Each is created with its first user and deleted with its last.
+ */
+export function sharedNeeds(t: Pick<TunnelSpec, 'mtu' | 'policy' | 'tunnel_name'>): { mss?: number; chains: string[] } {
   const p = policyOf(t);
-  return { ...(p.syn_proxy ? { mss: synproxyMss(t) } : {}), ...(p.source_pps_limit !== null ? { pps: p.source_pps_limit } : {}) };
+  const chains = [flowsChainName(maxFlowsOf(t))];
+  if (p.source_pps_limit !== null) chains.push(meterChainName(t.tunnel_name, p.source_pps_limit));
+  return { ...(p.syn_proxy ? { mss: synproxyMss(t) } : {}), chains };
 }
 
 // Keys are built as hex strings: a reconcile compares ids of every tunnel's elements (eleven or so each), and a
@@ -172,6 +181,7 @@ function eachElementButAllowlist(t: TunnelSpec, part: 'head' | 'tail', sink: Ele
     sink(dropMap('spoofed'), `obj:${dropCounterName(t, 'spoofed')}`, N);
     sink(OUT_MAP, `obj:${outCounterName(t)}`, N);
     for (const r of DROP_REASONS) if (r !== 'spoofed') sink(dropMap(r), `obj:${dropCounterName(t, r)}`, P);
+    sink(SPOOFED_IN_MAP, `obj:${dropCounterName(t, 'spoofed')}`, P);
     return;
   }
   if (policyOf(t).drop_fragments) sink(POLICY_SETS.fragments, '', P);
@@ -180,7 +190,9 @@ function eachElementButAllowlist(t: TunnelSpec, part: 'head' | 'tail', sink: Ele
     sink(POLICY_SETS.synproxied, '', P);
     sink(POLICY_SETS.synproxy, `obj:${synproxyName(need.mss)}`, P);
   }
-  if (need.pps !== undefined) sink(POLICY_SETS.rateLimits, `v:${NFT_JUMP}:${rateLimitName(need.pps)}`, P);
+  const pps = policyOf(t).source_pps_limit;
+  if (pps !== null) sink(POLICY_SETS.rateLimits, `v:${NFT_JUMP}:${meterChainName(t.tunnel_name, pps)}`, P);
+  sink(POLICY_SETS.flowLimits, `v:${NFT_JUMP}:${flowsChainName(maxFlowsOf(t))}`, P);
 }
 
 function elementsOf(t: TunnelSpec, allowlist: boolean): PolicyElement[] {
@@ -426,7 +438,7 @@ export function fromLegacyAllowed(e: Pick<SetElement, 'key' | 'keyEnd'>): Policy
   return portBlocks([[key.readUInt16BE(8), end.readUInt16BE(8)]]).map(([bits, port]) => element(allowedSet(bits), allowKeyHex(P, proto, bits, port)));
 }
 
-/** What an element depends on existing first: a named counter, a synproxy object or a rate-limit chain. */
+/** What an element depends on existing first: a named counter, a synproxy object or a chain made by value. */
 export function elementNeeds(e: PolicyElement): { counter?: string; synproxy?: string; chain?: string } {
   const el = e.el;
   if (el.objref !== undefined) return e.set === POLICY_SETS.synproxy ? { synproxy: el.objref } : { counter: el.objref };

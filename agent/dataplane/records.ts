@@ -46,8 +46,8 @@ export function intentOver(prev: OwnedTunnel | undefined, next: TunnelSpec): Own
 }
 
 /**
- * The agent's records by link name and by protected IP, and how many of them need each shared object
- * (synproxy by MSS, rate-limit chain by rate). The state store keeps one up to date with every commit, so a
+ * The agent's records by link name and by protected IP, and how many of them need each object made by value
+ * (synproxy by MSS, chain by name: a tunnel's meter, the flow caps of a max_flows value). The state store keeps one up to date with every commit, so a
  * single-tunnel change looks its neighbours up instead of walking all 10,000 records (issue 10 item 4); the
  * diff builds one itself when it is given none (a reconcile walks every record anyway).
  */
@@ -55,7 +55,7 @@ export class OwnedIndex {
   private readonly names = new Map<string, Set<string>>();
   private readonly ips = new Map<string, Set<string>>();
   private readonly mss = new Map<number, number>();
-  private readonly pps = new Map<number, number>();
+  private readonly chains = new Map<string, number>();
 
   static of(owned: ReadonlyMap<string, OwnedTunnel>): OwnedIndex {
     const ix = new OwnedIndex();
@@ -65,7 +65,7 @@ export class OwnedIndex {
 
   /**
    * A record's names, protected IPs and shared objects, its earlier specs' too (OwnedTunnel.was): the agent created
-   * those links and may still have those elements, which need their synproxy objects and rate-limit chains.
+   * those links and may still have those elements, which need their synproxy objects and chains.
    */
   add(o: OwnedTunnel): void {
     const id = o.spec.id;
@@ -74,7 +74,7 @@ export class OwnedIndex {
       addTo(this.ips, t.protected_ip, id);
       const n = sharedNeeds(t);
       if (n.mss !== undefined) this.mss.set(n.mss, (this.mss.get(n.mss) ?? 0) + 1);
-      if (n.pps !== undefined) this.pps.set(n.pps, (this.pps.get(n.pps) ?? 0) + 1);
+      for (const c of n.chains) this.chains.set(c, (this.chains.get(c) ?? 0) + 1);
     }
   }
 
@@ -86,7 +86,7 @@ export class OwnedIndex {
       removeFrom(this.ips, t.protected_ip, id);
       const n = sharedNeeds(t);
       if (n.mss !== undefined) decrement(this.mss, n.mss);
-      if (n.pps !== undefined) decrement(this.pps, n.pps);
+      for (const c of n.chains) decrement(this.chains, c);
     }
   }
 
@@ -97,12 +97,12 @@ export class OwnedIndex {
   byIp(ip: string): ReadonlySet<string> | undefined {
     return this.ips.get(ip);
   }
-  /** How many records need each synproxy MSS and each rate limit (only values in use). */
+  /** How many records need each synproxy MSS and each chain made by value (only those in use). */
   mssUsers(): ReadonlyMap<number, number> {
     return this.mss;
   }
-  ppsUsers(): ReadonlyMap<number, number> {
-    return this.pps;
+  chainUsers(): ReadonlyMap<string, number> {
+    return this.chains;
   }
 }
 
@@ -119,7 +119,7 @@ function removeFrom(m: Map<string, Set<string>>, key: string, id: string): void 
   if (s.size === 0) m.delete(key);
 }
 
-function decrement(m: Map<number, number>, key: number): void {
+function decrement<K>(m: Map<K, number>, key: K): void {
   const n = (m.get(key) ?? 0) - 1;
   if (n > 0) m.set(key, n);
   else m.delete(key);

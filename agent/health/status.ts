@@ -7,7 +7,7 @@
 // tunnel, the last raw value and an offset, and adds the last value to the offset when the raw value goes down,
 // so what it reports never decreases while the agent runs. An agent restart starts again from the kernel's
 // values (the contract's "a decrease means a reset": the gateway handles it).
-import { DROP_REASONS, type StatusResult, type StuckReport, type TunnelCounters, type TunnelReport } from '../../common/tunnel-status.ts';
+import { DROP_REASONS, type CapacityReport, type StatusResult, type StuckReport, type TunnelCounters, type TunnelReport } from '../../common/tunnel-status.ts';
 import { dropCounterName, outCounterName } from '../dataplane/policy.ts';
 import type { TunnelSpec } from '../dataplane/types.ts';
 import type { TunnelHealth } from './scheduler.ts';
@@ -32,6 +32,8 @@ export interface StatusSources {
   tunnelLinks?: () => Promise<TunnelLinks>;
   /** The operation the watchdog gave up as stuck and that has not settled (agent/housekeeping/activity.ts), if any. */
   stuck?: () => StuckOperation | undefined;
+  /** The connection table's and the meters' sizes (dataplane/sizing.ts); absent: not said. */
+  capacity?: () => CapacityReport;
   /** ms since the epoch at which the agent started, and now. */
   startedAt: number;
   now?: () => number;
@@ -74,6 +76,7 @@ export class StatusReporter {
     const now = (this.s.now ?? Date.now)();
     const agent: StatusResult['agent'] = { version: this.s.version, uptime_s: Math.max(0, Math.floor((now - this.s.startedAt) / 1000)), tunnels: reports.length };
     if (this.s.tunnelLinks) agent.tunnel_links = await this.s.tunnelLinks();
+    if (this.s.capacity) agent.capacity = this.s.capacity();
     // Only while one is stuck: an agent that is fine answers exactly what it did before the field existed.
     const stuck = this.s.stuck?.();
     if (stuck) agent.stuck = { op: stuck.op, step: stuck.call ? `${stuck.step} (${stuck.call})` : stuck.step, since: stuck.since };

@@ -471,8 +471,16 @@ export class Nft extends Client {
     });
   }
 
-  async listRules(table: string, family = nft.NFPROTO_IPV4): Promise<nft.DecodedRule[]> {
-    const msgs = await this.dump((s) => nft.encodeGetRules(table, s, family), `list rules ${table}`, nft.nftType(nft.NFT_MSG_GETRULE));
+  /**
+   * The rules of a table, or of one of its chains (the kernel filters the dump by chain: a one-tunnel change reads its
+   * own meter's four rules, not the ~40,000 of 10,000 meters). A chain that does not exist lists no rules.
+   */
+  async listRules(table: string, opts: { chain?: string; family?: number } = {}): Promise<nft.DecodedRule[]> {
+    const where = opts.chain !== undefined ? `${table}/${opts.chain}` : table;
+    const msgs = await this.dump((s) => nft.encodeGetRules(table, s, opts.family ?? nft.NFPROTO_IPV4, opts.chain), `list rules ${where}`, nft.nftType(nft.NFT_MSG_GETRULE)).catch((e: unknown) => {
+      if (opts.chain !== undefined && e instanceof NetlinkError && e.code === 'ENOENT') return [];
+      throw e;
+    });
     return msgs.filter((m) => m.type === nft.nftType(nft.NFT_MSG_NEWRULE)).map(nft.decodeRule);
   }
 

@@ -1,7 +1,8 @@
-// The agent's one nftables table (docs/CONTRACTS.md "Dataplane"), as a batch: built once, after which tunnels only add
-// and remove set and map elements and named objects, never rules (the rate-limit chains are per distinct limit
-// value, see addRateLimitChain). Pure; the same messages, in the same order, that
-// `nft -f` sends for the equivalent ruleset file (see test/fixtures/netlink/nft-setup.hex).
+// The agent's one nftables table (docs/CONTRACTS.md "Dataplane"), as a batch: built once, after which tunnels add
+// and remove set and map elements and named objects, and two kinds of chains made by value (addDynamicChain): a
+// tunnel's own per-source meter (one chain per tunnel with a source_pps_limit: a meter's capacity is a set's, and
+// a rule names its set) and the flow caps (one chain per distinct max_flows value). Pure; the same messages, in
+// the same order, that `nft -f` sends for the equivalent ruleset file (see test/fixtures/netlink/nft-setup.hex).
 import {
   IFNAME_LEN,
   IPS_DST_NAT,
@@ -19,7 +20,13 @@ import {
   NFT_REG32_00,
   NFT_REG_VERDICT,
   NFT_SET_EVAL,
+  NFT_SET_INTERVAL,
   NFT_SET_TIMEOUT,
+  NFT_DYNSET_OP_ADD,
+  NFT_DYNSET_OP_UPDATE,
+  NFT_LOOKUP_F_INV,
+  NFT_TYPE_MARK,
+  ipv4IntervalElements,
   NFT_TYPE_IFNAME,
   NFT_TYPE_INET_SERVICE,
   NF_CT_STATE_ESTABLISHED,
@@ -80,6 +87,11 @@ export interface RulesetOptions {
   counters?: readonly string[];
   /** A dormant table: its chains hook nothing (the tamper check's reference copy: dataplane/kernel.ts ensureTable). */
   dormant?: boolean;
+  /**
+   * The `bogons` set's prefixes (sources no genuine packet from upstream carries: bogonSources). Absent: the set is
+   * made empty (the reference copy; dataplane/kernel/table.ts fills the agent's own with ensureBogons).
+   */
+  bogons?: readonly string[];
 }
 
 /** NFT_TABLE_F_DORMANT: the table's base chains are not registered with their hooks. */
@@ -106,9 +118,33 @@ export const POLICY_SETS = {
   synproxied: 'synproxied',
   /** P → synproxy object (one per MSS value in use, synproxyName). */
   synproxy: 'syn_proxy',
-  /** P → jump to the rate-limit chain of its limit (rateLimitName). */
+  /** P → jump to the tunnel's own meter chain (meterChainName), for a tunnel with a source_pps_limit. */
   rateLimits: 'rate_limits',
+  /** P → jump to the flow-cap chain of its max_flows (flowsChainName): every tunnel. */
+  flowLimits: 'flow_limits',
 } as const;
+
+/**
+ * P → the tunnel's `spoofed` counter, for packets to P from upstream whose source cannot be genuine (the `bogons`
+ * set). drop_spoofed is keyed by link name (from a tunnel); this one by P, as a packet from upstream names P.
+ */
+export const SPOOFED_IN_MAP = 'drop_spoofed_in';
+
+/** Sources that no genuine packet to a protected IP carries from upstream (an interval set, a few prefixes). */
+export const BOGONS_SET = 'bogons';
+
+/**
+ * Martian sources (RFC 6890's special-purpose blocks that never appear as a source on the Internet): "this network",
+ * the shared address space (RFC 6598, also the tunnels' inner pool), loopback, link-local, multicast and the
+ * reserved block up to the limited broadcast. The documentation and benchmarking blocks are left out: tests and
+ * labs use them as clients. Private blocks too: a private network may sit in front of an edge.
+ */
+export const MARTIAN_SOURCES: readonly string[] = ['0.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/3'];
+
+/** The `bogons` prefixes of an agent: the martians, its protected pools (AGENT_PROTECTED_POOLS) and its own edge address. */
+export function bogonSources(opts: { protectedPools?: readonly string[]; edgeIp?: string }): string[] {
+  return [...MARTIAN_SOURCES, ...(opts.protectedPools ?? []), ...(opts.edgeIp ? [`${opts.edgeIp}/32`] : [])];
+}
 
 /**
  * The port allowlist, as exact hash lookups (issue 10 item 6: an interval set of concatenations is the pipapo
@@ -135,8 +171,14 @@ export const dropMap = (reason: DropReason): string => `drop_${reason}`;
  */
 export const OUT_MAP = 'tunnel_out';
 
-/** The chain and its meter set for one per-client limit value (packets per second). */
-export const rateLimitName = (pps: number): string => `ratelimit_${pps}`;
+/**
+ * A tunnel's per-source meter: its chain and its meter set, named by link and packet rate (a change of either is
+ * another chain, created with the change and the old one deleted in the same batch).
+ */
+export const meterChainName = (link: string, pps: number): string => `ratelimit_${link}_${pps}`;
+/** The flow caps of one max_flows value: its chain and its connection-count set (and `newflows_<max>`, its rate). */
+export const flowsChainName = (maxFlows: number): string => `flows_${maxFlows}`;
+const newFlowsSetName = (maxFlows: number): string => `newflows_${maxFlows}`;
 /** The synproxy object for one MSS value. */
 export const synproxyName = (mss: number): string => `synproxy_${mss}`;
 
@@ -148,15 +190,38 @@ export function synproxyMssOf(name: string): number | undefined {
 
 /** The SYN proxy's window scale (STACK.md: the recipe proven on this kernel). */
 const SYNPROXY_WSCALE = 7;
-/** Meter elements (one per client address and protected IP) expire this long after their last packet. */
-const RATE_METER_TIMEOUT_MS = 60_000;
-/** At most this many client addresses per limit value are metered at once (a full meter adds no new client: it passes). */
-const RATE_METER_SIZE = 65_535;
+/**
+ * A source's meter element expires this long after its last packet. Its bucket (5 packets, refilled at the limit,
+ * at least 10 a second) is full again after 0.5 s of silence at most, so forgetting a source after 1 s changes no
+ * verdict, and the meter only has to hold the sources of the last second or two (docs/CONTRACTS.md "Dataplane").
+ */
+export const METER_TIMEOUT_MS = 1_000;
+/**
+ * Connections counted per hash bucket of a tunnel's flows: a new connection makes the kernel walk its bucket's list
+ * (one conntrack lookup per entry), so a bucket is kept short; a tunnel's max_flows is cut into enough of them.
+ */
+export const FLOWS_PER_BUCKET = 64;
+/** New connections a second a tunnel may open: max_flows / this, at least NEW_FLOWS_MIN (docs/CONTRACTS.md "Dataplane"). */
+export const NEW_FLOWS_DIVISOR = 16;
+export const NEW_FLOWS_MIN = 1_000;
+/** A tunnel's new-flow bucket (one second of its rate) is full again 1 s after its last new flow: then it is forgotten. */
+const NEW_FLOWS_TIMEOUT_MS = 1_000;
+
+/**
+ * How a max_flows value is enforced: its connections hashed by client address and port into `buckets` lists of at
+ * most `perBucket` (buckets x perBucket <= maxFlows, so the tunnel never holds more), and at most `newPerSecond`
+ * new connections a second (one second's worth at once).
+ */
+export function flowCapShape(maxFlows: number): { buckets: number; perBucket: number; newPerSecond: number } {
+  const buckets = Math.ceil(maxFlows / FLOWS_PER_BUCKET);
+  return { buckets, perBucket: Math.floor(maxFlows / buckets), newPerSecond: Math.max(NEW_FLOWS_MIN, Math.ceil(maxFlows / NEW_FLOWS_DIVISOR)) };
+}
 
 // Chain names. `fwd`, `frag`, `raw`, `policy`, `input` and `output` are nft keywords: a file using them does not parse,
 // and the text twin (test/netns/ruleset-text.ts) must stay loadable with `nft -f`.
 const CHAINS = {
   early: 'early',
+  inbound: 'inbound',
   allowlist: 'allowlist',
   natOut: 'nat_out',
   guard: 'guard',
@@ -178,11 +243,14 @@ const NF_INET_LOCAL_OUT = 3;
 const IPV4_FRAG_OFF_OFFSET = 6;
 const IPV4_SADDR_OFFSET = 12;
 const IPV4_DADDR_OFFSET = 16;
+const TH_SPORT_OFFSET = 0;
 const TH_DPORT_OFFSET = 2;
 const TCP_FLAGS_OFFSET = 13;
 const TCPOPT_MAXSEG_VALUE_OFFSET = 2;
 /** IP_MF | IP_OFFSET: any fragment, first or later. */
 const IPV4_FRAG_MASK = Uint8Array.of(0x3f, 0xff);
+/** IP_OFFSET: a fragment after the first (no transport header). */
+const IPV4_FRAG_OFFSET_MASK = Uint8Array.of(0x1f, 0xff);
 /** fin|syn|rst|ack: of these, only syn set is a connection's first packet. */
 const TCP_FLAGS_FSRA = 0x17;
 
@@ -220,15 +288,19 @@ const tcpSyn = (): Expr[] => [
   expr.bitwise(1, Uint8Array.of(TCP_FLAGS_FSRA), Uint8Array.of(0), NFT_REG_1, NFT_REG_1, true),
   expr.cmp(NFT_CMP_EQ, Uint8Array.of(TCP_FLAG_SYN)),
 ];
-/** `counter name KEY map @drop_<reason> drop`: a key missing from the map ends the rule (no count, no drop). */
-const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): Expr[] => [key, expr.objrefMap({ name: dropMap(reason), id: ids.get(dropMap(reason)) }), drop()];
+/** `counter name KEY map @<map> drop`: a key missing from the map ends the rule (no count, no drop). */
+const countedDrop = (map: string, key: Expr, ids: Map<string, number>): Expr[] => [key, expr.objrefMap({ name: map, id: ids.get(map) }), drop()];
 
 /**
  * table ip T {
- *   (maps and sets: see POLICY_SETS, dropMap, and docs/CONTRACTS.md "Dataplane")
+ *   (maps and sets: see POLICY_SETS, dropMap, SPOOFED_IN_MAP, BOGONS_SET, and docs/CONTRACTS.md "Dataplane")
  *   chain early { type filter hook prerouting priority -450;
+ *     ip daddr @protected jump inbound }
+ *   chain inbound {
  *     counter name ip daddr map @tunnel_counters
+ *     ip saddr @bogons iifname != "PREFIX*" counter name ip daddr map @drop_spoofed_in drop
  *     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
+ *     ip frag-off & 0x1fff == 0 jump allowlist
  *     ip daddr vmap @rate_limits
  *     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack }
  *   chain allowlist {
@@ -240,9 +312,10 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     counter name ip daddr map @drop_not_allowed drop }
  *   chain prerouting { type nat hook prerouting priority dstnat;
  *     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied counter name ip daddr map @drop_invalid drop
- *     jump allowlist
+ *     ip daddr vmap @flow_limits
  *     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected }
  *   chain nat_out { type nat hook output priority -100;
+ *     ip daddr vmap @flow_limits
  *     meta l4proto tcp dnat to ip daddr map @protected }
  *   chain guard { type filter hook forward priority filter;
  *     tcp flags syn oifname "PREFIX*" tcp option maxseg size set rt mtu
@@ -251,7 +324,6 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     ct state invalid,untracked jump guard_ct
  *     ct status & dnat == 0 jump guard_nodnat }
  *   chain guard_ct {
- *     jump allowlist
  *     synproxy name ip daddr map @syn_proxy
  *     counter name ip daddr map @drop_invalid drop
  *     oifname "PREFIX*" drop }
@@ -273,14 +345,15 @@ const countedDrop = (reason: DropReason, key: Expr, ids: Map<string, number>): E
  *     counter name iifname map @drop_spoofed drop
  *     drop }
  * }
- * The per-tunnel counter is the first rule of `early`: every packet to P, before any drop (a rule of its own, so an
- * object-map miss, which ends the rule it is in, skips nothing else). Client-to-origin direction only.
- * The per-packet path of an admitted connection is short on purpose (issue 10 item 6: every base chain and every
- * expression on it is paid per packet): ONE filter chain before conntrack holds all that must see every packet to
- * P (the counter, the fragment drop, the rate limit, the SYN proxy's notrack), the allowlist sits in the nat chain,
- * which the kernel runs for a connection's first packet only, and `guard` accepts DNAT-ed traffic from outside the
- * tunnels in its second rule.
- * Why each of the other rules is there, and why where it is: docs/CONTRACTS.md "Dataplane".
+ * Everything the policy refuses without a connection is refused in `inbound`, before defragmentation and
+ * conntrack (-450 < -400 < -200), so a refused flood costs no conntrack lookup and leaves no entry: sources that
+ * cannot be genuine, fragments (when dropped), ports and protocols not allowed, and the per-source limit. It is
+ * reached by ONE lookup (`@protected`): every packet to somewhere else (the replies toward clients, the edge's own
+ * traffic) leaves the prerouting hook after it. The per-tunnel counter is inbound's first rule: every packet to P,
+ * before any drop (a rule of its own, so an object-map miss, which ends the rule it is in, skips nothing else).
+ * What needs a connection stays after conntrack: the flow caps (on a connection's first packet: the nat chains,
+ * which the kernel runs for nothing else), the SYN proxy, the invalid drops and the isolation of the tunnels.
+ * Why each rule is there, and why where it is: docs/CONTRACTS.md "Dataplane".
  */
 export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const dnatMap = o.dnatMap ?? RULESET_DEFAULTS.dnatMap;
@@ -291,6 +364,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   b.addTable(t, o.dormant ? NFT_TABLE_F_DORMANT : 0);
   const base = (name: string, type: string, hook: number, priority: number): void => void b.addChain({ table: t, name, type, hook, priority, policy: NF_ACCEPT });
   base(CHAINS.early, 'filter', NF_INET_PRE_ROUTING, PRIO_BEFORE_DEFRAG);
+  b.addChain({ table: t, name: CHAINS.inbound });
   b.addChain({ table: t, name: CHAINS.allowlist });
   base(pre, 'nat', NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST);
   base(CHAINS.natOut, 'nat', NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST);
@@ -312,6 +386,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     return id;
   };
   const ipv4ObjMap = (name: string, objType: number): number => set({ name, flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IPADDR, keyLen: 4, objType, userdata: objMapUserdata() });
+  const ipv4Vmap = (name: string): number => set({ name, flags: NFT_SET_MAP, keyType: NFT_TYPE_IPADDR, keyLen: 4, dataType: NFT_DATA_VERDICT, dataLen: 0, userdata: vmapUserdata() });
   const mapId = set({ name: dnatMap, flags: NFT_SET_MAP, keyType: NFT_TYPE_IPADDR, keyLen: 4, dataType: NFT_TYPE_IPADDR, dataLen: 4, userdata: mapUserdata() });
   const ctrId = ipv4ObjMap(counterMap, NFT_OBJECT_COUNTER);
   set({ name: POLICY_SETS.replies, flags: 0, keyType: concatType([NFT_TYPE_IFNAME, NFT_TYPE_IPADDR, NFT_TYPE_IPADDR]), keyLen: IFNAME_LEN + 8, userdata: concatSetUserdata() });
@@ -329,48 +404,64 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   set({ name: POLICY_SETS.fragments, flags: 0, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
   set({ name: POLICY_SETS.synproxied, flags: 0, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
   ipv4ObjMap(POLICY_SETS.synproxy, NFT_OBJECT_SYNPROXY);
-  set({ name: POLICY_SETS.rateLimits, flags: NFT_SET_MAP, keyType: NFT_TYPE_IPADDR, keyLen: 4, dataType: NFT_DATA_VERDICT, dataLen: 0, userdata: vmapUserdata() });
+  ipv4Vmap(POLICY_SETS.rateLimits);
   set({ name: dropMap('spoofed'), flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IFNAME, keyLen: IFNAME_LEN, objType: NFT_OBJECT_COUNTER, userdata: ifnameObjMapUserdata() });
   for (const r of DROP_REASONS) if (r !== 'spoofed') ipv4ObjMap(dropMap(r), NFT_OBJECT_COUNTER);
-  // Last of the sets, so the ids nft gives the others (a rate-limit chain names drop_rate_limited by id) stay.
+  // After the sets of earlier agents, so the ids nft gives those stay (a meter or flows chain names
+  // drop_rate_limited by id in a capture: test/fixtures/netlink).
   set({ name: OUT_MAP, flags: NFT_SET_OBJECT, keyType: NFT_TYPE_IFNAME, keyLen: IFNAME_LEN, objType: NFT_OBJECT_COUNTER, userdata: ifnameObjMapUserdata() });
+  ipv4Vmap(POLICY_SETS.flowLimits);
+  ipv4ObjMap(SPOOFED_IN_MAP, NFT_OBJECT_COUNTER);
+  const bogonsId = set({ name: BOGONS_SET, flags: NFT_SET_INTERVAL, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
+  if (o.bogons?.length) b.addElements({ table: t, set: BOGONS_SET, setId: bogonsId, elements: ipv4IntervalElements(o.bogons) });
   const ref = (name: string): { name: string; id?: number } => ({ name, id: ids.get(name) });
   const rule = (chain: string, exprs: Expr[]): void => void b.addRule({ table: t, chain, exprs });
 
-  // Every packet to P meets these before defragmentation and conntrack. One base chain, because each base chain costs
-  // every packet (bench:edge: the same rules in three base chains forwarded 1-2% slower). Before conntrack also
-  // means a flood over its rate limit never costs a conntrack lookup.
-  rule(CHAINS.early, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId })]);
+  // Every packet to P, and nothing else, goes through `inbound`: before defragmentation and conntrack, in the one
+  // base chain of the hook (each base chain costs every packet: bench:edge, issue 10 item 6).
+  rule(CHAINS.early, [daddr(), expr.lookup({ name: dnatMap, id: mapId }), expr.immediateVerdict(NFT_JUMP, CHAINS.inbound)]);
+  rule(CHAINS.inbound, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId })]);
+  // From upstream (not out of a tunnel: an origin's packets carry its inner address, and are the isolation's to judge
+  // and count), a source that cannot be genuine: a martian, one of our own protected pools, the edge itself.
+  rule(CHAINS.inbound, [saddr(), expr.lookup(ref(BOGONS_SET)), expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_NEQ, prefix), ...countedDrop(SPOOFED_IN_MAP, daddr(), ids)]);
   // Before defragmentation (-400), which would otherwise reassemble the fragments.
-  rule(CHAINS.early, [
+  rule(CHAINS.inbound, [
     expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_FRAG_OFF_OFFSET, 2),
     expr.bitwise(2, IPV4_FRAG_MASK, Uint8Array.of(0, 0), NFT_REG_1, NFT_REG_1, true),
     expr.cmp(NFT_CMP_NEQ, Uint8Array.of(0, 0)),
     daddr(),
     expr.lookup(ref(POLICY_SETS.fragments)),
-    ...countedDrop('fragment', daddr(), ids),
+    ...countedDrop(dropMap('fragment'), daddr(), ids),
   ]);
-  rule(CHAINS.early, [daddr(), expr.lookup(ref(POLICY_SETS.rateLimits), NFT_REG_1, NFT_REG_VERDICT)]);
+  // Every packet that holds its ports (all but a datagram's later fragments, which are held for reassembly and never
+  // reach conntrack unless their first fragment passed here). A closed port's flood costs no conntrack entry.
+  rule(CHAINS.inbound, [
+    expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_FRAG_OFF_OFFSET, 2),
+    expr.bitwise(2, IPV4_FRAG_OFFSET_MASK, Uint8Array.of(0, 0), NFT_REG_1, NFT_REG_1, true),
+    expr.cmp(NFT_CMP_EQ, Uint8Array.of(0, 0)),
+    expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist),
+  ]);
+  // After the allowlist: a flood to a closed port fills no meter.
+  rule(CHAINS.inbound, [daddr(), expr.lookup(ref(POLICY_SETS.rateLimits), NFT_REG_1, NFT_REG_VERDICT)]);
   // Conntrack must not see a SYN to a syn-proxied P: the proxy in forward answers it. A later fragment has no TCP
   // header (the rule does not match it); a first fragment too short to hold the flags is reassembled and tracked,
   // which the nat chain's first rule drops. A first fragment that holds them is untracked, so it is not reassembled:
   // the proxy answers it alone, or drops it (a checksum over the whole SYN), and its later fragments time out.
-  rule(CHAINS.early, [...tcpSyn(), daddr(), expr.lookup(ref(POLICY_SETS.synproxied)), expr.notrack()]);
+  rule(CHAINS.inbound, [...tcpSyn(), daddr(), expr.lookup(ref(POLICY_SETS.synproxied)), expr.notrack()]);
   // One exact lookup per block size, the port masked to it: a hit returns.
   for (const bits of PORT_BLOCK_BITS) {
     const port: Expr[] = bits === 16 ? [] : [expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_DPORT_OFFSET, 2, REG32(2))];
     if (bits !== 0 && bits !== 16) port.push(expr.bitwise(2, portMask(bits), Uint8Array.of(0, 0), REG32(2), REG32(2), true));
     rule(CHAINS.allowlist, [daddr(), expr.meta(NFT_META_L4PROTO, REG32(1)), ...port, expr.lookup(ref(allowedSet(bits))), expr.immediateVerdict(NFT_RETURN)]);
   }
-  rule(CHAINS.allowlist, countedDrop('not_allowed', daddr(), ids));
+  rule(CHAINS.allowlist, countedDrop(dropMap('not_allowed'), daddr(), ids));
 
-  // A connection's first packet: a SYN to a syn-proxied P has no connection (`early` untracks it), unless it came as
-  // fragments whose first is too short to hold the TCP flags: tracked, it would reach the origin past the proxy.
-  rule(pre, [...tcpSyn(), daddr(), expr.lookup(ref(POLICY_SETS.synproxied)), ...countedDrop('invalid', daddr(), ids)]);
-  // The kernel runs a nat chain for a connection's first packet only (and for none without a connection): the
-  // allowlist's "first packet" test, for free. A drop here leaves the connection unconfirmed, so the next
-  // packet is judged again. Packets without a connection meet the allowlist in guard_ct.
-  rule(pre, [expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
+  // A connection's first packet: a SYN to a syn-proxied P has no connection (`inbound` untracks it), unless it came
+  // as fragments whose first is too short to hold the TCP flags: tracked, it would reach the origin past the proxy.
+  rule(pre, [...tcpSyn(), daddr(), expr.lookup(ref(POLICY_SETS.synproxied)), ...countedDrop(dropMap('invalid'), daddr(), ids)]);
+  // The flow caps: the kernel runs a nat chain for a connection's first packet only, so a connection is counted
+  // once, when it is about to be made (a drop here frees its unconfirmed entry: it never enters the table).
+  rule(pre, [daddr(), expr.lookup(ref(POLICY_SETS.flowLimits), NFT_REG_1, NFT_REG_VERDICT)]);
   // `{ tcp, udp }` is an anonymous constant set; the kernel names it (__set0...) from the "%d" template.
   const anonId = b.addSet({
     table: t,
@@ -390,7 +481,9 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     expr.lookup({ name: dnatMap, id: mapId }, NFT_REG_1, NFT_REG_1),
     expr.nat(NFT_NAT_DNAT, NFPROTO_IPV4, NFT_REG_1),
   ]);
-  // The SYN proxy sends the origin its SYN from the edge itself (STACK.md): without DNAT here it never arrives.
+  // The SYN proxy opens the connection to the origin from the edge itself (STACK.md): it is counted here, and
+  // without DNAT here its SYN never arrives.
+  rule(CHAINS.natOut, [daddr(), expr.lookup(ref(POLICY_SETS.flowLimits), NFT_REG_1, NFT_REG_VERDICT)]);
   rule(CHAINS.natOut, [
     expr.meta(NFT_META_L4PROTO),
     expr.cmp(NFT_CMP_EQ, Uint8Array.of(IPPROTO_TCP)),
@@ -420,18 +513,16 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   rule(CHAINS.guard, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.fromTunnel)]);
   rule(CHAINS.guard, [...ctStateIn(NF_CT_STATE_INVALID | NF_CT_STATE_UNTRACKED), expr.immediateVerdict(NFT_JUMP, CHAINS.guardCt)]);
   rule(CHAINS.guard, [...ctDnat(NFT_CMP_EQ), expr.immediateVerdict(NFT_JUMP, CHAINS.guardNoDnat)]);
-  // Invalid or untracked (no connection): judged by the allowlist (a syn-proxied SYN; a mid-stream packet of a
-  // flushed connection, so a closed port counts it not_allowed), then the SYN proxy's (a syn-proxied P's handshake:
-  // the client's ACK is invalid until the proxy takes it); whatever to P the proxy leaves is dropped.
-  rule(CHAINS.guardCt, [expr.immediateVerdict(NFT_JUMP, CHAINS.allowlist)]);
+  // Invalid or untracked (no connection; its port was judged in `inbound`): the SYN proxy's (a syn-proxied P's
+  // handshake: the client's ACK is invalid until the proxy takes it); whatever to P the proxy leaves is dropped.
   rule(CHAINS.guardCt, [daddr(), expr.objrefMap(ref(POLICY_SETS.synproxy))]);
-  rule(CHAINS.guardCt, countedDrop('invalid', daddr(), ids));
+  rule(CHAINS.guardCt, countedDrop(dropMap('invalid'), daddr(), ids));
   // Nor into a tunnel: a packet with no connection to an origin's inner address (an ACK or RST from outside, routed
   // to the edge) is none of the above, and guard_nodnat's test of ct status ends at once without a connection.
   rule(CHAINS.guardCt, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), drop()]);
   // Not DNAT-ed: never into a tunnel, and never to P (counted when P is a tunnel's).
   rule(CHAINS.guardNoDnat, [expr.meta(NFT_META_OIFNAME), expr.cmp(NFT_CMP_EQ, prefix), drop()]);
-  rule(CHAINS.guardNoDnat, countedDrop('invalid', daddr(), ids));
+  rule(CHAINS.guardNoDnat, countedDrop(dropMap('invalid'), daddr(), ids));
   const isReply = (): Expr[] => [
     expr.ct(NFT_CT_DIRECTION),
     expr.cmp(NFT_CMP_EQ, Uint8Array.of(IP_CT_DIR_REPLY)),
@@ -442,7 +533,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
     expr.lookup(ref(POLICY_SETS.replies)),
   ];
   rule(CHAINS.fromTunnel, [...isReply(), expr.immediateVerdict(NFT_JUMP, CHAINS.tunnelReply)]);
-  rule(CHAINS.fromTunnel, countedDrop('spoofed', expr.meta(NFT_META_IIFNAME), ids));
+  rule(CHAINS.fromTunnel, countedDrop(dropMap('spoofed'), expr.meta(NFT_META_IIFNAME), ids));
   rule(CHAINS.fromTunnel, [drop()]);
   // The `out` counter in a rule of its own, before the accept: a tunnel missing from tunnel_out (a table rebuilt
   // by an upgrade before the restore adds its counter, an element deleted by hand) ends only this rule, so its
@@ -450,46 +541,122 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   rule(CHAINS.tunnelReply, [expr.meta(NFT_META_IIFNAME), expr.objrefMap(ref(OUT_MAP))]);
   rule(CHAINS.tunnelReply, [accept()]);
   rule(CHAINS.localIn, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_JUMP, CHAINS.tunnelIn)]);
-  rule(CHAINS.localIn, countedDrop('invalid', daddr(), ids));
+  rule(CHAINS.localIn, countedDrop(dropMap('invalid'), daddr(), ids));
   rule(CHAINS.tunnelIn, [...ctStateIn(NF_CT_STATE_ESTABLISHED | NF_CT_STATE_RELATED), expr.meta(NFT_META_IIFNAME), saddr(NFT_REG_2), expr.lookup(ref(POLICY_SETS.origins)), accept()]);
-  rule(CHAINS.tunnelIn, countedDrop('spoofed', expr.meta(NFT_META_IIFNAME), ids));
+  rule(CHAINS.tunnelIn, countedDrop(dropMap('spoofed'), expr.meta(NFT_META_IIFNAME), ids));
   rule(CHAINS.tunnelIn, [drop()]);
 }
 
+/** What the chains made by value are sized by: the agent's (dataplane/sizing.ts), the same for every chain of a kind. */
+export interface DynamicChainSizes {
+  /** The sources one tunnel's meter holds at most. */
+  meterSources: number;
+  /** The hash buckets of tunnels' flows one flows set holds at most (each holds at least one connection). */
+  flowEntries: number;
+}
+
+/** A chain made by value: a tunnel's meter, or the flow caps of a max_flows value. */
+export type DynamicChain = { kind: 'meter'; link: string; pps: number } | { kind: 'flows'; maxFlows: number };
+
+/** What a chain's name says it is; undefined for the table's own chains (and for those of older agents). */
+export function dynamicChainOf(name: string): DynamicChain | undefined {
+  // The rate is the last `_<digits>`: a link name may hold `_` and digits itself.
+  const m = /^ratelimit_(.+)_(\d+)$/.exec(name);
+  if (m) return { kind: 'meter', link: m[1]!, pps: Number(m[2]) };
+  const f = /^flows_(\d+)$/.exec(name);
+  if (f) return { kind: 'flows', maxFlows: Number(f[1]) };
+  return undefined;
+}
+
+/** The expression names of each rule of a chain made by value, as listRules decodes them: how a damaged one is told. */
+export const DYNAMIC_CHAIN_RULES: Readonly<Record<DynamicChain['kind'], readonly string[]>> = {
+  meter: ['payload dynset immediate', 'payload lookup limit payload objref immediate', 'payload lookup immediate', 'payload objref immediate'],
+  flows: ['payload dynset payload objref immediate', 'payload payload payload hash dynset payload objref immediate'],
+};
+
 /**
- * The chain and meter of one per-client limit value, created when the first tunnel uses it:
- *   set ratelimit_N { type ipv4_addr . ipv4_addr; size 65535; flags dynamic,timeout; timeout 1m; }
- *   chain ratelimit_N { update @ratelimit_N { ip daddr . ip saddr limit rate over N/second } counter name ip daddr map @drop_rate_limited drop }
- * A limit is a rule's, so tunnels with the same value share one chain (their meter elements are keyed by P and
- * the client address, so they never share a budget): the rule count grows with distinct values, never with tunnels.
+ * A chain made by value, with its set(s). `repair`: the chain exists with other rules (a rule deleted by hand): they
+ * are flushed first, in the same batch, so the chain ends with exactly its rules.
  */
-export function addRateLimitChain(b: NftBatch, table: string, pps: number, opts: { dropMapId?: number } = {}): void {
-  const name = rateLimitName(pps);
-  const id = b.addSet({
-    table,
-    name,
-    flags: NFT_SET_TIMEOUT | NFT_SET_EVAL,
-    keyType: concatType([NFT_TYPE_IPADDR, NFT_TYPE_IPADDR]),
-    keyLen: 8,
-    descSize: RATE_METER_SIZE,
-    timeoutMs: RATE_METER_TIMEOUT_MS,
-    userdata: concatSetUserdata(),
-  });
+export function addDynamicChain(b: NftBatch, table: string, name: string, sizes: DynamicChainSizes, opts: { repair?: boolean; dropMapId?: number } = {}): void {
+  const c = dynamicChainOf(name);
+  if (!c) throw new Error(`not a chain made by value: ${name}`);
+  if (c.kind === 'meter') addMeterChain(b, table, c.link, c.pps, sizes.meterSources, opts);
+  else addFlowsChain(b, table, c.maxFlows, sizes.flowEntries, opts);
+}
+
+/**
+ * A tunnel's per-source meter: its sources' own buckets, in a set of its own, so no other tunnel's flood fills it.
+ *   set ratelimit_N_R { type ipv4_addr; size S; flags dynamic,timeout; timeout 1s; }
+ *   chain ratelimit_N_R {
+ *     update @ratelimit_N_R { ip saddr limit rate R/second } return
+ *     ip saddr != @ratelimit_N_R limit rate over R/second counter name ip daddr map @drop_rate_limited drop
+ *     ip saddr != @ratelimit_N_R return
+ *     counter name ip daddr map @drop_rate_limited drop }
+ * A source under its limit leaves at the first rule (one hash lookup: the common path). A source the meter holds
+ * but over its limit fails the first and is in the set: dropped by the last. A source the full meter could not take
+ * (the update adds nothing, the rule ends) is not in the set: it shares the tunnel's one overflow budget, the
+ * second rule's own limit (R a second between them all), never unlimited. (`ip saddr @set` cannot tell "held":
+ * a lookup also runs the element's limit.) S is a multiple of 65,536: the kernel sizes a set's first hash table
+ * from the low 16 bits of its size, so such a set starts at a few hundred bytes and grows only with a flood.
+ */
+function addMeterChain(b: NftBatch, table: string, link: string, pps: number, sources: number, opts: { repair?: boolean; dropMapId?: number }): void {
+  const name = meterChainName(link, pps);
+  const id = b.addSet({ table, name, flags: NFT_SET_TIMEOUT | NFT_SET_EVAL, keyType: NFT_TYPE_IPADDR, keyLen: 4, descSize: sources, timeoutMs: METER_TIMEOUT_MS, userdata: ipv4SetUserdata() });
   b.addChain({ table, name });
-  b.addRule({ table, chain: name, exprs: [daddr(), saddr(REG32(1)), expr.dynsetUpdateLimit({ name, id }, pps), daddr(), expr.objrefMap({ name: dropMap('rate_limited'), id: opts.dropMapId }), drop()] });
+  if (opts.repair) b.flushChain(table, name);
+  const meter = { name, id };
+  const counted = (): Expr[] => [daddr(), expr.objrefMap({ name: dropMap('rate_limited'), id: opts.dropMapId }), drop()];
+  const rule = (exprs: Expr[]): void => void b.addRule({ table, chain: name, exprs });
+  rule([saddr(), expr.dynset(meter, NFT_DYNSET_OP_UPDATE, expr.limit(pps)), expr.immediateVerdict(NFT_RETURN)]);
+  rule([saddr(), expr.lookup(meter, NFT_REG_1, undefined, NFT_LOOKUP_F_INV), expr.limit(pps, { over: true }), ...counted()]);
+  rule([saddr(), expr.lookup(meter, NFT_REG_1, undefined, NFT_LOOKUP_F_INV), expr.immediateVerdict(NFT_RETURN)]);
+  rule(counted());
 }
 
-/** The packet rate of a rate-limit chain's name; undefined for any other name. */
-export function rateLimitOf(chain: string): number | undefined {
-  const m = /^ratelimit_(\d+)$/.exec(chain);
-  return m ? Number(m[1]) : undefined;
+/**
+ * The flow caps of one max_flows value M, for every tunnel with it (each tunnel's own elements, keyed by P):
+ *   set newflows_M { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 1s; }
+ *   set flows_M { type ipv4_addr . mark; size E; flags dynamic; }
+ *   chain flows_M {
+ *     update @newflows_M { ip daddr limit rate over F/second burst F packets } counter name ip daddr map @drop_rate_limited drop
+ *     add @flows_M { ip daddr . jhash ip saddr . th sport mod K ct count over C } counter name ip daddr map @drop_rate_limited drop }
+ * The first caps new connections at F a second (flowCapShape), so the second's walk is paid F times a second at
+ * most. The second counts P's connections in K lists by client address and port, C at most each: K x C <= M.
+ * `ct count` walks its list on every new connection (a conntrack lookup per entry: 4 ms at 65,536 here, 0.07 ms
+ * at 64), hence the buckets. An element goes when its list empties (the kernel collects it); E bounds them all.
+ */
+function addFlowsChain(b: NftBatch, table: string, maxFlows: number, entries: number, opts: { repair?: boolean; dropMapId?: number }): void {
+  const name = flowsChainName(maxFlows);
+  const shape = flowCapShape(maxFlows);
+  const rate = newFlowsSetName(maxFlows);
+  const flowsId = b.addSet({ table, name, flags: NFT_SET_EVAL, keyType: concatType([NFT_TYPE_IPADDR, NFT_TYPE_MARK]), keyLen: 8, descSize: entries, userdata: concatSetUserdata() });
+  const rateId = b.addSet({ table, name: rate, flags: NFT_SET_TIMEOUT | NFT_SET_EVAL, keyType: NFT_TYPE_IPADDR, keyLen: 4, descSize: 65_536, timeoutMs: NEW_FLOWS_TIMEOUT_MS, userdata: ipv4SetUserdata() });
+  b.addChain({ table, name });
+  if (opts.repair) b.flushChain(table, name);
+  const counted = (): Expr[] => [daddr(), expr.objrefMap({ name: dropMap('rate_limited'), id: opts.dropMapId }), drop()];
+  b.addRule({ table, chain: name, exprs: [daddr(), expr.dynset({ name: rate, id: rateId }, NFT_DYNSET_OP_UPDATE, expr.limit(shape.newPerSecond, { over: true, burst: shape.newPerSecond })), ...counted()] });
+  b.addRule({
+    table,
+    chain: name,
+    exprs: [
+      daddr(),
+      saddr(REG32(2)),
+      expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_SPORT_OFFSET, 2, REG32(3)),
+      expr.jhash(REG32(2), 8, shape.buckets, REG32(1)),
+      expr.dynset({ name, id: flowsId }, NFT_DYNSET_OP_ADD, expr.connlimitOver(shape.perBucket)),
+      ...counted(),
+    ],
+  });
 }
 
-/** Removes a rate-limit chain and its meter (after the batch removed every rate_limits element jumping to it). */
-export function deleteRateLimitChain(b: NftBatch, table: string, name: string): void {
+/** Removes a chain made by value and its set(s) (after the batch removed every map element jumping to it). */
+export function deleteDynamicChain(b: NftBatch, table: string, name: string): void {
   b.flushChain(table, name);
   b.deleteChain(table, name);
   b.deleteSet(table, name);
+  const c = dynamicChainOf(name);
+  if (c?.kind === 'flows') b.deleteSet(table, newFlowsSetName(c.maxFlows));
 }
 
 /** The SYN proxy for one MSS value (tunnel MTU - 40: STACK.md, the proxy's MSS is the one the client uses). */

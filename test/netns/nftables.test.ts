@@ -3,7 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NetlinkError, Nft, NftBatch, NftBatchError, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../agent/netlink/client.ts';
 import { EXPECTED_RULES } from '../../agent/dataplane/kernel/table.ts';
 import { elementId, tunnelCounterNames, tunnelElements } from '../../agent/dataplane/policy.ts';
-import { addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitName, synproxyName } from '../../agent/netlink/ruleset.ts';
+import { addDynamicChain, addSynproxyObject, deleteDynamicChain, synproxyName } from '../../agent/netlink/ruleset.ts';
+import { sharedNeeds } from '../../agent/dataplane/policy.ts';
+import { TEXT_CHAIN_SIZES } from './ruleset-text.ts';
 import { bytesToIpv4 } from '../../agent/netlink/attrs.ts';
 import { DEFAULT_POLICY } from '../../common/tunnel-policy.ts';
 import { benchTunnel } from '../../bench/lib/tunnels.ts';
@@ -56,7 +58,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(text).toContain('ct status dnat iifname != "tg-*" accept');
     expect(text).toContain('tcp flags syn / fin,syn,rst,ack ip daddr @synproxied notrack');
     expect(text).toContain('tcp flags syn / fin,syn,rst,ack ip daddr @synproxied counter name ip daddr map @drop_invalid drop');
-    expect(text).toContain('\t\tjump allowlist\n');
+    expect(text).toContain('ip frag-off & 8191 == 0 jump allowlist');
+    expect(text).toContain('ip daddr @protected jump inbound');
+    expect(text).toContain('ip saddr @bogons iifname != "tg-*" counter name ip daddr map @drop_spoofed_in drop');
+    expect(text).toContain('ip daddr vmap @flow_limits');
     expect(text).toContain('ip daddr . meta l4proto . th dport & 65280 @allowed_256 return');
     expect(text).toContain('ip daddr . meta l4proto . th dport @allowed_1 return');
     expect(text).toContain('ct direction reply ct status dnat iifname . ip saddr . ct original ip daddr @replies jump tunnel_reply');
@@ -71,12 +76,14 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
         expect.objectContaining({ family: 'ip', name: 'tunnel_counters', table: T, type: 'ipv4_addr', map: 'counter' }),
         expect.objectContaining({ name: 'drop_spoofed', type: 'ifname', map: 'counter' }),
         expect.objectContaining({ name: 'rate_limits', type: 'ipv4_addr', map: 'verdict' }),
+        expect.objectContaining({ name: 'flow_limits', type: 'ipv4_addr', map: 'verdict' }),
+        expect.objectContaining({ name: 'drop_spoofed_in', type: 'ipv4_addr', map: 'counter' }),
       ]),
     );
     expect(json.filter((o) => o.chain).map((o) => o.chain)).toEqual(
       expect.arrayContaining([
-        // per-tunnel counters, fragments, rate limits and the SYN proxy's notrack: every packet to P, before
-        // defragmentation and conntrack, in one filter chain
+        // one lookup of every packet for `inbound` (per-tunnel counters, bogus sources, fragments, the allowlist, the
+        // per-source meters and the SYN proxy's notrack: every packet to P, before defragmentation and conntrack)
         expect.objectContaining({ name: 'early', type: 'filter', hook: 'prerouting', prio: -450, policy: 'accept' }),
         expect.objectContaining({ name: 'prerouting', type: 'nat', hook: 'prerouting', prio: -100, policy: 'accept' }),
         expect.objectContaining({ name: 'nat_out', type: 'nat', hook: 'output', prio: -100, policy: 'accept' }),
@@ -136,7 +143,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     // A tunnel's policy elements (interval concatenation, ifname keys, verdicts) read back as the dump spells them.
     const spec = { ...benchTunnel(9), protected_ip: protectedIp(900), policy: { ...DEFAULT_POLICY, ports: [[80, 81]] as [number, number][], source_pps_limit: 100, syn_proxy: true, drop_fragments: true } };
     const b = new NftBatch();
-    addRateLimitChain(b, T, 100);
+    for (const c of sharedNeeds(spec).chains) addDynamicChain(b, T, c, TEXT_CHAIN_SIZES);
     addSynproxyObject(b, T, spec.mtu - 40);
     for (const c of tunnelCounterNames(spec)) b.addCounter({ table: T, name: c });
     const els = tunnelElements(spec);
@@ -155,7 +162,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     for (const e of els) cleanup.deleteElements({ table: T, set: e.set, elements: [e.el] });
     for (const c of tunnelCounterNames(spec)) cleanup.deleteCounter(T, c);
     cleanup.deleteSynproxy(T, synproxyName(spec.mtu - 40));
-    deleteRateLimitChain(cleanup, T, rateLimitName(100));
+    for (const c of sharedNeeds(spec).chains) deleteDynamicChain(cleanup, T, c);
     await nft.commit(cleanup);
     for (const e of els) await expect(nft.getSetElement(T, e.set, e.el)).resolves.toBeUndefined();
   });

@@ -7,12 +7,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Nft, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../agent/netlink/client.ts';
-import { addRateLimitChain, addSynproxyObject } from '../../agent/netlink/ruleset.ts';
+import { addDynamicChain, addSynproxyObject } from '../../agent/netlink/ruleset.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { sharedNeeds, tunnelCounterNames, tunnelElements } from '../../agent/dataplane/policy.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { isRoot, TestNetns } from './netns.ts';
-import { rulesetNftText, tunnelsAddNftText, tunnelsDeleteNftText } from './ruleset-text.ts';
+import { TEXT_CHAIN_SIZES, rulesetNftText, tunnelsAddNftText, tunnelsDeleteNftText } from './ruleset-text.ts';
 
 const T = 'tunnelgate';
 const PREFIX = 'tg-';
@@ -39,7 +39,7 @@ async function agentAdds(ns: TestNetns, tunnels: readonly TwinTunnel[]): Promise
     for (const t of tunnels) for (const c of tunnelCounterNames(t)) b.addCounter({ table: T, name: c });
     const needs = tunnels.map((t) => sharedNeeds(t));
     for (const m of new Set(needs.flatMap((n) => (n.mss === undefined ? [] : [n.mss])))) addSynproxyObject(b, T, m);
-    for (const p of new Set(needs.flatMap((n) => (n.pps === undefined ? [] : [n.pps])))) addRateLimitChain(b, T, p);
+    for (const c of new Set(needs.flatMap((n) => n.chains))) addDynamicChain(b, T, c, TEXT_CHAIN_SIZES);
     b.addElements({ table: T, set: 'protected', elements: tunnels.map((t) => ipv4MapElement(t.protected_ip, t.origin_inner.split('/')[0]!)) });
     b.addElements({ table: T, set: 'tunnel_counters', elements: tunnels.map((t) => ipv4ObjElement(t.protected_ip, t.tunnel_name)) });
     const els = tunnels.flatMap((t) => tunnelElements({ ...t, id: '', origin_ip: '', edge_ip: '', edge_inner: '' }));
@@ -111,7 +111,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the nft -f twi
     theirs.run('nft', '-f', file);
     const a = listed(ours);
     expect(JSON.stringify(a)).toContain('synproxy_1436');
-    expect(JSON.stringify(a)).toContain('ratelimit_500');
+    // Each limited tunnel its own meter (tg-p1 and tg-p2), and the flow caps every tunnel jumps to.
+    expect(JSON.stringify(a)).toContain('ratelimit_tg-p2_500');
+    expect(JSON.stringify(a)).toContain('ratelimit_tg-p1_1000000');
+    expect(JSON.stringify(a)).toContain('flows_65536');
     expect(listed(theirs)).toEqual(a);
     writeFileSync(file, tunnelsDeleteNftText(T, tunnels).join('\n') + '\n');
     theirs.run('nft', '-f', file);

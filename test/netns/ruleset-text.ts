@@ -2,15 +2,15 @@
 // twin that the agent benchmark's baseline loads and that tests use to build a table by hand.
 // `counters` adds named counter objects, as addTunnelgateRuleset's option of the same name does; the
 // netlink fixtures (test/fixtures/netlink/capture.sh) capture this text with one counter, `tun-1`.
-import { portBlocks, sharedNeeds } from '../../agent/dataplane/policy.ts';
-import { allowedSet, rateLimitName, synproxyName } from '../../agent/netlink/ruleset.ts';
+import { maxFlowsOf, portBlocks, sharedNeeds } from '../../agent/dataplane/policy.ts';
+import { allowedSet, dynamicChainOf, flowCapShape, flowsChainName, meterChainName, synproxyName, METER_TIMEOUT_MS, type DynamicChainSizes } from '../../agent/netlink/ruleset.ts';
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 
 /**
  * `sizes` caps sets and maps by name (`size N`): a test's way to make the kernel refuse an element (ENFILE), which
  * the agent's start check does not see (it compares rules, not sets: agent/dataplane/kernel.ts ensureTable).
  */
-export function rulesetNftText(opts: { table: string; ifnamePrefix: string; sizes?: Readonly<Record<string, number>>; counters?: readonly string[] }): string {
+export function rulesetNftText(opts: { table: string; ifnamePrefix: string; sizes?: Readonly<Record<string, number>>; counters?: readonly string[]; bogons?: readonly string[] }): string {
   let text = rulesetBody(opts);
   for (const [name, size] of Object.entries(opts.sizes ?? {})) {
     const capped = text.replace(new RegExp(`(\\n  (?:set|map) ${name} \\{\\n    type [^\\n]*)`), `$1\n    size ${size}`);
@@ -20,8 +20,9 @@ export function rulesetNftText(opts: { table: string; ifnamePrefix: string; size
   return text;
 }
 
-function rulesetBody(opts: { table: string; ifnamePrefix: string; counters?: readonly string[] }): string {
+function rulesetBody(opts: { table: string; ifnamePrefix: string; counters?: readonly string[]; bogons?: readonly string[] }): string {
   const counters = (opts.counters ?? []).map((c) => `  counter ${c} {\n  }\n`).join('');
+  const bogons = opts.bogons?.length ? `\n    elements = { ${opts.bogons.join(', ')} }` : '';
   return `table ip ${opts.table} {
   map protected {
     type ipv4_addr : ipv4_addr
@@ -80,10 +81,25 @@ function rulesetBody(opts: { table: string; ifnamePrefix: string; counters?: rea
   map tunnel_out {
     type ifname : counter
   }
+  map flow_limits {
+    type ipv4_addr : verdict
+  }
+  map drop_spoofed_in {
+    type ipv4_addr : counter
+  }
+  set bogons {
+    type ipv4_addr
+    flags interval${bogons}
+  }
 ${counters}  chain early {
     type filter hook prerouting priority -450; policy accept;
+    ip daddr @protected jump inbound
+  }
+  chain inbound {
     counter name ip daddr map @tunnel_counters
+    ip saddr @bogons iifname != "${opts.ifnamePrefix}*" counter name ip daddr map @drop_spoofed_in drop
     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
+    ip frag-off & 0x1fff == 0 jump allowlist
     ip daddr vmap @rate_limits
     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack
   }
@@ -98,11 +114,12 @@ ${counters}  chain early {
   chain prerouting {
     type nat hook prerouting priority dstnat; policy accept;
     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied counter name ip daddr map @drop_invalid drop
-    jump allowlist
+    ip daddr vmap @flow_limits
     meta l4proto { tcp, udp } counter dnat to ip daddr map @protected
   }
   chain nat_out {
     type nat hook output priority -100; policy accept;
+    ip daddr vmap @flow_limits
     meta l4proto tcp dnat to ip daddr map @protected
   }
   chain guard {
@@ -114,7 +131,6 @@ ${counters}  chain early {
     ct status & dnat == 0 jump guard_nodnat
   }
   chain guard_ct {
-    jump allowlist
     synproxy name ip daddr map @syn_proxy
     counter name ip daddr map @drop_invalid drop
     oifname "${opts.ifnamePrefix}*" drop
@@ -160,7 +176,44 @@ const REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'
 const BY_P = REASONS.filter((r) => r !== 'spoofed');
 const O = (t: TextTunnel): string => t.origin_inner.split('/')[0]!;
 const policyOf = (t: TextTunnel): TunnelPolicy => t.policy ?? DEFAULT_POLICY;
-const needs = (t: TextTunnel) => sharedNeeds({ mtu: t.mtu ?? 1476, ...(t.policy ? { policy: t.policy } : {}) });
+const needs = (t: TextTunnel) => sharedNeeds({ tunnel_name: t.tunnel_name, mtu: t.mtu ?? 1476, ...(t.policy ? { policy: t.policy } : {}) });
+
+/** The sizes the twin writes into the chains made by value (the agent's own come from dataplane/sizing.ts). */
+export const TEXT_CHAIN_SIZES: DynamicChainSizes = { meterSources: 65_536, flowEntries: 262_144 };
+
+/**
+ * A chain made by value (agent/netlink/ruleset.ts addDynamicChain) as `nft -f` lines: a tunnel's meter, or the flow
+ * caps of one max_flows value, with its sets.
+ */
+export function dynamicChainNftText(table: string, name: string, sizes: DynamicChainSizes = TEXT_CHAIN_SIZES): string[] {
+  const c = dynamicChainOf(name);
+  if (!c) throw new Error(`not a chain made by value: ${name}`);
+  const drop = 'counter name ip daddr map @drop_rate_limited drop';
+  const rule = (r: string): string => `add rule ip ${table} ${name} ${r}`;
+  if (c.kind === 'meter')
+    return [
+      `add set ip ${table} ${name} { type ipv4_addr; size ${sizes.meterSources}; flags dynamic,timeout; timeout ${METER_TIMEOUT_MS / 1000}s; }`,
+      `add chain ip ${table} ${name}`,
+      rule(`update @${name} { ip saddr limit rate ${c.pps}/second } return`),
+      rule(`ip saddr != @${name} limit rate over ${c.pps}/second ${drop}`),
+      rule(`ip saddr != @${name} return`),
+      rule(drop),
+    ];
+  const s = flowCapShape(c.maxFlows);
+  return [
+    `add set ip ${table} ${name} { type ipv4_addr . mark; size ${sizes.flowEntries}; flags dynamic; }`,
+    `add set ip ${table} new${name} { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 1s; }`,
+    `add chain ip ${table} ${name}`,
+    rule(`update @new${name} { ip daddr limit rate over ${s.newPerSecond}/second burst ${s.newPerSecond} packets } ${drop}`),
+    rule(`add @${name} { ip daddr . jhash ip saddr . th sport mod ${s.buckets} ct count over ${s.perBucket} } ${drop}`),
+  ];
+}
+
+/** The same chain deleted, with its sets. */
+export function dynamicChainDeleteNftText(table: string, name: string): string[] {
+  const c = dynamicChainOf(name);
+  return [`flush chain ip ${table} ${name}`, `delete chain ip ${table} ${name}`, `delete set ip ${table} ${name}`, ...(c?.kind === 'flows' ? [`delete set ip ${table} new${name}`] : [])];
+}
 
 /**
  * Each tunnel's policy elements, by set, as `nft -f` writes them: the allowlist cut into the agent's own port
@@ -183,21 +236,22 @@ function policyElements(ts: readonly TextTunnel[]): Map<string, string[]> {
       add('synproxied', P);
       add('syn_proxy', `${P} : "${synproxyName(n.mss)}"`);
     }
-    if (n.pps !== undefined) add('rate_limits', `${P} : jump ${rateLimitName(n.pps)}`);
+    if (p.source_pps_limit !== null) add('rate_limits', `${P} : jump ${meterChainName(t.tunnel_name, p.source_pps_limit)}`);
+    add('flow_limits', `${P} : jump ${flowsChainName(maxFlowsOf(t))}`);
   }
   return out;
 }
 
-/** The synproxy objects and rate-limit chains (with their meters) the tunnels share, one per distinct value. */
-function sharedObjects(ts: readonly TextTunnel[]): { mss: number[]; pps: number[] } {
+/** The synproxy objects (one per MSS) and the chains made by value (meters and flow caps) the tunnels need. */
+function sharedObjects(ts: readonly TextTunnel[]): { mss: number[]; chains: string[] } {
   const mss = new Set<number>();
-  const pps = new Set<number>();
+  const chains = new Set<string>();
   for (const t of ts) {
     const n = needs(t);
     if (n.mss !== undefined) mss.add(n.mss);
-    if (n.pps !== undefined) pps.add(n.pps);
+    for (const c of n.chains) chains.add(c);
   }
-  return { mss: [...mss], pps: [...pps] };
+  return { mss: [...mss], chains: [...chains] };
 }
 
 /** Adds: the seven counters of each tunnel, then the dnat and counter maps, isolation sets, allowlist and drop maps. */
@@ -207,11 +261,7 @@ export function tunnelsAddNftText(table: string, ts: readonly TextTunnel[]): str
   return [
     ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`), `${t.tunnel_name}.out`].map((c) => `add counter ip ${table} ${c}`)),
     ...shared.mss.map((m) => `add synproxy ip ${table} ${synproxyName(m)} { mss ${m}; wscale 7; timestamp sack-perm; }`),
-    ...shared.pps.flatMap((n) => [
-      `add set ip ${table} ${rateLimitName(n)} { type ipv4_addr . ipv4_addr; size 65535; flags dynamic,timeout; timeout 1m; }`,
-      `add chain ip ${table} ${rateLimitName(n)}`,
-      `add rule ip ${table} ${rateLimitName(n)} update @${rateLimitName(n)} { ip daddr . ip saddr limit rate over ${n}/second } counter name ip daddr map @drop_rate_limited drop`,
-    ]),
+    ...shared.chains.flatMap((c) => dynamicChainNftText(table, c)),
     el('protected', (t) => `${t.protected_ip} : ${O(t)}`),
     el('tunnel_counters', (t) => `${t.protected_ip} : "${t.tunnel_name}"`),
     el('replies', (t) => `"${t.tunnel_name}" . ${O(t)} . ${t.protected_ip}`),
@@ -220,6 +270,7 @@ export function tunnelsAddNftText(table: string, ts: readonly TextTunnel[]): str
     el('drop_spoofed', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.spoofed"`),
     el('tunnel_out', (t) => `"${t.tunnel_name}" : "${t.tunnel_name}.out"`),
     ...BY_P.map((r) => el(`drop_${r}`, (t) => `${t.protected_ip} : "${t.tunnel_name}.${r}"`)),
+    el('drop_spoofed_in', (t) => `${t.protected_ip} : "${t.tunnel_name}.spoofed"`),
   ];
 }
 
@@ -237,8 +288,9 @@ export function tunnelsDeleteNftText(table: string, ts: readonly TextTunnel[]): 
     el('drop_spoofed', (t) => `"${t.tunnel_name}"`),
     el('tunnel_out', (t) => `"${t.tunnel_name}"`),
     ...BY_P.map((r) => el(`drop_${r}`, (t) => t.protected_ip)),
+    el('drop_spoofed_in', (t) => t.protected_ip),
     ...ts.flatMap((t) => [t.tunnel_name, ...REASONS.map((r) => `${t.tunnel_name}.${r}`), `${t.tunnel_name}.out`].map((c) => `delete counter ip ${table} ${c}`)),
-    ...shared.pps.flatMap((n) => [`flush chain ip ${table} ${rateLimitName(n)}`, `delete chain ip ${table} ${rateLimitName(n)}`, `delete set ip ${table} ${rateLimitName(n)}`]),
+    ...shared.chains.flatMap((c) => dynamicChainDeleteNftText(table, c)),
     ...shared.mss.map((m) => `delete synproxy ip ${table} ${synproxyName(m)}`),
   ];
 }

@@ -3,7 +3,7 @@
 // then conntrack. Apart from the diff (diff.ts), which decides what the plan holds, and from the reads
 // (read.ts) that the diff compares against.
 import { NetlinkError, NftBatch, ipv4MapElement, ipv4ObjElement, type CommitOptions } from '../../netlink/client.ts';
-import { addRateLimitChain, addSynproxyObject, deleteRateLimitChain } from '../../netlink/ruleset.ts';
+import { addDynamicChain, addSynproxyObject, deleteDynamicChain, type DynamicChainSizes } from '../../netlink/ruleset.ts';
 import { allowsConnection } from '../policy.ts';
 import { nftChangeCount, type KernelView, type NftChanges, type Plan } from '../plan.ts';
 import { phases } from '../../housekeeping/memory.ts';
@@ -36,21 +36,21 @@ export const WHOLE_PER_BATCH = 500;
  * elements, named by protected IP in `deferred`, go in their own batch). What the deleted elements referred to
  * goes after them; what added elements refer to comes before them.
  */
-function firstBatch(t: string, n: NftChanges, deferred: ReadonlySet<string> | undefined): NftBatch {
+function firstBatch(t: string, n: NftChanges, deferred: ReadonlySet<string> | undefined, sizes: DynamicChainSizes, damaged: ReadonlySet<string> | undefined): NftBatch {
   const b = new NftBatch();
   // Policy elements a scoped change deletes are added first (no error when present), so the delete cannot fail.
   addPolicyElements(b, t, n.ensureElements, 'add');
   if (n.delCounterMap.length) b.deleteElements({ table: t, set: COUNTER_MAP, elements: n.delCounterMap.map((a) => ipv4ObjElement(a, '')) });
   if (n.delDnat.length) b.deleteElements({ table: t, set: DNAT_MAP, elements: n.delDnat.map((a) => ipv4MapElement(a, '0.0.0.0')) });
   addPolicyElements(b, t, n.delElements, 'delete');
-  for (const c of n.delRateLimits) deleteRateLimitChain(b, t, c);
+  for (const c of n.delChains) deleteDynamicChain(b, t, c);
   for (const s of n.delSynproxies) b.deleteSynproxy(t, s);
   for (const c of n.delCounters) b.deleteCounter(t, c);
   for (const c of n.addCounters) b.addCounter({ table: t, name: c });
   const whole = n.addWhole.slice(0, WHOLE_PER_BATCH);
   addWholeCounters(b, t, whole);
   for (const m of n.addSynproxies) addSynproxyObject(b, t, m);
-  for (const p of n.addRateLimits) addRateLimitChain(b, t, p);
+  for (const c of n.addChains) addDynamicChain(b, t, c, sizes, { repair: damaged?.has(c) ?? false });
   const now = (e: readonly [string, string]): boolean => !deferred?.has(e[0]);
   addMapElements(b, t, n.addDnat.filter(now), n.addCounterMap.filter(now));
   addPolicyElements(b, t, n.addElements, 'add');
@@ -143,7 +143,7 @@ export async function applyPlan(
     commits++;
   };
   // Built in a call of its own, so the batch object is garbage once sent (its buffer is kept in `storage`).
-  await send(firstBatch(k.table, n, deferred), commit);
+  await send(firstBatch(k.table, n, deferred, k.sizes, view.damagedChains), commit);
   if (deferred) {
     const isDeferred = (e: readonly [string, string]): boolean => deferred.has(e[0]);
     const dnat = new Map(n.addDnat.filter(isDeferred));

@@ -3,7 +3,7 @@
 // turn) and the errno filter. Kept apart so the reads (read.ts), the table (table.ts), the links (links.ts) and
 // the apply (apply.ts) each import only this, not each other.
 import { NetlinkError, type Nft, type Rtnl } from '../../netlink/client.ts';
-import { RULESET_DEFAULTS } from '../../netlink/ruleset.ts';
+import { RULESET_DEFAULTS, type DynamicChainSizes } from '../../netlink/ruleset.ts';
 import type { Conntrack } from '../conntrack.ts';
 import type { LinkDriver } from '../links.ts';
 import { COLLECT_EVERY_REQUESTS } from '../../housekeeping/memory.ts';
@@ -27,6 +27,10 @@ export interface KernelContext {
   reaping?: Set<Promise<void>>;
   table: string;
   linkPrefix: string;
+  /** How the chains made by value are sized (dataplane/sizing.ts): a tunnel's meter, a flows set. */
+  sizes: DynamicChainSizes;
+  /** The `bogons` set's prefixes (agent/netlink/ruleset.ts bogonSources). */
+  bogons: readonly string[];
   driver: LinkDriver;
   netns?: string;
   /** TEST SEAM ONLY (DataplaneOptions.testOnlyHang). Never set by the agent itself. */

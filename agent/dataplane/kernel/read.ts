@@ -4,7 +4,7 @@
 // A dump the kernel marks interrupted is read again (readConsistently).
 import { NetlinkError, ipv4MapElement, ipv4ObjElement } from '../../netlink/client.ts';
 import { NFT_OBJECT_SYNPROXY } from '../../netlink/nftables/index.ts';
-import { ALLOWED_SETS, rateLimitName, rateLimitOf, synproxyName } from '../../netlink/ruleset.ts';
+import { ALLOWED_SETS, synproxyName } from '../../netlink/ruleset.ts';
 import { LINK_KEYED_SETS, TUNNEL_SETS, addElementToDigest, addKeyToDigest, digestIn, elementId, linkBucketOfKey, sameDigest, tunnelCounterNames, tunnelElements, type OwnerDigests, type PolicyElement } from '../policy.ts';
 import type { LinkInfo } from '../../netlink/rtnetlink/index.ts';
 import { bytesToIpv4 } from '../../netlink/attrs.ts';
@@ -14,7 +14,7 @@ import { recordedSpecs, type OwnedTunnel } from '../records.ts';
 import { ipOf } from '../spec-compare.ts';
 import { phases } from '../../housekeeping/memory.ts';
 import { COUNTER_MAP, DNAT_MAP, type KernelContext } from './context.ts';
-import { counterMap, readShared } from './table.ts';
+import { counterMap, dynamicChains, readShared } from './table.ts';
 import { getLinks, observeLinks, readAddresses } from './links.ts';
 
 /** Which of these counters exist (one GET each). */
@@ -86,7 +86,7 @@ export async function readConsistently<T>(read: () => Promise<T>): Promise<T> {
 /** What the kernel has for these link names (owned or wanted) and the whole of the agent's table. */
 /**
  * `full`: also read every policy element back (a reconcile); otherwise only what a single-tunnel change read
- * before policies existed, plus the synproxy objects and rate-limit chains (one per value in use).
+ * before policies existed, plus the synproxy objects and the chains made by value.
  */
 export async function readView(
   k: KernelContext,
@@ -156,6 +156,8 @@ export interface ScopedRead {
   elements: readonly PolicyElement[];
   /** Synproxy object names the tunnels use or used. */
   synproxies: readonly string[];
+  /** Chains made by value the tunnels use or used (their meters, their flow caps): each one's rules are read. */
+  chains: readonly string[];
 }
 
 /**
@@ -175,8 +177,9 @@ async function readScoped(k: KernelContext, names: readonly string[], owned: Rea
     listCounters(k, r.counterNames),
     Promise.all(els.map((e) => k.nft.getSetElement(t, e.set, e.el))),
     Promise.all([...new Set(r.synproxies)].map(async (n) => ((await k.nft.hasObject(t, n, NFT_OBJECT_SYNPROXY)) ? n : undefined))),
-    // The table's rules: its fixed two dozen plus one rate-limit chain per limit value in use, never per tunnel.
-    k.nft.listRules(t),
+    // Only the chains this change may touch (its meter, its flow caps: a dump filtered by chain), never the table's
+    // every rule: 10,000 tunnels with a per-source limit are 40,000 rules.
+    Promise.all([...new Set(r.chains)].map((c) => k.nft.listRules(t, { chain: c }))),
   ]);
   const view: KernelView = {
     links: new Map(),
@@ -184,7 +187,7 @@ async function readScoped(k: KernelContext, names: readonly string[], owned: Rea
     counterMap: new Map(),
     counters,
     synproxies: new Set(synproxies.filter((n): n is string => n !== undefined)),
-    rateChains: new Set(rules.filter((x) => rateLimitOf(x.chain) !== undefined).map((x) => x.chain)),
+    ...dynamicChains(rules.flat()),
     elements: new Set(),
   };
   ips.forEach((ip, i) => {
@@ -212,7 +215,7 @@ async function readScoped(k: KernelContext, names: readonly string[], owned: Rea
  * have no generation. A commit by someone else between this and the change's own is caught by the batch's
  * genid (ERESTART), and the change is then read back from the kernel after all.
  */
-export async function recordedView(k: KernelContext, names: readonly string[], recorded: readonly TunnelSpec[], shared: { mss: Iterable<number>; pps: Iterable<number> }): Promise<KernelView> {
+export async function recordedView(k: KernelContext, names: readonly string[], recorded: readonly TunnelSpec[], shared: { mss: Iterable<number>; chains: Iterable<string> }): Promise<KernelView> {
   const links = await getLinks(k, names);
   const view: KernelView = {
     links: new Map(),
@@ -220,7 +223,7 @@ export async function recordedView(k: KernelContext, names: readonly string[], r
     counterMap: new Map(),
     counters: new Set(),
     synproxies: new Set([...shared.mss].map(synproxyName)),
-    rateChains: new Set([...shared.pps].map(rateLimitName)),
+    chains: new Set(shared.chains),
     elements: new Set(),
   };
   for (const t of recorded) {

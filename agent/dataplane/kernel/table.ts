@@ -1,11 +1,12 @@
 // The agent's nftables table as a whole: the rules a correct one has (EXPECTED_RULES), and ensureTable(), which
 // builds it when missing and rebuilds it in one batch, keeping every element and counter value, when its rules
 // were tampered with (compared value for value with a dormant reference copy). Also the reads of what such a
-// rebuild keeps: the policy elements, the counter map, the shared synproxy objects and rate-limit chains.
+// rebuild keeps: the policy elements, the counter map, the synproxy objects and chains made by value; and the
+// `bogons` set kept as configured (ensureBogons).
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../netlink/client.ts';
 import type { DecodedRule } from '../../netlink/nftables/index.ts';
-import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY } from '../../netlink/nftables/index.ts';
-import { NFT_TABLE_F_DORMANT, POLICY_SETS, addRateLimitChain, addSynproxyObject, rateLimitOf, synproxyMssOf } from '../../netlink/ruleset.ts';
+import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY, ipv4IntervalElements } from '../../netlink/nftables/index.ts';
+import { BOGONS_SET, DYNAMIC_CHAIN_RULES, NFT_TABLE_F_DORMANT, POLICY_SETS, addDynamicChain, addSynproxyObject, dynamicChainOf, synproxyMssOf } from '../../netlink/ruleset.ts';
 import { LEGACY_ALLOWED_SET, TUNNEL_SETS, elementId, fromLegacyAllowed, type PolicyElement } from '../policy.ts';
 import { COUNTER_MAP, DNAT_MAP, type KernelContext } from './context.ts';
 import { addPolicyElements } from './batch.ts';
@@ -15,10 +16,13 @@ import { addPolicyElements } from './batch.ts';
  * rate-limit chains (one per limit value in use) are the tunnels' and are left out of this comparison.
  */
 export const EXPECTED_RULES = [
-  'early: payload objref',
-  'early: payload bitwise cmp payload lookup payload objref immediate',
-  'early: payload lookup',
-  'early: meta cmp payload bitwise cmp payload lookup notrack',
+  'early: payload lookup immediate',
+  'inbound: payload objref',
+  'inbound: payload lookup meta cmp payload objref immediate',
+  'inbound: payload bitwise cmp payload lookup payload objref immediate',
+  'inbound: payload bitwise cmp immediate',
+  'inbound: payload lookup',
+  'inbound: meta cmp payload bitwise cmp payload lookup notrack',
   'allowlist: payload meta lookup immediate',
   'allowlist: payload meta payload bitwise lookup immediate',
   'allowlist: payload meta payload bitwise lookup immediate',
@@ -26,15 +30,15 @@ export const EXPECTED_RULES = [
   'allowlist: payload meta payload lookup immediate',
   'allowlist: payload objref immediate',
   'prerouting: meta cmp payload bitwise cmp payload lookup payload objref immediate',
-  'prerouting: immediate',
+  'prerouting: payload lookup',
   'prerouting: meta lookup counter payload lookup nat',
+  'nat_out: payload lookup',
   'nat_out: meta cmp payload lookup nat',
   'guard: meta cmp payload bitwise cmp meta cmp rt byteorder exthdr',
   'guard: ct bitwise cmp meta cmp immediate',
   'guard: meta cmp immediate',
   'guard: ct bitwise cmp immediate',
   'guard: ct bitwise cmp immediate',
-  'guard_ct: immediate',
   'guard_ct: payload objref',
   'guard_ct: payload objref immediate',
   'guard_ct: meta cmp immediate',
@@ -51,6 +55,31 @@ export const EXPECTED_RULES = [
   'tunnel_in: meta objref immediate',
   'tunnel_in: immediate',
 ];
+
+/** The table's own rules of a listing: those of the chains made by value (tunnels' meters, flow caps) left out. */
+const ownRules = (rules: readonly DecodedRule[]): DecodedRule[] => rules.filter((r) => dynamicChainOf(r.chain) === undefined);
+
+/**
+ * Of these rules (a whole table's listing, or some chains'), the chains made by value: those with exactly their rules
+ * (by expression names, DYNAMIC_CHAIN_RULES) and those with other rules (one deleted or added by hand).
+ */
+export function dynamicChains(rules: readonly DecodedRule[]): { chains: Set<string>; damagedChains: Set<string> } {
+  const byChain = new Map<string, string[]>();
+  for (const r of rules) {
+    if (dynamicChainOf(r.chain) === undefined) continue;
+    let list = byChain.get(r.chain);
+    if (!list) byChain.set(r.chain, (list = []));
+    list.push(r.exprs.join(' '));
+  }
+  const chains = new Set<string>();
+  const damagedChains = new Set<string>();
+  for (const [name, got] of byChain) {
+    const want = DYNAMIC_CHAIN_RULES[dynamicChainOf(name)!.kind];
+    (got.length === want.length && got.every((x, i) => x === want[i]) ? chains : damagedChains).add(name);
+  }
+  return { chains, damagedChains };
+}
+
 
 /** The policy sets' elements by id (a whole read: reconcile, and the rebuild of a tampered table). */
 async function readElements(k: KernelContext): Promise<Map<string, PolicyElement>> {
@@ -78,11 +107,14 @@ async function readElements(k: KernelContext): Promise<Map<string, PolicyElement
   return out;
 }
 
-/** The synproxy objects and rate-limit chains present: one per distinct value in use, never per tunnel. */
-export async function readShared(k: KernelContext): Promise<{ synproxies: Set<string>; rateChains: Set<string> }> {
+/**
+ * The synproxy objects (one per MSS in use) and the chains made by value present (one per tunnel with a per-source
+ * limit, one per max_flows value in use), from one dump of the table's rules: a chain without a rule (its rules
+ * deleted by hand) is as good as missing, and is built again.
+ */
+export async function readShared(k: KernelContext): Promise<{ synproxies: Set<string>; chains: Set<string>; damagedChains: Set<string> }> {
   const [synproxies, rules] = await Promise.all([k.nft.listObjectNames(k.table, NFT_OBJECT_SYNPROXY), k.nft.listRules(k.table)]);
-  const rateChains = new Set(rules.filter((r) => rateLimitOf(r.chain) !== undefined).map((r) => r.chain));
-  return { synproxies, rateChains };
+  return { synproxies, ...dynamicChains(rules) };
 }
 
 /**
@@ -93,13 +125,13 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
   const tables = await k.nft.listTables();
   const exists = tables.some((t) => t.name === k.table && t.family === NFPROTO_IPV4);
   if (exists) {
-    const listed = (await k.nft.listRules(k.table)).filter((r) => rateLimitOf(r.chain) === undefined);
+    const listed = ownRules(await k.nft.listRules(k.table));
     const rules = listed.map((r) => `${r.chain}: ${r.exprs.join(' ')}`);
     if (rules.length === EXPECTED_RULES.length && rules.every((r, i) => r === EXPECTED_RULES[i]) && (await sameAsBuilt(k, listed))) return 'present';
   }
   const b = new NftBatch();
   let elements:
-    | { dnat: Map<string, string>; ctrMap: Map<string, string>; counters: { name: string; bytes?: bigint; packets?: bigint }[]; policy: Map<string, PolicyElement>; shared: { synproxies: Set<string>; rateChains: Set<string> } }
+    | { dnat: Map<string, string>; ctrMap: Map<string, string>; counters: { name: string; bytes?: bigint; packets?: bigint }[]; policy: Map<string, PolicyElement>; shared: { synproxies: Set<string>; chains: Set<string> } }
     | undefined;
   if (exists) {
     // A table of an older agent lacks some sets: what cannot be read is rebuilt by the next reconcile (restore).
@@ -108,28 +140,33 @@ export async function ensureTable(k: KernelContext): Promise<'created' | 'presen
       ctrMap: await counterMap(k).catch(() => new Map<string, string>()),
       counters: await k.nft.listCounters(k.table),
       policy: await readElements(k).catch(() => new Map<string, PolicyElement>()),
-      shared: await readShared(k).catch(() => ({ synproxies: new Set<string>(), rateChains: new Set<string>() })),
+      // A damaged chain is built whole like the others (the table is made anew); an older agent's chains (a rate-limit
+      // chain per limit value) are no chains made by value: they and the elements jumping to them go, and the
+      // restore's reconcile adds the tunnels' own.
+      shared: await readShared(k)
+        .then((x) => ({ synproxies: x.synproxies, chains: new Set([...x.chains, ...x.damagedChains]) }))
+        .catch(() => ({ synproxies: new Set<string>(), chains: new Set<string>() })),
     };
     b.deleteTable(k.table);
   }
-  addTunnelgateRuleset(b, { table: k.table, ifnamePrefix: k.linkPrefix });
+  addTunnelgateRuleset(b, { table: k.table, ifnamePrefix: k.linkPrefix, bogons: k.bogons });
   if (elements) {
     for (const c of elements.counters) b.addCounter({ table: k.table, name: c.name, bytes: c.bytes, packets: c.packets });
     if (elements.dnat.size) b.addElements({ table: k.table, set: DNAT_MAP, elements: [...elements.dnat].map(([a, v]) => ipv4MapElement(a, v)) });
     const names = new Set(elements.counters.map((c) => c.name));
     const refs = [...elements.ctrMap].filter(([, n]) => names.has(n));
     if (refs.length) b.addElements({ table: k.table, set: COUNTER_MAP, elements: refs.map(([a, n]) => ipv4ObjElement(a, n)) });
-    const { synproxies, rateChains } = elements.shared;
+    const { synproxies, chains } = elements.shared;
     for (const n of synproxies) {
       const mss = synproxyMssOf(n);
       if (mss !== undefined) addSynproxyObject(b, k.table, mss);
     }
-    for (const c of rateChains) addRateLimitChain(b, k.table, rateLimitOf(c)!);
+    for (const c of chains) addDynamicChain(b, k.table, c, k.sizes);
     const keep = [...elements.policy.values()].filter((e) => {
       const el = e.el;
       const o = el.objref;
       if (o !== undefined) return e.set === POLICY_SETS.synproxy ? synproxies.has(o) : names.has(o);
-      return el.verdict?.chain === undefined || rateChains.has(el.verdict.chain);
+      return el.verdict?.chain === undefined || chains.has(el.verdict.chain);
     });
     addPolicyElements(b, k.table, keep, 'add');
   }
@@ -158,7 +195,7 @@ async function sameAsBuilt(k: KernelContext, listed: readonly DecodedRule[]): Pr
     return false;
   }
   try {
-    const want = (await k.nft.listRules(ref)).filter((r) => rateLimitOf(r.chain) === undefined);
+    const want = ownRules(await k.nft.listRules(ref));
     const body = (r: DecodedRule): string => `${r.chain}: ${r.exprs.map((e, i) => (e === 'counter' ? e : `${e}(${r.exprData[i]})`)).join(' ')}`;
     return want.length === listed.length && want.every((r, i) => body(r) === body(listed[i]!));
   } catch {
@@ -171,4 +208,21 @@ async function sameAsBuilt(k: KernelContext, listed: readonly DecodedRule[]): Pr
 
 export function counterMap(k: KernelContext): Promise<Map<string, string>> {
   return k.nft.listIpv4ObjMap(k.table, COUNTER_MAP);
+}
+
+/**
+ * Makes the `bogons` set hold exactly the agent's prefixes (a configuration changed between runs, an element
+ * deleted by hand): read back (a few elements), and when they differ, flushed and filled in one batch. At start
+ * and with every full reconcile; true when it changed anything.
+ */
+export async function ensureBogons(k: KernelContext): Promise<boolean> {
+  const want = ipv4IntervalElements(k.bogons).map((e) => `${Buffer.from(e.key).toString('hex')}:${e.flags ?? 0}`);
+  const have: string[] = [];
+  await k.nft.eachSetElement(k.table, BOGONS_SET, (e) => void have.push(`${e.key.toString('hex')}:${e.flags ?? 0}`));
+  const sorted = (x: string[]): string => [...x].sort().join(' ');
+  if (sorted(have) === sorted(want)) return false;
+  const b = new NftBatch().flushSet(k.table, BOGONS_SET);
+  if (k.bogons.length) b.addElements({ table: k.table, set: BOGONS_SET, elements: ipv4IntervalElements(k.bogons) });
+  await k.nft.commit(b);
+  return true;
 }

@@ -187,6 +187,11 @@ export class NftBatch {
     return this.elements(NFT_MSG_DELSETELEM, NLM_F_REQUEST, 'delete', { ...e, elements: e.elements.map((x) => ({ key: x.key })) });
   }
 
+  /** Deletes every element of a set (`flush set`: a DELSETELEM naming no element). */
+  flushSet(table: string, name: string): this {
+    return this.push(NFT_MSG_DELSETELEM, NLM_F_REQUEST, `flush set ${table}/${name}`, (w) => w.attrString(NFTA_SET_TABLE_ATTR, table).attrString(NFTA_SET_NAME_ATTR, name));
+  }
+
   deleteSet(table: string, name: string): this {
     return this.push(NFT_MSG_DELSET, NLM_F_REQUEST, `delete set ${table}/${name}`, (w) => w.attrString(NFTA_SET_TABLE_ATTR, table).attrString(NFTA_SET_NAME_ATTR, name));
   }

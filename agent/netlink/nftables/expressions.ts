@@ -99,6 +99,9 @@ const NFTA_DYNSET_SET_ID = 2;
 const NFTA_DYNSET_OP = 3;
 const NFTA_DYNSET_SREG_KEY = 4;
 const NFTA_DYNSET_EXPR = 7;
+/** `add @set { ... }`: the element is added when missing; an existing one keeps its timeout. */
+export const NFT_DYNSET_OP_ADD = 0;
+/** `update @set { ... }`: added when missing, and its timeout restarted on every packet. */
 export const NFT_DYNSET_OP_UPDATE = 1;
 
 const NFTA_LIMIT_RATE = 1;
@@ -110,6 +113,21 @@ const NFT_LIMIT_PKTS = 0;
 const NFT_LIMIT_F_INV = 1;
 /** nft's default burst for `limit rate N/second` (packets). */
 export const NFT_LIMIT_DEFAULT_BURST = 5;
+
+const NFTA_CONNLIMIT_COUNT = 1;
+const NFTA_CONNLIMIT_FLAGS = 2;
+const NFT_CONNLIMIT_F_INV = 1;
+
+const NFTA_HASH_SREG = 1;
+const NFTA_HASH_DREG = 2;
+const NFTA_HASH_LEN = 3;
+const NFTA_HASH_MODULUS = 4;
+const NFTA_HASH_OFFSET = 6;
+const NFTA_HASH_TYPE = 7;
+const NFT_HASH_JENKINS = 0;
+
+const NFTA_EXPR_NAME = 1;
+const NFTA_EXPR_DATA = 2;
 
 const NFTA_BYTEORDER_SREG = 1;
 const NFTA_BYTEORDER_DREG = 2;
@@ -182,27 +200,49 @@ export const expr = {
     return { name: 'notrack' };
   },
   /**
-   * `update @set { KEY limit rate over N/second }`: the element for the key in sreg is added or refreshed and
-   * its own limit (a copy of this template per element) decides whether the rule goes on.
+   * `update @set { KEY <expr> }` / `add @set { KEY <expr> }`: the element for the key in sreg is added (and with
+   * `update` its timeout restarted), and its own copy of `template` (a stateful expression: a limit, a ct count)
+   * decides whether the rule goes on. A set that is full adds nothing and the rule ends (NFT_BREAK).
    */
-  dynsetUpdateLimit(set: SetRef, perSecond: number, sreg = NFT_REG_1): Expr {
+  dynset(set: SetRef, op: number, template: Expr, sreg = NFT_REG_1): Expr {
     return {
       name: 'dynset',
       data: (w) => {
-        w.attrU32be(NFTA_DYNSET_SREG_KEY, sreg).attrU32be(NFTA_DYNSET_OP, NFT_DYNSET_OP_UPDATE).attrString(NFTA_DYNSET_SET_NAME, set.name);
+        w.attrU32be(NFTA_DYNSET_SREG_KEY, sreg).attrU32be(NFTA_DYNSET_OP, op).attrString(NFTA_DYNSET_SET_NAME, set.name);
         if (set.id !== undefined) w.attrU32be(NFTA_DYNSET_SET_ID, set.id);
         w.nest(NFTA_DYNSET_EXPR, (e) => {
-          e.attrString(1 /* NFTA_EXPR_NAME */, 'limit');
-          e.nest(2 /* NFTA_EXPR_DATA */, (d) =>
-            d
-              .attrU64be(NFTA_LIMIT_RATE, BigInt(perSecond))
-              .attrU64be(NFTA_LIMIT_UNIT, 1n)
-              .attrU32be(NFTA_LIMIT_BURST, NFT_LIMIT_DEFAULT_BURST)
-              .attrU32be(NFTA_LIMIT_TYPE, NFT_LIMIT_PKTS)
-              .attrU32be(NFTA_LIMIT_FLAGS, NFT_LIMIT_F_INV),
-          );
+          e.attrString(NFTA_EXPR_NAME, template.name);
+          const data = template.data;
+          if (data) e.nest(NFTA_EXPR_DATA, (d) => data(d));
         });
       },
+    };
+  },
+  /**
+   * `limit rate [over] N/second [burst B packets]`: a token bucket of B packets refilled at N a second. Without
+   * `over` the rule goes on while there are tokens; with it, once there are none.
+   */
+  limit(perSecond: number, opts: { over?: boolean; burst?: number } = {}): Expr {
+    return {
+      name: 'limit',
+      data: (d) =>
+        d
+          .attrU64be(NFTA_LIMIT_RATE, BigInt(perSecond))
+          .attrU64be(NFTA_LIMIT_UNIT, 1n)
+          .attrU32be(NFTA_LIMIT_BURST, opts.burst ?? NFT_LIMIT_DEFAULT_BURST)
+          .attrU32be(NFTA_LIMIT_TYPE, NFT_LIMIT_PKTS)
+          .attrU32be(NFTA_LIMIT_FLAGS, opts.over ? NFT_LIMIT_F_INV : 0),
+    };
+  },
+  /** `ct count over N`: the connections counted under the key (this one added) are more than N. */
+  connlimitOver(count: number): Expr {
+    return { name: 'connlimit', data: (w) => w.attrU32be(NFTA_CONNLIMIT_COUNT, count).attrU32be(NFTA_CONNLIMIT_FLAGS, NFT_CONNLIMIT_F_INV) };
+  },
+  /** `jhash <len bytes from sreg> mod M` into dreg (no seed: the kernel draws one per rule, and does not list it). */
+  jhash(sreg: number, len: number, modulus: number, dreg: number): Expr {
+    return {
+      name: 'hash',
+      data: (w) => w.attrU32be(NFTA_HASH_SREG, sreg).attrU32be(NFTA_HASH_DREG, dreg).attrU32be(NFTA_HASH_LEN, len).attrU32be(NFTA_HASH_MODULUS, modulus).attrU32be(NFTA_HASH_OFFSET, 0).attrU32be(NFTA_HASH_TYPE, NFT_HASH_JENKINS),
     };
   },
   payload(base: number, offset: number, len: number, dreg = NFT_REG_1): Expr {

@@ -31,8 +31,12 @@ export function ruleBody(w: NlWriter, r: RuleSpec): void {
   });
 }
 
-export function encodeGetRules(table: string, seq: number, family = NFPROTO_IPV4): Buffer {
-  return getMessage(NFT_MSG_GETRULE, NLM_F_REQUEST | NLM_F_DUMP, seq, family, (w) => w.attrString(NFTA_RULE_TABLE, table));
+/** NFT_MSG_GETRULE dump of a table's rules, or of one chain's (`nft list chain` sends the chain too). */
+export function encodeGetRules(table: string, seq: number, family = NFPROTO_IPV4, chain?: string): Buffer {
+  return getMessage(NFT_MSG_GETRULE, NLM_F_REQUEST | NLM_F_DUMP, seq, family, (w) => {
+    w.attrString(NFTA_RULE_TABLE, table);
+    if (chain !== undefined) w.attrString(NFTA_RULE_CHAIN, chain);
+  });
 }
 
 export interface DecodedRule {

@@ -41,13 +41,21 @@ const NFTA_SET_ELEM_LIST_SET_ID = 4;
 const NFTA_SET_ELEM_KEY = 1;
 const NFTA_SET_ELEM_DATA = 2;
 const NFTA_SET_ELEM_FLAGS = 3;
+const NFTA_SET_ELEM_USERDATA = 6;
 const NFTA_SET_ELEM_OBJREF = 9;
 const NFTA_SET_ELEM_KEY_END = 10;
+/** An interval set's element that ends an interval (the first address past it): NFTA_SET_ELEM_FLAGS. */
+export const NFT_SET_ELEM_INTERVAL_END = 1;
+// libnftnl include/udata.h: an element's userdata record, and nft's flag for an interval open to the end of the space
+const NFTNL_UDATA_SET_ELEM_FLAGS = 1;
+const NFTNL_SET_ELEM_F_INTERVAL_OPEN = 1;
 
 // nftables userspace (src/datatype.h, not uapi): set key/data type ids nft stores and prints by
 export const NFT_TYPE_IPADDR = 7;
 export const NFT_TYPE_INET_PROTOCOL = 12;
 export const NFT_TYPE_INET_SERVICE = 13;
+/** A 32-bit integer (`mark`): how a `type` declaration spells a hash bucket in a concatenation. */
+export const NFT_TYPE_MARK = 19;
 export const NFT_TYPE_IFNAME = 41;
 /** Bits per type id in a concatenation's type (nft: TYPE_BITS). */
 const CONCAT_TYPE_BITS = 6;
@@ -205,6 +213,10 @@ export interface SetElement {
   verdict?: { code: number; chain?: string };
   /** Object map value: the object's name (NFTA_SET_ELEM_OBJREF). */
   objref?: string;
+  /** NFTA_SET_ELEM_FLAGS (NFT_SET_ELEM_INTERVAL_END), sent as nft does: by interval elements only. */
+  flags?: number;
+  /** NFTA_SET_ELEM_USERDATA: what nft stores with an element to print it back (an interval open to the end). */
+  userdata?: Uint8Array;
 }
 
 export interface ElementsSpec {
@@ -231,6 +243,8 @@ export function elementSize(el: SetElement): number {
   if (el.data) n += 4 + attrSize(el.data.length);
   if (el.verdict) n += 4 + 4 + 8 + (el.verdict.chain !== undefined ? attrSize(Buffer.byteLength(el.verdict.chain) + 1) : 0);
   if (el.objref !== undefined) n += attrSize(Buffer.byteLength(el.objref) + 1);
+  if (el.flags !== undefined) n += 8;
+  if (el.userdata) n += attrSize(el.userdata.length);
   return n;
 }
 
@@ -245,12 +259,50 @@ export function elementsBody(w: NlWriter, e: ElementsSpec, els: readonly SetElem
 }
 
 function encodeElement(w: NlWriter, el: SetElement): void {
+  if (el.flags !== undefined) w.attrU32be(NFTA_SET_ELEM_FLAGS, el.flags);
   dataValue(w, NFTA_SET_ELEM_KEY, el.key);
   if (el.keyEnd) dataValue(w, NFTA_SET_ELEM_KEY_END, el.keyEnd);
   if (el.data) dataValue(w, NFTA_SET_ELEM_DATA, el.data);
   const v = el.verdict;
   if (v) w.nest(NFTA_SET_ELEM_DATA, (d) => verdictData(d, v.code, v.chain));
   if (el.objref !== undefined) w.attrString(NFTA_SET_ELEM_OBJREF, el.objref);
+  if (el.userdata) w.attrBytes(NFTA_SET_ELEM_USERDATA, el.userdata);
+}
+
+/**
+ * The elements of an interval set of IPv4 prefixes (`type ipv4_addr; flags interval`), as nft sends them: the
+ * prefixes sorted and merged, each interval as its first address and an end element holding the first address
+ * past it (flags NFT_SET_ELEM_INTERVAL_END); an interval running to 255.255.255.255 has no end element and is
+ * marked open in its userdata.
+ */
+export function ipv4IntervalElements(cidrs: readonly string[]): SetElement[] {
+  const ranges = cidrs
+    .map((c) => {
+      const [addr = '', len = '32'] = c.split('/');
+      const bits = Number(len);
+      const start = ipv4ToBytes(addr).readUInt32BE(0);
+      const mask = bits === 0 ? 0 : (0xffffffff << (32 - bits)) >>> 0;
+      const from = (start & mask) >>> 0;
+      return [from, from + 2 ** (32 - bits) - 1] as [number, number];
+    })
+    .sort((a, b) => a[0] - b[0]);
+  const merged: [number, number][] = [];
+  for (const r of ranges) {
+    const last = merged[merged.length - 1];
+    if (last && r[0] <= last[1] + 1) last[1] = Math.max(last[1], r[1]);
+    else merged.push([r[0], r[1]]);
+  }
+  const u32 = (v: number): Buffer => {
+    const b = Buffer.alloc(4);
+    b.writeUInt32BE(v >>> 0);
+    return b;
+  };
+  const out: SetElement[] = [];
+  for (const [from, to] of merged) {
+    if (to === 0xffffffff) out.push({ key: u32(from), userdata: udata([[NFTNL_UDATA_SET_ELEM_FLAGS, hostU32(NFTNL_SET_ELEM_F_INTERVAL_OPEN)]]) });
+    else out.push({ key: u32(from) }, { flags: NFT_SET_ELEM_INTERVAL_END, key: u32(to + 1) });
+  }
+  return out;
 }
 
 /** ipv4 → ipv4 map element (protected ip → origin inner ip). */
@@ -389,6 +441,8 @@ export interface ElementView {
   data?: Buffer;
   objref?: string;
   verdict?: { code: number; chain?: string };
+  /** NFTA_SET_ELEM_FLAGS when the kernel sent them (an interval set's end elements). */
+  flags?: number;
 }
 
 const NFTA_VERDICT_CODE_ATTR = 1;
@@ -411,6 +465,8 @@ export function eachSetElementView(msg: NlMsg, visit: (e: ElementView) => void):
     }
     const obj = e.get(NFTA_SET_ELEM_OBJREF);
     if (obj) v.objref = readString(obj);
+    const flags = e.u32be(NFTA_SET_ELEM_FLAGS);
+    if (flags) v.flags = flags;
     visit(v);
   });
 }

@@ -7,7 +7,7 @@ import { OwnedIndex, intentOver, type OwnedTunnel } from '../../../agent/datapla
 import { sameSpec } from '../../../agent/dataplane/spec-compare.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { LINK_KEYED_SETS, isAllowedId, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
-import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
+import { flowsChainName, meterChainName, synproxyName } from '../../../agent/netlink/ruleset.ts';
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
 import { benchTunnel } from '../../../bench/lib/tunnels.ts';
 
@@ -35,7 +35,8 @@ function viewOf(specs: TunnelSpec[]): KernelView {
     counterMap: new Map(specs.map((s) => [s.protected_ip, s.tunnel_name])),
     counters: new Set(specs.flatMap(tunnelCounterNames)),
     synproxies: new Set(),
-    rateChains: new Set(),
+    // Every tunnel's flow caps (and a meter with a per-source limit) are chains made by value the kernel has.
+    chains: new Set(specs.flatMap((s) => sharedNeeds(s).chains)),
   };
 }
 const ownedOf = (specs: TunnelSpec[]): Map<string, OwnedTunnel> => new Map(specs.map((s) => [s.id, { spec: s }]));
@@ -151,7 +152,7 @@ describe('dataplane diff', () => {
       for (const s of specs) {
         const n = sharedNeeds(s);
         if (n.mss !== undefined) v.synproxies.add(synproxyName(n.mss));
-        if (n.pps !== undefined) v.rateChains.add(rateLimitName(n.pps));
+        for (const c of n.chains) v.chains.add(c);
       }
       return v;
     };
@@ -277,22 +278,36 @@ describe('dataplane diff', () => {
       expect([retried.narrowed, retried.flush]).toEqual([[], [narrow.protected_ip]]);
     });
 
-    it('a rate-limit chain comes with its first user and goes with its last; a synproxy object per MSS likewise', () => {
+    it('a meter chain per tunnel with a limit (two tunnels of one limit never share one); a flow-cap chain per max_flows value and a synproxy object per MSS come with their first user and go with their last', () => {
       const a = t(1, { policy: policy({ source_pps_limit: 500, syn_proxy: true }) });
       const b = t(2, { policy: policy({ source_pps_limit: 500 }) });
+      const [meterA, meterB, flows] = [meterChainName(a.tunnel_name, 500), meterChainName(b.tunnel_name, 500), flowsChainName(65_536)];
       let p = diff({ desired: [a], owned: new Map(), view: viewOf([]), scope: new Set(['id1']) });
-      expect(p.nft.addRateLimits).toEqual([500]);
+      expect(p.nft.addChains.sort()).toEqual([flows, meterA].sort());
       expect(p.nft.addSynproxies).toEqual([1436]);
-      // the second user of the same limit adds no chain
+      // the second user of the same limit gets a meter of its own; the flow caps of the same max_flows are there
       p = diff({ desired: [b], owned: ownedOf([a]), view: fullView([a]), scope: new Set(['id2']) });
-      expect(p.nft.addRateLimits).toEqual([]);
-      // removing one user keeps it, removing the last deletes it (after its elements, in the same batch)
+      expect(p.nft.addChains).toEqual([meterB]);
+      // removing one user deletes its meter and keeps the shared flow caps; removing the last deletes those too
       p = diff({ desired: [], owned: ownedOf([a, b]), view: fullView([a, b]), scope: new Set(['id1']) });
-      expect(p.nft.delRateLimits).toEqual([]);
+      expect(p.nft.delChains).toEqual([meterA]);
       expect(p.nft.delSynproxies).toEqual([synproxyName(1436)]);
       p = diff({ desired: [], owned: ownedOf([b]), view: fullView([b]), scope: new Set(['id2']) });
-      expect(p.nft.delRateLimits).toEqual([rateLimitName(500)]);
-      expect(p.nft.delElements.some((e) => e.el.verdict?.chain === rateLimitName(500))).toBe(true);
+      expect(p.nft.delChains.sort()).toEqual([flows, meterB].sort());
+      expect(p.nft.delElements.some((e) => e.el.verdict?.chain === meterB)).toBe(true);
+      expect(p.nft.delElements.some((e) => e.el.verdict?.chain === flows)).toBe(true);
+      // a new limit, or a new max_flows, is another chain: the old one goes in the same plan
+      const faster = t(1, { policy: policy({ source_pps_limit: 900, max_flows: 2_000 }) });
+      p = diff({ desired: [faster], owned: ownedOf([{ ...a, policy: policy({ source_pps_limit: 500 }) }]), view: fullView([{ ...a, policy: policy({ source_pps_limit: 500 }) }]), scope: new Set(['id1']) });
+      expect(p.nft.addChains.sort()).toEqual([flowsChainName(2_000), meterChainName(a.tunnel_name, 900)].sort());
+      expect(p.nft.delChains.sort()).toEqual([flows, meterA].sort());
+      // a damaged chain that is still wanted is built again; one nobody wants goes
+      const damaged = fullView([a]);
+      damaged.chains.delete(meterA);
+      damaged.damagedChains = new Set([meterA, meterB]);
+      p = diff({ desired: [a], owned: ownedOf([a]), view: damaged, scope: 'all' });
+      expect(p.nft.addChains).toEqual([meterA]);
+      expect(p.nft.delChains).toEqual([meterB]);
     });
 
     it('a single-tunnel change with the records\' index never walks the records, and plans as without it', () => {

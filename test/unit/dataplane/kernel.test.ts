@@ -39,7 +39,8 @@ import type { KernelView, ObservedLink } from '../../../agent/dataplane/plan.ts'
 import type { Conntrack } from '../../../agent/dataplane/conntrack.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
 import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';
-import { tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
+import { CAPTURED_RULESET } from '../../fixtures/netlink/ruleset.ts';
 import { benchTunnel } from '../../../bench/lib/tunnels.ts';
 import { capturedMessages, loadCapture } from '../netlink/fixtures.ts';
 
@@ -67,6 +68,8 @@ function context(h: Handler): { k: KernelContext; kernel: KernelStandIn } {
     },
     table: 'tunnelgate',
     linkPrefix: 'tg-',
+    sizes: { meterSources: 65_536, flowEntries: 262_144 },
+    bogons: [],
     driver: vethStandinDriver,
   };
   return { k, kernel };
@@ -82,6 +85,7 @@ function batchOf(kernel: KernelStandIn): NlMsg[] {
 describe('ensureTable over recorded replies', () => {
   it('builds a missing table in one batch: the messages `nft -f` sends for the same ruleset', async () => {
     const { k, kernel } = context(() => undefined); // no tables at all
+    k.bogons = CAPTURED_RULESET.bogons;
     expect(await ensureTable(k)).toBe('created');
     const ours = batchOf(kernel);
     expect(ours.every((m) => m.flags & NLM_F_ACK)).toBe(true);
@@ -187,6 +191,7 @@ describe('readView over recorded replies', () => {
       counterNames: tunnelCounterNames(spec),
       elements: tunnelElements(spec),
       synproxies: ['syn1436'],
+      chains: sharedNeeds(spec).chains,
     });
     expect(Object.fromEntries(view.dnat)).toEqual({ '203.0.113.1': '100.64.0.10' });
     expect(view.counterMap.size).toBe(0);
@@ -194,7 +199,7 @@ describe('readView over recorded replies', () => {
     expect(view.links.get('tgv0')).toMatchObject({ name: 'tgv0', mtu: 1476 });
     const nftRequests = kernel.requests.filter((r) => r.type !== RTM_GETLINK && r.type !== RTM_GETADDR);
     const dumps = nftRequests.filter((r) => (r.flags & NLM_F_DUMP) !== 0).map((r) => r.type);
-    // Only the rule list (two dozen rules and one chain per rate limit in use, never per tunnel).
+    // Only the rules of the tunnel's own chains made by value (here its flow caps'), never the table's every rule.
     expect(dumps).toEqual([nftType(NFT_MSG_GETRULE)]);
     // One GET per key: two maps, the tunnel's elements, its six counters and the synproxy object.
     expect(nftRequests.filter((r) => r.type === nftType(NFT_MSG_GETSETELEM))).toHaveLength(2 + tunnelElements(spec).length);
@@ -353,7 +358,7 @@ describe('applyPlan: a first apply of many tunnels', () => {
     const conntrack = { flushDestinations: async () => 0, flushDisallowed: async () => 0 } as unknown as Conntrack;
     k.conntrack = () => conntrack;
     const tunnels = Array.from({ length: 2 * WHOLE_PER_BATCH + 3 }, (_, i) => benchTunnel(i + 1));
-    const view = { links: new Map(), dnat: new Map(), counterMap: new Map(), counters: new Set<string>(), synproxies: new Set<string>(), rateChains: new Set<string>(), elements: new Set<string>() };
+    const view = { links: new Map(), dnat: new Map(), counterMap: new Map(), counters: new Set<string>(), synproxies: new Set<string>(), chains: new Set<string>(), elements: new Set<string>() };
     const plan = diff({ desired: tunnels, owned: new Map(), view, scope: 'all' });
     expect(plan.nft.addWhole).toHaveLength(tunnels.length);
     // The links are another test's (test/netns): here the nft side alone.

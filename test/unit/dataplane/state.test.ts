@@ -51,14 +51,14 @@ describe('StateStore durability', () => {
     const withPolicy = { ...spec(2), policy: { ports: '*' as const, protocol: 'both' as const, syn_proxy: true, source_pps_limit: 100, drop_fragments: false } };
     state.commit([{ spec: spec(1) }, { spec: withPolicy }], []);
     expect([...(state.index.byName('tg-2') ?? [])]).toEqual([withPolicy.id]);
-    expect([...state.index.ppsUsers()]).toEqual([[100, 1]]);
+    expect([...state.index.chainUsers()].sort()).toEqual([['flows_65536', 2], ['ratelimit_tg-2_100', 1]]);
     // A rename and a new IP move the entries; a removal drops them and its shared-object use.
     state.commit([{ spec: { ...withPolicy, tunnel_name: 'tg-22', protected_ip: '203.0.113.22' } }], []);
     expect(state.index.byName('tg-2')).toBeUndefined();
     expect([...(state.index.byIp('203.0.113.22') ?? [])]).toEqual([withPolicy.id]);
     state.commit([], [withPolicy.id]);
     expect(state.index.byName('tg-22')).toBeUndefined();
-    expect([...state.index.ppsUsers()]).toEqual([]);
+    expect([...state.index.chainUsers()]).toEqual([['flows_65536', 1]]);
     expect([...state.index.mssUsers()]).toEqual([]);
     state.close();
     // Read back at start: the index is rebuilt from the journal.

@@ -21,13 +21,13 @@ import {
   ipv4MapElement,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
-import { addRateLimitChain, addSynproxyObject, addTunnelgateRuleset, deleteRateLimitChain, rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
+import { addDynamicChain, addSynproxyObject, addTunnelgateRuleset, deleteDynamicChain, synproxyName } from '../../../agent/netlink/ruleset.ts';
 import type { SetElement } from '../../../agent/netlink/nftables/index.ts';
 import { tunnelElements } from '../../../agent/dataplane/policy.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { capturedMessages, loadCapture, norm } from './fixtures.ts';
 import { CAPTURED_RULESET } from '../../fixtures/netlink/ruleset.ts';
-import { rulesetNftText } from '../../netns/ruleset-text.ts';
+import { TEXT_CHAIN_SIZES, rulesetNftText } from '../../netns/ruleset-text.ts';
 
 /** The sendmsg that carried nft's transaction: BATCH_BEGIN first, and something between it and END. */
 function capturedBatch(name: string): Buffer {
@@ -41,6 +41,12 @@ function capturedBatch(name: string): Buffer {
 
 const encodeLikeNft = (b: NftBatch): Buffer => b.encode({ firstSeq: 0, ack: false }).data;
 
+/**
+ * The id nft sends with its reference to drop_rate_limited: its place among the table's sets (16th), after the ids
+ * of the batch's new sets (one for a meter, two for the flow caps).
+ */
+const dropRateLimitedId = (newSets: number): number => 16 + newSets;
+
 describe('nft batches, byte for byte', () => {
   // One text for the table: the capture below was taken of the text twin (test/netns/ruleset-text.ts), which
   // test/netns/ruleset-text.test.ts holds equal to the agent's table as the kernel lists it. Edit the twin,
@@ -49,9 +55,9 @@ describe('nft batches, byte for byte', () => {
     expect(loadCapture('nft-setup').input).toBe(rulesetNftText(CAPTURED_RULESET));
   });
 
-  it('the whole table: maps, chains, counter, objref counter rule in its own filter chain, dnat rule with { tcp, udp }, MSS clamp', () => {
+  it('the whole table: maps, chains, counter, the bogons interval set and its elements, objref counter rules, dnat rule with { tcp, udp }, MSS clamp', () => {
     const b = new NftBatch();
-    addTunnelgateRuleset(b, { table: 'tunnelgate', ifnamePrefix: 'tg-', counters: ['tun-1'] });
+    addTunnelgateRuleset(b, { table: 'tunnelgate', ifnamePrefix: 'tg-', counters: ['tun-1'], bogons: CAPTURED_RULESET.bogons });
     const ours = parseMessages(encodeLikeNft(b));
     const theirs = parseMessages(capturedBatch('nft-setup'));
     // message by message first, for a readable failure, then the whole datagram
@@ -79,11 +85,17 @@ describe('nft batches, byte for byte', () => {
     expect(norm(encodeLikeNft(new NftBatch().deleteTable('tunnelgate')))).toBe(norm(capturedBatch('nft-table-del')));
   });
 
-  it('a rate-limit chain: its meter (dynamic, timeout, size), the chain, and the dynset + limit rule', () => {
+  it("a tunnel's meter chain: its set (dynamic, timeout, size), the update with a limit, the inverted lookups, the rule's own limit", () => {
     const b = new NftBatch();
-    // nft names the drop map by its cache id too (13); the kernel finds an existing set by name.
-    addRateLimitChain(b, 'tunnelgate', 100, { dropMapId: 13 });
-    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-ratelimit-add')));
+    // nft names the drop map by its cache id too; the kernel finds an existing set by name.
+    addDynamicChain(b, 'tunnelgate', 'ratelimit_tg-t1_100', TEXT_CHAIN_SIZES, { dropMapId: dropRateLimitedId(1) });
+    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-meter-add')));
+  });
+
+  it('the flow caps of a max_flows value: two sets, a limit per protected IP, ct count per hash bucket (jhash of address and port)', () => {
+    const b = new NftBatch();
+    addDynamicChain(b, 'tunnelgate', 'flows_65536', TEXT_CHAIN_SIZES, { dropMapId: dropRateLimitedId(2) });
+    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-flows-add')));
   });
 
   it('a synproxy object (mss, wscale, timestamp and sack-perm)', () => {
@@ -123,8 +135,10 @@ describe('nft batches, byte for byte', () => {
     b.addElements({ table: 'tunnelgate', set: 'fragments', setId: 10, elements: one('fragments') });
     b.addElements({ table: 'tunnelgate', set: 'syn_proxy', setId: 12, elements: one('syn_proxy') });
     b.addElements({ table: 'tunnelgate', set: 'rate_limits', setId: 13, elements: one('rate_limits') });
+    b.addElements({ table: 'tunnelgate', set: 'flow_limits', setId: 20, elements: one('flow_limits') });
     b.addElements({ table: 'tunnelgate', set: 'drop_spoofed', setId: 14, elements: ctr(one('drop_spoofed')) });
     b.addElements({ table: 'tunnelgate', set: 'drop_not_allowed', setId: 15, elements: ctr(one('drop_not_allowed')) });
+    b.addElements({ table: 'tunnelgate', set: 'drop_spoofed_in', setId: 21, elements: ctr(one('drop_spoofed_in')) });
     expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-policy-elements')));
     // Deleting sends the key alone.
     const d = new NftBatch();
@@ -134,11 +148,12 @@ describe('nft batches, byte for byte', () => {
     expect(norm(encodeLikeNft(d))).toBe(norm(capturedBatch('nft-policy-elements-del')));
   });
 
-  it('removing a rate-limit chain (flush, delete chain, delete meter) and a synproxy object', () => {
+  it('removing chains made by value (flush, delete chain, delete its sets) and a synproxy object', () => {
     const b = new NftBatch();
-    deleteRateLimitChain(b, 'tunnelgate', rateLimitName(100));
+    deleteDynamicChain(b, 'tunnelgate', 'ratelimit_tg-t1_100');
+    deleteDynamicChain(b, 'tunnelgate', 'flows_65536');
     b.deleteSynproxy('tunnelgate', synproxyName(1436));
-    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-ratelimit-del')));
+    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-dynchains-del')));
   });
 
   it('GETSETELEM dump request as `nft list map` sends it', () => {
