@@ -49,9 +49,13 @@ export function expiresMs(text: string, set: string): number {
  */
 export const firstLastSeconds = (obsListing: string): number => (expiresMs(obsListing, 'last') - expiresMs(obsListing, 'first')) / 1000;
 
-/** The handle of the ONE rule of an `nft -a list chain` listing whose text contains `text`. */
-export function ruleHandle(chainListing: string, text: string): string {
-  const lines = chainListing.split('\n').filter((l) => l.includes(text) && l.includes('# handle'));
+/**
+ * The handle of the ONE rule of an `nft -a list chain` listing whose text contains `text` (with `exact`, whose whole
+ * text is `text`: a rule that is a part of another's, such as a chain's last `counter ... drop`).
+ */
+export function ruleHandle(chainListing: string, text: string, exact = false): string {
+  const body = (l: string): string => l.replace(/# handle \d+/, '').trim();
+  const lines = chainListing.split('\n').filter((l) => l.includes('# handle') && (exact ? body(l) === text : l.includes(text)));
   if (lines.length !== 1) throw new Error(`expected one rule with "${text}", found ${lines.length}:\n${chainListing}`);
   return /# handle (\d+)/.exec(lines[0]!)![1]!;
 }

@@ -37,7 +37,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
 
   beforeAll(async () => {
     edge = new DataplaneEdge('tg-dpgen');
-    dp = await createDataplane({ edgeIp: EDGE_IP, nftTable: T, stateDir: edge.stateDir, netns: edge.name, linkKind: 'veth-standin', log: (e, fields) => {
+    // What the next reconcile makes of another program's commits: the repair the agent starts by itself when it hears
+    // one touch the table (test/netns/edge-heal.test.ts) would come first.
+    dp = await createDataplane({ edgeIp: EDGE_IP, nftTable: T, stateDir: edge.stateDir, netns: edge.name, linkKind: 'veth-standin', healOnTouch: false, log: (e, fields) => {
         events.push(e);
         if (e === 'dataplane.commits_heard') heard.push(fields ?? {});
         if (e !== 'dataplane.planned') return;

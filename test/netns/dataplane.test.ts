@@ -9,6 +9,11 @@ import { KernelError, standinPeerName, type DataplaneHandle, type TunnelSpec } f
 import { STATE_FILE } from '../../agent/dataplane/state.ts';
 import { DataplaneEdge, NFT_TABLE as T, numberedTunnels } from './dataplane-edge.ts';
 import { EXPECTED_RULES } from '../../agent/dataplane/kernel/table.ts';
+import { DYNAMIC_CHAIN_RULES } from '../../agent/netlink/ruleset.ts';
+
+/** Rules of a flow-cap chain (one per max_flows value in use) and of a tunnel's meter (one per tunnel with a per-source limit). */
+const FLOW_RULES = DYNAMIC_CHAIN_RULES.flows.length;
+const METER_RULES = DYNAMIC_CHAIN_RULES.meter.length;
 import { tunnelCounterNames } from '../../agent/dataplane/policy.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
@@ -108,7 +113,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(mapElems('protected')).toEqual(new Map([['203.0.112.1', '100.64.0.6']]));
     expect(mapElems('tunnel_counters')).toEqual(new Map([['203.0.112.1', 'tg-t1']]));
     expect([...counters().keys()].sort()).toEqual(tunnelCounterNames(tun(1)).sort());
-    expect(rules()).toHaveLength(EXPECTED_RULES.length);
+    // The table's own rules and the flow caps of its max_flows (the default), a chain made with their first user.
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + FLOW_RULES);
     expect(await dp.has(t.id)).toBe(true);
   });
 
@@ -230,10 +236,10 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     await dp.close();
     const handle = ruleset().find((o) => o.rule && (o.rule.chain as string) === 'guard')!.rule!.handle as number;
     edge.run('nft', 'delete', 'rule', 'ip', T, 'guard', 'handle', String(handle));
-    expect(rules()).toHaveLength(EXPECTED_RULES.length - 1);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + FLOW_RULES - 1);
     dp = await open();
     expect(dp.table).toBe('rebuilt');
-    expect(rules()).toHaveLength(EXPECTED_RULES.length);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + FLOW_RULES);
     expect(mapElems('protected').size).toBe(4);
     expect([...counters().keys()].sort()).toEqual([1, 2, 4, 7].flatMap((i) => tunnelCounterNames(tun(i))).sort());
   });
@@ -244,7 +250,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     const last = ruleset().filter((o) => o.rule && (o.rule.chain as string) === 'from_tunnel').at(-1)!.rule!;
     edge.run('nft', 'replace', 'rule', 'ip', T, 'from_tunnel', 'handle', String(last.handle as number), 'accept');
     expect(edge.run('nft', 'list', 'chain', 'ip', T, 'from_tunnel')).toMatch(/\n\s*accept\n/);
-    expect(rules()).toHaveLength(EXPECTED_RULES.length);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + FLOW_RULES);
     dp = await open();
     expect(dp.table).toBe('rebuilt');
     expect(edge.run('nft', 'list', 'chain', 'ip', T, 'from_tunnel')).not.toMatch(/\n\s*accept\n/);
@@ -289,17 +295,25 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('dataplane in a
     expect(conntrackDst('203.0.112.1')).toBe(kept);
   });
 
-  it('rule count is the same at 1 and at 1,000 tunnels, policies included', async () => {
+  it('rules per tunnel: none but its own meter (4 rules) with a per-source limit; one flow-cap chain per max_flows value in use, at 1 and at 1,000 tunnels', async () => {
     expect(await dp.reconcile([tun(1)])).toMatchObject({ unchanged: 1, removed: 2 });
-    expect(rules()).toHaveLength(EXPECTED_RULES.length);
-    // Every tunnel with a policy: its own port list, half of them syn-proxied, all with the same rate limit
-    // (the one rule a limit value adds), every third dropping fragments.
-    const policy = (i: number): TunnelSpec['policy'] => ({ ports: [[1000 + i, 1000 + i], [8000, 8100]], protocol: 'both', syn_proxy: i % 2 === 0, source_pps_limit: 5000, drop_fragments: i % 3 === 0 });
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + FLOW_RULES);
+    // Every tunnel with a policy: its own port list, half of them syn-proxied, every other one with the same rate
+    // limit (a meter of its own each: a meter's capacity is its set's, and a rule names its set), every third
+    // dropping fragments, every tenth with a max_flows of its own kind (one more flow-cap chain for all of them).
+    const policy = (i: number): TunnelSpec['policy'] => ({
+      ports: [[1000 + i, 1000 + i], [8000, 8100]],
+      protocol: 'both',
+      syn_proxy: i % 2 === 0,
+      source_pps_limit: i % 2 === 0 ? 5000 : null,
+      drop_fragments: i % 3 === 0,
+      ...(i % 10 === 0 ? { max_flows: 2_000 } : {}),
+    });
     const many = Array.from({ length: 1000 }, (_, i) => tun(i + 1, { policy: policy(i + 1) }));
     expect(await dp.reconcile([many[0]!])).toMatchObject({ changed: 1, failed: [] });
-    expect(rules()).toHaveLength(EXPECTED_RULES.length + 1);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + FLOW_RULES);
     expect(await dp.reconcile(many)).toEqual({ added: 999, changed: 0, removed: 0, unchanged: 1, failed: [] });
-    expect(rules()).toHaveLength(EXPECTED_RULES.length + 1);
+    expect(rules()).toHaveLength(EXPECTED_RULES.length + 2 * FLOW_RULES + 500 * METER_RULES);
     expect(mapElems('protected').size).toBe(1000);
     expect(counters().size).toBe(1000 * tunnelCounterNames(tun(1)).length);
     expect(tgLinks()).toHaveLength(1000);

@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { EXPECTED_RULES } from '../../agent/dataplane/kernel/table.ts';
+import { DYNAMIC_CHAIN_RULES, flowsChainName, meterChainName } from '../../agent/netlink/ruleset.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { counterArgv, counterPackets, firstLastSeconds, OBS_TABLE, observeRuleset, ruleHandle } from '../helpers/nft-observe.ts';
 import { onPath, skipUnless } from '../helpers/requirements.ts';
@@ -30,6 +31,8 @@ const EDGE = '192.0.2.2';
 const CLIENT = '198.51.100.10';
 const ATTACKER = '198.51.101.10';
 const LIMIT = 100;
+/** The agent's protected pool (AGENT_PROTECTED_POOLS): both tunnels' protected IPs lie in it, so no source from upstream may. */
+const PROTECTED_POOL = '203.0.113.0/24';
 
 const T1_POLICY: TunnelPolicy = { ports: [[8080, 8080]], protocol: 'tcp', syn_proxy: true, source_pps_limit: null, drop_fragments: false };
 const T2_POLICY: TunnelPolicy = { ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: LIMIT, drop_fragments: true };
@@ -62,10 +65,14 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   let dp: DataplaneHandle;
   const servers: Proc[] = [];
 
-  const open = (): Promise<DataplaneHandle> => createDataplane({ edgeIp: EDGE, nftTable: T, stateDir, netns: ns.edge.name, linkKind: 'veth-standin' });
-  /** Deletes the one rule of `chain` whose text contains `text` (by its handle), as an operator would by hand. */
-  const deleteRule = (chain: string, text: string): void => {
-    ns.edge.run('nft', 'delete', 'rule', 'ip', T, chain, 'handle', ruleHandle(ns.edge.run('nft', '-a', 'list', 'chain', 'ip', T, chain), text));
+  // Each rule is proven by deleting it and showing the traffic it stopped now passes: the repair the agent starts by
+  // itself when it hears its table touched (test/netns/edge-heal.test.ts) would race that, so it is off here, and the
+  // restart or reconcile after each deletion is the repair this file proves.
+  const open = (): Promise<DataplaneHandle> =>
+    createDataplane({ edgeIp: EDGE, nftTable: T, stateDir, netns: ns.edge.name, linkKind: 'veth-standin', healOnTouch: false, protectedPools: [PROTECTED_POOL] });
+  /** Deletes the one rule of `chain` whose text contains `text` (or is `text`, `exact`) by its handle, as an operator would by hand. */
+  const deleteRule = (chain: string, text: string, exact = false): void => {
+    ns.edge.run('nft', 'delete', 'rule', 'ip', T, chain, 'handle', ruleHandle(ns.edge.run('nft', '-a', 'list', 'chain', 'ip', T, chain), text, exact));
   };
   /** The agent restarts: a table whose rules were tampered with is rebuilt, its elements and objects kept. */
   const restart = async (): Promise<void> => {
@@ -118,6 +125,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       neighbour: 'udp dport 7002',
       frag: 'udp dport 7003',
       hairpin: 'udp dport 7005',
+      bogus: 'udp dport 7007',
       proxyack: `tcp sport 8080 ip saddr ${T1.protected_ip} tcp flags & (syn|ack) == syn|ack`,
       strayack: 'tcp dport 7006',
       mss1436: 'tcp dport 7004 tcp flags & (syn|ack) == syn tcp option maxseg size 1436',
@@ -176,13 +184,54 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect(counted(ns.origin1, 'udp8080')).toBe(again);
   }, 120_000);
 
+  it('refused without a connection, before conntrack: a protocol not allowed and bogus sources make no conntrack entry, not even one on its way', async () => {
+    // What conntrack sees of each protected IP: a chain after conntrack (-200) and before the nat chain (-100) counts
+    // each packet of a connection about to be made. A packet dropped in `inbound` (-450) never gets there.
+    ns.edge.run('bash', '-c', `nft -f - <<'EOF'\ntable ip seen {\n  counter new1 {\n  }\n  counter new2 {\n  }\n  chain c {\n    type filter hook prerouting priority -150; policy accept;\n    ip daddr ${T1.protected_ip} ct state new counter name "new1"\n    ip daddr ${T2.protected_ip} ct state new counter name "new2"\n  }\n}\nEOF`);
+    const seen = (n: 1 | 2): number => counterPackets(ns.edge.run('nft', '-j', 'list', 'counter', 'ip', 'seen', `new${n}`));
+    const tracked = (ip: string): number => Number(ns.edge.run('bash', '-c', `conntrack -L -d ${ip} -p udp 2>/dev/null | wc -l`).trim());
+    // T1 allows TCP 8080 only: a UDP flood to it is refused, each packet counted not_allowed.
+    const na = (await drops(T1)).not_allowed;
+    hping(ns.attacker, `--udp -c 300 -i u1000 -p 8080 ${T1.protected_ip}`);
+    expect((await drops(T1)).not_allowed - na).toBe(300);
+    // Sources no packet from upstream can genuinely carry, to a port T2 allows: the shared address space (the
+    // tunnels' inner pool among it) and the agent's own protected pool. Counted spoofed, before T2's meter.
+    const sp = (await drops(T2)).spoofed;
+    hping(ns.attacker, `--udp -a 100.64.200.1 -c 50 -i u2000 -p 7007 ${T2.protected_ip}`);
+    hping(ns.attacker, `--udp -a 203.0.113.77 -c 50 -i u2000 -p 7007 ${T2.protected_ip}`);
+    expect((await drops(T2)).spoofed - sp).toBe(100);
+    expect(counted(ns.origin2, 'bogus')).toBe(0);
+    expect([seen(1), seen(2), tracked(T1.protected_ip), tracked(T2.protected_ip)]).toEqual([0, 0, 0, 0]);
+    // Without inbound's jump to the allowlist (its one place), the protocol T1 does not allow reaches its origin,
+    // through conntrack; without the bogons rule, the bogus sources reach T2's.
+    deleteRule('inbound', 'jump allowlist');
+    const udp = counted(ns.origin1, 'udp8080');
+    hping(ns.client, `--udp -c 5 -i u20000 -s 41000 -p 8080 ${T1.protected_ip}`);
+    expect(counted(ns.origin1, 'udp8080') - udp).toBe(5);
+    expect(seen(1)).toBeGreaterThan(0);
+    deleteRule('inbound', '@bogons');
+    hping(ns.attacker, `--udp -a 100.64.200.1 -c 5 -i u20000 -p 7007 ${T2.protected_ip}`);
+    expect(counted(ns.origin2, 'bogus')).toBe(5);
+    await restart();
+    ns.edge.run('nft', 'delete', 'table', 'ip', 'seen');
+    hping(ns.attacker, `--udp -a 100.64.200.1 -c 5 -i u20000 -p 7007 ${T2.protected_ip}`);
+    expect(counted(ns.origin2, 'bogus')).toBe(5);
+  }, 120_000);
+
   it('rate limit: a bounded flood reaches the origin at no more than the limit (+10%), a second client is untouched and metered apart', async () => {
     const before = await drops(T2);
     // 3,000 packets at a nominal 1,000/s from one address (over the limit however slow this host is), and
     // alongside it 10 from another address at 20/s (under it).
     const calm = spawn('ip', ['netns', 'exec', ns.client.name, 'hping3', '-q', '--udp', '-c', '10', '-i', 'u50000', '-p', '7000', T2.protected_ip], { stdio: 'ignore' });
-    hping(ns.attacker, `--udp -c 3000 -i u1000 -p 7000 ${T2.protected_ip}`);
-    await new Promise((r) => calm.on('exit', r));
+    const flood = spawn('ip', ['netns', 'exec', ns.attacker.name, 'hping3', '-q', '--udp', '-c', '3000', '-i', 'u1000', '-p', '7000', T2.protected_ip], { stdio: 'ignore' });
+    // Each client address has its own element in the tunnel's own meter (a set of T2's alone, keyed by the source),
+    // while it sends: an element goes 1 s after its source's last packet (its bucket is full again by then).
+    const chain = meterChainName(T2.tunnel_name, LIMIT);
+    await until('both sources in T2\'s meter', () => {
+      const meter = ns.edge.run('nft', 'list', 'set', 'ip', T, chain);
+      return meter.includes(ATTACKER) && meter.includes(CLIENT);
+    });
+    await Promise.all([calm, flood].map((p) => new Promise((r) => (p.exitCode !== null ? r(null) : p.on('exit', r)))));
     const passed = counted(ns.origin2, 'flood');
     const dropped = (await drops(T2)).rate_limited - before.rate_limited;
     expect(passed + dropped).toBe(3000);
@@ -198,18 +247,14 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect(rate).toBeLessThanOrEqual(LIMIT * 1.1);
     expect(rate).toBeGreaterThanOrEqual(LIMIT * 0.5);
     expect(counted(ns.origin2, 'calm')).toBe(10);
-    // Each client address has its own meter element (P . client).
-    const meter = ns.edge.run('nft', 'list', 'set', 'ip', T, `ratelimit_${LIMIT}`);
-    expect(meter).toContain(`${T2.protected_ip} . ${ATTACKER}`);
-    expect(meter).toContain(`${T2.protected_ip} . ${CLIENT}`);
-    // Without the chain's rule the same flood passes whole.
-    deleteRule(`ratelimit_${LIMIT}`, 'limit rate over');
+    // Without the chain's last rule (the drop of a metered source over its limit) the same flood passes whole.
+    deleteRule(chain, 'counter name ip daddr map @drop_rate_limited drop', true);
     const base = counted(ns.origin2, 'flood');
     hping(ns.attacker, `--udp -c 500 -i u1000 -p 7000 ${T2.protected_ip}`);
     expect(counted(ns.origin2, 'flood') - base).toBe(500);
-    // A reconcile puts the chain's rule back (the chain without it is drift).
+    // A reconcile builds the damaged chain again, whole (its rules flushed and added in one batch: drift).
     expect(await dp.reconcile([T1, T2])).toMatchObject({ failed: [] });
-    expect(ns.edge.run('nft', 'list', 'chain', 'ip', T, `ratelimit_${LIMIT}`)).toContain(`limit rate over ${LIMIT}/second`);
+    expect(ns.edge.run('nft', 'list', 'chain', 'ip', T, chain).match(/drop_rate_limited drop/g)).toHaveLength(2);
   }, 120_000);
 
   it('SYN proxy: a spoofed SYN flood sends the origin no SYN; a real client connects and the origin sees its address', async () => {
@@ -227,7 +272,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     // tracked SYNs to a syn-proxied IP (it stands behind the notrack: see the fragment test below) keeps the flood
     // from the origin. Without that too, the flood reaches the origin.
     const invalid = (await drops(T1)).invalid;
-    deleteRule('early', 'notrack');
+    deleteRule('inbound', 'notrack');
     hping(ns.attacker, `-S --rand-source -c 50 -i u2000 -p 8080 ${T1.protected_ip}`);
     expect(counted(ns.origin1, 'syn8080')).toBe(before + 1);
     expect((await drops(T1)).invalid - invalid).toBeGreaterThanOrEqual(40);
@@ -313,7 +358,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     send();
     expect(counted(ns.origin2, 'frag')).toBe(0);
     expect((await drops(T2)).fragment - before).toBeGreaterThanOrEqual(3);
-    deleteRule('early', '@fragments');
+    deleteRule('inbound', '@fragments');
     send();
     expect(counted(ns.origin2, 'frag')).toBe(3);
     await restart();
@@ -364,12 +409,13 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     await restart();
   }, 60_000);
 
-  it('the rule count does not depend on the number of tunnels', () => {
+  it('rules: the table\'s own, one flow-cap chain per max_flows value in use, and a meter chain per tunnel with a per-source limit', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // The table's rules (agent/dataplane/kernel.ts EXPECTED_RULES, 35 since issue 10 item 6 put everything that
-    // sees every packet before conntrack in one chain), plus one per distinct rate limit in use (here one).
-    expect(rules).toBe(EXPECTED_RULES.length + 1);
-    expect(rules).toBe(36);
+    // The table's rules (agent/dataplane/kernel/table.ts EXPECTED_RULES: 38), the flow caps both tunnels share (the
+    // default max_flows: 2 rules) and T2's meter (4 rules): a meter's capacity is a set's, and a rule names its set.
+    expect(rules).toBe(EXPECTED_RULES.length + DYNAMIC_CHAIN_RULES.flows.length + DYNAMIC_CHAIN_RULES.meter.length);
+    expect(rules).toBe(44);
+    expect(ns.edge.run('nft', 'list', 'table', 'ip', T)).toContain(`chain ${flowsChainName(65_536)} {`);
   });
 });
