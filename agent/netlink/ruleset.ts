@@ -295,9 +295,8 @@ const countedDrop = (map: string, key: Expr, ids: Map<string, number>): Expr[] =
  * table ip T {
  *   (maps and sets: see POLICY_SETS, dropMap, SPOOFED_IN_MAP, BOGONS_SET, and docs/CONTRACTS.md "Dataplane")
  *   chain early { type filter hook prerouting priority -450;
- *     ip daddr @protected jump inbound }
+ *     counter name ip daddr map @tunnel_counters jump inbound }
  *   chain inbound {
- *     counter name ip daddr map @tunnel_counters
  *     ip saddr @bogons iifname != "PREFIX*" counter name ip daddr map @drop_spoofed_in drop
  *     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
  *     ip frag-off & 0x1fff == 0 jump allowlist
@@ -348,9 +347,8 @@ const countedDrop = (map: string, key: Expr, ids: Map<string, number>): Expr[] =
  * Everything the policy refuses without a connection is refused in `inbound`, before defragmentation and
  * conntrack (-450 < -400 < -200), so a refused flood costs no conntrack lookup and leaves no entry: sources that
  * cannot be genuine, fragments (when dropped), ports and protocols not allowed, and the per-source limit. It is
- * reached by ONE lookup (`@protected`): every packet to somewhere else (the replies toward clients, the edge's own
- * traffic) leaves the prerouting hook after it. The per-tunnel counter is inbound's first rule: every packet to P,
- * before any drop (a rule of its own, so an object-map miss, which ends the rule it is in, skips nothing else).
+ * reached by ONE lookup, the per-tunnel traffic counter's (every packet to P, counted before any drop): every packet
+ * to somewhere else (the replies toward clients, the edge's own traffic) leaves the prerouting hook after it.
  * What needs a connection stays after conntrack: the flow caps (on a connection's first packet: the nat chains,
  * which the kernel runs for nothing else), the SYN proxy, the invalid drops and the isolation of the tunnels.
  * Why each rule is there, and why where it is: docs/CONTRACTS.md "Dataplane".
@@ -419,8 +417,11 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
 
   // Every packet to P, and nothing else, goes through `inbound`: before defragmentation and conntrack, in the one
   // base chain of the hook (each base chain costs every packet: bench:edge, issue 10 item 6).
-  rule(CHAINS.early, [daddr(), expr.lookup({ name: dnatMap, id: mapId }), expr.immediateVerdict(NFT_JUMP, CHAINS.inbound)]);
-  rule(CHAINS.inbound, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId })]);
+  // The tunnel's traffic counter is the door: its map holds every P, so one lookup counts a packet to P and leads it
+  // into `inbound`, and ends the rule for every other packet. (Not `ip daddr @protected`: a kernel before 6.x, Debian
+  // 12's 6.1 among them, refuses a map as a plain set: EINVAL.) A P whose counter element was deleted by hand skips
+  // inbound until the repair, which the agent starts at once (docs/CONTRACTS.md "Dataplane").
+  rule(CHAINS.early, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId }), expr.immediateVerdict(NFT_JUMP, CHAINS.inbound)]);
   // From upstream (not out of a tunnel: an origin's packets carry its inner address, and are the isolation's to judge
   // and count), a source that cannot be genuine: a martian, one of our own protected pools, the edge itself.
   rule(CHAINS.inbound, [saddr(), expr.lookup(ref(BOGONS_SET)), expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_NEQ, prefix), ...countedDrop(SPOOFED_IN_MAP, daddr(), ids)]);

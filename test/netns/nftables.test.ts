@@ -59,7 +59,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(text).toContain('tcp flags syn / fin,syn,rst,ack ip daddr @synproxied notrack');
     expect(text).toContain('tcp flags syn / fin,syn,rst,ack ip daddr @synproxied counter name ip daddr map @drop_invalid drop');
     expect(text).toContain('ip frag-off & 8191 == 0 jump allowlist');
-    expect(text).toContain('ip daddr @protected jump inbound');
+    expect(text).toContain('counter name ip daddr map @tunnel_counters jump inbound');
     expect(text).toContain('ip saddr @bogons iifname != "tg-*" counter name ip daddr map @drop_spoofed_in drop');
     expect(text).toContain('ip daddr vmap @flow_limits');
     expect(text).toContain('ip daddr . meta l4proto . th dport & 65280 @allowed_256 return');

@@ -93,10 +93,9 @@ function rulesetBody(opts: { table: string; ifnamePrefix: string; counters?: rea
   }
 ${counters}  chain early {
     type filter hook prerouting priority -450; policy accept;
-    ip daddr @protected jump inbound
+    counter name ip daddr map @tunnel_counters jump inbound
   }
   chain inbound {
-    counter name ip daddr map @tunnel_counters
     ip saddr @bogons iifname != "${opts.ifnamePrefix}*" counter name ip daddr map @drop_spoofed_in drop
     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
     ip frag-off & 0x1fff == 0 jump allowlist

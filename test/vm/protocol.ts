@@ -61,7 +61,8 @@ export interface ProcessOutput {
 }
 
 export type DataplaneRequest =
-  | { op: 'open'; edgeIp: string; nftTable: string; stateDir: string }
+  /** healOnTouch: DataplaneOptions.healOnTouch (off for tests that delete a rule and show what it stopped now passes). */
+  | { op: 'open'; edgeIp: string; nftTable: string; stateDir: string; healOnTouch?: boolean }
   | { op: 'apply'; tunnel: TunnelSpec }
   | { op: 'remove'; tunnel: TunnelRef }
   | { op: 'reconcile'; tunnels: TunnelSpec[] }

@@ -16,8 +16,7 @@ import { addPolicyElements } from './batch.ts';
  * rate-limit chains (one per limit value in use) are the tunnels' and are left out of this comparison.
  */
 export const EXPECTED_RULES = [
-  'early: payload lookup immediate',
-  'inbound: payload objref',
+  'early: payload objref immediate',
   'inbound: payload lookup meta cmp payload objref immediate',
   'inbound: payload bitwise cmp payload lookup payload objref immediate',
   'inbound: payload bitwise cmp immediate',

@@ -85,7 +85,7 @@ let dp: DataplaneHandle | undefined;
 async function dataplane(req: DataplaneRequest): Promise<unknown> {
   if (req.op === 'open') {
     if (dp) throw new Error('dataplane already open');
-    dp = await createDataplane({ edgeIp: req.edgeIp, nftTable: req.nftTable, stateDir: req.stateDir, netns: 'edge', linkKind: 'gre' });
+    dp = await createDataplane({ edgeIp: req.edgeIp, nftTable: req.nftTable, stateDir: req.stateDir, netns: 'edge', linkKind: 'gre', ...(req.healOnTouch !== undefined ? { healOnTouch: req.healOnTouch } : {}) });
     return { ok: true };
   }
   if (!dp) throw new Error('dataplane not open');
