@@ -141,7 +141,8 @@ class Lab {
   /** The agent's dataplane with these tunnels (the first one carries the traffic). */
   async ours(tunnels: TunnelSpec[]): Promise<void> {
     this.stateDir = mkdtempSync(join(tmpdir(), 'tg-edgeb-'));
-    this.dp = await createDataplane({ edgeIp: tunnels[0]!.edge_ip, nftTable: 'tunnelgate', stateDir: this.stateDir, netns: this.edge.name, linkKind: 'veth-standin' });
+    // TG_BENCH_EDIT changes the table on purpose: the agent must not repair it (its heal on a touch of the table).
+    this.dp = await createDataplane({ edgeIp: tunnels[0]!.edge_ip, nftTable: 'tunnelgate', stateDir: this.stateDir, netns: this.edge.name, linkKind: 'veth-standin', healOnTouch: false });
     const r = await this.dp.reconcile(tunnels);
     if (r.added !== tunnels.length || r.failed.length) throw new Error(`${this.label}: reconcile ${JSON.stringify({ ...r, failed: r.failed.slice(0, 3) })}`);
     const t = tunnels[0]!;

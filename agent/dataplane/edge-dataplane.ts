@@ -90,8 +90,8 @@ export class EdgeDataplane implements DataplaneHandle {
     readonly table: 'created' | 'present' | 'rebuilt',
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
     private readonly ct: LazySockets,
-    /** nf_conntrack_max and its buckets as the kernel had them at start: the floor of the agent's sizes. */
-    private readonly kernelLimits: { max: number; buckets: number },
+    /** nf_conntrack_max and its buckets as the kernel had them at start: the floor of the agent's sizes (undefined: unreadable, nothing set). */
+    private readonly kernelLimits: { max: number; buckets: number } | undefined,
   ) {
     // The probes look their links up on a route socket of their own: not queued behind a reconcile's dumps on
     // the dataplane's (each is one small GET, and concurrent checks' GETs leave in one sendto).
@@ -110,7 +110,7 @@ export class EdgeDataplane implements DataplaneHandle {
   private wantedSizing(): Sizing {
     const maxFlows: (number | undefined)[] = [];
     for (const o of this.desired.tunnels.values()) maxFlows.push(o.spec.policy?.max_flows);
-    const s = sizing({ memoryBytes: totalmem(), edgePps: this.opts.edgePps ?? DEFAULT_EDGE_PPS, maxFlows, kernel: this.kernelLimits });
+    const s = sizing({ memoryBytes: totalmem(), edgePps: this.opts.edgePps ?? DEFAULT_EDGE_PPS, maxFlows, kernel: this.kernelLimits ?? { max: 0, buckets: 0 } });
     return { ...s, meterSources: this.k.sizes.meterSources };
   }
 
@@ -123,6 +123,10 @@ export class EdgeDataplane implements DataplaneHandle {
     const s = this.wantedSizing();
     const was = this.sized;
     if (was.applied && was.sizing.conntrackMax === s.conntrackMax && was.sizing.conntrackBuckets === s.conntrackBuckets) return;
+    if (!this.kernelLimits) {
+      this.sized = { sizing: s, applied: false };
+      return;
+    }
     try {
       const r = applyConntrackLimits(this.k.netns, s);
       this.sized = { sizing: s, applied: r.applied };

@@ -88,7 +88,14 @@ export async function createDataplane(opts: DataplaneOptions): Promise<Dataplane
     if (present) tunnelLinkSysctls(netns, [...present.links.keys()]);
     log('dataplane.start', { table: opts.nftTable, tableState: table, conntrackDisallowed: disallowed, tunnels: state.tunnels.size, linkKind: k.driver.kind, netns, bogonsChanged });
     // Conntrack's settings exist once the table's ct rules loaded it: read now, as the floor the agent never goes below.
-    return new EdgeDataplane(k, state, desired, opts, table, log, ct, readConntrackLimits(netns));
+    // Unreadable (a kernel without them): the agent sizes nothing of the kernel's, and says so in status.
+    let limits: { max: number; buckets: number } | undefined;
+    try {
+      limits = readConntrackLimits(netns);
+    } catch (e) {
+      log('dataplane.conntrack_limits_unreadable', { error: e instanceof Error ? e.message : String(e) });
+    }
+    return new EdgeDataplane(k, state, desired, opts, table, log, ct, limits);
   } catch (e) {
     ct.sock?.close();
     nft?.close();

@@ -75,6 +75,9 @@ describe.skipIf(skipUnless(isRoot, 'health tests: root (network namespaces)'))('
     const r = await health.status();
     expect(checkStatusResult(r)).toBeUndefined();
     expect(r.agent.tunnels).toBe(1);
+    // How the agent sized the connection table and the meters (not set in a test's namespace: the host's own).
+    expect(r.agent.capacity).toMatchObject({ conntrack_applied: false });
+    expect(r.agent.capacity!.meter_sources % 65_536).toBe(0);
     return r.tunnels.find((t) => t.id === T1.id)!;
   };
 

@@ -49,4 +49,12 @@ describe('checkStatusResult', () => {
       expect(checkStatusResult({ ...ok, agent: { ...ok.agent, tunnel_links: links } }), JSON.stringify(links)).toMatch(/agent\.tunnel_links/);
     }
   });
+  it('agent.capacity (docs/CONTRACTS.md "Edge jobs", op status): optional, all four keys checked when present', () => {
+    const capacity = { conntrack_max: 12_341_828, conntrack_buckets: 12_341_828, conntrack_applied: true, meter_sources: 4_063_232 };
+    expect(checkStatusResult({ ...ok, agent: { ...ok.agent, capacity } })).toBeUndefined();
+    expect(checkStatusResult({ ...ok, agent: { ...ok.agent, capacity: { ...capacity, more: 1 } } })).toBeUndefined();
+    for (const bad of [{ ...capacity, conntrack_max: -1 }, { ...capacity, conntrack_applied: 'yes' }, { ...capacity, meter_sources: 1.5 }, { conntrack_max: 1 }, 'big']) {
+      expect(checkStatusResult({ ...ok, agent: { ...ok.agent, capacity: bad } }), JSON.stringify(bad)).toMatch(/agent\.capacity/);
+    }
+  });
 });
