@@ -21,7 +21,7 @@
 // link is a veth too), so the figures compare the rule path, not GRE encapsulation.
 //
 //   npm run bench:edge          (root; TG_BENCH_N=2000 TG_BENCH_PACKETS=300000 for a quicker run)
-//   TG_BENCH_PORTS=any          policies without a port list
+//   TG_BENCH_PORTS=any          policies without a port list (exact: ports named one by one, the generator's among them)
 //   TG_BENCH_PERF=DIR           one more run per lab under `perf record -g`: DIR/<lab>.data
 //   TG_BENCH_RPF=0              the edge's upstream link without loose reverse-path filtering (docs/OPERATOR.md: the kernel's
 //                               martian check then grows with the tunnels' addresses)
@@ -45,8 +45,15 @@ const PORT = 9000;
 const CLIENT = '198.51.100.10';
 const CLIENT_GW = '198.51.100.1';
 
-/** Every benchmark tunnel's policy (bench/lib/tunnels.ts). TG_BENCH_PORTS=any: every port, to see what the port list costs per packet. */
-const POLICY: TunnelPolicy = { ...BENCH_POLICY, ...(process.env.TG_BENCH_PORTS === 'any' ? { ports: '*' as const } : {}) };
+/**
+ * Every benchmark tunnel's policy (bench/lib/tunnels.ts). TG_BENCH_PORTS=any: every port, to see what the port list
+ * costs per packet; TG_BENCH_PORTS=exact: ports named one by one, the generator's among them (what most port lists are).
+ */
+const PORTS = process.env.TG_BENCH_PORTS;
+const POLICY: TunnelPolicy = {
+  ...BENCH_POLICY,
+  ...(PORTS === 'any' ? { ports: '*' as const } : PORTS === 'exact' ? { ports: [[22, 22], [80, 80], [443, 443], [PORT, PORT]] as [number, number][] } : {}),
+};
 
 if (process.getuid?.() !== 0) {
   console.error('bench/edge.ts needs root (network namespaces)');

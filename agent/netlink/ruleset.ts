@@ -152,10 +152,16 @@ export function bogonSources(opts: { protectedPools?: readonly string[]; edgeIp?
  * of P is split into aligned blocks of 16^k ports (k = 4 .. 0: every port, 4096, 256, 16, 1), and a block of
  * 16^k ports is the element `P . proto . first port` of the set for that size (`P . proto` for every port).
  * A packet's port, masked to each block size in turn, is looked up in each of the five sets: at most five
- * hash lookups, whatever the number of tunnels. Coarse to fine, so "every port" (the default) costs one.
- * A range costs at most 2 x 15 elements per block size (typically a few: 5000-10000 is 36).
+ * hash lookups, whatever the number of tunnels. A range costs at most 2 x 15 elements per block size (typically a
+ * few: 5000-10000 is 36).
  */
 export const PORT_BLOCK_BITS = [16, 12, 8, 4, 0] as const;
+/**
+ * The order the allowlist looks the sets up in, now that every packet holding its ports is judged (`inbound`), not
+ * only a connection's first: "every port" (the default) first, then single ports (what most port lists are: 22,
+ * 80, 443), then ever wider blocks. A default tunnel costs one lookup a packet, a port named alone two.
+ */
+export const ALLOWLIST_ORDER: readonly PortBlockBits[] = [16, 0, 4, 8, 12];
 export type PortBlockBits = (typeof PORT_BLOCK_BITS)[number];
 /** The set of blocks of 2^bits ports: `allowed_all`, `allowed_4096`, `allowed_256`, `allowed_16`, `allowed_1`. */
 export const allowedSet = (bits: PortBlockBits): string => (bits === 16 ? 'allowed_all' : `allowed_${1 << bits}`);
@@ -304,10 +310,10 @@ const countedDrop = (map: string, key: Expr, ids: Map<string, number>): Expr[] =
  *     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack }
  *   chain allowlist {
  *     ip daddr . meta l4proto @allowed_all return
- *     ip daddr . meta l4proto . th dport & 0xf000 @allowed_4096 return
- *     ip daddr . meta l4proto . th dport & 0xff00 @allowed_256 return
- *     ip daddr . meta l4proto . th dport & 0xfff0 @allowed_16 return
  *     ip daddr . meta l4proto . th dport @allowed_1 return
+ *     ip daddr . meta l4proto . th dport & 0xfff0 @allowed_16 return
+ *     ip daddr . meta l4proto . th dport & 0xff00 @allowed_256 return
+ *     ip daddr . meta l4proto . th dport & 0xf000 @allowed_4096 return
  *     counter name ip daddr map @drop_not_allowed drop }
  *   chain prerouting { type nat hook prerouting priority dstnat;
  *     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied counter name ip daddr map @drop_invalid drop
@@ -450,7 +456,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   // the proxy answers it alone, or drops it (a checksum over the whole SYN), and its later fragments time out.
   rule(CHAINS.inbound, [...tcpSyn(), daddr(), expr.lookup(ref(POLICY_SETS.synproxied)), expr.notrack()]);
   // One exact lookup per block size, the port masked to it: a hit returns.
-  for (const bits of PORT_BLOCK_BITS) {
+  for (const bits of ALLOWLIST_ORDER) {
     const port: Expr[] = bits === 16 ? [] : [expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_DPORT_OFFSET, 2, REG32(2))];
     if (bits !== 0 && bits !== 16) port.push(expr.bitwise(2, portMask(bits), Uint8Array.of(0, 0), REG32(2), REG32(2), true));
     rule(CHAINS.allowlist, [daddr(), expr.meta(NFT_META_L4PROTO, REG32(1)), ...port, expr.lookup(ref(allowedSet(bits))), expr.immediateVerdict(NFT_RETURN)]);

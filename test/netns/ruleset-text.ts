@@ -104,10 +104,10 @@ ${counters}  chain early {
   }
   chain allowlist {
     ip daddr . meta l4proto @allowed_all return
-    ip daddr . meta l4proto . th dport & 0xf000 @allowed_4096 return
-    ip daddr . meta l4proto . th dport & 0xff00 @allowed_256 return
-    ip daddr . meta l4proto . th dport & 0xfff0 @allowed_16 return
     ip daddr . meta l4proto . th dport @allowed_1 return
+    ip daddr . meta l4proto . th dport & 0xfff0 @allowed_16 return
+    ip daddr . meta l4proto . th dport & 0xff00 @allowed_256 return
+    ip daddr . meta l4proto . th dport & 0xf000 @allowed_4096 return
     counter name ip daddr map @drop_not_allowed drop
   }
   chain prerouting {
