@@ -256,6 +256,15 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3') && onPath('conntrack'), 'e
     hping(ns.attacker, `--udp --rand-source -c 5000 -i u10 -p 7000 ${C.protected_ip}`);
     expect(tracked(C)).toBeGreaterThan(1_000);
     expect(await dp.reconcile(ALL)).toMatchObject({ failed: [] });
+    // Nor without the nat chain's jump to the flow caps (C's connections of the floods before deleted first).
+    ns.edge.run('bash', '-c', `conntrack -D -d ${C.protected_ip} >/dev/null 2>&1 || true`);
+    expect(tracked(C)).toBe(0);
+    deleteRule('prerouting', 'vmap @flow_limits');
+    hping(ns.attacker, `--udp --rand-source -c 5000 -i u10 -p 7000 ${C.protected_ip}`);
+    expect(tracked(C)).toBeGreaterThan(1_000);
+    // A reconcile finds the table's rules tampered with, and builds it again (its elements kept).
+    expect(await dp.reconcile(ALL)).toMatchObject({ failed: [] });
+    expect(ns.edge.run('nft', 'list', 'chain', 'ip', T, 'prerouting')).toContain('vmap @flow_limits');
   }, 180_000);
 
   it('D takes at most 1,000 new flows a second (its max_flows / 16, at least 1,000), one second\'s worth at once', async () => {
