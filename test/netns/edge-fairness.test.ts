@@ -26,12 +26,10 @@ import { onPath, skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { attachStandinOrigin, KEEP, Proc, SERVER } from './origin-standin.ts';
+import { ATTACKER, CLIENT, EDGE, upstreamReady, wireUpstream } from './edge-upstream.ts';
 
 const T = 'tunnelgate';
-const EDGE = '192.0.2.2';
-const CLIENT = '198.51.100.10';
 const CLIENT2 = '198.51.100.11';
-const ATTACKER = '198.51.101.10';
 /** The per-source limit of A and B: the same value, a meter each. */
 const LIMIT = 50;
 /** What each tunnel's meter holds in this test (the agent sizes it from its memory and AGENT_EDGE_PPS: millions). */
@@ -101,21 +99,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3') && onPath('conntrack'), 'e
       ns[k].run('ip', 'link', 'set', 'lo', 'up');
     }
     const e = ns.edge;
-    e.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', ns.client.name);
-    e.run('ip', 'link', 'add', 'up1', 'type', 'veth', 'peer', 'name', 'a0', 'netns', ns.attacker.name);
-    e.run('ip', 'addr', 'add', '198.51.100.1/24', 'dev', 'up0');
-    e.run('ip', 'addr', 'add', '198.51.101.1/24', 'dev', 'up1');
-    e.run('ip', 'addr', 'add', `${EDGE}/32`, 'dev', 'lo');
-    for (const l of ['up0', 'up1']) e.run('ip', 'link', 'set', l, 'up');
-    e.run('ip', 'route', 'add', 'default', 'via', CLIENT);
-    for (const [n, dev, addr, gw] of [
-      [ns.client, 'c0', `${CLIENT}/24`, '198.51.100.1'],
-      [ns.attacker, 'a0', `${ATTACKER}/24`, '198.51.101.1'],
-    ] as const) {
-      n.run('ip', 'addr', 'add', addr, 'dev', dev);
-      n.run('ip', 'link', 'set', dev, 'up');
-      n.run('ip', 'route', 'add', 'default', 'via', gw);
-    }
+    wireUpstream(ns);
     ns.client.run('ip', 'addr', 'add', `${CLIENT2}/24`, 'dev', 'c0');
     stateDir = mkdtempSync(join(tmpdir(), 'tg-fair-'));
     // The repair the agent starts when it hears its table touched would race the rule deletions below.
@@ -127,8 +111,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3') && onPath('conntrack'), 'e
       // last packet (their destination is the origin's one inner address: one element each).
       o.run('bash', '-c', `nft -f - <<'EOF'\n${observeRuleset('prerouting', { flood: 'udp dport 7000 add @first { ip daddr } update @last { ip daddr }', probe: 'udp dport 7001', calm: `udp dport 7002 ip saddr ${CLIENT2}`, loud: `udp dport 7002 ip saddr ${CLIENT}` }, -300)}EOF`);
     }
-    await ns.client.waitForPing('198.51.100.1');
-    await ns.attacker.waitForPing('198.51.101.1');
+    await upstreamReady(ns);
     for (const [t] of origins()) await ns.edge.waitForPing(t.origin_inner.split('/')[0]!);
     const p = new Proc(ns.oD, SERVER);
     servers.push(p);

@@ -25,11 +25,9 @@ import { onPath, skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { attachStandinOrigin, KEEP, Proc, SERVER } from './origin-standin.ts';
+import { ATTACKER, CLIENT, EDGE, upstreamReady, wireUpstream } from './edge-upstream.ts';
 
 const T = 'tunnelgate';
-const EDGE = '192.0.2.2';
-const CLIENT = '198.51.100.10';
-const ATTACKER = '198.51.101.10';
 const LIMIT = 100;
 /** The agent's protected pool (AGENT_PROTECTED_POOLS): both tunnels' protected IPs lie in it, so no source from upstream may. */
 const PROTECTED_POOL = '203.0.113.0/24';
@@ -88,22 +86,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
       ns[k].run('ip', 'link', 'set', 'lo', 'up');
     }
     const e = ns.edge;
-    e.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', ns.client.name);
-    e.run('ip', 'link', 'add', 'up1', 'type', 'veth', 'peer', 'name', 'a0', 'netns', ns.attacker.name);
-    e.run('ip', 'addr', 'add', '198.51.100.1/24', 'dev', 'up0');
-    e.run('ip', 'addr', 'add', '198.51.101.1/24', 'dev', 'up1');
-    e.run('ip', 'addr', 'add', `${EDGE}/32`, 'dev', 'lo');
-    for (const l of ['up0', 'up1']) e.run('ip', 'link', 'set', l, 'up');
-    // The edge's upstream default route: a protected IP is not local, the kernel forwards it (the SYN proxy sits in forward).
-    e.run('ip', 'route', 'add', 'default', 'via', CLIENT);
-    for (const [n, dev, addr, gw] of [
-      [ns.client, 'c0', `${CLIENT}/24`, '198.51.100.1'],
-      [ns.attacker, 'a0', `${ATTACKER}/24`, '198.51.101.1'],
-    ] as const) {
-      n.run('ip', 'addr', 'add', addr, 'dev', dev);
-      n.run('ip', 'link', 'set', dev, 'up');
-      n.run('ip', 'route', 'add', 'default', 'via', gw);
-    }
+    wireUpstream(ns);
     stateDir = mkdtempSync(join(tmpdir(), 'tg-protect-'));
     dp = await open();
     expect(await dp.reconcile([T1, T2])).toMatchObject({ added: 2, failed: [] });
@@ -134,8 +117,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     observe(ns.client, 'input', { spoofed: 'udp dport 7000', newconn: 'tcp dport 7001' });
     observe(ns.edge, 'input', { ssh: 'tcp dport 52222' });
     // Every link was just made: wait until each path carries packets (TestNetns.waitForPing), then start the servers.
-    await ns.client.waitForPing('198.51.100.1');
-    await ns.attacker.waitForPing('198.51.101.1');
+    await upstreamReady(ns);
     await ns.edge.waitForPing('100.64.0.2');
     await ns.edge.waitForPing('100.64.0.6');
     for (const o of [ns.origin1, ns.origin2]) {
