@@ -13,6 +13,7 @@
 // (not_allowed, rate_limited, spoofed) under `dropped` (docs/CONTRACTS.md "Health and traffic", "Dataplane").
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
+import { flowsChainName, meterChainName } from '../../agent/netlink/ruleset.ts';
 import { DROP_REASONS, type DropReason } from '../../common/tunnel-status.ts';
 import { innerSubnet, parseCidr } from '../../server/domain/ip.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
@@ -100,7 +101,9 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'root (network namespaces
     expect(table).not.toContain(`${t.protected_ip} . udp . 8080`);
     expect(edge.netns.run('nft', 'list', 'set', 'ip', 'tunnelgate', 'synproxied')).toContain(t.protected_ip);
     expect(edge.netns.run('nft', 'list', 'set', 'ip', 'tunnelgate', 'fragments')).toContain(t.protected_ip);
-    expect(edge.netns.run('nft', 'list', 'map', 'ip', 'tunnelgate', 'rate_limits')).toContain(`${t.protected_ip} : jump ratelimit_1000`);
+    // The tunnel's own per-source meter (docs/CONTRACTS.md "Dataplane", per-tunnel budgets), and its flow caps.
+    expect(edge.netns.run('nft', 'list', 'map', 'ip', 'tunnelgate', 'rate_limits')).toContain(`${t.protected_ip} : jump ${meterChainName(t.tunnel_name, 1000)}`);
+    expect(edge.netns.run('nft', 'list', 'map', 'ip', 'tunnelgate', 'flow_limits')).toContain(`${t.protected_ip} : jump ${flowsChainName(65_536)}`);
 
     // The origin on the stand-in's far end, with the inner address the gateway allocated.
     const inner = await originInner(t.id);
