@@ -3,7 +3,7 @@
 // (index.ts unchangedSince) all compare through these.
 import type { LinkParams, LinkStep, ObservedLink } from './plan.ts';
 import type { TunnelSpec } from './types.ts';
-import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { sameAttackSettings, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 
 export const GRE_TTL = 255;
 
@@ -29,6 +29,8 @@ export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
 export function samePolicyAsSent(a: TunnelPolicy | undefined, b: TunnelPolicy | undefined): boolean {
   if (a === undefined || b === undefined) return a === b;
   if (a.protocol !== b.protocol || a.syn_proxy !== b.syn_proxy || a.source_pps_limit !== b.source_pps_limit || a.drop_fragments !== b.drop_fragments) return false;
+  // max_flows is the tunnel's flow caps (another chain: docs/CONTRACTS.md "Dataplane"); alert_pps is only recorded.
+  if (!sameAttackSettings(a, b)) return false;
   const [x, y] = [a.ports, b.ports];
   if (x === '*' || y === '*') return x === y;
   return x.length === y.length && x.every((r, i) => r[0] === y[i]![0] && r[1] === y[i]![1]);

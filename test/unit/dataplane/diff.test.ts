@@ -310,6 +310,19 @@ describe('dataplane diff', () => {
       expect(p.nft.delChains).toEqual([meterB]);
     });
 
+    it('a change of max_flows alone is a change: the tunnel jumps to the flow caps of its new value, its connections kept', () => {
+      const was = t(1, { policy: policy({}) });
+      const now = t(1, { policy: policy({ max_flows: 2_000 }) });
+      const p = diff({ desired: [now], owned: ownedOf([was]), view: fullView([was]), scope: 'all' });
+      expect(p.counts.changed).toBe(1);
+      expect(p.flush).toEqual([]);
+      expect(p.nft.addChains).toEqual([flowsChainName(2_000)]);
+      expect(p.nft.delChains).toEqual([flowsChainName(65_536)]);
+      expect(p.nft.addElements.map((e) => e.el.verdict?.chain)).toContain(flowsChainName(2_000));
+      // The default spelled out is no change.
+      expect(diff({ desired: [t(1, { policy: policy({ max_flows: 65_536 }) })], owned: ownedOf([was]), view: fullView([was]), scope: 'all' }).counts.unchanged).toBe(1);
+    });
+
     it('a single-tunnel change with the records\' index never walks the records, and plans as without it', () => {
       // Issue 10 item 4: at 10,000 tunnels a walk of every record per job is what made a job grow with the node.
       const a = t(1, { policy: policy({ source_pps_limit: 500, syn_proxy: true }) });
