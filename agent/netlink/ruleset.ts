@@ -14,6 +14,7 @@ import {
   NFT_CT_STATUS,
   NFT_DATA_VERDICT,
   NFT_JUMP,
+  NFT_GOTO,
   NFT_RETURN,
   NFT_META_IIFNAME,
   NFT_OBJECT_SYNPROXY,
@@ -228,6 +229,7 @@ export function flowCapShape(maxFlows: number): { buckets: number; perBucket: nu
 const CHAINS = {
   early: 'early',
   inbound: 'inbound',
+  tunnelToP: 'tunnel_to_p',
   allowlist: 'allowlist',
   natOut: 'nat_out',
   guard: 'guard',
@@ -303,11 +305,15 @@ const countedDrop = (map: string, key: Expr, ids: Map<string, number>): Expr[] =
  *   chain early { type filter hook prerouting priority -450;
  *     counter name ip daddr map @tunnel_counters jump inbound }
  *   chain inbound {
- *     ip saddr @bogons iifname != "PREFIX*" counter name ip daddr map @drop_spoofed_in drop
+ *     iifname "PREFIX*" goto tunnel_to_p
+ *     ip saddr @bogons counter name ip daddr map @drop_spoofed_in drop
  *     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
  *     ip frag-off & 0x1fff == 0 jump allowlist
  *     ip daddr vmap @rate_limits
  *     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack }
+ *   chain tunnel_to_p {
+ *     counter name iifname map @drop_spoofed drop
+ *     drop }
  *   chain allowlist {
  *     ip daddr . meta l4proto @allowed_all return
  *     ip daddr . meta l4proto . th dport @allowed_1 return
@@ -369,6 +375,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const base = (name: string, type: string, hook: number, priority: number): void => void b.addChain({ table: t, name, type, hook, priority, policy: NF_ACCEPT });
   base(CHAINS.early, 'filter', NF_INET_PRE_ROUTING, PRIO_BEFORE_DEFRAG);
   b.addChain({ table: t, name: CHAINS.inbound });
+  b.addChain({ table: t, name: CHAINS.tunnelToP });
   b.addChain({ table: t, name: CHAINS.allowlist });
   base(pre, 'nat', NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST);
   base(CHAINS.natOut, 'nat', NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST);
@@ -428,9 +435,13 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   // 12's 6.1 among them, refuses a map as a plain set: EINVAL.) A P whose counter element was deleted by hand skips
   // inbound until the repair, which the agent starts at once (docs/CONTRACTS.md "Dataplane").
   rule(CHAINS.early, [daddr(), expr.objrefMap({ name: counterMap, id: ctrId }), expr.immediateVerdict(NFT_JUMP, CHAINS.inbound)]);
-  // From upstream (not out of a tunnel: an origin's packets carry its inner address, and are the isolation's to judge
-  // and count), a source that cannot be genuine: a martian, one of our own protected pools, the edge itself.
-  rule(CHAINS.inbound, [saddr(), expr.lookup(ref(BOGONS_SET)), expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_NEQ, prefix), ...countedDrop(SPOOFED_IN_MAP, daddr(), ids)]);
+  // Out of a tunnel to a protected IP: never genuine (an origin answers clients, and may open nothing), and dropped
+  // here, counted spoofed by its link, before it could take anything of that IP's tunnel: its meter, its overflow
+  // budget, its new flows a second (another tenant's origin flooding it from inside its own tunnel, spoofed sources
+  // and all, would otherwise spend them).
+  rule(CHAINS.inbound, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_GOTO, CHAINS.tunnelToP)]);
+  // From upstream, a source that cannot be genuine: a martian, one of our own protected pools, the edge itself.
+  rule(CHAINS.inbound, [saddr(), expr.lookup(ref(BOGONS_SET)), ...countedDrop(SPOOFED_IN_MAP, daddr(), ids)]);
   // Before defragmentation (-400), which would otherwise reassemble the fragments.
   rule(CHAINS.inbound, [
     expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_FRAG_OFF_OFFSET, 2),
@@ -455,6 +466,9 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   // which the nat chain's first rule drops. A first fragment that holds them is untracked, so it is not reassembled:
   // the proxy answers it alone, or drops it (a checksum over the whole SYN), and its later fragments time out.
   rule(CHAINS.inbound, [...tcpSyn(), daddr(), expr.lookup(ref(POLICY_SETS.synproxied)), expr.notrack()]);
+  // A link missing from drop_spoofed (drift) ends the counted drop: the second drops it all the same.
+  rule(CHAINS.tunnelToP, countedDrop(dropMap('spoofed'), expr.meta(NFT_META_IIFNAME), ids));
+  rule(CHAINS.tunnelToP, [drop()]);
   // One exact lookup per block size, the port masked to it: a hit returns.
   for (const bits of ALLOWLIST_ORDER) {
     const port: Expr[] = bits === 16 ? [] : [expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_DPORT_OFFSET, 2, REG32(2))];

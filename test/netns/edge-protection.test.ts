@@ -331,7 +331,20 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
     expect((await drops(T2)).spoofed - before2).toBeGreaterThanOrEqual(5);
     // The agent's probe still gets its answer from the origin's inner address.
     expect(await dp.probe(T1)).toMatchObject({ reachable: true });
-    // Without the two jumps into the isolation chains, the same packets get through.
+    // Packets out of a tunnel to another tunnel's protected IP are dropped before anything of that tunnel's
+    // (inbound's first rule): origin1's never entered T2's meter.
+    const meter2 = (): string => ns.edge.run('nft', 'list', 'set', 'ip', T, meterChainName(T2.tunnel_name, LIMIT));
+    expect(meter2()).not.toContain(T1.origin_inner.split('/')[0]!);
+    // Without that rule, origin1 spends T2's per-source meter (and would its overflow budget and its new flows a
+    // second) with a source of its choice, seen while it sends; forward still drops the packets.
+    deleteRule('inbound', 'goto tunnel_to_p');
+    const spender = spawn('ip', ['netns', 'exec', ns.origin1.name, 'hping3', '-q', '--udp', '-a', '198.51.100.77', '-c', '100', '-i', 'u20000', '-p', '7005', T2.protected_ip], { stdio: 'ignore' });
+    await until('a source of origin1\'s in T2\'s meter', () => meter2().includes('198.51.100.77'));
+    await new Promise((r) => (spender.exitCode !== null ? r(null) : spender.on('exit', r)));
+    expect(counted(ns.origin2, 'hairpin')).toBe(0);
+    // Without the bogus-source check too (an origin's inner address is in the shared address space) and the two
+    // jumps into the isolation chains, the same packets get through.
+    deleteRule('inbound', '@bogons');
     deleteRule('guard', 'jump from_tunnel');
     deleteRule('local_in', 'jump tunnel_in');
     send();
@@ -423,10 +436,10 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   it('rules: the table\'s own, one flow-cap chain per max_flows value in use, and a meter chain per tunnel with a per-source limit', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // The table's rules (agent/dataplane/kernel/table.ts EXPECTED_RULES: 37), the flow caps both tunnels share (the
+    // The table's rules (agent/dataplane/kernel/table.ts EXPECTED_RULES: 40), the flow caps both tunnels share (the
     // default max_flows: 2 rules) and T2's meter (4 rules): a meter's capacity is a set's, and a rule names its set.
     expect(rules).toBe(EXPECTED_RULES.length + DYNAMIC_CHAIN_RULES.flows.length + DYNAMIC_CHAIN_RULES.meter.length);
-    expect(rules).toBe(43);
+    expect(rules).toBe(46);
     expect(ns.edge.run('nft', 'list', 'table', 'ip', T)).toContain(`chain ${flowsChainName(65_536)} {`);
   });
 });

@@ -60,7 +60,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     expect(text).toContain('tcp flags syn / fin,syn,rst,ack ip daddr @synproxied counter name ip daddr map @drop_invalid drop');
     expect(text).toContain('ip frag-off & 8191 == 0 jump allowlist');
     expect(text).toContain('counter name ip daddr map @tunnel_counters jump inbound');
-    expect(text).toContain('ip saddr @bogons iifname != "tg-*" counter name ip daddr map @drop_spoofed_in drop');
+    expect(text).toContain('iifname "tg-*" goto tunnel_to_p');
+    expect(text).toContain('ip saddr @bogons counter name ip daddr map @drop_spoofed_in drop');
     expect(text).toContain('ip daddr vmap @flow_limits');
     expect(text).toContain('ip daddr . meta l4proto . th dport & 65280 @allowed_256 return');
     expect(text).toContain('ip daddr . meta l4proto . th dport @allowed_1 return');

@@ -96,11 +96,16 @@ ${counters}  chain early {
     counter name ip daddr map @tunnel_counters jump inbound
   }
   chain inbound {
-    ip saddr @bogons iifname != "${opts.ifnamePrefix}*" counter name ip daddr map @drop_spoofed_in drop
+    iifname "${opts.ifnamePrefix}*" goto tunnel_to_p
+    ip saddr @bogons counter name ip daddr map @drop_spoofed_in drop
     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
     ip frag-off & 0x1fff == 0 jump allowlist
     ip daddr vmap @rate_limits
     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack
+  }
+  chain tunnel_to_p {
+    counter name iifname map @drop_spoofed drop
+    drop
   }
   chain allowlist {
     ip daddr . meta l4proto @allowed_all return

@@ -17,11 +17,14 @@ import { addPolicyElements } from './batch.ts';
  */
 export const EXPECTED_RULES = [
   'early: payload objref immediate',
-  'inbound: payload lookup meta cmp payload objref immediate',
+  'inbound: meta cmp immediate',
+  'inbound: payload lookup payload objref immediate',
   'inbound: payload bitwise cmp payload lookup payload objref immediate',
   'inbound: payload bitwise cmp immediate',
   'inbound: payload lookup',
   'inbound: meta cmp payload bitwise cmp payload lookup notrack',
+  'tunnel_to_p: meta objref immediate',
+  'tunnel_to_p: immediate',
   'allowlist: payload meta lookup immediate',
   'allowlist: payload meta payload lookup immediate',
   'allowlist: payload meta payload bitwise lookup immediate',

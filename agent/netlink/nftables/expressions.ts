@@ -11,6 +11,8 @@ const NFTA_VERDICT_CHAIN = 2;
 // include/uapi/linux/netfilter/nf_tables.h enum nft_verdicts; NF_DROP/NF_ACCEPT from netfilter.h
 export const NF_DROP = 0;
 export const NFT_JUMP = -3;
+/** Continue in another chain and do not come back (its end ends the calling chain too). */
+export const NFT_GOTO = -4;
 /** Back to the chain that jumped here, after its jump rule. */
 export const NFT_RETURN = -5;
 /** 32-bit registers (NFT_REG32_00 + n): concatenations put each field in the next 4-byte register. */
