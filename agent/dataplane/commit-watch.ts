@@ -93,6 +93,11 @@ export class CommitWatch {
 
   constructor(private readonly opts: CommitWatchOptions) {}
 
+  /** False once the socket could not be opened or join the group: start() never watches then. */
+  get available(): boolean {
+    return !this.unavailable;
+  }
+
   /**
    * Starts listening from `generation`, the agent's own. `current` reads the kernel's generation: it must still be
    * `generation` once the socket listens, or a commit in between went unheard and the watch does not start.

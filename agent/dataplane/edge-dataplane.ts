@@ -316,7 +316,10 @@ export class EdgeDataplane implements DataplaneHandle {
       }
     }
     // Listening again from the agent's own generation; a commit by anyone before the socket listens leaves it off.
-    if (this.cleanGeneration !== undefined) await this.watch.start(this.cleanGeneration, () => this.k.nft.getGeneration());
+    // A commit by someone else between this operation's and the listening leaves the watch off: whether it touched the
+    // table is not known, so it is repaired as one that did (a `nft flush ruleset` right after a job must not wait
+    // for the gateway's next reconcile). Not when the watch cannot work here at all: that would repair every second.
+    if (this.cleanGeneration !== undefined && !(await this.watch.start(this.cleanGeneration, () => this.k.nft.getGeneration())) && this.watch.available) this.scheduleHeal('gap');
     // The connection table's size follows the tunnels' max_flows.
     this.resize();
     const recordMs = clock();
