@@ -66,7 +66,7 @@ export const WEBHOOK_COMMANDS: readonly Command[] = [
       const id = str(o, 'id');
       const webhook = await serviceOf(ctx).enableAny(id);
       if (!webhook) throw new ApiError('not_found', `no webhook with id ${id}.`);
-      return webhook;
+      return { ...webhook };
     },
   },
   {
