@@ -303,6 +303,14 @@ describe('disabled after 24 hours of failures', () => {
     expect(cliOk(await adminCli(gw.testDb.url, ['webhook', 'enable', '--id', id]))).toMatchObject({ id, disabled_at: null, disabled_reason: null });
     cliFailed(await adminCli(gw.testDb.url, ['webhook', 'enable', '--id', '00000000-0000-4000-8000-000000000000']), 1, 'not_found');
     expect((await call(gw.url, 'GET', '/api/webhooks', { token: owner.user.readKey })).body.webhooks[0]).toMatchObject({ disabled_at: null, disabled_reason: null });
+
+    // Enabling an enabled webhook changes nothing, its failure clock included: calling enable over and
+    // over cannot keep a failing endpoint from being disabled.
+    await gw.testDb.raw.query(`update webhook set failing_since = now() - interval '23 hours' where id = $1`, [id]);
+    const again = await call(gw.url, 'POST', `/api/webhooks/${id}/enable`, { token: owner.user.writeKey });
+    expect(again.status).toBe(200);
+    expect(again.body.webhook).toMatchObject({ id, disabled_at: null });
+    expect((await gw.testDb.raw.query('select failing_since from webhook where id = $1', [id])).rows[0].failing_since).not.toBeNull();
   }, 150_000);
 });
 
