@@ -18,9 +18,10 @@
 //     clears the lease and writes its outcome only if the row still has its attempt number and was not
 //     given up meanwhile (a stale worker's answer cannot overwrite a newer one).
 // - One attempt: the SSRF guard resolves the URL's name now (ssrf.ts) and the request connects to the
-//   checked address (no second lookup), with the URL's host for Host and TLS SNI; no redirects. The TCP
-//   connection must be up within `connectTimeoutMs` (3 s: an address that drops packets frees its slot
-//   early) and a 2xx answer complete within `timeoutMs` (10 s) of the start to be delivered; anything
+//   checked address (no second lookup), with the URL's host for Host and TLS SNI; no redirects. The name
+//   resolved and the TCP connection up within `connectTimeoutMs` (3 s: an address that drops packets, or
+//   a name whose DNS never answers, frees its slot early) and a 2xx answer complete within `timeoutMs`
+//   (10 s) of the start to be delivered; anything
 //   else (another status, a refusal by the guard, a network error, either timeout) is retried with
 //   exponential backoff, `backoffBaseMs` (5 s) doubled per attempt up to `backoffMaxMs` (1 h), until 24
 //   hours after the event; then it is given up (given_up_at), the last outcome kept.
@@ -314,11 +315,19 @@ export class DeliveryWorker {
 
   private async attempt(c: Claimed, key: Buffer): Promise<Attempt> {
     const url = new URL(c.url);
-    const target = await checkTarget(this.db, url, { allowPrivate: this.o.allowPrivate, resolve: this.resolve, adminSshPort: this.o.adminSshPort });
+    // Both bounds count from here, the name's resolution included: a name whose DNS never answers holds
+    // the slot no longer than an address that drops packets, and the attempt ends within its lease.
+    // Durations on the monotonic clock (the injectable `now` is the calendar's).
+    const started = performance.now();
+    const check = checkTarget(this.db, url, { allowPrivate: this.o.allowPrivate, resolve: this.resolve, adminSshPort: this.o.adminSshPort });
+    const target = await within(check, this.connectTimeoutMs);
+    if (target === null) return { outcome: 'failed', detail: `error: no connection within ${this.connectTimeoutMs} ms` };
     if (!target.ok) return { outcome: 'refused', detail: `refused: ${target.reason}` };
     const secret = decryptSecret(key, c.secret_ciphertext, c.webhook_id);
     const timestamp = Math.floor(this.now() / 1000);
-    const status = await post(url, target.address, { timeoutMs: this.timeoutMs, connectTimeoutMs: this.connectTimeoutMs }, c.body, {
+    const spent = performance.now() - started;
+    const limits = { timeoutMs: this.timeoutMs, connectTimeoutMs: this.connectTimeoutMs, spentMs: spent };
+    const status = await post(url, target.address, limits, c.body, {
       'content-type': 'application/json',
       'user-agent': 'Tunnelgate-Webhooks/1',
       'webhook-id': c.id,
@@ -340,14 +349,29 @@ export class DeliveryWorker {
   }
 }
 
+/** `p`'s value, or null when it has not settled within `ms` (it keeps running; its result is dropped). */
+function within<T>(p: Promise<T>, ms: number): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), ms);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
 /**
  * POSTs `body` to `url`, connecting to `address` (already checked) whatever the name resolves to now;
  * Host and SNI stay the URL's. The status, or why there is none. Redirects are not followed (a 3xx is
  * just not 2xx). The TCP connection must be up within `connectTimeoutMs` and the answer complete within
- * `timeoutMs`, both from the start.
+ * `timeoutMs`, both counted from the attempt's start, `spentMs` ago (the resolution).
  */
-function post(url: URL, address: string, limits: { timeoutMs: number; connectTimeoutMs: number }, body: string, headers: Record<string, string>): Promise<number | string> {
-  const { timeoutMs, connectTimeoutMs } = limits;
+function post(
+  url: URL,
+  address: string,
+  limits: { timeoutMs: number; connectTimeoutMs: number; spentMs: number },
+  body: string,
+  headers: Record<string, string>,
+): Promise<number | string> {
+  const { timeoutMs, connectTimeoutMs, spentMs } = limits;
   const lookup: LookupFunction = (_host, opts, cb) => {
     if (opts.all) (cb as unknown as (e: null, a: { address: string; family: number }[]) => void)(null, [{ address, family: 4 }]);
     else cb(null, address, 4);
@@ -381,12 +405,12 @@ function post(url: URL, address: string, limits: { timeoutMs: number; connectTim
         res.on('error', () => done(status));
       },
     );
-    const timer = setTimeout(() => done(`no answer within ${timeoutMs} ms`), timeoutMs);
+    const timer = setTimeout(() => done(`no answer within ${timeoutMs} ms`), Math.max(0, timeoutMs - spentMs));
     // An address that drops packets would otherwise hold the attempt (and its slot) for the whole
     // timeout: the connection gets a shorter bound of its own.
     req.on('socket', (socket) => {
       if (!socket.connecting) return;
-      connectTimer = setTimeout(() => done(`no connection within ${connectTimeoutMs} ms`), connectTimeoutMs);
+      connectTimer = setTimeout(() => done(`no connection within ${connectTimeoutMs} ms`), Math.max(0, connectTimeoutMs - spentMs));
       socket.once('connect', () => clearTimeout(connectTimer));
     });
     req.on('error', (e) => done(e.message));

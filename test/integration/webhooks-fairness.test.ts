@@ -192,6 +192,16 @@ describe('connect timeout', () => {
       await dead.close();
     }
   });
+
+  it("a name whose DNS never answers ends the attempt after connectTimeoutMs too (the resolution counts toward it)", async () => {
+    // The injected resolver never answers, as a tenant's name server that drops queries.
+    const w = worker({ connectTimeoutMs: 500, timeoutMs: 120_000, resolve: () => new Promise<string[]>(() => {}) });
+    const t = await tenant(['http://hooks.never-answers.test:9/x']);
+    await healthEvents(t, 1);
+    expect(await w.runOnce()).toBe(1);
+    const { rows } = await gw.testDb.raw.query('select attempts, last_outcome, lease_until from webhook_delivery where webhook_id = $1', [t.hooks[0]!.id]);
+    expect(rows).toEqual([{ attempts: 1, last_outcome: 'error: no connection within 500 ms', lease_until: null }]);
+  });
 });
 
 describe('disabled after 24 hours of failures', () => {
