@@ -142,8 +142,8 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
   };
   const api = (method: string, path: string, opts: Parameters<typeof call>[3] = {}) => call(url, method, path, { token: writeKey, ...opts });
   const statusOf = async (id: string) => ((await api('GET', `/api/dedicated/${id}`)).body as { tunnel: Tunnel }).tunnel.status;
-  const buy = async (body: Record<string, unknown>, headers: Record<string, string> = {}): Promise<Tunnel> => {
-    const r = await api('POST', '/api/dedicated', { body, headers });
+  const buy = async (body: Record<string, unknown>): Promise<Tunnel> => {
+    const r = await api('POST', '/api/dedicated', { body });
     expect(r.status, JSON.stringify(r.body)).toBe(201);
     return (r.body as { tunnel: Tunnel }).tunnel;
   };
@@ -176,7 +176,7 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     const line = await until(`the connection's ${key}`, () => stream.lines.slice(from).find((l) => l.startsWith(`{"${key}"`)), 60_000);
     return (JSON.parse(line) as Record<string, StreamFigures>)[key]!;
   };
-  /** Waits until `n` more lines have come back over the connection than `from` had. */
+  /** Waits until `n` more lines have come back over the connection than when it was called; answers the figures then. */
   const flows = async (n: number, what: string): Promise<StreamFigures> => {
     const from = (await streamLine('status', 'status')).echoed;
     return until(`${n} more lines echoed over the connection ${what}`, async () => {
