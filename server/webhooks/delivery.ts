@@ -91,29 +91,29 @@ const MAX_ANSWER_BYTES = 64 * 1024;
 const CLAIM_LOCK = [0x77686b, 1] as const;
 
 /**
- * The fair claim (see the top of this file). Parameters: now, the lease's end, the per-webhook limit,
- * the per-account limit, the room in this process.
+ * The fair claim (see the top of this file), with named parameters (`{now}`, ...: claimQuery() numbers
+ * them). Every value is a parameter, never a subquery or a CTE column, so the planner knows them: a
+ * webhook with nothing due costs one index probe, a webhook with 1,000 due rows an index scan that stops
+ * after 2, and the final update looks up its 16 rows instead of scanning the outbox.
  */
 const CLAIM_SQL = `
-with p as (
-  select ?::timestamptz as now, ?::timestamptz as lease_end, ?::int as per_webhook, ?::int as per_account, ?::int as room
-), busy as (
-  select d.webhook_id, count(*)::int as n from webhook_delivery d, p where d.lease_until > p.now group by d.webhook_id
+with busy as (
+  select d.webhook_id, count(*)::int as n from webhook_delivery d where d.lease_until > {now} group by d.webhook_id
 ), account_busy as (
   select w.account_id, sum(b.n)::int as n from busy b join webhook w on w.id = b.webhook_id group by w.account_id
 ), hooks as (
   select w.id, w.account_id, coalesce(b.n, 0) as busy
-    from webhook w left join busy b on b.webhook_id = w.id, p
-   where w.disabled_at is null and coalesce(b.n, 0) < p.per_webhook
+    from webhook w left join busy b on b.webhook_id = w.id
+   where w.disabled_at is null and coalesce(b.n, 0) < {per_webhook}
 ), candidates as (
   select c.id, c.next_attempt_at, h.account_id,
          row_number() over (partition by h.id order by c.next_attempt_at, c.id) as nth_of_webhook
     from hooks h
     cross join lateral (
-      select d.id, d.next_attempt_at from webhook_delivery d, p
-       where d.webhook_id = h.id and d.delivered_at is null and d.given_up_at is null and d.next_attempt_at <= p.now
-       order by d.next_attempt_at, d.id
-       limit (select per_webhook from p) - h.busy
+      select d.id, d.next_attempt_at from webhook_delivery d
+       where d.webhook_id = h.id and d.delivered_at is null and d.given_up_at is null and d.next_attempt_at <= {now}
+       order by d.next_attempt_at
+       limit {per_webhook} - h.busy
        for update of d skip locked
     ) c
 ), placed as (
@@ -121,13 +121,33 @@ with p as (
          coalesce(a.n, 0) + row_number() over (partition by c.account_id order by c.nth_of_webhook, c.next_attempt_at, c.id) as place
     from candidates c left join account_busy a on a.account_id = c.account_id
 ), chosen as (
-  select pl.id from placed pl, p where pl.place <= p.per_account order by pl.place, pl.next_attempt_at, pl.id limit (select room from p)
+  select pl.id from placed pl where pl.place <= {per_account} order by pl.place, pl.next_attempt_at, pl.id limit {room}
 )
 update webhook_delivery d
-   set attempts = d.attempts + 1, last_attempt_at = p.now, next_attempt_at = p.lease_end, lease_until = p.lease_end
-  from chosen, webhook w, p
+   set attempts = d.attempts + 1, last_attempt_at = {now}, next_attempt_at = {lease_end}, lease_until = {lease_end}
+  from chosen, webhook w
  where d.id = chosen.id and w.id = d.webhook_id
 returning d.id, d.webhook_id, w.url, w.secret_ciphertext, d.body, d.attempts, (extract(epoch from d.created_at) * 1000)::float8 as created_ms`;
+
+interface ClaimParams {
+  now: string;
+  lease_end: string;
+  per_webhook: number;
+  per_account: number;
+  room: number;
+}
+
+const CLAIM_TYPES: Record<keyof ClaimParams, string> = { now: 'timestamptz', lease_end: 'timestamptz', per_webhook: 'int', per_account: 'int', room: 'int' };
+
+/** CLAIM_SQL with `?` placeholders (Database.query's) in place of its names, and the values in their order. */
+function claimQuery(v: ClaimParams): { text: string; params: unknown[] } {
+  const params: unknown[] = [];
+  const text = CLAIM_SQL.replace(/\{(\w+)\}/g, (_m, name: keyof ClaimParams) => {
+    params.push(v[name]);
+    return `?::${CLAIM_TYPES[name]}`;
+  });
+  return { text, params };
+}
 
 interface Claimed {
   id: string;
@@ -233,13 +253,14 @@ export class DeliveryWorker {
     const concurrency = this.o.concurrency ?? 16;
     const claimed = await this.db.transaction(async (sql) => {
       await sql.query('select pg_advisory_xact_lock(?::int, ?::int)', [...CLAIM_LOCK]);
-      return sql.query<Claimed>(CLAIM_SQL, [
-        iso(now),
-        iso(now + this.timeoutMs + LEASE_MARGIN_MS),
-        this.o.maxInFlightPerWebhook ?? 2,
-        this.o.maxInFlightPerAccount ?? Math.max(1, Math.floor(concurrency / 2)),
+      const { text, params } = claimQuery({
+        now: iso(now),
+        lease_end: iso(now + this.timeoutMs + LEASE_MARGIN_MS),
+        per_webhook: this.o.maxInFlightPerWebhook ?? 2,
+        per_account: this.o.maxInFlightPerAccount ?? Math.max(1, Math.floor(concurrency / 2)),
         room,
-      ]);
+      });
+      return sql.query<Claimed>(text, params);
     });
     if (claimed.length === 0) return [];
     const key = await this.o.encryptionKey();
