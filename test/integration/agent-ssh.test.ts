@@ -21,7 +21,7 @@ import { loadConfig, type AgentConfig } from '../../agent/config.ts';
 import { startAgent, startHealth, type RunningAgent, type RunningHealth } from '../../agent/main.ts';
 import { checkStatusResult } from '../../common/tunnel-status.ts';
 import { HOST_KEY_FILE } from '../../agent/ssh/keys.ts';
-import { MAX_INPUT_BYTES } from '../../common/job-contract.ts';
+import { MAX_INPUT_BYTES, type JobVersion } from '../../common/job-contract.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 import { skipUnless } from '../helpers/requirements.ts';
@@ -93,7 +93,7 @@ function configFor(stateDir: string, over: Record<string, string> = {}): AgentCo
 
 const tunnel = tunnelSpec;
 
-const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE, version: 1 | 2 = 1) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never, { version });
+const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE, version: JobVersion = 1) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never, { version });
 
 interface Agent {
   running: RunningAgent;
