@@ -17,9 +17,9 @@ function sameParams(a: LinkParams, b: LinkParams): boolean {
   return a.local === b.local && a.remote === b.remote && a.ttl === b.ttl && a.key === b.key;
 }
 
-/** Same tunnel including its policy (specs are normalised: a default policy is no policy). */
+/** Same tunnel including its policy and forwarding (specs are normalised: a default policy is no policy, forwarding on no field). */
 export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
-  return sameTunnel(a, b) && samePolicyAsSent(a.policy, b.policy);
+  return sameTunnel(a, b) && samePolicyAsSent(a.policy, b.policy) && (a.forwarding === false) === (b.forwarding === false);
 }
 
 /**

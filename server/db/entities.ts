@@ -183,6 +183,22 @@ const TunnelSchema = defineEntity({
 });
 export type Tunnel = InferEntity<typeof TunnelSchema>;
 
+// Each change of a tunnel's origin_ip after its purchase (docs/CONTRACTS.md "Tunnel settings"): at most 10 per
+// tunnel in any hour, counted here under the tunnel's row lock (server/domain/tunnels/origin-changes.ts), so
+// a tenant cannot re-aim its protected IP at address after address. Rows older than the hour are deleted by
+// the next change of that tunnel.
+const TunnelOriginChangeSchema = defineEntity({
+  name: 'TunnelOriginChange',
+  tableName: 'tunnel_origin_change',
+  properties: {
+    id: p.bigint('string').primary().autoincrement(),
+    tunnel: () => p.manyToOne(TunnelSchema).deleteRule('cascade'),
+    changedAt: p.datetime(),
+  },
+  indexes: [{ properties: ['tunnel', 'changedAt'] }],
+});
+export type TunnelOriginChange = InferEntity<typeof TunnelOriginChangeSchema>;
+
 const PromocodeSchema = defineEntity({
   name: 'Promocode',
   tableName: 'promocode',
@@ -391,6 +407,7 @@ export const entities = [
   EdgeNodeSchema,
   ProtectedIpSchema,
   TunnelSchema,
+  TunnelOriginChangeSchema,
   PromocodeSchema,
   LedgerEntrySchema,
   IdempotencyRecordSchema,

@@ -21,7 +21,7 @@ import { loadConfig, type AgentConfig } from '../../agent/config.ts';
 import { startAgent, startHealth, type RunningAgent, type RunningHealth } from '../../agent/main.ts';
 import { checkStatusResult } from '../../common/tunnel-status.ts';
 import { HOST_KEY_FILE } from '../../agent/ssh/keys.ts';
-import { MAX_INPUT_BYTES } from '../../common/job-contract.ts';
+import { MAX_INPUT_BYTES, type JobVersion } from '../../common/job-contract.ts';
 import type { ChangeCounts, Dataplane, ProbeResult, ReconcileResult, TunnelRef, TunnelSpec } from '../../agent/dataplane/types.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 import { skipUnless } from '../helpers/requirements.ts';
@@ -93,7 +93,7 @@ function configFor(stateDir: string, over: Record<string, string> = {}): AgentCo
 
 const tunnel = tunnelSpec;
 
-const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE, version: 1 | 2 = 1) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never, { version });
+const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE, version: JobVersion = 1) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never, { version });
 
 interface Agent {
   running: RunningAgent;
@@ -310,11 +310,11 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     await withConnection(agent, async (conn) => {
       const r = await exec(conn, 'tunnel-agent hello', '');
       expect(r.code).toBe(0);
-      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
+      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2, 3], agent: AGENT_VERSION });
       // stdin never closed, or something written to it: the same answer, at once.
       const open = await exec(conn, 'tunnel-agent hello', 'ignored', true);
       expect(open.code).toBe(0);
-      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
+      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2, 3], agent: AGENT_VERSION });
       for (const command of ['tunnel-agent hello ', 'tunnel-agent hello; ls', 'tunnel-agent  hello', 'TUNNEL-AGENT HELLO', 'tunnel-agent version']) {
         const no = await exec(conn, command, '');
         expect(no.code, command).toBe(127);
@@ -373,10 +373,10 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     });
   });
 
-  it('the gateway\'s pool asks hello once per connection and signs for it: version 2 here', async () => {
+  it('the gateway\'s pool asks hello once per connection and signs for it: version 3 here', async () => {
     const p = pool();
     const s1 = await p.session(agent.node, 10_000);
-    expect(s1).toMatchObject({ nodeId: NODE, version: 2, hello: { versions: [1, 2], agent: AGENT_VERSION } });
+    expect(s1).toMatchObject({ nodeId: NODE, version: 3, hello: { versions: [1, 2, 3], agent: AGENT_VERSION } });
     const hellos = () => agent.logs.filter((l) => l.msg === 'hello').length;
     const asked = hellos();
     // More jobs and sessions on the same connection: no new hello.
@@ -422,9 +422,9 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
       await until('the pool noticed the old agent\'s connection closed', () => lost.length > 0);
       expect(lost).toEqual([NODE]);
       const s = await p.session(upgraded.node, 10_000);
-      expect(s).toMatchObject({ version: 2, hello: { versions: [1, 2] } });
+      expect(s).toMatchObject({ version: 3, hello: { versions: [1, 2, 3] } });
       expect(await s.run(await sign('apply', { tunnel: tunnel({ policy } as never) }, NODE, s.version), 10_000)).toMatchObject({ ok: true });
-      expect(upgraded.logs).toContainEqual(expect.objectContaining({ msg: 'job done', v: 2 }));
+      expect(upgraded.logs).toContainEqual(expect.objectContaining({ msg: 'job done', v: 3 }));
     } finally {
       await upgraded.running.stop(1000);
     }
@@ -559,7 +559,7 @@ describe('agent SSH: channels', () => {
     // hello with no stdin (OpenSSH's -n: stdin from /dev/null).
     const hello = await run('ssh', [...args, '-n', 'tunnelgate@127.0.0.1', 'tunnel-agent hello'], '');
     expect(hello.status, hello.stderr).toBe(0);
-    expect(hello.stdout).toBe(`${JSON.stringify({ ok: true, versions: [1, 2], agent: JSON.parse(readFileSync(new URL('../../agent/package.json', import.meta.url), 'utf8')).version })}\n`);
+    expect(hello.stdout).toBe(`${JSON.stringify({ ok: true, versions: [1, 2, 3], agent: JSON.parse(readFileSync(new URL('../../agent/package.json', import.meta.url), 'utf8')).version })}\n`);
     const no = await run('ssh', [...args, 'tunnelgate@127.0.0.1', 'tunnel-agent job; ls'], jws);
     expect(no.status).toBe(127);
     expect(JSON.parse(no.stdout)).toMatchObject({ ok: false, error: 'unsupported_command' });

@@ -17,7 +17,6 @@ import { addBalance, createUser } from '../../server/domain/accounts.ts';
 import { addNode } from '../../server/domain/nodes.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { openDatabase } from '../../server/services.ts';
-import { DNAT_MAP } from '../../agent/dataplane/kernel/context.ts';
 import { cliFailed, cliOk, runAdminCli, type CliRun } from '../helpers/admin-cli.ts';
 import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
@@ -437,12 +436,20 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands
     await provisionTunnel(gw.url, gw.testDb.raw, user.writeKey, tun.id);
     expect(edge.count('apply', tun.id)).toBe(1);
     const env = { DATABASE_URL: gw.testDb.url };
+    // Provisioned, not activated: the edge holds the link and its isolation, and no DNAT (docs/CONTRACTS.md
+    // "Dataplane"); lost are the link and the tunnel's counter-map element, and a repair must bring back those
+    // and no DNAT.
+    const counterElements = () => edge.netns.run('nft', 'list', 'map', 'ip', 'tunnelgate', 'tunnel_counters');
     const lose = () => {
       edge.netns.run('ip', 'link', 'del', 'dev', tun.tunnel_name);
-      edge.netns.run('nft', 'delete', 'element', 'ip', 'tunnelgate', DNAT_MAP, `{ ${tun.protected_ip} }`);
+      edge.netns.run('nft', 'delete', 'element', 'ip', 'tunnelgate', 'tunnel_counters', `{ ${tun.protected_ip} }`);
       expect(edge.links()).not.toContain(tun.tunnel_name);
+      expect(counterElements()).not.toContain(tun.protected_ip);
     };
-    const restored = () => until('link and element restored', async () => edge.links().includes(tun.tunnel_name) && edge.mapElements().includes(tun.protected_ip), 30_000);
+    const restored = async () => {
+      await until('link and element restored', async () => edge.links().includes(tun.tunnel_name) && counterElements().includes(tun.protected_ip), 30_000);
+      expect(edge.mapElements()).not.toContain(tun.protected_ip);
+    };
     const jobState = async (id: unknown) => (await gw.testDb.raw.query<{ state: string }>('select state::text from pgboss.job where id = $1', [id])).rows[0]?.state;
 
     lose();

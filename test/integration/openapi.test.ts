@@ -155,7 +155,7 @@ describe('openapi.yaml as a document', () => {
       expect(statuses('get', `/api/dedicated/{id}/setup/${file}`)).toEqual(['200', '401', '403', '404', '409', '429', '500']);
     }
     expect(statuses('post', '/api/dedicated/{id}/provision')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
-    expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
+    expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
     expect(statuses('delete', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('patch', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('get', '/api/dedicated/pricing')).toEqual(['200', '500']);
