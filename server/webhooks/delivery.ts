@@ -14,6 +14,8 @@
 //   per attempt up to `backoffMaxMs` (1 h), until 24 hours after the event; then it is given up
 //   (given_up_at), the last outcome kept.
 // - Clocks: `now` (and the backoff) are injectable so tests move time instead of waiting for it.
+// - A disabled webhook's deliveries are not taken (revocation.ts): the condition sits in the inner
+//   select, before its limit, so a backlog of them cannot fill every claim and starve the others.
 import http from 'node:http';
 import https from 'node:https';
 import { isIP, type LookupFunction } from 'node:net';
@@ -147,6 +149,7 @@ export class DeliveryWorker {
       `update webhook_delivery d set attempts = d.attempts + 1, last_attempt_at = ?::timestamptz, next_attempt_at = ?::timestamptz
          from (select id from webhook_delivery
                 where delivered_at is null and given_up_at is null and next_attempt_at <= ?::timestamptz
+                  and not exists (select 1 from webhook x where x.id = webhook_delivery.webhook_id and x.disabled_at is not null)
                 order by next_attempt_at limit ? for update skip locked) due, webhook w
         where d.id = due.id and w.id = d.webhook_id
         returning d.id, d.webhook_id, w.url, w.secret_ciphertext, d.body, d.attempts, (extract(epoch from d.created_at) * 1000)::float8 as created_ms`,
