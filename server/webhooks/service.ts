@@ -2,9 +2,16 @@
 // URL for some events and get its whsec_ signing secret once; list; delete. REST, GraphQL and the admin
 // CLI call these same functions. The secret is kept encrypted at rest (secrets/at-rest.ts, bound to the
 // webhook's id) because the delivery worker needs it in the clear to sign.
+//
+// Each webhook records the credential that registered it (`created_by`), so revoking that credential
+// disables it (revocation.ts), and deliveries carry the tunnel's origin_ip only when it was registered
+// with `include_origin`, which a third-party application's token may not ask for: the origin is the
+// address the product hides, and an application the user allowed must not be able to keep receiving it
+// somewhere of its choosing.
 import { randomUUID } from 'node:crypto';
 import { isUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
+import type { WebhookCreatorKind } from '../db/entities.ts';
 import { requireWrite, type Principal } from '../auth/principal.ts';
 import { ApiError, notFound } from '../domain/errors.ts';
 import { encryptSecret } from '../secrets/at-rest.ts';
@@ -19,12 +26,26 @@ const MAX_WEBHOOKS_PER_ACCOUNT = 10;
 /** The webhook.url column's width (varchar(2048)): the bound is on the URL as stored, its normalised href. */
 const MAX_URL_LENGTH = 2048;
 
+/**
+ * Who registered a webhook, as the list shows it: the user (`session`: the owner signed in to the panel),
+ * the API key, the third-party application (`oauth_client`: its client id; the grant is recorded, not
+ * shown), or the operator's admin CLI (no id).
+ */
+export type WebhookCreator = { kind: Exclude<WebhookCreatorKind, 'operator'>; id: string } | { kind: 'operator'; id: null };
+
 /** The REST wire shape of one webhook (never its secret). */
 export interface WebhookView {
   id: string;
   url: string;
   events: WebhookEvent[];
+  /** Whether deliveries carry the tunnel's origin_ip. */
+  include_origin: boolean;
+  /** Null for a webhook registered before creators were recorded. */
+  created_by: WebhookCreator | null;
   created_at: string;
+  /** When it stopped receiving anything, and why ('credential_revoked', revocation.ts; or 'failing'); null while enabled. */
+  disabled_at: string | null;
+  disabled_reason: string | null;
 }
 
 export interface CreatedWebhook {
@@ -36,17 +57,35 @@ export interface CreatedWebhook {
 export interface WebhookInput {
   url: string;
   events: WebhookEvent[];
+  /** Deliveries carry the tunnel's origin_ip (default false). */
+  includeOrigin: boolean;
 }
+
+/** What is stored of the creator: WebhookCreator, and a third-party application's grant. */
+type CreatorRecord = { kind: WebhookCreatorKind; id: string | null; grant: string | null };
+
+/** The credential of a request as a webhook records it (server/auth/principal.ts). */
+function creatorOf(p: Principal): CreatorRecord {
+  const c = p.credential;
+  if (c.kind === 'api_key') return { kind: 'api_key', id: c.id, grant: null };
+  // The panel's token is the user's own session: the user is what it stands for (a new sign-in is a new
+  // grant, and signing out revokes nothing the user registered).
+  if (c.kind === 'session') return { kind: 'session', id: p.userId, grant: null };
+  return { kind: 'oauth_client', id: c.clientId, grant: c.id };
+}
+
+const OPERATOR: CreatorRecord = { kind: 'operator', id: null, grant: null };
 
 const bad = (text: string) => new ApiError('invalid_request', text);
 
 /**
- * `{url, events?}` as REST, GraphQL and the CLI receive it, checked the same way for all three: an
- * absolute https URL (http too when ALLOW_PRIVATE_WEBHOOKS=true) without credentials or fragment, whose
- * host, if an IP literal, is public; events a non-empty list of known names (default: all of them).
+ * `{url, events?, include_origin?}` as REST, GraphQL and the CLI receive it, checked the same way for all
+ * three: an absolute https URL (http too when ALLOW_PRIVATE_WEBHOOKS=true) without credentials or
+ * fragment, whose host, if an IP literal, is public; events a non-empty list of known names (default:
+ * all of them); include_origin true or false (default false; null is the default).
  */
-export function validateWebhookInput(input: { url?: unknown; events?: unknown }, allowPrivate: boolean): WebhookInput {
-  const { url, events } = input;
+export function validateWebhookInput(input: { url?: unknown; events?: unknown; include_origin?: unknown }, allowPrivate: boolean): WebhookInput {
+  const { url, events, include_origin } = input;
   if (typeof url !== 'string' || url === '') throw bad('url is required: a string, the https URL deliveries are POSTed to.');
   // A first bound before parsing, so a megabyte of text is not normalised for nothing.
   if (url.length > MAX_URL_LENGTH) throw bad(`url is longer than ${MAX_URL_LENGTH} characters.`);
@@ -75,20 +114,42 @@ export function validateWebhookInput(input: { url?: unknown; events?: unknown },
     if (unknown.length) throw bad(`events: unknown event ${unknown.map((e) => JSON.stringify(String(e).slice(0, 64))).join(', ')}; known: ${WEBHOOK_EVENTS.join(', ')}.`);
     chosen = WEBHOOK_EVENTS.filter((e) => events.includes(e));
   }
-  return { url: parsed.href, events: chosen };
+  if (include_origin !== undefined && include_origin !== null && typeof include_origin !== 'boolean') throw bad('include_origin must be true or false.');
+  return { url: parsed.href, events: chosen, includeOrigin: include_origin === true };
 }
 
-const COLUMNS = 'id, url, events, created_at';
+const COLUMNS = 'id, url, events, include_origin, created_by_kind, created_by_id, created_at, disabled_at, disabled_reason';
 
 interface Row {
   id: string;
   url: string;
   events: WebhookEvent[];
+  include_origin: boolean;
+  created_by_kind: WebhookCreatorKind | null;
+  created_by_id: string | null;
   created_at: Date;
+  disabled_at: Date | null;
+  disabled_reason: string | null;
+}
+
+function creatorView(r: Row): WebhookCreator | null {
+  if (r.created_by_kind === null) return null;
+  if (r.created_by_kind === 'operator') return { kind: 'operator', id: null };
+  return { kind: r.created_by_kind, id: r.created_by_id ?? '' };
 }
 
 // ISO 8601 in UTC with milliseconds, as every time the API shows.
-const view = (r: Row): WebhookView => ({ id: r.id, url: r.url, events: r.events, created_at: new Date(r.created_at).toISOString() });
+const iso = (d: Date | string) => new Date(d).toISOString();
+const view = (r: Row): WebhookView => ({
+  id: r.id,
+  url: r.url,
+  events: r.events,
+  include_origin: r.include_origin,
+  created_by: creatorView(r),
+  created_at: iso(r.created_at),
+  disabled_at: r.disabled_at === null ? null : iso(r.disabled_at),
+  disabled_reason: r.disabled_reason,
+});
 
 export class WebhookService {
   private worker: DeliveryWorker | null = null;
@@ -148,9 +209,20 @@ export class WebhookService {
     return r?.n ?? 0;
   }
 
+  /**
+   * Registers a webhook for the caller's account, recording the caller's credential. include_origin is
+   * refused (insufficient_scope) to a third-party application's token: only the account's own session
+   * (the panel) or its own API key may have the origin sent somewhere.
+   */
   create(principal: Principal, input: WebhookInput): Promise<CreatedWebhook> {
     requireWrite(principal);
-    return this.createFor(principal.accountId, input);
+    if (input.includeOrigin && principal.credential.kind === 'oauth_client') {
+      throw new ApiError(
+        'insufficient_scope',
+        'include_origin: a third-party application may not register a webhook that receives the origin address; the account owner can, in the panel or with an API key.',
+      );
+    }
+    return this.insert(principal.accountId, input, creatorOf(principal));
   }
 
   list(principal: Principal): Promise<WebhookView[]> {
@@ -176,8 +248,13 @@ export class WebhookService {
     return { message_id: messageId };
   }
 
+  /** The operator's create (admin CLI): a webhook of this account, recorded as the operator's. */
+  createFor(accountId: string, input: WebhookInput): Promise<CreatedWebhook> {
+    return this.insert(accountId, input, OPERATOR);
+  }
+
   /** The account's webhook with a new secret; at most MAX_WEBHOOKS_PER_ACCOUNT per account. */
-  async createFor(accountId: string, input: WebhookInput): Promise<CreatedWebhook> {
+  private async insert(accountId: string, input: WebhookInput, creator: CreatorRecord): Promise<CreatedWebhook> {
     // Here rather than in validateWebhookInput: the edges' ssh_ports are in the database. REST, GraphQL
     // and the CLI all come through this function.
     const port = await portRefusal(this.db, new URL(input.url), this.opts.adminSshPort);
@@ -191,8 +268,9 @@ export class WebhookService {
       const [{ n } = { n: 0 }] = await sql.query<{ n: number }>('select count(*)::int as n from webhook where account_id = ?', [accountId]);
       if (n >= MAX_WEBHOOKS_PER_ACCOUNT) throw bad(`An account may have at most ${MAX_WEBHOOKS_PER_ACCOUNT} webhooks; delete one first.`);
       const [r] = await sql.query<Row>(
-        `insert into webhook (id, account_id, url, events, secret_ciphertext) values (?, ?, ?, ?::jsonb, ?) returning ${COLUMNS}`,
-        [id, accountId, input.url, JSON.stringify(input.events), encryptSecret(key, secret, id)],
+        `insert into webhook (id, account_id, url, events, secret_ciphertext, include_origin, created_by_kind, created_by_id, created_by_grant)
+         values (?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?) returning ${COLUMNS}`,
+        [id, accountId, input.url, JSON.stringify(input.events), encryptSecret(key, secret, id), input.includeOrigin, creator.kind, creator.id, creator.grant],
       );
       return r!;
     });
