@@ -1,5 +1,7 @@
-// The account's webhooks: the list, a form to add one (its signing secret shown once, with Copy), delete
-// behind a confirmation. A viewer sees the list only.
+// The account's webhooks: the list (who added each, whether deliveries carry the origin, and whether it
+// was disabled because the key or application that added it was revoked: docs/CONTRACTS.md "Webhooks"),
+// a form to add one (its signing secret shown once, with Copy), delete behind a confirmation. A viewer
+// sees the list only.
 import { useState } from 'preact/hooks';
 import type { ApiFailure } from '../../api/graphql.ts';
 import { useMutation, useQuery } from '../../api/hooks.ts';
@@ -87,10 +89,19 @@ function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; on
       </p>
       <p class="muted">
         {webhook.events.map((e) => t(`account.webhooks.event.${e}`)).join(', ')} · {t('account.webhooks.since', { date: formatDateTime(webhook.createdAt) })}
+        {webhook.createdBy && <> · {t(`account.webhooks.by.${webhook.createdBy.kind}`, { id: webhook.createdBy.id ?? '' })}</>}
       </p>
+      {webhook.includeOrigin && <p class="muted">{t('account.webhooks.withOrigin')}</p>}
+      {webhook.disabledAt && (
+        <p class="warning" data-testid="webhook-disabled">
+          {t(webhook.disabledReason === 'credential_revoked' ? 'account.webhooks.disabled.credential_revoked' : 'account.webhooks.disabled.other', {
+            date: formatDateTime(webhook.disabledAt),
+          })}
+        </p>
+      )}
       {props.canWrite && (
         <div class="row">
-          <WebhookTest id={webhook.id} url={webhook.url} />
+          {!webhook.disabledAt && <WebhookTest id={webhook.id} url={webhook.url} />}
           {!confirming && (
             <button type="button" aria-label={t('account.webhooks.delete', { url: webhook.url })} onClick={() => setConfirming(true)}>
               {t('common.delete')}
@@ -128,6 +139,7 @@ function AddWebhook(props: { onCreated: (webhook: WebhookRowFragment, secret: st
   const t = useT();
   const [url, setUrl] = useState('');
   const [events, setEvents] = useState<WebhookEventType[]>([...WEBHOOK_EVENTS]);
+  const [includeOrigin, setIncludeOrigin] = useState(false);
   const [urlError, setUrlError] = useState<string | undefined>(undefined);
   const [eventsError, setEventsError] = useState<string | undefined>(undefined);
   const create = useMutation(CreateAccountWebhookDocument);
@@ -145,10 +157,11 @@ function AddWebhook(props: { onCreated: (webhook: WebhookRowFragment, secret: st
     setUrlError(problem && t(`account.webhooks.url.${problem}`));
     setEventsError(events.length === 0 ? t('account.webhooks.eventsRequired') : undefined);
     if (problem || events.length === 0) return;
-    const result = await create.run({ input: { url: url.trim(), events } });
+    const result = await create.run({ input: { url: url.trim(), events, includeOrigin } });
     if (!result) return;
     setUrl('');
     setEvents([...WEBHOOK_EVENTS]);
+    setIncludeOrigin(false);
     props.onCreated(result.createWebhook.webhook, result.createWebhook.secret);
   };
 
@@ -194,6 +207,15 @@ function AddWebhook(props: { onCreated: (webhook: WebhookRowFragment, secret: st
           </p>
         )}
       </fieldset>
+      <div class="field">
+        <label class="check">
+          <input type="checkbox" checked={includeOrigin} aria-describedby="webhook-origin-hint" onChange={(e) => setIncludeOrigin(e.currentTarget.checked)} />{' '}
+          {t('account.webhooks.includeOrigin')}
+        </label>
+        <p class="muted" id="webhook-origin-hint">
+          {t('account.webhooks.includeOriginHint')}
+        </p>
+      </div>
       {create.failure && !serverUrlError && <Failure failure={create.failure} />}
       <button type="submit" class="primary" disabled={create.running}>
         {create.running ? t('common.saving') : t('account.webhooks.addButton')}
