@@ -1,5 +1,5 @@
 // The admin CLI's webhook commands (docs/CONTRACTS.md "Admin CLI"): `webhook list`, `webhook create`,
-// `webhook delete`, thin adapters over server/webhooks/service.ts, validated as REST and GraphQL validate.
+// `webhook enable`, `webhook delete`, thin adapters over server/webhooks/service.ts, validated as REST and GraphQL validate.
 // The secret-encryption key is loaded only by `webhook create` (it encrypts the new secret).
 import { findUserByEmail } from '../domain/accounts.ts';
 import { ApiError } from '../domain/errors.ts';
@@ -56,6 +56,19 @@ export const WEBHOOK_COMMANDS: readonly Command[] = [
       const accountId = await accountOf(ctx, str(o, 'email'));
       const { webhook, secret } = await service.createFor(accountId, input);
       return { ...webhook, secret };
+    },
+  },
+  {
+    name: 'webhook enable',
+    summary:
+      'Enable a disabled webhook (of any account) again: deliveries resume with the next event. One disabled because its credential was revoked is refused (invalid_state): register a new one.',
+    prints: '{id, url, events, include_origin, created_by, created_at, disabled_at: null, disabled_reason: null}',
+    options: [{ name: 'id', value: 'ID', help: 'the webhook id printed by webhook create or list', required: true }],
+    async run(ctx, o) {
+      const id = str(o, 'id');
+      const webhook = await serviceOf(ctx).enableAny(id);
+      if (!webhook) throw new ApiError('not_found', `no webhook with id ${id}.`);
+      return { ...webhook };
     },
   },
   {

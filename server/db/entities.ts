@@ -349,10 +349,14 @@ const WebhookSchema = defineEntity({
     // Whether deliveries carry the tunnel's origin_ip (server/webhooks/events.ts); only the account's own
     // credentials may ask for it.
     includeOrigin: p.boolean().default(false),
-    // Set when the webhook stops receiving anything: no event is written for it and nothing pending is sent.
-    // disabledReason: 'credential_revoked' (server/webhooks/revocation.ts) or 'failing'.
+    // Set when the webhook stops receiving anything (no event is written for it, nothing pending is sent),
+    // with why: 'credential_revoked' (its creator was revoked; server/webhooks/revocation.ts) or 'failing'
+    // (nothing delivered for 24 hours while attempts kept failing; server/webhooks/disable.ts). Null while
+    // enabled. Both migrations add these two columns, each with `if not exists`.
     disabledAt: p.datetime().nullable(),
     disabledReason: p.text().nullable(),
+    // The first failed attempt since the last delivered one; null while the endpoint answers.
+    failingSince: p.datetime().nullable(),
   },
   indexes: [
     // Revoking a key, a grant or a client finds the webhooks it registered (server/webhooks/revocation.ts).
@@ -380,14 +384,24 @@ const WebhookDeliverySchema = defineEntity({
     lastOutcome: p.text().nullable(),
     deliveredAt: p.datetime().nullable(),
     givenUpAt: p.datetime().nullable(),
+    // The claimed attempt's lease while it is in flight, cleared with its outcome: the claim counts these
+    // to keep at most 2 attempts in flight per webhook across replicas (server/webhooks/delivery.ts).
+    leaseUntil: p.datetime().nullable(),
     // Finished deliveries are purged by age (server/webhooks/delivery.ts, RETENTION_DAYS).
     createdAt: createdAt().index(),
   },
   indexes: [
-    // What the delivery worker takes: undelivered, not given up, oldest due first (server/webhooks/delivery.ts).
+    // What the delivery worker takes, per webhook: undelivered, not given up, oldest due first; also what
+    // the per-webhook cap on pending deliveries counts (server/webhooks/delivery.ts, events.ts).
     {
-      name: 'webhook_delivery_due_idx',
-      expression: 'create index "webhook_delivery_due_idx" on "webhook_delivery" ("next_attempt_at") where "delivered_at" is null and "given_up_at" is null',
+      name: 'webhook_delivery_pending_idx',
+      expression:
+        'create index "webhook_delivery_pending_idx" on "webhook_delivery" ("webhook_id", "next_attempt_at") where "delivered_at" is null and "given_up_at" is null',
+    },
+    // The attempts in flight (a lease set), counted by every claim.
+    {
+      name: 'webhook_delivery_lease_idx',
+      expression: 'create index "webhook_delivery_lease_idx" on "webhook_delivery" ("lease_until") where "lease_until" is not null',
     },
   ],
 });

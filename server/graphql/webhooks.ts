@@ -1,5 +1,5 @@
 // Webhooks in GraphQL (docs/CONTRACTS.md "Webhooks"): `webhooks`, `createWebhook` and
-// `deleteWebhook`, `testWebhook`, thin adapters over server/webhooks/service.ts, validated by the same function REST uses.
+// `deleteWebhook`, `testWebhook`, `enableWebhook`, thin adapters over server/webhooks/service.ts, validated by the same function REST uses.
 import 'reflect-metadata';
 import { Arg, Ctx, Field, GraphQLISODateTime, ID, InputType, Mutation, ObjectType, Query, Resolver, registerEnumType } from 'type-graphql';
 import type { WebhookCreatorKind } from '../db/entities.ts';
@@ -12,8 +12,12 @@ import type { Same } from './types.ts';
 export enum WebhookEventType {
   TUNNEL_STATUS_CHANGED = 'tunnel.status_changed',
   TUNNEL_HEALTH_CHANGED = 'tunnel.health_changed',
+  WEBHOOK_DISABLED = 'webhook.disabled',
 }
-registerEnumType(WebhookEventType, { name: 'WebhookEventType', description: 'What a webhook receives: a tunnel status change, or a tunnel health change.' });
+registerEnumType(WebhookEventType, {
+  name: 'WebhookEventType',
+  description: "What a webhook receives: a tunnel status change, a tunnel health change, or another of the account's webhooks disabled.",
+});
 const _eventsCovered: Same<`${WebhookEventType}`, WebhookEvent> = true;
 void _eventsCovered;
 
@@ -61,10 +65,14 @@ export class Webhook {
   @Field(() => GraphQLISODateTime)
   createdAt!: Date;
 
-  @Field(() => GraphQLISODateTime, { nullable: true, description: 'When it stopped receiving anything; null while enabled.' })
+  @Field(() => GraphQLISODateTime, { nullable: true, description: 'When it stopped receiving deliveries; null while enabled. enableWebhook enables it again unless its credential was revoked.' })
   disabledAt!: Date | null;
 
-  @Field(() => String, { nullable: true, description: 'Why it is disabled: credential_revoked (the API key or application that registered it was revoked) or failing; null while enabled.' })
+  @Field(() => String, {
+    nullable: true,
+    description:
+      "Why it was disabled: 'failing' (nothing delivered for 24 hours while attempts kept failing; enableWebhook enables it again) or 'credential_revoked' (the API key or application that registered it was revoked; final: register a new webhook); null while enabled.",
+  })
   disabledReason!: string | null;
 }
 
@@ -132,6 +140,15 @@ export class WebhookResolver {
   async testWebhook(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<WebhookTestQueued> {
     const principal = await ctx.principal();
     return { messageId: (await ctx.services.webhooks.test(principal, id)).message_id };
+  }
+
+  @Mutation(() => Webhook, {
+    description:
+      "Enables one of this account's webhooks again after it was disabled for failing (write permission): deliveries resume with the next event. Enabling an enabled webhook changes nothing; another account's is not_found; one disabled because its credential was revoked is invalid_state (register a new webhook).",
+  })
+  async enableWebhook(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Webhook> {
+    const principal = await ctx.principal();
+    return toWebhook(await ctx.services.webhooks.enable(principal, id));
   }
 
   @Mutation(() => Boolean, { description: "Deletes one of this account's webhooks (write permission); another account's is not_found. Returns true." })

@@ -9,8 +9,7 @@
 // it, the delivery worker (delivery.ts) sends nothing of it, and what it still had pending is given up
 // here, so nothing written before the revocation goes out later either.
 import type { Sql } from '../db/database.ts';
-
-export const CREDENTIAL_REVOKED = 'credential_revoked';
+import { DISABLED_CREDENTIAL_REVOKED as CREDENTIAL_REVOKED } from './view.ts';
 
 /** What was revoked: one API key, one grant of a third-party application, or every grant of one client. */
 export type RevokedCredential = { apiKey: string } | { grant: string } | { client: string };
@@ -35,7 +34,7 @@ export async function disableWebhooksOf(sql: Pick<Sql, 'query'>, revoked: Revoke
         where ${where} and disabled_reason is distinct from '${CREDENTIAL_REVOKED}'
         returning id),
      dropped as (
-       update webhook_delivery set given_up_at = now(), last_outcome = 'not sent: webhook disabled (${CREDENTIAL_REVOKED})'
+       update webhook_delivery set given_up_at = now(), lease_until = null, last_outcome = 'not sent: webhook disabled (${CREDENTIAL_REVOKED})'
         where webhook_id in (select id from disabled) and delivered_at is null and given_up_at is null)
      select id from disabled`,
     [param],

@@ -17,36 +17,18 @@ import { ApiError, notFound } from '../domain/errors.ts';
 import { encryptSecret } from '../secrets/at-rest.ts';
 import type { Logger } from '../../common/log.ts';
 import { DeliveryWorker, type DeliveryOptions, type DeliveryOutcome } from './delivery.ts';
+import { enableWebhook } from './disable.ts';
 import { enqueueTest, WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
 import { newWebhookSecret } from './signing.ts';
 import { literalRefusal, portRefusal } from './ssrf.ts';
+import { DISABLED_CREDENTIAL_REVOKED, WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
 
 /** A sane bound per account: each webhook multiplies every event into one delivery. */
 const MAX_WEBHOOKS_PER_ACCOUNT = 10;
 /** The webhook.url column's width (varchar(2048)): the bound is on the URL as stored, its normalised href. */
 const MAX_URL_LENGTH = 2048;
 
-/**
- * Who registered a webhook, as the list shows it: the user (`session`: the owner signed in to the panel),
- * the API key, the third-party application (`oauth_client`: its client id; the grant is recorded, not
- * shown), or the operator's admin CLI (no id).
- */
-export type WebhookCreator = { kind: Exclude<WebhookCreatorKind, 'operator'>; id: string } | { kind: 'operator'; id: null };
-
-/** The REST wire shape of one webhook (never its secret). */
-export interface WebhookView {
-  id: string;
-  url: string;
-  events: WebhookEvent[];
-  /** Whether deliveries carry the tunnel's origin_ip. */
-  include_origin: boolean;
-  /** Null for a webhook registered before creators were recorded. */
-  created_by: WebhookCreator | null;
-  created_at: string;
-  /** When it stopped receiving anything, and why ('credential_revoked', revocation.ts; or 'failing'); null while enabled. */
-  disabled_at: string | null;
-  disabled_reason: string | null;
-}
+export type { WebhookCreator, WebhookView } from './view.ts';
 
 export interface CreatedWebhook {
   webhook: WebhookView;
@@ -77,6 +59,20 @@ function creatorOf(p: Principal): CreatorRecord {
 const OPERATOR: CreatorRecord = { kind: 'operator', id: null, grant: null };
 
 const bad = (text: string) => new ApiError('invalid_request', text);
+
+/**
+ * A webhook still disabled after enabling because its credential was revoked (enableWebhook leaves those
+ * alone): refused, since its creator may no longer register or receive anything (revocation.ts).
+ */
+function refuseRevoked(view: WebhookView): WebhookView {
+  if (view.disabled_reason === DISABLED_CREDENTIAL_REVOKED) {
+    throw new ApiError(
+      'invalid_state',
+      'The webhook was disabled because the credential that registered it was revoked, and cannot be enabled again; create a new webhook (POST /api/webhooks).',
+    );
+  }
+  return view;
+}
 
 /**
  * `{url, events?, include_origin?}` as REST, GraphQL and the CLI receive it, checked the same way for all
@@ -118,38 +114,6 @@ export function validateWebhookInput(input: { url?: unknown; events?: unknown; i
   return { url: parsed.href, events: chosen, includeOrigin: include_origin === true };
 }
 
-const COLUMNS = 'id, url, events, include_origin, created_by_kind, created_by_id, created_at, disabled_at, disabled_reason';
-
-interface Row {
-  id: string;
-  url: string;
-  events: WebhookEvent[];
-  include_origin: boolean;
-  created_by_kind: WebhookCreatorKind | null;
-  created_by_id: string | null;
-  created_at: Date;
-  disabled_at: Date | null;
-  disabled_reason: string | null;
-}
-
-function creatorView(r: Row): WebhookCreator | null {
-  if (r.created_by_kind === null) return null;
-  if (r.created_by_kind === 'operator') return { kind: 'operator', id: null };
-  return { kind: r.created_by_kind, id: r.created_by_id ?? '' };
-}
-
-// ISO 8601 in UTC with milliseconds, as every time the API shows.
-const iso = (d: Date | string) => new Date(d).toISOString();
-const view = (r: Row): WebhookView => ({
-  id: r.id,
-  url: r.url,
-  events: r.events,
-  include_origin: r.include_origin,
-  created_by: creatorView(r),
-  created_at: iso(r.created_at),
-  disabled_at: r.disabled_at === null ? null : iso(r.disabled_at),
-  disabled_reason: r.disabled_reason,
-});
 
 export class WebhookService {
   private worker: DeliveryWorker | null = null;
@@ -244,13 +208,37 @@ export class WebhookService {
     requireWrite(principal);
     if (!isUuid(id)) throw notFound('webhook');
     const messageId = await enqueueTest(this.db, principal.accountId, id.toLowerCase());
-    if (messageId === null) throw notFound('webhook');
+    if (messageId === 'not_found') throw notFound('webhook');
+    if (messageId === 'disabled') throw new ApiError('invalid_state', 'The webhook is disabled and gets no deliveries, test events included; enable it first (POST /api/webhooks/{id}/enable).');
+    if (messageId === 'credential_revoked') {
+      throw new ApiError('invalid_state', 'The webhook is disabled because the credential that registered it was revoked, and gets no deliveries, test events included; register a new webhook.');
+    }
     return { message_id: messageId };
   }
 
   /** The operator's create (admin CLI): a webhook of this account, recorded as the operator's. */
   createFor(accountId: string, input: WebhookInput): Promise<CreatedWebhook> {
     return this.insert(accountId, input, OPERATOR);
+  }
+
+  /**
+   * Enables one of the account's webhooks again (write permission) after it was disabled for failing:
+   * deliveries resume with the next event (disable.ts). Enabling an enabled webhook changes nothing.
+   * A webhook disabled because its credential was revoked stays disabled (invalid_state): what that
+   * credential registered must not come back; the owner registers a new webhook. Another account's
+   * webhook is not_found, as a missing one.
+   */
+  async enable(principal: Principal, id: string): Promise<WebhookView> {
+    requireWrite(principal);
+    const view = isUuid(id) ? await enableWebhook(this.db, id.toLowerCase(), principal.accountId) : null;
+    if (!view) throw notFound('webhook');
+    return refuseRevoked(view);
+  }
+
+  /** The operator's enable (admin CLI): any account's webhook; null when there is none; as enable() otherwise. */
+  async enableAny(id: string): Promise<WebhookView | null> {
+    const view = isUuid(id) ? await enableWebhook(this.db, id.toLowerCase(), null) : null;
+    return view && refuseRevoked(view);
   }
 
   /** The account's webhook with a new secret; at most MAX_WEBHOOKS_PER_ACCOUNT per account. */
@@ -267,19 +255,19 @@ export class WebhookService {
       await sql.query('select id from account where id = ? for update', [accountId]);
       const [{ n } = { n: 0 }] = await sql.query<{ n: number }>('select count(*)::int as n from webhook where account_id = ?', [accountId]);
       if (n >= MAX_WEBHOOKS_PER_ACCOUNT) throw bad(`An account may have at most ${MAX_WEBHOOKS_PER_ACCOUNT} webhooks; delete one first.`);
-      const [r] = await sql.query<Row>(
+      const [r] = await sql.query<WebhookRow>(
         `insert into webhook (id, account_id, url, events, secret_ciphertext, include_origin, created_by_kind, created_by_id, created_by_grant)
-         values (?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?) returning ${COLUMNS}`,
+         values (?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?) returning ${WEBHOOK_COLUMNS}`,
         [id, accountId, input.url, JSON.stringify(input.events), encryptSecret(key, secret, id), input.includeOrigin, creator.kind, creator.id, creator.grant],
       );
       return r!;
     });
-    return { webhook: view(row), secret };
+    return { webhook: webhookView(row), secret };
   }
 
   async listFor(accountId: string): Promise<WebhookView[]> {
-    const rows = await this.db.query<Row>(`select ${COLUMNS} from webhook where account_id = ? order by created_at, id`, [accountId]);
-    return rows.map(view);
+    const rows = await this.db.query<WebhookRow>(`select ${WEBHOOK_COLUMNS} from webhook where account_id = ? order by created_at, id`, [accountId]);
+    return rows.map(webhookView);
   }
 
   /** The operator's delete (admin CLI): any account's webhook. */

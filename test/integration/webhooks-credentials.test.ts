@@ -1,5 +1,5 @@
 // Webhooks end with the credential that registered them, and carry the hidden origin only when asked
-// (docs/CONTRACTS.md "Webhooks", docs/SECURITY.md rows 25-27), on the real gateway and real PostgreSQL:
+// (docs/CONTRACTS.md "Webhooks", docs/SECURITY.md rows 28-30), on the real gateway and real PostgreSQL:
 //  - every webhook shows who registered it (`created_by`): the owner's panel session, an API key, a
 //    third-party OAuth application (its client id), the operator's CLI; over REST, GraphQL and the CLI;
 //  - revoking that API key (the admin CLI), withdrawing that application's grant (/oauth/revoke, with a
@@ -7,7 +7,8 @@
 //    rotateApplicationSecret, the CLI's client rotate-secret) or deleting the application disables the
 //    webhook: disabled_at and disabled_reason `credential_revoked`, what it had pending given up, no event
 //    written for it afterwards, nothing sent; the owner's own webhooks are untouched, and signing out of
-//    the panel disables nothing;
+//    the panel disables nothing; enabling such a webhook (REST, GraphQL, CLI) is refused, while one
+//    disabled for failing is enabled;
 //  - a delivery written by a transaction that raced the revocation is still not sent (the worker's check);
 //  - deliveries leave `origin_ip` out unless the webhook was registered with include_origin, which the
 //    account's own key and panel session may ask for and a third-party application's token may not (403).
@@ -337,6 +338,43 @@ describe('revoking the credential disables the webhook', () => {
     await worker.runOnce();
     expect([receiver.to('/rotate-session').length, receiver.to('/rotate-key').length]).toEqual([1, 1]);
     for (const path of ['/rotate-portal-a', '/rotate-portal-b', '/delete-portal', '/rotate-cli']) expect(receiver.to(path), path).toHaveLength(0);
+  }, 120_000);
+
+  it('a webhook disabled because its credential was revoked cannot be enabled again (REST, GraphQL, CLI: 409 invalid_state, still disabled), also when it was failing first; one disabled for failing can', async () => {
+    const o = await newOwner();
+    const leaked = await createApiKey(w.gw.testDb.db, o.user.accountId, o.user.userId, 'write');
+    const revoked = await registered(leaked.key, '/enable-revoked');
+    // Disabled for failing before the revocation (the worker's 24-hour rule has its own test): the
+    // revocation gives it the final reason, so enabling cannot bring it back either.
+    const failingFirst = await registered(leaked.key, '/enable-failing-first');
+    const failing = await registered(o.key, '/enable-failing');
+    await w.gw.testDb.raw.query(`update webhook set disabled_at = now(), disabled_reason = 'failing' where id = any($1::uuid[])`, [[failingFirst.id, failing.id]]);
+    cliOk(await adminCli(w.gw.testDb.url, ['apikey', 'revoke', '--id', leaked.id]));
+
+    for (const id of [revoked.id, failingFirst.id]) {
+      const r = await call(w.gw.url, 'POST', `/api/webhooks/${id}/enable`, { token: o.key });
+      expect({ status: r.status, error: r.body.error }).toEqual({ status: 409, error: 'invalid_state' });
+      expect(r.body.error_description).toMatch(/credential .*revoked.*create a new webhook/);
+      expectMatchesOpenApi('post', '/api/webhooks/{id}/enable', r.status, r.body, r.headers);
+      const g = await gql(o.key, 'mutation($id: ID!) { enableWebhook(id: $id) { id disabledAt } }', { id });
+      expect(g.errors?.[0]?.extensions?.code).toBe('invalid_state');
+      const c = await adminCli(w.gw.testDb.url, ['webhook', 'enable', '--id', id]);
+      expect(c.code).toBe(1);
+      expect(JSON.parse(c.stderr)).toMatchObject({ error: 'invalid_state', error_description: expect.stringMatching(/create a new webhook/) });
+      expect((await listed(o.key)).get(id)).toMatchObject(REVOKED);
+    }
+    // Nothing is sent to them after the refused enables.
+    await statusEvent(o);
+    await worker.runOnce();
+    expect([receiver.to('/enable-revoked').length, receiver.to('/enable-failing-first').length]).toEqual([0, 0]);
+
+    // The owner's own webhook disabled for failing is enabled as before, and is served again.
+    const r = await call(w.gw.url, 'POST', `/api/webhooks/${failing.id}/enable`, { token: o.key });
+    expect(r.status, r.text).toBe(200);
+    expect(r.body.webhook).toMatchObject({ id: failing.id, created_by: { kind: 'api_key', id: o.keyId }, ...ENABLED });
+    await statusEvent(o);
+    await worker.runOnce();
+    expect(receiver.to('/enable-failing')).toHaveLength(1);
   }, 120_000);
 });
 

@@ -1,7 +1,10 @@
 // The dataplane's pure diff (no kernel, no root): what a plan does for each shape of drift and scope.
 // The kernel that the plan drives is tested in test/netns/dataplane*.test.ts.
 import { describe, expect, it } from 'vitest';
-import { OwnedIndex, PlanConflict, diff, intentOver, sameSpec, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
+import { diff } from '../../../agent/dataplane/diff.ts';
+import { PlanConflict, type KernelView, type ObservedLink } from '../../../agent/dataplane/plan.ts';
+import { OwnedIndex, intentOver, type OwnedTunnel } from '../../../agent/dataplane/records.ts';
+import { sameSpec } from '../../../agent/dataplane/spec-compare.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { LINK_KEYED_SETS, isAllowedId, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
