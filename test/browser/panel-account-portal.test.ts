@@ -52,7 +52,7 @@ describe.skipIf(skip)('the panel: the account page and the developer portal', ()
     expect(await fitsWidth(page, 375)).toBe(true);
   };
 
-  it('webhooks on /account: added for the receiver, its secret shown once; the test event sent from the page arrives signed with that secret; a disabled one says so and is enabled from the page; the ledger lists the top-up and the purchase', async () => {
+  it('webhooks on /account: added for the receiver, its secret shown once; the test event sent from the page arrives signed with that secret; a disabled one says so and is enabled from the page; one an API key added is shown disabled once the key is revoked, with no Enable; the ledger lists the top-up and the purchase', async () => {
     // A purchase for the ledger to show beside the opening top-up.
     const bought = await w.api('POST', '/api/dedicated', { token: w.owner.key, body: { name: 'ledger-row', origin_ip: w.originIp } });
     expect(bought.status).toBe(201);
