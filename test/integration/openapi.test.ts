@@ -10,6 +10,7 @@ import { restRouter } from '../../server/http/rest/routes.ts';
 import { addBalance } from '../../server/domain/accounts.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { setRate } from '../../server/domain/settings.ts';
+import { VERSION } from '../../server/version.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import type { RunningGateway } from '../helpers/gateway.ts';
 import {
@@ -304,7 +305,7 @@ describe('real responses match openapi.yaml', () => {
   });
 
   it('GET /healthz, /readyz, /metrics', async () => {
-    expect((await checked(gw, 'GET', '/healthz', '/healthz', 200)).body).toEqual({ status: 'ok' });
+    expect((await checked(gw, 'GET', '/healthz', '/healthz', 200)).body).toEqual({ status: 'ok', version: VERSION });
     expect((await checked(gw, 'GET', '/readyz', '/readyz', 200)).body.status).toBe('ready');
     expect((await checked(gw, 'GET', '/metrics', '/metrics', 200)).text).toMatch(/# TYPE /);
   });
