@@ -333,6 +333,12 @@ const WebhookSchema = defineEntity({
     // The whsec_ signing secret under the secret-encryption key (secrets/at-rest.ts), bound to the id.
     secretCiphertext: p.text(),
     createdAt: createdAt(),
+    // Set when the webhook stops receiving deliveries, with why: 'failing' (nothing delivered for 24 hours
+    // while attempts kept failing; server/webhooks/delivery.ts). Null while enabled.
+    disabledAt: p.datetime().nullable(),
+    disabledReason: p.text().nullable(),
+    // The first failed attempt since the last delivered one; null while the endpoint answers.
+    failingSince: p.datetime().nullable(),
   },
 });
 export type Webhook = InferEntity<typeof WebhookSchema>;
@@ -355,14 +361,24 @@ const WebhookDeliverySchema = defineEntity({
     lastOutcome: p.text().nullable(),
     deliveredAt: p.datetime().nullable(),
     givenUpAt: p.datetime().nullable(),
+    // The claimed attempt's lease while it is in flight, cleared with its outcome: the claim counts these
+    // to keep at most 2 attempts in flight per webhook across replicas (server/webhooks/delivery.ts).
+    leaseUntil: p.datetime().nullable(),
     // Finished deliveries are purged by age (server/webhooks/delivery.ts, RETENTION_DAYS).
     createdAt: createdAt().index(),
   },
   indexes: [
-    // What the delivery worker takes: undelivered, not given up, oldest due first (server/webhooks/delivery.ts).
+    // What the delivery worker takes, per webhook: undelivered, not given up, oldest due first; also what
+    // the per-webhook cap on pending deliveries counts (server/webhooks/delivery.ts, events.ts).
     {
-      name: 'webhook_delivery_due_idx',
-      expression: 'create index "webhook_delivery_due_idx" on "webhook_delivery" ("next_attempt_at") where "delivered_at" is null and "given_up_at" is null',
+      name: 'webhook_delivery_pending_idx',
+      expression:
+        'create index "webhook_delivery_pending_idx" on "webhook_delivery" ("webhook_id", "next_attempt_at") where "delivered_at" is null and "given_up_at" is null',
+    },
+    // The attempts in flight (a lease set), counted by every claim.
+    {
+      name: 'webhook_delivery_lease_idx',
+      expression: 'create index "webhook_delivery_lease_idx" on "webhook_delivery" ("lease_until") where "lease_until" is not null',
     },
   ],
 });

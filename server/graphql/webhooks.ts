@@ -1,5 +1,5 @@
 // Webhooks in GraphQL (docs/CONTRACTS.md "Webhooks"): `webhooks`, `createWebhook` and
-// `deleteWebhook`, `testWebhook`, thin adapters over server/webhooks/service.ts, validated by the same function REST uses.
+// `deleteWebhook`, `testWebhook`, `enableWebhook`, thin adapters over server/webhooks/service.ts, validated by the same function REST uses.
 import 'reflect-metadata';
 import { Arg, Ctx, Field, GraphQLISODateTime, ID, InputType, Mutation, ObjectType, Query, Resolver, registerEnumType } from 'type-graphql';
 import type { WebhookEvent } from '../webhooks/events.ts';
@@ -11,8 +11,12 @@ import type { Same } from './types.ts';
 export enum WebhookEventType {
   TUNNEL_STATUS_CHANGED = 'tunnel.status_changed',
   TUNNEL_HEALTH_CHANGED = 'tunnel.health_changed',
+  WEBHOOK_DISABLED = 'webhook.disabled',
 }
-registerEnumType(WebhookEventType, { name: 'WebhookEventType', description: 'What a webhook receives: a tunnel status change, or a tunnel health change.' });
+registerEnumType(WebhookEventType, {
+  name: 'WebhookEventType',
+  description: "What a webhook receives: a tunnel status change, a tunnel health change, or another of the account's webhooks disabled.",
+});
 const _eventsCovered: Same<`${WebhookEventType}`, WebhookEvent> = true;
 void _eventsCovered;
 
@@ -29,6 +33,15 @@ export class Webhook {
 
   @Field(() => GraphQLISODateTime)
   createdAt!: Date;
+
+  @Field(() => GraphQLISODateTime, { nullable: true, description: 'When it stopped receiving deliveries; null while enabled. enableWebhook enables it again.' })
+  disabledAt!: Date | null;
+
+  @Field(() => String, {
+    nullable: true,
+    description: "Why it was disabled: 'failing' (nothing delivered for 24 hours while attempts kept failing), or another reason the gateway records; null while enabled.",
+  })
+  disabledReason!: string | null;
 }
 
 @ObjectType({ description: 'A new webhook and its signing secret.' })
@@ -49,7 +62,14 @@ export class CreateWebhookInput {
   events?: WebhookEventType[] | null;
 }
 
-const toWebhook = (w: WebhookView): Webhook => ({ id: w.id, url: w.url, events: w.events as string[] as WebhookEventType[], createdAt: new Date(w.created_at) });
+const toWebhook = (w: WebhookView): Webhook => ({
+  id: w.id,
+  url: w.url,
+  events: w.events as string[] as WebhookEventType[],
+  createdAt: new Date(w.created_at),
+  disabledAt: w.disabled_at === null ? null : new Date(w.disabled_at),
+  disabledReason: w.disabled_reason,
+});
 
 @ObjectType({ description: 'A queued webhook.test event.' })
 export class WebhookTestQueued {
@@ -80,6 +100,14 @@ export class WebhookResolver {
   async testWebhook(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<WebhookTestQueued> {
     const principal = await ctx.principal();
     return { messageId: (await ctx.services.webhooks.test(principal, id)).message_id };
+  }
+
+  @Mutation(() => Webhook, {
+    description: "Enables one of this account's webhooks again after it was disabled (write permission): deliveries resume with the next event. Enabling an enabled webhook changes nothing; another account's is not_found.",
+  })
+  async enableWebhook(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Webhook> {
+    const principal = await ctx.principal();
+    return toWebhook(await ctx.services.webhooks.enable(principal, id));
   }
 
   @Mutation(() => Boolean, { description: "Deletes one of this account's webhooks (write permission); another account's is not_found. Returns true." })

@@ -34,7 +34,8 @@ export const invalidToken = (why: string) => new ApiError('invalid_token', why, 
 export class AccessTokenVerifier {
   constructor(
     private readonly db: Database,
-    private readonly opts: { key: Buffer; issuer: string; audience: string },
+    /** `clock`: milliseconds now, against which `exp` is checked; Date.now unless a test drives the time. */
+    private readonly opts: { key: Buffer; issuer: string; audience: string; clock?: () => number },
   ) {}
 
   /** Signature and claims only (no database): what revocation needs, where an expired token is still recognised. */
@@ -46,7 +47,7 @@ export class AccessTokenVerifier {
         issuer: this.opts.issuer,
         audience: this.opts.audience,
         // A revoked-then-expired token is still recognised for revocation; everywhere else exp counts.
-        currentDate: ignoreExpiration ? new Date(0) : undefined,
+        currentDate: ignoreExpiration ? new Date(0) : new Date((this.opts.clock ?? Date.now)()),
         typ: 'at+jwt',
       });
       const p = payload as Partial<AccessTokenClaims>;

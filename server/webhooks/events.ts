@@ -7,8 +7,24 @@ import { randomBytes } from 'node:crypto';
 import type { Sql } from '../db/database.ts';
 import { readTunnelOfAnyAccount, tunnelView } from '../domain/tunnels/rows.ts';
 
-export const WEBHOOK_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;
+/** What happens to tunnels: `data: {"tunnel": ...}`. */
+export const TUNNEL_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;
+export type TunnelEventType = (typeof TUNNEL_EVENTS)[number];
+/**
+ * One of the account's webhooks was disabled (disable.ts): `data: {"webhook": <it as REST shows it>}`, sent
+ * to the account's other enabled webhooks that take it.
+ */
+export const WEBHOOK_DISABLED_EVENT = 'webhook.disabled';
+/** Every event a webhook may subscribe to; a webhook registered without `events` takes them all. */
+export const WEBHOOK_EVENTS = [...TUNNEL_EVENTS, WEBHOOK_DISABLED_EVENT] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+/**
+ * At most this many deliveries wait per webhook (neither delivered nor given up, not in flight): writing
+ * one more gives up the oldest (docs/CONTRACTS.md "Webhooks"). Events are snapshots of the tunnel after
+ * the change, so the newest carry what an endpoint needs and the oldest are the stalest; and an endpoint
+ * that never answers cannot grow the outbox without end.
+ */
+export const MAX_PENDING_PER_WEBHOOK = 1000;
 /**
  * The event a buyer asks for to try an endpoint: sent to that one webhook whatever events it takes, signed
  * and retried like the others. Not in WEBHOOK_EVENTS: nobody subscribes to it.
@@ -43,7 +59,7 @@ export class TunnelEvents implements TunnelEventSink {
     return this.emit(sql, 'tunnel.health_changed', tunnelId);
   }
 
-  private async emit(sql: Pick<Sql, 'query'>, type: WebhookEvent, tunnelId: string): Promise<void> {
+  private async emit(sql: Pick<Sql, 'query'>, type: TunnelEventType, tunnelId: string): Promise<void> {
     const t = await readTunnelOfAnyAccount(sql, tunnelId);
     if (!t) return;
     await enqueue(sql, t.accountId, type, { tunnel: tunnelView(t.row, this.adminSshPort) });
@@ -52,23 +68,34 @@ export class TunnelEvents implements TunnelEventSink {
 
 /**
  * One outbox row for webhook `webhookId` of `accountId` carrying a `webhook.test` event (`data: {"webhook":
- * {id, url}}`); returns its message id, or null when the account has no such webhook.
+ * {id, url}}`); returns its message id, `not_found` when the account has no such webhook, or `disabled`
+ * when it is disabled (a disabled webhook gets no deliveries: nothing is written).
  */
-export async function enqueueTest(sql: Pick<Sql, 'query'>, accountId: string, webhookId: string): Promise<string | null> {
-  const [hook] = await sql.query<{ id: string; url: string }>('select id, url from webhook where id = ? and account_id = ?', [webhookId, accountId]);
-  if (!hook) return null;
+export async function enqueueTest(sql: Pick<Sql, 'query'>, accountId: string, webhookId: string): Promise<string | 'not_found' | 'disabled'> {
+  const [hook] = await sql.query<{ id: string; url: string; disabled: boolean }>('select id, url, disabled_at is not null as disabled from webhook where id = ? and account_id = ?', [
+    webhookId,
+    accountId,
+  ]);
+  if (!hook) return 'not_found';
+  if (hook.disabled) return 'disabled';
   const id = newMessageId();
   const body = JSON.stringify({ type: WEBHOOK_TEST_EVENT, timestamp: new Date().toISOString(), data: { webhook: { id: hook.id, url: hook.url } } });
   await sql.query('insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values (?, ?, ?, ?, now())', [id, hook.id, WEBHOOK_TEST_EVENT, body]);
+  await capPending(sql, [hook.id]);
   return id;
 }
 
 /**
- * One outbox row per webhook of `accountId` that takes `type`, each with its own message id and the
- * body it will be sent with on every attempt (due at once). Returns how many were written.
+ * One outbox row per enabled webhook of `accountId` that takes `type` (but `exceptWebhookId`), each with
+ * its own message id and the body it will be sent with on every attempt (due at once). Returns how many
+ * were written.
  */
-async function enqueue(sql: Pick<Sql, 'query'>, accountId: string, type: WebhookEvent, data: Record<string, unknown>): Promise<number> {
-  const hooks = await sql.query<{ id: string }>(`select id from webhook where account_id = ? and events @> jsonb_build_array(?::text)`, [accountId, type]);
+export async function enqueue(sql: Pick<Sql, 'query'>, accountId: string, type: WebhookEvent, data: Record<string, unknown>, exceptWebhookId?: string): Promise<number> {
+  const hooks = await sql.query<{ id: string }>(
+    `select id from webhook where account_id = ? and disabled_at is null and events @> jsonb_build_array(?::text) and id <> ?::uuid`,
+    // The nil UUID is no webhook's id: "except none".
+    [accountId, type, exceptWebhookId ?? '00000000-0000-0000-0000-000000000000'],
+  );
   if (hooks.length === 0) return 0;
   const body = JSON.stringify({ type, timestamp: new Date().toISOString(), data });
   const values = hooks.map(() => '(?, ?, ?, ?, now())').join(', ');
@@ -76,5 +103,28 @@ async function enqueue(sql: Pick<Sql, 'query'>, accountId: string, type: Webhook
     `insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values ${values}`,
     hooks.flatMap((h) => [newMessageId(), h.id, type, body]),
   );
+  await capPending(sql, hooks.map((h) => h.id));
   return hooks.length;
+}
+
+/**
+ * Gives up the oldest waiting deliveries of each of `webhookIds` beyond MAX_PENDING_PER_WEBHOOK, in the
+ * transaction that just wrote more. Attempts in flight (a lease not yet over) are neither counted nor
+ * touched: their outcome is on its way. Rows another transaction holds are skipped, so two writers at once
+ * may leave a few more than the cap for a moment; the next write trims them.
+ */
+async function capPending(sql: Pick<Sql, 'query'>, webhookIds: string[]): Promise<void> {
+  await sql.query(
+    `update webhook_delivery d set given_up_at = now(), last_outcome = coalesce(d.last_outcome, ?)
+      where d.id in (
+        select x.id from jsonb_array_elements_text(?::jsonb) as h(webhook_id)
+        cross join lateral (
+          select id from webhook_delivery
+           where webhook_id = h.webhook_id::uuid and delivered_at is null and given_up_at is null and (lease_until is null or lease_until <= now())
+           order by created_at desc, id desc
+          offset ? for update skip locked
+        ) x
+      )`,
+    [`not sent: more than ${MAX_PENDING_PER_WEBHOOK} deliveries pending for this webhook`, JSON.stringify(webhookIds), MAX_PENDING_PER_WEBHOOK],
+  );
 }

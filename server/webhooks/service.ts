@@ -10,22 +10,18 @@ import { ApiError, notFound } from '../domain/errors.ts';
 import { encryptSecret } from '../secrets/at-rest.ts';
 import type { Logger } from '../../common/log.ts';
 import { DeliveryWorker, type DeliveryOptions, type DeliveryOutcome } from './delivery.ts';
+import { enableWebhook } from './disable.ts';
 import { enqueueTest, WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
 import { newWebhookSecret } from './signing.ts';
 import { literalRefusal, portRefusal } from './ssrf.ts';
+import { WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
 
 /** A sane bound per account: each webhook multiplies every event into one delivery. */
 const MAX_WEBHOOKS_PER_ACCOUNT = 10;
 /** The webhook.url column's width (varchar(2048)): the bound is on the URL as stored, its normalised href. */
 const MAX_URL_LENGTH = 2048;
 
-/** The REST wire shape of one webhook (never its secret). */
-export interface WebhookView {
-  id: string;
-  url: string;
-  events: WebhookEvent[];
-  created_at: string;
-}
+export type { WebhookView } from './view.ts';
 
 export interface CreatedWebhook {
   webhook: WebhookView;
@@ -78,17 +74,6 @@ export function validateWebhookInput(input: { url?: unknown; events?: unknown },
   return { url: parsed.href, events: chosen };
 }
 
-const COLUMNS = 'id, url, events, created_at';
-
-interface Row {
-  id: string;
-  url: string;
-  events: WebhookEvent[];
-  created_at: Date;
-}
-
-// ISO 8601 in UTC with milliseconds, as every time the API shows.
-const view = (r: Row): WebhookView => ({ id: r.id, url: r.url, events: r.events, created_at: new Date(r.created_at).toISOString() });
 
 export class WebhookService {
   private worker: DeliveryWorker | null = null;
@@ -172,8 +157,26 @@ export class WebhookService {
     requireWrite(principal);
     if (!isUuid(id)) throw notFound('webhook');
     const messageId = await enqueueTest(this.db, principal.accountId, id.toLowerCase());
-    if (messageId === null) throw notFound('webhook');
+    if (messageId === 'not_found') throw notFound('webhook');
+    if (messageId === 'disabled') throw new ApiError('invalid_state', 'The webhook is disabled and gets no deliveries; enable it first (POST /api/webhooks/{id}/enable).');
     return { message_id: messageId };
+  }
+
+  /**
+   * Enables one of the account's webhooks again (write permission) after it was disabled: deliveries
+   * resume with the next event (disable.ts). Enabling an enabled webhook changes nothing. Another
+   * account's webhook is not_found, as a missing one.
+   */
+  async enable(principal: Principal, id: string): Promise<WebhookView> {
+    requireWrite(principal);
+    const view = isUuid(id) ? await enableWebhook(this.db, id.toLowerCase(), principal.accountId) : null;
+    if (!view) throw notFound('webhook');
+    return view;
+  }
+
+  /** The operator's enable (admin CLI): any account's webhook; null when there is none. */
+  async enableAny(id: string): Promise<WebhookView | null> {
+    return isUuid(id) ? enableWebhook(this.db, id.toLowerCase(), null) : null;
   }
 
   /** The account's webhook with a new secret; at most MAX_WEBHOOKS_PER_ACCOUNT per account. */
@@ -190,18 +193,18 @@ export class WebhookService {
       await sql.query('select id from account where id = ? for update', [accountId]);
       const [{ n } = { n: 0 }] = await sql.query<{ n: number }>('select count(*)::int as n from webhook where account_id = ?', [accountId]);
       if (n >= MAX_WEBHOOKS_PER_ACCOUNT) throw bad(`An account may have at most ${MAX_WEBHOOKS_PER_ACCOUNT} webhooks; delete one first.`);
-      const [r] = await sql.query<Row>(
-        `insert into webhook (id, account_id, url, events, secret_ciphertext) values (?, ?, ?, ?::jsonb, ?) returning ${COLUMNS}`,
+      const [r] = await sql.query<WebhookRow>(
+        `insert into webhook (id, account_id, url, events, secret_ciphertext) values (?, ?, ?, ?::jsonb, ?) returning ${WEBHOOK_COLUMNS}`,
         [id, accountId, input.url, JSON.stringify(input.events), encryptSecret(key, secret, id)],
       );
       return r!;
     });
-    return { webhook: view(row), secret };
+    return { webhook: webhookView(row), secret };
   }
 
   async listFor(accountId: string): Promise<WebhookView[]> {
-    const rows = await this.db.query<Row>(`select ${COLUMNS} from webhook where account_id = ? order by created_at, id`, [accountId]);
-    return rows.map(view);
+    const rows = await this.db.query<WebhookRow>(`select ${WEBHOOK_COLUMNS} from webhook where account_id = ? order by created_at, id`, [accountId]);
+    return rows.map(webhookView);
   }
 
   /** The operator's delete (admin CLI): any account's webhook. */

@@ -23,7 +23,7 @@ export interface RunningGateway {
  * `publicUrlIsItself`: PUBLIC_URL is the address the gateway listens on (known only once it listens), for a
  * browser that must stay on it: the panel moves to PUBLIC_URL before it signs in.
  */
-export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger; clock?: () => number; publicUrlIsItself?: boolean } = {}): Promise<RunningGateway> {
+export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger; clock?: () => number; idempotencyPurgeMs?: number; publicUrlIsItself?: boolean } = {}): Promise<RunningGateway> {
   const testDb = opts.testDb ?? (await createTestDatabase());
   // Listen first: the issuer URL (ISSUER_URL) must be the address clients really reach.
   const server = createHttpServer();
@@ -42,7 +42,10 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
     ...opts.config,
   };
   const services = opts.log ? buildServices(config, testDb.db, opts.log) : buildServices(config, testDb.db);
-  const gateway = await createGateway(services, opts.log ?? createLogger(config.logLevel), server, opts.clock ? { clock: opts.clock } : {});
+  const gateway = await createGateway(services, opts.log ?? createLogger(config.logLevel), server, {
+    ...(opts.clock ? { clock: opts.clock } : {}),
+    ...(opts.idempotencyPurgeMs ? { idempotencyPurgeMs: opts.idempotencyPurgeMs } : {}),
+  });
   server.on('request', gateway.app.callback());
   return {
     url,

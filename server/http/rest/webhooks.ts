@@ -34,6 +34,13 @@ export function webhookRoutes(
     ctx.body = await services.webhooks.test(who, ctx.params.id!);
   });
 
+  // Enables a disabled webhook again: 200 with the webhook as the list shows it.
+  router.post('/webhooks/:id/enable', async (ctx) => {
+    const who = await principal(ctx);
+    await noBody(ctx);
+    ctx.body = { webhook: await services.webhooks.enable(who, ctx.params.id!) };
+  });
+
   router.delete('/webhooks/:id', async (ctx) => {
     const who = await principal(ctx);
     await noBody(ctx);

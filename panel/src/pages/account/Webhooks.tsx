@@ -1,5 +1,6 @@
 // The account's webhooks: the list, a form to add one (its signing secret shown once, with Copy), delete
-// behind a confirmation. A viewer sees the list only.
+// behind a confirmation; a webhook the gateway disabled says so, with Enable (docs/CONTRACTS.md "Webhooks").
+// A viewer sees the list only.
 import { useState } from 'preact/hooks';
 import type { ApiFailure } from '../../api/graphql.ts';
 import { useMutation, useQuery } from '../../api/hooks.ts';
@@ -8,6 +9,7 @@ import {
   AccountWebhooksDocument,
   CreateAccountWebhookDocument,
   DeleteAccountWebhookDocument,
+  EnableAccountWebhookDocument,
   type WebhookEventType,
   type WebhookRowFragment,
 } from '../../graphql/generated.ts';
@@ -54,7 +56,13 @@ export function Webhooks() {
           ) : (
             <ul class="item-list">
               {rows.map((w) => (
-                <WebhookItem key={w.id} webhook={w} canWrite={canWrite} onDeleted={() => setRows(rows.filter((r) => r.id !== w.id))} />
+                <WebhookItem
+                  key={w.id}
+                  webhook={w}
+                  canWrite={canWrite}
+                  onDeleted={() => setRows(rows.filter((r) => r.id !== w.id))}
+                  onChanged={(changed) => setRows(rows.map((r) => (r.id === changed.id ? changed : r)))}
+                />
               ))}
             </ul>
           )}
@@ -75,11 +83,12 @@ export function Webhooks() {
   );
 }
 
-function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; onDeleted: () => void }) {
+function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; onDeleted: () => void; onChanged: (w: WebhookRowFragment) => void }) {
   const t = useT();
   const { webhook } = props;
   const [confirming, setConfirming] = useState(false);
   const del = useMutation(DeleteAccountWebhookDocument);
+  const enable = useMutation(EnableAccountWebhookDocument);
   return (
     <li class="item" data-webhook-id={webhook.id}>
       <p class="item-title">
@@ -88,9 +97,31 @@ function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; on
       <p class="muted">
         {webhook.events.map((e) => t(`account.webhooks.event.${e}`)).join(', ')} · {t('account.webhooks.since', { date: formatDateTime(webhook.createdAt) })}
       </p>
+      {webhook.disabledAt && (
+        <p class="warning">
+          {webhook.disabledReason === 'failing'
+            ? t('account.webhooks.disabled', { date: formatDateTime(webhook.disabledAt) })
+            : t('account.webhooks.disabledOther', { date: formatDateTime(webhook.disabledAt), reason: webhook.disabledReason ?? '' })}
+        </p>
+      )}
+      {enable.failure && <Failure failure={enable.failure} />}
       {props.canWrite && (
         <div class="row">
-          <WebhookTest id={webhook.id} url={webhook.url} />
+          {webhook.disabledAt ? (
+            <button
+              type="button"
+              disabled={enable.running}
+              aria-label={t('account.webhooks.enable', { url: webhook.url })}
+              onClick={async () => {
+                const result = await enable.run({ id: webhook.id });
+                if (result) props.onChanged(result.enableWebhook);
+              }}
+            >
+              {enable.running ? t('common.saving') : t('account.webhooks.enableShort')}
+            </button>
+          ) : (
+            <WebhookTest id={webhook.id} url={webhook.url} />
+          )}
           {!confirming && (
             <button type="button" aria-label={t('account.webhooks.delete', { url: webhook.url })} onClick={() => setConfirming(true)}>
               {t('common.delete')}
