@@ -5,7 +5,8 @@ import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
 import { LINK_KEYED_SETS, allowedElementIp, elementFromId, elementNeeds, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements, tunnelElementsButAllowlist, type PolicyElement } from './policy.ts';
 import { PlanConflict, type KernelView, type LinkStep, type NftChanges, type Plan, type TunnelAction } from './plan.ts';
 import { OwnedIndex, heldSpecs, type OwnedTunnel } from './records.ts';
-import { ipOf, linkStepsFor, samePolicyAsSent, sameSpec, sameTunnel } from './spec-compare.ts';
+import { ipOf, linkStepsFor } from './link-steps.ts';
+import { samePolicyAsSent, sameSpec, sameTunnel } from './spec-compare.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
 
 /** The per-tunnel named counter. */

@@ -6,7 +6,7 @@ import { ApiError } from '../domain/errors.ts';
 import { WEBHOOK_EVENTS } from '../webhooks/events.ts';
 import { validateWebhookInput, WebhookService } from '../webhooks/service.ts';
 import type { ParsedOptions } from './args.ts';
-import type { Command, CommandContext } from './commands.ts';
+import type { Command, CommandContext } from './command.ts';
 
 const str = (o: ParsedOptions, name: string): string => o[name] as string;
 const list = (o: ParsedOptions, name: string): string[] => (o[name] as string[] | undefined) ?? [];

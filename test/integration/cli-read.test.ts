@@ -54,13 +54,13 @@ function noSecrets(stdout: string): void {
 type Item = Record<string, unknown>;
 const items = (j: Record<string, unknown>) => j.items as Item[];
 
-/** Walks every page of a list with `--limit n`, checking each page's size; returns all items in order. */
+/** Walks every page of a list with `--limit n`, checking each page's size; returns all items in order (in this process, as inProcess). */
 async function allPages(env: Record<string, string>, args: string[], n: number): Promise<{ items: Item[]; pages: number }> {
   const out: Item[] = [];
   let cursor: string | null = null;
   let pages = 0;
   do {
-    const page = ok(await runAdminCli(env, [...args, '--limit', String(n), ...(cursor ? ['--cursor', cursor] : [])]));
+    const page = ok(await inProcess(env, [...args, '--limit', String(n), ...(cursor ? ['--cursor', cursor] : [])]));
     expect(Object.keys(page).sort()).toEqual(['items', 'next_cursor']);
     pages++;
     out.push(...items(page));
@@ -198,7 +198,9 @@ describe('read and queue commands against PostgreSQL', () => {
       expect(byName['ann-2']).toMatchObject({ health: 'unknown', health_checked_at: null });
       expect(byName['bob-1']).toMatchObject({ status: 'deleted', health: 'unknown', health_checked_at: '2026-11-20T09:00:00.000Z' });
 
-      const names = async (...args: string[]) => items(ok(await runAdminCli(env, ['tunnel', 'list', ...args]))).map((x) => x.name);
+      // Filters and pages run the same main() in this process: each spawned run is a Node start, and the
+      // spawned path is covered by the runs around them.
+      const names = async (...args: string[]) => items(ok(await inProcess(env, ['tunnel', 'list', ...args]))).map((x) => x.name);
       expect(await names('--email', 'bob@example.test')).toEqual(['bob-1']);
       expect(await names('--status', 'active')).toEqual(['ann-3', 'ann-1']);
       expect(await names('--node', 'edge-b')).toEqual(['bob-1', 'ann-3']);

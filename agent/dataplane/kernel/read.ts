@@ -11,7 +11,7 @@ import { bytesToIpv4 } from '../../netlink/attrs.ts';
 import type { TunnelSpec } from '../types.ts';
 import type { CleanOwners, KernelView } from '../plan.ts';
 import { recordedSpecs, type OwnedTunnel } from '../records.ts';
-import { ipOf } from '../spec-compare.ts';
+import { ipOf } from '../link-steps.ts';
 import { phases } from '../../housekeeping/memory.ts';
 import { COUNTER_MAP, DNAT_MAP, type KernelContext } from './context.ts';
 import { counterMap, readShared } from './table.ts';
