@@ -16,13 +16,16 @@ afterAll(() => {
 });
 
 describe('the previous release from git history', () => {
-  it('its lockfile and this one differ only in the project\'s own versions; a changed dependency is named', () => {
+  it('every dependency its lockfile pins is installed here as pinned; a changed or missing one is named, an added one is none', () => {
     const previous = JSON.parse(execFileSync('git', ['-C', ROOT, 'show', `${record.commit}:package-lock.json`], { encoding: 'utf8' }));
     const current = JSON.parse(readFileSync(join(ROOT, 'package-lock.json'), 'utf8'));
     expect(lockfileDifferences(previous, current)).toEqual([]);
     // A workspace's own version alone is no difference; a dependency's version is.
     const bumped = structuredClone(current);
     bumped.packages['agent'].version = '9.9.9';
+    expect(lockfileDifferences(previous, bumped)).toEqual([]);
+    // A package only this checkout installs (a new tool) is no difference either.
+    bumped.packages['node_modules/a-new-tool'] = { version: '1.0.0' };
     expect(lockfileDifferences(previous, bumped)).toEqual([]);
     bumped.packages['node_modules/koa'].version = '0.0.1';
     delete bumped.packages['node_modules/ws'];

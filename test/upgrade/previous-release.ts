@@ -4,10 +4,10 @@
 // node_modules into it, so its gateway, admin CLI and agent run from their own sources through their own
 // loader (loader/register.mjs), on this checkout's Node.
 //
-// That is only the release as it was if its dependencies are the ones installed here: the release's
-// package-lock.json must pin exactly what this checkout's does, but for the version numbers of the
-// project's own packages (the root and its workspaces). Otherwise it stops and says so, rather than run old
-// code on new dependencies without anyone knowing.
+// That is only the release as it was if its dependencies are the ones installed here: every package the
+// release's package-lock.json pins must be installed here exactly as pinned. A package this checkout added
+// (a new tool) is no difference: the old code never imports it. Otherwise it stops and says so, rather than
+// run old code on new dependencies without anyone knowing.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -58,10 +58,11 @@ function canonical(v: unknown): string {
 }
 
 /**
- * The entries of two package-lock.json files that differ, once the project's own version numbers are set
- * aside (the lockfile's `version`, and `version` of the root package and of each workspace, listed in the
- * root entry's `workspaces`): `packages` keys such as `node_modules/koa`, or a top-level key. Empty when both
- * install the same dependencies.
+ * The installed packages the previous release's package-lock.json pins that this one installs otherwise or
+ * not at all: `packages` keys such as `node_modules/koa`. The project's own entries (the root and each
+ * workspace: their versions and dependency lists) are set aside, since what they depend on is pinned by the
+ * `node_modules/...` entries themselves; packages only this checkout installs are no difference. Empty
+ * when every dependency of the release is installed here as it was released.
  */
 export function lockfileDifferences(previous: Lockfile, current: Lockfile): string[] {
   const workspaces = new Set(['', ...((current.packages?.['']?.workspaces as string[] | undefined) ?? []), ...((previous.packages?.['']?.workspaces as string[] | undefined) ?? [])]);
@@ -81,10 +82,8 @@ export function lockfileDifferences(previous: Lockfile, current: Lockfile): stri
   const a = strip(previous);
   const b = strip(current);
   const differences: string[] = [];
-  for (const key of new Set([...Object.keys(a), ...Object.keys(b)])) {
-    if (key !== 'packages' && canonical(a[key]) !== canonical(b[key])) differences.push(key);
-  }
-  for (const key of new Set([...Object.keys(a.packages!), ...Object.keys(b.packages!)])) {
+  for (const key of Object.keys(a.packages!)) {
+    if (workspaces.has(key)) continue;
     if (canonical(a.packages![key]) !== canonical(b.packages![key])) differences.push(`packages["${key}"]`);
   }
   return differences.sort();
