@@ -173,12 +173,13 @@ export function diff(input: DiffInput): Plan {
       if (steps[0]!.op === 'delete') mappingChanged = true;
     }
 
-    // The nftables elements and the counter.
-    const inner = ipOf(t.origin_inner);
+    // The nftables elements and the counter. No DNAT while `forwarding` is false: buyer traffic reaches an
+    // origin only once it answered the activate probe (docs/CONTRACTS.md "Dataplane"); the probe needs none.
+    const inner = t.forwarding === false ? undefined : ipOf(t.origin_inner);
     const cur = view.dnat.get(t.protected_ip);
     if (cur !== inner) {
       if (cur !== undefined) delDnat.add(t.protected_ip);
-      nft.addDnat.push([t.protected_ip, inner]);
+      if (inner !== undefined) nft.addDnat.push([t.protected_ip, inner]);
       touched = true;
       mappingChanged = true;
     }

@@ -4,9 +4,9 @@
 import type { TunnelSpec } from './types.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 
-/** Same tunnel including its policy (specs are normalised: a default policy is no policy). */
+/** Same tunnel including its policy and forwarding (specs are normalised: a default policy is no policy, forwarding on no field). */
 export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
-  return sameTunnel(a, b) && samePolicyAsSent(a.policy, b.policy);
+  return sameTunnel(a, b) && samePolicyAsSent(a.policy, b.policy) && (a.forwarding === false) === (b.forwarding === false);
 }
 
 /**

@@ -28,6 +28,9 @@
 // - A webhook whose attempts have failed for `disableAfterMs` (24 h) with nothing delivered in between is
 //   disabled (disable.ts).
 // - Clocks: `now` (and the backoff) are injectable so tests move time instead of waiting for it.
+// - A disabled webhook's deliveries are not taken, whether it was disabled for failing (disable.ts) or
+//   because its credential was revoked (revocation.ts): the claim's `hooks` step leaves it out before any
+//   limit, so a backlog of them cannot fill every claim and starve the others.
 import http from 'node:http';
 import https from 'node:https';
 import { isIP, type LookupFunction } from 'node:net';

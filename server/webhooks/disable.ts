@@ -6,7 +6,7 @@
 // `disabled_reason` in the webhook's listing. Enabling clears all three and starts the 24 hours afresh.
 import type { Database, Sql } from '../db/database.ts';
 import { enqueue, WEBHOOK_DISABLED_EVENT } from './events.ts';
-import { DISABLED_FAILING, WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
+import { DISABLED_CREDENTIAL_REVOKED, DISABLED_FAILING, WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
 
 export interface Disabled {
   webhook: WebhookView;
@@ -32,7 +32,8 @@ export async function disableIfFailing(db: Database, webhookId: string, now: Dat
     if (!row) return null;
     const givenUp = await giveUpPending(sql, webhookId, now);
     const webhook = webhookView(row);
-    await enqueue(sql, row.account_id, WEBHOOK_DISABLED_EVENT, { webhook }, webhookId);
+    // The webhook's own listing holds no origin: the same body whatever the receiver's include_origin.
+    await enqueue(sql, row.account_id, WEBHOOK_DISABLED_EVENT, () => ({ webhook }), webhookId);
     return { webhook, accountId: row.account_id, givenUp };
   });
 }
@@ -54,14 +55,16 @@ async function giveUpPending(sql: Pick<Sql, 'query'>, webhookId: string, now: Da
  * Enables webhook `id` (of `accountId`, or of any account when null): deliveries resume with the next
  * event and the failure clock starts afresh. The webhook as it is now, or null when there is no such
  * webhook. Enabling an enabled webhook changes nothing (its failure clock included: calling this over
- * and over cannot keep a failing endpoint from being disabled).
+ * and over cannot keep a failing endpoint from being disabled). A webhook disabled because its credential
+ * was revoked (revocation.ts) is left as it is, and returned still disabled: the caller refuses it.
  */
 export async function enableWebhook(db: Pick<Sql, 'query'>, id: string, accountId: string | null): Promise<WebhookView | null> {
   const owner = accountId === null ? '' : ' and account_id = ?';
   const params = accountId === null ? [id] : [id, accountId];
   const [enabled] = await db.query<WebhookRow>(
-    `update webhook set disabled_at = null, disabled_reason = null, failing_since = null where id = ?${owner} and disabled_at is not null returning ${WEBHOOK_COLUMNS}`,
-    params,
+    `update webhook set disabled_at = null, disabled_reason = null, failing_since = null
+      where id = ?${owner} and disabled_at is not null and disabled_reason is distinct from ? returning ${WEBHOOK_COLUMNS}`,
+    [...params, DISABLED_CREDENTIAL_REVOKED],
   );
   if (enabled) return webhookView(enabled);
   const [row] = await db.query<WebhookRow>(`select ${WEBHOOK_COLUMNS} from webhook where id = ?${owner}`, params);

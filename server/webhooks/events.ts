@@ -3,9 +3,14 @@
 // TRANSACTION of the change that causes it. So an event is never lost (it commits with the change) and
 // never sent for a change that rolled back (it rolls back with it). The delivery worker (delivery.ts)
 // sends it later, as often as it takes.
+//
+// A disabled webhook (disabled_at set: revocation.ts, disable.ts) gets no row. The tunnel's origin_ip goes only to
+// webhooks registered with include_origin: the body is signed and stored per delivery, so each row is
+// written with the body its webhook may see (docs/CONTRACTS.md "Webhooks").
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '../db/database.ts';
 import { readTunnelOfAnyAccount, tunnelView } from '../domain/tunnels/rows.ts';
+import { DISABLED_CREDENTIAL_REVOKED } from './view.ts';
 
 /** What happens to tunnels: `data: {"tunnel": ...}`. */
 export const TUNNEL_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;
@@ -46,7 +51,8 @@ export interface TunnelEventSink {
 
 /**
  * The events of tunnels, with `data: {"tunnel": <the tunnel as REST shows it>}` as it is after the change
- * (read in the same transaction). `adminSshPort` is part of that view.
+ * (read in the same transaction), less `origin_ip` for a webhook without include_origin. `adminSshPort`
+ * is part of that view.
  */
 export class TunnelEvents implements TunnelEventSink {
   constructor(private readonly adminSshPort: number) {}
@@ -62,7 +68,9 @@ export class TunnelEvents implements TunnelEventSink {
   private async emit(sql: Pick<Sql, 'query'>, type: TunnelEventType, tunnelId: string): Promise<void> {
     const t = await readTunnelOfAnyAccount(sql, tunnelId);
     if (!t) return;
-    await enqueue(sql, t.accountId, type, { tunnel: tunnelView(t.row, this.adminSshPort) });
+    const tunnel = tunnelView(t.row, this.adminSshPort);
+    const { origin_ip: _hidden, ...withoutOrigin } = tunnel;
+    await enqueue(sql, t.accountId, type, (includeOrigin) => ({ tunnel: includeOrigin ? tunnel : withoutOrigin }));
   }
 }
 
@@ -71,13 +79,13 @@ export class TunnelEvents implements TunnelEventSink {
  * {id, url}}`); returns its message id, `not_found` when the account has no such webhook, or `disabled`
  * when it is disabled (a disabled webhook gets no deliveries: nothing is written).
  */
-export async function enqueueTest(sql: Pick<Sql, 'query'>, accountId: string, webhookId: string): Promise<string | 'not_found' | 'disabled'> {
-  const [hook] = await sql.query<{ id: string; url: string; disabled: boolean }>('select id, url, disabled_at is not null as disabled from webhook where id = ? and account_id = ?', [
+export async function enqueueTest(sql: Pick<Sql, 'query'>, accountId: string, webhookId: string): Promise<string | 'not_found' | 'disabled' | 'credential_revoked'> {
+  const [hook] = await sql.query<{ id: string; url: string; disabled: boolean; reason: string | null }>('select id, url, disabled_at is not null as disabled, disabled_reason as reason from webhook where id = ? and account_id = ?', [
     webhookId,
     accountId,
   ]);
   if (!hook) return 'not_found';
-  if (hook.disabled) return 'disabled';
+  if (hook.disabled) return hook.reason === DISABLED_CREDENTIAL_REVOKED ? 'credential_revoked' : 'disabled';
   const id = newMessageId();
   const body = JSON.stringify({ type: WEBHOOK_TEST_EVENT, timestamp: new Date().toISOString(), data: { webhook: { id: hook.id, url: hook.url } } });
   await sql.query('insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values (?, ?, ?, ?, now())', [id, hook.id, WEBHOOK_TEST_EVENT, body]);
@@ -87,21 +95,33 @@ export async function enqueueTest(sql: Pick<Sql, 'query'>, accountId: string, we
 
 /**
  * One outbox row per enabled webhook of `accountId` that takes `type` (but `exceptWebhookId`), each with
- * its own message id and the body it will be sent with on every attempt (due at once). Returns how many
- * were written.
+ * its own message id and the body it will be sent with on every attempt (due at once): `data(include_origin)`
+ * of that webhook. Returns how many were written.
  */
-export async function enqueue(sql: Pick<Sql, 'query'>, accountId: string, type: WebhookEvent, data: Record<string, unknown>, exceptWebhookId?: string): Promise<number> {
-  const hooks = await sql.query<{ id: string }>(
-    `select id from webhook where account_id = ? and disabled_at is null and events @> jsonb_build_array(?::text) and id <> ?::uuid`,
+export async function enqueue(
+  sql: Pick<Sql, 'query'>,
+  accountId: string,
+  type: WebhookEvent,
+  data: (includeOrigin: boolean) => Record<string, unknown>,
+  exceptWebhookId?: string,
+): Promise<number> {
+  const hooks = await sql.query<{ id: string; include_origin: boolean }>(
+    `select id, include_origin from webhook where account_id = ? and disabled_at is null and events @> jsonb_build_array(?::text) and id <> ?::uuid`,
     // The nil UUID is no webhook's id: "except none".
     [accountId, type, exceptWebhookId ?? '00000000-0000-0000-0000-000000000000'],
   );
   if (hooks.length === 0) return 0;
-  const body = JSON.stringify({ type, timestamp: new Date().toISOString(), data });
+  const timestamp = new Date().toISOString();
+  const bodies = new Map<boolean, string>();
+  const bodyOf = (includeOrigin: boolean) => {
+    let body = bodies.get(includeOrigin);
+    if (body === undefined) bodies.set(includeOrigin, (body = JSON.stringify({ type, timestamp, data: data(includeOrigin) })));
+    return body;
+  };
   const values = hooks.map(() => '(?, ?, ?, ?, now())').join(', ');
   await sql.query(
     `insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values ${values}`,
-    hooks.flatMap((h) => [newMessageId(), h.id, type, body]),
+    hooks.flatMap((h) => [newMessageId(), h.id, type, bodyOf(h.include_origin)]),
   );
   await capPending(sql, hooks.map((h) => h.id));
   return hooks.length;

@@ -13,6 +13,7 @@ import { expect } from 'vitest';
 import { createLogger } from '../../common/log.ts';
 import { parseSecret, generateSecret, type GatewaySshKey } from '../../server/secrets.ts';
 import { signJob } from '../../server/edge/job-signing.ts';
+import type { JobVersion } from '../../common/job-contract.ts';
 import { EdgeConnections, type EdgeNode } from '../../server/edge/connections.ts';
 import { loadConfig, type AgentConfig } from '../../agent/config.ts';
 import { startAgent, startHealth, type RunningAgent, type RunningHealth } from '../../agent/main.ts';
@@ -85,7 +86,7 @@ export function configFor(stateDir: string, over: Record<string, string> = {}): 
 
 export const tunnel = tunnelSpec;
 
-export const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE, version: 1 | 2 = 1) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never, { version });
+export const sign = (op: 'apply' | 'remove' | 'reconcile' | 'probe', body: object, nodeId = NODE, version: JobVersion = 1) => signJob(jobSigning.privateKey, KID, nodeId, op, body as never, { version });
 
 export interface Agent {
   running: RunningAgent;

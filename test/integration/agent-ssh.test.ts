@@ -119,11 +119,11 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     await withConnection(agent, async (conn) => {
       const r = await exec(conn, 'tunnel-agent hello', '');
       expect(r.code).toBe(0);
-      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
+      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2, 3], agent: AGENT_VERSION });
       // stdin never closed, or something written to it: the same answer, at once.
       const open = await exec(conn, 'tunnel-agent hello', 'ignored', true);
       expect(open.code).toBe(0);
-      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
+      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2, 3], agent: AGENT_VERSION });
       for (const command of ['tunnel-agent hello ', 'tunnel-agent hello; ls', 'tunnel-agent  hello', 'TUNNEL-AGENT HELLO', 'tunnel-agent version']) {
         const no = await exec(conn, command, '');
         expect(no.code, command).toBe(127);
@@ -182,10 +182,10 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     });
   });
 
-  it('the gateway\'s pool asks hello once per connection and signs for it: version 2 here', async () => {
+  it('the gateway\'s pool asks hello once per connection and signs for it: version 3 here', async () => {
     const p = pool();
     const s1 = await p.session(agent.node, 10_000);
-    expect(s1).toMatchObject({ nodeId: NODE, version: 2, hello: { versions: [1, 2], agent: AGENT_VERSION } });
+    expect(s1).toMatchObject({ nodeId: NODE, version: 3, hello: { versions: [1, 2, 3], agent: AGENT_VERSION } });
     const hellos = () => agent.logs.filter((l) => l.msg === 'hello').length;
     const asked = hellos();
     // More jobs and sessions on the same connection: no new hello.
@@ -231,9 +231,9 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
       await until('the pool noticed the old agent\'s connection closed', () => lost.length > 0);
       expect(lost).toEqual([NODE]);
       const s = await p.session(upgraded.node, 10_000);
-      expect(s).toMatchObject({ version: 2, hello: { versions: [1, 2] } });
+      expect(s).toMatchObject({ version: 3, hello: { versions: [1, 2, 3] } });
       expect(await s.run(await sign('apply', { tunnel: tunnel({ policy } as never) }, NODE, s.version), 10_000)).toMatchObject({ ok: true });
-      expect(upgraded.logs).toContainEqual(expect.objectContaining({ msg: 'job done', v: 2 }));
+      expect(upgraded.logs).toContainEqual(expect.objectContaining({ msg: 'job done', v: 3 }));
     } finally {
       await upgraded.running.stop(1000);
     }

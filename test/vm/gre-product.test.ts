@@ -166,14 +166,14 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real G
       expect(early.body.error).toBe('invalid_state');
     });
 
-    it('provision puts a GRE link and the map element into the edge; activate before the origin script is 409', async () => {
+    it('provision puts a GRE link but no DNAT into the edge (nobody probed the origin yet); activate before the origin script is 409', async () => {
       const p = await timed('provision', () => api('POST', `/api/dedicated/${tunnel.id}/provision`));
       expect(await settle(p, 'provisioned')).toBe('provisioned');
       const [link] = JSON.parse(await vm.run('edge', ['ip', '-d', '-j', 'link', 'show', 'dev', tunnel.tunnel_name])) as {
         linkinfo: { info_kind: string; info_data: { local: string; remote: string } };
       }[];
       expect(link!.linkinfo).toMatchObject({ info_kind: 'gre', info_data: { local: LAB.edge, remote: LAB.origin } });
-      expect(await vm.run('edge', ['nft', 'list', 'map', 'ip', 'tunnelgate', 'protected'])).toContain(tunnel.protected_ip);
+      expect(await vm.run('edge', ['nft', 'list', 'map', 'ip', 'tunnelgate', 'protected'])).not.toContain(tunnel.protected_ip);
       // The agent found GRE in the guest's kernel (its probe answered EINVAL, docs/CONTRACTS.md "Tunnel
       // links"), logged it at start and said so in its hello: the node can carry tunnels and sells.
       expect(await showNode(gw.testDb.db, node1)).toMatchObject({ can_carry_tunnels: true, selling: true, tunnel_links: { kind: 'gre', usable: true, reason: null } });
@@ -186,13 +186,17 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real G
       expect(await status()).toBe('provisioned');
     });
 
-    it('after the origin script ran on the origin, activate is 200 active', async () => {
+    it('after the origin script ran on the origin, the client still reaches nothing until activate is 200 active', async () => {
       const out = await timed('productOriginScript', () => vm.run('origin', ['bash', '-s'], script));
       expect(out).toContain(`GRE tunnel ${tunnel.tunnel_name} is up`);
+      // The origin is up behind its GRE link, but it has answered no activate probe: the edge forwards nothing to it.
+      expect(await client('tcp', tunnel.protected_ip, 1)).not.toContain('peer=');
       const a = await timed('activate', () => api('POST', `/api/dedicated/${tunnel.id}/activate`));
       expect(a.status, a.text).toBe(200);
       expect(a.body.tunnel.status).toBe('active');
       expect(await status()).toBe('active');
+      // The 200 came once the agent applied the tunnel with forwarding on.
+      expect(await vm.run('edge', ['nft', 'list', 'map', 'ip', 'tunnelgate', 'protected'])).toContain(tunnel.protected_ip);
     });
 
     it('TCP and UDP from the client reach the origin, which sees the client; replies come from the protected IP', async () => {

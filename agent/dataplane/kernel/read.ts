@@ -224,7 +224,7 @@ export async function recordedView(k: KernelContext, names: readonly string[], r
     elements: new Set(),
   };
   for (const t of recorded) {
-    view.dnat.set(t.protected_ip, ipOf(t.origin_inner));
+    if (t.forwarding !== false) view.dnat.set(t.protected_ip, ipOf(t.origin_inner));
     view.counterMap.set(t.protected_ip, t.tunnel_name);
     for (const c of tunnelCounterNames(t)) view.counters.add(c);
     for (const e of tunnelElements(t)) view.elements!.add(e.id);

@@ -16,7 +16,7 @@ export function webhookRoutes(
   router.post('/webhooks', async (ctx) => {
     const who = await principal(ctx);
     const { webhooks, config } = services;
-    const body = expectObject(await readJsonBody(ctx, config.bodyLimitBytes, { required: true }), ['url', 'events']);
+    const body = expectObject(await readJsonBody(ctx, config.bodyLimitBytes, { required: true }), ['url', 'events', 'include_origin']);
     const input = validateWebhookInput(body, webhooks.allowPrivate);
     ctx.status = 201;
     ctx.body = await webhooks.create(who, input);
