@@ -248,7 +248,7 @@ describe('dataplane diff', () => {
       const b = t(2, { policy: policy({ ports: [[443, 443]] }) });
       const allowed = (s: TunnelSpec): string[] => tunnelElements(s).filter((e) => isAllowedId(e.id)).map((e) => e.id);
       expect(allowed(a).length).toBeGreaterThan(2);
-      // As kernel.ts reads it: a's protected IP and link matched their digests, so none of its ids are listed;
+      // As kernel/read.ts reads it: a's protected IP and link matched their digests, so none of its ids are listed;
       // b's IP did not (one allowlist element missing), so what the kernel has of it is listed exactly.
       const view = (): KernelView => {
         const v = fullView([a, b]);
