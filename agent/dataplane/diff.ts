@@ -238,7 +238,7 @@ export function diff(input: DiffInput): Plan {
         addEls.set(e.id, e);
         touched = true;
       }
-      // A scoped change read its own elements by key (kernel.ts readScoped): what the record had, the kernel
+      // A scoped change read its own elements by key (kernel/read.ts readScoped): what the record had, the kernel
       // still has and the tunnel no longer wants goes here (a reconcile's sweep does it for the whole table).
       if (!all && prev) {
         const wantIds = new Set(wantEls().map((e) => e.id));

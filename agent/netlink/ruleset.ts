@@ -78,7 +78,7 @@ export interface RulesetOptions {
   ifnamePrefix: string;
   /** Named counters to create with the table (normally none: tunnels add their own). */
   counters?: readonly string[];
-  /** A dormant table: its chains hook nothing (the tamper check's reference copy: dataplane/kernel.ts ensureTable). */
+  /** A dormant table: its chains hook nothing (the tamper check's reference copy: dataplane/kernel/table.ts ensureTable). */
   dormant?: boolean;
 }
 

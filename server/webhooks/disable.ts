@@ -6,7 +6,8 @@
 // `disabled_reason` in the webhook's listing. Enabling clears all three and starts the 24 hours afresh.
 import type { Database, Sql } from '../db/database.ts';
 import { enqueue, WEBHOOK_DISABLED_EVENT } from './events.ts';
-import { DISABLED_CREDENTIAL_REVOKED, DISABLED_FAILING, WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
+import { DISABLED_CREDENTIAL_REVOKED, DISABLED_FAILING } from './disabled-reason.ts';
+import { WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
 
 export interface Disabled {
   webhook: WebhookView;

@@ -10,7 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '../db/database.ts';
 import { readTunnelOfAnyAccount, tunnelView } from '../domain/tunnels/rows.ts';
-import { DISABLED_CREDENTIAL_REVOKED } from './view.ts';
+import { DISABLED_CREDENTIAL_REVOKED } from './disabled-reason.ts';
 
 /** What happens to tunnels: `data: {"tunnel": ...}`. */
 export const TUNNEL_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;

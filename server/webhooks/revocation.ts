@@ -9,7 +9,7 @@
 // it, the delivery worker (delivery.ts) sends nothing of it, and what it still had pending is given up
 // here, so nothing written before the revocation goes out later either.
 import type { Sql } from '../db/database.ts';
-import { DISABLED_CREDENTIAL_REVOKED as CREDENTIAL_REVOKED } from './view.ts';
+import { DISABLED_CREDENTIAL_REVOKED as CREDENTIAL_REVOKED } from './disabled-reason.ts';
 
 /** What was revoked: one API key, one grant of a third-party application, or every grant of one client. */
 export type RevokedCredential = { apiKey: string } | { grant: string } | { client: string };

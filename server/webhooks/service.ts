@@ -21,7 +21,8 @@ import { enableWebhook } from './disable.ts';
 import { enqueueTest, WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
 import { newWebhookSecret } from './signing.ts';
 import { literalRefusal, portRefusal } from './ssrf.ts';
-import { DISABLED_CREDENTIAL_REVOKED, WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
+import { DISABLED_CREDENTIAL_REVOKED } from './disabled-reason.ts';
+import { WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
 
 /** A sane bound per account: each webhook multiplies every event into one delivery. */
 const MAX_WEBHOOKS_PER_ACCOUNT = 10;

@@ -4,14 +4,6 @@
 import type { WebhookCreatorKind } from '../db/entities.ts';
 import type { WebhookEvent } from './events.ts';
 
-/** Why a webhook stopped receiving deliveries; 'failing': nothing delivered for 24 hours while attempts kept failing (delivery.ts). */
-export const DISABLED_FAILING = 'failing';
-/**
- * Why a webhook stopped receiving deliveries; 'credential_revoked': the key, grant or client that registered
- * it was revoked (revocation.ts). Final: enabling refuses it (disable.ts), the owner registers a new webhook.
- */
-export const DISABLED_CREDENTIAL_REVOKED = 'credential_revoked';
-
 /**
  * Who registered a webhook, as the list shows it: the user (`session`: the owner signed in to the panel),
  * the API key, the third-party application (`oauth_client`: its client id; the grant is recorded, not

@@ -367,7 +367,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   it('the rule count does not depend on the number of tunnels', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // The table's rules (agent/dataplane/kernel.ts EXPECTED_RULES, 35 since issue 10 item 6 put everything that
+    // The table's rules (agent/dataplane/kernel/table.ts EXPECTED_RULES, 35 since issue 10 item 6 put everything that
     // sees every packet before conntrack in one chain), plus one per distinct rate limit in use (here one).
     expect(rules).toBe(EXPECTED_RULES.length + 1);
     expect(rules).toBe(36);

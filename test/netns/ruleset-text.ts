@@ -8,7 +8,7 @@ import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts
 
 /**
  * `sizes` caps sets and maps by name (`size N`): a test's way to make the kernel refuse an element (ENFILE), which
- * the agent's start check does not see (it compares rules, not sets: agent/dataplane/kernel.ts ensureTable).
+ * the agent's start check does not see (it compares rules, not sets: agent/dataplane/kernel/table.ts ensureTable).
  */
 export function rulesetNftText(opts: { table: string; ifnamePrefix: string; sizes?: Readonly<Record<string, number>>; counters?: readonly string[] }): string {
   let text = rulesetBody(opts);

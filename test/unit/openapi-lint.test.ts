@@ -81,15 +81,16 @@ describe('schema/openapi.yaml under Redocly lint', () => {
     dirs.push(dir);
     const copy = join(dir, 'openapi.yaml');
     copyFileSync(join(ROOT, 'schema/openapi.yaml'), copy);
-    // The tunnel name's example with a digit its base-32 pattern does not allow, as it once was.
+    // Every tunnel name's example with digits its base-32 pattern does not allow, as the tunnel's once was.
     const text = readFileSync(copy, 'utf8');
-    const broken = text.replace(/(tunnel_name:\n\s+type: string\n\s+pattern: '\^tg-\[a-z2-7\]\{10\}\$'\n(?:.*\n)*?\s+examples: \[)tg-[a-z2-7]{10}\]/, '$1tg-k3x9a0b1c2]');
+    const broken = text.replace(/examples: \[tg-[a-z2-7]{10}\]/g, 'examples: [tg-k3x9a0b1c2]');
     expect(broken).not.toBe(text);
     writeFileSync(copy, broken);
     const run = await lint(copy);
     expect(run.code).not.toBe(0);
-    expect(run.problems.filter((p) => p.severity === 'error').map((p) => `${p.ruleId} at ${p.location[0]?.pointer}`)).toEqual([
-      'no-invalid-schema-examples at #/components/schemas/Tunnel/properties/tunnel_name/examples/0',
-    ]);
+    const errors = run.problems.filter((p) => p.severity === 'error').map((p) => `${p.ruleId} at ${p.location[0]?.pointer}`);
+    // Reported where the lint first meets the schema (the tunnel, or a schema built on it such as EventTunnel).
+    expect(errors.length).toBeGreaterThan(0);
+    for (const e of errors) expect(e).toMatch(/^no-invalid-schema-examples at #\/components\/schemas\/\w+\/properties\/tunnel_name\/examples\/0$/);
   });
 });

@@ -206,7 +206,7 @@ async function readScoped(k: KernelContext, names: readonly string[], owned: Rea
 
 /**
  * A scoped change's view when the nftables generation proves that the table holds exactly the agent's records
- * (index.ts run(): no commit by anyone since the agent's own last one, which left the table as recorded). The
+ * (edge-dataplane.ts run(): no commit by anyone since the agent's own last one, which left the table as recorded). The
  * records in scope stand for the table's side: their map elements, counters and policy elements, and the
  * shared objects of every value in use (`shared`, the state index's counts). Only the links are read, as links
  * have no generation. A commit by someone else between this and the change's own is caught by the batch's
