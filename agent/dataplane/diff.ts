@@ -4,7 +4,7 @@
 import { synproxyName, rateLimitName } from '../netlink/ruleset.ts';
 import { LINK_KEYED_SETS, allowedElementIp, elementFromId, elementNeeds, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements, tunnelElementsButAllowlist, type PolicyElement } from './policy.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
-import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { sameAttackSettings, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 
 /** What identifies a tunnel link beyond its name (GRE: local, remote, ttl, key both ways). */
 export interface LinkParams {
@@ -272,6 +272,8 @@ export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
 function samePolicyAsSent(a: TunnelPolicy | undefined, b: TunnelPolicy | undefined): boolean {
   if (a === undefined || b === undefined) return a === b;
   if (a.protocol !== b.protocol || a.syn_proxy !== b.syn_proxy || a.source_pps_limit !== b.source_pps_limit || a.drop_fragments !== b.drop_fragments) return false;
+  // max_flows and alert_pps make no element: a change of them alone is recorded (the desired state, attack detection) and commits nothing.
+  if (!sameAttackSettings(a, b)) return false;
   const [x, y] = [a.ports, b.ports];
   if (x === '*' || y === '*') return x === y;
   return x.length === y.length && x.every((r, i) => r[0] === y[i]![0] && r[1] === y[i]![1]);

@@ -310,11 +310,11 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     await withConnection(agent, async (conn) => {
       const r = await exec(conn, 'tunnel-agent hello', '');
       expect(r.code).toBe(0);
-      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
+      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION, features: ['attacks'] });
       // stdin never closed, or something written to it: the same answer, at once.
       const open = await exec(conn, 'tunnel-agent hello', 'ignored', true);
       expect(open.code).toBe(0);
-      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION });
+      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2], agent: AGENT_VERSION, features: ['attacks'] });
       for (const command of ['tunnel-agent hello ', 'tunnel-agent hello; ls', 'tunnel-agent  hello', 'TUNNEL-AGENT HELLO', 'tunnel-agent version']) {
         const no = await exec(conn, command, '');
         expect(no.code, command).toBe(127);
@@ -559,7 +559,7 @@ describe('agent SSH: channels', () => {
     // hello with no stdin (OpenSSH's -n: stdin from /dev/null).
     const hello = await run('ssh', [...args, '-n', 'tunnelgate@127.0.0.1', 'tunnel-agent hello'], '');
     expect(hello.status, hello.stderr).toBe(0);
-    expect(hello.stdout).toBe(`${JSON.stringify({ ok: true, versions: [1, 2], agent: JSON.parse(readFileSync(new URL('../../agent/package.json', import.meta.url), 'utf8')).version })}\n`);
+    expect(hello.stdout).toBe(`${JSON.stringify({ ok: true, versions: [1, 2], agent: JSON.parse(readFileSync(new URL('../../agent/package.json', import.meta.url), 'utf8')).version, features: ['attacks'] })}\n`);
     const no = await run('ssh', [...args, 'tunnelgate@127.0.0.1', 'tunnel-agent job; ls'], jws);
     expect(no.status).toBe(127);
     expect(JSON.parse(no.stdout)).toMatchObject({ ok: false, error: 'unsupported_command' });
