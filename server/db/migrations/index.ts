@@ -15,6 +15,7 @@ import { Migration20261128200000_node_tunnel_links } from './Migration2026112820
 import { Migration20261128210000_node_poll_stuck } from './Migration20261128210000_node_poll_stuck.ts';
 import { Migration20261128220000_tunnel_health_change } from './Migration20261128220000_tunnel_health_change.ts';
 import { Migration20261128230000_client_owner_public } from './Migration20261128230000_client_owner_public.ts';
+import { Migration20261129100000_attacks } from './Migration20261129100000_attacks.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -32,4 +33,5 @@ export const migrationsList = [
   { name: 'Migration20261128210000_node_poll_stuck', class: Migration20261128210000_node_poll_stuck },
   { name: 'Migration20261128220000_tunnel_health_change', class: Migration20261128220000_tunnel_health_change },
   { name: 'Migration20261128230000_client_owner_public', class: Migration20261128230000_client_owner_public },
+  { name: 'Migration20261129100000_attacks', class: Migration20261129100000_attacks },
 ];

@@ -36,10 +36,10 @@ export interface SetupView {
 
 /**
  * A list row: id, name, protected_ip, origin_ip, tunnel_name, status, created_at, updated_at (UTC text),
- * edge_ip, then the settings (ports, protocol, syn_proxy, source_pps_limit, drop_fragments), then health
+ * edge_ip, then the settings (ports, protocol, syn_proxy, source_pps_limit, drop_fragments, max_flows, alert_pps), then health
  * and health_checked_at (UTC text or null), then the spec revision and the applied one.
  */
-type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, Health, string | null, number, number];
+type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, number, number | null, Health, string | null, number, number];
 
 /**
  * One list request's page: whose (the account's, or that of the account an API key belongs to), how many
@@ -176,16 +176,16 @@ export class TunnelQueries {
         name: r[1],
         protected_ip: r[2],
         origin_ip: r[3],
-        ...settingsOf({ ports: r[9], protocol: r[10], syn_proxy: r[11], source_pps_limit: r[12], drop_fragments: r[13] }),
+        ...settingsOf({ ports: r[9], protocol: r[10], syn_proxy: r[11], source_pps_limit: r[12], drop_fragments: r[13], max_flows: r[14], alert_pps: r[15] }),
         tunnel_name: r[4],
         status: r[5],
-        health: shownHealth(r[5], r[14]),
-        health_checked_at: r[15] === null ? null : utcText(r[15]).millis,
+        health: shownHealth(r[5], r[16]),
+        health_checked_at: r[17] === null ? null : utcText(r[17]).millis,
         admin_ssh_port: this.adminSshPort,
         edge_ip: r[8],
         created_at: utcText(r[6]).millis,
         updated_at: utcText(r[7]).millis,
-        [SETTINGS_APPLIED]: settingsApplied(r[5], r[16], r[17]),
+        [SETTINGS_APPLIED]: settingsApplied(r[5], r[18], r[19]),
       };
     }
     const last = rows.length > limit ? rows[limit - 1] : undefined;

@@ -15,7 +15,7 @@ import { policyOf, settingsOf, type SettingsColumns } from './settings.ts';
 export const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active'];
 
 /** The settings columns of `tunnel t` as SettingsColumns reads them: every query that feeds tunnelSpecOf selects these. */
-export const SETTINGS_COLUMNS = 't.ports, t.protocol, t.syn_proxy, t.source_pps_limit, t.drop_fragments';
+export const SETTINGS_COLUMNS = 't.ports, t.protocol, t.syn_proxy, t.source_pps_limit, t.drop_fragments, t.max_flows, t.alert_pps';
 
 /** The stored values a spec is made of: the tunnel's columns and its node's public_ip and inner_pool. */
 export interface SpecSource extends SettingsColumns {
