@@ -16,6 +16,8 @@ export interface StatusChange {
   status: TunnelStatus;
   /** Set when the notice is about a health change (server/health/ingest.ts): the new health. */
   health?: Health;
+  /** Set when the notice is about an attack on the tunnel that started or ended (server/attacks/ingest.ts). */
+  attack?: 'started' | 'ended';
 }
 
 /** The event the bus raises when notices may have been missed (ids are UUIDs, so it cannot clash). */
@@ -42,9 +44,9 @@ export class TunnelStatusBus {
     return this.started;
   }
 
-  /** Tells every replica that tunnel `id` is now `status` (and, after a health change, `health`). */
-  async publish(id: string, status: TunnelStatus, health?: Health): Promise<void> {
-    await this.db.notify(STATUS_CHANNEL, JSON.stringify({ id, status, ...(health ? { health } : {}) } satisfies StatusChange));
+  /** Tells every replica that tunnel `id` is now `status` (and, after a health change, `health`; after an attack started or ended, which). */
+  async publish(id: string, status: TunnelStatus, health?: Health, attack?: 'started' | 'ended'): Promise<void> {
+    await this.db.notify(STATUS_CHANNEL, JSON.stringify({ id, status, ...(health ? { health } : {}), ...(attack ? { attack } : {}) } satisfies StatusChange));
   }
 
   /** Calls `fn` for each change of tunnel `id`; returns the unsubscribe function. */

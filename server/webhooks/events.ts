@@ -6,8 +6,9 @@
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '../db/database.ts';
 import { readTunnelOfAnyAccount, tunnelView } from '../domain/tunnels/rows.ts';
+import type { AttackRecord } from '../../common/attacks.ts';
 
-export const WEBHOOK_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;
+export const WEBHOOK_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 /**
  * The event a buyer asks for to try an endpoint: sent to that one webhook whatever events it takes, signed
@@ -26,6 +27,9 @@ export interface TunnelEventSink {
   statusChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
   /** Call in the transaction that changed the tunnel's health, after the change. */
   healthChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
+  /** Call in the transaction that stored an attack's start or end (server/attacks/ingest.ts), with the record as stored. */
+  attackStarted(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void>;
+  attackEnded(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void>;
 }
 
 /**
@@ -43,10 +47,19 @@ export class TunnelEvents implements TunnelEventSink {
     return this.emit(sql, 'tunnel.health_changed', tunnelId);
   }
 
-  private async emit(sql: Pick<Sql, 'query'>, type: WebhookEvent, tunnelId: string): Promise<void> {
+  /** `data: {"tunnel", "attack"}` (docs/CONTRACTS.md "Attacks"). */
+  attackStarted(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void> {
+    return this.emit(sql, 'tunnel.attack_started', tunnelId, { attack });
+  }
+
+  attackEnded(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void> {
+    return this.emit(sql, 'tunnel.attack_ended', tunnelId, { attack });
+  }
+
+  private async emit(sql: Pick<Sql, 'query'>, type: WebhookEvent, tunnelId: string, more: Record<string, unknown> = {}): Promise<void> {
     const t = await readTunnelOfAnyAccount(sql, tunnelId);
     if (!t) return;
-    await enqueue(sql, t.accountId, type, { tunnel: tunnelView(t.row, this.adminSshPort) });
+    await enqueue(sql, t.accountId, type, { tunnel: tunnelView(t.row, this.adminSshPort), ...more });
   }
 }
 

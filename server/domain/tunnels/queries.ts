@@ -240,7 +240,7 @@ export class TunnelQueries {
 
   /**
    * Changes of any of `ids` (this account's tunnels, at most WATCH_MANY_MAX), as they come: each time one
-   * of them changes status or health, that tunnel now. Unlike watch() it sends no first snapshot: the
+   * of them changes status or health, or an attack on it starts or ends, that tunnel now. Unlike watch() it sends no first snapshot: the
    * caller has just read the list it follows (the panel's dashboard, which shows more tunnels than a
    * socket may hold subscriptions). Access is checked once, up front, for every id: one id that is not
    * this account's makes the whole call not_found. A deleted tunnel stops being followed after its
@@ -263,11 +263,14 @@ export class TunnelQueries {
     if (signal.aborted) return undefined;
     await this.edge.bus.start();
     const changed = new Set<string>();
+    /** Tunnels an attack started or ended on since the last pass: they are sent whatever else changed. */
+    const attacked = new Set<string>();
     let resync = false;
     let wake: (() => void) | null = null;
     const offs = [...last.keys()].map((id) =>
-      this.edge.bus.on(id, () => {
+      this.edge.bus.on(id, (c) => {
         changed.add(id);
+        if (c.attack) attacked.add(id);
         wake?.();
       }),
     );
@@ -295,7 +298,8 @@ export class TunnelQueries {
           const now = await this.get(principal, id);
           if (now.status === 'deleted') last.delete(id);
           else last.set(id, { status: now.status, health: now.health });
-          if (now.status !== before.status || now.health !== before.health) yield now;
+          const attack = attacked.delete(id);
+          if (attack || now.status !== before.status || now.health !== before.health) yield now;
         }
       }
     } finally {
@@ -339,10 +343,11 @@ export class TunnelQueries {
           pending.push({ id: fresh.id, status: fresh.status, health: fresh.health });
         }
         // A health change (server/health/ingest.ts) is a change too, and so is the edge applying the
-        // current settings (transitions.ts applied() publishes it): the subscription fires on them.
+        // current settings (transitions.ts applied() publishes it), and an attack's start or end
+        // (server/attacks/ingest.ts; the subscriber reads Tunnel.attacks): the subscription fires on them.
         for (const c of pending.splice(0)) {
           const health = c.health ?? fresh.health;
-          if (c.status === last.status && health === last.health && fresh[SETTINGS_APPLIED] === last[SETTINGS_APPLIED]) continue;
+          if (!c.attack && c.status === last.status && health === last.health && fresh[SETTINGS_APPLIED] === last[SETTINGS_APPLIED]) continue;
           last = { ...fresh, status: c.status, health };
           yield last;
         }
