@@ -2,7 +2,7 @@
 // counter source (a map the test fills as the dataplane's one dump would: no kernel here; the real dump's cost is
 // bench/attack-monitor.ts's), and its place in the `status` answer (agent/health/status.ts).
 import { describe, expect, it } from 'vitest';
-import { AttackMonitor, type CounterValue } from '../../../agent/attacks/monitor.ts';
+import { AttackMonitor, PACE_FACTOR, type CounterValue } from '../../../agent/attacks/monitor.ts';
 import { StatusReporter } from '../../../agent/health/status.ts';
 import { dropCounterName, outCounterName } from '../../../agent/dataplane/policy.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
@@ -154,6 +154,24 @@ describe('AttackMonitor', () => {
     r.counters.fail = new Error('again');
     await r.monitor.tick();
     expect(r.warnings).toHaveLength(2);
+  });
+});
+
+describe('pacing', () => {
+  it('one interval between ticks while reads are quick; PACE_FACTOR times the read once it is slow, said once in the log', () => {
+    const r = rig([tunnelSpec()]);
+    const infos: { msg: string; fields?: Record<string, unknown> }[] = [];
+    const monitor = new AttackMonitor({ tunnels: () => [], counters: r.counters.read, log: { warn: () => {}, info: (msg, fields) => infos.push({ msg, ...(fields ? { fields } : {}) }) } });
+    monitor.stats.lastReadMs = 120;
+    expect(monitor.pace()).toBe(1000);
+    expect(infos).toEqual([]);
+    // A read of 1.4 s (10,000 tunnels' counters on a busy host): reads take at most a quarter of the time.
+    monitor.stats.lastReadMs = 1400;
+    expect(monitor.pace()).toBe(1400 * PACE_FACTOR);
+    expect(monitor.stats.pacedMs).toBe(5600);
+    monitor.stats.lastReadMs = 1500;
+    expect(monitor.pace()).toBe(6000);
+    expect(infos).toEqual([{ msg: expect.stringMatching(/observes less often/), fields: { read_ms: 1400, every_ms: 5600, interval_ms: 1000 } }]);
   });
 });
 
