@@ -5,7 +5,8 @@
 // (docs/ARCHITECTURE.md). A ring of 600 float64 samples is 4.8 KB a tunnel (48 MB at 10,000); a ring of 600
 // uint32 2.4 KB (24 MB). This ring keeps each sample as ONE byte: a code on a logarithmic scale (code k >= 1
 // holds rates in [G^(k-1), G^k), G = 2^(32/254) ~ 1.091, so code 255 reaches 4.3 billion pps; code 0 is a
-// rate below 1 pps), so 600 B a tunnel, 6 MB at 10,000. The p95 comes back as the geometric middle of its
+// rate below 1 pps), so 600 B a tunnel, 6 MB at 10,000 (with the typed array's own object and the rest of the
+// detector's state, about 1.5 KB a tunnel: bench/attack-monitor.ts). The p95 comes back as the geometric middle of its
 // code's range, within 4.5% of the true value: plenty for a threshold ten times as high. A histogram kept
 // beside the ring (counts per code, to read the p95 without a pass over the ring) would cost another 512 B a
 // tunnel (uint16 x 256) to save work the agent rarely does: the p95 is only needed when a tunnel's rate is

@@ -54,6 +54,7 @@ export interface TunnelCounterSample {
   /**
    * NOT SUPPLIED YET: inbound packets per destination port, cumulative, for the ports a per-port meter of the
    * dataplane tracks (its busiest; at most MAX_TRACKED_PORTS are used). Absent: the vector's ports are null.
+   * Kept by reference until the tunnel's next observation: the caller hands a new map each time.
    */
   ports?: ReadonlyMap<number, number>;
 }
@@ -147,16 +148,6 @@ class Tally {
   }
 }
 
-/** The counters of a tunnel's previous observation. */
-interface Last {
-  at: number;
-  packets: number;
-  bytes: number;
-  dropped: number[];
-  protocols: Readonly<Partial<Record<MeteredProtocol, number>>> | undefined;
-  ports: ReadonlyMap<number, number> | undefined;
-}
-
 interface OpenAttack {
   id: string;
   startedAt: number;
@@ -168,14 +159,42 @@ interface OpenAttack {
   pending: Tally;
 }
 
-interface TunnelState {
-  last: Last;
-  readonly baseline: RateBaseline;
+/**
+ * What the detector keeps of one tunnel: its previous observation's counters (overwritten in place each second:
+ * no allocation per observation, at 10,000 tunnels a second), its baseline, and the run or attack under way.
+ */
+class TunnelState {
+  lastAt: number;
+  lastPackets: number;
+  lastBytes: number;
+  readonly lastDropped: number[];
+  lastProtocols: Readonly<Partial<Record<MeteredProtocol, number>>> | undefined;
+  lastPorts: ReadonlyMap<number, number> | undefined;
+  readonly baseline = new RateBaseline();
   /** Observations above in a row before an attack started, their start and what they carried. */
-  run: number;
-  runStart: number;
-  runTally: Tally | null;
-  attack: OpenAttack | null;
+  run = 0;
+  runStart = 0;
+  runTally: Tally | null = null;
+  attack: OpenAttack | null = null;
+
+  constructor(at: number, c: TunnelCounterSample) {
+    this.lastAt = at;
+    this.lastPackets = c.packets_in;
+    this.lastBytes = c.bytes_in;
+    this.lastDropped = DROP_REASONS.map((r) => c.dropped[r]);
+    this.lastProtocols = c.protocols;
+    this.lastPorts = c.ports;
+  }
+
+  /** This observation becomes the previous one. */
+  remember(at: number, c: TunnelCounterSample): void {
+    this.lastAt = at;
+    this.lastPackets = c.packets_in;
+    this.lastBytes = c.bytes_in;
+    for (let i = 0; i < DROP_REASONS.length; i++) this.lastDropped[i] = c.dropped[DROP_REASONS[i]!];
+    this.lastProtocols = c.protocols;
+    this.lastPorts = c.ports;
+  }
 }
 
 /** A counter's increase since the previous read; a decrease means it restarted, and what it says now is what it counted since. */
@@ -183,23 +202,19 @@ const increase = (prev: number, cur: number): number => (cur >= prev ? cur - pre
 
 const iso = (ms: number): string => new Date(ms).toISOString();
 
-function snapshot(at: number, c: TunnelCounterSample): Last {
-  return { at, packets: c.packets_in, bytes: c.bytes_in, dropped: DROP_REASONS.map((r) => c.dropped[r]), protocols: c.protocols, ports: c.ports };
-}
-
-function deltaOf(prev: Last, c: TunnelCounterSample, dtMs: number): Delta {
-  const packets = increase(prev.packets, c.packets_in);
-  const bytes = increase(prev.bytes, c.bytes_in);
-  const dropped = DROP_REASONS.map((r, i) => increase(prev.dropped[i]!, c.dropped[r]));
+function deltaOf(prev: TunnelState, c: TunnelCounterSample, dtMs: number): Delta {
+  const packets = increase(prev.lastPackets, c.packets_in);
+  const bytes = increase(prev.lastBytes, c.bytes_in);
+  const dropped = DROP_REASONS.map((r, i) => increase(prev.lastDropped[i]!, c.dropped[r]));
   let protocols: number[] | null = null;
-  if (c.protocols) protocols = METERED_PROTOCOLS.map((p) => increase(prev.protocols?.[p] ?? 0, c.protocols![p] ?? 0));
+  if (c.protocols) protocols = METERED_PROTOCOLS.map((p) => increase(prev.lastProtocols?.[p] ?? 0, c.protocols![p] ?? 0));
   let ports: Map<number, number> | null = null;
   if (c.ports) {
     ports = new Map();
     let n = 0;
     for (const [port, v] of c.ports) {
       if (n++ >= MAX_TRACKED_PORTS) break;
-      const d = increase(prev.ports?.get(port) ?? 0, v);
+      const d = increase(prev.lastPorts?.get(port) ?? 0, v);
       if (d > 0) ports.set(port, d);
     }
   }
@@ -284,13 +299,13 @@ export class AttackDetector {
     const c = o.counters;
     const s = this.tunnels.get(o.id);
     if (!s) {
-      this.tunnels.set(o.id, { last: snapshot(at, c), baseline: new RateBaseline(), run: 0, runStart: 0, runTally: null, attack: null });
+      this.tunnels.set(o.id, new TunnelState(at, c));
       return undefined;
     }
-    const prevAt = s.last.at;
+    const prevAt = s.lastAt;
     if (!(at > prevAt)) return undefined;
-    const d = deltaOf(s.last, c, at - prevAt);
-    s.last = snapshot(at, c);
+    const d = deltaOf(s, c, at - prevAt);
+    s.remember(at, c);
     const dps = (d.dropped.reduce((a, b) => a + b, 0) * 1000) / (at - prevAt);
     const above = this.isAbove(s, Math.max(d.pps, dps), o.alertPps ?? null);
 

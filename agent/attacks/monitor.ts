@@ -14,9 +14,10 @@
 // faster than the table (it walks the objects again for every part of the answer): about 1.2 s of CPU at 10,000
 // tunnels, where the detector's own work is about 20 ms. So the timer paces itself: the next tick comes one
 // interval (1 s) after the last, or PACE_FACTOR times the last read's duration if that is longer, which keeps
-// the reads to at most a quarter of the agent's time whatever the table's size. Up to a few thousand tunnels
-// that is one tick a second, the rule exactly as written; at 10,000 it is one every 5 to 6 s, the "2 consecutive
-// seconds" become 2 consecutive observations of that length, and an attack is seen within about 10-12 s.
+// the reads to at most a quarter of the agent's time whatever the table's size. Up to about 1,000-2,000 tunnels
+// that is one tick a second, the rule exactly as written; at 10,000 it is one every 4-6 s on a quiet 2-core host
+// (the read's wall time, so longer on a loaded one), the "2 consecutive seconds" become 2 consecutive
+// observations of that length, and an attack is seen within about 10-12 s.
 // tick() called by hand (tests) runs at once; ticks never overlap: one that finds the previous still running is
 // skipped and counted (`stats.skipped`), and the next observation spans the gap.
 import { DROP_REASONS } from '../../common/tunnel-status.ts';
