@@ -80,6 +80,8 @@ export const en = {
   'account.webhooks.since': 'added {date}',
   'account.webhooks.event.TUNNEL_STATUS_CHANGED': 'Tunnel status changed',
   'account.webhooks.event.TUNNEL_HEALTH_CHANGED': 'Tunnel health changed',
+  'account.webhooks.event.TUNNEL_ATTACK_STARTED': 'Attack on a tunnel started',
+  'account.webhooks.event.TUNNEL_ATTACK_ENDED': 'Attack on a tunnel ended',
   'account.webhooks.add': 'Add a webhook',
   'account.webhooks.addButton': 'Add webhook',
   'account.webhooks.url': 'Endpoint URL',

@@ -80,6 +80,8 @@ export const ru: Catalogue = {
   'account.webhooks.since': 'добавлен {date}',
   'account.webhooks.event.TUNNEL_STATUS_CHANGED': 'Изменился статус туннеля',
   'account.webhooks.event.TUNNEL_HEALTH_CHANGED': 'Изменилась доступность туннеля',
+  'account.webhooks.event.TUNNEL_ATTACK_STARTED': 'Началась атака на туннель',
+  'account.webhooks.event.TUNNEL_ATTACK_ENDED': 'Атака на туннель закончилась',
   'account.webhooks.add': 'Добавить вебхук',
   'account.webhooks.addButton': 'Добавить вебхук',
   'account.webhooks.url': 'URL получателя',
