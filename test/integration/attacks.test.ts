@@ -178,6 +178,45 @@ describe('an attack from a status answer', () => {
     }
   });
 
+  it('tunnelsStatus (many tunnels on one subscription) sends the tunnel at an attack\'s start and end, and nothing for a record sent again', async () => {
+    await freshNode();
+    const id = await buy(user);
+    const quiet = await buy(user);
+    const client = createClient({ url: `${gw.url.replace('http', 'ws')}/graphql`, webSocketImpl: WebSocket, connectionParams: { Authorization: `Bearer ${user.readKey}` }, retryAttempts: 0 });
+    const seen: { id: string; attacks: { endedAt: string | null }[] }[] = [];
+    const sub = client.iterate<{ tunnelsStatus: { id: string; attacks: { endedAt: string | null }[] } }>({
+      query: `subscription($ids: [ID!]!) { tunnelsStatus(ids: $ids) { id attacks { endedAt } } }`,
+      variables: { ids: [id, quiet] },
+    });
+    const reading = (async () => {
+      for await (const m of sub) seen.push(m.data!.tunnelsStatus);
+    })();
+    try {
+      // No first snapshot: nothing comes until a change, and a change made before the subscription listens is not
+      // sent. So each try is a new attack (a start the subscription may miss), until one arrives.
+      let a = attack(id);
+      await until('a start on tunnelsStatus', async () => {
+        if (seen.length > 0) return true;
+        a = attack(id);
+        await ingest(nodeId, [a]);
+        await new Promise((r) => setTimeout(r, 200));
+        return seen.length > 0;
+      });
+      const starts = seen.length;
+      expect(seen.every((x) => x.id === id)).toBe(true);
+      // The same record again: no change, nothing sent.
+      await ingest(nodeId, [a]);
+      const ended = { ...a, ended_at: new Date().toISOString() };
+      await ingest(nodeId, [ended]);
+      await until('the end on tunnelsStatus', () => seen.some((x) => x.attacks.some((y) => y.endedAt === ended.ended_at)));
+      expect(seen.slice(starts).map((x) => x.id)).toEqual([id]);
+    } finally {
+      await sub.return?.();
+      await client.dispose();
+      await reading.catch(() => {});
+    }
+  });
+
   it('one first seen already ended: attack_started then attack_ended, in that order', async () => {
     await freshNode();
     const id = await buy(user);
