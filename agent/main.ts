@@ -9,9 +9,10 @@
 import agentPackage from './package.json' with { type: 'json' };
 import { createLogger, type Logger } from '../common/log.ts';
 import { ConfigError, loadConfig, type AgentConfig } from './config.ts';
-import type { Dataplane } from './dataplane/types.ts';
+import type { Dataplane, TunnelSpec } from './dataplane/types.ts';
 import type { DataplaneHandle } from './dataplane/index.ts';
 import { JobHandler } from './jobs/handle.ts';
+import { addressRefusal, type AddressRule } from './jobs/verify.ts';
 import type { StatusResult } from '../common/tunnel-status.ts';
 import { HealthScheduler, type CheckRecord, type HealthClock } from './health/scheduler.ts';
 import { StatusReporter } from './health/status.ts';
@@ -239,12 +240,29 @@ export function startWatchdog(watchdogS: number, log: Logger, base: Record<strin
   };
 }
 
-/** Runs the dataplane's restore() and logs the outcome; never throws (the agent must come up regardless). */
-export async function restoreAtStart(dataplane: Pick<DataplaneHandle, 'restore'>, log: Logger): Promise<void> {
+/**
+ * Restores the last desired state and logs the outcome; never throws (the agent must come up regardless).
+ * Each journaled tunnel is first held to the addresses a job's would be (jobs/verify.ts addressRefusal:
+ * AGENT_EDGE_IP, AGENT_PROTECTED_POOLS as configured now): one outside them is logged and left out, and the
+ * rest is reconciled as the desired state, which drops it from the journal and removes what the agent
+ * created for it, as for any tunnel no longer desired (docs/CONFIGURATION.md AGENT_PROTECTED_POOLS).
+ */
+export async function restoreAtStart(dataplane: Pick<DataplaneHandle, 'restore' | 'reconcile' | 'desiredTunnels'>, log: Logger, rule: AddressRule): Promise<void> {
   const started = performance.now();
   try {
-    const r = await dataplane.restore();
-    const fields = { added: r.added, changed: r.changed, removed: r.removed, unchanged: r.unchanged, failed: r.failed.length, ms: Math.round(performance.now() - started) };
+    const kept: TunnelSpec[] = [];
+    let refused = 0;
+    for (const t of dataplane.desiredTunnels()) {
+      const why = addressRefusal([t.edge_ip], [t.protected_ip], rule);
+      if (why === undefined) {
+        kept.push(t);
+        continue;
+      }
+      refused++;
+      log.warn('tunnel not restored: outside this agent\'s configured addresses; removing it', { tunnel_id: t.id, tunnel_name: t.tunnel_name, code: 'wrong_audience', reason: why });
+    }
+    const r = refused === 0 ? await dataplane.restore() : await dataplane.reconcile(kept);
+    const fields = { added: r.added, changed: r.changed, removed: r.removed, unchanged: r.unchanged, failed: r.failed.length, refused, ms: Math.round(performance.now() - started) };
     log.info('restored the last desired state', fields);
     for (const f of r.failed) log.warn('tunnel not restored', { tunnel_id: f.id, code: f.error, reason: f.error_description });
   } catch (e) {
@@ -265,7 +283,10 @@ function parseArgs(argv: string[]): { command: 'run' | 'fingerprint'; configPath
     } else if (a === 'fingerprint' && i === 0) {
       command = 'fingerprint';
     } else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: tunnel-agent [fingerprint] [--config FILE]\n');
+      process.stdout.write('usage: tunnel-agent [fingerprint] [--config FILE] [--version]\n');
+      process.exit(0);
+    } else if (a === '--version') {
+      process.stdout.write(`tunnel-agent ${agentVersion()}\n`);
       process.exit(0);
     } else {
       throw new ConfigError(`unknown argument "${a}" (usage: tunnel-agent [fingerprint] [--config FILE])`);
@@ -312,7 +333,7 @@ async function main(): Promise<void> {
   // reboot the links and the table are gone and nothing would bring them back until the gateway's next
   // reconcile. Tunnels already right are left alone; one the kernel refuses is logged, not fatal, and the
   // agent still starts, so the gateway can reach it.
-  await restoreAtStart(dataplane, log);
+  await restoreAtStart(dataplane, log, config);
   // Before the first job: a kernel that cannot make the tunnels' links (no GRE) is a warning here, and
   // `hello`/`status` tell the gateway, which then sells nothing from this node (docs/CONTRACTS.md "Tunnel links").
   const tunnelLinks = new TunnelLinksState(() => dataplane.tunnelLinks(), log);

@@ -2,7 +2,7 @@
 // "Attacks"; DESIGN 3.11): the record's one shape, which the agent's `status` answer carries (`attacks`, from
 // agents that detect them) and the REST API, GraphQL and the `tunnel.attack_*` webhook events show as is, and
 // its shape check, which both ends use. No I/O here.
-import { DROP_REASONS, type DropReason } from './tunnel-status.ts';
+import { DROP_REASONS, type DropReason } from './drop-reasons.ts';
 import { isUuid } from './names.ts';
 
 /**

@@ -5,9 +5,10 @@
 import { checkTunnelLinks, type TunnelLinks } from './tunnel-links.ts';
 import { checkAttackRecords, type AttackRecord } from './attacks.ts';
 
-/** Why the edge dropped a packet of a tunnel (docs/CONTRACTS.md "Dataplane"). */
-export const DROP_REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
-export type DropReason = (typeof DROP_REASONS)[number];
+import { DROP_REASONS, type DropReason } from './drop-reasons.ts';
+
+/** Why the edge dropped a packet of a tunnel: re-exported, as every reader of a status answer needs them. */
+export { DROP_REASONS, type DropReason };
 
 const HEALTHS = ['up', 'down', 'unknown'] as const;
 export type Health = (typeof HEALTHS)[number];

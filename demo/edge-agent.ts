@@ -60,7 +60,7 @@ export async function startStandinAgent(config: AgentConfig, opts: StandinAgentO
   const inner = await createDataplane({ edgeIp: config.edgeIp, nftTable: config.nftTable, stateDir: config.stateDir, netns: opts.netns, linkKind: opts.linkKind ?? 'veth-standin' });
   // As agent/main.ts does: the last desired state is restored before any job can arrive, and whether the
   // links can be made is asked before the first job (said in hello and status).
-  await restoreAtStart(inner, opts.log);
+  await restoreAtStart(inner, opts.log, config);
   const tunnelLinks = new TunnelLinksState(() => inner.tunnelLinks(), opts.log);
   await tunnelLinks.refresh();
   const health = opts.health === false ? undefined : startHealth(inner, { intervalS: config.healthIntervalS, tunnelLinks });

@@ -32,7 +32,8 @@ export interface Services {
   attacks: AttackService;
 }
 
-export function buildServices(config: Config, db: Database, log: Logger = createLogger('silent')): Services {
+/** `clock`: milliseconds now for the domain's time-based limits (the origin-change limit); tests move it themselves. */
+export function buildServices(config: Config, db: Database, log: Logger = createLogger('silent'), opts: { clock?: () => number } = {}): Services {
   const pricing = new PricingService(db, config.adminSshPort);
   const provisioning = new ProvisioningService(db, config, log, () => pricing.invalidate());
   // The secret-encryption key as app.ts and the CLI load it (environment or database), once, on first use.
@@ -50,7 +51,7 @@ export function buildServices(config: Config, db: Database, log: Logger = create
     db,
     auth: new Authenticator(db),
     pricing,
-    tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins }, provisioning),
+    tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins, ...(opts.clock ? { clock: opts.clock } : {}) }, provisioning),
     provisioning,
     webhooks: new WebhookService(db, { allowPrivate: config.allowPrivateWebhooks, adminSshPort: config.adminSshPort, encryptionKey }),
     health: new HealthService(db, provisioning, attacks.ingest),

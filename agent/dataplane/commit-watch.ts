@@ -12,7 +12,7 @@
 // element for every listener, 800,000 of them for a first apply of 10,000 tunnels.
 import { NETLINK_NETFILTER, type NlMsg } from '../netlink/message.ts';
 import { decodeNotification, NFNLGRP_NFTABLES, type NftNotification } from '../netlink/nftables/notification.ts';
-import { NetlinkSubscription, type DrainResult } from '../netlink/socket.ts';
+import { NetlinkSubscription, type DrainResult } from '../netlink/subscription.ts';
 
 /** The generation after `gen` (the kernel's counter skips 0 when it wraps: nf_tables_commit). */
 const after = (gen: number): number => (gen === 0xffffffff ? 1 : gen + 1);

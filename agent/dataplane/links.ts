@@ -2,9 +2,10 @@
 // and the benchmark here use a veth pair as a clearly named stand-in (the tunnel end carries the tunnel's
 // name and address, the peer end is where the "origin" would be). The real GRE path runs in the VM.
 import { createHash } from 'node:crypto';
-import { GRE_KEY, type LinkInfo } from '../netlink/rtnetlink.ts';
+import { GRE_KEY, type LinkInfo } from '../netlink/rtnetlink/index.ts';
 import type { Rtnl } from '../netlink/client.ts';
-import { GRE_TTL, type LinkParams } from './diff.ts';
+import type { LinkParams } from './plan.ts';
+import { GRE_TTL } from './link-steps.ts';
 import type { TunnelSpec } from './types.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import { probeGreSupport } from './link-support.ts';

@@ -3,7 +3,7 @@
 // past the live set, so one apply costs a small appended line (and, for the desired state, an fdatasync),
 // not a rewrite of 10,000 records.
 import { Journal } from '../housekeeping/journal.ts';
-import { OwnedIndex, type OwnedTunnel } from './diff.ts';
+import { OwnedIndex, type OwnedTunnel } from './records.ts';
 import { checkTunnel, normaliseSpec } from '../../common/tunnel-spec.ts';
 import type { TunnelSpec } from './types.ts';
 

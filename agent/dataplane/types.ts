@@ -28,3 +28,12 @@ export interface Dataplane {
 export class KernelError extends Error {
   override name = 'KernelError';
 }
+
+/** Any failure of operation `op` as a KernelError naming it (the error itself when it is one already), the cause kept. */
+export function kernelError(op: string, e: unknown): KernelError {
+  if (e instanceof KernelError) return e;
+  const text = e instanceof Error ? e.message : String(e);
+  const err = new KernelError(`${op}: ${text}`);
+  (err as { cause?: unknown }).cause = e;
+  return err;
+}

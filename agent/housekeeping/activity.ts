@@ -18,7 +18,7 @@
 //    into shared memory, with the name of the synchronous call being made, and kills the process when the
 //    heartbeat stops for the watchdog's time, or when a stop (SIGTERM) has not ended it within its bound.
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { observeNetlink, offThreadOverdue, type NetlinkObserver } from '../netlink/socket.ts';
+import { observeNetlink, offThreadOverdue, type NetlinkObserver } from '../netlink/observer.ts';
 
 /** An operation without progress, as the status op reports it (common/tunnel-status.ts `agent.stuck`). */
 export interface StuckOperation {

@@ -91,6 +91,26 @@ export interface Refusal {
 
 export type VerifyOutcome = { ok: true; job: VerifiedJob } | Refusal;
 
+/** What step 3 checks a job's tunnels' addresses against: AGENT_EDGE_IP and AGENT_PROTECTED_POOLS. */
+export type AddressRule = Pick<VerifyContext, 'edgeIp' | 'protectedPools'>;
+
+/**
+ * Why this router may not map tunnels with these addresses, or undefined: an edge_ip that is not
+ * AGENT_EDGE_IP, a protected_ip outside AGENT_PROTECTED_POOLS when that is set. The one rule for a job's
+ * tunnels (wrong_audience) and for the tunnels the agent restores at start from its journal (main.ts
+ * restoreAtStart), so narrowing the pools takes effect on a restart as on the next job.
+ */
+export function addressRefusal(edgeIps: readonly string[], protectedIps: readonly string[], rule: AddressRule): string | undefined {
+  const other = edgeIps.find((ip) => ip !== rule.edgeIp);
+  if (other !== undefined) return `edge_ip ${other} is not this router's (${rule.edgeIp})`;
+  const pools = rule.protectedPools;
+  if (pools) {
+    const outside = protectedIps.find((ip) => !pools.contains(ip));
+    if (outside !== undefined) return `protected_ip ${outside} is outside this router's protected pools (${pools.entries.join(', ')})`;
+  }
+  return undefined;
+}
+
 const SEGMENT_RE = /^[A-Za-z0-9_-]*$/;
 
 function decodeSegment(seg: string): unknown {
@@ -170,13 +190,8 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
     return refuse('wrong_audience', claims.aud === undefined ? 'aud is missing' : 'aud is not this node');
   }
   if (known) {
-    const other = edgeIpsOf(claims as unknown as JobClaims).find((ip) => ip !== ctx.edgeIp);
-    if (other !== undefined) return refuse('wrong_audience', `edge_ip ${other} is not this router's (${ctx.edgeIp})`);
-    const pools = ctx.protectedPools;
-    if (pools) {
-      const outside = protectedIpsOf(claims as unknown as JobClaims).find((ip) => !pools.contains(ip));
-      if (outside !== undefined) return refuse('wrong_audience', `protected_ip ${outside} is outside this router's protected pools (${pools.entries.join(', ')})`);
-    }
+    const why = addressRefusal(edgeIpsOf(claims as unknown as JobClaims), protectedIpsOf(claims as unknown as JobClaims), ctx);
+    if (why !== undefined) return refuse('wrong_audience', why);
   }
 
   // 4. expired --------------------------------------------------------------------------------

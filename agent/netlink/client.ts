@@ -3,8 +3,9 @@
 // results or typed NetlinkErrors.
 import { constants as osConstants } from 'node:os';
 import { NetlinkError, NETLINK_NETFILTER, NETLINK_ROUTE, errnoName, type NetlinkErrorDetails, type NlMsg } from './message.ts';
-import { NetlinkSocket, type NetlinkSocketOptions, type SeqReply } from './socket.ts';
-import * as rt from './rtnetlink.ts';
+import type { NetlinkSocketOptions } from './endpoint.ts';
+import { NetlinkSocket, type SeqReply } from './socket.ts';
+import * as rt from './rtnetlink/index.ts';
 import * as nft from './nftables/index.ts';
 import { bytesToIpv4 } from './attrs.ts';
 

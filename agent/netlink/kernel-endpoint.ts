@@ -7,7 +7,7 @@ import { constants as osConstants } from 'node:os';
 import koffi from 'koffi';
 import { HOST_LE } from './attrs.ts';
 import { NetlinkError } from './message.ts';
-import type { NetlinkEndpoint, NetlinkSocketOptions } from './socket.ts';
+import type { NetlinkEndpoint, NetlinkSocketOptions } from './endpoint.ts';
 
 const E = osConstants.errno;
 

@@ -33,8 +33,10 @@
 // cannot be timed out from the same thread: the observer's enter/leave name it for the watchdog's own thread.
 import { constants as osConstants } from 'node:os';
 import { HOST_LE } from './attrs.ts';
+import type { NetlinkEndpoint, NetlinkSocketOptions } from './endpoint.ts';
 import { KernelEndpoint, POLL_SLICE_MS, sysError } from './kernel-endpoint.ts';
 import { NLMSG_DONE, NLMSG_ERROR, NLMSG_OVERRUN, NLM_F_DUMP_INTR, NetlinkError, parseError, parseMessages, type NlMsg } from './message.ts';
+import { observer, overdue, type OverdueCall, type RequestWatch } from './observer.ts';
 
 const E = osConstants.errno;
 
@@ -47,108 +49,10 @@ const YIELD_AFTER_MS = 20;
 /** When a pump last let the event loop turn (NetlinkSocket.yieldIfLong). */
 let pumpTurnedAt = 0;
 
-/**
- * Who watches the kernel calls (the agent's activity tracker, housekeeping/activity.ts); none by default (tests,
- * benchmarks). Process-wide, as the calls are.
- */
-export interface NetlinkObserver {
-  /**
-   * A request is queued, named `what`: returns what to tell as it goes, or an Error to refuse it with (the
-   * operation that asked was abandoned by the watchdog: nothing of it may reach the kernel any more).
-   */
-  request(what: string): RequestWatch | Error | undefined;
-  /** The event loop is about to make a synchronous kernel call for `what` (leave() follows when it returns). */
-  enter(what: string): void;
-  leave(): void;
-}
-/** What the observer is told of one request. */
-export interface RequestWatch {
-  /** A datagram of its answer arrived (a long dump streams for a while before it settles). */
-  progress(): void;
-  settled(err?: Error): void;
-}
-let observer: NetlinkObserver | undefined;
-
-/** Installs (or, with undefined, removes) the process's netlink observer. */
-export function observeNetlink(o: NetlinkObserver | undefined): void {
-  observer = o;
-}
-
-/** A kernel call on a worker thread that outlived its deadline (the kernel still holds it). */
-export interface OverdueCall {
-  what: string;
-  /** Milliseconds since the epoch at which its deadline passed. */
-  since: number;
-}
-const overdue = new Set<OverdueCall>();
-
-/** Worker-thread kernel calls still held by the kernel past their deadline: each is a thread of libuv's pool lost meanwhile. */
-export function offThreadOverdue(): readonly OverdueCall[] {
-  return [...overdue];
-}
-
 /** Requests coalesced into one sendto(); their acks (capped: ~40 bytes each) fit the receive buffer many times over. */
 const MAX_COALESCE_MSGS = 256;
 const MAX_COALESCE_BYTES = 256 * 1024;
 const RECV_BUF_BYTES = 1024 * 1024;
-
-/** Datagrams to and from the kernel: all the request machinery needs of a socket. */
-export interface NetlinkEndpoint {
-  /** Our netlink port id (nl_pid), which the kernel puts in its replies. */
-  readonly portId: number;
-  /** Sends one datagram; 0, or the errno of the failure. */
-  send(data: Buffer): number;
-  /**
-   * Sends one datagram from a worker thread (NetlinkSocketOptions.sendOffThread): the kernel's work on it
-   * runs there, and the event loop goes on meanwhile. Absent: send() is used.
-   */
-  sendAsync?(data: Buffer): Promise<number>;
-  /**
-   * Copies the next queued datagram into `buf` without waiting: its full length (larger than `buf` when it
-   * was truncated), or minus an errno (EAGAIN: nothing queued; ENOBUFS: the kernel dropped replies).
-   * `from`: filled with the sender's port id (0: the kernel; any other is a process).
-   */
-  receive(buf: Buffer, from?: { pid: number }): number;
-  /** Resolves when a datagram may be readable, or after at most `ms`. */
-  wait(ms: number): Promise<void>;
-  /** The receive buffer the kernel granted, where there is one. */
-  receiveBufferSize?(): number;
-  /** Joins or leaves a multicast group (NETLINK_ADD_MEMBERSHIP / NETLINK_DROP_MEMBERSHIP). */
-  setMembership?(group: number, member: boolean): void;
-  close(): void;
-}
-
-export interface NetlinkSocketOptions {
-  /** Receive buffer; SO_RCVBUFFORCE (root) lifts it above net.core.rmem_max. */
-  rcvbuf?: number;
-  /** Send buffer: bounds the largest single sendto(), i.e. the largest nft batch. */
-  sndbuf?: number;
-  /** Open the socket inside this network namespace (a /run/netns/NAME path); the socket stays there. */
-  netns?: string;
-  /**
-   * NETLINK_GET_STRICT_CHK: the kernel honours a dump's filters (rtnetlink: an address dump of one ifindex)
-   * instead of sending everything. Best effort: a kernel without it (before 4.20) sends all, and the client
-   * still filters what it decodes.
-   */
-  strictDumps?: boolean;
-  /** Default per-request timeout. */
-  timeoutMs?: number;
-  /**
-   * Each sendto() runs on a worker thread (koffi's async call) instead of the event loop: for requests whose
-   * processing in the kernel blocks the sender long after their effect is visible (deleting a link waits for
-   * an RCU barrier, ~20 ms, after it has released RTNL and the link is gone from every list).
-   */
-  sendOffThread?: boolean;
-  /** Milliseconds now, for request deadlines; Date.now unless a test drives the time itself. */
-  clock?: () => number;
-  /**
-   * The largest datagram one receive takes (default 1 MB, a dump's). A socket for one small request gives less:
-   * each buffer is allocated zeroed with the socket, and 1 MB of it per one-tunnel remove (its link's deletion has
-   * a socket of its own) was external memory enough to set off a full collection every few removes under the
-   * agent's heap flags (agent/bin/runtime.mjs).
-   */
-  receiveBytes?: number;
-}
 
 /** What one request waits for. */
 export interface RequestSpec {
@@ -207,82 +111,6 @@ interface Pending {
   done: boolean;
   /** The observer's watch over it. */
   watch?: RequestWatch;
-}
-
-/** What NetlinkSubscription.drain found. */
-export type DrainResult = 'drained' | 'overflow' | 'forged';
-
-/**
- * A socket that only listens: the kernel's multicast notifications of the groups it joins (listen(); joining
- * nfnetlink's needs CAP_NET_ADMIN), read without waiting. Nothing
- * is sent on it, so it needs none of NetlinkSocket's request machinery. When its receive buffer fills, the
- * kernel drops what no longer fits and the next read fails with ENOBUFS: drain() then says `overflow`, and what
- * was read is no complete account of what happened. It can stop listening for a while without being closed
- * (leave, then join): a closed netlink socket is freed after an RCU grace period, which the next link deletion's
- * rcu_barrier() then waits out (~10 ms on a one-tunnel remove).
- */
-export class NetlinkSubscription {
-  private readonly buf: Buffer;
-  private overflowed = false;
-  private forged = false;
-
-  /** `buffer`: where datagrams are read to (64 KB by default). */
-  constructor(
-    private readonly endpoint: NetlinkEndpoint,
-    buffer?: Buffer,
-  ) {
-    this.buf = buffer ?? Buffer.alloc(64 * 1024);
-  }
-
-  /** `rcvbuf`: what is asked for; the kernel counts twice that against the socket (its bookkeeping). */
-  static open(protocol: number, opts: { netns?: string; rcvbuf?: number } = {}): NetlinkSubscription {
-    return new NetlinkSubscription(KernelEndpoint.open(protocol, { netns: opts.netns, rcvbuf: opts.rcvbuf ?? 2 * 1024 * 1024, sndbuf: 4096 }));
-  }
-
-  /** Stops (false) or starts (true) hearing `groups`. */
-  listen(groups: readonly number[], on: boolean): void {
-    if (!this.endpoint.setMembership) throw new Error('this netlink endpoint cannot join groups');
-    for (const g of groups) this.endpoint.setMembership(g, on);
-  }
-
-  /** Throws away whatever is queued, and forgets an overflow: what follows is a fresh account. */
-  discard(): void {
-    this.drain(() => undefined);
-    this.overflowed = false;
-    this.forged = false;
-  }
-
-  /**
-   * Hands every queued message to `onMessage` (a view of the receive buffer: not to be kept), in order. A datagram
-   * from anyone but the kernel (a process with CAP_NET_ADMIN may send to a multicast group) is no notification:
-   * it makes the account `forged`, which proves nothing, as an overflow does.
-   */
-  drain(onMessage: (m: NlMsg) => void): DrainResult {
-    const from = { pid: 0 };
-    for (;;) {
-      const n = this.endpoint.receive(this.buf, from);
-      if (n === -E.EAGAIN) return this.overflowed ? 'overflow' : this.forged ? 'forged' : 'drained';
-      if (n === -E.ENOBUFS) {
-        this.overflowed = true;
-        continue;
-      }
-      if (n < 0) throw sysError('recv(netlink subscription)', -n);
-      if (from.pid !== 0) {
-        this.forged = true;
-        continue;
-      }
-      // A notification larger than the buffer was cut: as good as lost.
-      if (n > this.buf.length) {
-        this.overflowed = true;
-        continue;
-      }
-      for (const m of parseMessages(this.buf.subarray(0, n))) onMessage(m);
-    }
-  }
-
-  close(): void {
-    this.endpoint.close();
-  }
 }
 
 export class NetlinkSocket {

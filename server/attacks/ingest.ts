@@ -61,7 +61,7 @@ export class AttackIngest {
   /** After the commit: the bus notice (subscriptions) and the metrics of each change. */
   async published(changes: readonly AttackChange[]): Promise<void> {
     for (const c of changes) {
-      await this.bus.publish(c.attack.tunnel_id, c.status, undefined, c.kind);
+      await this.bus.publish(c.attack.tunnel_id, c.status, undefined, { id: c.attack.id, kind: c.kind });
       for (const fn of this.observers) fn(c.kind);
     }
   }

@@ -35,12 +35,13 @@ import { ApiError } from '../domain/errors.ts';
 import { loadSecrets, SecretsError, type ServerSecrets } from '../secrets.ts';
 import { openDatabase } from '../services.ts';
 import { formatUsage, parseOptions, UsageError, type ParsedOptions } from './args.ts';
-import { COMMANDS, type Command } from './commands.ts';
+import { COMMANDS } from './commands.ts';
+import type { Command, EdgeQueueing } from './command.ts';
 import { renderTable } from './table.ts';
 import { AdminSocketRefused, adminSocketPath, forwardToGateway } from './admin-socket.ts';
 import { createLogger } from '../../common/log.ts';
 import { ProvisioningService } from '../provisioning/service.ts';
-import type { EdgeQueueing } from './queue-commands.ts';
+import { VERSION } from '../version.ts';
 
 const EXIT = { ok: 0, refused: 1, usage: 2, failed: 3 } as const;
 
@@ -107,7 +108,8 @@ function globalUsage(): string {
   return [
     'Tunnelgate admin CLI: operates on the gateway database (same DATABASE_URL / DATA_DIR as the gateway).',
     '',
-    'Usage: npm run admin -- <command> [options]      npm run admin -- <command> --help',
+    `Tunnelgate ${VERSION}.`,
+    'Usage: npm run admin -- <command> [options]      npm run admin -- <command> --help      npm run admin -- --version',
     '',
     'Commands:',
     ...COMMANDS.map((c) => `  ${c.name.padEnd(width)}  prints ${c.prints}`),
@@ -163,6 +165,11 @@ export async function main(
   if (first === undefined) return fail(classify(new UsageError('no command given; run with --help for the list.')));
   if (first === '--help' || first === '-h' || first === 'help') {
     io.stdout(globalUsage());
+    return EXIT.ok;
+  }
+  if (first === '--version' || first === 'version') {
+    // Like every command's answer (docs/CONTRACTS.md "Admin CLI"): one JSON object.
+    io.stdout(JSON.stringify({ version: VERSION }) + '\n');
     return EXIT.ok;
   }
   // Most commands are two words (`user list`); a few are one (`ledger`, docs/CONTRACTS.md "Admin CLI").

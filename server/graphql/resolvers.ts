@@ -110,7 +110,7 @@ export class TunnelResolver {
 
   @Mutation(() => Tunnel, {
     description:
-      'Changes a tunnel\'s name, origin and settings (PATCH /api/dedicated/{id}). A pending or failed tunnel just stores them (the next provision carries them); on the edge, the change is applied like a provision and the mutation waits a few seconds for the agent: settingsApplied is true when it applied the change, false while its job retries (tunnelStatus fires once it is applied). A new origin moves an ACTIVE tunnel back to PROVISIONED once applied. Deleted or deleting: invalid_state.',
+      'Changes a tunnel\'s name, origin and settings (PATCH /api/dedicated/{id}). A pending or failed tunnel just stores them (the next provision carries them); on the edge, the change is applied like a provision and the mutation waits a few seconds for the agent: settingsApplied is true when it applied the change, false while its job retries (tunnelStatus fires once it is applied). A new origin stops the edge forwarding to the tunnel at once (until an activation probed the new origin) and moves an ACTIVE tunnel back to PROVISIONED once applied; originIp may change at most 10 times per tunnel in any hour, beyond that rate_limited (extensions.retry_after: seconds). Deleted or deleting: invalid_state.',
   })
   async updateTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string, @Arg('input', () => UpdateTunnelInput) input: UpdateTunnelInput): Promise<Tunnel> {
     const principal = await ctx.principal();
@@ -118,7 +118,10 @@ export class TunnelResolver {
     return tunnelOf(await tunnels.update(principal, id, validateUpdate(updateFields(input), tunnels.allowPrivateOrigins)));
   }
 
-  @Mutation(() => Tunnel, { description: 'Marks a provisioned tunnel active once the origin answers through it.' })
+  @Mutation(() => Tunnel, {
+    description:
+      'Marks a provisioned tunnel active once the origin answers through it; only then does the edge forward traffic to the origin (settingsApplied turns true once it does). invalid_state when the origin does not answer, or when originIp changed while the probe ran.',
+  })
   async activateTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
     const principal = await ctx.principal();
     return tunnelOf(await ctx.services.tunnels.activate(principal, id));

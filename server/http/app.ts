@@ -25,6 +25,7 @@ import { avatarBase } from '../oidc/avatars.ts';
 import { createPanel, wantsHtml } from './panel.ts';
 import { loadSecrets } from '../secrets.ts';
 import { purgeExpiredIdempotency } from '../domain/tunnels/index.ts';
+import { VERSION } from '../version.ts';
 
 const IDEMPOTENCY_PURGE_MS = 60 * 60_000;
 /** The panel's GraphQL explorer page, where a browser opening /graphql is sent. */
@@ -105,8 +106,10 @@ function fromKoaError(e: unknown): ApiError | null {
 }
 
 export interface GatewayOptions {
-  /** Milliseconds now for the request gate's rate limits; Date.now unless a test drives the time itself. */
+  /** Milliseconds now for every rate limit (the request gate's, the issuer's); Date.now unless a test drives the time itself. */
   clock?: () => number;
+  /** How often stale idempotency records are purged; hourly unless a test wants to see the timer fire. */
+  idempotencyPurgeMs?: number;
 }
 
 export async function createGateway(services: Services, log: Logger, server: http.Server, opts: GatewayOptions = {}): Promise<Gateway> {
@@ -145,7 +148,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
       // Their own route labels in the access log and the request metrics (the router never sees them).
       case '/healthz':
         ctx._matchedRoute = '/healthz';
-        ctx.body = { status: 'ok' };
+        ctx.body = { status: 'ok', version: VERSION };
         return;
       case '/readyz': {
         ctx._matchedRoute = '/readyz';
@@ -190,6 +193,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     rateLimitPerMinute,
     rateLimitBurst,
     publicUrl: services.config.publicUrl,
+    ...(opts.clock ? { clock: opts.clock } : {}),
   });
   services.auth.use(looksLikeJwt, (token) => issuer.accessTokens.principal(token));
   app.use(issuer.middleware);
@@ -285,7 +289,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
       })
       .catch((e: unknown) => log.warn('idempotency purge failed', { err: e }));
   void purgeIdempotency();
-  const idempotencyTimer = setInterval(purgeIdempotency, IDEMPOTENCY_PURGE_MS);
+  const idempotencyTimer = setInterval(purgeIdempotency, opts.idempotencyPurgeMs ?? IDEMPOTENCY_PURGE_MS);
   idempotencyTimer.unref();
 
   return {

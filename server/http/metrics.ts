@@ -2,6 +2,7 @@
 // server/deploy/grafana/tunnelgate.json charts them; test/integration/metrics-dashboard.test.ts checks that
 // every metric its queries name is one this registry exports.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { VERSION } from '../version.ts';
 
 export interface Metrics {
   registry: Registry;
@@ -35,6 +36,9 @@ export function createMetrics(withDefaults = true, sources: MetricSources | (() 
   const src: MetricSources = typeof sources === 'function' ? { pendingWebhooks: sources } : sources;
   const registry = new Registry();
   if (withDefaults) collectDefaultMetrics({ register: registry, prefix: 'tunnelgate_' });
+  // The usual build-info gauge: always 1, the release in a label, so a dashboard can show which release each
+  // replica runs during a rolling upgrade.
+  new Gauge({ name: 'tunnelgate_build_info', help: 'The release this gateway runs (always 1).', labelNames: ['version'], registers: [registry] }).set({ version: VERSION }, 1);
   new Gauge({
     name: 'tunnelgate_edge_queue_depth',
     help: 'Edge jobs waiting to run (created or waiting for a retry), all replicas',

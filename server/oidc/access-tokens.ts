@@ -6,6 +6,7 @@ import { errors as joseErrors, jwtVerify, type JWTPayload } from 'jose';
 import { isCanonicalUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
 import type { ApiAccess, Permission, Role } from '../db/entities.ts';
+import { PANEL_CLIENT_ID } from '../domain/clients.ts';
 import { ApiError } from '../domain/errors.ts';
 import type { Principal } from '../auth/principal.ts';
 
@@ -34,7 +35,8 @@ export const invalidToken = (why: string) => new ApiError('invalid_token', why, 
 export class AccessTokenVerifier {
   constructor(
     private readonly db: Database,
-    private readonly opts: { key: Buffer; issuer: string; audience: string },
+    /** `clock`: milliseconds now, against which `exp` is checked; Date.now unless a test drives the time. */
+    private readonly opts: { key: Buffer; issuer: string; audience: string; clock?: () => number },
   ) {}
 
   /** Signature and claims only (no database): what revocation needs, where an expired token is still recognised. */
@@ -46,7 +48,7 @@ export class AccessTokenVerifier {
         issuer: this.opts.issuer,
         audience: this.opts.audience,
         // A revoked-then-expired token is still recognised for revocation; everywhere else exp counts.
-        currentDate: ignoreExpiration ? new Date(0) : undefined,
+        currentDate: ignoreExpiration ? new Date(0) : new Date((this.opts.clock ?? Date.now)()),
         typ: 'at+jwt',
       });
       const p = payload as Partial<AccessTokenClaims>;
@@ -90,6 +92,8 @@ export class AccessTokenVerifier {
       );
     }
     const permission: Permission = t.role === 'owner' && t.apiAccess === 'write' ? 'write' : 'read';
-    return { accountId: t.accountId, userId: t.claims.sub, permission, credential: { kind: 'session', id: t.claims.gid } };
+    // The panel's token is the user's own session; any other client's is a third-party application's.
+    const kind = t.claims.client_id === PANEL_CLIENT_ID ? 'session' : 'oauth_client';
+    return { accountId: t.accountId, userId: t.claims.sub, permission, credential: { kind, id: t.claims.gid, clientId: t.claims.client_id } };
   }
 }

@@ -37,6 +37,8 @@ export interface IssuerConfig {
   loginLimits?: { accountAddress: Limit; address: Limit };
   /** PUBLIC_URL: the generated avatars are served under it (docs/CONTRACTS.md "REST shapes"); defaults to the issuer URL. */
   publicUrl?: string;
+  /** Milliseconds now for every rate limit here (sign-in, token, revoke) and for access tokens' expiry; Date.now unless a test drives the time. */
+  clock?: () => number;
 }
 
 export interface Issuer {
@@ -68,7 +70,8 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   const issuer = new URL(c.issuerUrl);
   const prefix = issuer.pathname.replace(/\/+$/, '');
   const interactionBase = `${prefix}/interaction`;
-  const accessTokens = new AccessTokenVerifier(c.db, { key: c.accessTokenKey, issuer: c.issuerUrl, audience: c.audience });
+  const clock = c.clock ?? Date.now;
+  const accessTokens = new AccessTokenVerifier(c.db, { key: c.accessTokenKey, issuer: c.issuerUrl, audience: c.audience, clock });
   const avatars = avatarBase(c.publicUrl ?? c.issuerUrl);
   const serveAvatar = avatarRoute(c.db, new URL(avatars).pathname);
   const clients = new DatabaseClientSource(c.db, c.secretEncryptionKey);
@@ -93,7 +96,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     cookieKeys: c.cookieKeys,
     basePath: interactionBase,
     issuerOrigin: issuer.origin,
-    limiter: new LoginLimiter(c.loginLimits),
+    limiter: new LoginLimiter(c.loginLimits, clock),
     log: c.log,
     avatars,
   });
@@ -104,13 +107,13 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     publicUrl: c.publicUrl ?? c.issuerUrl,
     log: c.log,
   });
-  const requests = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst });
+  const requests = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst, clock });
   // The same budget per client, spent once oidc-provider has authenticated it (so a stolen secret used
   // from many addresses is still limited, and nobody can spend a client's budget with its public id
   // alone). oidc-provider announces the authenticated client on the request's own OIDC context, which
   // is created inside its router: the hook goes on that context's `entity`, and the error thrown there
   // is answered by the endpoint's own error handling like any other token-endpoint error.
-  const perClient = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst });
+  const perClient = new RateLimiter({ perMinute: c.rateLimitPerMinute, burst: c.rateLimitBurst, clock });
   const oidcContext = (provider as unknown as { OIDCContext: { prototype: { entity(key: string, value: unknown): void } } }).OIDCContext.prototype;
   const assign = oidcContext.entity;
   oidcContext.entity = function limited(this: { ctx: KoaContextWithOIDC; route: string }, key: string, value: unknown) {
@@ -131,7 +134,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
   // Failed client authentications per address: once an address has spent its budget of failures it is
   // refused before any secret is checked, until the bucket refills, so guessing secrets stays slow;
   // clients at other addresses are unaffected.
-  const clientFailures = new RateLimiter({ perMinute: Math.max(20, c.rateLimitPerMinute / 10), burst: Math.max(20, c.rateLimitBurst / 5) });
+  const clientFailures = new RateLimiter({ perMinute: Math.max(20, c.rateLimitPerMinute / 10), burst: Math.max(20, c.rateLimitBurst / 5), clock });
   const blockedUntil = new Map<string, number>();
   const providerStack = provider.middleware as Middleware[];
 
@@ -198,7 +201,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     if (clientCall && ctx.method === 'POST') {
       const until = blockedUntil.get(address);
       if (until !== undefined) {
-        const left = Math.ceil((until - Date.now()) / 1000);
+        const left = Math.ceil((until - clock()) / 1000);
         if (left > 0) throw new ApiError('rate_limited', `Too many failed client authentications from this address; retry in ${left} s.`, { 'Retry-After': String(left) });
         blockedUntil.delete(address);
       }
@@ -211,7 +214,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
       const wait = clientFailures.take(`oauth-fail:${address}`);
       if (wait > 0) {
         if (blockedUntil.size >= 100_000) blockedUntil.clear();
-        blockedUntil.set(address, Date.now() + wait * 1000);
+        blockedUntil.set(address, clock() + wait * 1000);
       }
     }
     if (rest === '/oauth/revoke') await revokeJwtAfterProvider(ctx as KoaContextWithOIDC, accessTokens, c.db);

@@ -92,10 +92,13 @@ export function addressKey(ip: string): string {
 export class LoginLimiter {
   private readonly pair: Buckets;
   private readonly address: Buckets;
+  private readonly clock: () => number;
 
-  constructor(limits: { accountAddress: Limit; address: Limit } = DEFAULT_LIMITS) {
+  /** `clock`: milliseconds now, for refills; Date.now unless a test drives the time itself. */
+  constructor(limits: { accountAddress: Limit; address: Limit } = DEFAULT_LIMITS, clock: () => number = Date.now) {
     this.pair = new Buckets(limits.accountAddress);
     this.address = new Buckets(limits.address);
+    this.clock = clock;
   }
 
   private static pairKey(email: string, ip: string): string {
@@ -103,12 +106,12 @@ export class LoginLimiter {
   }
 
   /** Seconds to wait before this address may try this account again (0: go ahead). */
-  blocked(email: string, ip: string, now = Date.now()): number {
+  blocked(email: string, ip: string, now = this.clock()): number {
     const a = addressKey(ip);
     return Math.max(this.pair.wait(LoginLimiter.pairKey(email, a), now), this.address.wait(a, now));
   }
 
-  failed(email: string, ip: string, now = Date.now()): void {
+  failed(email: string, ip: string, now = this.clock()): void {
     const a = addressKey(ip);
     this.pair.spend(LoginLimiter.pairKey(email, a), now);
     this.address.spend(a, now);
@@ -119,7 +122,7 @@ export class LoginLimiter {
    * password check (and has been charged to both buckets), else the seconds to wait (nothing charged).
    * Call before the KDF runs; call succeeded() when the password was right.
    */
-  attempt(email: string, ip: string, now = Date.now()): number {
+  attempt(email: string, ip: string, now = this.clock()): number {
     const wait = this.blocked(email, ip, now);
     if (wait > 0) return wait;
     this.failed(email, ip, now);
@@ -130,7 +133,7 @@ export class LoginLimiter {
    * A successful sign-in clears that account's failures from that address, and gives back the
    * address bucket's token that attempt() charged for it.
    */
-  succeeded(email: string, ip: string, now = Date.now()): void {
+  succeeded(email: string, ip: string, now = this.clock()): void {
     const a = addressKey(ip);
     this.pair.reset(LoginLimiter.pairKey(email, a));
     this.address.refund(a, now);

@@ -39,7 +39,7 @@ const dataplane = await createDataplane({
     ? { testOnlyHang: { op: hangAt.slice(0, hangAt.indexOf(':')), step: hangAt.slice(hangAt.indexOf(':') + 1), release: hangReleased, blockEventLoop: process.env.TG_TEST_HANG_BLOCK === '1' } }
     : {}),
 });
-await restoreAtStart(dataplane, log);
+await restoreAtStart(dataplane, log, config);
 const health = startHealth(dataplane, { intervalS: config.healthIntervalS });
 const agent = await startAgent(config, { dataplane, log, status: health.status });
 process.stdout.write(`${JSON.stringify({ ready: true, port: agent.address.port, fingerprint: agent.hostKey.fingerprint })}\n`);

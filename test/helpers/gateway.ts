@@ -16,14 +16,15 @@ export interface RunningGateway {
 }
 
 /**
- * `clock`: milliseconds now for the gateway's request gate (REST and GraphQL rate limits), so a rate-limit
- * test moves time itself instead of depending on how long its requests took.
+ * `clock`: milliseconds now for the gateway's request gate (REST and GraphQL rate limits) and the domain's
+ * limits (the origin-change limit), so a rate-limit test moves time itself instead of depending on how long
+ * its requests took.
  */
 /**
  * `publicUrlIsItself`: PUBLIC_URL is the address the gateway listens on (known only once it listens), for a
  * browser that must stay on it: the panel moves to PUBLIC_URL before it signs in.
  */
-export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger; clock?: () => number; publicUrlIsItself?: boolean } = {}): Promise<RunningGateway> {
+export async function startGateway(opts: { config?: Partial<Config>; testDb?: TestDatabase; log?: Logger; clock?: () => number; idempotencyPurgeMs?: number; publicUrlIsItself?: boolean } = {}): Promise<RunningGateway> {
   const testDb = opts.testDb ?? (await createTestDatabase());
   // Listen first: the issuer URL (ISSUER_URL) must be the address clients really reach.
   const server = createHttpServer();
@@ -41,8 +42,11 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
     ...(opts.publicUrlIsItself ? { publicUrl: url } : {}),
     ...opts.config,
   };
-  const services = opts.log ? buildServices(config, testDb.db, opts.log) : buildServices(config, testDb.db);
-  const gateway = await createGateway(services, opts.log ?? createLogger(config.logLevel), server, opts.clock ? { clock: opts.clock } : {});
+  const services = buildServices(config, testDb.db, opts.log, opts.clock ? { clock: opts.clock } : {});
+  const gateway = await createGateway(services, opts.log ?? createLogger(config.logLevel), server, {
+    ...(opts.clock ? { clock: opts.clock } : {}),
+    ...(opts.idempotencyPurgeMs ? { idempotencyPurgeMs: opts.idempotencyPurgeMs } : {}),
+  });
   server.on('request', gateway.app.callback());
   return {
     url,

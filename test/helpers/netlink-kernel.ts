@@ -21,7 +21,7 @@ import {
   parseMessages,
   type NlMsg,
 } from '../../agent/netlink/message.ts';
-import type { NetlinkEndpoint } from '../../agent/netlink/socket.ts';
+import type { NetlinkEndpoint } from '../../agent/netlink/endpoint.ts';
 
 const E = osConstants.errno;
 

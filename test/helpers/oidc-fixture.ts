@@ -43,8 +43,9 @@ export interface OidcWorld {
   close(): Promise<void>;
 }
 
-export async function startOidcWorld(): Promise<OidcWorld> {
-  const gw = await startGateway();
+/** `gateway`: startGateway's options (configuration such as ALLOW_PRIVATE_WEBHOOKS, the request gate's clock) for a test that needs its own. */
+export async function startOidcWorld(gateway: Parameters<typeof startGateway>[0] = {}): Promise<OidcWorld> {
+  const gw = await startGateway(gateway);
   const db = gw.testDb.db;
   await seedNode(db, '198.18.0.0/28');
   await setRate(db, '90');

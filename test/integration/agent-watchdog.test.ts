@@ -15,7 +15,7 @@ import { generateSecret, parseSecret, type GatewaySshKey } from '../../server/se
 import { signJob, signStatusJob } from '../../server/edge/job-signing.ts';
 import { EdgeConnections, type EdgeNode } from '../../server/edge/connections.ts';
 import { checkStatusResult, type StatusResult } from '../../common/tunnel-status.ts';
-import { DNAT_MAP } from '../../agent/dataplane/kernel.ts';
+import { DNAT_MAP } from '../../agent/dataplane/kernel/context.ts';
 import { STOP_BOUND_S, WATCHDOG_EXIT_CODE } from '../../agent/main.ts';
 import { EDGE_IP, tunnelSpec } from '../helpers/tunnel-spec.ts';
 import { isRoot, TestNetns } from '../netns/netns.ts';

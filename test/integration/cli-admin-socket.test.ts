@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { adminSocketPath } from '../../server/cli/admin-socket.ts';
 import { cliFailed, runAdminCli } from '../helpers/admin-cli.ts';
+import { skipUnless } from '../helpers/requirements.ts';
 
 const isRoot = process.getuid?.() === 0;
 const NOBODY = 65534;
@@ -38,7 +39,7 @@ afterAll(async () => {
 const PASSWORD = 'correct horse socket staple';
 const createUser = () => runAdminCli({ DATA_DIR: dir }, ['user', 'create', '--email', 'sock@example.test', '--name', 'S', '--password', '-'], `${PASSWORD}\n`);
 
-it.skipIf(!isRoot)('a socket owned by another uid is refused before anything is sent; one owned by root gets the command', async () => {
+it.skipIf(skipUnless(isRoot, 'root, to give the socket to another uid'))('a socket owned by another uid is refused before anything is sent; one owned by root gets the command', async () => {
   fs.chownSync(adminSocketPath(dir), NOBODY, NOBODY);
   const refused = await createUser();
   cliFailed(refused, 3, 'configuration_error', new RegExp(`refusing the admin socket .*owned by uid ${NOBODY}.*nothing was sent`));

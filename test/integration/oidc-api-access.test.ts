@@ -3,7 +3,8 @@
 //  - none (the default): 403 insufficient_scope on the REST API and GraphQL, userinfo still works;
 //  - read: GET works, writes are 403 insufficient_scope even for an owner;
 //  - write: an owner buys; a viewer still only reads (never more than the user's role);
-// and the consent page says in plain words what the application will be able to do.
+// and the consent page says in plain words what the application will be able to do. A none token's requests
+// spend the address's anonymous budget (429 after it, as without a credential).
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiAccess } from '../../server/db/entities.ts';
@@ -17,16 +18,20 @@ const insecure = { [oauth.allowInsecureRequests]: true } as const;
 
 beforeAll(async () => {
   w = await startOidcWorld();
-  as = await oauth.processDiscoveryResponse(new URL(w.issuer), await oauth.discoveryRequest(new URL(w.issuer), insecure));
+  as = await discover(w.issuer);
 });
 afterAll(async () => w?.close());
 
+/** The issuer's metadata, as a client reads it. */
+const discover = async (issuer: string) => oauth.processDiscoveryResponse(new URL(issuer), await oauth.discoveryRequest(new URL(issuer), insecure));
+
 /** Signs in through the pages and exchanges the code with oauth4webapi; returns the tokens and the consent page's text. */
-async function login(c: TestClient, user: Credentials) {
+async function login(c: TestClient, user: Credentials, on: { world: OidcWorld; as: oauth.AuthorizationServer } = { world: w, as }) {
+  const { world, as } = on;
   const p = pkce();
   const state = oauth.generateRandomState();
   const redirectUri = c.redirectUris[0]!;
-  const url = authorizeUrl(`${w.issuer}/oauth/authorize`, { clientId: c.id, redirectUri, state, challenge: p.challenge, method: 'S256' });
+  const url = authorizeUrl(`${world.issuer}/oauth/authorize`, { clientId: c.id, redirectUri, state, challenge: p.challenge, method: 'S256' });
   const r = await driveAuthorize(url, user, { jar: new CookieJar() });
   if (!r.callback) throw new Error(`authorize did not redirect: ${r.last?.status} ${r.last?.body.slice(0, 400)}`);
   const params = oauth.validateAuthResponse(as, { client_id: c.id }, r.callback, state);
@@ -121,4 +126,68 @@ describe('client API access (none | read | write)', () => {
     const withWrite = await adminCli(w.gw.testDb.url, ['client', 'create', '--name', 'W', '--redirect-uri', 'http://127.0.0.1:9/w', '--api-access', 'write']);
     expect(withWrite.api_access).toBe('write');
   }, 120_000);
+});
+
+describe('a token of a client without API access (none)', () => {
+  // Such a token is a genuine credential, so its refusal is not charged as a failed authentication; but
+  // GraphQL still runs what needs no caller for it (pricing), so it must spend its address's anonymous
+  // budget like a request with no credential at all (docs/SECURITY.md), or holding one buys unlimited requests.
+  // The gate's clock is the test's: no budget refills unless the test moves it. It starts at the wall
+  // clock's now because access tokens' expiry is checked against the same injected clock (a fixed date
+  // years ahead made the token expired: 401 instead of 403); the test moves it by seconds only.
+  const BURST = 8;
+  let now = Date.now();
+  let limited: OidcWorld;
+  let on: { world: OidcWorld; as: oauth.AuthorizationServer };
+  beforeAll(async () => {
+    // 60 a minute refills one request a second of the test's clock; the issuer's own budget (the same
+    // clock) is the same burst, enough for the one sign-in below.
+    limited = await startOidcWorld({ config: { rateLimitPerMinute: 60, rateLimitBurst: BURST }, clock: () => now });
+    on = { world: limited, as: await discover(limited.issuer) };
+  });
+  afterAll(async () => limited?.close());
+
+  const PRICING = '{ pricing { price } }';
+  /** Half the budget on REST, half on GraphQL's public pricing, then one more of each: the statuses. */
+  async function spend(token: string | undefined) {
+    const statuses: number[] = [];
+    const codes: Array<string | undefined> = [];
+    for (let i = 0; i < BURST / 2; i++) statuses.push((await call(limited.gw.url, 'GET', '/api/dedicated', { token })).status);
+    for (let i = 0; i < BURST / 2; i++) {
+      const r = await call(limited.gw.url, 'POST', '/graphql', { token, body: { query: PRICING } });
+      statuses.push(r.status);
+      if (r.status === 200) expect(r.body.data.pricing).toHaveProperty('price');
+    }
+    const rest = await call(limited.gw.url, 'GET', '/api/dedicated', { token });
+    const gql = await call(limited.gw.url, 'POST', '/graphql', { token, body: { query: PRICING } });
+    statuses.push(rest.status, gql.status);
+    codes.push(rest.body.error, gql.body.errors?.[0]?.extensions?.code);
+    const retryAfter = [rest, gql].map((r) => Number(r.headers.get('retry-after')));
+    return { statuses, codes, retryAfter };
+  }
+
+  it('is refused with 429 after the anonymous budget on REST and GraphQL, as a request without a credential is', async () => {
+    const c = await limited.newClient(undefined, 'none');
+    const { access } = await login(c, limited.owner, on);
+
+    // Without a credential: the anonymous budget of this address, then 429 on both.
+    const anonymous = await spend(undefined);
+    expect(anonymous.statuses).toEqual([...Array(BURST / 2).fill(401), ...Array(BURST / 2).fill(200), 429, 429]);
+    expect(anonymous.codes).toEqual(['rate_limited', 'rate_limited']);
+    expect(anonymous.retryAfter.every((s) => s >= 1)).toBe(true);
+
+    // The budget refilled (the test's clock moves BURST seconds): the none token gets exactly as many.
+    now += BURST * 1000;
+    const none = await spend(access);
+    expect(none.statuses).toEqual([...Array(BURST / 2).fill(403), ...Array(BURST / 2).fill(200), 429, 429]);
+    expect(none.codes).toEqual(['rate_limited', 'rate_limited']);
+    expect(none.retryAfter.every((s) => s >= 1)).toBe(true);
+
+    // It is the address's one budget: sending no credential now buys nothing more.
+    expect((await call(limited.gw.url, 'POST', '/graphql', { body: { query: PRICING } })).status).toBe(429);
+    // One second later exactly one request has refilled, whichever way it is sent.
+    now += 1000;
+    expectInsufficientScope(await call(limited.gw.url, 'GET', '/api/dedicated', { token: access }));
+    expect((await call(limited.gw.url, 'GET', '/api/dedicated', { token: access })).status).toBe(429);
+  });
 });

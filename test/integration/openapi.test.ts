@@ -10,6 +10,7 @@ import { restRouter } from '../../server/http/rest/routes.ts';
 import { addBalance } from '../../server/domain/accounts.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { setRate } from '../../server/domain/settings.ts';
+import { VERSION } from '../../server/version.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import type { RunningGateway } from '../helpers/gateway.ts';
 import {
@@ -91,7 +92,7 @@ describe('openapi.yaml as a document', () => {
     const tags = new Set((doc.tags ?? []).map((t: Doc) => t.name));
     const schemes = new Set(Object.keys(doc.components.securitySchemes));
     const ops = listOperations();
-    expect(ops.length).toBe(23);
+    expect(ops.length).toBe(24);
     for (const { method, path, operation } of ops) {
       const where = `${method.toUpperCase()} ${path}`;
       expect(typeof operation.operationId, where).toBe('string');
@@ -155,7 +156,7 @@ describe('openapi.yaml as a document', () => {
       expect(statuses('get', `/api/dedicated/{id}/setup/${file}`)).toEqual(['200', '401', '403', '404', '409', '429', '500']);
     }
     expect(statuses('post', '/api/dedicated/{id}/provision')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
-    expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
+    expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
     expect(statuses('delete', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('patch', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
     expect(statuses('get', '/api/dedicated/pricing')).toEqual(['200', '500']);
@@ -304,7 +305,7 @@ describe('real responses match openapi.yaml', () => {
   });
 
   it('GET /healthz, /readyz, /metrics', async () => {
-    expect((await checked(gw, 'GET', '/healthz', '/healthz', 200)).body).toEqual({ status: 'ok' });
+    expect((await checked(gw, 'GET', '/healthz', '/healthz', 200)).body).toEqual({ status: 'ok', version: VERSION });
     expect((await checked(gw, 'GET', '/readyz', '/readyz', 200)).body.status).toBe('ready');
     expect((await checked(gw, 'GET', '/metrics', '/metrics', 200)).text).toMatch(/# TYPE /);
   });

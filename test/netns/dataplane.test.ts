@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KernelError, standinPeerName, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
 import { STATE_FILE } from '../../agent/dataplane/state.ts';
 import { DataplaneEdge, NFT_TABLE as T, numberedTunnels } from './dataplane-edge.ts';
-import { EXPECTED_RULES } from '../../agent/dataplane/kernel.ts';
+import { EXPECTED_RULES } from '../../agent/dataplane/kernel/table.ts';
 import { tunnelCounterNames } from '../../agent/dataplane/policy.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';

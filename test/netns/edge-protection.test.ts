@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataplane, type DataplaneHandle, type TunnelSpec } from '../../agent/dataplane/index.ts';
-import { EXPECTED_RULES } from '../../agent/dataplane/kernel.ts';
+import { EXPECTED_RULES } from '../../agent/dataplane/kernel/table.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { counterArgv, counterPackets, firstLastSeconds, OBS_TABLE, observeRuleset, ruleHandle } from '../helpers/nft-observe.ts';
 import { onPath, skipUnless } from '../helpers/requirements.ts';

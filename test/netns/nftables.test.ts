@@ -1,7 +1,7 @@
 // Our nftables client against this machine's kernel, in a fresh network namespace, with `nft` as the oracle.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NetlinkError, Nft, NftBatch, NftBatchError, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../agent/netlink/client.ts';
-import { EXPECTED_RULES } from '../../agent/dataplane/kernel.ts';
+import { EXPECTED_RULES } from '../../agent/dataplane/kernel/table.ts';
 import { elementId, tunnelCounterNames, tunnelElements } from '../../agent/dataplane/policy.ts';
 import { addRateLimitChain, addSynproxyObject, deleteRateLimitChain, rateLimitName, synproxyName } from '../../agent/netlink/ruleset.ts';
 import { bytesToIpv4 } from '../../agent/netlink/attrs.ts';

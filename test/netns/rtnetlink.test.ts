@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NetlinkError, Rtnl } from '../../agent/netlink/client.ts';
 import { NETLINK_ROUTE } from '../../agent/netlink/message.ts';
 import { NetlinkSocket } from '../../agent/netlink/socket.ts';
-import { RTM_NEWADDR, encodeDumpAddresses } from '../../agent/netlink/rtnetlink.ts';
+import { RTM_NEWADDR, encodeDumpAddresses } from '../../agent/netlink/rtnetlink/index.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';

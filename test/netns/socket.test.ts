@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NlWriter } from '../../agent/netlink/attrs.ts';
 import { NETLINK_ROUTE, NLM_F_ACK, NLM_F_REQUEST, NetlinkError, beginMessage, endMessage } from '../../agent/netlink/message.ts';
-import { RTM_GETLINK, decodeLink, encodeGetLink } from '../../agent/netlink/rtnetlink.ts';
+import { RTM_GETLINK, decodeLink, encodeGetLink } from '../../agent/netlink/rtnetlink/index.ts';
 import { NetlinkSocket } from '../../agent/netlink/socket.ts';
 import { isRoot, TestNetns } from './netns.ts';
 import { skipUnless } from '../helpers/requirements.ts';

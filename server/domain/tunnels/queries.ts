@@ -4,7 +4,7 @@ import type { Database } from '../../db/database.ts';
 import { Coalescer } from '../../db/coalesce.ts';
 import type { TunnelStatus } from '../../db/entities.ts';
 import type { Health } from '../../../common/tunnel-status.ts';
-import type { StatusChange } from '../../provisioning/status-bus.ts';
+import { AttackNotices, type StatusChange } from '../../provisioning/status-bus.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { ApiError, notFound } from '../errors.ts';
 import { IpError } from '../ip.ts';
@@ -265,12 +265,13 @@ export class TunnelQueries {
     const changed = new Set<string>();
     /** Tunnels an attack started or ended on since the last pass: they are sent whatever else changed. */
     const attacked = new Set<string>();
+    const notices = new AttackNotices();
     let resync = false;
     let wake: (() => void) | null = null;
     const offs = [...last.keys()].map((id) =>
       this.edge.bus.on(id, (c) => {
         changed.add(id);
-        if (c.attack) attacked.add(id);
+        if (notices.fresh(c.attack)) attacked.add(id);
         wake?.();
       }),
     );
@@ -313,6 +314,7 @@ export class TunnelQueries {
     if (signal.aborted) return undefined;
     await this.edge.bus.start();
     const pending: StatusChange[] = [];
+    const notices = new AttackNotices();
     let resync = false;
     let wake: (() => void) | null = null;
     // Subscribe before the first read, so a change between the two is not lost.
@@ -347,7 +349,7 @@ export class TunnelQueries {
         // (server/attacks/ingest.ts; the subscriber reads Tunnel.attacks): the subscription fires on them.
         for (const c of pending.splice(0)) {
           const health = c.health ?? fresh.health;
-          if (!c.attack && c.status === last.status && health === last.health && fresh[SETTINGS_APPLIED] === last[SETTINGS_APPLIED]) continue;
+          if (!notices.fresh(c.attack) && c.status === last.status && health === last.health && fresh[SETTINGS_APPLIED] === last[SETTINGS_APPLIED]) continue;
           last = { ...fresh, status: c.status, health };
           yield last;
         }

@@ -10,6 +10,8 @@
 //                           reaching the database once it is spent, however many arrive at once
 //   valid credential     -> the budget of that credential: per API key id, per token subject; never per
 //                           header string, so spelling a key differently buys no fresh bucket
+//   refused as a whole   -> (a valid token of a client without API access) the anonymous budget of the
+//                           address, as if no credential had been sent
 import { createHash } from 'node:crypto';
 import type { Authenticator } from '../../auth/authenticate.ts';
 import type { Principal } from '../../auth/principal.ts';
@@ -95,8 +97,11 @@ export class RequestGate {
       if (!(e instanceof ApiError)) throw e;
       if (e.code !== 'invalid_token') {
         // A genuine credential refused as a whole (a token of a client without API access, docs/CONTRACTS.md "Admin CLI"):
-        // not a guess, so nothing is charged to the address; the adapters answer 403 in their own shape.
+        // not a guess, so the failure budget is refunded; but GraphQL still runs what needs no principal for
+        // it, so it spends the address's anonymous budget exactly as a request without a credential does
+        // (docs/SECURITY.md): holding such a token buys no unlimited requests. The adapters answer 403 in their own shape.
         if (prepaid) this.failures.refund(fail);
+        this.chargeAnonymous(address);
         return { principal: null, error: e };
       }
       this.recentlyValid.delete(digest);

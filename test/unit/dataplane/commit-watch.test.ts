@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { CommitWatch, judgeCommits } from '../../../agent/dataplane/commit-watch.ts';
 import { parseMessages } from '../../../agent/netlink/message.ts';
 import { decodeNotification, type NftNotification } from '../../../agent/netlink/nftables/notification.ts';
-import { NetlinkSubscription, type NetlinkEndpoint } from '../../../agent/netlink/socket.ts';
+import { NetlinkSubscription } from '../../../agent/netlink/subscription.ts';
+import type { NetlinkEndpoint } from '../../../agent/netlink/endpoint.ts';
 import { loadCapture } from '../netlink/fixtures.ts';
 
 const T = 'tunnelgate';

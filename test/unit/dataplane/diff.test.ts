@@ -1,7 +1,10 @@
 // The dataplane's pure diff (no kernel, no root): what a plan does for each shape of drift and scope.
 // The kernel that the plan drives is tested in test/netns/dataplane*.test.ts.
 import { describe, expect, it } from 'vitest';
-import { OwnedIndex, PlanConflict, diff, intentOver, sameSpec, type KernelView, type ObservedLink, type OwnedTunnel } from '../../../agent/dataplane/diff.ts';
+import { diff } from '../../../agent/dataplane/diff.ts';
+import { PlanConflict, type KernelView, type ObservedLink } from '../../../agent/dataplane/plan.ts';
+import { OwnedIndex, intentOver, type OwnedTunnel } from '../../../agent/dataplane/records.ts';
+import { sameSpec } from '../../../agent/dataplane/spec-compare.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { LINK_KEYED_SETS, isAllowedId, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements } from '../../../agent/dataplane/policy.ts';
 import { rateLimitName, synproxyName } from '../../../agent/netlink/ruleset.ts';
@@ -72,6 +75,44 @@ describe('dataplane diff', () => {
     expect(p.linkDeletes).toEqual([]);
     expect(p.flush).toEqual([]);
     expect(Object.values(p.nft).every((a) => a.length === 0)).toBe(true);
+  });
+
+  it('forwarding false (an origin that has not answered the activate probe): everything but the DNAT; turning it on adds the DNAT, off deletes it, both flush the IP', () => {
+    const held = t(1, { forwarding: false });
+    // A new tunnel held back: link, counters and elements, but no `protected` map element.
+    const add = diff({ desired: [held], owned: new Map(), view: viewOf([]), scope: new Set(['id1']) });
+    expect(add.counts.added).toBe(1);
+    expect(add.linkSteps.map((s) => s.op)).toEqual(['create', 'addr-add', 'up']);
+    expect(add.nft.addDnat).toEqual([]);
+    expect(add.nft.addCounterMap).toEqual([[held.protected_ip, held.tunnel_name]]);
+    expect(add.nft.addElements.length + add.nft.addWhole.length).toBeGreaterThan(0);
+    // Held back and in the kernel without a DNAT: nothing to do.
+    const still = diff({ desired: [held], owned: ownedOf([held]), view: { ...viewOf([held]), dnat: new Map() }, scope: new Set(['id1']) });
+    expect(still.counts.unchanged).toBe(1);
+    expect(Object.values(still.nft).every((a) => a.length === 0)).toBe(true);
+    // Activated: the same spec with forwarding on adds the DNAT, and nothing else.
+    const on = t(1);
+    const activate = diff({ desired: [on], owned: ownedOf([held]), view: { ...viewOf([held]), dnat: new Map() }, scope: new Set(['id1']) });
+    expect(activate.counts.changed).toBe(1);
+    expect(activate.nft.addDnat).toEqual([[on.protected_ip, '100.64.0.6']]);
+    expect(activate.nft.delDnat).toEqual([]);
+    expect(activate.linkSteps).toEqual([]);
+    expect(activate.flush).toEqual([on.protected_ip]);
+    // A new origin arrives held back: the DNAT goes (and its connections) in the same change as the link.
+    const moved = t(1, { origin_ip: '198.18.9.9', forwarding: false });
+    const repoint = diff({ desired: [moved], owned: ownedOf([on]), view: viewOf([on]), scope: new Set(['id1']) });
+    expect(repoint.nft.delDnat).toEqual([on.protected_ip]);
+    expect(repoint.nft.addDnat).toEqual([]);
+    expect(repoint.linkSteps.map((s) => s.op)).toEqual(['delete', 'create', 'addr-add', 'up']);
+    expect(repoint.flush).toEqual([on.protected_ip]);
+    // A reconcile sweeps a DNAT the kernel holds for a held-back tunnel too.
+    const sweep = diff({ desired: [held], owned: ownedOf([held]), view: viewOf([held]), scope: 'all' });
+    expect(sweep.nft.delDnat).toEqual([held.protected_ip]);
+    expect(sweep.nft.addDnat).toEqual([]);
+    // Forwarding is part of the spec: a record held back is not the same spec as one forwarding.
+    expect(sameSpec(held, on)).toBe(false);
+    expect(sameSpec(held, t(1, { forwarding: false }))).toBe(true);
+    expect(sameSpec(on, t(1, { forwarding: true }))).toBe(true);
   });
 
   it('a new tunnel: create, address, up, counter and both elements; its IP is flushed', () => {

@@ -26,11 +26,16 @@ import {
   nfgenmsg,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
-import { IFLA_GROUP, RTM_DELADDR, RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink.ts';
+import { IFLA_GROUP, RTM_DELADDR, RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink/index.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
-import { EXPECTED_RULES, WHOLE_PER_BATCH, applyPlan, awaitReaping, deleteLinkUnlisted, deleteLinks, ensureTable, readConsistently, readView, type KernelContext } from '../../../agent/dataplane/kernel.ts';
-import { diff, type KernelView, type ObservedLink } from '../../../agent/dataplane/diff.ts';
+import type { KernelContext } from '../../../agent/dataplane/kernel/context.ts';
+import { awaitReaping, deleteLinkUnlisted, deleteLinks } from '../../../agent/dataplane/kernel/links.ts';
+import { EXPECTED_RULES, ensureTable } from '../../../agent/dataplane/kernel/table.ts';
+import { readConsistently, readView } from '../../../agent/dataplane/kernel/read.ts';
+import { WHOLE_PER_BATCH, applyPlan } from '../../../agent/dataplane/kernel/apply.ts';
+import { diff } from '../../../agent/dataplane/diff.ts';
+import type { KernelView, ObservedLink } from '../../../agent/dataplane/plan.ts';
 import type { Conntrack } from '../../../agent/dataplane/conntrack.ts';
 import { vethStandinDriver } from '../../../agent/dataplane/links.ts';
 import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';

@@ -5,7 +5,7 @@
 import { constants as osConstants } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { greSupport, probeGreSupport, probeLinkName, TunnelLinksState } from '../../../agent/dataplane/link-support.ts';
-import { FLAGS_CREATE, GRE_VERSION_MASK, RTM_NEWLINK, decodeLink, encodeGreSupportProbe } from '../../../agent/netlink/rtnetlink.ts';
+import { FLAGS_CREATE, GRE_VERSION_MASK, RTM_NEWLINK, decodeLink, encodeGreSupportProbe } from '../../../agent/netlink/rtnetlink/index.ts';
 import { parseMessages } from '../../../agent/netlink/message.ts';
 import { checkTunnelLinks } from '../../../common/tunnel-links.ts';
 

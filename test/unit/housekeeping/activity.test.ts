@@ -5,9 +5,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Activity, OperationStuck, UNSETTLED_FACTOR, activity as processActivity } from '../../../agent/housekeeping/activity.ts';
 import { Rtnl } from '../../../agent/netlink/client.ts';
-import { NetlinkSocket, observeNetlink } from '../../../agent/netlink/socket.ts';
+import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
+import { observeNetlink } from '../../../agent/netlink/observer.ts';
 import { KernelStandIn } from '../../helpers/netlink-kernel.ts';
-import { RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink/index.ts';
 import { capturedMessages } from '../netlink/fixtures.ts';
 import { until } from '../../helpers/wait.ts';
 

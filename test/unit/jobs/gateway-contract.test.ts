@@ -55,7 +55,11 @@ describe('signJob (gateway side)', () => {
     expect(claimsOf(await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0 })).v).toBe(1);
     await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: withPolicy }, { now: T0 })).rejects.toThrow(/policy.*version 2/);
     await expect(signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [withPolicy] }, { now: T0, version: 1 })).rejects.toThrow(JobSigningError);
-    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0, version: 3 as never })).rejects.toThrow(/version must be one of 1, 2/);
+    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0, version: 4 as never })).rejects.toThrow(/version must be one of 1, 2, 3/);
+    // forwarding (a tunnel held back until its origin answered the probe) only in version 3.
+    const held = tunnel({ forwarding: false });
+    expect(claimsOf(await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: held }, { now: T0, version: 3 }))).toMatchObject({ v: 3, tunnel: held });
+    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: held }, { now: T0, version: 2 })).rejects.toThrow(/forwarding.*version 3/);
   });
 });
 
@@ -79,7 +83,7 @@ describe('schema/job.schema.json', () => {
       ['reconcile', { tunnels: [t] }],
       ['probe', { tunnel: t }],
     ] as const) {
-      for (const version of [1, 2] as const) {
+      for (const version of [1, 2, 3] as const) {
         const jws = await signJob(gateway.privateKey, KID, NODE, op, body as never, { now: T0, version });
         const [h, p] = jws.split('.');
         expect(validate(JSON.parse(Buffer.from(p!, 'base64url').toString())), `${op}: ${JSON.stringify(validate.errors)}`).toBe(true);
@@ -89,6 +93,8 @@ describe('schema/job.schema.json', () => {
     const tp = tunnel({ policy: { ports: [[22, 22], [80, 443]], protocol: 'udp', syn_proxy: true, source_pps_limit: 100, drop_fragments: true } });
     const p2 = (await signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [tp] }, { now: T0, version: 2 })).split('.')[1]!;
     expect(validate(JSON.parse(Buffer.from(p2, 'base64url').toString())), JSON.stringify(validate.errors)).toBe(true);
+    const p3 = (await signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [{ ...tp, forwarding: false }] }, { now: T0, version: 3 })).split('.')[1]!;
+    expect(validate(JSON.parse(Buffer.from(p3, 'base64url').toString())), JSON.stringify(validate.errors)).toBe(true);
     expect(validateHeader({ alg: 'none', typ: 'tunnel-job+jwt', kid: KID })).toBe(false);
     expect(validateHeader({ alg: 'EdDSA', typ: 'JWT', kid: KID })).toBe(false);
     expect(validateHeader({ alg: 'EdDSA', typ: 'tunnel-job+jwt' })).toBe(false);
@@ -123,7 +129,7 @@ describe('schema/job.schema.json', () => {
       claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, edge_inner: t.edge_inner } }),
       claims({ op: 'probe', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }),
       // Version 2 and its tunnel policy.
-      claims({ v: 3 }),
+      claims({ v: 4 }),
       claims({ v: '2' }),
       claims({ v: 2, tunnel: { ...t, policy: POLICY } }),
       claims({ v: 1, tunnel: { ...t, policy: POLICY } }),
@@ -131,6 +137,18 @@ describe('schema/job.schema.json', () => {
       claims({ v: 1, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, policy: POLICY }] }),
       claims({ v: 2, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
       claims({ v: 1, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
+      // Version 3 and its tunnel forwarding: a boolean, never in an older version.
+      claims({ v: 3 }),
+      claims({ v: 3, tunnel: { ...t, forwarding: false } }),
+      claims({ v: 3, tunnel: { ...t, forwarding: true, policy: POLICY } }),
+      claims({ v: 3, tunnel: { ...t, forwarding: 'no' } }),
+      claims({ v: 3, tunnel: { ...t, forwarding: null } }),
+      claims({ v: 2, tunnel: { ...t, forwarding: false } }),
+      claims({ v: 1, tunnel: { ...t, forwarding: true } }),
+      claims({ v: 3, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, forwarding: false }] }),
+      claims({ v: 2, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, forwarding: false }] }),
+      claims({ v: 3, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, forwarding: false } }),
+      claims({ v: 3, op: 'status', tunnel: undefined }),
       // status (version 2, no body): a v 1 status, and a status carrying a body, are refused by both.
       claims({ v: 2, op: 'status', tunnel: undefined }),
       claims({ v: 1, op: 'status', tunnel: undefined }),

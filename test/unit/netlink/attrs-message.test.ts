@@ -15,7 +15,7 @@ import {
   parseError,
   parseMessages,
 } from '../../../agent/netlink/message.ts';
-import { RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { RTM_NEWLINK } from '../../../agent/netlink/rtnetlink/index.ts';
 import { loadCapture } from './fixtures.ts';
 
 describe('attributes', () => {

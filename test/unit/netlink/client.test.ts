@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { Nft, NftBatchError, Rtnl } from '../../../agent/netlink/client.ts';
 import { NLMSG_ERROR, NLM_F_ACK, NLM_F_DUMP_INTR, parseError, parseMessages } from '../../../agent/netlink/message.ts';
 import { NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_GETOBJ, NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWOBJ, NFT_MSG_NEWSETELEM, NftBatch, nftType } from '../../../agent/netlink/nftables/index.ts';
-import { IFF_UP, IFLA_EXT_MASK, IFLA_IFNAME, RTEXT_FILTER_SKIP_STATS, RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink.ts';
+import { IFF_UP, IFLA_EXT_MASK, IFLA_IFNAME, RTEXT_FILTER_SKIP_STATS, RTM_GETLINK, RTM_NEWLINK } from '../../../agent/netlink/rtnetlink/index.ts';
 import { AttrTable } from '../../../agent/netlink/attrs.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
 import { KernelStandIn, SlowSendKernelStandIn, type Handler } from '../../helpers/netlink-kernel.ts';

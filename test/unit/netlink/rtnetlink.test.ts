@@ -31,7 +31,7 @@ import {
   encodeSetLinkGroup,
   encodeDelLinkGroup,
   encodeSetLinkUp,
-} from '../../../agent/netlink/rtnetlink.ts';
+} from '../../../agent/netlink/rtnetlink/index.ts';
 import { lastOfType, loadCapture, norm } from './fixtures.ts';
 
 // capture.sh creates the veth first; in the fresh namespace tgv0 got ifindex 3 (its peer tgv1 is 2).

@@ -3,7 +3,7 @@
 // which is what a policy without them means, so no tunnel's spec changes. Generated from server/db/entities.ts.
 import { Migration } from '@mikro-orm/migrations';
 
-export class Migration20261129100000_attacks extends Migration {
+export class Migration20261129130000_attacks extends Migration {
   override async up(): Promise<void> {
     this.addSql(
       `create table "attack" ("id" uuid not null, "tunnel_id" uuid not null, "started_at" timestamptz not null, "ended_at" timestamptz null, "peak_pps" bigint not null, "peak_bps" bigint not null, "vector" jsonb not null, "packets_dropped" bigint not null, "packets_passed" bigint not null, "reported_at" timestamptz not null, "created_at" timestamptz not null default now(), primary key ("id"));`,
