@@ -107,7 +107,16 @@ export interface HelloLine {
   versions: JobVersion[];
   agent: string;
   tunnel_links?: TunnelLinks;
+  /** What the agent takes beyond its versions (HELLO_FEATURES); absent from agents before it: none. */
+  features?: string[];
 }
+
+/**
+ * The features an agent may list in its hello, beyond the job versions. `attacks`: it detects attacks (its
+ * `status` answer carries `attacks`) and takes `policy.max_flows` and `policy.alert_pps` (docs/CONTRACTS.md
+ * "Attacks"), which an agent without it refuses as unknown fields, so the gateway leaves them out for it.
+ */
+export const FEATURE_ATTACKS = 'attacks';
 
 /** A hello line's shape. Undefined when right, else a sentence. Unknown versions in the list are allowed (a newer agent). */
 export function checkHello(v: unknown): string | undefined {
@@ -116,6 +125,7 @@ export function checkHello(v: unknown): string | undefined {
   if (o.ok !== true) return 'hello.ok must be true';
   if (!Array.isArray(o.versions) || !o.versions.every((x) => Number.isInteger(x) && (x as number) > 0)) return 'hello.versions must be a list of positive integers';
   if (typeof o.agent !== 'string') return 'hello.agent must be a string';
+  if (o.features !== undefined && !(Array.isArray(o.features) && o.features.every((f) => typeof f === 'string'))) return 'hello.features must be a list of strings';
   if (o.tunnel_links !== undefined) return checkTunnelLinks(o.tunnel_links, 'hello.tunnel_links');
   return undefined;
 }

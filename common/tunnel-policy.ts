@@ -24,6 +24,17 @@ export interface TunnelPolicy {
   /** Packets per second allowed from one client address to this tunnel; null: no limit. */
   source_pps_limit: number | null;
   drop_fragments: boolean;
+  /**
+   * Connections this tunnel may hold in the edge's connection table (DESIGN 3.11). Optional on the wire: absent
+   * means DEFAULT_MAX_FLOWS, and a policy with the default leaves it out, so specs from before it compare equal.
+   * Carried to the agent and kept in its desired state; the dataplane does not enforce it yet.
+   */
+  max_flows?: number;
+  /**
+   * The attack alert threshold in inbound packets (or drops) per second (docs/CONTRACTS.md "Attacks"). Optional on
+   * the wire: absent (or null) means automatic (10 x the tunnel's 10-minute p95, at least 5,000).
+   */
+  alert_pps?: number | null;
 }
 
 /** What a tunnel without a policy gets: today's forwarding plus the always-on isolation. */
@@ -35,8 +46,27 @@ const PORT_MIN = 1;
 const PORT_MAX = 65535;
 export const PPS_MIN = 10;
 export const PPS_MAX = 1_000_000;
+/** max_flows: its default and range (DESIGN 3.11). */
+export const DEFAULT_MAX_FLOWS = 65_536;
+export const MAX_FLOWS_MIN = 1_000;
+export const MAX_FLOWS_MAX = 1_000_000;
+/** alert_pps: its range (below 100 pps ordinary use would raise alerts; above 10^8 none would ever come). */
+export const ALERT_PPS_MIN = 100;
+export const ALERT_PPS_MAX = 100_000_000;
 
 const POLICY_KEYS = ['ports', 'protocol', 'syn_proxy', 'source_pps_limit', 'drop_fragments'] as const;
+/** Keys a policy may carry or leave out (added after the five: an agent from before them refuses them). */
+const OPTIONAL_POLICY_KEYS = ['max_flows', 'alert_pps'] as const;
+
+/** A max_flows value: an integer from MAX_FLOWS_MIN to MAX_FLOWS_MAX. */
+export function isMaxFlows(v: unknown): v is number {
+  return Number.isInteger(v) && (v as number) >= MAX_FLOWS_MIN && (v as number) <= MAX_FLOWS_MAX;
+}
+
+/** An alert_pps value other than null: an integer from ALERT_PPS_MIN to ALERT_PPS_MAX. */
+export function isAlertPps(v: unknown): v is number {
+  return Number.isInteger(v) && (v as number) >= ALERT_PPS_MIN && (v as number) <= ALERT_PPS_MAX;
+}
 
 function isPort(v: unknown): v is number {
   return Number.isInteger(v) && (v as number) >= PORT_MIN && (v as number) <= PORT_MAX;
@@ -90,12 +120,16 @@ export function formatPorts(ports: Ports): string {
   return ports.map(([a, b]) => (a === b ? String(a) : `${a}-${b}`)).join(',');
 }
 
-/** A wire policy: all five keys, nothing else. Undefined when right, else a sentence prefixed with `where`. */
+/**
+ * A wire policy: all five keys, max_flows and alert_pps if it likes, nothing else. Undefined when right, else a
+ * sentence prefixed with `where`.
+ */
 export function checkPolicy(p: unknown, where = 'policy'): string | undefined {
   if (typeof p !== 'object' || p === null || Array.isArray(p)) return `${where} must be an object`;
   const o = p as Record<string, unknown>;
   for (const k of Object.keys(o)) {
-    if (!(POLICY_KEYS as readonly string[]).includes(k)) return `${where} has an unknown field "${k}"`;
+    if (o[k] === undefined && (OPTIONAL_POLICY_KEYS as readonly string[]).includes(k)) continue;
+    if (!(POLICY_KEYS as readonly string[]).includes(k) && !(OPTIONAL_POLICY_KEYS as readonly string[]).includes(k)) return `${where} has an unknown field "${k}"`;
   }
   for (const k of POLICY_KEYS) if (o[k] === undefined) return `${where}.${k} is missing`;
   if (o.ports !== '*') {
@@ -114,12 +148,25 @@ export function checkPolicy(p: unknown, where = 'policy'): string | undefined {
   if (pps !== null && !(Number.isInteger(pps) && (pps as number) >= PPS_MIN && (pps as number) <= PPS_MAX)) {
     return `${where}.source_pps_limit must be null or an integer from ${PPS_MIN} to ${PPS_MAX}`;
   }
+  if (o.max_flows !== undefined && !isMaxFlows(o.max_flows)) return `${where}.max_flows must be an integer from ${MAX_FLOWS_MIN} to ${MAX_FLOWS_MAX}`;
+  if (o.alert_pps !== undefined && o.alert_pps !== null && !isAlertPps(o.alert_pps)) return `${where}.alert_pps must be null or an integer from ${ALERT_PPS_MIN} to ${ALERT_PPS_MAX}`;
   return undefined;
 }
 
-/** A checked policy in its one normalised form (ranges sorted and merged; all-ports ranges become "*"). */
+/**
+ * A checked policy in its one normalised form (ranges sorted and merged; all-ports ranges become "*"; max_flows
+ * at its default and an automatic alert_pps left out).
+ */
 export function normalisePolicy(p: TunnelPolicy): TunnelPolicy {
-  return { ports: normalisePorts(p.ports), protocol: p.protocol, syn_proxy: p.syn_proxy, source_pps_limit: p.source_pps_limit, drop_fragments: p.drop_fragments };
+  const out: TunnelPolicy = { ports: normalisePorts(p.ports), protocol: p.protocol, syn_proxy: p.syn_proxy, source_pps_limit: p.source_pps_limit, drop_fragments: p.drop_fragments };
+  if (p.max_flows !== undefined && p.max_flows !== DEFAULT_MAX_FLOWS) out.max_flows = p.max_flows;
+  if (p.alert_pps !== undefined && p.alert_pps !== null) out.alert_pps = p.alert_pps;
+  return out;
+}
+
+/** max_flows and alert_pps as a policy means them (absent: the default, automatic). */
+export function sameAttackSettings(a: Pick<TunnelPolicy, 'max_flows' | 'alert_pps'>, b: Pick<TunnelPolicy, 'max_flows' | 'alert_pps'>): boolean {
+  return (a.max_flows ?? DEFAULT_MAX_FLOWS) === (b.max_flows ?? DEFAULT_MAX_FLOWS) && (a.alert_pps ?? null) === (b.alert_pps ?? null);
 }
 
 export function samePolicy(a: TunnelPolicy, b: TunnelPolicy): boolean {
@@ -130,7 +177,8 @@ export function samePolicy(a: TunnelPolicy, b: TunnelPolicy): boolean {
     x.protocol === y.protocol &&
     x.syn_proxy === y.syn_proxy &&
     x.source_pps_limit === y.source_pps_limit &&
-    x.drop_fragments === y.drop_fragments
+    x.drop_fragments === y.drop_fragments &&
+    sameAttackSettings(x, y)
   );
 }
 
@@ -140,5 +188,6 @@ export function isDefaultPolicy(p: TunnelPolicy | undefined): boolean {
   // are told apart without normalising their ports (an agent's reconcile asks this of 10,000 specs, twice).
   const d = DEFAULT_POLICY;
   if (p.protocol !== d.protocol || p.syn_proxy !== d.syn_proxy || p.source_pps_limit !== d.source_pps_limit || p.drop_fragments !== d.drop_fragments) return false;
+  if (!sameAttackSettings(p, d)) return false;
   return samePolicy(p, d);
 }

@@ -2,7 +2,7 @@
 // wholly (sameSpec). Pure; the diff, the records and the reconcile's short cut (edge-dataplane.ts unchangedSince)
 // all compare through these.
 import type { TunnelSpec } from './types.ts';
-import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { sameAttackSettings, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 
 /** Same tunnel including its policy and forwarding (specs are normalised: a default policy is no policy, forwarding on no field). */
 export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
@@ -16,6 +16,8 @@ export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
 export function samePolicyAsSent(a: TunnelPolicy | undefined, b: TunnelPolicy | undefined): boolean {
   if (a === undefined || b === undefined) return a === b;
   if (a.protocol !== b.protocol || a.syn_proxy !== b.syn_proxy || a.source_pps_limit !== b.source_pps_limit || a.drop_fragments !== b.drop_fragments) return false;
+  // max_flows and alert_pps make no element: a change of them alone is recorded (the desired state, attack detection) and commits nothing.
+  if (!sameAttackSettings(a, b)) return false;
   const [x, y] = [a.ports, b.ports];
   if (x === '*' || y === '*') return x === y;
   return x.length === y.length && x.every((r, i) => r[0] === y[i]![0] && r[1] === y[i]![1]);

@@ -152,6 +152,11 @@ const TunnelSchema = defineEntity({
     synProxy: p.boolean().default(false),
     sourcePpsLimit: p.integer().nullable().check('source_pps_limit is null or (source_pps_limit >= 10 and source_pps_limit <= 1000000)'),
     dropFragments: p.boolean().default(false),
+    // Attack settings (docs/CONTRACTS.md "Attacks"; common/tunnel-policy.ts): max_flows, the connections the
+    // tunnel may hold at the edge (stored and sent to the agent; the dataplane does not enforce it yet), and
+    // alert_pps, the attack alert threshold (null: automatic).
+    maxFlows: p.integer().default(65536).check('max_flows >= 1000 and max_flows <= 1000000'),
+    alertPps: p.integer().nullable().check('alert_pps is null or (alert_pps >= 100 and alert_pps <= 100000000)'),
     // Which version of the tunnel's spec the edge holds (server/provisioning/worker.ts): a settings
     // change that reaches the spec bumps spec_revision; the worker records the revision it applied in
     // applied_revision, so a PATCH knows when the agent has its change, and a job that read an older
@@ -423,6 +428,45 @@ const WebhookDeliverySchema = defineEntity({
 });
 export type WebhookDelivery = InferEntity<typeof WebhookDeliverySchema>;
 
+// --- Attacks (server/attacks/; docs/CONTRACTS.md "Attacks") ---
+
+/** What an attack's packets mostly were, as its record says (common/attacks.ts AttackVector). */
+export interface AttackVectorColumn {
+  protocol: string | null;
+  ports: number[] | null;
+  top_drop_reason: string | null;
+}
+
+const AttackSchema = defineEntity({
+  name: 'Attack',
+  tableName: 'attack',
+  properties: {
+    // The id the edge agent gave it when it started: its status answers carry the record under it, and the
+    // gateway upserts by it, so a record reported in many rounds is one row.
+    id: p.uuid().primary(),
+    // Deleting a tunnel row (nothing does today: deleted tunnels stay) takes its attacks with it.
+    tunnel: () => p.manyToOne(TunnelSchema).deleteRule('cascade'),
+    startedAt: p.datetime(),
+    // Null while it goes on.
+    endedAt: p.datetime().nullable(),
+    peakPps: p.bigint('number'),
+    peakBps: p.bigint('number'),
+    vector: p.json<AttackVectorColumn>(),
+    packetsDropped: p.bigint('number'),
+    packetsPassed: p.bigint('number'),
+    // The status round that last carried it: an open attack no longer listed by its agent ends here.
+    reportedAt: p.datetime(),
+    createdAt: createdAt(),
+  },
+  indexes: [
+    // A tunnel's attacks by time (the API's range), and the purge after 90 days (by end).
+    { name: 'attack_tunnel_started_idx', properties: ['tunnel', 'startedAt'] },
+    { name: 'attack_ended_idx', properties: ['endedAt'] },
+  ],
+  checks: [{ name: 'attack_ended_after_start', expression: 'ended_at is null or ended_at >= started_at' }],
+});
+export type Attack = InferEntity<typeof AttackSchema>;
+
 export const entities = [
   AccountSchema,
   UserSchema,
@@ -440,4 +484,5 @@ export const entities = [
   OidcPayloadSchema,
   WebhookSchema,
   WebhookDeliverySchema,
+  AttackSchema,
 ];

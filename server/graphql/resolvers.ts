@@ -28,6 +28,7 @@ import {
 import { WebhookResolver } from './webhooks.ts';
 import { TunnelTrafficResolver } from './health.ts';
 import { TunnelHealthChangesResolver } from './health-changes.ts';
+import { TunnelAttacksResolver } from './attacks.ts';
 import { ApplicationResolver } from './applications.ts';
 import { LedgerResolver } from './ledger.ts';
 import { releasing } from './subscriptions.ts';
@@ -139,7 +140,7 @@ export class TunnelResolver {
 export class TunnelStatusResolver {
   @Subscription(() => Tunnel, {
     description:
-      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...), its health changes or the edge applies its settings (settingsApplied turns true), from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization. At most 10 running subscriptions per WebSocket and 50 per credential: more are refused with code rate_limited.',
+      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...), its health changes, the edge applies its settings (settingsApplied turns true) or an attack on it starts or ends (select Tunnel.attacks to see it), from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization. At most 10 running subscriptions per WebSocket and 50 per credential: more are refused with code rate_limited.',
     subscribe: async ({ args, context }: SubscribeResolverData<unknown, { id: string }, GraphqlContext>) => {
       const principal = await context.principal();
       // Over a cap (subscriptions.ts): refused before anything is read or listened to.
@@ -159,7 +160,7 @@ export class TunnelStatusResolver {
   }
 
   @Subscription(() => Tunnel, {
-    description: `Changes of many tunnels on one subscription (a dashboard's list): each time one of \`ids\` (1 to ${WATCH_MANY_MAX} of this account's tunnels) changes status or health, that tunnel now. No first snapshot: read the list, then follow it. One id not of this account: not_found. Counts as one subscription against the caps of tunnelStatus.`,
+    description: `Changes of many tunnels on one subscription (a dashboard's list): each time one of \`ids\` (1 to ${WATCH_MANY_MAX} of this account's tunnels) changes status or health, or an attack on it starts or ends, that tunnel now. No first snapshot: read the list, then follow it. One id not of this account: not_found. Counts as one subscription against the caps of tunnelStatus.`,
     subscribe: async ({ args, context }: SubscribeResolverData<unknown, { ids: string[] }, GraphqlContext>) => {
       const principal = await context.principal();
       const release = context.subscriptions?.acquire(principal) ?? (() => {});
@@ -176,4 +177,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, WebhookResolver, LedgerResolver, ApplicationResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, TunnelAttacksResolver, WebhookResolver, LedgerResolver, ApplicationResolver] as const;

@@ -12,11 +12,13 @@ import type { Same } from './types.ts';
 export enum WebhookEventType {
   TUNNEL_STATUS_CHANGED = 'tunnel.status_changed',
   TUNNEL_HEALTH_CHANGED = 'tunnel.health_changed',
+  TUNNEL_ATTACK_STARTED = 'tunnel.attack_started',
+  TUNNEL_ATTACK_ENDED = 'tunnel.attack_ended',
   WEBHOOK_DISABLED = 'webhook.disabled',
 }
 registerEnumType(WebhookEventType, {
   name: 'WebhookEventType',
-  description: "What a webhook receives: a tunnel status change, a tunnel health change, or another of the account's webhooks disabled.",
+  description: "What a webhook receives: a tunnel status change, a tunnel health change, the start or end of an attack on a tunnel, or another of the account's webhooks disabled.",
 });
 const _eventsCovered: Same<`${WebhookEventType}`, WebhookEvent> = true;
 void _eventsCovered;

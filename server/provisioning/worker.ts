@@ -39,6 +39,7 @@ import { FinalJobFailure, isReconcileJob, type EdgeJob } from './queue.ts';
 import type { Transitions } from './transitions.ts';
 import { recordTunnelLinks } from '../domain/nodes.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
+import { attackSettingsFor } from '../attacks/wire.ts';
 
 /** The agent answered `ok: false`: delivered, but refused or failed on the kernel. */
 export class AgentRefused extends Error {
@@ -198,7 +199,7 @@ export class EdgeWorker {
     let line: ResultLine;
     try {
       const session = await this.session(node);
-      const sent = bodyFor(op, body, session.version);
+      const sent = bodyFor(op, attackSettingsFor(op, body, session.hello.features), session.version);
       if (sent.unenforced.length > 0 && !this.policyWarned.has(session)) {
         this.policyWarned.add(session);
         this.o.log.warn('edge_policy_not_enforced', {

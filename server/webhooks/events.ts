@@ -10,10 +10,14 @@
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '../db/database.ts';
 import { readTunnelOfAnyAccount, tunnelView } from '../domain/tunnels/rows.ts';
+import type { AttackRecord } from '../../common/attacks.ts';
 import { DISABLED_CREDENTIAL_REVOKED } from './disabled-reason.ts';
 
-/** What happens to tunnels: `data: {"tunnel": ...}`. */
-export const TUNNEL_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;
+/**
+ * What happens to tunnels: `data: {"tunnel": ...}`, and for the attack events also `"attack"` (docs/CONTRACTS.md
+ * "Attacks").
+ */
+export const TUNNEL_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended'] as const;
 export type TunnelEventType = (typeof TUNNEL_EVENTS)[number];
 /**
  * One of the account's webhooks was disabled (disable.ts): `data: {"webhook": <it as REST shows it>}`, sent
@@ -47,6 +51,9 @@ export interface TunnelEventSink {
   statusChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
   /** Call in the transaction that changed the tunnel's health, after the change. */
   healthChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
+  /** Call in the transaction that stored an attack's start or end (server/attacks/ingest.ts), with the record as stored. */
+  attackStarted(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void>;
+  attackEnded(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void>;
 }
 
 /**
@@ -65,12 +72,21 @@ export class TunnelEvents implements TunnelEventSink {
     return this.emit(sql, 'tunnel.health_changed', tunnelId);
   }
 
-  private async emit(sql: Pick<Sql, 'query'>, type: TunnelEventType, tunnelId: string): Promise<void> {
+  /** `data: {"tunnel", "attack"}` (docs/CONTRACTS.md "Attacks"). */
+  attackStarted(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void> {
+    return this.emit(sql, 'tunnel.attack_started', tunnelId, { attack });
+  }
+
+  attackEnded(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void> {
+    return this.emit(sql, 'tunnel.attack_ended', tunnelId, { attack });
+  }
+
+  private async emit(sql: Pick<Sql, 'query'>, type: TunnelEventType, tunnelId: string, more: Record<string, unknown> = {}): Promise<void> {
     const t = await readTunnelOfAnyAccount(sql, tunnelId);
     if (!t) return;
     const tunnel = tunnelView(t.row, this.adminSshPort);
     const { origin_ip: _hidden, ...withoutOrigin } = tunnel;
-    await enqueue(sql, t.accountId, type, (includeOrigin) => ({ tunnel: includeOrigin ? tunnel : withoutOrigin }));
+    await enqueue(sql, t.accountId, type, (includeOrigin) => ({ tunnel: includeOrigin ? tunnel : withoutOrigin, ...more }));
   }
 }
 

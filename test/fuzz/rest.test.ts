@@ -171,7 +171,17 @@ const purchaseBody: fc.Arbitrary<string> = fc.oneof(
           ports: fc.constantFrom('*', '443,80,81', ' 22 , 80 ', '1-65535', '0', '65536', '80-79', 'a', '', 443, null),
           protocol: fc.constantFrom('both', 'tcp', 'udp', 'icmp', '', null),
           protection: fc.oneof(
-            fc.record({ syn_proxy: fc.oneof(fc.boolean(), fc.constant('yes')), source_pps_limit: fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 2_000_000 })), drop_fragments: fc.boolean() }, { requiredKeys: [] }),
+            fc.record(
+              {
+                syn_proxy: fc.oneof(fc.boolean(), fc.constant('yes')),
+                source_pps_limit: fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 2_000_000 })),
+                drop_fragments: fc.boolean(),
+                // Attack settings (docs/CONTRACTS.md "Attacks"): in range, at the edges, out of range, wrong types.
+                max_flows: fc.oneof(fc.integer({ min: 0, max: 2_000_000 }), fc.constantFrom(999, 1000, 1_000_000, 1_000_001, null, '65536', 1500.5)),
+                alert_pps: fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 200_000_000 }), fc.constantFrom(99, 100, 100_000_000, 100_000_001, 'auto', 250.5)),
+              },
+              { requiredKeys: [] },
+            ),
             fc.jsonValue({ maxDepth: 2 }),
           ),
         },

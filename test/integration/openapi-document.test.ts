@@ -81,7 +81,7 @@ describe('openapi.yaml as a document', () => {
     const tags = new Set((doc.tags ?? []).map((t: Doc) => t.name));
     const schemes = new Set(Object.keys(doc.components.securitySchemes));
     const ops = listOperations();
-    expect(ops.length).toBe(23);
+    expect(ops.length).toBe(24);
     for (const { method, path, operation } of ops) {
       const where = `${method.toUpperCase()} ${path}`;
       expect(typeof operation.operationId, where).toBe('string');
@@ -163,7 +163,7 @@ describe('openapi.yaml as a document', () => {
   it('the validator rejects responses that drift from the document', () => {
     const tunnel = {
       id: randomUUID(), name: null, protected_ip: '198.18.0.1', origin_ip: '8.8.8.8', ports: '*', protocol: 'both',
-      protection: { syn_proxy: false, source_pps_limit: null, drop_fragments: false },
+      protection: { syn_proxy: false, source_pps_limit: null, drop_fragments: false, max_flows: 65536, alert_pps: null },
       tunnel_name: 'tg-abcdefghij', status: 'pending', health: 'unknown', health_checked_at: null, admin_ssh_port: 52222, edge_ip: '192.0.2.1',
       created_at: new Date().toISOString(), updated_at: new Date().toISOString(),
     };

@@ -90,7 +90,7 @@ describe('registration (REST)', () => {
     expect(r.status).toBe(201);
     expect(r.body.secret).toMatch(/^whsec_[A-Za-z0-9+/]+=*$/);
     expect(Buffer.from(r.body.secret.slice(6), 'base64').length).toBeGreaterThanOrEqual(24);
-    expect(r.body.webhook).toMatchObject({ url: receiver.url('/reg'), events: ['tunnel.status_changed', 'tunnel.health_changed', 'webhook.disabled'], disabled_at: null, disabled_reason: null });
+    expect(r.body.webhook).toMatchObject({ url: receiver.url('/reg'), events: ['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended', 'webhook.disabled'], disabled_at: null, disabled_reason: null });
     // At rest: only the AES-GCM ciphertext (server/secrets/at-rest.ts), never the secret or its key bytes.
     const [stored] = (await gw.testDb.raw.query('select secret_ciphertext from webhook where id = $1', [r.body.webhook.id])).rows;
     expect(stored.secret_ciphertext).toMatch(/^v1\./);
@@ -149,7 +149,7 @@ describe('registration (REST)', () => {
       expect(r.body.error_description).toMatch(why);
     }
     // The same URL rules in the lab setting accept http and loopback.
-    expect(validateWebhookInput({ url: 'http://127.0.0.1:9/x' }, true)).toEqual({ url: 'http://127.0.0.1:9/x', events: ['tunnel.status_changed', 'tunnel.health_changed', 'webhook.disabled'], includeOrigin: false });
+    expect(validateWebhookInput({ url: 'http://127.0.0.1:9/x' }, true)).toEqual({ url: 'http://127.0.0.1:9/x', events: ['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended', 'webhook.disabled'], includeOrigin: false });
     // Deliveries go over IPv4 only, so an IPv6 literal is refused in every setting.
     expect(() => validateWebhookInput({ url: 'http://[::1]:9/x' }, true)).toThrow(/IPv6/);
   });

@@ -88,6 +88,8 @@ export const en = {
   'account.webhooks.includeOriginHint': 'Left out by default: the address your tunnels hide. Only send it to an endpoint you trust.',
   'account.webhooks.event.TUNNEL_STATUS_CHANGED': 'Tunnel status changed',
   'account.webhooks.event.TUNNEL_HEALTH_CHANGED': 'Tunnel health changed',
+  'account.webhooks.event.TUNNEL_ATTACK_STARTED': 'Attack on a tunnel started',
+  'account.webhooks.event.TUNNEL_ATTACK_ENDED': 'Attack on a tunnel ended',
   'account.webhooks.event.WEBHOOK_DISABLED': 'Another webhook disabled',
   'account.webhooks.disabled': 'Disabled {date}: nothing reached this endpoint for 24 hours. Nothing is sent to it until you enable it.',
   'account.webhooks.disabledOther': 'Disabled {date} ({reason}). Nothing is sent to it until you enable it.',

@@ -88,6 +88,8 @@ export const ru: Catalogue = {
   'account.webhooks.includeOriginHint': 'По умолчанию не передаётся: это адрес, который скрывают ваши туннели. Отправляйте его только на доверенный адрес.',
   'account.webhooks.event.TUNNEL_STATUS_CHANGED': 'Изменился статус туннеля',
   'account.webhooks.event.TUNNEL_HEALTH_CHANGED': 'Изменилась доступность туннеля',
+  'account.webhooks.event.TUNNEL_ATTACK_STARTED': 'Началась атака на туннель',
+  'account.webhooks.event.TUNNEL_ATTACK_ENDED': 'Атака на туннель закончилась',
   'account.webhooks.event.WEBHOOK_DISABLED': 'Отключён другой вебхук',
   'account.webhooks.disabled': 'Отключён {date}: за 24 часа на этот адрес ничего не удалось доставить. Пока вы его не включите, на него ничего не отправляется.',
   'account.webhooks.disabledOther': 'Отключён {date} ({reason}). Пока вы его не включите, на него ничего не отправляется.',

@@ -26,7 +26,7 @@ export const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 
 export const FORWARDING_SQL = `(t.status = 'active' and t.origin_revision <= t.applied_revision)`;
 
 /** The settings columns of `tunnel t` as SettingsColumns reads them: every query that feeds tunnelSpecOf selects these. */
-export const SETTINGS_COLUMNS = 't.ports, t.protocol, t.syn_proxy, t.source_pps_limit, t.drop_fragments';
+export const SETTINGS_COLUMNS = 't.ports, t.protocol, t.syn_proxy, t.source_pps_limit, t.drop_fragments, t.max_flows, t.alert_pps';
 
 /** The stored values a spec is made of: the tunnel's columns and its node's public_ip and inner_pool. */
 export interface SpecSource extends SettingsColumns {

@@ -71,7 +71,7 @@ function store(deps: UpdateDeps, principal: Principal, id: string, change: Tunne
     }
     // In SET, spec_revision is the old value: origin_revision becomes the new revision.
     const [u] = await sql.query<{ spec_revision: number }>(
-      `update tunnel set name = ?, origin_ip = ?, gre_key = ?, ports = ?, protocol = ?, syn_proxy = ?, source_pps_limit = ?, drop_fragments = ?,
+      `update tunnel set name = ?, origin_ip = ?, gre_key = ?, ports = ?, protocol = ?, syn_proxy = ?, source_pps_limit = ?, drop_fragments = ?, max_flows = ?, alert_pps = ?,
               spec_revision = spec_revision + ?, origin_revision = case when ?::boolean then spec_revision + 1 else origin_revision end, updated_at = now()
         where id = ? returning spec_revision`,
       [name, origin, greKey, ...settingsValues(after), specChanged ? 1 : 0, originMoved, r.id],

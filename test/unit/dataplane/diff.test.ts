@@ -163,11 +163,23 @@ describe('sameSpec: what a reconcile calls unchanged and the desired record keep
       { ...policy, source_pps_limit: null },
       { ...policy, source_pps_limit: 1001 },
       { ...policy, drop_fragments: false },
+      { ...policy, max_flows: 2_000 },
+      { ...policy, alert_pps: 300 },
     ];
     for (const p of others) expect(sameSpec(base, { ...base, policy: p }), JSON.stringify(p)).toBe(false);
     const { policy: _none, ...without } = base;
     expect(sameSpec(base, without)).toBe(false);
     expect(sameSpec(without, { ...without })).toBe(true);
     expect(sameSpec(base, { ...base, mtu: 1400 })).toBe(false);
+  });
+  it('a change of max_flows or alert_pps alone is a change of the record that touches nothing in the kernel', () => {
+    const now: TunnelSpec = { ...base, policy: { ...policy, max_flows: 2_000, alert_pps: 300 } };
+    const p = diff({ desired: [now], owned: ownedOf([base]), view: viewOf([base]), scope: new Set(['id1']) });
+    expect(p.counts).toEqual({ added: 0, changed: 1, removed: 0, unchanged: 0 });
+    expect(p.flush).toEqual([]);
+    expect(p.nft.addElements).toEqual([]);
+    expect(p.nft.delElements).toEqual([]);
+    expect(p.linkSteps).toEqual([]);
+    expect(p.narrowed).toEqual([]);
   });
 });

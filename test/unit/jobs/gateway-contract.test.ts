@@ -5,6 +5,7 @@ import { JobSigningError, signJob } from '../../../server/edge/job-signing.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { NODE, OTHER_NODE, T0, gateway, KID, tunnel, claims, token, resetVerifier, ctx, code, jobSchema, jobSchemaAjv } from './fixtures.ts';
 import { checkHello } from '../../../common/job-contract.ts';
+import { checkAttackRecord } from '../../../common/attacks.ts';
 
 beforeEach(resetVerifier);
 
@@ -176,6 +177,17 @@ describe('schema/job.schema.json', () => {
           ['source_pps_limit', 100.5],
           ['drop_fragments', 0],
           ['drop_fragments', undefined],
+          ['max_flows', 1000],
+          ['max_flows', 1_000_000],
+          ['max_flows', 999],
+          ['max_flows', 1_000_001],
+          ['max_flows', null],
+          ['alert_pps', null],
+          ['alert_pps', 100],
+          ['alert_pps', 100_000_000],
+          ['alert_pps', 99],
+          ['alert_pps', 100_000_001],
+          ['alert_pps', 250.5],
           ['extra', true],
         ] as const
       ).map(([k, v]) => claims({ v: 2, tunnel: { ...t, policy: { ...POLICY, [k]: v } } })),
@@ -245,5 +257,47 @@ describe('schema/job.schema.json', () => {
       expect(checkHello(line), JSON.stringify(links)).toMatch(/tunnel_links/);
     }
     expect(validateHello({ ok: false, error: 'unsupported_command', error_description: 'x' })).toBe(false);
+    // features (docs/CONTRACTS.md "Attacks"): optional, a list of strings; unknown ones allowed (a newer agent).
+    for (const features of [['attacks'], [], ['attacks', 'later']]) {
+      const line = { ok: true, versions: [1, 2], agent: '0.1.0', features };
+      expect(validateHello(line)).toBe(true);
+      expect(checkHello(line)).toBeUndefined();
+    }
+    for (const features of ['attacks', [1], [null]]) {
+      const line = { ok: true, versions: [1, 2], agent: '0.1.0', features };
+      expect(validateHello(line), JSON.stringify(features)).toBe(false);
+      expect(checkHello(line), JSON.stringify(features)).toMatch(/features/);
+    }
+  });
+
+  it("describes the status answer's attack records as common/attacks.ts checks them", () => {
+    const validateAttack = ajv.getSchema(`${String(schema.$id)}#/$defs/attackRecord`)!;
+    const a = {
+      id: '00000000-0000-4000-8000-000000000001',
+      tunnel_id: '7d3c4b0e-2f7a-4c8e-9a51-0b6f1f9b2c11',
+      started_at: '2026-11-25T12:00:00.000Z',
+      ended_at: null,
+      peak_pps: 120_000,
+      peak_bps: 96_000_000,
+      vector: { protocol: null, ports: null, top_drop_reason: 'rate_limited' },
+      packets_dropped: 100,
+      packets_passed: 5,
+    };
+    const corpus: unknown[] = [
+      a,
+      { ...a, ended_at: '2026-11-25T12:01:00.000Z', vector: { protocol: 'udp', ports: [53, 123], top_drop_reason: null } },
+      { ...a, extra: true },
+      { ...a, id: 'x' },
+      { ...a, tunnel_id: undefined },
+      { ...a, ended_at: 5 },
+      { ...a, peak_pps: -1 },
+      { ...a, packets_passed: 2.5 },
+      { ...a, vector: { ...a.vector, protocol: 'gre' } },
+      { ...a, vector: { ...a.vector, ports: [1, 2, 3, 4, 5, 6] } },
+      { ...a, vector: { ...a.vector, ports: [65536] } },
+      { ...a, vector: { ...a.vector, top_drop_reason: 'boredom' } },
+      { ...a, vector: { protocol: null, ports: null } },
+    ];
+    for (const c of corpus) expect(validateAttack(c), JSON.stringify(c)).toBe(checkAttackRecord(c) === undefined);
   });
 });
