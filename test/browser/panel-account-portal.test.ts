@@ -99,7 +99,7 @@ describe.skipIf(skip)('the panel: the account page and the developer portal', ()
 
     // Added from the form with every event checked, webhook.disabled included.
     const [row] = (await w.db.raw.query('select id, events from webhook where url = $1', [url])).rows;
-    expect(row.events).toEqual(['tunnel.status_changed', 'tunnel.health_changed', 'webhook.disabled']);
+    expect(row.events).toEqual(['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended', 'webhook.disabled']);
     // A webhook the gateway disabled (24 hours of failures: set here, the worker's rule has its own test)
     // says so, offers Enable instead of a test event, and Enable brings the test event back.
     await w.db.raw.query(`update webhook set disabled_at = now(), disabled_reason = 'failing' where id = $1`, [row.id]);

@@ -325,7 +325,7 @@ describe('read and queue commands against PostgreSQL', () => {
     // A tunnel's row: its health, check time and settings, protection as key=value pairs.
     const tunnelTable = (await runAdminCli(env, ['tunnel', 'list', '--status', 'provisioned', '--format', 'table'])).stdout.trimEnd().split('\n');
     expect(tunnelTable[0]).toMatch(/ status +health +health_checked_at +ports +protocol +protection +charged_usd /);
-    expect(tunnelTable[1]).toMatch(/ provisioned +unknown +2026-11-25T10:00:01\.234Z +80,443,1000-1010 +tcp +syn_proxy=true source_pps_limit=5000 drop_fragments=false +1\.11 /);
+    expect(tunnelTable[1]).toMatch(/ provisioned +unknown +2026-11-25T10:00:01\.234Z +80,443,1000-1010 +tcp +syn_proxy=true source_pps_limit=5000 drop_fragments=false max_flows=65536 alert_pps=- +1\.11 /);
 
     // One object: a key and its value per line; nested counts show what is there.
     const shown = await runAdminCli(env, ['user', 'show', '--email', emails[0]!, '--format', 'table']);

@@ -426,7 +426,12 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     expect({ added: restored!.added, removed: restored!.removed, failed: restored!.failed }).toEqual({ added: 0, removed: 0, failed: 0 });
     expect(Number(restored!.unchanged) + Number(restored!.changed)).toBe(onEdge.length);
     expect(linkIndexes()).toEqual(links);
-    expect(edge.mapElements().sort()).toEqual(mapped);
+    // The restore keeps every element. The gateway may already have sent its first reconcile to the new
+    // agent (it can on the new connection at once), which holds back the DNAT of tunnels nobody activated:
+    // calls are reported once the kernel has them, so a map read before any call of this run is the restore's.
+    const restoredMap = edge.mapElements().sort();
+    if (edge.calls.some((c) => c.run === 2)) expect([mapped, [t.web.protected_ip]]).toContainEqual(restoredMap);
+    else expect(restoredMap).toEqual(mapped);
     await flows(50, `through ${VERSION}'s agent`);
 
     // The gateway's reconcile of the node, now on this release's agent: every tunnel kept, nothing recreated.
