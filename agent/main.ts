@@ -16,6 +16,7 @@ import { addressRefusal, type AddressRule } from './jobs/verify.ts';
 import type { StatusResult } from '../common/tunnel-status.ts';
 import { HealthScheduler, type CheckRecord, type HealthClock } from './health/scheduler.ts';
 import { StatusReporter } from './health/status.ts';
+import { AttackMonitor } from './attacks/monitor.ts';
 import { outCounterName } from './dataplane/policy.ts';
 import { releaseMemory } from './housekeeping/memory.ts';
 import { TunnelLinksState } from './dataplane/link-support.ts';
@@ -54,6 +55,8 @@ const HEALTH_PROBE_TIMEOUT_MS = 1000;
 
 export interface RunningHealth {
   scheduler: HealthScheduler;
+  /** Attack detection over the same counters, once a second (agent/attacks; docs/CONTRACTS.md "Attacks"). */
+  attacks: AttackMonitor;
   status: () => Promise<StatusResult>;
   stop(): Promise<void>;
 }
@@ -95,9 +98,16 @@ export function startHealth(
     // checks can be counted (test/vm/gre.test.ts); at info and above the logger drops it.
     ...(opts.log ? { onCheck: (c: CheckRecord) => opts.log!.debug('health check', { ...c, slot: new Date(c.slot).toISOString() }) } : {}),
   });
+  const attacks = new AttackMonitor({
+    tunnels: () => dataplane.desiredTunnels(),
+    counters: () => dataplane.counters(),
+    ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
+    ...(opts.log ? { log: opts.log.child({ component: 'attacks' }) } : {}),
+  });
   const reporter = new StatusReporter({
     tunnels: () => dataplane.desiredTunnels(),
     counters: () => dataplane.counters(),
+    attacks: () => attacks.report(),
     health: (id) => scheduler.get(id),
     version: agentVersion(),
     ...(opts.tunnelLinks ? { tunnelLinks: () => opts.tunnelLinks!.refresh() } : {}),
@@ -110,6 +120,7 @@ export function startHealth(
   let release: NodeJS.Timeout | undefined;
   if (opts.timer !== false) {
     scheduler.start();
+    attacks.start();
     // Probes leave freed native memory in glibc's arenas that only malloc_trim hands back, and they are no
     // dataplane operation (which releases after itself): once per interval, as bench:agent-health measures
     // (RSS flat over 8 intervals with it, creeping without). One full collection of a ~15 MB heap per interval.
@@ -118,9 +129,11 @@ export function startHealth(
   }
   return {
     scheduler,
+    attacks,
     status: () => reporter.status(),
-    stop: () => {
+    stop: async () => {
       if (release) clearInterval(release);
+      await attacks.stop();
       return scheduler.stop();
     },
   };

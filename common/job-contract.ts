@@ -12,11 +12,13 @@ export type { ReconcileResult, TunnelFailure } from './tunnel-spec.ts';
 export const JOB_TYP = 'tunnel-job+jwt';
 export const JOB_ALG = 'EdDSA';
 export const JOB_ISS = 'tunnelgate';
-/** The job versions this code speaks, oldest first (docs/CONTRACTS.md "Edge jobs", "Version 2"). */
-export const JOB_VERSIONS = [1, 2] as const;
+/** The job versions this code speaks, oldest first (docs/CONTRACTS.md "Edge jobs", "Versions"). */
+export const JOB_VERSIONS = [1, 2, 3] as const;
 export type JobVersion = (typeof JOB_VERSIONS)[number];
 /** Version 1: what every agent speaks; an agent that does not answer `hello` speaks only this. */
 export const JOB_VERSION_1 = 1;
+/** Version 3 adds `tunnel.forwarding` (docs/CONTRACTS.md "Versions"): the first that can hold a tunnel's DNAT back. */
+export const JOB_VERSION_FORWARDING = 3;
 
 export function isJobVersion(v: unknown): v is JobVersion {
   return (JOB_VERSIONS as readonly unknown[]).includes(v);
@@ -45,6 +47,7 @@ export type Op = (typeof OPS)[number];
 export const OPS_BY_VERSION: Readonly<Record<JobVersion, readonly Op[]>> = {
   1: ['apply', 'remove', 'reconcile', 'probe'],
   2: OPS,
+  3: OPS,
 };
 
 /** Whether `op` is an op of version `v`. */
@@ -104,7 +107,16 @@ export interface HelloLine {
   versions: JobVersion[];
   agent: string;
   tunnel_links?: TunnelLinks;
+  /** What the agent takes beyond its versions (HELLO_FEATURES); absent from agents before it: none. */
+  features?: string[];
 }
+
+/**
+ * The features an agent may list in its hello, beyond the job versions. `attacks`: it detects attacks (its
+ * `status` answer carries `attacks`) and takes `policy.max_flows` and `policy.alert_pps` (docs/CONTRACTS.md
+ * "Attacks"), which an agent without it refuses as unknown fields, so the gateway leaves them out for it.
+ */
+export const FEATURE_ATTACKS = 'attacks';
 
 /** A hello line's shape. Undefined when right, else a sentence. Unknown versions in the list are allowed (a newer agent). */
 export function checkHello(v: unknown): string | undefined {
@@ -113,6 +125,7 @@ export function checkHello(v: unknown): string | undefined {
   if (o.ok !== true) return 'hello.ok must be true';
   if (!Array.isArray(o.versions) || !o.versions.every((x) => Number.isInteger(x) && (x as number) > 0)) return 'hello.versions must be a list of positive integers';
   if (typeof o.agent !== 'string') return 'hello.agent must be a string';
+  if (o.features !== undefined && !(Array.isArray(o.features) && o.features.every((f) => typeof f === 'string'))) return 'hello.features must be a list of strings';
   if (o.tunnel_links !== undefined) return checkTunnelLinks(o.tunnel_links, 'hello.tunnel_links');
   return undefined;
 }
@@ -135,7 +148,7 @@ export function isOp(v: unknown): v is Op {
 
 /** The op's body (and no claim beyond the standard ones and that body), as version `v` of the contract has it. */
 export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion): string | undefined {
-  const opts = { policy: v >= 2 };
+  const opts = { policy: v >= 2, forwarding: v >= JOB_VERSION_FORWARDING };
   const bodyKey = BODY_KEY[op];
   for (const k of Object.keys(claims)) {
     if (claims[k] !== undefined && !STANDARD_KEYS.includes(k) && k !== bodyKey) return `op "${op}" carries an unexpected claim "${k}"`;

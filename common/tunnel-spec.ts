@@ -24,6 +24,12 @@ export interface TunnelSpec {
   gre_key?: number;
   /** Job version 2 only (common/tunnel-policy.ts); absent means DEFAULT_POLICY. */
   policy?: TunnelPolicy;
+  /**
+   * Job version 3 only: whether the edge forwards buyer traffic to the origin (the protected IP's DNAT).
+   * false until the origin answered the activate probe through the tunnel (docs/CONTRACTS.md "Dataplane");
+   * absent means true, which is what every tunnel of a version 1 or 2 job gets (what the edge did before).
+   */
+  forwarding?: boolean;
 }
 
 /** What a `remove` job needs at least. */
@@ -71,7 +77,7 @@ function parseInner(s: unknown): { addr: number; prefix: number } | null {
   return p && (p.prefix === 30 || p.prefix === 31) ? p : null;
 }
 
-const TUNNEL_KEYS = ['id', 'tunnel_name', 'protected_ip', 'origin_ip', 'edge_ip', 'edge_inner', 'origin_inner', 'mtu', 'gre_key', 'policy'] as const;
+const TUNNEL_KEYS = ['id', 'tunnel_name', 'protected_ip', 'origin_ip', 'edge_ip', 'edge_inner', 'origin_inner', 'mtu', 'gre_key', 'policy', 'forwarding'] as const;
 const REQUIRED_FULL = ['id', 'tunnel_name', 'protected_ip', 'origin_ip', 'edge_ip', 'edge_inner', 'origin_inner', 'mtu'] as const;
 const REQUIRED_REF = ['id', 'tunnel_name', 'protected_ip'] as const;
 
@@ -94,6 +100,8 @@ function checkField(key: (typeof TUNNEL_KEYS)[number], v: unknown): string | und
       return Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 0xffffffff ? undefined : 'gre_key must be an integer from 0 to 4294967295';
     case 'policy':
       return checkPolicy(v);
+    case 'forwarding':
+      return typeof v === 'boolean' ? undefined : 'forwarding must be true or false';
   }
 }
 
@@ -116,6 +124,8 @@ function checkInner(edgeInner: string, originInner: string): string | undefined 
 export interface CheckTunnelOptions {
   /** Whether `policy` may appear: only in a version 2 job (docs/CONTRACTS.md "Edge jobs"). Default true. */
   policy?: boolean;
+  /** Whether `forwarding` may appear: only in a version 3 job (docs/CONTRACTS.md "Versions"). Default true. */
+  forwarding?: boolean;
 }
 
 /**
@@ -125,6 +135,7 @@ export interface CheckTunnelOptions {
 export function checkTunnel(t: unknown, full: boolean, where = 'tunnel', opts: CheckTunnelOptions = {}): string | undefined {
   if (!isPlainObject(t)) return `${where} must be an object`;
   if (opts.policy === false && t.policy !== undefined) return `${where} has an unknown field "policy" (a policy needs job version 2)`;
+  if (opts.forwarding === false && t.forwarding !== undefined) return `${where} has an unknown field "forwarding" (it needs job version 3)`;
   // A key whose value is `undefined` counts as absent (JSON.stringify drops it), so the gateway can pass
   // `gre_key: undefined`; `null` is a value, and not a valid one.
   const has = (k: string) => t[k] !== undefined;
@@ -149,12 +160,14 @@ export function checkTunnel(t: unknown, full: boolean, where = 'tunnel', opts: C
 }
 
 /**
- * The spec as stored and compared: only the spec's own fields, a null gre_key (JSON) is no key, and a
- * default policy is no policy (so a v1 spec and the same tunnel sent with the default policy compare equal).
+ * The spec as stored and compared: only the spec's own fields, a null gre_key (JSON) is no key, a default
+ * policy is no policy (so a v1 spec and the same tunnel sent with the default policy compare equal), and
+ * forwarding on is no `forwarding` (absent means on: a record from before version 3 is a forwarding one).
  */
 export function normaliseSpec(t: TunnelSpec): TunnelSpec {
   const out: TunnelSpec = { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, origin_ip: t.origin_ip, edge_ip: t.edge_ip, edge_inner: t.edge_inner, origin_inner: t.origin_inner, mtu: t.mtu };
   if (t.gre_key !== undefined && t.gre_key !== null) out.gre_key = t.gre_key;
   if (t.policy !== undefined && t.policy !== null && !isDefaultPolicy(t.policy)) out.policy = normalisePolicy(t.policy);
+  if (t.forwarding === false) out.forwarding = false;
   return out;
 }

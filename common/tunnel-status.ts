@@ -3,10 +3,12 @@
 // gateway turns the counters into traffic deltas (a decrease means the counter restarted, never negative
 // traffic). No I/O here.
 import { checkTunnelLinks, type TunnelLinks } from './tunnel-links.ts';
+import { checkAttackRecords, type AttackRecord } from './attacks.ts';
 
-/** Why the edge dropped a packet of a tunnel (docs/CONTRACTS.md "Dataplane"). */
-export const DROP_REASONS = ['not_allowed', 'rate_limited', 'spoofed', 'invalid', 'fragment'] as const;
-export type DropReason = (typeof DROP_REASONS)[number];
+import { DROP_REASONS, type DropReason } from './drop-reasons.ts';
+
+/** Why the edge dropped a packet of a tunnel: re-exported, as every reader of a status answer needs them. */
+export { DROP_REASONS, type DropReason };
 
 const HEALTHS = ['up', 'down', 'unknown'] as const;
 export type Health = (typeof HEALTHS)[number];
@@ -69,6 +71,13 @@ export interface StatusResult {
    */
   agent: { version: string; uptime_s: number; tunnels: number; tunnel_links?: TunnelLinks; stuck?: StuckReport; capacity?: CapacityReport };
   tunnels: TunnelReport[];
+  /**
+   * From agents that detect attacks (common/attacks.ts; docs/CONTRACTS.md "Attacks"): every attack going on and
+   * every one that changed within the agent's report window, possibly none. Absent from older agents; a gateway
+   * from before it ignores it. Present (even empty) tells the gateway that an attack it holds open and that is not
+   * listed is over as far as this agent knows (it restarted, or forgot it).
+   */
+  attacks?: AttackRecord[];
 }
 
 /** A stuck report's shape: undefined when right, else a sentence. */
@@ -110,6 +119,10 @@ export function checkStatusResult(v: unknown): string | undefined {
   }
   if (a.capacity !== undefined) {
     const why = checkCapacityReport(a.capacity);
+    if (why) return why;
+  }
+  if (v.attacks !== undefined) {
+    const why = checkAttackRecords(v.attacks);
     if (why) return why;
   }
   if (!Array.isArray(v.tunnels)) return 'tunnels must be an array';

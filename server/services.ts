@@ -12,6 +12,7 @@ import { loadSecrets } from './secrets.ts';
 import { WebhookService } from './webhooks/service.ts';
 import { HealthService } from './health/index.ts';
 import { ApplicationService } from './domain/applications.ts';
+import { AttackService } from './attacks/index.ts';
 
 export interface Services {
   config: Config;
@@ -27,9 +28,12 @@ export interface Services {
   health: HealthService;
   /** The developer portal's OAuth applications of an account (GraphQL), over the CLI's client functions. */
   applications: ApplicationService;
+  /** Attacks the edges reported (docs/CONTRACTS.md "Attacks"): the query REST and GraphQL share, and the ingest the status rounds call. */
+  attacks: AttackService;
 }
 
-export function buildServices(config: Config, db: Database, log: Logger = createLogger('silent')): Services {
+/** `clock`: milliseconds now for the domain's time-based limits (the origin-change limit); tests move it themselves. */
+export function buildServices(config: Config, db: Database, log: Logger = createLogger('silent'), opts: { clock?: () => number } = {}): Services {
   const pricing = new PricingService(db, config.adminSshPort);
   const provisioning = new ProvisioningService(db, config, log, () => pricing.invalidate());
   // The secret-encryption key as app.ts and the CLI load it (environment or database), once, on first use.
@@ -41,16 +45,18 @@ export function buildServices(config: Config, db: Database, log: Logger = create
         key = null;
         throw e;
       }));
+  const attacks = new AttackService(db, { events: provisioning.events, bus: provisioning.bus });
   return {
     config,
     db,
     auth: new Authenticator(db),
     pricing,
-    tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins }, provisioning),
+    tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins, ...(opts.clock ? { clock: opts.clock } : {}) }, provisioning),
     provisioning,
     webhooks: new WebhookService(db, { allowPrivate: config.allowPrivateWebhooks, adminSshPort: config.adminSshPort, encryptionKey }),
-    health: new HealthService(db, provisioning),
+    health: new HealthService(db, provisioning, attacks.ingest),
     applications: new ApplicationService(db, encryptionKey),
+    attacks,
   };
 }
 

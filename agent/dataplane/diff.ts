@@ -5,7 +5,8 @@ import { synproxyName } from '../netlink/ruleset.ts';
 import { LINK_KEYED_SETS, allowedElementIp, elementFromId, elementNeeds, linkBucket, protectedKey, sharedNeeds, tunnelCounterNames, tunnelElements, tunnelElementsButAllowlist, type PolicyElement } from './policy.ts';
 import { PlanConflict, type KernelView, type LinkStep, type NftChanges, type Plan, type TunnelAction } from './plan.ts';
 import { OwnedIndex, heldSpecs, type OwnedTunnel } from './records.ts';
-import { ipOf, linkStepsFor, samePolicyAsSent, sameSpec, sameTunnel } from './spec-compare.ts';
+import { ipOf, linkStepsFor } from './link-steps.ts';
+import { samePolicyAsSent, sameSpec, sameTunnel } from './spec-compare.ts';
 import type { ChangeCounts, TunnelSpec } from './types.ts';
 
 /** The per-tunnel named counter. */
@@ -172,12 +173,13 @@ export function diff(input: DiffInput): Plan {
       if (steps[0]!.op === 'delete') mappingChanged = true;
     }
 
-    // The nftables elements and the counter.
-    const inner = ipOf(t.origin_inner);
+    // The nftables elements and the counter. No DNAT while `forwarding` is false: buyer traffic reaches an
+    // origin only once it answered the activate probe (docs/CONTRACTS.md "Dataplane"); the probe needs none.
+    const inner = t.forwarding === false ? undefined : ipOf(t.origin_inner);
     const cur = view.dnat.get(t.protected_ip);
     if (cur !== inner) {
       if (cur !== undefined) delDnat.add(t.protected_ip);
-      nft.addDnat.push([t.protected_ip, inner]);
+      if (inner !== undefined) nft.addDnat.push([t.protected_ip, inner]);
       touched = true;
       mappingChanged = true;
     }
@@ -236,7 +238,7 @@ export function diff(input: DiffInput): Plan {
         addEls.set(e.id, e);
         touched = true;
       }
-      // A scoped change read its own elements by key (kernel.ts readScoped): what the record had, the kernel
+      // A scoped change read its own elements by key (kernel/read.ts readScoped): what the record had, the kernel
       // still has and the tunnel no longer wants goes here (a reconcile's sweep does it for the whole table).
       if (!all && prev) {
         const wantIds = new Set(wantEls().map((e) => e.id));

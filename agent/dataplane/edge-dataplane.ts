@@ -6,7 +6,8 @@ import { NetlinkError, Rtnl } from '../netlink/client.ts';
 import type { Conntrack } from './conntrack.ts';
 import { checkDesired, diff } from './diff.ts';
 import { heldSpecs, intentOver, recordedSpecs, type OwnedTunnel } from './records.ts';
-import { ipOf, linkStepsFor, sameSpec } from './spec-compare.ts';
+import { ipOf, linkStepsFor } from './link-steps.ts';
+import { sameSpec } from './spec-compare.ts';
 import { step, type KernelContext } from './kernel/context.ts';
 import { FALLBACK_TUNNEL_LINKS, awaitReaping, readLinks } from './kernel/links.ts';
 import { ensureBogons, ensureTable } from './kernel/table.ts';
@@ -30,7 +31,7 @@ import type { TunnelLinks } from '../../common/tunnel-links.ts';
 /** The sockets opened at their first use, closed with the dataplane, and the deletions close() waits for. */
 export interface LazySockets {
   sock?: Conntrack;
-  /** Link deletions still finishing off the event loop (kernel.ts deleteLinkUnlisted). */
+  /** Link deletions still finishing off the event loop (kernel/links.ts deleteLinkUnlisted). */
   reaping: Set<Promise<void>>;
 }
 
@@ -403,7 +404,7 @@ export class EdgeDataplane implements DataplaneHandle {
   }
 
   /**
-   * The full path's first step, as at the agent's start (kernel.ts ensureTable): the table is there and holds the
+   * The full path's first step, as at the agent's start (kernel/table.ts ensureTable): the table is there and holds the
    * agent's rules. `nft flush ruleset` deletes it (Debian's nftables.service runs one at every start and reload),
    * and a running agent could then neither read nor repair anything until restarted; rules changed by hand are
    * rebuilt keeping every element, and the connections they let in that the policies would not are flushed.
@@ -565,7 +566,7 @@ export class EdgeDataplane implements DataplaneHandle {
     this.probeRtnl?.close();
     this.k.rtnl.close();
     this.k.nft.close();
-    // Link deletions still finishing on a worker thread (kernel.ts deleteLinkUnlisted) return before close()
+    // Link deletions still finishing on a worker thread (kernel/links.ts deleteLinkUnlisted) return before close()
     // does, unless the kernel holds one past CLOSE_REAPING_WAIT_MS: then close() says so and goes on.
     const left = await awaitReaping(this.ct.reaping, CLOSE_REAPING_WAIT_MS);
     if (left > 0) this.log('dataplane.close.deletions_pending', { links: left, waitedMs: CLOSE_REAPING_WAIT_MS });

@@ -42,7 +42,7 @@ export interface DataplaneOptions {
   /** Diagnostics (one line per event). */
   log?: (event: string, fields?: Record<string, unknown>) => void;
   /**
-   * TEST SEAM ONLY: the first operation that reaches the step so named (kernel.ts step(): "links", "nftables commit",
+   * TEST SEAM ONLY: the first operation that reaches the step so named (kernel/context.ts step(): "links", "nftables commit",
    * "read back the kernel"...) hangs there, as if the kernel never answered. For the watchdog's tests
    * (test/integration/agent-watchdog.test.ts); the agent never sets it.
    */

@@ -4,7 +4,7 @@
 // job. The agent asks once at start (a warning when it cannot), and again with every `status`.
 //
 // How it asks: one RTM_NEWLINK of kind "gre" that the GRE driver's own validator must refuse
-// (rtnetlink.ts encodeGreSupportProbe: GRE version bits set). The kernel looks up the link kind (loading
+// (rtnetlink/link.ts encodeGreSupportProbe: GRE version bits set). The kernel looks up the link kind (loading
 // ip_gre on demand, as a real tunnel would) before it validates, and validates before it creates, so the
 // answer tells the two cases apart with nothing made: EINVAL, the driver is there; EOPNOTSUPP, there is
 // none. Rejected alternatives: a link made and deleted in a throwaway network namespace would leave the

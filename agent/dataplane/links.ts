@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 import { GRE_KEY, type LinkInfo } from '../netlink/rtnetlink/index.ts';
 import type { Rtnl } from '../netlink/client.ts';
 import type { LinkParams } from './plan.ts';
-import { GRE_TTL } from './spec-compare.ts';
+import { GRE_TTL } from './link-steps.ts';
 import type { TunnelSpec } from './types.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import { probeGreSupport } from './link-support.ts';

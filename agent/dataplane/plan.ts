@@ -46,7 +46,7 @@ export interface KernelView {
   damagedChains?: Set<string>;
   /**
    * The elements of the tunnels' policy sets (policy.ts TUNNEL_SETS) by id: read back whole for a reconcile, and
-   * for a scoped apply or remove only its tunnels' own, by key (kernel.ts readScoped). Undefined (trust the
+   * for a scoped apply or remove only its tunnels' own, by key (kernel/read.ts readScoped). Undefined (trust the
    * records, delete with add-then-delete so a record the kernel lost cannot fail the batch) is what callers
    * without a read of the elements pass, e.g. the diff's unit tests. The diff consumes it: each id a desired or
    * kept tunnel claims is taken out, so what remains is what no tunnel wants (a second Set of every claimed id
@@ -56,7 +56,7 @@ export interface KernelView {
   elements?: Set<string>;
   /**
    * A reconcile's read: the owners whose elements in the kernel are exactly the ones the desired and kept tunnels
-   * want, as a digest per owner showed (kernel.ts readElementIds): protected IPs (policy.ts protectedKey) and link
+   * want, as a digest per owner showed (kernel/read.ts readElementIds): protected IPs (policy.ts protectedKey) and link
    * names (linkBucket, for LINK_KEYED_SETS). Their ids are not in `elements`; every other element's is.
    */
   cleanOwners?: CleanOwners;

@@ -21,7 +21,7 @@ export const TUNNEL_SETS: readonly string[] = [...Object.values(POLICY_SETS), ..
 /**
  * The tunnel sets whose element keys start with the tunnel's link name (16 bytes, NUL-padded: tunnelElements);
  * every other tunnel set's start with its protected IP. A reconcile digests each tunnel's elements in two
- * buckets by these (ownerDigests, kernel.ts readElementIds).
+ * buckets by these (ownerDigests, kernel/read.ts readElementIds).
  */
 export const LINK_KEYED_SETS: ReadonlySet<string> = new Set([POLICY_SETS.replies, POLICY_SETS.origins, dropMap('spoofed'), OUT_MAP]);
 
@@ -241,7 +241,7 @@ export const protectedKey = (ip: string): number => parseIPv4(ip) ?? -1;
 /**
  * A digest of a set of element ids, the same whatever their order: how many, and two independent 32-bit sums of
  * a hash of each. A reconcile compares the kernel's allowlist elements with the wanted ones per protected IP
- * by these, rather than holding every id: with port lists that is ~70 elements per tunnel (kernel.ts).
+ * by these, rather than holding every id: with port lists that is ~70 elements per tunnel (kernel/read.ts).
  */
 export interface IdDigest {
   n: number;

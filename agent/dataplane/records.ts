@@ -25,7 +25,7 @@ export function heldSpecs(o: OwnedTunnel): TunnelSpec[] {
 
 /**
  * Every spec the kernel may hold for these records, their earlier ones first: a map by link name built from the
- * list in order keeps the record's own spec for a name both have (a link is read against it: kernel.ts observeLinks).
+ * list in order keeps the record's own spec for a name both have (a link is read against it: kernel/links.ts observeLinks).
  */
 export function recordedSpecs(records: Iterable<OwnedTunnel>): TunnelSpec[] {
   const list = [...records];

@@ -4,7 +4,7 @@
 // readConntrackLimits/applyConntrackLimits, which read and write the kernel's two settings.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { DEFAULT_MAX_FLOWS } from '../../common/tunnel-policy.ts';
-import { METER_TIMEOUT_MS } from '../netlink/ruleset.ts';
+import { METER_TIMEOUT_MS } from '../netlink/ruleset-chains.ts';
 import { activity } from '../housekeeping/activity.ts';
 import { inNetns, writeSysctls } from './netns.ts';
 

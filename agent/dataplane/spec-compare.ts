@@ -1,25 +1,12 @@
-// When two tunnel specs are the same (as a link, as a mapping, as a policy), and what a tunnel's link needs
-// against the link the kernel has (linkStepsFor). Pure; the diff, the records and the reconcile's short cut
-// (index.ts unchangedSince) all compare through these.
-import type { LinkParams, LinkStep, ObservedLink } from './plan.ts';
+// When two tunnel specs are the same: as a link and a mapping (sameTunnel), as a policy (samePolicyAsSent), or
+// wholly (sameSpec). Pure; the diff, the records and the reconcile's short cut (edge-dataplane.ts unchangedSince)
+// all compare through these.
 import type { TunnelSpec } from './types.ts';
 import { sameAttackSettings, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 
-export const GRE_TTL = 255;
-
-export const ipOf = (cidr: string): string => cidr.split('/')[0]!;
-
-function wantedParams(t: TunnelSpec): LinkParams {
-  return { local: t.edge_ip, remote: t.origin_ip, ttl: GRE_TTL, key: t.gre_key };
-}
-
-function sameParams(a: LinkParams, b: LinkParams): boolean {
-  return a.local === b.local && a.remote === b.remote && a.ttl === b.ttl && a.key === b.key;
-}
-
-/** Same tunnel including its policy (specs are normalised: a default policy is no policy). */
+/** Same tunnel including its policy and forwarding (specs are normalised: a default policy is no policy, forwarding on no field). */
 export function sameSpec(a: TunnelSpec, b: TunnelSpec): boolean {
-  return sameTunnel(a, b) && samePolicyAsSent(a.policy, b.policy);
+  return sameTunnel(a, b) && samePolicyAsSent(a.policy, b.policy) && (a.forwarding === false) === (b.forwarding === false);
 }
 
 /**
@@ -49,24 +36,4 @@ export function sameTunnel(a: TunnelSpec, b: TunnelSpec): boolean {
     a.mtu === b.mtu &&
     a.gre_key === b.gre_key
   );
-}
-
-/**
- * What tunnel `t`'s link needs, as observed (undefined: missing): created (after the delete of a link of the
- * wrong kind or parameters), or its MTU, addresses and state fixed. Empty when the link is right. The diff's
- * link check, and the whole of a reconcile's check when the generation id proves the table unchanged (index.ts).
- */
-export function linkStepsFor(t: TunnelSpec, link: ObservedLink | undefined): LinkStep[] {
-  const name = t.tunnel_name;
-  const steps: LinkStep[] = [];
-  if (!link || !link.params || !sameParams(link.params, wantedParams(t))) {
-    if (link) steps.push({ op: 'delete', name });
-    steps.push({ op: 'create', name, spec: t }, { op: 'addr-add', name, cidr: t.edge_inner }, { op: 'up', name });
-    return steps;
-  }
-  if (link.mtu !== t.mtu) steps.push({ op: 'mtu', name, mtu: t.mtu });
-  for (const a of link.addresses) if (a !== t.edge_inner) steps.push({ op: 'addr-del', name, cidr: a });
-  if (!link.addresses.includes(t.edge_inner)) steps.push({ op: 'addr-add', name, cidr: t.edge_inner });
-  if (!link.up) steps.push({ op: 'up', name });
-  return steps;
 }

@@ -7,7 +7,7 @@ import { OwnedIndex, type OwnedTunnel } from './records.ts';
 import { checkTunnel, normaliseSpec } from '../../common/tunnel-spec.ts';
 import type { TunnelSpec } from './types.ts';
 
-/** `was`: a pending change's earlier specs (diff.ts OwnedTunnel.was); a journal without it reads as before. */
+/** `was`: a pending change's earlier specs (records.ts OwnedTunnel.was); a journal without it reads as before. */
 type Line = { v: 1; put: TunnelSpec; pending?: true; was?: TunnelSpec[] } | { v: 1; del: string };
 
 export const STATE_FILE = 'dataplane-state.jsonl';
@@ -43,7 +43,7 @@ function recordOf(l: Extract<Line, { put: TunnelSpec }>): OwnedTunnel {
 
 export class StateStore {
   private readonly records = new Map<string, OwnedTunnel>();
-  /** The records by name, protected IP and shared object, kept with them (diff.ts OwnedIndex). */
+  /** The records by name, protected IP and shared object, kept with them (records.ts OwnedIndex). */
   readonly index = new OwnedIndex();
 
   private constructor(

@@ -12,6 +12,7 @@ import { dropCounterName, outCounterName } from '../dataplane/policy.ts';
 import type { TunnelSpec } from '../dataplane/types.ts';
 import type { TunnelHealth } from './scheduler.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
+import type { AttackRecord } from '../../common/attacks.ts';
 
 /** What the watchdog says of a stuck operation (a StuckReport with the request's name when it waits on one). */
 type StuckOperation = StuckReport & { call?: string };
@@ -34,6 +35,8 @@ export interface StatusSources {
   stuck?: () => StuckOperation | undefined;
   /** The connection table's and the meters' sizes (dataplane/sizing.ts); absent: not said. */
   capacity?: () => CapacityReport;
+  /** The attack records to report (agent/attacks/journal.ts); absent: the answer has no `attacks`. */
+  attacks?: () => AttackRecord[];
   /** ms since the epoch at which the agent started, and now. */
   startedAt: number;
   now?: () => number;
@@ -80,7 +83,7 @@ export class StatusReporter {
     // Only while one is stuck: an agent that is fine answers exactly what it did before the field existed.
     const stuck = this.s.stuck?.();
     if (stuck) agent.stuck = { op: stuck.op, step: stuck.call ? `${stuck.step} (${stuck.call})` : stuck.step, since: stuck.since };
-    return { agent, tunnels: reports };
+    return this.s.attacks ? { agent, tunnels: reports, attacks: this.s.attacks() } : { agent, tunnels: reports };
   }
 
   private monotonic(id: string, raw: bigint[]): bigint[] {

@@ -12,7 +12,7 @@
 //  - What it cannot recover from, it ends the process for (exit code 70), so systemd restarts the agent and the
 //    restore at start brings the dataplane back: a stuck operation that has still not settled UNSETTLED_FACTOR
 //    watchdog times after it was given up, or a kernel call on a worker thread that the kernel has held a watchdog
-//    time past its deadline (a thread of libuv's pool lost for good: socket.ts offThreadOverdue).
+//    time past its deadline (a thread of libuv's pool lost for good: observer.ts offThreadOverdue).
 //  - The event loop itself can be held by a synchronous kernel call (the fast path of socket.ts, an fsync): then
 //    no timer of this thread runs. A worker thread (watchdog-thread.ts) watches a heartbeat this thread writes
 //    into shared memory, with the name of the synchronous call being made, and kills the process when the

@@ -24,7 +24,7 @@ export type OperationKind =
   /** one dataplane operation as a whole (read-back, diff, apply) */
   | 'operation'
   /**
-   * a first apply's nft phase, sized in batches (dataplane/kernel.ts WHOLE_PER_BATCH), released before, between
+   * a first apply's nft phase, sized in batches (dataplane/kernel/apply.ts WHOLE_PER_BATCH), released before, between
    * and after its batches: each phase's garbage (link requests, a batch's element keys and buffers) stayed
    * resident (V8's page pool, glibc's arenas) under the next: +48 MB over nine batches at 10,000 tunnels with
    * port lists, against ~0.1 s per release

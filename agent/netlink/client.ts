@@ -18,7 +18,7 @@ export type Dev = string | number;
 function check(reply: SeqReply | undefined, operation: string, requestType: number): SeqReply {
   if (!reply) throw new NetlinkError({ errno: E.EIO, operation: `${operation}: no reply` });
   if (reply.errno !== 0) throw new NetlinkError({ errno: reply.errno, seq: reply.seq, requestType, extack: reply.extack, operation });
-  // A list that changed while it was dumped: EINTR, which readers take as "read it again" (dataplane/kernel.ts readConsistently).
+  // A list that changed while it was dumped: EINTR, which readers take as "read it again" (dataplane/kernel/read.ts readConsistently).
   if (reply.interrupted) throw new NetlinkError({ errno: E.EINTR, seq: reply.seq, requestType, operation: `${operation}: interrupted by a concurrent change (NLM_F_DUMP_INTR)` });
   return reply;
 }

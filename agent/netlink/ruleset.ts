@@ -1,32 +1,22 @@
 // The agent's one nftables table (docs/CONTRACTS.md "Dataplane"), as a batch: built once, after which tunnels add
-// and remove set and map elements and named objects, and two kinds of chains made by value (addDynamicChain): a
+// and remove set and map elements and named objects, and two kinds of chains made by value (ruleset-chains.ts): a
 // tunnel's own per-source meter (one chain per tunnel with a source_pps_limit: a meter's capacity is a set's, and
 // a rule names its set) and the flow caps (one chain per distinct max_flows value). Pure; the same messages, in
 // the same order, that `nft -f` sends for the equivalent ruleset file (see test/fixtures/netlink/nft-setup.hex).
 import {
   IFNAME_LEN,
-  IPS_DST_NAT,
   IP_CT_DIR_ORIGINAL,
   IP_CT_DIR_REPLY,
   NFT_CT_DIRECTION,
   NFT_CT_DST_IP,
-  NFT_CT_STATE,
-  NFT_CT_STATUS,
   NFT_DATA_VERDICT,
   NFT_JUMP,
   NFT_GOTO,
   NFT_RETURN,
   NFT_META_IIFNAME,
   NFT_OBJECT_SYNPROXY,
-  NFT_REG32_00,
   NFT_REG_VERDICT,
-  NFT_SET_EVAL,
   NFT_SET_INTERVAL,
-  NFT_SET_TIMEOUT,
-  NFT_DYNSET_OP_ADD,
-  NFT_DYNSET_OP_UPDATE,
-  NFT_LOOKUP_F_INV,
-  NFT_TYPE_MARK,
   ipv4IntervalElements,
   NFT_TYPE_IFNAME,
   NFT_TYPE_INET_SERVICE,
@@ -34,7 +24,6 @@ import {
   NF_CT_STATE_INVALID,
   NF_CT_STATE_RELATED,
   NF_CT_STATE_UNTRACKED,
-  NF_DROP,
   concatSetUserdata,
   concatType,
   ifnameObjMapUserdata,
@@ -74,6 +63,7 @@ import {
   type NftBatch,
   type SetSpec,
 } from './nftables/index.ts';
+import { IPV4_FRAG_OFF_OFFSET, TH_DPORT_OFFSET, TCP_FLAGS_OFFSET, TCPOPT_MAXSEG_VALUE_OFFSET, IPV4_FRAG_MASK, IPV4_FRAG_OFFSET_MASK, NFT_REG_2, REG32, portMask, daddr, saddr, drop, accept, ctStateIn, ctDnat, tcpSyn, countedDrop } from './ruleset-exprs.ts';
 
 export interface RulesetOptions {
   table: string;
@@ -86,7 +76,7 @@ export interface RulesetOptions {
   ifnamePrefix: string;
   /** Named counters to create with the table (normally none: tunnels add their own). */
   counters?: readonly string[];
-  /** A dormant table: its chains hook nothing (the tamper check's reference copy: dataplane/kernel.ts ensureTable). */
+  /** A dormant table: its chains hook nothing (the tamper check's reference copy: dataplane/kernel/table.ts ensureTable). */
   dormant?: boolean;
   /**
    * The `bogons` set's prefixes (sources no genuine packet from upstream carries: bogonSources). Absent: the set is
@@ -185,7 +175,6 @@ export const OUT_MAP = 'tunnel_out';
 export const meterChainName = (link: string, pps: number): string => `ratelimit_${link}_${pps}`;
 /** The flow caps of one max_flows value: its chain and its connection-count set (and `newflows_<max>`, its rate). */
 export const flowsChainName = (maxFlows: number): string => `flows_${maxFlows}`;
-const newFlowsSetName = (maxFlows: number): string => `newflows_${maxFlows}`;
 /** The synproxy object for one MSS value. */
 export const synproxyName = (mss: number): string => `synproxy_${mss}`;
 
@@ -193,35 +182,6 @@ export const synproxyName = (mss: number): string => `synproxy_${mss}`;
 export function synproxyMssOf(name: string): number | undefined {
   const m = /^synproxy_(\d+)$/.exec(name);
   return m ? Number(m[1]) : undefined;
-}
-
-/** The SYN proxy's window scale (STACK.md: the recipe proven on this kernel). */
-const SYNPROXY_WSCALE = 7;
-/**
- * A source's meter element expires this long after its last packet. Its bucket (5 packets, refilled at the limit,
- * at least 10 a second) is full again after 0.5 s of silence at most, so forgetting a source after 1 s changes no
- * verdict, and the meter only has to hold the sources of the last second or two (docs/CONTRACTS.md "Dataplane").
- */
-export const METER_TIMEOUT_MS = 1_000;
-/**
- * Connections counted per hash bucket of a tunnel's flows: a new connection makes the kernel walk its bucket's list
- * (one conntrack lookup per entry), so a bucket is kept short; a tunnel's max_flows is cut into enough of them.
- */
-export const FLOWS_PER_BUCKET = 64;
-/** New connections a second a tunnel may open: max_flows / this, at least NEW_FLOWS_MIN (docs/CONTRACTS.md "Dataplane"). */
-export const NEW_FLOWS_DIVISOR = 16;
-export const NEW_FLOWS_MIN = 1_000;
-/** A tunnel's new-flow bucket (one second of its rate) is full again 1 s after its last new flow: then it is forgotten. */
-const NEW_FLOWS_TIMEOUT_MS = 1_000;
-
-/**
- * How a max_flows value is enforced: its connections hashed by client address and port into `buckets` lists of at
- * most `perBucket` (buckets x perBucket <= maxFlows, so the tunnel never holds more), and at most `newPerSecond`
- * new connections a second (one second's worth at once).
- */
-export function flowCapShape(maxFlows: number): { buckets: number; perBucket: number; newPerSecond: number } {
-  const buckets = Math.ceil(maxFlows / FLOWS_PER_BUCKET);
-  return { buckets, perBucket: Math.floor(maxFlows / buckets), newPerSecond: Math.max(NEW_FLOWS_MIN, Math.ceil(maxFlows / NEW_FLOWS_DIVISOR)) };
 }
 
 // Chain names. `fwd`, `frag`, `raw`, `policy`, `input` and `output` are nft keywords: a file using them does not parse,
@@ -247,57 +207,6 @@ const PRIO_FILTER = 0;
 const NF_INET_LOCAL_IN = 1;
 const NF_INET_LOCAL_OUT = 3;
 
-// Byte offsets in the headers the rules read.
-const IPV4_FRAG_OFF_OFFSET = 6;
-const IPV4_SADDR_OFFSET = 12;
-const IPV4_DADDR_OFFSET = 16;
-const TH_SPORT_OFFSET = 0;
-const TH_DPORT_OFFSET = 2;
-const TCP_FLAGS_OFFSET = 13;
-const TCPOPT_MAXSEG_VALUE_OFFSET = 2;
-/** IP_MF | IP_OFFSET: any fragment, first or later. */
-const IPV4_FRAG_MASK = Uint8Array.of(0x3f, 0xff);
-/** IP_OFFSET: a fragment after the first (no transport header). */
-const IPV4_FRAG_OFFSET_MASK = Uint8Array.of(0x1f, 0xff);
-/** fin|syn|rst|ack: of these, only syn set is a connection's first packet. */
-const TCP_FLAGS_FSRA = 0x17;
-
-// 32-bit registers of the concatenations (nft's own choice, kept for byte equality): a 16-byte ifname fills
-// NFT_REG_1 (32-bit registers 0-3), the next field starts at NFT_REG_2 (4-7).
-const NFT_REG_2 = 2;
-const REG32 = (n: number): number => NFT_REG32_00 + n;
-
-/** The network-order mask keeping a port's block of 2^bits ports (its first port). */
-const portMask = (bits: number): Uint8Array => {
-  const b = Buffer.alloc(2);
-  b.writeUInt16BE((0xffff << bits) & 0xffff);
-  return b;
-};
-const hostU32 = (v: number): Uint8Array => {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(v);
-  return b;
-};
-const daddr = (dreg = NFT_REG_1): Expr => expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_DADDR_OFFSET, 4, dreg);
-const saddr = (dreg = NFT_REG_1): Expr => expr.payload(NFT_PAYLOAD_NETWORK_HEADER, IPV4_SADDR_OFFSET, 4, dreg);
-const drop = (): Expr => expr.immediateVerdict(NF_DROP);
-const accept = (): Expr => expr.immediateVerdict(NF_ACCEPT);
-/** `ct state a,b`: the packet's state bit is one of these (a flag test nft derives itself: no explicit op). */
-const ctStateIn = (bits: number): Expr[] => [expr.ct(NFT_CT_STATE), expr.bitwise(4, hostU32(bits), hostU32(0)), expr.cmp(NFT_CMP_NEQ, hostU32(0))];
-/** `ct status & BIT == 0` (op EQ) or `!= 0` (NEQ); no connection at all (invalid, untracked) ends the rule. */
-const ctStatus = (bit: number, op: number): Expr[] => [expr.ct(NFT_CT_STATUS), expr.bitwise(4, hostU32(bit), hostU32(0), NFT_REG_1, NFT_REG_1, true), expr.cmp(op, hostU32(0))];
-/** `ct status & dnat == 0` (or `!= 0`). */
-const ctDnat = (op: number): Expr[] => ctStatus(IPS_DST_NAT, op);
-/** `tcp flags & (fin|syn|rst|ack) == syn`: a connection's first packet (a packet with no TCP header ends the rule). */
-const tcpSyn = (): Expr[] => [
-  expr.meta(NFT_META_L4PROTO),
-  expr.cmp(NFT_CMP_EQ, Uint8Array.of(IPPROTO_TCP)),
-  expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TCP_FLAGS_OFFSET, 1),
-  expr.bitwise(1, Uint8Array.of(TCP_FLAGS_FSRA), Uint8Array.of(0), NFT_REG_1, NFT_REG_1, true),
-  expr.cmp(NFT_CMP_EQ, Uint8Array.of(TCP_FLAG_SYN)),
-];
-/** `counter name KEY map @<map> drop`: a key missing from the map ends the rule (no count, no drop). */
-const countedDrop = (map: string, key: Expr, ids: Map<string, number>): Expr[] => [key, expr.objrefMap({ name: map, id: ids.get(map) }), drop()];
 
 /**
  * table ip T {
@@ -566,121 +475,4 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   rule(CHAINS.tunnelIn, [...ctStateIn(NF_CT_STATE_ESTABLISHED | NF_CT_STATE_RELATED), expr.meta(NFT_META_IIFNAME), saddr(NFT_REG_2), expr.lookup(ref(POLICY_SETS.origins)), accept()]);
   rule(CHAINS.tunnelIn, countedDrop(dropMap('spoofed'), expr.meta(NFT_META_IIFNAME), ids));
   rule(CHAINS.tunnelIn, [drop()]);
-}
-
-/** What the chains made by value are sized by: the agent's (dataplane/sizing.ts), the same for every chain of a kind. */
-export interface DynamicChainSizes {
-  /** The sources one tunnel's meter holds at most. */
-  meterSources: number;
-  /** The hash buckets of tunnels' flows one flows set holds at most (each holds at least one connection). */
-  flowEntries: number;
-}
-
-/** A chain made by value: a tunnel's meter, or the flow caps of a max_flows value. */
-export type DynamicChain = { kind: 'meter'; link: string; pps: number } | { kind: 'flows'; maxFlows: number };
-
-/** What a chain's name says it is; undefined for the table's own chains (and for those of older agents). */
-export function dynamicChainOf(name: string): DynamicChain | undefined {
-  // The rate is the last `_<digits>`: a link name may hold `_` and digits itself.
-  const m = /^ratelimit_(.+)_(\d+)$/.exec(name);
-  if (m) return { kind: 'meter', link: m[1]!, pps: Number(m[2]) };
-  const f = /^flows_(\d+)$/.exec(name);
-  if (f) return { kind: 'flows', maxFlows: Number(f[1]) };
-  return undefined;
-}
-
-/** The expression names of each rule of a chain made by value, as listRules decodes them: how a damaged one is told. */
-export const DYNAMIC_CHAIN_RULES: Readonly<Record<DynamicChain['kind'], readonly string[]>> = {
-  meter: ['payload dynset immediate', 'payload lookup limit payload objref immediate', 'payload lookup immediate', 'payload objref immediate'],
-  flows: ['payload dynset payload objref immediate', 'payload payload payload hash dynset payload objref immediate'],
-};
-
-/**
- * A chain made by value, with its set(s). `repair`: the chain exists with other rules (a rule deleted by hand): they
- * are flushed first, in the same batch, so the chain ends with exactly its rules.
- */
-export function addDynamicChain(b: NftBatch, table: string, name: string, sizes: DynamicChainSizes, opts: { repair?: boolean; dropMapId?: number } = {}): void {
-  const c = dynamicChainOf(name);
-  if (!c) throw new Error(`not a chain made by value: ${name}`);
-  if (c.kind === 'meter') addMeterChain(b, table, c.link, c.pps, sizes.meterSources, opts);
-  else addFlowsChain(b, table, c.maxFlows, sizes.flowEntries, opts);
-}
-
-/**
- * A tunnel's per-source meter: its sources' own buckets, in a set of its own, so no other tunnel's flood fills it.
- *   set ratelimit_N_R { type ipv4_addr; size S; flags dynamic,timeout; timeout 1s; }
- *   chain ratelimit_N_R {
- *     update @ratelimit_N_R { ip saddr limit rate R/second } return
- *     ip saddr != @ratelimit_N_R limit rate over R/second counter name ip daddr map @drop_rate_limited drop
- *     ip saddr != @ratelimit_N_R return
- *     counter name ip daddr map @drop_rate_limited drop }
- * A source under its limit leaves at the first rule (one hash lookup: the common path). A source the meter holds
- * but over its limit fails the first and is in the set: dropped by the last. A source the full meter could not take
- * (the update adds nothing, the rule ends) is not in the set: it shares the tunnel's one overflow budget, the
- * second rule's own limit (R a second between them all), never unlimited. (`ip saddr @set` cannot tell "held":
- * a lookup also runs the element's limit.) S is a multiple of 65,536: the kernel sizes a set's first hash table
- * from the low 16 bits of its size, so such a set starts at a few hundred bytes and grows only with a flood.
- */
-function addMeterChain(b: NftBatch, table: string, link: string, pps: number, sources: number, opts: { repair?: boolean; dropMapId?: number }): void {
-  const name = meterChainName(link, pps);
-  const id = b.addSet({ table, name, flags: NFT_SET_TIMEOUT | NFT_SET_EVAL, keyType: NFT_TYPE_IPADDR, keyLen: 4, descSize: sources, timeoutMs: METER_TIMEOUT_MS, userdata: ipv4SetUserdata() });
-  b.addChain({ table, name });
-  if (opts.repair) b.flushChain(table, name);
-  const meter = { name, id };
-  const counted = (): Expr[] => [daddr(), expr.objrefMap({ name: dropMap('rate_limited'), id: opts.dropMapId }), drop()];
-  const rule = (exprs: Expr[]): void => void b.addRule({ table, chain: name, exprs });
-  rule([saddr(), expr.dynset(meter, NFT_DYNSET_OP_UPDATE, expr.limit(pps)), expr.immediateVerdict(NFT_RETURN)]);
-  rule([saddr(), expr.lookup(meter, NFT_REG_1, undefined, NFT_LOOKUP_F_INV), expr.limit(pps, { over: true }), ...counted()]);
-  rule([saddr(), expr.lookup(meter, NFT_REG_1, undefined, NFT_LOOKUP_F_INV), expr.immediateVerdict(NFT_RETURN)]);
-  rule(counted());
-}
-
-/**
- * The flow caps of one max_flows value M, for every tunnel with it (each tunnel's own elements, keyed by P):
- *   set newflows_M { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 1s; }
- *   set flows_M { type ipv4_addr . mark; size E; flags dynamic; }
- *   chain flows_M {
- *     update @newflows_M { ip daddr limit rate over F/second burst F packets } counter name ip daddr map @drop_rate_limited drop
- *     add @flows_M { ip daddr . jhash ip saddr . th sport mod K ct count over C } counter name ip daddr map @drop_rate_limited drop }
- * The first caps new connections at F a second (flowCapShape), so the second's walk is paid F times a second at
- * most. The second counts P's connections in K lists by client address and port, C at most each: K x C <= M.
- * `ct count` walks its list on every new connection (a conntrack lookup per entry: 4 ms at 65,536 here, 0.07 ms
- * at 64), hence the buckets. An element goes when its list empties (the kernel collects it); E bounds them all.
- */
-function addFlowsChain(b: NftBatch, table: string, maxFlows: number, entries: number, opts: { repair?: boolean; dropMapId?: number }): void {
-  const name = flowsChainName(maxFlows);
-  const shape = flowCapShape(maxFlows);
-  const rate = newFlowsSetName(maxFlows);
-  const flowsId = b.addSet({ table, name, flags: NFT_SET_EVAL, keyType: concatType([NFT_TYPE_IPADDR, NFT_TYPE_MARK]), keyLen: 8, descSize: entries, userdata: concatSetUserdata() });
-  const rateId = b.addSet({ table, name: rate, flags: NFT_SET_TIMEOUT | NFT_SET_EVAL, keyType: NFT_TYPE_IPADDR, keyLen: 4, descSize: 65_536, timeoutMs: NEW_FLOWS_TIMEOUT_MS, userdata: ipv4SetUserdata() });
-  b.addChain({ table, name });
-  if (opts.repair) b.flushChain(table, name);
-  const counted = (): Expr[] => [daddr(), expr.objrefMap({ name: dropMap('rate_limited'), id: opts.dropMapId }), drop()];
-  b.addRule({ table, chain: name, exprs: [daddr(), expr.dynset({ name: rate, id: rateId }, NFT_DYNSET_OP_UPDATE, expr.limit(shape.newPerSecond, { over: true, burst: shape.newPerSecond })), ...counted()] });
-  b.addRule({
-    table,
-    chain: name,
-    exprs: [
-      daddr(),
-      saddr(REG32(2)),
-      expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_SPORT_OFFSET, 2, REG32(3)),
-      expr.jhash(REG32(2), 8, shape.buckets, REG32(1)),
-      expr.dynset({ name, id: flowsId }, NFT_DYNSET_OP_ADD, expr.connlimitOver(shape.perBucket)),
-      ...counted(),
-    ],
-  });
-}
-
-/** Removes a chain made by value and its set(s) (after the batch removed every map element jumping to it). */
-export function deleteDynamicChain(b: NftBatch, table: string, name: string): void {
-  b.flushChain(table, name);
-  b.deleteChain(table, name);
-  b.deleteSet(table, name);
-  const c = dynamicChainOf(name);
-  if (c?.kind === 'flows') b.deleteSet(table, newFlowsSetName(c.maxFlows));
-}
-
-/** The SYN proxy for one MSS value (tunnel MTU - 40: STACK.md, the proxy's MSS is the one the client uses). */
-export function addSynproxyObject(b: NftBatch, table: string, mss: number): void {
-  b.addSynproxy({ table, name: synproxyName(mss), mss, wscale: SYNPROXY_WSCALE });
 }

@@ -20,6 +20,7 @@ import {
   MAX_INPUT_BYTES,
   SSH_USER,
   type HelloLine,
+  FEATURE_ATTACKS,
   type JobErrorCode,
   type JobVersion,
   type ResultLine,
@@ -252,7 +253,7 @@ export class AgentSshServer {
     let timer: NodeJS.Timeout | undefined;
     if (command === HELLO_COMMAND && answersHello(this.opts.versions)) {
       // No stdin is read: whatever the client sends (or whether it ever closes it) does not matter.
-      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion };
+      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: [FEATURE_ATTACKS] };
       // Additive (docs/CONTRACTS.md "Tunnel links"): a gateway from before it ignores the key.
       const links = this.opts.tunnelLinks?.();
       if (links) hello.tunnel_links = links;

@@ -7,6 +7,7 @@ import type { Database } from '../db/database.ts';
 import type { Permission } from '../db/entities.ts';
 import { Coalescer } from '../db/coalesce.ts';
 import { ApiError } from '../domain/errors.ts';
+import { disableWebhooksOf } from '../webhooks/revocation.ts';
 import type { Principal } from './principal.ts';
 
 const KEY_RE = /^svc_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$/;
@@ -31,9 +32,14 @@ export async function createApiKey(db: Database, accountId: string, userId: stri
 export async function revokeApiKey(db: Database, id: string): Promise<boolean> {
   if (!isUuid(id)) return false;
   // Every authentication reads the key's row (ApiKeyVerifier), so once this commits the key is refused
-  // by every gateway: nothing to tell them.
-  const rows = await db.query('update api_key set revoked_at = coalesce(revoked_at, now()) where id = ? returning id', [id.toLowerCase()]);
-  return rows.length > 0;
+  // by every gateway: nothing to tell them. The webhooks the key registered are disabled in the same
+  // transaction (server/webhooks/revocation.ts): none outlives the key.
+  return db.transaction(async (sql) => {
+    const rows = await sql.query('update api_key set revoked_at = coalesce(revoked_at, now()) where id = ? returning id', [id.toLowerCase()]);
+    if (rows.length === 0) return false;
+    await disableWebhooksOf(sql, { apiKey: id.toLowerCase() });
+    return true;
+  });
 }
 
 const invalid = () => new ApiError('invalid_token', 'The API key is malformed, unknown or revoked.', { 'WWW-Authenticate': 'Bearer error="invalid_token"' });

@@ -3,11 +3,19 @@
 import type { Permission } from '../db/entities.ts';
 import { ApiError } from '../domain/errors.ts';
 
+/**
+ * The credential a request came with: an API key (`id` its key id); or an access token of the issuer,
+ * `id` its grant and `clientId` the client it was issued to: the first-party panel's (`session`, the
+ * user's own sign-in), or any other application's (`oauth_client`, a third party the user allowed).
+ * What a webhook records of its creator (server/webhooks/service.ts) is read from here.
+ */
+export type Credential = { kind: 'api_key'; id: string } | { kind: 'session' | 'oauth_client'; id: string; clientId: string };
+
 export interface Principal {
   accountId: string;
   userId: string | null;
   permission: Permission;
-  credential: { kind: 'api_key' | 'session'; id: string };
+  credential: Credential;
 }
 
 export function requireWrite(p: Principal): void {

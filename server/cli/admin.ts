@@ -35,12 +35,12 @@ import { ApiError } from '../domain/errors.ts';
 import { loadSecrets, SecretsError, type ServerSecrets } from '../secrets.ts';
 import { openDatabase } from '../services.ts';
 import { formatUsage, parseOptions, UsageError, type ParsedOptions } from './args.ts';
-import { COMMANDS, type Command } from './commands.ts';
+import { COMMANDS } from './commands.ts';
+import type { Command, EdgeQueueing } from './command.ts';
 import { renderTable } from './table.ts';
 import { AdminSocketRefused, adminSocketPath, forwardToGateway } from './admin-socket.ts';
 import { createLogger } from '../../common/log.ts';
 import { ProvisioningService } from '../provisioning/service.ts';
-import type { EdgeQueueing } from './queue-commands.ts';
 import { VERSION } from '../version.ts';
 
 const EXIT = { ok: 0, refused: 1, usage: 2, failed: 3 } as const;

@@ -1,7 +1,6 @@
 // The admin CLI's commands: docs/CONTRACTS.md "Admin CLI", one entry per row, each a thin adapter over the
 // same domain functions the REST routes and GraphQL call.
 import { createApiKey, revokeApiKey } from '../auth/api-keys.ts';
-import type { Database } from '../db/database.ts';
 import { API_ACCESS, PERMISSIONS, ROLES, type ApiAccess, type Permission } from '../db/entities.ts';
 import { addBalance, createUser, findUserByEmail } from '../domain/accounts.ts';
 import { clientExists, createClient, listClients, MAX_REDIRECT_URIS, rotateClientSecret, setClientApiAccess, validateClientName, validateRedirectUris } from '../domain/clients.ts';
@@ -10,39 +9,12 @@ import { MoneyError, parseRate, rateToNumber } from '../domain/money.ts';
 import { addNode, listNodes, showNode, updateNode } from '../domain/nodes.ts';
 import { createPromocode } from '../domain/promocodes.ts';
 import { setRate } from '../domain/settings.ts';
-import type { ServerSecrets } from '../secrets.ts';
-import { intOption, isoOption, UsageError, type OptionSpec, type ParsedOptions } from './args.ts';
-import { QUEUE_COMMANDS, type EdgeQueueing } from './queue-commands.ts';
+import { intOption, isoOption, UsageError, type ParsedOptions } from './args.ts';
+import { QUEUE_COMMANDS } from './queue-commands.ts';
 import { READ_COMMANDS } from './read-commands.ts';
 import { FORMAT_OPTION } from './table.ts';
 import { WEBHOOK_COMMANDS } from './webhook-commands.ts';
-import type { Config } from '../config.ts';
-
-export interface CommandContext {
-  db: Database;
-  /** The environment's settings (ALLOW_PRIVATE_WEBHOOKS for `webhook create`). */
-  config: Config;
-  /** Loads (and on first use generates) the server secrets; only the commands that need them call it. */
-  secrets(): Promise<ServerSecrets>;
-  /** Progress for long work: goes to stderr, never stdout. */
-  progress(line: string): void;
-  /** The provisioning queue (opened on first use), for `node reconcile` and `tunnel repair`. */
-  provisioning(): Promise<EdgeQueueing>;
-}
-
-export interface Command {
-  /** The two command words, e.g. `user create`. */
-  name: string;
-  summary: string;
-  /** Printed keys, for the help text. */
-  prints: string;
-  options: readonly OptionSpec[];
-  /** A read command: changes nothing, and takes `--format table` besides JSON (server/cli/table.ts). */
-  read?: true;
-  /** Checks of the command line that need no database; a failure is a usage error (exit 2). */
-  check?(o: ParsedOptions): void;
-  run(ctx: CommandContext, o: ParsedOptions): Promise<Record<string, unknown>>;
-}
+import type { Command } from './command.ts';
 
 const str = (o: ParsedOptions, name: string): string => o[name] as string;
 const opt = (o: ParsedOptions, name: string): string | undefined => o[name] as string | undefined;

@@ -7,13 +7,7 @@ import { ApiError } from '../domain/errors.ts';
 import { isUuid } from '../../common/names.ts';
 import type { SendOnceResult } from '../provisioning/queue.ts';
 import type { ParsedOptions } from './args.ts';
-import type { Command } from './commands.ts';
-
-/** What these commands need of provisioning (server/provisioning/service.ts). */
-export interface EdgeQueueing {
-  queueReconcile(nodeId: string, reason: 'operator'): Promise<SendOnceResult>;
-  queueRepair(tunnelId: string): Promise<SendOnceResult>;
-}
+import type { Command } from './command.ts';
 
 const str = (o: ParsedOptions, name: string): string => o[name] as string;
 

@@ -4,7 +4,7 @@
 import { TUNNEL_STATUSES, type TunnelStatus } from '../db/entities.ts';
 import { listApiKeys, listLedger, listPromocodes, listTunnels, listUsers, showUser, type PageRequest } from '../domain/admin-read.ts';
 import { intOption, isoOption, type OptionSpec, type ParsedOptions } from './args.ts';
-import type { Command } from './commands.ts';
+import type { Command } from './command.ts';
 
 const opt = (o: ParsedOptions, name: string): string | undefined => o[name] as string | undefined;
 const str = (o: ParsedOptions, name: string): string => o[name] as string;

@@ -12,6 +12,12 @@ export type Permission = (typeof PERMISSIONS)[number];
 /** What an OAuth client's access tokens may do on the tunnel API and GraphQL (docs/CONTRACTS.md "Admin CLI"). */
 export const API_ACCESS = ['none', 'read', 'write'] as const;
 export type ApiAccess = (typeof API_ACCESS)[number];
+/**
+ * Who registered a webhook (docs/CONTRACTS.md "Webhooks"): the owner signed in to the panel (`session`),
+ * an API key, a third-party OAuth application (`oauth_client`), or the operator with the admin CLI.
+ */
+export const WEBHOOK_CREATOR_KINDS = ['session', 'api_key', 'oauth_client', 'operator'] as const;
+export type WebhookCreatorKind = (typeof WEBHOOK_CREATOR_KINDS)[number];
 /** A tunnel's `protocol` setting (common/tunnel-policy.ts PROTOCOLS; docs/CONTRACTS.md "Tunnel settings"). */
 const TUNNEL_PROTOCOLS = ['both', 'tcp', 'udp'] as const;
 /** A tunnel's health (common/tunnel-status.ts HEALTHS; docs/CONTRACTS.md "Health and traffic"). */
@@ -146,6 +152,11 @@ const TunnelSchema = defineEntity({
     synProxy: p.boolean().default(false),
     sourcePpsLimit: p.integer().nullable().check('source_pps_limit is null or (source_pps_limit >= 10 and source_pps_limit <= 1000000)'),
     dropFragments: p.boolean().default(false),
+    // Attack settings (docs/CONTRACTS.md "Attacks"; common/tunnel-policy.ts): max_flows, the connections the
+    // tunnel may hold at the edge (stored and sent to the agent; the dataplane does not enforce it yet), and
+    // alert_pps, the attack alert threshold (null: automatic).
+    maxFlows: p.integer().default(65536).check('max_flows >= 1000 and max_flows <= 1000000'),
+    alertPps: p.integer().nullable().check('alert_pps is null or (alert_pps >= 100 and alert_pps <= 100000000)'),
     // Which version of the tunnel's spec the edge holds (server/provisioning/worker.ts): a settings
     // change that reaches the spec bumps spec_revision; the worker records the revision it applied in
     // applied_revision, so a PATCH knows when the agent has its change, and a job that read an older
@@ -182,6 +193,22 @@ const TunnelSchema = defineEntity({
   checks: [{ name: 'tunnel_gre_key_range', expression: 'gre_key is null or (gre_key >= 1 and gre_key <= 4294967295)' }],
 });
 export type Tunnel = InferEntity<typeof TunnelSchema>;
+
+// Each change of a tunnel's origin_ip after its purchase (docs/CONTRACTS.md "Tunnel settings"): at most 10 per
+// tunnel in any hour, counted here under the tunnel's row lock (server/domain/tunnels/origin-changes.ts), so
+// a tenant cannot re-aim its protected IP at address after address. Rows older than the hour are deleted by
+// the next change of that tunnel.
+const TunnelOriginChangeSchema = defineEntity({
+  name: 'TunnelOriginChange',
+  tableName: 'tunnel_origin_change',
+  properties: {
+    id: p.bigint('string').primary().autoincrement(),
+    tunnel: () => p.manyToOne(TunnelSchema).deleteRule('cascade'),
+    changedAt: p.datetime(),
+  },
+  indexes: [{ properties: ['tunnel', 'changedAt'] }],
+});
+export type TunnelOriginChange = InferEntity<typeof TunnelOriginChangeSchema>;
 
 const PromocodeSchema = defineEntity({
   name: 'Promocode',
@@ -333,7 +360,30 @@ const WebhookSchema = defineEntity({
     // The whsec_ signing secret under the secret-encryption key (secrets/at-rest.ts), bound to the id.
     secretCiphertext: p.text(),
     createdAt: createdAt(),
+    // The credential that registered it (server/webhooks/service.ts; docs/CONTRACTS.md "Webhooks"): its
+    // kind, and the API key id, the user id (the panel's session) or the OAuth client id; for a third-party
+    // application also the grant. Revoking that credential disables the webhook (server/webhooks/revocation.ts).
+    // Null on webhooks registered before it was recorded.
+    createdByKind: p.enum(WEBHOOK_CREATOR_KINDS).nullable(),
+    createdById: p.text().nullable(),
+    createdByGrant: p.string().length(255).nullable(),
+    // Whether deliveries carry the tunnel's origin_ip (server/webhooks/events.ts); only the account's own
+    // credentials may ask for it.
+    includeOrigin: p.boolean().default(false),
+    // Set when the webhook stops receiving anything (no event is written for it, nothing pending is sent),
+    // with why: 'credential_revoked' (its creator was revoked; server/webhooks/revocation.ts) or 'failing'
+    // (nothing delivered for 24 hours while attempts kept failing; server/webhooks/disable.ts). Null while
+    // enabled. Both migrations add these two columns, each with `if not exists`.
+    disabledAt: p.datetime().nullable(),
+    disabledReason: p.text().nullable(),
+    // The first failed attempt since the last delivered one; null while the endpoint answers.
+    failingSince: p.datetime().nullable(),
   },
+  indexes: [
+    // Revoking a key, a grant or a client finds the webhooks it registered (server/webhooks/revocation.ts).
+    { name: 'webhook_created_by_idx', expression: 'create index "webhook_created_by_idx" on "webhook" ("created_by_kind", "created_by_id") where "created_by_kind" is not null' },
+    { name: 'webhook_created_by_grant_idx', expression: 'create index "webhook_created_by_grant_idx" on "webhook" ("created_by_grant") where "created_by_grant" is not null' },
+  ],
 });
 export type Webhook = InferEntity<typeof WebhookSchema>;
 
@@ -355,18 +405,67 @@ const WebhookDeliverySchema = defineEntity({
     lastOutcome: p.text().nullable(),
     deliveredAt: p.datetime().nullable(),
     givenUpAt: p.datetime().nullable(),
+    // The claimed attempt's lease while it is in flight, cleared with its outcome: the claim counts these
+    // to keep at most 2 attempts in flight per webhook across replicas (server/webhooks/delivery.ts).
+    leaseUntil: p.datetime().nullable(),
     // Finished deliveries are purged by age (server/webhooks/delivery.ts, RETENTION_DAYS).
     createdAt: createdAt().index(),
   },
   indexes: [
-    // What the delivery worker takes: undelivered, not given up, oldest due first (server/webhooks/delivery.ts).
+    // What the delivery worker takes, per webhook: undelivered, not given up, oldest due first; also what
+    // the per-webhook cap on pending deliveries counts (server/webhooks/delivery.ts, events.ts).
     {
-      name: 'webhook_delivery_due_idx',
-      expression: 'create index "webhook_delivery_due_idx" on "webhook_delivery" ("next_attempt_at") where "delivered_at" is null and "given_up_at" is null',
+      name: 'webhook_delivery_pending_idx',
+      expression:
+        'create index "webhook_delivery_pending_idx" on "webhook_delivery" ("webhook_id", "next_attempt_at") where "delivered_at" is null and "given_up_at" is null',
+    },
+    // The attempts in flight (a lease set), counted by every claim.
+    {
+      name: 'webhook_delivery_lease_idx',
+      expression: 'create index "webhook_delivery_lease_idx" on "webhook_delivery" ("lease_until") where "lease_until" is not null',
     },
   ],
 });
 export type WebhookDelivery = InferEntity<typeof WebhookDeliverySchema>;
+
+// --- Attacks (server/attacks/; docs/CONTRACTS.md "Attacks") ---
+
+/** What an attack's packets mostly were, as its record says (common/attacks.ts AttackVector). */
+export interface AttackVectorColumn {
+  protocol: string | null;
+  ports: number[] | null;
+  top_drop_reason: string | null;
+}
+
+const AttackSchema = defineEntity({
+  name: 'Attack',
+  tableName: 'attack',
+  properties: {
+    // The id the edge agent gave it when it started: its status answers carry the record under it, and the
+    // gateway upserts by it, so a record reported in many rounds is one row.
+    id: p.uuid().primary(),
+    // Deleting a tunnel row (nothing does today: deleted tunnels stay) takes its attacks with it.
+    tunnel: () => p.manyToOne(TunnelSchema).deleteRule('cascade'),
+    startedAt: p.datetime(),
+    // Null while it goes on.
+    endedAt: p.datetime().nullable(),
+    peakPps: p.bigint('number'),
+    peakBps: p.bigint('number'),
+    vector: p.json<AttackVectorColumn>(),
+    packetsDropped: p.bigint('number'),
+    packetsPassed: p.bigint('number'),
+    // The status round that last carried it: an open attack no longer listed by its agent ends here.
+    reportedAt: p.datetime(),
+    createdAt: createdAt(),
+  },
+  indexes: [
+    // A tunnel's attacks by time (the API's range), and the purge after 90 days (by end).
+    { name: 'attack_tunnel_started_idx', properties: ['tunnel', 'startedAt'] },
+    { name: 'attack_ended_idx', properties: ['endedAt'] },
+  ],
+  checks: [{ name: 'attack_ended_after_start', expression: 'ended_at is null or ended_at >= started_at' }],
+});
+export type Attack = InferEntity<typeof AttackSchema>;
 
 export const entities = [
   AccountSchema,
@@ -375,6 +474,7 @@ export const entities = [
   EdgeNodeSchema,
   ProtectedIpSchema,
   TunnelSchema,
+  TunnelOriginChangeSchema,
   PromocodeSchema,
   LedgerEntrySchema,
   IdempotencyRecordSchema,
@@ -384,4 +484,5 @@ export const entities = [
   OidcPayloadSchema,
   WebhookSchema,
   WebhookDeliverySchema,
+  AttackSchema,
 ];

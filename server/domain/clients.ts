@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import type { Database, Sql } from '../db/database.ts';
 import { API_ACCESS, type ApiAccess } from '../db/entities.ts';
 import { decryptSecret, encryptSecret } from '../secrets/at-rest.ts';
+import { disableWebhooksOf } from '../webhooks/revocation.ts';
 import { ApiError } from './errors.ts';
 
 export interface OAuthClientRecord {
@@ -258,6 +259,7 @@ export async function listClients(db: Pick<Database, 'query'>, o: { limit: numbe
  * this is database work, not an in-memory callback):
  *  - every oidc_payload row of the client: authorization codes, refresh tokens, grants, interactions;
  *  - the client's entry in every browser session, so the next authorize asks for consent again.
+ *  - the webhooks the client's tokens registered are disabled (docs/CONTRACTS.md "Webhooks").
  * Access tokens are JWTs that are not stored, but each names its grant (`gid`) and the API, userinfo
  * and revocation check that the grant still exists: deleting the grants ends them at once. Neither
  * grants nor clients are cached: every client authentication reads the client's row (readClients), so
@@ -265,6 +267,8 @@ export async function listClients(db: Pick<Database, 'query'>, o: { limit: numbe
  */
 export async function invalidateClientArtifacts(sql: Pick<Sql, 'query'>, clientId: string): Promise<void> {
   await sql.query('delete from oidc_payload where client_id = ?', [clientId]);
+  // Every grant of the client just ended: so do the webhooks its tokens registered (server/webhooks/revocation.ts).
+  await disableWebhooksOf(sql, { client: clientId });
   await sql.query(
     `update oidc_payload set payload = payload #- array['authorizations', ?]::text[]
       where kind = 'Session' and jsonb_exists(payload->'authorizations', ?)`,

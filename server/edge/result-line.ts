@@ -44,6 +44,8 @@ export interface AgentHello {
   agent: string | null;
   /** Whether it can make its tunnels' links (docs/CONTRACTS.md "Tunnel links"); null when it did not say. */
   tunnelLinks: TunnelLinks | null;
+  /** The features it listed (common/job-contract.ts FEATURE_ATTACKS); absent: none (an agent from before them). */
+  features?: readonly string[];
 }
 
 
@@ -70,7 +72,7 @@ export function parseHelloAnswer(stdout: string, exitCode: number | undefined): 
   if (why) throw new EdgeSshError('protocol', `the agent's hello is not a hello line (${why}): ${shown}`);
   if (exitCode !== 0) throw new EdgeSshError('protocol', `the agent's hello came with exit status ${exitCode ?? 'none'}, not 0`);
   const hello = line as HelloLine;
-  return { versions: [...hello.versions], agent: hello.agent, tunnelLinks: hello.tunnel_links ?? null };
+  return { versions: [...hello.versions], agent: hello.agent, tunnelLinks: hello.tunnel_links ?? null, ...(hello.features ? { features: [...hello.features] } : {}) };
 }
 
 /** One result line from an agent's stdout, checked against its exit status. */

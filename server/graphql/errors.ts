@@ -25,7 +25,9 @@ export function formatGraphqlError(formatted: GraphQLFormattedError, error: unkn
   const original = unwrapResolverError(error);
   const where = { ...(formatted.locations ? { locations: formatted.locations } : {}), ...(formatted.path ? { path: formatted.path } : {}) };
   if (original instanceof ApiError) {
-    return { message: original.message, ...where, extensions: { code: original.code, status: original.status } };
+    // A domain rate_limited (the origin-change limit of updateTunnel) says when to retry, as REST's Retry-After does.
+    const retry = original.headers['Retry-After'];
+    return { message: original.message, ...where, extensions: { code: original.code, status: original.status, ...(retry !== undefined ? { retry_after: Number(retry) } : {}) } };
   }
   if (isUnexpected(original, formatted.extensions?.code)) {
     return {

@@ -10,10 +10,10 @@
 //   and every level is one object at most. Introspection fields count like any other.
 // - cost: every selected field costs 1; a root Query or Mutation field (one that runs a resolver
 //   against the database) costs 10; the selection under `tunnels(limit: n)` is multiplied by n
-//   (default 20, a variable counts as 100), and likewise under `ledger(limit: n)`. `Tunnel.traffic` and
-//   `Tunnel.healthChanges` cost 10 too (each reads the database for each tunnel). A full page of 100 tunnels
-//   with every field but those two costs 1,610 (so one fits, two do not); the standard introspection query
-//   costs 220 at depth 6.
+//   (default 20, a variable counts as 100), and likewise under `ledger(limit: n)`. `Tunnel.traffic`,
+//   `Tunnel.healthChanges` and `Tunnel.attacks` cost 10 too (each reads the database for each tunnel). A page
+//   of 100 tunnels with every field but those three costs 2,310 (23 a tunnel: a page of 86 fits); the standard
+//   introspection query costs 220 at depth 6.
 // - traffic points: not here (they depend on variables and the clock); traffic-budget.ts allows at most
 //   10,000 per operation, counted by each traffic field's points times its tunnels, before execution.
 // - aliases: at most 20 aliased fields, so one request cannot fan a resolver out many times.
@@ -101,7 +101,7 @@ function measureOperation(context: ValidationContext, op: OperationDefinitionNod
     const name = node.name.value;
     const type = fieldType(parent, name);
     const child = node.selectionSet && type ? selections(node.selectionSet, type, visiting) : ZERO;
-    const own = (isRoot(parent) && !name.startsWith('__')) || (parent.name === 'Tunnel' && (name === 'traffic' || name === 'healthChanges')) ? ROOT_FIELD_COST : 1;
+    const own = (isRoot(parent) && !name.startsWith('__')) || (parent.name === 'Tunnel' && (name === 'traffic' || name === 'healthChanges' || name === 'attacks')) ? ROOT_FIELD_COST : 1;
     const times = parent === queryType && (name === 'tunnels' || name === 'ledger') ? pageSize(node) : 1;
     const counts = !(name === 'ofType' && parent.name === '__Type');
     return {

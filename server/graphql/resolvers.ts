@@ -28,6 +28,7 @@ import {
 import { WebhookResolver } from './webhooks.ts';
 import { TunnelTrafficResolver } from './health.ts';
 import { TunnelHealthChangesResolver } from './health-changes.ts';
+import { TunnelAttacksResolver } from './attacks.ts';
 import { ApplicationResolver } from './applications.ts';
 import { LedgerResolver } from './ledger.ts';
 import { releasing } from './subscriptions.ts';
@@ -109,7 +110,7 @@ export class TunnelResolver {
 
   @Mutation(() => Tunnel, {
     description:
-      'Changes a tunnel\'s name, origin and settings (PATCH /api/dedicated/{id}). A pending or failed tunnel just stores them (the next provision carries them); on the edge, the change is applied like a provision and the mutation waits a few seconds for the agent: settingsApplied is true when it applied the change, false while its job retries (tunnelStatus fires once it is applied). A new origin moves an ACTIVE tunnel back to PROVISIONED once applied. Deleted or deleting: invalid_state.',
+      'Changes a tunnel\'s name, origin and settings (PATCH /api/dedicated/{id}). A pending or failed tunnel just stores them (the next provision carries them); on the edge, the change is applied like a provision and the mutation waits a few seconds for the agent: settingsApplied is true when it applied the change, false while its job retries (tunnelStatus fires once it is applied). A new origin stops the edge forwarding to the tunnel at once (until an activation probed the new origin) and moves an ACTIVE tunnel back to PROVISIONED once applied; originIp may change at most 10 times per tunnel in any hour, beyond that rate_limited (extensions.retry_after: seconds). Deleted or deleting: invalid_state.',
   })
   async updateTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string, @Arg('input', () => UpdateTunnelInput) input: UpdateTunnelInput): Promise<Tunnel> {
     const principal = await ctx.principal();
@@ -117,7 +118,10 @@ export class TunnelResolver {
     return tunnelOf(await tunnels.update(principal, id, validateUpdate(updateFields(input), tunnels.allowPrivateOrigins)));
   }
 
-  @Mutation(() => Tunnel, { description: 'Marks a provisioned tunnel active once the origin answers through it.' })
+  @Mutation(() => Tunnel, {
+    description:
+      'Marks a provisioned tunnel active once the origin answers through it; only then does the edge forward traffic to the origin (settingsApplied turns true once it does). invalid_state when the origin does not answer, or when originIp changed while the probe ran.',
+  })
   async activateTunnel(@Ctx() ctx: GraphqlContext, @Arg('id', () => ID) id: string): Promise<Tunnel> {
     const principal = await ctx.principal();
     return tunnelOf(await ctx.services.tunnels.activate(principal, id));
@@ -136,7 +140,7 @@ export class TunnelResolver {
 export class TunnelStatusResolver {
   @Subscription(() => Tunnel, {
     description:
-      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...), its health changes or the edge applies its settings (settingsApplied turns true), from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization. At most 10 running subscriptions per WebSocket and 50 per credential: more are refused with code rate_limited.',
+      'The tunnel now, then again each time its status changes (provisioning, provisioned, active, deleting, deleted ...), its health changes, the edge applies its settings (settingsApplied turns true) or an attack on it starts or ends (select Tunnel.attacks to see it), from whichever gateway replica changed it. Over graphql-ws at /graphql; the credential goes in connectionParams.Authorization. At most 10 running subscriptions per WebSocket and 50 per credential: more are refused with code rate_limited.',
     subscribe: async ({ args, context }: SubscribeResolverData<unknown, { id: string }, GraphqlContext>) => {
       const principal = await context.principal();
       // Over a cap (subscriptions.ts): refused before anything is read or listened to.
@@ -156,7 +160,7 @@ export class TunnelStatusResolver {
   }
 
   @Subscription(() => Tunnel, {
-    description: `Changes of many tunnels on one subscription (a dashboard's list): each time one of \`ids\` (1 to ${WATCH_MANY_MAX} of this account's tunnels) changes status or health, that tunnel now. No first snapshot: read the list, then follow it. One id not of this account: not_found. Counts as one subscription against the caps of tunnelStatus.`,
+    description: `Changes of many tunnels on one subscription (a dashboard's list): each time one of \`ids\` (1 to ${WATCH_MANY_MAX} of this account's tunnels) changes status or health, or an attack on it starts or ends, that tunnel now. No first snapshot: read the list, then follow it. One id not of this account: not_found. Counts as one subscription against the caps of tunnelStatus.`,
     subscribe: async ({ args, context }: SubscribeResolverData<unknown, { ids: string[] }, GraphqlContext>) => {
       const principal = await context.principal();
       const release = context.subscriptions?.acquire(principal) ?? (() => {});
@@ -173,4 +177,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, WebhookResolver, LedgerResolver, ApplicationResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, TunnelAttacksResolver, WebhookResolver, LedgerResolver, ApplicationResolver] as const;

@@ -7,7 +7,7 @@ import { Field, Float, ID, InputType, Int, ObjectType, registerEnumType, GraphQL
 import type { Pricing as PricingView } from '../domain/pricing.ts';
 import { SETTINGS_APPLIED, type Purchase as PurchaseView, type SetupView, type TunnelPage as TunnelPageView, type TunnelView } from '../domain/tunnels/index.ts';
 import { nextStepsOf } from '../http/rest/paths.ts';
-import { PPS_MAX, PPS_MIN } from '../../common/tunnel-policy.ts';
+import { ALERT_PPS_MAX, ALERT_PPS_MIN, DEFAULT_MAX_FLOWS, MAX_FLOWS_MAX, MAX_FLOWS_MIN, PPS_MAX, PPS_MIN } from '../../common/tunnel-policy.ts';
 import type { AccountView } from '../domain/accounts.ts';
 import type { Health } from '../../common/tunnel-status.ts';
 import type { Permission as PermissionValue, Role as RoleValue, TunnelStatus as TunnelStatusValue } from '../db/entities.ts';
@@ -113,6 +113,12 @@ export class TunnelProtection {
 
   @Field({ description: 'Drop IP fragments before they reach the origin.' })
   dropFragments!: boolean;
+
+  @Field(() => Int, { description: `Connections the tunnel may hold in the edge's connection table (${MAX_FLOWS_MIN} to ${MAX_FLOWS_MAX}, default ${DEFAULT_MAX_FLOWS}). Stored and sent to the edge; not enforced by the edge yet.` })
+  maxFlows!: number;
+
+  @Field(() => Int, { nullable: true, description: `The attack alert threshold in inbound packets (or drops) per second (${ALERT_PPS_MIN} to ${ALERT_PPS_MAX}); null: automatic, 10 x the tunnel's 10-minute p95 and at least 5,000 (docs/CONTRACTS.md "Attacks").` })
+  alertPps!: number | null;
 }
 
 @ObjectType({ description: 'A dedicated tunnel: a protected IPv4 on an edge router, carried over GRE to the origin.' })
@@ -281,6 +287,12 @@ export class TunnelProtectionInput {
 
   @Field(() => Boolean, { nullable: true })
   dropFragments?: boolean | null;
+
+  @Field(() => Int, { nullable: true, description: `${MAX_FLOWS_MIN} to ${MAX_FLOWS_MAX} connections (default ${DEFAULT_MAX_FLOWS}).` })
+  maxFlows?: number | null;
+
+  @Field(() => Int, { nullable: true, description: `${ALERT_PPS_MIN} to ${ALERT_PPS_MAX} packets per second, or null for the automatic threshold.` })
+  alertPps?: number | null;
 }
 
 @InputType({ description: 'The fields to change (PATCH /api/dedicated/{id}); a field left out keeps its value.' })
@@ -303,7 +315,7 @@ export class UpdateTunnelInput {
 
 // --- GraphQL input -> REST field names (validated by the same domain functions) ----------------------
 
-/** null as "left out": these fields have no null value (name's and sourcePpsLimit's nulls mean something, and are kept). */
+/** null as "left out": these fields have no null value (name's, sourcePpsLimit's and alertPps's nulls mean something, and are kept). */
 const unlessNull = <T>(v: T | null | undefined): T | undefined => (v === null ? undefined : v);
 
 /** The settings fields of an input, under their REST names (ports, protocol, protection). */
@@ -316,7 +328,10 @@ export function settingsFields(input: { ports?: string | null; protocol?: string
   return {
     ports: unlessNull(input.ports),
     protocol: unlessNull(input.protocol),
-    protection: p === undefined || p === null ? undefined : { syn_proxy: unlessNull(p.synProxy), source_pps_limit: p.sourcePpsLimit, drop_fragments: unlessNull(p.dropFragments) },
+    protection:
+      p === undefined || p === null
+        ? undefined
+        : { syn_proxy: unlessNull(p.synProxy), source_pps_limit: p.sourcePpsLimit, drop_fragments: unlessNull(p.dropFragments), max_flows: unlessNull(p.maxFlows), alert_pps: p.alertPps },
   };
 }
 
@@ -348,7 +363,13 @@ export function toTunnel(t: TunnelView): Tunnel {
     originIp: t.origin_ip,
     ports: t.ports,
     protocol: t.protocol,
-    protection: { synProxy: t.protection.syn_proxy, sourcePpsLimit: t.protection.source_pps_limit, dropFragments: t.protection.drop_fragments },
+    protection: {
+      synProxy: t.protection.syn_proxy,
+      sourcePpsLimit: t.protection.source_pps_limit,
+      dropFragments: t.protection.drop_fragments,
+      maxFlows: t.protection.max_flows,
+      alertPps: t.protection.alert_pps,
+    },
     tunnelName: t.tunnel_name,
     status: t.status as TunnelStatus,
     health: t.health as TunnelHealth,

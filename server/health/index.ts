@@ -13,6 +13,7 @@ import { contactableNodes, edgeNode } from '../provisioning/edge-state.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 import { Collector, type RoundOutcome } from './collector.ts';
 import { StatusIngest } from './ingest.ts';
+import type { AttackIngest } from '../attacks/ingest.ts';
 import { HOUR_MS, RETENTION_MS, STEPS, STEP_MS, TrafficStore, type Step, type TrafficPoint } from './storage.ts';
 import { HEALTH_CHANGE_RETENTION_MS, readHealthChanges, type HealthChange } from './history.ts';
 
@@ -58,7 +59,8 @@ export interface TrafficQueryInput {
   step?: string | null;
 }
 
-function time(v: string, name: string): Date {
+/** A query's time (`from`, `to`): ISO 8601 with a date, a time and an offset or Z; anything else is invalid_request naming it. */
+export function parseQueryTime(v: string, name: string): Date {
   // ISO 8601 with a date and a time (an offset or Z); Date.parse alone accepts too much.
   if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:\d{2})$/.test(v) || Number.isNaN(Date.parse(v))) {
     throw new ApiError('invalid_request', `${name} must be an ISO 8601 time such as 2026-11-25T12:00:00Z.`);
@@ -75,8 +77,8 @@ function time(v: string, name: string): Date {
 export function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to: Date; step: Step; points: number } {
   const step = (q.step ?? '1m') as Step;
   if (!STEPS.includes(step)) throw new ApiError('invalid_request', 'step must be 1m or 1h.');
-  const to = q.to ? time(q.to, 'to') : now;
-  const from = q.from ? time(q.from, 'from') : new Date(to.getTime() - DEFAULT_SPAN_MS[step]);
+  const to = q.to ? parseQueryTime(q.to, 'to') : now;
+  const from = q.from ? parseQueryTime(q.from, 'from') : new Date(to.getTime() - DEFAULT_SPAN_MS[step]);
   if (from >= to) throw new ApiError('invalid_request', 'from must be before to.');
   if (to.getTime() > now.getTime() + STEP_MS[step]) {
     throw new ApiError('invalid_request', `to is in the future: at most one step (${step}) after now (${new Date(now.getTime() + STEP_MS[step]).toISOString()}).`);
@@ -96,8 +98,8 @@ export function trafficRange(q: TrafficQueryInput, now: Date): { from: Date; to:
  * from < to; `from` within retention (90 days). Anything else is invalid_request.
  */
 function healthChangesRange(q: HealthChangesQueryInput, now: Date): { from: Date; to: Date } {
-  const to = q.to ? time(q.to, 'to') : now;
-  const from = q.from ? time(q.from, 'from') : new Date(to.getTime() - HEALTH_CHANGES_DEFAULT_SPAN_MS);
+  const to = q.to ? parseQueryTime(q.to, 'to') : now;
+  const from = q.from ? parseQueryTime(q.from, 'from') : new Date(to.getTime() - HEALTH_CHANGES_DEFAULT_SPAN_MS);
   if (from >= to) throw new ApiError('invalid_request', 'from must be before to.');
   const oldest = now.getTime() - HEALTH_CHANGE_RETENTION_MS;
   if (from.getTime() < oldest) throw new ApiError('invalid_request', `from is outside retention: health changes are kept 90 days (from ${new Date(oldest).toISOString()}).`);
@@ -113,9 +115,11 @@ export class HealthService {
   constructor(
     private readonly db: Database,
     private readonly provisioning: ProvisioningService,
+    /** The attack records of each status answer (server/attacks), stored in the round's transaction. */
+    attacks?: AttackIngest,
   ) {
     this.store = new TrafficStore(db);
-    this.ingest = new StatusIngest(db, this.store, provisioning.events, provisioning.bus);
+    this.ingest = new StatusIngest(db, this.store, provisioning.events, provisioning.bus, attacks);
   }
 
   /** GET /api/dedicated/{id}/traffic and Tunnel.traffic: another account's tunnel is not_found. */

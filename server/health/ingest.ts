@@ -33,6 +33,7 @@ import type { TunnelEventSink } from '../webhooks/events.ts';
 import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
 import { HOUR_MS, MINUTE_MS, type TrafficStore } from './storage.ts';
 import { recordHealthChanges, type HealthChangeRecord } from './history.ts';
+import type { AttackChange, AttackIngest } from '../attacks/ingest.ts';
 
 /** A status answer that does not have the contract's shape: nothing of it is stored. */
 class StatusRejected extends Error {
@@ -46,6 +47,8 @@ export interface IngestOutcome {
   carried: number;
   /** Tunnels whose health changed (each with its webhook event). */
   healthChanged: string[];
+  /** Attacks the answer started or ended (server/attacks/ingest.ts; each with its webhook event). */
+  attacks: AttackChange[];
 }
 
 type Counts = Omit<TunnelCounters, 'dropped'> & { dropped: number[] };
@@ -121,6 +124,8 @@ export class StatusIngest {
     private readonly store: TrafficStore,
     private readonly events: Pick<TunnelEventSink, 'healthChanged'>,
     private readonly bus: Pick<TunnelStatusBus, 'publish'>,
+    /** The answer's attack records (docs/CONTRACTS.md "Attacks"), in the round's transaction; absent: not stored. */
+    private readonly attacks?: Pick<AttackIngest, 'record' | 'published'>,
   ) {}
 
   /** Stores one `status` answer of node `nodeId`, collected at `at`. StatusRejected when malformed. */
@@ -229,10 +234,12 @@ export class StatusIngest {
         }
       }
       await this.writeHealth(sql, health, changed);
-      return { reported: seen.length, carried, changed };
+      const attacks = this.attacks ? (await this.attacks.record(sql, nodeId, result, at)).changes : [];
+      return { reported: seen.length, carried, changed, attacks };
     });
     await this.publish(out.changed);
-    return { reported: out.reported, carried: out.carried, healthChanged: out.changed.map((c) => c.id) };
+    await this.attacks?.published(out.attacks);
+    return { reported: out.reported, carried: out.carried, healthChanged: out.changed.map((c) => c.id), attacks: out.attacks };
   }
 
   /** Node `nodeId` did not answer: each of its tunnels on the edge is 'unknown'. Returns those that changed. */

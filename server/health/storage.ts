@@ -10,11 +10,13 @@
 //   - the hourly rollup sums an hour's minutes into traffic.hour once that hour is over; how far it went
 //     is traffic.rollup.done_through. A round that lands in an hour already rolled up (late) adds to the
 //     hour too (ingest.ts), under the rollup row's share lock, so the hours stay exact.
-//   - the health history (history.ts) is kept as long as the hours; maintain() trims it too.
+//   - the health history (history.ts) is kept as long as the hours; maintain() trims it too, and purges the
+//     attacks that ended longer ago (server/attacks/store.ts).
 // Every replica may run maintain(); partition DDL races are harmless (already there / already gone).
 import type { Database, Sql } from '../db/database.ts';
 import { DROP_REASONS, type DropReason } from '../../common/tunnel-status.ts';
 import { trimHealthChanges } from './history.ts';
+import { purgeAttacks } from '../attacks/store.ts';
 
 export const MINUTE_MS = 60_000;
 export const HOUR_MS = 3_600_000;
@@ -97,7 +99,7 @@ export class TrafficStore {
    * changes past retention deleted (history.ts). Returns what was dropped and trimmed and how far the
    * rollup went.
    */
-  async maintain(now = new Date()): Promise<{ dropped: string[]; rolledThrough: Date; healthChangesTrimmed: number }> {
+  async maintain(now = new Date()): Promise<{ dropped: string[]; rolledThrough: Date; healthChangesTrimmed: number; attacksPurged: number }> {
     for (let d = 0; d < 3; d++) await this.ensurePartition('minute', new Date(now.getTime() + d * 24 * HOUR_MS));
     await this.ensurePartition('hour', now);
     await this.ensurePartition('hour', nextMonth(now));
@@ -111,7 +113,9 @@ export class TrafficStore {
        update tunnel t set health_checked_at = gone.checked_at from gone where t.id = gone.tunnel_id and gone.checked_at is not null`,
     );
     const healthChangesTrimmed = await trimHealthChanges(this.db, now);
-    return { dropped, rolledThrough, healthChangesTrimmed };
+    // Attacks that ended more than 90 days ago (server/attacks/store.ts; docs/CONTRACTS.md "Attacks").
+    const attacksPurged = await purgeAttacks(this.db, now);
+    return { dropped, rolledThrough, healthChangesTrimmed, attacksPurged };
   }
 
   /** Drops every partition whose upper bound is older than its table's retention. */

@@ -121,6 +121,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
   });
   const stopWebhookMetrics = services.webhooks.onOutcome((outcome) => metrics.webhookDeliveries.inc({ outcome }));
   const stopJobMetrics = services.provisioning.onJob((op, outcome, seconds) => metrics.edgeJobs.observe({ op, outcome }, seconds));
+  const stopAttackMetrics = services.attacks.ingest.onChange((kind) => (kind === 'started' ? metrics.attacksStarted : metrics.attacksEnded).inc());
   const { trustProxy, publicUrl, issuerUrl, metricsToken } = services.config;
   // Koa's own proxy handling only decides the protocol (X-Forwarded-Proto) and host from here on;
   // the client address is set by requestContext.
@@ -302,6 +303,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
       clearInterval(idempotencyTimer);
       stopWebhookMetrics();
       stopJobMetrics();
+      stopAttackMetrics();
       issuer.stop();
       return graphql.stop();
     },

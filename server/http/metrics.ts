@@ -15,6 +15,9 @@ export interface Metrics {
   webhookPending: Gauge;
   /** Edge jobs this process sent, by op and outcome (ok, the agent's error code, the transport failure). */
   edgeJobs: Histogram<'op' | 'outcome'>;
+  /** Attacks this process stored as started, and as ended (server/attacks/ingest.ts; docs/CONTRACTS.md "Attacks"). */
+  attacksStarted: Counter;
+  attacksEnded: Counter;
 }
 
 /** What the gauges read at each scrape (all replicas' view, from the database); each optional. */
@@ -99,5 +102,8 @@ export function createMetrics(withDefaults = true, sources: MetricSources | (() 
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers: [registry],
     }),
+    // Counted where the status round that stored the start (or the end) ran: sum over the replicas.
+    attacksStarted: new Counter({ name: 'tunnelgate_attacks_started_total', help: 'Attacks on tunnels that started, as stored from the edge agents by this process', registers: [registry] }),
+    attacksEnded: new Counter({ name: 'tunnelgate_attacks_ended_total', help: 'Attacks on tunnels that ended, as stored from the edge agents by this process', registers: [registry] }),
   };
 }

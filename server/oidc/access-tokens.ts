@@ -6,6 +6,7 @@ import { errors as joseErrors, jwtVerify, type JWTPayload } from 'jose';
 import { isCanonicalUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
 import type { ApiAccess, Permission, Role } from '../db/entities.ts';
+import { PANEL_CLIENT_ID } from '../domain/clients.ts';
 import { ApiError } from '../domain/errors.ts';
 import type { Principal } from '../auth/principal.ts';
 
@@ -91,6 +92,8 @@ export class AccessTokenVerifier {
       );
     }
     const permission: Permission = t.role === 'owner' && t.apiAccess === 'write' ? 'write' : 'read';
-    return { accountId: t.accountId, userId: t.claims.sub, permission, credential: { kind: 'session', id: t.claims.gid } };
+    // The panel's token is the user's own session; any other client's is a third-party application's.
+    const kind = t.claims.client_id === PANEL_CLIENT_ID ? 'session' : 'oauth_client';
+    return { accountId: t.accountId, userId: t.claims.sub, permission, credential: { kind, id: t.claims.gid, clientId: t.claims.client_id } };
   }
 }

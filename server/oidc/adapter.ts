@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { errors, type Adapter, type AdapterPayload } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
 import { readClients, type OAuthClientRecord } from '../domain/clients.ts';
+import { disableWebhooksOf } from '../webhooks/revocation.ts';
 import type { UserClaimsSource } from './accounts.ts';
 import { Coalescer } from '../db/coalesce.ts';
 import { Prefetched } from './prefetch.ts';
@@ -202,15 +203,31 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
       // Issue 8 item 9: a refresh token looked up at /oauth/revoke reads its grant ahead, and revocation
       // never takes it; left there, the next sign-in's Grant.find got the deleted grant back, skipped
       // consent and issued a code for it ("grant not found" at the exchange).
-      if (this.kind === 'Grant') grants.drop(id);
+      if (this.kind === 'Grant') return destroyGrant(db, grants, id);
       await db.query('delete from oidc_payload where kind = ? and id = ?', [this.kind, id]);
     }
 
     async revokeByGrantId(grantId: string): Promise<void> {
+      // A Grant row's grant id is its own id: the same as destroying it.
+      if (this.kind === 'Grant') return destroyGrant(db, grants, grantId);
       grants.drop(grantId);
       await db.query('delete from oidc_payload where kind = ? and grant_id = ?', [this.kind, grantId]);
     }
   };
+}
+
+/**
+ * Withdraws a grant: oidc-provider's revocation of it (the revocation endpoint, a reused refresh token).
+ * Every access token of it is refused from the commit on (server/oidc/access-tokens.ts reads the grant),
+ * and the webhooks a third-party application registered with it are disabled in the same transaction
+ * (server/webhooks/revocation.ts).
+ */
+async function destroyGrant(db: Database, grants: Prefetched<AdapterPayload>, id: string): Promise<void> {
+  grants.drop(id);
+  await db.transaction(async (sql) => {
+    await sql.query(`delete from oidc_payload where kind = 'Grant' and id = ?`, [id]);
+    await disableWebhooksOf(sql, { grant: id });
+  });
 }
 
 /** A code or refresh token with its grant and user; `from oidc_payload t` is where the keys join in. */

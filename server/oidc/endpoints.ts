@@ -4,6 +4,7 @@ import type { Context } from 'koa';
 import type { KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../domain/errors.ts';
+import { disableWebhooksOf } from '../webhooks/revocation.ts';
 import { claimsForScopes, findUserClaims } from './accounts.ts';
 import { invalidToken, looksLikeJwt, type AccessTokenVerifier } from './access-tokens.ts';
 import { NOT_YOURS } from './provider.ts';
@@ -43,7 +44,12 @@ export async function revokeJwtAfterProvider(ctx: KoaContextWithOIDC, verifier: 
     return;
   }
   if (claims) {
-    await db.query('delete from oidc_payload where grant_id = ?', [claims.gid]);
+    // The grant with every token of it, and the webhooks an application registered with it, together
+    // (server/webhooks/revocation.ts).
+    await db.transaction(async (sql) => {
+      await sql.query('delete from oidc_payload where grant_id = ?', [claims.gid]);
+      await disableWebhooksOf(sql, { grant: claims.gid });
+    });
   }
   ctx.status = 200;
   ctx.body = '';

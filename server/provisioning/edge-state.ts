@@ -3,7 +3,7 @@
 import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
-import { ON_EDGE, SETTINGS_COLUMNS, tunnelSpecOf, type SpecSource } from '../domain/tunnels/spec.ts';
+import { FORWARDING_SQL, ON_EDGE, SETTINGS_COLUMNS, tunnelSpecOf, type SpecSource } from '../domain/tunnels/spec.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 
 export { ON_EDGE } from '../domain/tunnels/spec.ts';
@@ -17,6 +17,8 @@ export interface EdgeTunnel {
   /** The stored spec's revision and the one the edge last applied (server/db/entities.ts). */
   specRevision: number;
   appliedRevision: number;
+  /** The revision that last changed origin_ip: an activation's probe is of this origin only once appliedRevision reaches it. */
+  originRevision: number;
 }
 
 interface Row extends SpecSource {
@@ -25,13 +27,27 @@ interface Row extends SpecSource {
   node_id: string;
   spec_revision: number;
   applied_revision: number;
+  origin_revision: number;
+  forwarding: boolean;
   ssh_host: string;
   ssh_port: number;
   host_key: string | null;
 }
 
 const COLUMNS = `t.id, t.account_id, t.status, t.tunnel_name, t.protected_ip, t.origin_ip, t.inner_index, t.gre_key::text as gre_key,
-  t.node_id, n.public_ip as edge_ip, n.inner_pool, n.ssh_host, n.ssh_port, n.host_key, ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision`;
+  t.node_id, n.public_ip as edge_ip, n.inner_pool, n.ssh_host, n.ssh_port, n.host_key, ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision,
+  t.origin_revision, ${FORWARDING_SQL} as forwarding`;
+
+/**
+ * The tunnel as the edge job carries it: THE spec (tunnelSpecOf), with `forwarding: false` while its origin has
+ * not answered the activate probe (spec.ts FORWARDING_SQL); left out when on, as a default policy is, so such a
+ * spec is the same as before version 3.
+ */
+function edgeSpecOf(r: Row): TunnelSpec {
+  const spec = tunnelSpecOf(r);
+  if (!r.forwarding) spec.forwarding = false;
+  return spec;
+}
 
 function nodeOf(r: Pick<Row, 'node_id' | 'ssh_host' | 'ssh_port' | 'host_key'>): EdgeNode | null {
   // A node without a pinned host key is never contacted: anyone could answer in its name.
@@ -43,13 +59,14 @@ export async function edgeTunnel(db: Database, tunnelId: string): Promise<EdgeTu
   const [r] = await db.query<Row>(`select ${COLUMNS} from tunnel t join edge_node n on n.id = t.node_id where t.id = ?`, [tunnelId]);
   if (!r) return null;
   return {
-    spec: tunnelSpecOf(r),
+    spec: edgeSpecOf(r),
     status: r.status,
     accountId: r.account_id,
     node: nodeOf(r),
     nodeId: r.node_id,
     specRevision: r.spec_revision,
     appliedRevision: r.applied_revision,
+    originRevision: r.origin_revision,
   };
 }
 
@@ -75,5 +92,5 @@ export async function desiredSet(db: Database, nodeId: string): Promise<TunnelSp
       where t.node_id = ? and t.status in (${ON_EDGE.map(() => '?').join(', ')}) order by t.inner_index`,
     [nodeId, ...ON_EDGE],
   );
-  return rows.map(tunnelSpecOf);
+  return rows.map(edgeSpecOf);
 }

@@ -15,18 +15,28 @@ import { ApiError } from '../domain/errors.ts';
 import type { KeyedLocks } from './locks.ts';
 
 const PROBE_CHANNEL = 'tunnel_probe';
+
+/**
+ * The agent's answer and the origin it was about: `originRevision` is the tunnel's origin_revision the probe was
+ * sent for, once the edge had applied it (applied_revision >= origin_revision), else null (the edge still held an
+ * earlier origin's link, so the answer says nothing of the tunnel's origin). Activation commits only when it is
+ * still the tunnel's origin_revision under the row lock (domain/tunnels/lifecycle.ts activate).
+ */
+export interface TunnelProbe extends ProbeResult {
+  originRevision: number | null;
+}
 /** Raised on `notices` when this replica may have missed notices (tunnel ids are UUIDs: no clash). */
 const MISSED = 'missed';
 
 /** What the prober publishes: the agent's result, or why there is none (503 edge_unavailable). */
 interface ProbeNotice {
   id: string;
-  result?: ProbeResult;
+  result?: TunnelProbe;
   unavailable?: string;
 }
 
 export class ProbeCoordinator {
-  private readonly running = new Map<string, Promise<ProbeResult>>();
+  private readonly running = new Map<string, Promise<TunnelProbe>>();
   private readonly notices = new EventEmitter();
   private listening: Promise<void> | null = null;
 
@@ -40,7 +50,7 @@ export class ProbeCoordinator {
   }
 
   /** The probe of `tunnelId` (lower-case id), run by `probeNow` here or shared with whoever runs it. */
-  probe(tunnelId: string, probeNow: () => Promise<ProbeResult>): Promise<ProbeResult> {
+  probe(tunnelId: string, probeNow: () => Promise<TunnelProbe>): Promise<TunnelProbe> {
     const running = this.running.get(tunnelId);
     if (running) return running;
     const p = (this.db.url ? this.acrossReplicas(tunnelId, probeNow) : probeNow()).finally(() => this.running.delete(tunnelId));
@@ -48,7 +58,7 @@ export class ProbeCoordinator {
     return p;
   }
 
-  private async acrossReplicas(id: string, probeNow: () => Promise<ProbeResult>): Promise<ProbeResult> {
+  private async acrossReplicas(id: string, probeNow: () => Promise<TunnelProbe>): Promise<TunnelProbe> {
     await this.listen();
     let onNotice: (n: ProbeNotice) => void = () => {};
     let timer: NodeJS.Timeout | undefined;

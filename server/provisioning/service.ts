@@ -10,13 +10,12 @@ import type { Database } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import type { Logger } from '../../common/log.ts';
 import type { ServerSecrets } from '../secrets.ts';
-import type { ProbeResult } from '../../common/tunnel-spec.ts';
 import { ApiError } from '../domain/errors.ts';
 import { EdgeConnections } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
 import { ON_EDGE, contactableNodes, edgeTunnel } from './edge-state.ts';
 import { KeyedLocks, type LockedSql } from './locks.ts';
-import { ProbeCoordinator } from './probes.ts';
+import { ProbeCoordinator, type TunnelProbe } from './probes.ts';
 import { EdgeQueue, type ReconcileJobData, type SendOnceResult } from './queue.ts';
 import { TunnelStatusBus } from './status-bus.ts';
 import { Transitions } from './transitions.ts';
@@ -269,20 +268,24 @@ export class ProvisioningService {
   }
 
   /**
-   * The agent's probe of one tunnel; 503 edge_unavailable when the agent cannot be asked. At most one per
-   * tunnel at a time across replicas, its answer shared with every activate that asked meanwhile (probes.ts).
+   * The agent's probe of one tunnel, with the origin revision it was about (probes.ts TunnelProbe); 503
+   * edge_unavailable when the agent cannot be asked. At most one per tunnel at a time across replicas, its
+   * answer shared with every activate that asked meanwhile (probes.ts).
    */
-  probe(tunnelId: string): Promise<ProbeResult> {
+  probe(tunnelId: string): Promise<TunnelProbe> {
     const id = tunnelId.toLowerCase();
     return this.probes.probe(id, () => this.probeNow(id));
   }
 
-  private async probeNow(tunnelId: string): Promise<ProbeResult> {
+  private async probeNow(tunnelId: string): Promise<TunnelProbe> {
     const t = await edgeTunnel(this.db, tunnelId);
     if (!t) throw new ApiError('not_found', 'No such tunnel for this account.');
+    // The agent probes the link it holds: until it applied the revision that set the tunnel's origin, that link
+    // leads to an earlier origin, whose answer must not activate this one. Nothing to ask it then.
+    if (t.appliedRevision < t.originRevision) return { reachable: false, originRevision: null };
     if (!this.edge || !t.node) throw new ApiError('edge_unavailable', 'The edge router cannot be reached from this gateway right now; try again shortly.');
     try {
-      return await this.edge.worker.probe(t.node, t.spec);
+      return { ...(await this.edge.worker.probe(t.node, t.spec)), originRevision: t.originRevision };
     } catch (e) {
       if (e instanceof EdgeSshError || e instanceof AgentRefused) {
         this.log.warn('probe failed', { tunnel_id: tunnelId, err: e.message });

@@ -16,6 +16,36 @@ export interface StatusChange {
   status: TunnelStatus;
   /** Set when the notice is about a health change (server/health/ingest.ts): the new health. */
   health?: Health;
+  /**
+   * Set when the notice is about an attack on the tunnel that started or ended (server/attacks/ingest.ts): which
+   * attack, and which of the two. A replica hears its own notices twice (at once, and again by LISTEN), so
+   * watchers remember which they sent (AttackNotices).
+   */
+  attack?: AttackNotice;
+}
+
+export interface AttackNotice {
+  id: string;
+  kind: 'started' | 'ended';
+}
+
+/**
+ * The attack notices a watcher has sent on, so a notice heard twice (or again after a resync) is sent once. Keeps
+ * the latest `max` (a watcher lives as long as its subscription; attacks on one tunnel are few).
+ */
+export class AttackNotices {
+  private readonly seen = new Set<string>();
+  constructor(private readonly max = 256) {}
+
+  /** Whether `a` is news to this watcher (and from now on it is not). */
+  fresh(a: AttackNotice | undefined): boolean {
+    if (!a) return false;
+    const key = `${a.id}:${a.kind}`;
+    if (this.seen.has(key)) return false;
+    this.seen.add(key);
+    if (this.seen.size > this.max) this.seen.delete(this.seen.values().next().value!);
+    return true;
+  }
 }
 
 /** The event the bus raises when notices may have been missed (ids are UUIDs, so it cannot clash). */
@@ -42,9 +72,9 @@ export class TunnelStatusBus {
     return this.started;
   }
 
-  /** Tells every replica that tunnel `id` is now `status` (and, after a health change, `health`). */
-  async publish(id: string, status: TunnelStatus, health?: Health): Promise<void> {
-    await this.db.notify(STATUS_CHANNEL, JSON.stringify({ id, status, ...(health ? { health } : {}) } satisfies StatusChange));
+  /** Tells every replica that tunnel `id` is now `status` (and, after a health change, `health`; after an attack started or ended, which). */
+  async publish(id: string, status: TunnelStatus, health?: Health, attack?: AttackNotice): Promise<void> {
+    await this.db.notify(STATUS_CHANNEL, JSON.stringify({ id, status, ...(health ? { health } : {}), ...(attack ? { attack } : {}) } satisfies StatusChange));
   }
 
   /** Calls `fn` for each change of tunnel `id`; returns the unsubscribe function. */

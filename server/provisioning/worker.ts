@@ -13,10 +13,12 @@
 // own job fails and retries until that tunnel alone ends `failed`.
 //
 // Versions (docs/CONTRACTS.md "Versions"): each job is signed for one connection and the agent's answer
-// to `hello` on it (connections.ts EdgeSession): version 2 when the agent listed 2, else version 1, never
-// a version the agent did not list. A tunnel policy other than the default cannot travel in version 1:
-// to an agent that speaks only version 1 (mid rolling upgrade) the tunnel goes without its policy, so it
-// keeps forwarding, and `edge_policy_not_enforced` is logged once per connection naming the node.
+// to `hello` on it (connections.ts EdgeSession): the newest version both list, never a version the agent
+// did not list. A tunnel policy other than the default cannot travel in version 1: to an agent that speaks
+// only version 1 (mid rolling upgrade) the tunnel goes without its policy, so it keeps forwarding, and
+// `edge_policy_not_enforced` is logged once per connection naming the node. Likewise `forwarding: false`
+// (an origin that has not answered the activate probe) needs version 3: an older agent gets the tunnel
+// without it and forwards as it always did, and `edge_forwarding_not_enforced` is logged the same way.
 //
 // A failure only an operator can fix (no pinned host key, an agent presenting another host key, the
 // gateway's key refused) is not retried: the job fails at once (queue.ts FinalJobFailure) and a
@@ -30,13 +32,14 @@ import type { EdgeConnections, EdgeNode, EdgeSession } from '../edge/connections
 import { EdgeSshError } from '../edge/result-line.ts';
 import type { JobSigningKey } from '../secrets.ts';
 import type { ProbeResult, TunnelSpec } from '../../common/tunnel-spec.ts';
-import { JOB_VERSION_1, type JobVersion } from '../../common/job-contract.ts';
+import { JOB_VERSION_1, JOB_VERSION_FORWARDING, type JobVersion } from '../../common/job-contract.ts';
 import { isDefaultPolicy } from '../../common/tunnel-policy.ts';
 import { desiredSet, edgeNode, edgeTunnel } from './edge-state.ts';
 import { FinalJobFailure, isReconcileJob, type EdgeJob } from './queue.ts';
 import type { Transitions } from './transitions.ts';
 import { recordTunnelLinks } from '../domain/nodes.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
+import { attackSettingsFor } from '../attacks/wire.ts';
 
 /** The agent answered `ok: false`: delivered, but refused or failed on the kernel. */
 export class AgentRefused extends Error {
@@ -79,24 +82,31 @@ export function reconcileFailures(result: unknown): ReconcileFailure[] {
   });
 }
 
-/** A tunnel as job version `v` carries it: version 1 has no `policy`. */
+/** A tunnel as job version `v` carries it: version 1 has no `policy`, versions 1 and 2 no `forwarding`. */
 function specFor(t: TunnelSpec, v: JobVersion): TunnelSpec {
-  if (v !== JOB_VERSION_1 || t.policy === undefined) return t;
-  const { policy: _dropped, ...rest } = t;
-  return rest;
+  const dropPolicy = v === JOB_VERSION_1 && t.policy !== undefined;
+  const dropForwarding = v < JOB_VERSION_FORWARDING && t.forwarding !== undefined;
+  if (!dropPolicy && !dropForwarding) return t;
+  const out = { ...t };
+  if (dropPolicy) delete out.policy;
+  if (dropForwarding) delete out.forwarding;
+  return out;
 }
 
 /**
- * The body as version `v` carries it, and the ids of tunnels put on the edge (apply, reconcile) whose
- * non-default policy it had to leave out (version 1 cannot carry one). A remove or a probe needs no policy.
+ * The body as version `v` carries it, with the ids of tunnels put on the edge (apply, reconcile) that it could
+ * not carry whole: `unenforced`, a non-default policy left out (version 1), and `forwarded`, a tunnel whose
+ * origin has not answered the activate probe, which an agent before version 3 forwards anyway (it has no way to
+ * hold a DNAT back). A remove or a probe needs neither.
  */
-export function bodyFor<O extends Op>(op: O, body: JobBodies[O], v: JobVersion): { body: JobBodies[O]; unenforced: string[] } {
+export function bodyFor<O extends Op>(op: O, body: JobBodies[O], v: JobVersion): { body: JobBodies[O]; unenforced: string[]; forwarded: string[] } {
   const tunnels: TunnelSpec[] = 'tunnels' in body ? body.tunnels : [body.tunnel as TunnelSpec];
   const places = op === 'apply' || op === 'reconcile';
   const unenforced = v === JOB_VERSION_1 && places ? tunnels.filter((t) => t.policy !== undefined && t.policy !== null && !isDefaultPolicy(t.policy)).map((t) => t.id) : [];
-  if (v !== JOB_VERSION_1) return { body, unenforced };
+  const forwarded = v < JOB_VERSION_FORWARDING && places ? tunnels.filter((t) => t.forwarding === false).map((t) => t.id) : [];
+  if (v >= JOB_VERSION_FORWARDING) return { body, unenforced, forwarded };
   const out = 'tunnels' in body ? { tunnels: body.tunnels.map((t) => specFor(t, v)) } : { tunnel: specFor(body.tunnel as TunnelSpec, v) };
-  return { body: out as JobBodies[O], unenforced };
+  return { body: out as JobBodies[O], unenforced, forwarded };
 }
 
 /** The agent speaks job version 1 only: it has no `status` op (its tunnels' health stays unknown). */
@@ -133,9 +143,10 @@ export interface EdgeWorkerOptions {
 export class EdgeWorker {
   /** Nodes this process has reconciled since its last failed contact with them. */
   private readonly inSync = new Set<string>();
-  /** Connections whose hello was logged, and those warned of a policy they could not carry: once per connection. */
+  /** Connections whose hello was logged, and those warned of a policy or a held-back DNAT they could not carry: once per connection. */
   private readonly greeted = new WeakSet<EdgeSession>();
   private readonly policyWarned = new WeakSet<EdgeSession>();
+  private readonly forwardingWarned = new WeakSet<EdgeSession>();
 
   constructor(private readonly o: EdgeWorkerOptions) {}
 
@@ -188,7 +199,7 @@ export class EdgeWorker {
     let line: ResultLine;
     try {
       const session = await this.session(node);
-      const sent = bodyFor(op, body, session.version);
+      const sent = bodyFor(op, attackSettingsFor(op, body, session.hello.features), session.version);
       if (sent.unenforced.length > 0 && !this.policyWarned.has(session)) {
         this.policyWarned.add(session);
         this.o.log.warn('edge_policy_not_enforced', {
@@ -198,6 +209,17 @@ export class EdgeWorker {
           agent_versions: session.hello.versions,
           tunnel_ids: sent.unenforced.slice(0, 20),
           reason: 'the agent speaks job version 1 only: tunnels are sent without their protection policy until it is upgraded',
+        });
+      }
+      if (sent.forwarded.length > 0 && !this.forwardingWarned.has(session)) {
+        this.forwardingWarned.add(session);
+        this.o.log.warn('edge_forwarding_not_enforced', {
+          node_id: node.id,
+          node_host: node.host,
+          agent: session.hello.agent,
+          agent_versions: session.hello.versions,
+          tunnel_ids: sent.forwarded.slice(0, 20),
+          reason: 'the agent speaks job version 2 or older: it forwards to origins that have not answered the activate probe until it is upgraded',
         });
       }
       const jws = await signJob(privateKey, kid, node.id, op, sent.body, { version: session.version });

@@ -3,12 +3,37 @@
 // TRANSACTION of the change that causes it. So an event is never lost (it commits with the change) and
 // never sent for a change that rolled back (it rolls back with it). The delivery worker (delivery.ts)
 // sends it later, as often as it takes.
+//
+// A disabled webhook (disabled_at set: revocation.ts, disable.ts) gets no row. The tunnel's origin_ip goes only to
+// webhooks registered with include_origin: the body is signed and stored per delivery, so each row is
+// written with the body its webhook may see (docs/CONTRACTS.md "Webhooks").
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '../db/database.ts';
 import { readTunnelOfAnyAccount, tunnelView } from '../domain/tunnels/rows.ts';
+import type { AttackRecord } from '../../common/attacks.ts';
+import { DISABLED_CREDENTIAL_REVOKED } from './disabled-reason.ts';
 
-export const WEBHOOK_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed'] as const;
+/**
+ * What happens to tunnels: `data: {"tunnel": ...}`, and for the attack events also `"attack"` (docs/CONTRACTS.md
+ * "Attacks").
+ */
+export const TUNNEL_EVENTS = ['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended'] as const;
+export type TunnelEventType = (typeof TUNNEL_EVENTS)[number];
+/**
+ * One of the account's webhooks was disabled (disable.ts): `data: {"webhook": <it as REST shows it>}`, sent
+ * to the account's other enabled webhooks that take it.
+ */
+export const WEBHOOK_DISABLED_EVENT = 'webhook.disabled';
+/** Every event a webhook may subscribe to; a webhook registered without `events` takes them all. */
+export const WEBHOOK_EVENTS = [...TUNNEL_EVENTS, WEBHOOK_DISABLED_EVENT] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+/**
+ * At most this many deliveries wait per webhook (neither delivered nor given up, not in flight): writing
+ * one more gives up the oldest (docs/CONTRACTS.md "Webhooks"). Events are snapshots of the tunnel after
+ * the change, so the newest carry what an endpoint needs and the oldest are the stalest; and an endpoint
+ * that never answers cannot grow the outbox without end.
+ */
+export const MAX_PENDING_PER_WEBHOOK = 1000;
 /**
  * The event a buyer asks for to try an endpoint: sent to that one webhook whatever events it takes, signed
  * and retried like the others. Not in WEBHOOK_EVENTS: nobody subscribes to it.
@@ -26,11 +51,15 @@ export interface TunnelEventSink {
   statusChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
   /** Call in the transaction that changed the tunnel's health, after the change. */
   healthChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
+  /** Call in the transaction that stored an attack's start or end (server/attacks/ingest.ts), with the record as stored. */
+  attackStarted(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void>;
+  attackEnded(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void>;
 }
 
 /**
  * The events of tunnels, with `data: {"tunnel": <the tunnel as REST shows it>}` as it is after the change
- * (read in the same transaction). `adminSshPort` is part of that view.
+ * (read in the same transaction), less `origin_ip` for a webhook without include_origin. `adminSshPort`
+ * is part of that view.
  */
 export class TunnelEvents implements TunnelEventSink {
   constructor(private readonly adminSshPort: number) {}
@@ -43,38 +72,95 @@ export class TunnelEvents implements TunnelEventSink {
     return this.emit(sql, 'tunnel.health_changed', tunnelId);
   }
 
-  private async emit(sql: Pick<Sql, 'query'>, type: WebhookEvent, tunnelId: string): Promise<void> {
+  /** `data: {"tunnel", "attack"}` (docs/CONTRACTS.md "Attacks"). */
+  attackStarted(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void> {
+    return this.emit(sql, 'tunnel.attack_started', tunnelId, { attack });
+  }
+
+  attackEnded(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void> {
+    return this.emit(sql, 'tunnel.attack_ended', tunnelId, { attack });
+  }
+
+  private async emit(sql: Pick<Sql, 'query'>, type: TunnelEventType, tunnelId: string, more: Record<string, unknown> = {}): Promise<void> {
     const t = await readTunnelOfAnyAccount(sql, tunnelId);
     if (!t) return;
-    await enqueue(sql, t.accountId, type, { tunnel: tunnelView(t.row, this.adminSshPort) });
+    const tunnel = tunnelView(t.row, this.adminSshPort);
+    const { origin_ip: _hidden, ...withoutOrigin } = tunnel;
+    await enqueue(sql, t.accountId, type, (includeOrigin) => ({ tunnel: includeOrigin ? tunnel : withoutOrigin, ...more }));
   }
 }
 
 /**
  * One outbox row for webhook `webhookId` of `accountId` carrying a `webhook.test` event (`data: {"webhook":
- * {id, url}}`); returns its message id, or null when the account has no such webhook.
+ * {id, url}}`); returns its message id, `not_found` when the account has no such webhook, or `disabled`
+ * when it is disabled (a disabled webhook gets no deliveries: nothing is written).
  */
-export async function enqueueTest(sql: Pick<Sql, 'query'>, accountId: string, webhookId: string): Promise<string | null> {
-  const [hook] = await sql.query<{ id: string; url: string }>('select id, url from webhook where id = ? and account_id = ?', [webhookId, accountId]);
-  if (!hook) return null;
+export async function enqueueTest(sql: Pick<Sql, 'query'>, accountId: string, webhookId: string): Promise<string | 'not_found' | 'disabled' | 'credential_revoked'> {
+  const [hook] = await sql.query<{ id: string; url: string; disabled: boolean; reason: string | null }>('select id, url, disabled_at is not null as disabled, disabled_reason as reason from webhook where id = ? and account_id = ?', [
+    webhookId,
+    accountId,
+  ]);
+  if (!hook) return 'not_found';
+  if (hook.disabled) return hook.reason === DISABLED_CREDENTIAL_REVOKED ? 'credential_revoked' : 'disabled';
   const id = newMessageId();
   const body = JSON.stringify({ type: WEBHOOK_TEST_EVENT, timestamp: new Date().toISOString(), data: { webhook: { id: hook.id, url: hook.url } } });
   await sql.query('insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values (?, ?, ?, ?, now())', [id, hook.id, WEBHOOK_TEST_EVENT, body]);
+  await capPending(sql, [hook.id]);
   return id;
 }
 
 /**
- * One outbox row per webhook of `accountId` that takes `type`, each with its own message id and the
- * body it will be sent with on every attempt (due at once). Returns how many were written.
+ * One outbox row per enabled webhook of `accountId` that takes `type` (but `exceptWebhookId`), each with
+ * its own message id and the body it will be sent with on every attempt (due at once): `data(include_origin)`
+ * of that webhook. Returns how many were written.
  */
-async function enqueue(sql: Pick<Sql, 'query'>, accountId: string, type: WebhookEvent, data: Record<string, unknown>): Promise<number> {
-  const hooks = await sql.query<{ id: string }>(`select id from webhook where account_id = ? and events @> jsonb_build_array(?::text)`, [accountId, type]);
+export async function enqueue(
+  sql: Pick<Sql, 'query'>,
+  accountId: string,
+  type: WebhookEvent,
+  data: (includeOrigin: boolean) => Record<string, unknown>,
+  exceptWebhookId?: string,
+): Promise<number> {
+  const hooks = await sql.query<{ id: string; include_origin: boolean }>(
+    `select id, include_origin from webhook where account_id = ? and disabled_at is null and events @> jsonb_build_array(?::text) and id <> ?::uuid`,
+    // The nil UUID is no webhook's id: "except none".
+    [accountId, type, exceptWebhookId ?? '00000000-0000-0000-0000-000000000000'],
+  );
   if (hooks.length === 0) return 0;
-  const body = JSON.stringify({ type, timestamp: new Date().toISOString(), data });
+  const timestamp = new Date().toISOString();
+  const bodies = new Map<boolean, string>();
+  const bodyOf = (includeOrigin: boolean) => {
+    let body = bodies.get(includeOrigin);
+    if (body === undefined) bodies.set(includeOrigin, (body = JSON.stringify({ type, timestamp, data: data(includeOrigin) })));
+    return body;
+  };
   const values = hooks.map(() => '(?, ?, ?, ?, now())').join(', ');
   await sql.query(
     `insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values ${values}`,
-    hooks.flatMap((h) => [newMessageId(), h.id, type, body]),
+    hooks.flatMap((h) => [newMessageId(), h.id, type, bodyOf(h.include_origin)]),
   );
+  await capPending(sql, hooks.map((h) => h.id));
   return hooks.length;
+}
+
+/**
+ * Gives up the oldest waiting deliveries of each of `webhookIds` beyond MAX_PENDING_PER_WEBHOOK, in the
+ * transaction that just wrote more. Attempts in flight (a lease not yet over) are neither counted nor
+ * touched: their outcome is on its way. Rows another transaction holds are skipped, so two writers at once
+ * may leave a few more than the cap for a moment; the next write trims them.
+ */
+async function capPending(sql: Pick<Sql, 'query'>, webhookIds: string[]): Promise<void> {
+  await sql.query(
+    `update webhook_delivery d set given_up_at = now(), last_outcome = coalesce(d.last_outcome, ?)
+      where d.id in (
+        select x.id from jsonb_array_elements_text(?::jsonb) as h(webhook_id)
+        cross join lateral (
+          select id from webhook_delivery
+           where webhook_id = h.webhook_id::uuid and delivered_at is null and given_up_at is null and (lease_until is null or lease_until <= now())
+           order by created_at desc, id desc
+          offset ? for update skip locked
+        ) x
+      )`,
+    [`not sent: more than ${MAX_PENDING_PER_WEBHOOK} deliveries pending for this webhook`, JSON.stringify(webhookIds), MAX_PENDING_PER_WEBHOOK],
+  );
 }

@@ -2,30 +2,34 @@
 // URL for some events and get its whsec_ signing secret once; list; delete. REST, GraphQL and the admin
 // CLI call these same functions. The secret is kept encrypted at rest (secrets/at-rest.ts, bound to the
 // webhook's id) because the delivery worker needs it in the clear to sign.
+//
+// Each webhook records the credential that registered it (`created_by`), so revoking that credential
+// disables it (revocation.ts), and deliveries carry the tunnel's origin_ip only when it was registered
+// with `include_origin`, which a third-party application's token may not ask for: the origin is the
+// address the product hides, and an application the user allowed must not be able to keep receiving it
+// somewhere of its choosing.
 import { randomUUID } from 'node:crypto';
 import { isUuid } from '../../common/names.ts';
 import type { Database } from '../db/database.ts';
+import type { WebhookCreatorKind } from '../db/entities.ts';
 import { requireWrite, type Principal } from '../auth/principal.ts';
 import { ApiError, notFound } from '../domain/errors.ts';
 import { encryptSecret } from '../secrets/at-rest.ts';
 import type { Logger } from '../../common/log.ts';
 import { DeliveryWorker, type DeliveryOptions, type DeliveryOutcome } from './delivery.ts';
+import { enableWebhook } from './disable.ts';
 import { enqueueTest, WEBHOOK_EVENTS, type WebhookEvent } from './events.ts';
 import { newWebhookSecret } from './signing.ts';
 import { literalRefusal, portRefusal } from './ssrf.ts';
+import { DISABLED_CREDENTIAL_REVOKED } from './disabled-reason.ts';
+import { WEBHOOK_COLUMNS, webhookView, type WebhookRow, type WebhookView } from './view.ts';
 
 /** A sane bound per account: each webhook multiplies every event into one delivery. */
 const MAX_WEBHOOKS_PER_ACCOUNT = 10;
 /** The webhook.url column's width (varchar(2048)): the bound is on the URL as stored, its normalised href. */
 const MAX_URL_LENGTH = 2048;
 
-/** The REST wire shape of one webhook (never its secret). */
-export interface WebhookView {
-  id: string;
-  url: string;
-  events: WebhookEvent[];
-  created_at: string;
-}
+export type { WebhookCreator, WebhookView } from './view.ts';
 
 export interface CreatedWebhook {
   webhook: WebhookView;
@@ -36,17 +40,49 @@ export interface CreatedWebhook {
 export interface WebhookInput {
   url: string;
   events: WebhookEvent[];
+  /** Deliveries carry the tunnel's origin_ip (default false). */
+  includeOrigin: boolean;
 }
+
+/** What is stored of the creator: WebhookCreator, and a third-party application's grant. */
+type CreatorRecord = { kind: WebhookCreatorKind; id: string | null; grant: string | null };
+
+/** The credential of a request as a webhook records it (server/auth/principal.ts). */
+function creatorOf(p: Principal): CreatorRecord {
+  const c = p.credential;
+  if (c.kind === 'api_key') return { kind: 'api_key', id: c.id, grant: null };
+  // The panel's token is the user's own session: the user is what it stands for (a new sign-in is a new
+  // grant, and signing out revokes nothing the user registered).
+  if (c.kind === 'session') return { kind: 'session', id: p.userId, grant: null };
+  return { kind: 'oauth_client', id: c.clientId, grant: c.id };
+}
+
+const OPERATOR: CreatorRecord = { kind: 'operator', id: null, grant: null };
 
 const bad = (text: string) => new ApiError('invalid_request', text);
 
 /**
- * `{url, events?}` as REST, GraphQL and the CLI receive it, checked the same way for all three: an
- * absolute https URL (http too when ALLOW_PRIVATE_WEBHOOKS=true) without credentials or fragment, whose
- * host, if an IP literal, is public; events a non-empty list of known names (default: all of them).
+ * A webhook still disabled after enabling because its credential was revoked (enableWebhook leaves those
+ * alone): refused, since its creator may no longer register or receive anything (revocation.ts).
  */
-export function validateWebhookInput(input: { url?: unknown; events?: unknown }, allowPrivate: boolean): WebhookInput {
-  const { url, events } = input;
+function refuseRevoked(view: WebhookView): WebhookView {
+  if (view.disabled_reason === DISABLED_CREDENTIAL_REVOKED) {
+    throw new ApiError(
+      'invalid_state',
+      'The webhook was disabled because the credential that registered it was revoked, and cannot be enabled again; create a new webhook (POST /api/webhooks).',
+    );
+  }
+  return view;
+}
+
+/**
+ * `{url, events?, include_origin?}` as REST, GraphQL and the CLI receive it, checked the same way for all
+ * three: an absolute https URL (http too when ALLOW_PRIVATE_WEBHOOKS=true) without credentials or
+ * fragment, whose host, if an IP literal, is public; events a non-empty list of known names (default:
+ * all of them); include_origin true or false (default false; null is the default).
+ */
+export function validateWebhookInput(input: { url?: unknown; events?: unknown; include_origin?: unknown }, allowPrivate: boolean): WebhookInput {
+  const { url, events, include_origin } = input;
   if (typeof url !== 'string' || url === '') throw bad('url is required: a string, the https URL deliveries are POSTed to.');
   // A first bound before parsing, so a megabyte of text is not normalised for nothing.
   if (url.length > MAX_URL_LENGTH) throw bad(`url is longer than ${MAX_URL_LENGTH} characters.`);
@@ -75,20 +111,10 @@ export function validateWebhookInput(input: { url?: unknown; events?: unknown },
     if (unknown.length) throw bad(`events: unknown event ${unknown.map((e) => JSON.stringify(String(e).slice(0, 64))).join(', ')}; known: ${WEBHOOK_EVENTS.join(', ')}.`);
     chosen = WEBHOOK_EVENTS.filter((e) => events.includes(e));
   }
-  return { url: parsed.href, events: chosen };
+  if (include_origin !== undefined && include_origin !== null && typeof include_origin !== 'boolean') throw bad('include_origin must be true or false.');
+  return { url: parsed.href, events: chosen, includeOrigin: include_origin === true };
 }
 
-const COLUMNS = 'id, url, events, created_at';
-
-interface Row {
-  id: string;
-  url: string;
-  events: WebhookEvent[];
-  created_at: Date;
-}
-
-// ISO 8601 in UTC with milliseconds, as every time the API shows.
-const view = (r: Row): WebhookView => ({ id: r.id, url: r.url, events: r.events, created_at: new Date(r.created_at).toISOString() });
 
 export class WebhookService {
   private worker: DeliveryWorker | null = null;
@@ -148,9 +174,20 @@ export class WebhookService {
     return r?.n ?? 0;
   }
 
+  /**
+   * Registers a webhook for the caller's account, recording the caller's credential. include_origin is
+   * refused (insufficient_scope) to a third-party application's token: only the account's own session
+   * (the panel) or its own API key may have the origin sent somewhere.
+   */
   create(principal: Principal, input: WebhookInput): Promise<CreatedWebhook> {
     requireWrite(principal);
-    return this.createFor(principal.accountId, input);
+    if (input.includeOrigin && principal.credential.kind === 'oauth_client') {
+      throw new ApiError(
+        'insufficient_scope',
+        'include_origin: a third-party application may not register a webhook that receives the origin address; the account owner can, in the panel or with an API key.',
+      );
+    }
+    return this.insert(principal.accountId, input, creatorOf(principal));
   }
 
   list(principal: Principal): Promise<WebhookView[]> {
@@ -172,12 +209,41 @@ export class WebhookService {
     requireWrite(principal);
     if (!isUuid(id)) throw notFound('webhook');
     const messageId = await enqueueTest(this.db, principal.accountId, id.toLowerCase());
-    if (messageId === null) throw notFound('webhook');
+    if (messageId === 'not_found') throw notFound('webhook');
+    if (messageId === 'disabled') throw new ApiError('invalid_state', 'The webhook is disabled and gets no deliveries, test events included; enable it first (POST /api/webhooks/{id}/enable).');
+    if (messageId === 'credential_revoked') {
+      throw new ApiError('invalid_state', 'The webhook is disabled because the credential that registered it was revoked, and gets no deliveries, test events included; register a new webhook.');
+    }
     return { message_id: messageId };
   }
 
+  /** The operator's create (admin CLI): a webhook of this account, recorded as the operator's. */
+  createFor(accountId: string, input: WebhookInput): Promise<CreatedWebhook> {
+    return this.insert(accountId, input, OPERATOR);
+  }
+
+  /**
+   * Enables one of the account's webhooks again (write permission) after it was disabled for failing:
+   * deliveries resume with the next event (disable.ts). Enabling an enabled webhook changes nothing.
+   * A webhook disabled because its credential was revoked stays disabled (invalid_state): what that
+   * credential registered must not come back; the owner registers a new webhook. Another account's
+   * webhook is not_found, as a missing one.
+   */
+  async enable(principal: Principal, id: string): Promise<WebhookView> {
+    requireWrite(principal);
+    const view = isUuid(id) ? await enableWebhook(this.db, id.toLowerCase(), principal.accountId) : null;
+    if (!view) throw notFound('webhook');
+    return refuseRevoked(view);
+  }
+
+  /** The operator's enable (admin CLI): any account's webhook; null when there is none; as enable() otherwise. */
+  async enableAny(id: string): Promise<WebhookView | null> {
+    const view = isUuid(id) ? await enableWebhook(this.db, id.toLowerCase(), null) : null;
+    return view && refuseRevoked(view);
+  }
+
   /** The account's webhook with a new secret; at most MAX_WEBHOOKS_PER_ACCOUNT per account. */
-  async createFor(accountId: string, input: WebhookInput): Promise<CreatedWebhook> {
+  private async insert(accountId: string, input: WebhookInput, creator: CreatorRecord): Promise<CreatedWebhook> {
     // Here rather than in validateWebhookInput: the edges' ssh_ports are in the database. REST, GraphQL
     // and the CLI all come through this function.
     const port = await portRefusal(this.db, new URL(input.url), this.opts.adminSshPort);
@@ -190,18 +256,19 @@ export class WebhookService {
       await sql.query('select id from account where id = ? for update', [accountId]);
       const [{ n } = { n: 0 }] = await sql.query<{ n: number }>('select count(*)::int as n from webhook where account_id = ?', [accountId]);
       if (n >= MAX_WEBHOOKS_PER_ACCOUNT) throw bad(`An account may have at most ${MAX_WEBHOOKS_PER_ACCOUNT} webhooks; delete one first.`);
-      const [r] = await sql.query<Row>(
-        `insert into webhook (id, account_id, url, events, secret_ciphertext) values (?, ?, ?, ?::jsonb, ?) returning ${COLUMNS}`,
-        [id, accountId, input.url, JSON.stringify(input.events), encryptSecret(key, secret, id)],
+      const [r] = await sql.query<WebhookRow>(
+        `insert into webhook (id, account_id, url, events, secret_ciphertext, include_origin, created_by_kind, created_by_id, created_by_grant)
+         values (?, ?, ?, ?::jsonb, ?, ?, ?, ?, ?) returning ${WEBHOOK_COLUMNS}`,
+        [id, accountId, input.url, JSON.stringify(input.events), encryptSecret(key, secret, id), input.includeOrigin, creator.kind, creator.id, creator.grant],
       );
       return r!;
     });
-    return { webhook: view(row), secret };
+    return { webhook: webhookView(row), secret };
   }
 
   async listFor(accountId: string): Promise<WebhookView[]> {
-    const rows = await this.db.query<Row>(`select ${COLUMNS} from webhook where account_id = ? order by created_at, id`, [accountId]);
-    return rows.map(view);
+    const rows = await this.db.query<WebhookRow>(`select ${WEBHOOK_COLUMNS} from webhook where account_id = ? order by created_at, id`, [accountId]);
+    return rows.map(webhookView);
   }
 
   /** The operator's delete (admin CLI): any account's webhook. */

@@ -2,7 +2,9 @@
 // panel, its worker delivering webhooks, and PostgreSQL (test/helpers/storefront.ts). On /account a webhook
 // is added for the rig's receiver (ALLOW_PRIVATE_WEBHOOKS=true lets a loopback http URL through), its
 // secret is shown once, and a test event sent from the page arrives signed so that `standardwebhooks`
-// verifies it with that secret; the ledger lists the top-up and a purchase. On /developers/apps a
+// verifies it with that secret; a disabled webhook says so and is enabled again from the page; a webhook an
+// API key added shows as disabled once the key is revoked, with neither Enable nor a test event; the ledger
+// lists the top-up and a purchase. On /developers/apps a
 // confidential application is registered through the form, and an independent client (oauth4webapi,
 // test/helpers/independent-client.ts) uses the id and secret copied from the page for a code flow whose
 // consent is approved in the browser; the application's page lists the user's grant; rotating the secret
@@ -50,7 +52,7 @@ describe.skipIf(skip)('the panel: the account page and the developer portal', ()
     expect(await fitsWidth(page, 375)).toBe(true);
   };
 
-  it('webhooks on /account: added for the receiver, its secret shown once; the test event sent from the page arrives signed with that secret; the ledger lists the top-up and the purchase', async () => {
+  it('webhooks on /account: added for the receiver, its secret shown once; the test event sent from the page arrives signed with that secret; a disabled one says so and is enabled from the page; one an API key added is shown disabled once the key is revoked, with no Enable; the ledger lists the top-up and the purchase', async () => {
     // A purchase for the ledger to show beside the opening top-up.
     const bought = await w.api('POST', '/api/dedicated', { token: w.owner.key, body: { name: 'ledger-row', origin_ip: w.originIp } });
     expect(bought.status).toBe(201);
@@ -92,6 +94,40 @@ describe.skipIf(skip)('the panel: the account page and the developer portal', ()
     // The signature really binds the secret: another one does not verify it.
     expect(() => verified(`whsec_${Buffer.from('another secret of 32 bytes here!').toString('base64')}`, delivery)).toThrow();
     expect(w.webhooks.to('/portal-hook')).toHaveLength(1);
+    const item = (u: string) => s.page.locator('li.item').filter({ has: s.page.getByText(u, { exact: true }) });
+    expect(await item(url).innerText()).toContain('added by you in the panel');
+
+    // Added from the form with every event checked, webhook.disabled included.
+    const [row] = (await w.db.raw.query('select id, events from webhook where url = $1', [url])).rows;
+    expect(row.events).toEqual(['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended', 'webhook.disabled']);
+    // A webhook the gateway disabled (24 hours of failures: set here, the worker's rule has its own test)
+    // says so, offers Enable instead of a test event, and Enable brings the test event back.
+    await w.db.raw.query(`update webhook set disabled_at = now(), disabled_reason = 'failing' where id = $1`, [row.id]);
+    await s.page.reload();
+    await s.page.getByText(/^Disabled .+: nothing reached this endpoint for 24 hours\./).waitFor();
+    expect(await s.page.getByRole('button', { name: `Send test event to ${url}` }).count()).toBe(0);
+    await accessible(s.page, 'account, webhook disabled');
+    await s.page.getByRole('button', { name: `Enable webhook ${url}` }).click();
+    await s.page.getByRole('button', { name: `Send test event to ${url}` }).waitFor();
+    expect(await s.page.getByText(/^Disabled /).count()).toBe(0);
+    expect((await w.db.raw.query('select disabled_at from webhook where id = $1', [row.id])).rows[0].disabled_at).toBeNull();
+
+    // A webhook an API key added is disabled when that key is revoked, and the page says so: no test
+    // button and no Enable for it (its credential is gone; only a new webhook brings deliveries back).
+    const extra = (await runAdminCli({ DATABASE_URL: w.db.url }, ['apikey', 'create', '--email', w.owner.email, '--permission', 'write'])).json as { id: string; key: string };
+    const revokedUrl = w.webhooks.url('/portal-revoked');
+    expect((await w.api('POST', '/api/webhooks', { token: extra.key, body: { url: revokedUrl, include_origin: true } })).status).toBe(201);
+    expect((await runAdminCli({ DATABASE_URL: w.db.url }, ['apikey', 'revoke', '--id', extra.id])).code).toBe(0);
+    await s.page.reload();
+    await item(revokedUrl).getByTestId('webhook-disabled').waitFor();
+    const revoked = await item(revokedUrl).innerText();
+    expect(revoked).toContain('added with an API key');
+    expect(revoked).toContain('Deliveries include the origin address.');
+    expect(revoked).toMatch(/Disabled .+: the API key or application that added it was revoked\. It receives nothing; delete it\./);
+    expect(await s.page.getByRole('button', { name: `Send test event to ${revokedUrl}` }).count()).toBe(0);
+    expect(await s.page.getByRole('button', { name: `Enable webhook ${revokedUrl}` }).count()).toBe(0);
+    await s.page.getByRole('button', { name: `Send test event to ${url}` }).waitFor();
+    await accessible(s.page, 'account, a disabled webhook');
     expect(s.problems.problems()).toEqual([]);
   });
 

@@ -268,17 +268,26 @@ describe('fuzz: GraphQL createWebhook', () => {
     { weight: 2, arbitrary: fc.constantFrom<unknown>(['TUNNEL_STATUS_CHANGED'], ['TUNNEL_HEALTH_CHANGED', 'TUNNEL_STATUS_CHANGED'], [], ['tunnel.status_changed'], null) },
     { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
   );
-  const CREATE = 'mutation($i: CreateWebhookInput!) { createWebhook(input: $i) { webhook { id url } } }';
+  const includeOrigin = fc.oneof(
+    { weight: 4, arbitrary: fc.constant(undefined) },
+    { weight: 3, arbitrary: fc.constantFrom<unknown>(true, false, null, 'true', 1) },
+    { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 1 }) },
+  );
+  const CREATE = 'mutation($i: CreateWebhookInput!) { createWebhook(input: $i) { webhook { id url includeOrigin createdBy { kind } } } }';
 
   it('never 5xx or server_error; a created webhook fits its column, a refusal is invalid_request (400) or a coercion error', { timeout: fuzzTimeout(150) }, async () => {
-    await fuzz('createWebhook (url: schemes, hosts, ports, multi-byte and long paths; events)', fc.record({ url: webhookUrl, events }), 150, async ({ url, events: ev }) => {
+    await fuzz('createWebhook (url: schemes, hosts, ports, multi-byte and long paths; events; includeOrigin)', fc.record({ url: webhookUrl, events, io: includeOrigin }), 150, async ({ url, events: ev, io }) => {
       const headers = { ...authHeader('rich'), 'content-type': 'application/json' };
-      const i = ev === undefined ? { url } : { url, events: ev };
+      const i = { url, ...(ev === undefined ? {} : { events: ev }), ...(io === undefined ? {} : { includeOrigin: io }) };
       const res = await post(headers, JSON.stringify({ query: CREATE, variables: { i } }));
       const what = `createWebhook ${JSON.stringify(i).slice(0, 300)} (${url.length} characters)`;
       const g = expectGraphqlAnswer(res, what);
-      const made = (g?.data?.createWebhook as { webhook: { id: string; url: string } } | undefined)?.webhook;
+      const made = (g?.data?.createWebhook as { webhook: { id: string; url: string; includeOrigin: boolean; createdBy: { kind: string } } } | undefined)?.webhook;
       if (made) {
+        // A Boolean or null only (GraphQL coerces nothing else), stored as sent, recorded as the key's.
+        expect([undefined, null, true, false], what).toContain(io);
+        expect(made.includeOrigin, what).toBe(io === true);
+        expect(made.createdBy, what).toEqual({ kind: 'API_KEY' });
         expect(made.url.length, what).toBeLessThanOrEqual(2048);
         expect(new URL(made.url).port, what).not.toBe('52222');
         const del = await post(headers, JSON.stringify({ query: `mutation { deleteWebhook(id: ${JSON.stringify(made.id)}) }` }));

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import type { SeededUser } from '../helpers/fixtures.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
+import { keyIdOf } from '../../server/auth/api-keys.ts';
 import {
   cents,
   closeFuzzedGateway,
@@ -170,7 +171,17 @@ const purchaseBody: fc.Arbitrary<string> = fc.oneof(
           ports: fc.constantFrom('*', '443,80,81', ' 22 , 80 ', '1-65535', '0', '65536', '80-79', 'a', '', 443, null),
           protocol: fc.constantFrom('both', 'tcp', 'udp', 'icmp', '', null),
           protection: fc.oneof(
-            fc.record({ syn_proxy: fc.oneof(fc.boolean(), fc.constant('yes')), source_pps_limit: fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 2_000_000 })), drop_fragments: fc.boolean() }, { requiredKeys: [] }),
+            fc.record(
+              {
+                syn_proxy: fc.oneof(fc.boolean(), fc.constant('yes')),
+                source_pps_limit: fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 2_000_000 })),
+                drop_fragments: fc.boolean(),
+                // Attack settings (docs/CONTRACTS.md "Attacks"): in range, at the edges, out of range, wrong types.
+                max_flows: fc.oneof(fc.integer({ min: 0, max: 2_000_000 }), fc.constantFrom(999, 1000, 1_000_000, 1_000_001, null, '65536', 1500.5)),
+                alert_pps: fc.oneof(fc.constant(null), fc.integer({ min: 0, max: 200_000_000 }), fc.constantFrom(99, 100, 100_000_000, 100_000_001, 'auto', 250.5)),
+              },
+              { requiredKeys: [] },
+            ),
             fc.jsonValue({ maxDepth: 2 }),
           ),
         },
@@ -270,20 +281,42 @@ describe('fuzz: POST /api/webhooks', () => {
     { weight: 2, arbitrary: fc.constantFrom<unknown>(['tunnel.status_changed'], ['tunnel.health_changed', 'tunnel.status_changed'], [], ['tunnel.exploded'], 'tunnel.status_changed', null) },
     { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
   );
+  // include_origin: absent most often, else the booleans (the key is the account's own, so true is allowed), null, or anything.
+  const includeOrigin = fc.oneof(
+    { weight: 4, arbitrary: fc.constant(undefined) },
+    { weight: 3, arbitrary: fc.constantFrom<unknown>(true, false, null, 'true', 1, 0, []) },
+    { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 1 }) },
+  );
   const body = fc.oneof(
-    { weight: 8, arbitrary: fc.tuple(webhookUrl, events).map(([url, ev]) => objectText(ev === undefined ? [['url', url]] : [['url', url], ['events', ev]])) },
+    {
+      weight: 8,
+      arbitrary: fc
+        .tuple(webhookUrl, events, includeOrigin)
+        .map(([url, ev, io]) => objectText([['url', url], ...(ev === undefined ? [] : [['events', ev] as [string, unknown]]), ...(io === undefined ? [] : [['include_origin', io] as [string, unknown]])])),
+    },
     { weight: 1, arbitrary: fc.tuple(fc.jsonValue({ maxDepth: 2 }), nastyKey).map(([url, k]) => objectText([['url', url], [k, 1]])) },
     { weight: 1, arbitrary: fc.jsonValue().map((v) => JSON.stringify(v)) },
   );
 
   it('never 5xx; 201 stores a URL that fits its column, every refusal is a documented 400', { timeout: fuzzTimeout(200) }, async () => {
-    await fuzz('POST /api/webhooks (url: schemes, hosts, ports, multi-byte and long paths; events)', body, 200, async (text) => {
+    await fuzz('POST /api/webhooks (url: schemes, hosts, ports, multi-byte and long paths; events; include_origin)', body, 200, async (text) => {
       const headers = { authorization: `Bearer ${rich.writeKey}`, 'content-type': 'application/json' };
       const res = await send('POST', '/api/webhooks', headers, text);
       const what = `POST /api/webhooks ${text.slice(0, 200)} (${text.length} characters)`;
       expectRestAnswer(res, what, 'POST');
+      const sent = (() => {
+        try {
+          return (JSON.parse(text) as { include_origin?: unknown } | null)?.include_origin;
+        } catch {
+          return undefined;
+        }
+      })();
       if (res.status === 201) {
-        const { webhook } = JSON.parse(res.text) as { webhook: { id: string; url: string } };
+        const { webhook } = JSON.parse(res.text) as { webhook: { id: string; url: string; include_origin: boolean; created_by: unknown } };
+        // Only a boolean (or null, the default) is taken, and stored as sent.
+        expect([undefined, null, true, false], what).toContain(sent);
+        expect(webhook.include_origin, what).toBe(sent === true);
+        expect(webhook.created_by, what).toEqual({ kind: 'api_key', id: keyIdOf(rich.writeKey) });
         expect(webhook.url.length, what).toBeLessThanOrEqual(2048);
         expect(new URL(webhook.url).protocol, what).toBe('https:');
         expect(new URL(webhook.url).port, what).not.toBe('52222');
@@ -292,7 +325,7 @@ describe('fuzz: POST /api/webhooks', () => {
         return 201;
       }
       expect(res.status, `${what}: ${res.text.slice(0, 300)}`).toBe(400);
-      return `400 ${(JSON.parse(res.text) as { error: string }).error}`;
+      return `400 ${(JSON.parse(res.text) as { error: string }).error}${sent === undefined || sent === null || typeof sent === 'boolean' ? '' : ' (include_origin not a boolean)'}`;
     });
   });
 });

@@ -22,14 +22,15 @@ const cleanEnv = (env: Record<string, string>) => ({ PATH: process.env.PATH ?? '
 
 /** Runs the real CLI with a clean environment: only PATH, HOME and `env` (DATABASE_URL, or DATA_DIR for the
  *  embedded database, plus whatever the test sets). `stdin`: written to its standard input, which is then
- *  closed (for `--password -`, the form operators should use). */
-export function runAdminCli(env: Record<string, string>, args: string[], stdin?: string): Promise<CliRun> {
+ *  closed (for `--password -`, the form operators should use). `root`: the checkout whose CLI runs (default
+ *  this one; the upgrade test runs the previous release's, test/upgrade/previous-release.ts). */
+export function runAdminCli(env: Record<string, string>, args: string[], stdin?: string, opts: { root?: string } = {}): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const child = execFile(
       NODE,
       [...ARGV, ...args],
       // The kill timeout only ends a hung process; the tests' own bounds are what fail.
-      { cwd: ROOT, env: cleanEnv(env), timeout: 300_000 },
+      { cwd: opts.root ?? ROOT, env: cleanEnv(env), timeout: 300_000 },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
         if (err && code === -1) return reject(err);

@@ -6,7 +6,7 @@
 // included) goes to stderr.
 //
 // TG_TEST_HANG_AT=OP:STEP: the dataplane's TEST-ONLY seam (DataplaneOptions.testOnlyHang): the first operation OP
-// (apply, remove, reconcile) that reaches STEP (kernel.ts step(): "nftables commit"...) hangs there, as one the
+// (apply, remove, reconcile) that reaches STEP (kernel/context.ts step(): "nftables commit"...) hangs there, as one the
 // kernel never answers would, until the test writes {"release_hang": true} on stdin; with TG_TEST_HANG_BLOCK=1 it
 // holds the event loop itself, for good. SIGTERM/SIGINT stop it as agent/main.ts does: bounded by STOP_BOUND_S.
 import { createInterface } from 'node:readline';

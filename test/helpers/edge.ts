@@ -115,18 +115,27 @@ export class TestEdge {
    * The namespace, the agent's host key and port, and a node registered by `add` (the admin CLI's `node add`,
    * as an operator does it, or the domain function), which answers the keys the agent must trust.
    */
-  static async register(add: (node: EdgeNodeRequest) => Promise<{ nodeId: string } & AgentKeys>): Promise<TestEdge> {
+  static async register(
+    add: (node: EdgeNodeRequest) => Promise<{ nodeId: string } & AgentKeys>,
+    opts: {
+      /**
+       * Makes the agent's host key in the state directory and answers its fingerprint (default: this
+       * checkout's agent code); the upgrade test has the previous release's code make it.
+       */
+      makeHostKey?: (stateDir: string) => Promise<string>;
+    } = {},
+  ): Promise<TestEdge> {
     const netns = new TestNetns();
     try {
       // The router's underlay address exists on the edge (the probe sends from it).
       netns.run('ip', 'link', 'set', 'lo', 'up');
       netns.run('ip', 'addr', 'add', `${EDGE_PUBLIC_IP}/32`, 'dev', 'lo');
       const stateDir = mkdtempSync(join(tmpdir(), 'tg-edge-'));
-      const hostKey = await loadOrCreateHostKey(stateDir);
+      const fingerprint = opts.makeHostKey ? await opts.makeHostKey(stateDir) : (await loadOrCreateHostKey(stateDir)).fingerprint;
       const port = await freePort();
       const name = `edge-${netns.name.slice(-8)}`;
-      const { nodeId, ...keys } = await add({ name, publicIp: EDGE_PUBLIC_IP, sshHost: '127.0.0.1', sshPort: port, hostKey: hostKey.fingerprint });
-      return new TestEdge(netns, nodeId, port, stateDir, hostKey.fingerprint, keys);
+      const { nodeId, ...keys } = await add({ name, publicIp: EDGE_PUBLIC_IP, sshHost: '127.0.0.1', sshPort: port, hostKey: fingerprint });
+      return new TestEdge(netns, nodeId, port, stateDir, fingerprint, keys);
     } catch (e) {
       netns.delete();
       throw e;
@@ -141,12 +150,15 @@ export class TestEdge {
    * Starts the agent process and waits until it listens; with `hold`, every call waits at that point for
    * release(). `jobVersions`: AGENT_JOB_VERSIONS (`1` stands in for an agent from before job version 2).
    * `log`: the agent logs at info and its lines are kept in `logs`. `linkKind: 'gre'`: the production
-   * link driver, which this GRE-less kernel refuses (an edge that cannot carry tunnels).
+   * link driver, which this GRE-less kernel refuses (an edge that cannot carry tunnels). `root`: the checkout
+   * whose agent runs, through that checkout's own test/helpers/agent-process.ts and loader (default this
+   * one; the upgrade test starts the previous release's agent on the same state directory and port).
    */
-  async start(opts: { hold?: HoldPoint; jobVersions?: string; log?: boolean; healthIntervalS?: number; linkKind?: 'gre' | 'veth-standin' } = {}): Promise<void> {
+  async start(opts: { hold?: HoldPoint; jobVersions?: string; log?: boolean; healthIntervalS?: number; linkKind?: 'gre' | 'veth-standin'; root?: string } = {}): Promise<void> {
     if (this.child) return;
-    const child = spawn(NODE_BIN, ['--import', join(ROOT, 'loader/register.mjs'), join(ROOT, 'test/helpers/agent-process.ts')], {
-      cwd: ROOT,
+    const root = opts.root ?? ROOT;
+    const child = spawn(NODE_BIN, ['--import', join(root, 'loader/register.mjs'), join(root, 'test/helpers/agent-process.ts')], {
+      cwd: root,
       env: {
         PATH: process.env.PATH,
         AGENT_NODE_ID: this.nodeId,

@@ -23,9 +23,13 @@ export interface GatewayProcess {
   kill(signal?: NodeJS.Signals): void;
 }
 
-export function startGatewayProcess(env: Record<string, string>): Promise<GatewayProcess> {
+/**
+ * `root`: the checkout whose gateway runs (default this one); the upgrade test runs the previous release's
+ * from its own tree (test/upgrade/previous-release.ts), on this checkout's Node.
+ */
+export function startGatewayProcess(env: Record<string, string>, opts: { root?: string } = {}): Promise<GatewayProcess> {
   const child = spawn(NODE, ['--import', './loader/register.mjs', 'server/main.ts'], {
-    cwd: ROOT,
+    cwd: opts.root ?? ROOT,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', HOST: '127.0.0.1', PORT: '0', EDGE_WORKER: 'false', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -16,8 +16,9 @@ export interface RunningGateway {
 }
 
 /**
- * `clock`: milliseconds now for the gateway's request gate (REST and GraphQL rate limits), so a rate-limit
- * test moves time itself instead of depending on how long its requests took.
+ * `clock`: milliseconds now for the gateway's request gate (REST and GraphQL rate limits) and the domain's
+ * limits (the origin-change limit), so a rate-limit test moves time itself instead of depending on how long
+ * its requests took.
  */
 /**
  * `publicUrlIsItself`: PUBLIC_URL is the address the gateway listens on (known only once it listens), for a
@@ -41,7 +42,7 @@ export async function startGateway(opts: { config?: Partial<Config>; testDb?: Te
     ...(opts.publicUrlIsItself ? { publicUrl: url } : {}),
     ...opts.config,
   };
-  const services = opts.log ? buildServices(config, testDb.db, opts.log) : buildServices(config, testDb.db);
+  const services = buildServices(config, testDb.db, opts.log, opts.clock ? { clock: opts.clock } : {});
   const gateway = await createGateway(services, opts.log ?? createLogger(config.logLevel), server, {
     ...(opts.clock ? { clock: opts.clock } : {}),
     ...(opts.idempotencyPurgeMs ? { idempotencyPurgeMs: opts.idempotencyPurgeMs } : {}),

@@ -43,7 +43,7 @@ export interface OidcWorld {
   close(): Promise<void>;
 }
 
-/** `gateway`: startGateway's options (configuration, the request gate's clock) for a test that needs its own. */
+/** `gateway`: startGateway's options (configuration such as ALLOW_PRIVATE_WEBHOOKS, the request gate's clock) for a test that needs its own. */
 export async function startOidcWorld(gateway: Parameters<typeof startGateway>[0] = {}): Promise<OidcWorld> {
   const gw = await startGateway(gateway);
   const db = gw.testDb.db;

@@ -1,6 +1,6 @@
 // An edge reboot must not silently kill paid tunnels (issue 8 item 2; docs/CONTRACTS.md "Restart and reboot", "Dataplane"):
 // the agent restores the last desired state from AGENT_STATE_DIR at start, before any job arrives, without
-// disturbing what is already right. The real gateway provisions a tunnel on the real agent process
+// disturbing what is already right. The real gateway provisions and activates a tunnel on the real agent process
 // (test/helpers/edge.ts: dataplane in a namespace, veth stand-in for GRE); a client namespace reaches the
 // protected IP over TCP through the edge (DNAT into the tunnel; a server on the origin's inner address
 // answers back through it, naming the client address it saw). Then the gateway
@@ -103,6 +103,11 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('the agent rest
 
     const originInnerIp = wireOrigin(t.tunnel_name);
     origin!.run('ip', 'rule', 'add', 'from', originInnerIp, 'lookup', '100');
+    // Activated: the origin answers the probe through the tunnel, and only then does the edge forward to it
+    // (docs/CONTRACTS.md "Dataplane"); what the agent restores below is that activated tunnel.
+    await rig.edge.netns.waitForPing(originInnerIp);
+    const a = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey });
+    expect([a.status, a.body.tunnel.status]).toEqual([200, 'active']);
     // Traffic: the client connects to the protected IP; the edge DNATs it into the tunnel, the origin
     // answers from its inner address back through the tunnel.
     expect(await waitForOrigin(t.protected_ip)).toBe('origin saw 198.51.100.10');

@@ -17,7 +17,6 @@ import { addBalance, createUser } from '../../server/domain/accounts.ts';
 import { addNode } from '../../server/domain/nodes.ts';
 import { createPromocode } from '../../server/domain/promocodes.ts';
 import { openDatabase } from '../../server/services.ts';
-import { DNAT_MAP } from '../../agent/dataplane/kernel/context.ts';
 import { cliFailed, cliOk, runAdminCli, type CliRun } from '../helpers/admin-cli.ts';
 import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
@@ -55,13 +54,13 @@ function noSecrets(stdout: string): void {
 type Item = Record<string, unknown>;
 const items = (j: Record<string, unknown>) => j.items as Item[];
 
-/** Walks every page of a list with `--limit n`, checking each page's size; returns all items in order. */
+/** Walks every page of a list with `--limit n`, checking each page's size; returns all items in order (in this process, as inProcess). */
 async function allPages(env: Record<string, string>, args: string[], n: number): Promise<{ items: Item[]; pages: number }> {
   const out: Item[] = [];
   let cursor: string | null = null;
   let pages = 0;
   do {
-    const page = ok(await runAdminCli(env, [...args, '--limit', String(n), ...(cursor ? ['--cursor', cursor] : [])]));
+    const page = ok(await inProcess(env, [...args, '--limit', String(n), ...(cursor ? ['--cursor', cursor] : [])]));
     expect(Object.keys(page).sort()).toEqual(['items', 'next_cursor']);
     pages++;
     out.push(...items(page));
@@ -199,7 +198,9 @@ describe('read and queue commands against PostgreSQL', () => {
       expect(byName['ann-2']).toMatchObject({ health: 'unknown', health_checked_at: null });
       expect(byName['bob-1']).toMatchObject({ status: 'deleted', health: 'unknown', health_checked_at: '2026-11-20T09:00:00.000Z' });
 
-      const names = async (...args: string[]) => items(ok(await runAdminCli(env, ['tunnel', 'list', ...args]))).map((x) => x.name);
+      // Filters and pages run the same main() in this process: each spawned run is a Node start, and the
+      // spawned path is covered by the runs around them.
+      const names = async (...args: string[]) => items(ok(await inProcess(env, ['tunnel', 'list', ...args]))).map((x) => x.name);
       expect(await names('--email', 'bob@example.test')).toEqual(['bob-1']);
       expect(await names('--status', 'active')).toEqual(['ann-3', 'ann-1']);
       expect(await names('--node', 'edge-b')).toEqual(['bob-1', 'ann-3']);
@@ -324,7 +325,7 @@ describe('read and queue commands against PostgreSQL', () => {
     // A tunnel's row: its health, check time and settings, protection as key=value pairs.
     const tunnelTable = (await runAdminCli(env, ['tunnel', 'list', '--status', 'provisioned', '--format', 'table'])).stdout.trimEnd().split('\n');
     expect(tunnelTable[0]).toMatch(/ status +health +health_checked_at +ports +protocol +protection +charged_usd /);
-    expect(tunnelTable[1]).toMatch(/ provisioned +unknown +2026-11-25T10:00:01\.234Z +80,443,1000-1010 +tcp +syn_proxy=true source_pps_limit=5000 drop_fragments=false +1\.11 /);
+    expect(tunnelTable[1]).toMatch(/ provisioned +unknown +2026-11-25T10:00:01\.234Z +80,443,1000-1010 +tcp +syn_proxy=true source_pps_limit=5000 drop_fragments=false max_flows=65536 alert_pps=- +1\.11 /);
 
     // One object: a key and its value per line; nested counts show what is there.
     const shown = await runAdminCli(env, ['user', 'show', '--email', emails[0]!, '--format', 'table']);
@@ -437,12 +438,20 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands
     await provisionTunnel(gw.url, gw.testDb.raw, user.writeKey, tun.id);
     expect(edge.count('apply', tun.id)).toBe(1);
     const env = { DATABASE_URL: gw.testDb.url };
+    // Provisioned, not activated: the edge holds the link and its isolation, and no DNAT (docs/CONTRACTS.md
+    // "Dataplane"); lost are the link and the tunnel's counter-map element, and a repair must bring back those
+    // and no DNAT.
+    const counterElements = () => edge.netns.run('nft', 'list', 'map', 'ip', 'tunnelgate', 'tunnel_counters');
     const lose = () => {
       edge.netns.run('ip', 'link', 'del', 'dev', tun.tunnel_name);
-      edge.netns.run('nft', 'delete', 'element', 'ip', 'tunnelgate', DNAT_MAP, `{ ${tun.protected_ip} }`);
+      edge.netns.run('nft', 'delete', 'element', 'ip', 'tunnelgate', 'tunnel_counters', `{ ${tun.protected_ip} }`);
       expect(edge.links()).not.toContain(tun.tunnel_name);
+      expect(counterElements()).not.toContain(tun.protected_ip);
     };
-    const restored = () => until('link and element restored', async () => edge.links().includes(tun.tunnel_name) && edge.mapElements().includes(tun.protected_ip), 30_000);
+    const restored = async () => {
+      await until('link and element restored', async () => edge.links().includes(tun.tunnel_name) && counterElements().includes(tun.protected_ip), 30_000);
+      expect(edge.mapElements()).not.toContain(tun.protected_ip);
+    };
     const jobState = async (id: unknown) => (await gw.testDb.raw.query<{ state: string }>('select state::text from pgboss.job where id = $1', [id])).rows[0]?.state;
 
     lose();

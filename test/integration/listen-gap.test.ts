@@ -3,7 +3,7 @@
 // is held back by a gate (Database's injectable retry delay) for as long as each test needs, so the gap
 // is a state the test controls, never a race against a timer.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ProbeResult } from '../../agent/dataplane/types.ts';
+import type { TunnelProbe } from '../../server/provisioning/probes.ts';
 import type { Principal } from '../../server/auth/principal.ts';
 import { Database, LISTENER_APPLICATION_NAME } from '../../server/db/database.ts';
 import { openOrm } from '../../server/db/orm.ts';
@@ -123,29 +123,29 @@ describe('subscribers that rely on notices', () => {
     const a = new ProbeCoordinator(dbA, locksA, 600_000);
     const b = new ProbeCoordinator(dbB, locksB, 600_000);
     const id = '00000000-0000-4000-8000-00000000e014';
-    let releaseA: (r: ProbeResult) => void = () => {};
+    let releaseA: (r: TunnelProbe) => void = () => {};
     let aProbing = false;
     const fromA = a.probe(id, () => {
       aProbing = true;
-      return new Promise<ProbeResult>((r) => (releaseA = r));
+      return new Promise<TunnelProbe>((r) => (releaseA = r));
     });
     await until('replica A to hold the probe', () => aProbing);
     let bProbed = false;
     const fromB = b.probe(id, async () => {
       bProbed = true;
-      return { reachable: false };
+      return { reachable: false, originRevision: 0 };
     });
     await until('replica B to listen for the answer', () => dbB.listenerPids().length === 1);
 
     // B goes deaf; A answers meanwhile, and its notice is lost to B.
     await kill(dbB.listenerPids());
     await until('B to notice', () => dbB.listenerPids().length === 0);
-    releaseA({ reachable: true, rtt_ms: 1 });
-    expect(await fromA).toEqual({ reachable: true, rtt_ms: 1 });
+    releaseA({ reachable: true, rtt_ms: 1, originRevision: 0 });
+    expect(await fromA).toEqual({ reachable: true, rtt_ms: 1, originRevision: 0 });
     probeGate.open();
 
     // B finds the lock free (A's probe is over) and probes itself.
-    expect(await fromB).toEqual({ reachable: false });
+    expect(await fromB).toEqual({ reachable: false, originRevision: 0 });
     expect(bProbed).toBe(true);
     await locksA.close();
     await locksB.close();

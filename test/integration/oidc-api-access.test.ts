@@ -132,14 +132,16 @@ describe('a token of a client without API access (none)', () => {
   // Such a token is a genuine credential, so its refusal is not charged as a failed authentication; but
   // GraphQL still runs what needs no caller for it (pricing), so it must spend its address's anonymous
   // budget like a request with no credential at all (docs/SECURITY.md), or holding one buys unlimited requests.
-  // The gate's clock is the test's: no budget refills unless the test moves it.
+  // The gate's clock is the test's: no budget refills unless the test moves it. It starts at the wall
+  // clock's now because access tokens' expiry is checked against the same injected clock (a fixed date
+  // years ahead made the token expired: 401 instead of 403); the test moves it by seconds only.
   const BURST = 8;
-  let now = Date.UTC(2030, 0, 1);
+  let now = Date.now();
   let limited: OidcWorld;
   let on: { world: OidcWorld; as: oauth.AuthorizationServer };
   beforeAll(async () => {
-    // 60 a minute refills one request a second of the test's clock; the issuer's own budget (wall clock)
-    // is the same burst, enough for the one sign-in below.
+    // 60 a minute refills one request a second of the test's clock; the issuer's own budget (the same
+    // clock) is the same burst, enough for the one sign-in below.
     limited = await startOidcWorld({ config: { rateLimitPerMinute: 60, rateLimitBurst: BURST }, clock: () => now });
     on = { world: limited, as: await discover(limited.issuer) };
   });

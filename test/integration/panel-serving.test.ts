@@ -10,6 +10,7 @@ import { brotliCompressSync, brotliDecompressSync, gunzipSync, gzipSync } from '
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
 import { createLogger } from '../../common/log.ts';
+import { VERSION } from '../../server/version.ts';
 
 const BROWSER = 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8';
 const INDEX = '<!DOCTYPE html><html><head><script type="module" src="/assets/app-3f9a1c.js"></script><link rel="stylesheet" href="/assets/style-77b0e2.css"></head><body><div id="app"></div></body></html>';
@@ -204,7 +205,7 @@ describe('the built panel', () => {
     const interaction = await call(gw.url, 'GET', '/interaction/whatever', { headers: { accept: BROWSER } });
     expect(interaction.status).toBe(400);
     expect(interaction.text).not.toContain('<div id="app">');
-    expect((await call(gw.url, 'GET', '/healthz', { headers: { accept: BROWSER } })).body).toEqual({ status: 'ok' });
+    expect((await call(gw.url, 'GET', '/healthz', { headers: { accept: BROWSER } })).body).toEqual({ status: 'ok', version: VERSION });
     const discovery = await call(gw.url, 'GET', '/.well-known/openid-configuration', { headers: { accept: BROWSER } });
     expect(discovery.body.issuer).toBe(gw.url);
     expect((await call(gw.url, 'GET', '/api/dedicated/pricing', { headers: { accept: BROWSER } })).status).toBe(200);

@@ -50,7 +50,12 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('periodic recon
     // 200 when the agent answered within the wait, else 202 and then the final status (docs/CONTRACTS.md "Tunnel lifecycle").
     expect(await settle(p, 'provisioned', () => status(gw.testDb.raw, t.id))).toBe('provisioned');
     expect(edge.links()).toContain(t.tunnel_name);
-    expect(edge.mapElements()).toContain(t.protected_ip);
+    // Active, as an activation leaves it (an origin answering the probe is not this test's subject: the
+    // reconcile reads the status from the database, so the test puts it there); the next periodic reconcile
+    // turns its forwarding on (docs/CONTRACTS.md "Dataplane").
+    expect(edge.mapElements()).not.toContain(t.protected_ip);
+    await gw.testDb.raw.query(`update tunnel set status = 'active' where id = $1`, [t.id]);
+    await until('the reconcile forwards the active tunnel', async () => edge.mapElements().includes(t.protected_ip), 30_000);
 
     const since = await dbNow(gw.testDb.raw);
     // Drift: someone on the router deletes the tunnel's link and its dnat element.
@@ -72,7 +77,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('periodic recon
       );
       return rows[0]!.n >= 1;
     });
-    expect(await status(gw.testDb.raw, t.id)).toBe('provisioned');
+    expect(await status(gw.testDb.raw, t.id)).toBe('active');
   }, 180_000);
 });
 
@@ -140,7 +145,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('a reconnect re
     expect(await settle(f, 'provisioned', () => status(gw.testDb.raw, fine.id))).toBe('provisioned');
     expect(await status(gw.testDb.raw, broken.id)).toBe('provisioning');
     expect(edge.links()).toContain(fine.tunnel_name);
-    expect(edge.mapElements()).toContain(fine.protected_ip);
+    // On the edge, not yet forwarded to: it is not activated.
+    expect(edge.mapElements()).not.toContain(fine.protected_ip);
 
     await until('the broken tunnel failed', async () => (await status(gw.testDb.raw, broken.id)) === 'failed', 90_000);
     // Its own job ran once and then EDGE_RETRY_LIMIT more times, each reaching the agent's apply.

@@ -6,8 +6,12 @@
 //   (b) the gateway upgraded first: an agent that speaks version 1 only gets only version 1 jobs, the
 //       tunnel is applied, and a policy it cannot carry is left out with one warning per connection; once
 //       that agent is upgraded and restarted, the gateway asks hello again and sends version 2.
-// The old agent is a STAND-IN: today's agent started with AGENT_JOB_VERSIONS=1, which answers hello with
-// exit 127 and refuses v 2 as unsupported_version, exactly what an agent from before version 2 does.
+//   (c) job version 3 (tunnel.forwarding): an agent from before it gets version 2 jobs without the field, so it
+//       forwards to an origin nobody probed, as it always did, with one warning per connection; upgraded, it
+//       gets version 3 and the reconcile after its restart takes that DNAT away until the tunnel is activated.
+// The old agents are STAND-INS: today's agent started with AGENT_JOB_VERSIONS=1 (or 1,2), which answers hello
+// with exit 127 and refuses v 2 as unsupported_version (or lists [1, 2] and refuses v 3), exactly what an agent
+// from before version 2 (or 3) does.
 import ssh2 from 'ssh2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
@@ -67,7 +71,7 @@ function oldGatewayJob(edge: TestEdge, secrets: ServerSecrets, jws: string): Pro
   });
 }
 
-describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 through a rolling upgrade, in both orders', () => {
+describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job versions 2 and 3 through a rolling upgrade, in both orders', () => {
   let gw: RunningGateway;
   let edge: TestEdge;
   let secrets: ServerSecrets;
@@ -117,7 +121,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
   it('(a) agent upgraded first: a v 1 job from a gateway that never asks hello is accepted and applied', async () => {
     await edge.start({ log: true });
     const t = await buy('old-gateway');
-    const spec = (await edgeTunnel(gw.testDb.db, t.id))!.spec;
+    // A gateway from before version 3 knows no `forwarding`: the agent forwards, as every agent did before.
+    const { forwarding: _unknownToOldGateways, ...spec } = (await edgeTunnel(gw.testDb.db, t.id))!.spec;
     const jws = await signJob(secrets.jobSigningKey.privateKey, secrets.jobSigningKey.kid, edge.nodeId, 'apply', { tunnel: spec }, { version: 1 });
     expect(JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString()).v).toBe(1);
     expect(await oldGatewayJob(edge, secrets, jws)).toMatchObject({ ok: true, op: 'apply', result: { added: 1 } });
@@ -135,6 +140,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
     const t = await buy('old-agent');
     await provision(t);
     expect(edge.links()).toContain(t.tunnel_name);
+    // A version 1 agent cannot be told to hold the DNAT back (job version 3): it forwards, as before the upgrade.
     expect(edge.mapElements()).toContain(t.protected_ip);
     const done = jobsDone(run);
     expect(done.map((l) => l.op)).toContain('apply');
@@ -157,33 +163,62 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('job version 2 
       const warned = logs.filter((l) => l.msg === 'edge_policy_not_enforced');
       expect(warned).toHaveLength(1);
       expect(warned[0]).toMatchObject({ level: 'warn', node_id: edge.nodeId, agent_versions: [1], tunnel_ids: [t.id] });
+      // The tunnel is not activated: its `forwarding: false` could not travel either, and says so once.
+      expect(logs.filter((l) => l.msg === 'edge_forwarding_not_enforced')).toEqual([expect.objectContaining({ level: 'warn', node_id: edge.nodeId, agent_versions: [1], tunnel_ids: [t.id] })]);
       expect(logs).toContainEqual(expect.objectContaining({ msg: 'edge agent hello', node_id: edge.nodeId, agent: null, job_version: 1 }));
       expect(edge.links()).toContain(t.tunnel_name);
     });
   }, 180_000);
 
-  it('(b, then) the agent is upgraded: after its restart the gateway asks hello again and sends v 2', async () => {
+  it('(b, then) the agent is upgraded: after its restart the gateway asks hello again and sends v 3 (v 2 and forwarding)', async () => {
     const t = await buy('after-upgrade');
     await edge.kill('SIGTERM');
     await edge.start({ log: true });
     const run = currentRun();
     // The dropped connection makes the gateway reconcile the node; on the new connection it asked hello
-    // first and signed version 2.
+    // first and signed version 3.
     await until('a reconcile reached the upgraded agent', () => jobsDone(run).find((l) => l.op === 'reconcile'));
-    expect(edge.logs).toContainEqual(expect.objectContaining({ run, msg: 'hello', versions: [1, 2] }));
+    expect(edge.logs).toContainEqual(expect.objectContaining({ run, msg: 'hello', versions: [1, 2, 3] }));
     await provision(t);
     expect(edge.links()).toContain(t.tunnel_name);
+    // Now the agent can hold the DNAT back: provisioned, not activated, nothing forwarded.
+    expect(edge.mapElements()).not.toContain(t.protected_ip);
     const done = jobsDone(run);
-    expect(done).toContainEqual(expect.objectContaining({ op: 'apply', tunnel_id: t.id, v: 2 }));
-    expect(done.every((l) => l.v === 2), JSON.stringify(done)).toBe(true);
+    expect(done).toContainEqual(expect.objectContaining({ op: 'apply', tunnel_id: t.id, v: 3 }));
+    expect(done.every((l) => l.v === 3), JSON.stringify(done)).toBe(true);
 
     // A policy now travels, with no warning.
     await withPolicyWorker(t.id, async ({ worker, logs, node, spec }) => {
       const from = done.length;
       expect(await worker.run(node, 'apply', { tunnel: spec })).toMatchObject({ ok: true });
-      expect(jobsDone(run).slice(from)).toContainEqual(expect.objectContaining({ op: 'apply', tunnel_id: t.id, v: 2 }));
-      expect(logs.filter((l) => l.msg === 'edge_policy_not_enforced')).toEqual([]);
-      expect(logs).toContainEqual(expect.objectContaining({ msg: 'edge agent hello', node_id: edge.nodeId, agent_versions: [1, 2], job_version: 2 }));
+      expect(jobsDone(run).slice(from)).toContainEqual(expect.objectContaining({ op: 'apply', tunnel_id: t.id, v: 3 }));
+      expect(logs.filter((l) => l.msg === 'edge_policy_not_enforced' || l.msg === 'edge_forwarding_not_enforced')).toEqual([]);
+      expect(logs).toContainEqual(expect.objectContaining({ msg: 'edge agent hello', node_id: edge.nodeId, agent_versions: [1, 2, 3], job_version: 3 }));
     });
+  }, 180_000);
+
+  it('(c) an agent from before version 3 forwards a tunnel nobody activated (v 2, one warning); upgraded, the reconcile after its restart takes that DNAT away', async () => {
+    await edge.kill('SIGTERM');
+    await edge.start({ jobVersions: '1,2', log: true });
+    let run = currentRun();
+    const t = await buy('before-v3');
+    await provision(t);
+    expect(edge.mapElements()).toContain(t.protected_ip);
+    const done = jobsDone(run);
+    expect(done).toContainEqual(expect.objectContaining({ op: 'apply', tunnel_id: t.id, v: 2 }));
+    expect(done.every((l) => l.v === 2), JSON.stringify(done)).toBe(true);
+    await withPolicyWorker(t.id, async ({ worker, logs, node, spec }) => {
+      expect(await worker.run(node, 'apply', { tunnel: spec })).toMatchObject({ ok: true });
+      expect(await worker.run(node, 'apply', { tunnel: spec })).toMatchObject({ ok: true });
+      expect(logs.filter((l) => l.msg === 'edge_forwarding_not_enforced')).toEqual([expect.objectContaining({ level: 'warn', node_id: edge.nodeId, agent_versions: [1, 2], tunnel_ids: [t.id] })]);
+      expect(logs.filter((l) => l.msg === 'edge_policy_not_enforced')).toEqual([]);
+    });
+
+    await edge.kill('SIGTERM');
+    await edge.start({ log: true });
+    run = currentRun();
+    await until('the reconcile after the upgrade', () => jobsDone(run).find((l) => l.op === 'reconcile' && l.v === 3));
+    expect(edge.mapElements()).not.toContain(t.protected_ip);
+    expect(await status(t.id)).toBe('provisioned');
   }, 180_000);
 });

@@ -43,7 +43,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
   });
 
   // The one test that demands 200 (the agent answered within the wait, here 60 s); the others take 200 or 202.
-  it('buy -> provision (200, link and map element in the kernel) -> activate 409 without origin -> delete (200, gone, IP back)', async () => {
+  it('buy -> provision (200, the link in the kernel, no DNAT before activation) -> activate 409 without origin -> delete (200, gone, IP back)', async () => {
     const t = await buy('first');
     expect(t.status).toBe('pending');
 
@@ -52,7 +52,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
     expect(p.body.tunnel.status).toBe('provisioned');
     expectMatchesOpenApi('post', '/api/dedicated/{id}/provision', p.status, p.body, p.headers);
     expect(edge.links()).toContain(t.tunnel_name);
-    expect(edge.mapElements()).toContain(t.protected_ip);
+    // The edge forwards nothing to an origin that has not answered the activate probe (docs/CONTRACTS.md "Dataplane").
+    expect(edge.mapElements()).not.toContain(t.protected_ip);
     expect(edge.count('apply', t.id)).toBe(1);
 
     // Provisioning again is refused: it is provisioned.
@@ -78,7 +79,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
     expect(await ipOwner(t.protected_ip)).toBeNull();
   }, 60_000);
 
-  it('once the origin answers through the tunnel, activate is 200 active (the agent probed it); again is 409', async () => {
+  it('once the origin answers through the tunnel, activate is 200 active (the agent probed it) and the edge forwards to it; again is 409', async () => {
     const t = await buy('with-origin');
     expect(await settle(await call(gw.url, 'POST', `/api/dedicated/${t.id}/provision`, { token: user.writeKey }), 'provisioned', () => status(t.id))).toBe('provisioned');
     const { rows } = await gw.testDb.raw.query<{ inner_index: number; inner_pool: string }>(
@@ -103,11 +104,14 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
       origin.run('ip', 'rule', 'add', 'from', originInnerIp, 'lookup', '100');
       await edge.netns.waitForPing(originInnerIp);
 
+      expect(edge.mapElements()).not.toContain(t.protected_ip);
       const a = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey });
       expect(a.status).toBe(200);
       expect(a.body.tunnel.status).toBe('active');
       expectMatchesOpenApi('post', '/api/dedicated/{id}/activate', a.status, a.body, a.headers);
       expect(await status(t.id)).toBe('active');
+      // The 200 came once the agent applied the tunnel with forwarding on: its DNAT is in the kernel.
+      expect(edge.mapElements()).toContain(t.protected_ip);
       const again = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey });
       expect([again.status, again.body.error]).toEqual([409, 'invalid_state']);
       const d = await call(gw.url, 'DELETE', `/api/dedicated/${t.id}`, { token: user.writeKey });
@@ -160,7 +164,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('provisioning t
     await edge.start();
     await until('provisioned', async () => (await status(t.id)) === 'provisioned');
     expect(edge.links()).toContain(t.tunnel_name);
-    expect(edge.mapElements()).toContain(t.protected_ip);
+    expect(edge.mapElements()).not.toContain(t.protected_ip);
     // The node came back: its first contact was a full reconcile carrying this tunnel.
     const firstAfterRestart = edge.calls.find((c) => c.ids.includes(t.id));
     expect(firstAfterRestart?.call).toBe('reconcile');

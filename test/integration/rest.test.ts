@@ -9,6 +9,7 @@ import { revokeApiKey } from '../../server/auth/api-keys.ts';
 import { addBalance } from '../../server/domain/accounts.ts';
 import { Database } from '../../server/db/database.ts';
 import { openOrm } from '../../server/db/orm.ts';
+import { VERSION } from '../../server/version.ts';
 
 let gw: RunningGateway;
 let alice: SeededUser;
@@ -464,7 +465,7 @@ describe('the rest of the surface', () => {
   });
 
   it('serves health, readiness, metrics and the OpenAPI document', async () => {
-    expect((await call(gw.url, 'GET', '/healthz')).body).toEqual({ status: 'ok' });
+    expect((await call(gw.url, 'GET', '/healthz')).body).toEqual({ status: 'ok', version: VERSION });
     const ready = await call(gw.url, 'GET', '/readyz');
     expect(ready.status).toBe(200);
     expect(ready.body).toMatchObject({ status: 'ready', database: 'ok', migrations_pending: 0 });

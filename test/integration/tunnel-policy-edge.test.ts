@@ -1,8 +1,9 @@
 // A tunnel's policy end to end through the product (issue 10 item 5, the last proof; docs/CONTRACTS.md
 // "Tunnel settings", "Edge jobs"): bought with `ports: "8080"` and protection over REST, provisioned by the
-// real gateway, queue and worker through the real agent process (speaking job version 2 after `hello`), its
+// real gateway, queue and worker through the real agent process (speaking job version 3 after `hello`), its
 // dataplane in a namespace (veth stand-in for GRE, as test/integration/provisioning.test.ts), with a client
-// namespace upstream and the origin on the stand-in's far end. Then `PATCH ports` on the live tunnel: the
+// namespace upstream and the origin on the stand-in's far end, activated (the edge forwards to an origin only
+// once it answered the probe). Then `PATCH ports` on the live tunnel: the
 // gateway answers 200 only once the agent applied it, so the new port passing right after the 200 is the
 // "within the request's own wait" of the contract (EDGE_WAIT_MS, 5 s by default), and a connection on the
 // port it keeps carries on (a change of policy alone flushes no conntrack).
@@ -43,6 +44,11 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'root (network namespaces
   };
   const status = async (id: string) => (await gw.testDb.raw.query<{ status: string }>('select status from tunnel where id = $1', [id])).rows[0]!.status;
   const counted = (name: string): number => counterPackets(origin.run(...counterArgv(name)));
+  /** provisioned -> active through the API: 200 once the edge forwards to the origin (docs/CONTRACTS.md "Dataplane"). */
+  const activate = async (id: string): Promise<void> => {
+    const a = await call(gw.url, 'POST', `/api/dedicated/${id}/activate`, { token: user.writeKey });
+    expect([a.status, a.body.tunnel?.status], a.text).toEqual([200, 'active']);
+  };
   /** The origin's inner address (with its /30) the gateway allocated to tunnel `id`. */
   const originInner = async (id: string): Promise<string> => {
     const { rows } = await gw.testDb.raw.query<{ inner_index: number; inner_pool: string }>(
@@ -113,6 +119,8 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'root (network namespaces
     origin.run('bash', '-c', `nft -f - <<'EOF'\n${observeRuleset('input', { syn9090: 'tcp dport 9090 tcp flags & (syn|ack) == syn' })}EOF`);
     await edge.netns.waitForPing(inner.split('/')[0]!);
     await proc(origin, SERVER).saw((l) => l === 'ready');
+    // Activated: the origin answers the probe through the tunnel, and only then does the edge forward to it.
+    await activate(t.id);
 
     const on8080 = proc(client, KEEP, [t.protected_ip, '8080']);
     await on8080.saw((l) => l === 'open');
@@ -152,6 +160,7 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'root (network namespaces
     origin2.run('ip', 'link', 'set', 'lo', 'up');
     attachStandinOrigin(edge.netns, origin2, { tunnel_name: t.tunnel_name, origin_inner: inner });
     await edge.netns.waitForPing(inner.split('/')[0]!);
+    await activate(t.id);
 
     // The collector's own timer is an hour away: the test runs each round. This first one sees the tunnel
     // for the first time, which only sets the baseline (it adds 0), before anything is sent.

@@ -117,7 +117,9 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel setting
     expect(await moves()).toEqual([expect.objectContaining({ id: t.id, status: 'provisioned' })]);
     expect(applies(t.id)).toBe(before + 1);
     const { rows } = await gw.testDb.raw.query<{ gre_key: string }>('select gre_key::text as gre_key from tunnel where id = $1', [t.id]);
-    expect(onEdge(t.id)).toMatchObject({ origin_ip: '9.9.9.9', gre_key: Number(rows[0]!.gre_key) });
+    // The new origin has answered no probe: the edge holds the tunnel without its DNAT (job version 3).
+    expect(onEdge(t.id)).toMatchObject({ origin_ip: '9.9.9.9', gre_key: Number(rows[0]!.gre_key), forwarding: false });
+    expect(edge.mapElements()).not.toContain(t.protected_ip);
     const setup = await call(gw.url, 'GET', `/api/dedicated/${t.id}/setup`, { token: user.readKey });
     expect(setup.body.scripts.origin).toContain("ORIGIN_IP='9.9.9.9'");
 

@@ -11,7 +11,7 @@ import { expectMatchesOpenApi } from '../helpers/openapi.ts';
 import { until } from '../helpers/wait.ts';
 import { edgeTunnel } from '../../server/provisioning/edge-state.ts';
 
-const DEFAULT_PROTECTION = { syn_proxy: false, source_pps_limit: null, drop_fragments: false };
+const DEFAULT_PROTECTION = { syn_proxy: false, source_pps_limit: null, drop_fragments: false, max_flows: 65_536, alert_pps: null };
 
 let gw: RunningGateway;
 let a: SeededUser;
@@ -45,7 +45,7 @@ async function patch(id: string, body: unknown, token = a.writeKey) {
 /** The stored row, read past the code under test. */
 async function row(id: string) {
   const { rows } = await gw.testDb.raw.query(
-    `select name, origin_ip, gre_key::text as gre_key, ports, protocol, syn_proxy, source_pps_limit, drop_fragments, spec_revision, origin_revision, updated_at, status
+    `select name, origin_ip, gre_key::text as gre_key, ports, protocol, syn_proxy, source_pps_limit, drop_fragments, max_flows, alert_pps, spec_revision, origin_revision, updated_at, status
        from tunnel where id = $1`,
     [id],
   );
@@ -94,6 +94,8 @@ describe('the tunnel object and the purchase', () => {
       [{ ports: '0' }, /ports/],
       [{ protocol: 'icmp' }, /protocol/],
       [{ protection: { source_pps_limit: 9 } }, /source_pps_limit/],
+      [{ protection: { max_flows: 500 } }, /protection\.max_flows/],
+      [{ protection: { alert_pps: 0 } }, /protection\.alert_pps/],
       [{ protection: { colour: 'red' } }, /protection has an unknown field "colour"/],
       [{ extra: 1 }, /"extra"/],
     ] as const) {
@@ -138,13 +140,23 @@ describe('PATCH /api/dedicated/{id}', () => {
     expect((await edgeTunnel(gw.testDb.db, t.id))!.spec.policy).toEqual({ ports: [[80, 81], [443, 443]], protocol: 'tcp', syn_proxy: true, source_pps_limit: 50, drop_fragments: false });
     await patch(t.id, { ports: '*', protocol: 'both', protection: { syn_proxy: false, source_pps_limit: null } });
     expect((await edgeTunnel(gw.testDb.db, t.id))!.spec.policy).toBeUndefined();
+    // max_flows and alert_pps travel in the policy (optional keys; enforcement of max_flows is the dataplane's, later).
+    await patch(t.id, { protection: { max_flows: 3_000, alert_pps: 700 } });
+    expect((await edgeTunnel(gw.testDb.db, t.id))!.spec.policy).toEqual({ ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: null, drop_fragments: false, max_flows: 3_000, alert_pps: 700 });
+    await patch(t.id, { protection: { max_flows: 65_536, alert_pps: null } });
+    expect((await edgeTunnel(gw.testDb.db, t.id))!.spec.policy).toBeUndefined();
   });
 
   it('each key of protection is merged into the stored ones; null lifts the rate limit; name null clears the label', async () => {
     const t = await buy({ name: 'label', protection: { syn_proxy: true } });
-    expect((await patch(t.id, { protection: { source_pps_limit: 100 } })).body.tunnel.protection).toEqual({ syn_proxy: true, source_pps_limit: 100, drop_fragments: false });
-    expect((await patch(t.id, { protection: { drop_fragments: true } })).body.tunnel.protection).toEqual({ syn_proxy: true, source_pps_limit: 100, drop_fragments: true });
-    expect((await patch(t.id, { protection: { source_pps_limit: null } })).body.tunnel.protection).toEqual({ syn_proxy: true, source_pps_limit: null, drop_fragments: true });
+    const attack = { max_flows: 65_536, alert_pps: null };
+    expect((await patch(t.id, { protection: { source_pps_limit: 100 } })).body.tunnel.protection).toEqual({ syn_proxy: true, source_pps_limit: 100, drop_fragments: false, ...attack });
+    expect((await patch(t.id, { protection: { drop_fragments: true } })).body.tunnel.protection).toEqual({ syn_proxy: true, source_pps_limit: 100, drop_fragments: true, ...attack });
+    expect((await patch(t.id, { protection: { source_pps_limit: null } })).body.tunnel.protection).toEqual({ syn_proxy: true, source_pps_limit: null, drop_fragments: true, ...attack });
+    // The attack settings (docs/CONTRACTS.md "Attacks") merge the same way; alert_pps null is the automatic threshold again.
+    expect((await patch(t.id, { protection: { max_flows: 2_000, alert_pps: 50_000 } })).body.tunnel.protection).toEqual({ syn_proxy: true, source_pps_limit: null, drop_fragments: true, max_flows: 2_000, alert_pps: 50_000 });
+    expect(await row(t.id)).toMatchObject({ max_flows: 2_000, alert_pps: 50_000 });
+    expect((await patch(t.id, { protection: { alert_pps: null } })).body.tunnel.protection).toEqual({ syn_proxy: true, source_pps_limit: null, drop_fragments: true, max_flows: 2_000, alert_pps: null });
     expect((await patch(t.id, { ports: '1-65535' })).body.tunnel.ports).toBe('*');
     const cleared = await patch(t.id, { name: null });
     expect(cleared.body.tunnel.name).toBeNull();
@@ -181,6 +193,15 @@ describe('PATCH /api/dedicated/{id}', () => {
       [{ protection: { source_pps_limit: 10.5 } }, /protection\.source_pps_limit/],
       [{ protection: { syn_proxy: 'yes' } }, /protection\.syn_proxy must be a boolean/],
       [{ protection: { drop_fragments: null } }, /protection\.drop_fragments must be a boolean/],
+      [{ protection: { max_flows: 999 } }, /protection\.max_flows must be an integer from 1000 to 1000000/],
+      [{ protection: { max_flows: 1_000_001 } }, /protection\.max_flows/],
+      [{ protection: { max_flows: null } }, /protection\.max_flows/],
+      [{ protection: { max_flows: '65536' } }, /protection\.max_flows/],
+      [{ protection: { max_flows: 5000.5 } }, /protection\.max_flows/],
+      [{ protection: { alert_pps: 99 } }, /protection\.alert_pps must be null or an integer from 100 to 100000000/],
+      [{ protection: { alert_pps: 100_000_001 } }, /protection\.alert_pps/],
+      [{ protection: { alert_pps: 'auto' } }, /protection\.alert_pps/],
+      [{ protection: { alert_pps: 1e3 + 0.5 } }, /protection\.alert_pps/],
       [{ protection: { ports: '*' } }, /protection has an unknown field "ports"/],
       [{ protection: [] }, /protection must be an object/],
       [{ protection: null }, /protection must be an object/],
@@ -200,8 +221,10 @@ describe('PATCH /api/dedicated/{id}', () => {
     expect((await patch(t.id, { ports: thirtyTwo })).body.tunnel.ports).toBe(thirtyTwo);
     expect((await patch(t.id, { ports: '1,65535', protection: { source_pps_limit: 10 } })).status).toBe(200);
     expect((await patch(t.id, { protection: { source_pps_limit: 1_000_000 } })).status).toBe(200);
+    expect((await patch(t.id, { protection: { max_flows: 1_000, alert_pps: 100 } })).status).toBe(200);
+    expect((await patch(t.id, { protection: { max_flows: 1_000_000, alert_pps: 100_000_000 } })).status).toBe(200);
     // A refusal left nothing behind: only the accepted changes moved the revision.
-    expect((await row(t.id)).spec_revision).toBe((before.spec_revision as number) + 3);
+    expect((await row(t.id)).spec_revision).toBe((before.spec_revision as number) + 5);
   });
 
   it('origin_ip is checked exactly as at purchase: 400 invalid_origin_ip, and one of our own addresses is refused', async () => {
@@ -324,6 +347,26 @@ describe('GraphQL updateTunnel and purchaseTunnel', () => {
     expect(lifted.data!.updateTunnel.name).toBe('via graphql');
     const rest = (await call(gw.url, 'GET', `/api/dedicated/${t.id}`, { token: a.readKey })).body.tunnel;
     expect(rest).toMatchObject({ name: 'via graphql', ports: '22,25565-25575', protocol: 'udp', protection: { syn_proxy: false, source_pps_limit: null, drop_fragments: true } });
+  });
+
+  it('maxFlows and alertPps (docs/CONTRACTS.md "Attacks"): at purchase and in updateTunnel; null alertPps is automatic; REST shows the same', async () => {
+    const ATTACK = 'id protection { maxFlows alertPps }';
+    const bought = await gql(`mutation($input: PurchaseTunnelInput!) { purchaseTunnel(input: $input) { tunnel { ${ATTACK} } } }`, {
+      input: { originIp: '8.8.4.4', protection: { maxFlows: 5_000, alertPps: 20_000 } },
+    });
+    expect(bought.errors).toBeUndefined();
+    const t = bought.data!.purchaseTunnel.tunnel;
+    expect(t.protection).toEqual({ maxFlows: 5_000, alertPps: 20_000 });
+    const upd = (input: Record<string, unknown>) => gql(`mutation($id: ID!, $input: UpdateTunnelInput!) { updateTunnel(id: $id, input: $input) { ${ATTACK} } }`, { id: t.id, input });
+    expect((await upd({ protection: { alertPps: null } })).data!.updateTunnel.protection).toEqual({ maxFlows: 5_000, alertPps: null });
+    // maxFlows has no null: left out (or null) keeps it.
+    expect((await upd({ protection: { maxFlows: null, alertPps: 300 } })).data!.updateTunnel.protection).toEqual({ maxFlows: 5_000, alertPps: 300 });
+    expect((await call(gw.url, 'GET', `/api/dedicated/${t.id}`, { token: a.readKey })).body.tunnel.protection).toMatchObject({ max_flows: 5_000, alert_pps: 300 });
+    for (const protection of [{ maxFlows: 999 }, { maxFlows: 1_000_001 }, { alertPps: 99 }, { alertPps: 100_000_001 }]) {
+      const r = await upd({ protection });
+      expect(r.errors?.[0]?.extensions?.code, JSON.stringify(protection)).toBe('invalid_request');
+      expect(r.errors?.[0]?.message, JSON.stringify(protection)).toMatch(/protection\.(max_flows|alert_pps)/);
+    }
   });
 
   it('refusals carry the REST codes: invalid_request, invalid_origin_ip, not_found, invalid_state, insufficient_scope', async () => {

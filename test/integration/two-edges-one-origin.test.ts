@@ -169,7 +169,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('two tunnels to
     // The agent's own probe through each tunnel: both activate.
     for (const t of [a, b]) {
       const r = await call(gw.url, 'POST', `/api/dedicated/${t.id}/activate`, { token: user.writeKey });
-      expect([t.tunnel_name, r.status, r.body.tunnel?.status]).toEqual([t.tunnel_name, 200, 'active']);
+      expect([t.tunnel_name, r.status, r.body.tunnel?.status], r.text).toEqual([t.tunnel_name, 200, 'active']);
     }
 
     server = spawn('ip', ['netns', 'exec', origin.name, NODE, '-e', SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });

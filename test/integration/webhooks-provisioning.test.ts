@@ -1,7 +1,8 @@
 // The status-change webhook on the real purchase -> provision -> delete path (issue 11 item 4): the real
 // gateway and its worker drive the real agent over SSH (the provisioning tests' rig: a network namespace
 // with the veth stand-in for GRE), and every status move the worker or the buyer makes reaches a real
-// receiver, signed (verified with `standardwebhooks`), carrying the tunnel as it was after that move.
+// receiver, signed (verified with `standardwebhooks`), carrying the tunnel as it was after that move
+// (origin_ip included: the webhook is registered by the account's own key with include_origin).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../common/log.ts';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
@@ -32,7 +33,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('tunnel.status_
   });
 
   it('one signed event per status move, each with the tunnel after that move', async () => {
-    const { body: hook } = await call(gw.url, 'POST', '/api/webhooks', { token: user.writeKey, body: { url: receiver.url('/lifecycle'), events: ['tunnel.status_changed'] } });
+    const { body: hook } = await call(gw.url, 'POST', '/api/webhooks', { token: user.writeKey, body: { url: receiver.url('/lifecycle'), events: ['tunnel.status_changed'], include_origin: true } });
     const bought = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { origin_ip: '8.8.4.4' } });
     expect(bought.status).toBe(201);
     const id = bought.body.tunnel.id as string;

@@ -90,7 +90,7 @@ describe('registration (REST)', () => {
     expect(r.status).toBe(201);
     expect(r.body.secret).toMatch(/^whsec_[A-Za-z0-9+/]+=*$/);
     expect(Buffer.from(r.body.secret.slice(6), 'base64').length).toBeGreaterThanOrEqual(24);
-    expect(r.body.webhook).toMatchObject({ url: receiver.url('/reg'), events: ['tunnel.status_changed', 'tunnel.health_changed'] });
+    expect(r.body.webhook).toMatchObject({ url: receiver.url('/reg'), events: ['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended', 'webhook.disabled'], disabled_at: null, disabled_reason: null });
     // At rest: only the AES-GCM ciphertext (server/secrets/at-rest.ts), never the secret or its key bytes.
     const [stored] = (await gw.testDb.raw.query('select secret_ciphertext from webhook where id = $1', [r.body.webhook.id])).rows;
     expect(stored.secret_ciphertext).toMatch(/^v1\./);
@@ -149,7 +149,7 @@ describe('registration (REST)', () => {
       expect(r.body.error_description).toMatch(why);
     }
     // The same URL rules in the lab setting accept http and loopback.
-    expect(validateWebhookInput({ url: 'http://127.0.0.1:9/x' }, true)).toEqual({ url: 'http://127.0.0.1:9/x', events: ['tunnel.status_changed', 'tunnel.health_changed'] });
+    expect(validateWebhookInput({ url: 'http://127.0.0.1:9/x' }, true)).toEqual({ url: 'http://127.0.0.1:9/x', events: ['tunnel.status_changed', 'tunnel.health_changed', 'tunnel.attack_started', 'tunnel.attack_ended', 'webhook.disabled'], includeOrigin: false });
     // Deliveries go over IPv4 only, so an IPv6 literal is refused in every setting.
     expect(() => validateWebhookInput({ url: 'http://[::1]:9/x' }, true)).toThrow(/IPv6/);
   });
@@ -164,7 +164,7 @@ describe('registration (REST)', () => {
 });
 
 describe('deliveries', () => {
-  it('a status change is delivered once, signed (standardwebhooks verifies it), with the tunnel as REST shows it', async () => {
+  it('a status change is delivered once, signed (standardwebhooks verifies it), with the tunnel as REST shows it less origin_ip', async () => {
     const path = '/status';
     const { body: created } = await register(gw, user.writeKey, { url: receiver.url(path), events: ['tunnel.status_changed'] });
     const tunnelId = await statusEvent(gw, user);
@@ -179,7 +179,10 @@ describe('deliveries', () => {
     expect(event.type).toBe('tunnel.status_changed');
     expectMatchesSchema('TunnelEvent', event);
     const now = await call(gw.url, 'GET', `/api/dedicated/${tunnelId}`, { token: user.readKey });
-    expect(event.data.tunnel).toEqual(now.body.tunnel);
+    // The origin goes only to webhooks registered with include_origin (webhooks-credentials.test.ts).
+    const { origin_ip: origin, ...shown } = now.body.tunnel;
+    expect(origin).toBe('8.8.4.4');
+    expect(event.data.tunnel).toEqual(shown);
     // A signature made with another secret does not verify: the check above can fail.
     expect(() => verified('whsec_' + Buffer.alloc(24, 7).toString('base64'), d!)).toThrow();
     await until('the delivery recorded as delivered', async () => (await row(gw, d!.headers['webhook-id'] as string))?.delivered_at);
@@ -232,7 +235,8 @@ describe('deliveries', () => {
     const [d] = await until('the health webhook', () => receiver.to(health).length >= 1 && receiver.to(health));
     const event = verified(h.secret, d!);
     expect(event.type).toBe('tunnel.health_changed');
-    expect(event.data.tunnel).toEqual(bought.body.tunnel);
+    const { origin_ip: _origin, ...shown } = bought.body.tunnel;
+    expect(event.data.tunnel).toEqual(shown);
     expect(receiver.to(statusOnly)).toHaveLength(0);
   });
 

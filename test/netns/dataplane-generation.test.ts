@@ -1,4 +1,4 @@
-// The no-change reconcile's short cut (agent/dataplane/index.ts unchangedSince, docs/CONTRACTS.md "Dataplane"):
+// The no-change reconcile's short cut (agent/dataplane/edge-dataplane.ts unchangedSince, docs/CONTRACTS.md "Dataplane"):
 // while the nftables generation id is the one the agent's own last operation left, a reconcile reads only the
 // links back; an `nft` command by hand moves the id, and the next reconcile reads everything back and repairs
 // what the hand changed. In a fresh namespace, with `nft` and `ip` by hand as the drift and as the oracle.
@@ -81,7 +81,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('no-change reco
 
   it('allowlist elements added by hand go, whether for a tunnel\'s protected IP or for one nobody has; the rest are kept', async () => {
     // A reconcile compares each protected IP's allowlist with the wanted one by digest, and reads the exact
-    // elements again only where they differ (agent/dataplane/kernel.ts readElementIds).
+    // elements again only where they differ (agent/dataplane/kernel/read.ts readElementIds).
     const before = ['allowed_1', 'allowed_16', 'allowed_256', 'allowed_all'].map(setElements);
     edge.run('nft', 'add', 'element', 'ip', T, 'allowed_1', `{ ${tun(3).protected_ip} . tcp . 22, 203.0.113.250 . udp . 53 }`);
     edge.run('nft', 'add', 'element', 'ip', T, 'allowed_all', `{ ${tun(3).protected_ip} . udp }`);

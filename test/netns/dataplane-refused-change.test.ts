@@ -1,5 +1,5 @@
 // A change the kernel refuses must leave its tunnel exactly as it was, and the next change must still clean up
-// what the old spec left (agent/dataplane/diff.ts OwnedTunnel.was, docs/CONTRACTS.md "Dataplane"). The refusal is
+// what the old spec left (agent/dataplane/records.ts OwnedTunnel.was, docs/CONTRACTS.md "Dataplane"). The refusal is
 // real: the agent's table is built by hand before the dataplane opens, the same as the agent builds it (its start
 // check finds it `present`) but with `allowed_1` capped at two elements, so a port list needing a third single
 // port is refused with ENFILE. Production dataplane, fresh namespace, veth stand-in for GRE; `nft` and `ip` are

@@ -9,7 +9,7 @@ import { KernelError, standinPeerName, type DataplaneHandle, type TunnelSpec } f
 import { STATE_FILE } from '../../agent/dataplane/state.ts';
 import { DataplaneEdge, NFT_TABLE as T, numberedTunnels } from './dataplane-edge.ts';
 import { EXPECTED_RULES } from '../../agent/dataplane/kernel/table.ts';
-import { DYNAMIC_CHAIN_RULES } from '../../agent/netlink/ruleset.ts';
+import { DYNAMIC_CHAIN_RULES } from '../../agent/netlink/ruleset-chains.ts';
 
 /** Rules of a flow-cap chain (one per max_flows value in use) and of a tunnel's meter (one per tunnel with a per-source limit). */
 const FLOW_RULES = DYNAMIC_CHAIN_RULES.flows.length;

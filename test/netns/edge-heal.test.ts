@@ -6,7 +6,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDataplane, type DataplaneHandle } from '../../agent/dataplane/index.ts';
 import { EXPECTED_RULES } from '../../agent/dataplane/kernel/table.ts';
-import { DYNAMIC_CHAIN_RULES, meterChainName } from '../../agent/netlink/ruleset.ts';
+import { meterChainName } from '../../agent/netlink/ruleset.ts';
+import { DYNAMIC_CHAIN_RULES } from '../../agent/netlink/ruleset-chains.ts';
 import { ruleHandle } from '../helpers/nft-observe.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { until } from '../helpers/wait.ts';

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Nft, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../agent/netlink/client.ts';
-import { addDynamicChain, addSynproxyObject } from '../../agent/netlink/ruleset.ts';
+import { addDynamicChain, addSynproxyObject } from '../../agent/netlink/ruleset-chains.ts';
 import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { sharedNeeds, tunnelCounterNames, tunnelElements } from '../../agent/dataplane/policy.ts';
 import { skipUnless } from '../helpers/requirements.ts';

@@ -3,12 +3,14 @@
 // `counters` adds named counter objects, as addTunnelgateRuleset's option of the same name does; the
 // netlink fixtures (test/fixtures/netlink/capture.sh) capture this text with one counter, `tun-1`.
 import { maxFlowsOf, portBlocks, sharedNeeds } from '../../agent/dataplane/policy.ts';
-import { allowedSet, dynamicChainOf, flowCapShape, flowsChainName, meterChainName, synproxyName, METER_TIMEOUT_MS, type DynamicChainSizes } from '../../agent/netlink/ruleset.ts';
+import { allowedSet, flowsChainName, meterChainName, synproxyName } from '../../agent/netlink/ruleset.ts';
+import { flowCapShape, METER_TIMEOUT_MS } from '../../agent/netlink/ruleset-chains.ts';
+import { dynamicChainOf, type DynamicChainSizes } from '../../agent/netlink/ruleset-chains.ts';
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 
 /**
  * `sizes` caps sets and maps by name (`size N`): a test's way to make the kernel refuse an element (ENFILE), which
- * the agent's start check does not see (it compares rules, not sets: agent/dataplane/kernel.ts ensureTable).
+ * the agent's start check does not see (it compares rules, not sets: agent/dataplane/kernel/table.ts ensureTable).
  */
 export function rulesetNftText(opts: { table: string; ifnamePrefix: string; sizes?: Readonly<Record<string, number>>; counters?: readonly string[]; bogons?: readonly string[] }): string {
   let text = rulesetBody(opts);

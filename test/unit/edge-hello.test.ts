@@ -12,6 +12,7 @@ import type { ResultLine } from '../../server/edge/job-signing.ts';
 import { createLogger } from '../../common/log.ts';
 import { DEFAULT_POLICY, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 import type { TunnelSpec } from '../../common/tunnel-spec.ts';
+import type { JobVersion } from '../../common/job-contract.ts';
 import { parseSecret, generateSecret } from '../../server/secrets.ts';
 import type { Transitions } from '../../server/provisioning/transitions.ts';
 import { EdgeWorker, bodyFor } from '../../server/provisioning/worker.ts';
@@ -69,11 +70,13 @@ describe('parseHelloAnswer', () => {
 
 describe('commonVersion', () => {
   it('the newest version both ends speak; none when the agent lists none the gateway knows', () => {
+    expect(commonVersion([1, 2, 3])).toBe(3);
     expect(commonVersion([1, 2])).toBe(2);
     expect(commonVersion([1])).toBe(1);
     expect(commonVersion([2, 1, 7])).toBe(2);
+    expect(commonVersion([3, 1, 9])).toBe(3);
     expect(commonVersion([2])).toBe(2);
-    expect(commonVersion([3, 4])).toBeUndefined();
+    expect(commonVersion([4, 5])).toBeUndefined();
     expect(commonVersion([])).toBeUndefined();
   });
 });
@@ -83,19 +86,35 @@ describe('bodyFor', () => {
     const a = tunnelSpec({ policy: POLICY });
     const b = tunnelSpec({ policy: { ...DEFAULT_POLICY } });
     const c = tunnelSpec();
-    expect(bodyFor('reconcile', { tunnels: [a, b, c] }, 2)).toEqual({ body: { tunnels: [a, b, c] }, unenforced: [] });
+    expect(bodyFor('reconcile', { tunnels: [a, b, c] }, 2)).toEqual({ body: { tunnels: [a, b, c] }, unenforced: [], forwarded: [] });
     const v1 = bodyFor('reconcile', { tunnels: [a, b, c] }, 1);
     expect(v1.unenforced).toEqual([a.id]);
+    expect(v1.forwarded).toEqual([]);
     expect(v1.body.tunnels.map((t) => 'policy' in t)).toEqual([false, false, false]);
     const withoutPolicy = ({ policy: _p, ...rest }: TunnelSpec): TunnelSpec => rest;
     expect(v1.body.tunnels).toEqual([withoutPolicy(a), withoutPolicy(b), c]);
-    expect(bodyFor('apply', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [a.id] });
-    expect(bodyFor('apply', { tunnel: c }, 1)).toEqual({ body: { tunnel: c }, unenforced: [] });
+    expect(bodyFor('apply', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [a.id], forwarded: [] });
+    expect(bodyFor('apply', { tunnel: c }, 1)).toEqual({ body: { tunnel: c }, unenforced: [], forwarded: [] });
     // A remove or a probe leaves nothing unprotected: the policy goes, nothing is reported.
-    expect(bodyFor('remove', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [] });
-    expect(bodyFor('probe', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [] });
+    expect(bodyFor('remove', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [], forwarded: [] });
+    expect(bodyFor('probe', { tunnel: a }, 1)).toEqual({ body: { tunnel: withoutPolicy(a) }, unenforced: [], forwarded: [] });
     // The caller's spec is not changed.
     expect(a.policy).toEqual(POLICY);
+  });
+
+  it('version 3 carries forwarding; versions 1 and 2 drop it and name the tunnels an older agent forwards before their origin answered the probe', () => {
+    const held = tunnelSpec({ policy: POLICY, forwarding: false });
+    const on = tunnelSpec();
+    expect(bodyFor('reconcile', { tunnels: [held, on] }, 3)).toEqual({ body: { tunnels: [held, on] }, unenforced: [], forwarded: [] });
+    const { forwarding: _f, ...heldV2 } = held;
+    expect(bodyFor('reconcile', { tunnels: [held, on] }, 2)).toEqual({ body: { tunnels: [heldV2, on] }, unenforced: [], forwarded: [held.id] });
+    expect(bodyFor('apply', { tunnel: held }, 2)).toEqual({ body: { tunnel: heldV2 }, unenforced: [], forwarded: [held.id] });
+    const { policy: _p, ...heldV1 } = heldV2;
+    expect(bodyFor('apply', { tunnel: held }, 1)).toEqual({ body: { tunnel: heldV1 }, unenforced: [held.id], forwarded: [held.id] });
+    // A remove or a probe forwards nothing: the field goes, nothing is reported.
+    expect(bodyFor('probe', { tunnel: held }, 2)).toEqual({ body: { tunnel: heldV2 }, unenforced: [], forwarded: [] });
+    expect(bodyFor('remove', { tunnel: held }, 2)).toEqual({ body: { tunnel: heldV2 }, unenforced: [], forwarded: [] });
+    expect(held.forwarding).toBe(false);
   });
 });
 
@@ -104,7 +123,7 @@ function workerOver() {
   const sent: Record<string, unknown>[] = [];
   const logs: Record<string, unknown>[] = [];
   let current: EdgeSession;
-  const connect = (versions: number[], agent: string | null, version: 1 | 2) => {
+  const connect = (versions: number[], agent: string | null, version: JobVersion) => {
     current = {
       nodeId: NODE.id,
       hello: { versions, agent, tunnelLinks: null },
@@ -161,6 +180,30 @@ describe('EdgeWorker picks the job version from the connection\'s hello', () => 
     await worker.run(NODE, 'apply', { tunnel: t });
     expect(logs.filter((l) => l.msg === 'edge_policy_not_enforced')).toHaveLength(2);
     expect(sent.slice(-2).every((c) => c.v === 1)).toBe(true);
+  });
+
+  it('a tunnel held back (forwarding false) goes as v 3 to an agent that listed 3; to one that speaks 2 it goes without the field, with one warning per connection', async () => {
+    const { worker, sent, logs, connect } = workerOver();
+    const held: TunnelSpec = tunnelSpec({ forwarding: false });
+    connect([1, 2, 3], '0.2.0', 3);
+    await worker.run(NODE, 'apply', { tunnel: held });
+    expect(sent.at(-1)).toMatchObject({ v: 3, tunnel: { id: held.id, forwarding: false } });
+    expect(logs.filter((l) => l.msg === 'edge_forwarding_not_enforced')).toEqual([]);
+
+    connect([1, 2], '0.1.0', 2); // a reconnect: the agent behind it is from before version 3
+    await worker.run(NODE, 'apply', { tunnel: held });
+    await worker.run(NODE, 'reconcile', { tunnels: [held, tunnelSpec({ tunnel_name: 'tg-other', protected_ip: '203.0.113.11' })] });
+    const [v2Apply, v2Reconcile] = sent.slice(-2) as [{ v: number; tunnel: object }, { v: number; tunnels: object[] }];
+    expect(v2Apply.v).toBe(2);
+    expect('forwarding' in v2Apply.tunnel).toBe(false);
+    expect(v2Reconcile.tunnels.every((x) => !('forwarding' in x))).toBe(true);
+    const warnings = logs.filter((l) => l.msg === 'edge_forwarding_not_enforced');
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatchObject({ level: 'warn', node_id: NODE.id, node_host: NODE.host, agent_versions: [1, 2], tunnel_ids: [held.id] });
+    // A tunnel that forwards anyway (active, verified) warns of nothing.
+    connect([1, 2], '0.1.0', 2);
+    await worker.run(NODE, 'apply', { tunnel: tunnelSpec() });
+    expect(logs.filter((l) => l.msg === 'edge_forwarding_not_enforced')).toHaveLength(1);
   });
 
   it('a bad hello fails the contact as a protocol error and is logged with the node', async () => {

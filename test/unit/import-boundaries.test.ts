@@ -7,10 +7,8 @@
 // every package the agent's code, common/ and the agent's loader import.
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
-import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
-
-const ROOT = resolve(import.meta.dirname, '../..');
+import { ROOT, specifiersOf } from '../helpers/source-tree.ts';
 
 /** For each program folder, the top-level folders its files must never import from. */
 const FORBIDDEN: Record<string, readonly string[]> = {
@@ -30,12 +28,6 @@ function sourceFiles(dir: string): string[] {
     else if (SOURCE.test(e.name)) out.push(p);
   }
   return out;
-}
-
-/** Every module specifier the file names (import, export from, import type, import(), require). */
-function specifiersOf(text: string): string[] {
-  const info = ts.preProcessFile(text, true, true);
-  return info.importedFiles.map((f) => f.fileName);
 }
 
 interface CrossImport {

@@ -1,7 +1,7 @@
 // The policy rules both programs share (common/tunnel-policy.ts, docs/CONTRACTS.md "Tunnel settings").
 import { describe, expect, it } from 'vitest';
 import { checkBody } from '../../common/job-contract.ts';
-import { checkPolicy, DEFAULT_POLICY, formatPorts, isDefaultPolicy, MAX_PORT_ITEMS, parsePorts, type TunnelPolicy } from '../../common/tunnel-policy.ts';
+import { checkPolicy, DEFAULT_MAX_FLOWS, DEFAULT_POLICY, formatPorts, isDefaultPolicy, MAX_PORT_ITEMS, parsePorts, samePolicy, type TunnelPolicy } from '../../common/tunnel-policy.ts';
 import { checkTunnel, normaliseSpec, type TunnelSpec } from '../../common/tunnel-spec.ts';
 
 const spec: TunnelSpec = {
@@ -62,5 +62,24 @@ describe('the wire policy', () => {
     expect(isDefaultPolicy(undefined)).toBe(true);
     const p: TunnelPolicy = { ...DEFAULT_POLICY, ports: [[443, 443], [80, 80], [81, 81]] };
     expect(normaliseSpec({ ...spec, policy: p }).policy).toEqual({ ...DEFAULT_POLICY, ports: [[80, 81], [443, 443]] });
+  });
+  it('may carry max_flows and alert_pps (docs/CONTRACTS.md "Attacks"), each in range; their defaults are no key', () => {
+    expect(checkPolicy({ ...DEFAULT_POLICY, max_flows: 1_000, alert_pps: 100 })).toBeUndefined();
+    expect(checkPolicy({ ...DEFAULT_POLICY, max_flows: 1_000_000, alert_pps: 100_000_000 })).toBeUndefined();
+    expect(checkPolicy({ ...DEFAULT_POLICY, alert_pps: null })).toBeUndefined();
+    expect(checkPolicy({ ...DEFAULT_POLICY, max_flows: 999 })).toMatch(/policy\.max_flows must be an integer from 1000 to 1000000/);
+    expect(checkPolicy({ ...DEFAULT_POLICY, max_flows: 1_000_001 })).toMatch(/max_flows/);
+    expect(checkPolicy({ ...DEFAULT_POLICY, max_flows: null })).toMatch(/max_flows/);
+    expect(checkPolicy({ ...DEFAULT_POLICY, alert_pps: 99 })).toMatch(/policy\.alert_pps must be null or an integer from 100 to 100000000/);
+    expect(checkPolicy({ ...DEFAULT_POLICY, alert_pps: 150.5 })).toMatch(/alert_pps/);
+    expect(checkPolicy({ ...DEFAULT_POLICY, alert_pps: '500' })).toMatch(/alert_pps/);
+    // The defaults are the default policy, which a spec stores as none: specs from before these keys compare equal.
+    expect(isDefaultPolicy({ ...DEFAULT_POLICY, max_flows: DEFAULT_MAX_FLOWS, alert_pps: null })).toBe(true);
+    expect(normaliseSpec({ ...spec, policy: { ...DEFAULT_POLICY, max_flows: DEFAULT_MAX_FLOWS, alert_pps: null } })).toEqual(spec);
+    // Either one set is a policy of its own, kept by normalisation and told apart by samePolicy.
+    expect(isDefaultPolicy({ ...DEFAULT_POLICY, alert_pps: 2_000 })).toBe(false);
+    expect(normaliseSpec({ ...spec, policy: { ...DEFAULT_POLICY, max_flows: 5_000, alert_pps: null } }).policy).toEqual({ ...DEFAULT_POLICY, max_flows: 5_000 });
+    expect(samePolicy({ ...DEFAULT_POLICY, alert_pps: 2_000 }, { ...DEFAULT_POLICY, alert_pps: 3_000 })).toBe(false);
+    expect(samePolicy({ ...DEFAULT_POLICY, max_flows: DEFAULT_MAX_FLOWS }, DEFAULT_POLICY)).toBe(true);
   });
 });

@@ -19,6 +19,8 @@ const row: SpecSource = {
   syn_proxy: false,
   source_pps_limit: null,
   drop_fragments: false,
+  max_flows: 65_536,
+  alert_pps: null,
 };
 
 it('a keyed tunnel: its inner /30 by index, the key as a number, the MTU the key header leaves', () => {
@@ -61,6 +63,16 @@ it('other settings add the wire policy (docs/CONTRACTS.md "Tunnel settings"): po
   expect(normaliseSpec(spec)).toEqual(spec);
   // Any one setting away from the default is enough.
   expect(tunnelSpecOf({ ...row, drop_fragments: true }).policy).toEqual({ ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: null, drop_fragments: true });
+});
+
+it('max_flows and alert_pps (docs/CONTRACTS.md "Attacks") ride in the policy only when not their defaults', () => {
+  expect(tunnelSpecOf({ ...row, alert_pps: 20_000 }).policy).toEqual({ ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: null, drop_fragments: false, alert_pps: 20_000 });
+  expect(tunnelSpecOf({ ...row, max_flows: 4_000 }).policy).toEqual({ ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: null, drop_fragments: false, max_flows: 4_000 });
+  // Another setting away from its default carries neither of them at theirs.
+  expect(tunnelSpecOf({ ...row, syn_proxy: true }).policy).toEqual({ ports: '*', protocol: 'both', syn_proxy: true, source_pps_limit: null, drop_fragments: false });
+  const both = tunnelSpecOf({ ...row, max_flows: 1_000, alert_pps: 100 });
+  expect(checkTunnel(both, true)).toBeUndefined();
+  expect(normaliseSpec(both)).toEqual(both);
 });
 
 it('stored ports the parser refuses are a stored-data error, never a policy that lets everything through', () => {

@@ -57,4 +57,35 @@ describe('checkStatusResult', () => {
       expect(checkStatusResult({ ...ok, agent: { ...ok.agent, capacity: bad } }), JSON.stringify(bad)).toMatch(/agent\.capacity/);
     }
   });
+
+  it('attacks (docs/CONTRACTS.md "Attacks"): optional, every record checked when present', () => {
+    const attack = {
+      id: '00000000-0000-4000-8000-000000000001',
+      tunnel_id: ok.tunnels[0]!.id,
+      started_at: '2026-11-25T12:00:00.000Z',
+      ended_at: null,
+      peak_pps: 120_000,
+      peak_bps: 96_000_000,
+      vector: { protocol: null, ports: null, top_drop_reason: 'rate_limited' },
+      packets_dropped: 100,
+      packets_passed: 5,
+    };
+    expect(checkStatusResult({ ...ok, attacks: [] })).toBeUndefined();
+    expect(checkStatusResult({ ...ok, attacks: [attack, { ...attack, id: '00000000-0000-4000-8000-000000000002', ended_at: '2026-11-25T12:05:00Z', vector: { protocol: 'udp', ports: [53, 123], top_drop_reason: null } }] })).toBeUndefined();
+    for (const [bad, why] of [
+      [{}, /attacks must be an array/],
+      [[{ ...attack, id: 'x' }], /attacks\[0\]\.id/],
+      [[{ ...attack, ended_at: '2026-11-25T11:00:00Z' }], /ended_at must not be before started_at/],
+      [[{ ...attack, started_at: 'noon' }], /started_at/],
+      [[{ ...attack, peak_pps: -1 }], /peak_pps/],
+      [[{ ...attack, packets_passed: 1.5 }], /packets_passed/],
+      [[{ ...attack, vector: { ...attack.vector, protocol: 'gre' } }], /vector\.protocol/],
+      [[{ ...attack, vector: { ...attack.vector, ports: [1, 2, 3, 4, 5, 6] } }], /vector\.ports/],
+      [[{ ...attack, vector: { ...attack.vector, ports: [70000] } }], /vector\.ports/],
+      [[{ ...attack, vector: { ...attack.vector, top_drop_reason: 'boredom' } }], /top_drop_reason/],
+      [[{ ...attack, vector: undefined }], /vector must be an object/],
+    ] as const) {
+      expect(checkStatusResult({ ...ok, attacks: bad }), JSON.stringify(bad).slice(0, 120)).toMatch(why);
+    }
+  });
 });

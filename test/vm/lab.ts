@@ -1,4 +1,4 @@
-// The lab's client and origin services, shared by the VM's test files (gre.test.ts, protection.test.ts):
+// The lab's client and origin services, shared by the VM's test files (gre.test.ts, gre-product.test.ts, protection.test.ts):
 // what they say, how a client tries, and how a server is known to be listening.
 import type { TunnelSpec } from '../../agent/dataplane/types.ts';
 import { renderOriginScripts } from '../../server/domain/origin-scripts.ts';

@@ -3,7 +3,7 @@
 // then conntrack. Apart from the diff (diff.ts), which decides what the plan holds, and from the reads
 // (read.ts) that the diff compares against.
 import { NetlinkError, NftBatch, ipv4MapElement, ipv4ObjElement, type CommitOptions } from '../../netlink/client.ts';
-import { addDynamicChain, addSynproxyObject, deleteDynamicChain, type DynamicChainSizes } from '../../netlink/ruleset.ts';
+import { addDynamicChain, addSynproxyObject, deleteDynamicChain, type DynamicChainSizes } from '../../netlink/ruleset-chains.ts';
 import { allowsConnection } from '../policy.ts';
 import { nftChangeCount, type KernelView, type NftChanges, type Plan } from '../plan.ts';
 import { phases } from '../../housekeeping/memory.ts';
@@ -125,7 +125,7 @@ export async function applyPlan(
   const linksMs = clock();
   await step(k, 'nftables commit');
   // 3. One atomic nft batch (a changed element is delete + add in it), and a batch per WHOLE_PER_BATCH further
-  // tunnels added whole. The generation right after our last commit goes to index.ts run(), which compares it
+  // tunnels added whole. The generation right after our last commit goes to edge-dataplane.ts run(), which compares it
   // with the one read before the plan's read-back, `commits` steps on. A plan read from the kernel sends no genid:
   // a commit by another nftables user in between must not fail its batch, it only means the agent cannot tell
   // which generation is its own. A plan built from the records (recordedView) sends the generation they were

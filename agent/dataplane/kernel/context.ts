@@ -3,7 +3,8 @@
 // turn) and the errno filter. Kept apart so the reads (read.ts), the table (table.ts), the links (links.ts) and
 // the apply (apply.ts) each import only this, not each other.
 import { NetlinkError, type Nft, type Rtnl } from '../../netlink/client.ts';
-import { RULESET_DEFAULTS, type DynamicChainSizes } from '../../netlink/ruleset.ts';
+import { RULESET_DEFAULTS } from '../../netlink/ruleset.ts';
+import { type DynamicChainSizes } from '../../netlink/ruleset-chains.ts';
 import type { Conntrack } from '../conntrack.ts';
 import type { LinkDriver } from '../links.ts';
 import { COLLECT_EVERY_REQUESTS } from '../../housekeeping/memory.ts';

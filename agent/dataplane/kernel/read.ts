@@ -11,7 +11,7 @@ import { bytesToIpv4 } from '../../netlink/attrs.ts';
 import type { TunnelSpec } from '../types.ts';
 import type { CleanOwners, KernelView } from '../plan.ts';
 import { recordedSpecs, type OwnedTunnel } from '../records.ts';
-import { ipOf } from '../spec-compare.ts';
+import { ipOf } from '../link-steps.ts';
 import { phases } from '../../housekeeping/memory.ts';
 import { COUNTER_MAP, DNAT_MAP, type KernelContext } from './context.ts';
 import { counterMap, dynamicChains, readShared } from './table.ts';
@@ -209,7 +209,7 @@ async function readScoped(k: KernelContext, names: readonly string[], owned: Rea
 
 /**
  * A scoped change's view when the nftables generation proves that the table holds exactly the agent's records
- * (index.ts run(): no commit by anyone since the agent's own last one, which left the table as recorded). The
+ * (edge-dataplane.ts run(): no commit by anyone since the agent's own last one, which left the table as recorded). The
  * records in scope stand for the table's side: their map elements, counters and policy elements, and the
  * shared objects of every value in use (`shared`, the state index's counts). Only the links are read, as links
  * have no generation. A commit by someone else between this and the change's own is caught by the batch's
@@ -227,7 +227,7 @@ export async function recordedView(k: KernelContext, names: readonly string[], r
     elements: new Set(),
   };
   for (const t of recorded) {
-    view.dnat.set(t.protected_ip, ipOf(t.origin_inner));
+    if (t.forwarding !== false) view.dnat.set(t.protected_ip, ipOf(t.origin_inner));
     view.counterMap.set(t.protected_ip, t.tunnel_name);
     for (const c of tunnelCounterNames(t)) view.counters.add(c);
     for (const e of tunnelElements(t)) view.elements!.add(e.id);

@@ -6,7 +6,8 @@
 import { NetlinkError, NftBatch, addTunnelgateRuleset, ipv4MapElement, ipv4ObjElement } from '../../netlink/client.ts';
 import type { DecodedRule } from '../../netlink/nftables/index.ts';
 import { NFPROTO_IPV4, NFT_OBJECT_SYNPROXY, ipv4IntervalElements } from '../../netlink/nftables/index.ts';
-import { BOGONS_SET, DYNAMIC_CHAIN_RULES, NFT_TABLE_F_DORMANT, POLICY_SETS, addDynamicChain, addSynproxyObject, dynamicChainOf, synproxyMssOf } from '../../netlink/ruleset.ts';
+import { BOGONS_SET, NFT_TABLE_F_DORMANT, POLICY_SETS, synproxyMssOf } from '../../netlink/ruleset.ts';
+import { DYNAMIC_CHAIN_RULES, addDynamicChain, addSynproxyObject, dynamicChainOf } from '../../netlink/ruleset-chains.ts';
 import { LEGACY_ALLOWED_SET, TUNNEL_SETS, elementId, fromLegacyAllowed, type PolicyElement } from '../policy.ts';
 import { COUNTER_MAP, DNAT_MAP, type KernelContext } from './context.ts';
 import { addPolicyElements } from './batch.ts';

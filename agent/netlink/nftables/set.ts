@@ -400,7 +400,7 @@ function eachElementAttrs(msg: NlMsg, visit: (e: AttrTable, key: Buffer) => void
 /**
  * Visits the key of each element of one NFT_MSG_NEWSETELEM as a byte range of the message's buffer, allocating
  * nothing: for a reconcile's digest of ~800,000 allowlist elements, where an object, a view and a table of
- * attributes per element were most of its time and garbage (agent/dataplane/kernel.ts readElementIds).
+ * attributes per element were most of its time and garbage (agent/dataplane/kernel/read.ts readElementIds).
  */
 export function eachElementKeyRange(msg: NlMsg, visit: (buf: Buffer, start: number, end: number) => void): void {
   if (msg.type !== nftType(NFT_MSG_NEWSETELEM)) throw new NetlinkParseError(`expected nft message ${NFT_MSG_NEWSETELEM}, got type ${msg.type}`);

@@ -3,6 +3,11 @@
 // with `:name` segments, matched in order.
 import { useEffect, useState } from 'preact/hooks';
 
+/** What a page is given by the route that matched it: the values of its `:name` segments (app/routes.tsx). */
+export interface RouteProps {
+  params: Record<string, string>;
+}
+
 export interface Match {
   route: string;
   params: Record<string, string>;

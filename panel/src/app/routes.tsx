@@ -9,10 +9,7 @@ import { ApplicationsPage } from '../pages/developers/apps/Applications.tsx';
 import { Explorer } from '../pages/developers/graphql/Explorer.tsx';
 import { lazyPage } from '../pages/developers/lazy.tsx';
 import { TunnelPage } from '../pages/tunnel/Tunnel.tsx';
-
-export interface RouteProps {
-  params: Record<string, string>;
-}
+import type { RouteProps } from './router.ts';
 
 export const ROUTES: Record<string, (props: RouteProps) => JSX.Element> = {
   '/': () => <Dashboard />,

@@ -15,6 +15,10 @@ import { Migration20261128200000_node_tunnel_links } from './Migration2026112820
 import { Migration20261128210000_node_poll_stuck } from './Migration20261128210000_node_poll_stuck.ts';
 import { Migration20261128220000_tunnel_health_change } from './Migration20261128220000_tunnel_health_change.ts';
 import { Migration20261128230000_client_owner_public } from './Migration20261128230000_client_owner_public.ts';
+import { Migration20261129100000_webhook_fairness } from './Migration20261129100000_webhook_fairness.ts';
+import { Migration20261129110000_tunnel_origin_change } from './Migration20261129110000_tunnel_origin_change.ts';
+import { Migration20261129120000_webhook_creator } from './Migration20261129120000_webhook_creator.ts';
+import { Migration20261129130000_attacks } from './Migration20261129130000_attacks.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -32,4 +36,10 @@ export const migrationsList = [
   { name: 'Migration20261128210000_node_poll_stuck', class: Migration20261128210000_node_poll_stuck },
   { name: 'Migration20261128220000_tunnel_health_change', class: Migration20261128220000_tunnel_health_change },
   { name: 'Migration20261128230000_client_owner_public', class: Migration20261128230000_client_owner_public },
+  // webhook_fairness and webhook_creator both add disabled_at and disabled_reason, with `if not exists`
+  // (they were written side by side), so the second finds the columns and adds only its own.
+  { name: 'Migration20261129100000_webhook_fairness', class: Migration20261129100000_webhook_fairness },
+  { name: 'Migration20261129110000_tunnel_origin_change', class: Migration20261129110000_tunnel_origin_change },
+  { name: 'Migration20261129120000_webhook_creator', class: Migration20261129120000_webhook_creator },
+  { name: 'Migration20261129130000_attacks', class: Migration20261129130000_attacks },
 ];

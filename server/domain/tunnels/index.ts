@@ -3,7 +3,8 @@
 //   input.ts      what a buyer may send (purchase fields, Idempotency-Key), checked before any lock
 //   purchase.ts   the purchase transaction: idempotency, promocode, balance, IP, GRE key, ledger
 //   lifecycle.ts  provision / activate / delete: which move is allowed, handed to provisioning
-//   update.ts     PATCH: name, origin_ip and the settings (settings.ts), sent to the edge like a provision
+//   update.ts     PATCH: name, origin_ip and the settings (settings.ts), sent to the edge like a provision;
+//                 origin-changes.ts limits how often origin_ip may change
 //   queries.ts    get, list, setup (origin scripts), watch (status changes)
 //   rows.ts       one tunnel as stored and as shown (TunnelView)
 //   spec.ts       THE tunnel spec (edge job and origin script), naming.ts, cursor.ts
@@ -46,12 +47,14 @@ export class TunnelService {
       allowPrivateOrigins: boolean;
       /** Where GRE keys come from (server/domain/gre-keys.ts); tests inject one that collides. */
       greKeys?: GreKeySource;
+      /** Milliseconds now for the origin-change limit (origin-changes.ts); Date.now unless a test moves time. */
+      clock?: () => number;
     },
     edge: EdgeDispatch,
   ) {
     this.purchaseDeps = { db, pricing, adminSshPort: opts.adminSshPort, greKeys: opts.greKeys };
     this.lifecycleDeps = { db, pricing, edge, adminSshPort: opts.adminSshPort };
-    this.updateDeps = { db, edge, adminSshPort: opts.adminSshPort, greKeys: opts.greKeys };
+    this.updateDeps = { db, edge, adminSshPort: opts.adminSshPort, greKeys: opts.greKeys, clock: opts.clock ?? Date.now };
     this.queries = new TunnelQueries(db, edge, opts.adminSshPort);
   }
 

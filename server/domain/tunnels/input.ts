@@ -122,8 +122,12 @@ export function refuseIfOurs(ip: string, ours: string | null): void {
 export function requestHash(input: PurchaseInput): string {
   const fields: unknown[] = [input.name, input.originIp, input.promocode === null ? null : normalizeCode(input.promocode)];
   // Settings count as they take effect: "443,80,81" and "80-81,443" ask for the same thing, and default
-  // settings, sent or not, add nothing, so a key recorded before settings existed still replays.
-  if (!isDefaultSettings(input.settings)) fields.push(input.settings);
+  // settings, sent or not, add nothing, so a key recorded before settings existed still replays; likewise
+  // max_flows and alert_pps at their defaults, for a key recorded before they existed.
+  if (!isDefaultSettings(input.settings)) {
+    const { max_flows, alert_pps, ...rest } = input.settings.protection;
+    fields.push({ ...input.settings, protection: { ...rest, ...(max_flows !== DEFAULT_SETTINGS.protection.max_flows ? { max_flows } : {}), ...(alert_pps !== null ? { alert_pps } : {}) } });
+  }
   const canonical = JSON.stringify(fields);
   return createHash('sha256').update(canonical).digest('hex');
 }

@@ -27,7 +27,11 @@ export interface EdgeDispatch {
   };
   /** `change` makes the status move and says whether this call moved it (a repeat did not). */
   dispatch(tunnelId: string, nodeId: string, waitingIn: TunnelStatus, change: () => Promise<boolean>): Promise<void>;
-  probe(tunnelId: string): Promise<{ reachable: boolean; rtt_ms?: number }>;
+  /**
+   * The agent's probe of the tunnel, and the origin_revision it was about: null when the edge did not yet hold
+   * the tunnel's current origin (provisioning/probes.ts TunnelProbe).
+   */
+  probe(tunnelId: string): Promise<{ reachable: boolean; rtt_ms?: number; originRevision: number | null }>;
   /** Queues the application of the tunnel's stored spec `revision`; true once the edge holds it (update.ts). */
   applySpec(tunnelId: string, nodeId: string, revision: number): Promise<boolean>;
 }
@@ -76,6 +80,13 @@ export async function provision(deps: LifecycleDeps, principal: Principal, id: s
 /**
  * provisioned -> active when the agent's probe sees the origin answer through the tunnel. No answer:
  * invalid_state telling the buyer to run the origin script. The agent unreachable: edge_unavailable.
+ *
+ * Only then may the edge forward to that origin (docs/CONTRACTS.md "Dataplane"): the probe is of one origin
+ * (its origin_revision), and the move commits under the tunnel's row lock only if that is still the tunnel's
+ * origin, so a PATCH of origin_ip between the probe and the commit (it takes the same lock, update.ts) makes
+ * this 409 rather than an active tunnel on an origin nobody probed. The move bumps spec_revision: the spec
+ * the edge holds changes (`forwarding` turns on, spec.ts FORWARDING_SQL), and a tunnel job applies it. Settled
+ * once the edge did (within EDGE_WAIT_MS); unsettled (REST 202) while that job retries, the tunnel `active`.
  */
 export async function activate(deps: LifecycleDeps, principal: Principal, id: string): Promise<LifecycleResult> {
   requireWrite(principal);
@@ -86,17 +97,40 @@ export async function activate(deps: LifecycleDeps, principal: Principal, id: st
       r.status === 'active' ? `Tunnel ${r.id} is already active.` : `Tunnel ${r.id} is ${r.status}; only a provisioned tunnel can be activated (provision it first).`,
     );
   }
+  if (r.applied_revision < r.origin_revision) {
+    throw new ApiError('invalid_state', `Tunnel ${r.id}: the edge is still moving the tunnel to its new origin ${r.origin_ip}; activate again in a few seconds.`);
+  }
   const probe = await deps.edge.probe(r.id);
+  if (probe.originRevision !== r.origin_revision) throw originChanged(r.id);
   if (!probe.reachable) {
     throw new ApiError(
       'invalid_state',
       `Tunnel ${r.id}: the origin ${r.origin_ip} did not answer through the tunnel. Run the origin script (GET /api/dedicated/${r.id}/setup, scripts.origin) on the origin server as root, then activate again.`,
     );
   }
-  const moved = await deps.edge.transitions.move(r.id, ['provisioned'], 'active');
+  const { moved, revision } = await deps.db.transaction(async (sql) => {
+    const now = await readTunnel(sql, principal, id, true);
+    // The same origin as probed, or a PATCH moved it meanwhile: checked first, whatever the status now.
+    if (now.origin_revision !== probe.originRevision) throw originChanged(r.id);
+    if (now.status === 'active') return { moved: false, revision: now.spec_revision };
+    if (!(await deps.edge.transitions.moveIn(sql, r.id, ['provisioned'], 'active'))) {
+      throw new ApiError('invalid_state', `Tunnel ${r.id} is ${now.status}; only a provisioned tunnel can be activated.`);
+    }
+    const [u] = await sql.query<{ spec_revision: number }>('update tunnel set spec_revision = spec_revision + 1 where id = ? returning spec_revision', [r.id]);
+    return { moved: true, revision: u!.spec_revision };
+  });
+  if (moved) await deps.edge.bus.publish(r.id, 'active');
+  const settled = await deps.edge.applySpec(r.id, r.node_id, revision);
   const now = await readTunnel(deps.db, principal, id);
-  if (!moved && now.status !== 'active') throw new ApiError('invalid_state', `Tunnel ${r.id} is ${now.status}; only a provisioned tunnel can be activated.`);
-  return { tunnel: tunnelView(now, deps.adminSshPort), settled: true };
+  return { tunnel: tunnelView(now, deps.adminSshPort), settled };
+}
+
+/** 409 for an activation whose probe was of another origin than the tunnel's now (a PATCH of origin_ip meanwhile). */
+function originChanged(id: string): ApiError {
+  return new ApiError(
+    'invalid_state',
+    `Tunnel ${id}: its origin changed during activation, so the probe was not of the tunnel's origin now. Run the origin script (GET /api/dedicated/${id}/setup) on the new origin, then activate again.`,
+  );
 }
 
 /**

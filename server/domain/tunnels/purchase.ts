@@ -60,13 +60,16 @@ const CREATED = 201;
 
 /**
  * A stored purchase as it replays. A purchase recorded before tunnel settings existed has a tunnel without
- * `protection`: it had the defaults, which every tunnel object shows now (docs/CONTRACTS.md "REST shapes"),
- * so they are filled in; everything recorded is kept as it was.
+ * `protection`, and one recorded before the attack settings a `protection` without `max_flows` and `alert_pps`:
+ * it had the defaults, which every tunnel object shows now (docs/CONTRACTS.md "REST shapes"), so they are
+ * filled in; everything recorded is kept as it was.
  */
 function recorded(p: Purchase): Purchase {
-  if (p.tunnel === undefined || p.tunnel.protection !== undefined) return p;
+  if (p.tunnel === undefined) return p;
   const { ports, protocol, protection } = DEFAULT_SETTINGS;
-  return { ...p, tunnel: { ...p.tunnel, ports: p.tunnel.ports ?? ports, protocol: p.tunnel.protocol ?? protocol, protection: { ...protection } } };
+  const had = p.tunnel.protection as Partial<typeof protection> | undefined;
+  if (had !== undefined && had.max_flows !== undefined && had.alert_pps !== undefined) return p;
+  return { ...p, tunnel: { ...p.tunnel, ports: p.tunnel.ports ?? ports, protocol: p.tunnel.protocol ?? protocol, protection: { ...protection, ...had } } };
 }
 
 export interface PurchaseDeps {
@@ -221,8 +224,8 @@ async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: Pu
           ledger as (insert into ledger_entry (account_id, amount_usd, balance_after, kind, tunnel_id, promocode)
                      select ?, ?, debit.balance_usd, 'purchase', ?, ? from debit),
           t as (insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub,
-                                    ports, protocol, syn_proxy, source_pps_limit, drop_fragments)
-                values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?) returning *)
+                                    ports, protocol, syn_proxy, source_pps_limit, drop_fragments, max_flows, alert_pps)
+                values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?) returning *)
      select ${TUNNEL_COLUMNS}, (select balance_usd from debit)::text as balance_after from t join edge_node n on n.id = t.node_id`,
     [
       centsToString(charge),

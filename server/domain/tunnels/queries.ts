@@ -4,7 +4,7 @@ import type { Database } from '../../db/database.ts';
 import { Coalescer } from '../../db/coalesce.ts';
 import type { TunnelStatus } from '../../db/entities.ts';
 import type { Health } from '../../../common/tunnel-status.ts';
-import type { StatusChange } from '../../provisioning/status-bus.ts';
+import { AttackNotices, type StatusChange } from '../../provisioning/status-bus.ts';
 import type { Principal } from '../../auth/principal.ts';
 import { ApiError, notFound } from '../errors.ts';
 import { IpError } from '../ip.ts';
@@ -36,10 +36,10 @@ export interface SetupView {
 
 /**
  * A list row: id, name, protected_ip, origin_ip, tunnel_name, status, created_at, updated_at (UTC text),
- * edge_ip, then the settings (ports, protocol, syn_proxy, source_pps_limit, drop_fragments), then health
+ * edge_ip, then the settings (ports, protocol, syn_proxy, source_pps_limit, drop_fragments, max_flows, alert_pps), then health
  * and health_checked_at (UTC text or null), then the spec revision and the applied one.
  */
-type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, Health, string | null, number, number];
+type ListRow = [string, string | null, string, string, string, TunnelStatus, string, string, string, string, Protocol, boolean, number | null, boolean, number, number | null, Health, string | null, number, number];
 
 /**
  * One list request's page: whose (the account's, or that of the account an API key belongs to), how many
@@ -176,16 +176,16 @@ export class TunnelQueries {
         name: r[1],
         protected_ip: r[2],
         origin_ip: r[3],
-        ...settingsOf({ ports: r[9], protocol: r[10], syn_proxy: r[11], source_pps_limit: r[12], drop_fragments: r[13] }),
+        ...settingsOf({ ports: r[9], protocol: r[10], syn_proxy: r[11], source_pps_limit: r[12], drop_fragments: r[13], max_flows: r[14], alert_pps: r[15] }),
         tunnel_name: r[4],
         status: r[5],
-        health: shownHealth(r[5], r[14]),
-        health_checked_at: r[15] === null ? null : utcText(r[15]).millis,
+        health: shownHealth(r[5], r[16]),
+        health_checked_at: r[17] === null ? null : utcText(r[17]).millis,
         admin_ssh_port: this.adminSshPort,
         edge_ip: r[8],
         created_at: utcText(r[6]).millis,
         updated_at: utcText(r[7]).millis,
-        [SETTINGS_APPLIED]: settingsApplied(r[5], r[16], r[17]),
+        [SETTINGS_APPLIED]: settingsApplied(r[5], r[18], r[19]),
       };
     }
     const last = rows.length > limit ? rows[limit - 1] : undefined;
@@ -240,7 +240,7 @@ export class TunnelQueries {
 
   /**
    * Changes of any of `ids` (this account's tunnels, at most WATCH_MANY_MAX), as they come: each time one
-   * of them changes status or health, that tunnel now. Unlike watch() it sends no first snapshot: the
+   * of them changes status or health, or an attack on it starts or ends, that tunnel now. Unlike watch() it sends no first snapshot: the
    * caller has just read the list it follows (the panel's dashboard, which shows more tunnels than a
    * socket may hold subscriptions). Access is checked once, up front, for every id: one id that is not
    * this account's makes the whole call not_found. A deleted tunnel stops being followed after its
@@ -263,11 +263,15 @@ export class TunnelQueries {
     if (signal.aborted) return undefined;
     await this.edge.bus.start();
     const changed = new Set<string>();
+    /** Tunnels an attack started or ended on since the last pass: they are sent whatever else changed. */
+    const attacked = new Set<string>();
+    const notices = new AttackNotices();
     let resync = false;
     let wake: (() => void) | null = null;
     const offs = [...last.keys()].map((id) =>
-      this.edge.bus.on(id, () => {
+      this.edge.bus.on(id, (c) => {
         changed.add(id);
+        if (notices.fresh(c.attack)) attacked.add(id);
         wake?.();
       }),
     );
@@ -295,7 +299,8 @@ export class TunnelQueries {
           const now = await this.get(principal, id);
           if (now.status === 'deleted') last.delete(id);
           else last.set(id, { status: now.status, health: now.health });
-          if (now.status !== before.status || now.health !== before.health) yield now;
+          const attack = attacked.delete(id);
+          if (attack || now.status !== before.status || now.health !== before.health) yield now;
         }
       }
     } finally {
@@ -309,6 +314,7 @@ export class TunnelQueries {
     if (signal.aborted) return undefined;
     await this.edge.bus.start();
     const pending: StatusChange[] = [];
+    const notices = new AttackNotices();
     let resync = false;
     let wake: (() => void) | null = null;
     // Subscribe before the first read, so a change between the two is not lost.
@@ -339,10 +345,11 @@ export class TunnelQueries {
           pending.push({ id: fresh.id, status: fresh.status, health: fresh.health });
         }
         // A health change (server/health/ingest.ts) is a change too, and so is the edge applying the
-        // current settings (transitions.ts applied() publishes it): the subscription fires on them.
+        // current settings (transitions.ts applied() publishes it), and an attack's start or end
+        // (server/attacks/ingest.ts; the subscriber reads Tunnel.attacks): the subscription fires on them.
         for (const c of pending.splice(0)) {
           const health = c.health ?? fresh.health;
-          if (c.status === last.status && health === last.health && fresh[SETTINGS_APPLIED] === last[SETTINGS_APPLIED]) continue;
+          if (!notices.fresh(c.attack) && c.status === last.status && health === last.health && fresh[SETTINGS_APPLIED] === last[SETTINGS_APPLIED]) continue;
           last = { ...fresh, status: c.status, health };
           yield last;
         }

@@ -74,6 +74,8 @@ export interface TunnelRow extends SpecSource {
   /** The spec revision stored (bumped by a PATCH that reaches the spec), and the one the edge applied. */
   spec_revision: number;
   applied_revision: number;
+  /** The revision that last changed origin_ip: what an activation's probe must have been about (lifecycle.ts). */
+  origin_revision: number;
 }
 
 // Times are formatted by PostgreSQL (ISO 8601, UTC, milliseconds) so the hot paths parse no dates;
@@ -91,7 +93,7 @@ export const HEALTH_CHECKED_AT_SQL = `coalesce((select s.checked_at from traffic
 export const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
   to_char(t.created_at at time zone 'UTC', ${ISO}) as created_at, to_char(t.updated_at at time zone 'UTC', ${ISO}) as updated_at,
   to_json(t.created_at) #>> '{}' as cursor_at, n.public_ip as edge_ip, n.inner_pool, t.node_id,
-  ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision, t.health,
+  ${SETTINGS_COLUMNS}, t.spec_revision, t.applied_revision, t.origin_revision, t.health,
   to_char(${HEALTH_CHECKED_AT_SQL} at time zone 'UTC', ${ISO}) as health_checked_at`;
 
 export function tunnelView(r: TunnelRow, adminSshPort: number): TunnelView {

@@ -1,11 +1,12 @@
 // A tunnel's settings as the API has them (docs/CONTRACTS.md "Tunnel settings"): `ports` (text,
-// normalised), `protocol` and `protection` ({syn_proxy, source_pps_limit, drop_fragments}). What a valid
+// normalised), `protocol` and `protection` ({syn_proxy, source_pps_limit, drop_fragments, max_flows, alert_pps};
+// the last two are docs/CONTRACTS.md "Attacks"). What a valid
 // value is, how a port list is written and what the defaults are is common/tunnel-policy.ts's, the one
 // definition the agent checks a job with too; this module only maps the API's spelling onto it: the
 // fields a buyer may send (at purchase, all optional; in a PATCH, protection's keys merged into the
 // stored ones), the stored columns, and the wire policy an edge job carries.
 import { isPlainObject } from '../../../common/tunnel-spec.ts';
-import { DEFAULT_POLICY, PROTOCOLS, checkPolicy, formatPorts, isDefaultPolicy, parsePorts, samePolicy, type Protocol, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
+import { DEFAULT_MAX_FLOWS, DEFAULT_POLICY, PROTOCOLS, checkPolicy, formatPorts, isDefaultPolicy, normalisePolicy, parsePorts, samePolicy, type Protocol, type TunnelPolicy } from '../../../common/tunnel-policy.ts';
 import { ApiError } from '../errors.ts';
 
 export interface TunnelProtection {
@@ -13,6 +14,13 @@ export interface TunnelProtection {
   /** Packets per second one client address may send to the protected IP; null: no limit. */
   source_pps_limit: number | null;
   drop_fragments: boolean;
+  /**
+   * Connections the tunnel may hold in the edge's connection table (DESIGN 3.11): stored and sent to the agent
+   * in the tunnel's policy; the dataplane does not enforce it yet.
+   */
+  max_flows: number;
+  /** The attack alert threshold in inbound packets (or drops) per second; null: automatic (docs/CONTRACTS.md "Attacks"). */
+  alert_pps: number | null;
 }
 
 export interface TunnelSettings {
@@ -30,7 +38,7 @@ export interface SettingsChange {
 }
 
 export const SETTINGS_FIELDS = ['ports', 'protocol', 'protection'] as const;
-const PROTECTION_KEYS = ['syn_proxy', 'source_pps_limit', 'drop_fragments'] as const;
+const PROTECTION_KEYS = ['syn_proxy', 'source_pps_limit', 'drop_fragments', 'max_flows', 'alert_pps'] as const;
 
 export const DEFAULT_SETTINGS: Readonly<TunnelSettings> = Object.freeze(settingsOfPolicy(DEFAULT_POLICY));
 
@@ -41,29 +49,42 @@ export interface SettingsColumns {
   syn_proxy: boolean;
   source_pps_limit: number | null;
   drop_fragments: boolean;
+  max_flows: number;
+  alert_pps: number | null;
 }
 
 export function settingsOf(c: SettingsColumns): TunnelSettings {
-  return { ports: c.ports, protocol: c.protocol, protection: { syn_proxy: c.syn_proxy, source_pps_limit: c.source_pps_limit, drop_fragments: c.drop_fragments } };
+  return {
+    ports: c.ports,
+    protocol: c.protocol,
+    protection: { syn_proxy: c.syn_proxy, source_pps_limit: c.source_pps_limit, drop_fragments: c.drop_fragments, max_flows: c.max_flows, alert_pps: c.alert_pps },
+  };
 }
 
-/** The values of the settings columns, in SETTINGS_COLUMNS order (ports, protocol, syn_proxy, source_pps_limit, drop_fragments). */
-export function settingsValues(s: TunnelSettings): [string, Protocol, boolean, number | null, boolean] {
-  return [s.ports, s.protocol, s.protection.syn_proxy, s.protection.source_pps_limit, s.protection.drop_fragments];
+/** The values of the settings columns, in SETTINGS_COLUMNS order (ports, protocol, syn_proxy, source_pps_limit, drop_fragments, max_flows, alert_pps). */
+export function settingsValues(s: TunnelSettings): [string, Protocol, boolean, number | null, boolean, number, number | null] {
+  const p = s.protection;
+  return [s.ports, s.protocol, p.syn_proxy, p.source_pps_limit, p.drop_fragments, p.max_flows, p.alert_pps];
 }
 
 function settingsOfPolicy(p: Readonly<TunnelPolicy>): TunnelSettings {
-  return { ports: formatPorts(p.ports), protocol: p.protocol, protection: { syn_proxy: p.syn_proxy, source_pps_limit: p.source_pps_limit, drop_fragments: p.drop_fragments } };
+  return {
+    ports: formatPorts(p.ports),
+    protocol: p.protocol,
+    protection: { syn_proxy: p.syn_proxy, source_pps_limit: p.source_pps_limit, drop_fragments: p.drop_fragments, max_flows: p.max_flows ?? DEFAULT_MAX_FLOWS, alert_pps: p.alert_pps ?? null },
+  };
 }
 
 /**
- * The wire policy of stored settings (a v2 job's `tunnel.policy`). Stored ports were written normalised
- * by this module; text the parser refuses is stored data gone wrong, not a buyer's input: an Error.
+ * The wire policy of stored settings (a v2 job's `tunnel.policy`), normalised: max_flows at its default and an
+ * automatic alert_pps are left out, so a tunnel that sets neither has the spec it had before they existed. Stored
+ * ports were written normalised by this module; text the parser refuses is stored data gone wrong, not a buyer's
+ * input: an Error.
  */
 export function policyOf(s: TunnelSettings): TunnelPolicy {
   const parsed = parsePorts(s.ports);
   if ('error' in parsed) throw new Error(`stored tunnel ports ${JSON.stringify(s.ports)} do not parse: ${parsed.error}`);
-  return { ports: parsed.ports, protocol: s.protocol, ...s.protection };
+  return normalisePolicy({ ports: parsed.ports, protocol: s.protocol, ...s.protection });
 }
 
 export function isDefaultSettings(s: TunnelSettings): boolean {
@@ -100,9 +121,11 @@ export function validateSettings(input: { ports?: unknown; protocol?: unknown; p
   }
   if (input.protection !== undefined) {
     const p = input.protection;
-    if (!isPlainObject(p)) throw new ApiError('invalid_request', 'protection must be an object: {"syn_proxy": bool, "source_pps_limit": integer or null, "drop_fragments": bool}, each key optional.');
+    if (!isPlainObject(p)) {
+      throw new ApiError('invalid_request', 'protection must be an object: {"syn_proxy": bool, "source_pps_limit": integer or null, "drop_fragments": bool, "max_flows": integer, "alert_pps": integer or null}, each key optional.');
+    }
     const unknown = Object.keys(p).filter((k) => p[k] !== undefined && !(PROTECTION_KEYS as readonly string[]).includes(k));
-    if (unknown.length) throw new ApiError('invalid_request', `protection has an unknown field ${JSON.stringify(unknown[0]!.slice(0, 64))}; it takes syn_proxy, source_pps_limit and drop_fragments.`);
+    if (unknown.length) throw new ApiError('invalid_request', `protection has an unknown field ${JSON.stringify(unknown[0]!.slice(0, 64))}; it takes syn_proxy, source_pps_limit, drop_fragments, max_flows and alert_pps.`);
     const given: Partial<TunnelProtection> = {};
     for (const k of PROTECTION_KEYS) if (p[k] !== undefined) (given as Record<string, unknown>)[k] = p[k];
     // Each key by the policy's own rules (common/tunnel-policy.ts), the others at their defaults.

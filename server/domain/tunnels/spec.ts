@@ -14,8 +14,19 @@ import { policyOf, settingsOf, type SettingsColumns } from './settings.ts';
  */
 export const ON_EDGE: readonly TunnelStatus[] = ['provisioning', 'provisioned', 'active'];
 
+/**
+ * Whether the edge forwards buyer traffic to the tunnel `t`'s origin (the job's `tunnel.forwarding`,
+ * docs/CONTRACTS.md "Dataplane"): only once the tunnel is active, and only while the edge holds the origin that
+ * activation probed. A new origin_ip bumps origin_revision past applied_revision, so the very spec that carries
+ * it holds the DNAT back, before the edge re-points the link (and applying it then moves the tunnel back to
+ * provisioned, provisioning/transitions.ts applied()); activation requires applied_revision >= origin_revision
+ * (lifecycle.ts activate). Until then the edge carries only the agent's probe to the origin: nobody can aim a
+ * protected IP at an address that never ran the origin script.
+ */
+export const FORWARDING_SQL = `(t.status = 'active' and t.origin_revision <= t.applied_revision)`;
+
 /** The settings columns of `tunnel t` as SettingsColumns reads them: every query that feeds tunnelSpecOf selects these. */
-export const SETTINGS_COLUMNS = 't.ports, t.protocol, t.syn_proxy, t.source_pps_limit, t.drop_fragments';
+export const SETTINGS_COLUMNS = 't.ports, t.protocol, t.syn_proxy, t.source_pps_limit, t.drop_fragments, t.max_flows, t.alert_pps';
 
 /** The stored values a spec is made of: the tunnel's columns and its node's public_ip and inner_pool. */
 export interface SpecSource extends SettingsColumns {

@@ -12,6 +12,7 @@ import { isGreKeyCollision, pickGreKey, type GreKeySource } from '../gre-keys.ts
 import { refuseOurAddress, type TunnelUpdate } from './input.ts';
 import type { EdgeDispatch, LifecycleResult } from './lifecycle.ts';
 import { readTunnel, tunnelView, type TunnelRow } from './rows.ts';
+import { recordOriginChange } from './origin-changes.ts';
 import { applyChange, sameSettings, settingsOf, settingsValues } from './settings.ts';
 import { ON_EDGE } from './spec.ts';
 
@@ -20,6 +21,8 @@ export interface UpdateDeps {
   edge: EdgeDispatch;
   adminSshPort: number;
   greKeys?: GreKeySource;
+  /** Milliseconds now, for the limit on origin changes (origin-changes.ts); tests move it themselves. */
+  clock: () => number;
 }
 
 /**
@@ -27,8 +30,10 @@ export interface UpdateDeps {
  * pending or failed tunnel: the next provision carries the change; a name; no change at all) or the
  * edge applied it within the wait; unsettled (202) while its job retries. Deleted or deleting:
  * invalid_state. A new origin_ip is checked as at purchase and gets a GRE key free for the new (node,
- * origin) pair (server/domain/gre-keys.ts); an active tunnel moves back to provisioned once its edge
- * applied the new origin (provisioning/transitions.ts applied()).
+ * origin) pair (server/domain/gre-keys.ts), and counts against the tunnel's origin changes (at most 10 an
+ * hour, else rate_limited: origin-changes.ts). The edge forwards nothing to the new origin from the first spec
+ * that names it (spec.ts FORWARDING_SQL); an active tunnel moves back to provisioned once its edge applied it
+ * (provisioning/transitions.ts applied()), and forwards again only after an activation probed the new origin.
  */
 export async function update(deps: UpdateDeps, principal: Principal, id: string, change: TunnelUpdate): Promise<LifecycleResult> {
   requireWrite(principal);
@@ -61,11 +66,12 @@ function store(deps: UpdateDeps, principal: Principal, id: string, change: Tunne
     let greKey = r.gre_key;
     if (originMoved) {
       await refuseOurAddress(sql, origin);
+      await recordOriginChange(sql, r.id, deps.clock());
       greKey = String(await pickGreKey(sql, r.node_id, origin, deps.greKeys));
     }
     // In SET, spec_revision is the old value: origin_revision becomes the new revision.
     const [u] = await sql.query<{ spec_revision: number }>(
-      `update tunnel set name = ?, origin_ip = ?, gre_key = ?, ports = ?, protocol = ?, syn_proxy = ?, source_pps_limit = ?, drop_fragments = ?,
+      `update tunnel set name = ?, origin_ip = ?, gre_key = ?, ports = ?, protocol = ?, syn_proxy = ?, source_pps_limit = ?, drop_fragments = ?, max_flows = ?, alert_pps = ?,
               spec_revision = spec_revision + ?, origin_revision = case when ?::boolean then spec_revision + 1 else origin_revision end, updated_at = now()
         where id = ? returning spec_revision`,
       [name, origin, greKey, ...settingsValues(after), specChanged ? 1 : 0, originMoved, r.id],

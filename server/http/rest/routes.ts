@@ -168,6 +168,16 @@ export function restRouter(services: Services, metrics: Metrics, openapiJson: ()
     ctx.body = await services.health.healthChanges(who, ctx.params.id!, { from, to });
   });
 
+  // docs/CONTRACTS.md "Attacks": from, to (ISO 8601); server/attacks/index.ts attacksRange.
+  router.get('/dedicated/:id/attacks', async (ctx) => {
+    const who = await principal(ctx);
+    const extra = Object.keys(ctx.query).filter((k) => k !== 'from' && k !== 'to');
+    if (extra.length) throw new ApiError('invalid_request', `Unknown query parameter: ${extra.join(', ')}.`);
+    const { from, to } = ctx.query;
+    if (Array.isArray(from) || Array.isArray(to)) throw new ApiError('invalid_request', 'from and to may be given once.');
+    ctx.body = await services.attacks.list(who, ctx.params.id!, { from, to });
+  });
+
   router.get('/dedicated/:id/setup', async (ctx) => {
     ctx.body = await tunnels.setup(await principal(ctx), ctx.params.id!);
   });

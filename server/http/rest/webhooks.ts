@@ -16,7 +16,7 @@ export function webhookRoutes(
   router.post('/webhooks', async (ctx) => {
     const who = await principal(ctx);
     const { webhooks, config } = services;
-    const body = expectObject(await readJsonBody(ctx, config.bodyLimitBytes, { required: true }), ['url', 'events']);
+    const body = expectObject(await readJsonBody(ctx, config.bodyLimitBytes, { required: true }), ['url', 'events', 'include_origin']);
     const input = validateWebhookInput(body, webhooks.allowPrivate);
     ctx.status = 201;
     ctx.body = await webhooks.create(who, input);
@@ -32,6 +32,13 @@ export function webhookRoutes(
     await noBody(ctx);
     ctx.status = 202;
     ctx.body = await services.webhooks.test(who, ctx.params.id!);
+  });
+
+  // Enables a disabled webhook again: 200 with the webhook as the list shows it.
+  router.post('/webhooks/:id/enable', async (ctx) => {
+    const who = await principal(ctx);
+    await noBody(ctx);
+    ctx.body = { webhook: await services.webhooks.enable(who, ctx.params.id!) };
   });
 
   router.delete('/webhooks/:id', async (ctx) => {

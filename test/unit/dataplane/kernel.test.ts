@@ -1,4 +1,4 @@
-// The dataplane's kernel side (agent/dataplane/kernel.ts) without root: building the table, repairing a
+// The dataplane's kernel side (agent/dataplane/kernel/) without root: building the table, repairing a
 // tampered one and reading the kernel back, over the stand-in kernel (test/helpers/netlink-kernel.ts)
 // answering with replies recorded from the real kernel (test/fixtures/netlink). The same code runs against
 // the real kernel in test/netns/dataplane*.test.ts.

@@ -118,7 +118,7 @@ describe('port blocks', () => {
     expect(moved.length).toBe(ids.length);
     expect(sameDigest(of(moved), wanted)).toBe(false);
     expect(sameDigest(undefined, wanted)).toBe(false);
-    // What a reconcile sums from the kernel's key bytes (kernel.ts readElementIds) is what the ids sum to.
+    // What a reconcile sums from the kernel's key bytes (kernel/read.ts readElementIds) is what the ids sum to.
     const fromBytes = emptyDigest();
     for (const e of tunnelElements(t).filter((x) => isAllowedId(x.id))) {
       const key = Buffer.concat([Buffer.from([9, 9]), Buffer.from(e.el.key), Buffer.from([9])]);

@@ -30,7 +30,7 @@ describe('StateStore durability', () => {
     const state = StateStore.open(dir);
     const desired = StateStore.open(dir, DESIRED_FILE);
     syncs.length = 0;
-    // One single-tunnel apply: desired, then intent, then the result (index.ts run()).
+    // One single-tunnel apply: desired, then intent, then the result (edge-dataplane.ts run()).
     desired.commit([{ spec: spec(1) }], []);
     state.commit([{ spec: spec(1), pending: true }], []);
     state.commit([{ spec: spec(1) }], []);

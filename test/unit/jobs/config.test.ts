@@ -26,10 +26,11 @@ describe('agent configuration', () => {
   });
 
   it('AGENT_JOB_VERSIONS: every version this agent speaks by default; a subset of them when set', () => {
-    expect(loadConfig(agentEnv()).jobVersions).toEqual([1, 2]);
+    expect(loadConfig(agentEnv()).jobVersions).toEqual([1, 2, 3]);
     expect(loadConfig(agentEnv({ AGENT_JOB_VERSIONS: '1' })).jobVersions).toEqual([1]);
     expect(loadConfig(agentEnv({ AGENT_JOB_VERSIONS: ' 2, 1 ,2' })).jobVersions).toEqual([1, 2]);
-    for (const bad of ['3', '1,3', 'one', '1;2', '01', ',']) expect(() => loadConfig(agentEnv({ AGENT_JOB_VERSIONS: bad })), bad).toThrow(/AGENT_JOB_VERSIONS must be/);
+    expect(loadConfig(agentEnv({ AGENT_JOB_VERSIONS: '3,1,2' })).jobVersions).toEqual([1, 2, 3]);
+    for (const bad of ['4', '1,4', 'one', '1;2', '01', ',']) expect(() => loadConfig(agentEnv({ AGENT_JOB_VERSIONS: bad })), bad).toThrow(/AGENT_JOB_VERSIONS must be/);
   });
 
   it('AGENT_HEALTH_INTERVAL_S: 30 by default, whole seconds from 1 to 86400 when set', () => {

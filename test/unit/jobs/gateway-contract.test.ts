@@ -5,6 +5,7 @@ import { JobSigningError, signJob } from '../../../server/edge/job-signing.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { NODE, OTHER_NODE, T0, gateway, KID, tunnel, claims, token, resetVerifier, ctx, code, jobSchema, jobSchemaAjv } from './fixtures.ts';
 import { checkHello } from '../../../common/job-contract.ts';
+import { checkAttackRecord } from '../../../common/attacks.ts';
 
 beforeEach(resetVerifier);
 
@@ -54,7 +55,11 @@ describe('signJob (gateway side)', () => {
     expect(claimsOf(await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0 })).v).toBe(1);
     await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: withPolicy }, { now: T0 })).rejects.toThrow(/policy.*version 2/);
     await expect(signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [withPolicy] }, { now: T0, version: 1 })).rejects.toThrow(JobSigningError);
-    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0, version: 3 as never })).rejects.toThrow(/version must be one of 1, 2/);
+    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: tunnel() }, { now: T0, version: 4 as never })).rejects.toThrow(/version must be one of 1, 2, 3/);
+    // forwarding (a tunnel held back until its origin answered the probe) only in version 3.
+    const held = tunnel({ forwarding: false });
+    expect(claimsOf(await signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: held }, { now: T0, version: 3 }))).toMatchObject({ v: 3, tunnel: held });
+    await expect(signJob(gateway.privateKey, KID, NODE, 'apply', { tunnel: held }, { now: T0, version: 2 })).rejects.toThrow(/forwarding.*version 3/);
   });
 });
 
@@ -78,7 +83,7 @@ describe('schema/job.schema.json', () => {
       ['reconcile', { tunnels: [t] }],
       ['probe', { tunnel: t }],
     ] as const) {
-      for (const version of [1, 2] as const) {
+      for (const version of [1, 2, 3] as const) {
         const jws = await signJob(gateway.privateKey, KID, NODE, op, body as never, { now: T0, version });
         const [h, p] = jws.split('.');
         expect(validate(JSON.parse(Buffer.from(p!, 'base64url').toString())), `${op}: ${JSON.stringify(validate.errors)}`).toBe(true);
@@ -88,6 +93,8 @@ describe('schema/job.schema.json', () => {
     const tp = tunnel({ policy: { ports: [[22, 22], [80, 443]], protocol: 'udp', syn_proxy: true, source_pps_limit: 100, drop_fragments: true } });
     const p2 = (await signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [tp] }, { now: T0, version: 2 })).split('.')[1]!;
     expect(validate(JSON.parse(Buffer.from(p2, 'base64url').toString())), JSON.stringify(validate.errors)).toBe(true);
+    const p3 = (await signJob(gateway.privateKey, KID, NODE, 'reconcile', { tunnels: [{ ...tp, forwarding: false }] }, { now: T0, version: 3 })).split('.')[1]!;
+    expect(validate(JSON.parse(Buffer.from(p3, 'base64url').toString())), JSON.stringify(validate.errors)).toBe(true);
     expect(validateHeader({ alg: 'none', typ: 'tunnel-job+jwt', kid: KID })).toBe(false);
     expect(validateHeader({ alg: 'EdDSA', typ: 'JWT', kid: KID })).toBe(false);
     expect(validateHeader({ alg: 'EdDSA', typ: 'tunnel-job+jwt' })).toBe(false);
@@ -122,7 +129,7 @@ describe('schema/job.schema.json', () => {
       claims({ op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, edge_inner: t.edge_inner } }),
       claims({ op: 'probe', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip } }),
       // Version 2 and its tunnel policy.
-      claims({ v: 3 }),
+      claims({ v: 4 }),
       claims({ v: '2' }),
       claims({ v: 2, tunnel: { ...t, policy: POLICY } }),
       claims({ v: 1, tunnel: { ...t, policy: POLICY } }),
@@ -130,6 +137,18 @@ describe('schema/job.schema.json', () => {
       claims({ v: 1, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, policy: POLICY }] }),
       claims({ v: 2, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
       claims({ v: 1, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, policy: POLICY } }),
+      // Version 3 and its tunnel forwarding: a boolean, never in an older version.
+      claims({ v: 3 }),
+      claims({ v: 3, tunnel: { ...t, forwarding: false } }),
+      claims({ v: 3, tunnel: { ...t, forwarding: true, policy: POLICY } }),
+      claims({ v: 3, tunnel: { ...t, forwarding: 'no' } }),
+      claims({ v: 3, tunnel: { ...t, forwarding: null } }),
+      claims({ v: 2, tunnel: { ...t, forwarding: false } }),
+      claims({ v: 1, tunnel: { ...t, forwarding: true } }),
+      claims({ v: 3, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, forwarding: false }] }),
+      claims({ v: 2, op: 'reconcile', tunnel: undefined, tunnels: [{ ...t, forwarding: false }] }),
+      claims({ v: 3, op: 'remove', tunnel: { id: t.id, tunnel_name: t.tunnel_name, protected_ip: t.protected_ip, forwarding: false } }),
+      claims({ v: 3, op: 'status', tunnel: undefined }),
       // status (version 2, no body): a v 1 status, and a status carrying a body, are refused by both.
       claims({ v: 2, op: 'status', tunnel: undefined }),
       claims({ v: 1, op: 'status', tunnel: undefined }),
@@ -158,6 +177,17 @@ describe('schema/job.schema.json', () => {
           ['source_pps_limit', 100.5],
           ['drop_fragments', 0],
           ['drop_fragments', undefined],
+          ['max_flows', 1000],
+          ['max_flows', 1_000_000],
+          ['max_flows', 999],
+          ['max_flows', 1_000_001],
+          ['max_flows', null],
+          ['alert_pps', null],
+          ['alert_pps', 100],
+          ['alert_pps', 100_000_000],
+          ['alert_pps', 99],
+          ['alert_pps', 100_000_001],
+          ['alert_pps', 250.5],
           ['extra', true],
         ] as const
       ).map(([k, v]) => claims({ v: 2, tunnel: { ...t, policy: { ...POLICY, [k]: v } } })),
@@ -227,5 +257,47 @@ describe('schema/job.schema.json', () => {
       expect(checkHello(line), JSON.stringify(links)).toMatch(/tunnel_links/);
     }
     expect(validateHello({ ok: false, error: 'unsupported_command', error_description: 'x' })).toBe(false);
+    // features (docs/CONTRACTS.md "Attacks"): optional, a list of strings; unknown ones allowed (a newer agent).
+    for (const features of [['attacks'], [], ['attacks', 'later']]) {
+      const line = { ok: true, versions: [1, 2], agent: '0.1.0', features };
+      expect(validateHello(line)).toBe(true);
+      expect(checkHello(line)).toBeUndefined();
+    }
+    for (const features of ['attacks', [1], [null]]) {
+      const line = { ok: true, versions: [1, 2], agent: '0.1.0', features };
+      expect(validateHello(line), JSON.stringify(features)).toBe(false);
+      expect(checkHello(line), JSON.stringify(features)).toMatch(/features/);
+    }
+  });
+
+  it("describes the status answer's attack records as common/attacks.ts checks them", () => {
+    const validateAttack = ajv.getSchema(`${String(schema.$id)}#/$defs/attackRecord`)!;
+    const a = {
+      id: '00000000-0000-4000-8000-000000000001',
+      tunnel_id: '7d3c4b0e-2f7a-4c8e-9a51-0b6f1f9b2c11',
+      started_at: '2026-11-25T12:00:00.000Z',
+      ended_at: null,
+      peak_pps: 120_000,
+      peak_bps: 96_000_000,
+      vector: { protocol: null, ports: null, top_drop_reason: 'rate_limited' },
+      packets_dropped: 100,
+      packets_passed: 5,
+    };
+    const corpus: unknown[] = [
+      a,
+      { ...a, ended_at: '2026-11-25T12:01:00.000Z', vector: { protocol: 'udp', ports: [53, 123], top_drop_reason: null } },
+      { ...a, extra: true },
+      { ...a, id: 'x' },
+      { ...a, tunnel_id: undefined },
+      { ...a, ended_at: 5 },
+      { ...a, peak_pps: -1 },
+      { ...a, packets_passed: 2.5 },
+      { ...a, vector: { ...a.vector, protocol: 'gre' } },
+      { ...a, vector: { ...a.vector, ports: [1, 2, 3, 4, 5, 6] } },
+      { ...a, vector: { ...a.vector, ports: [65536] } },
+      { ...a, vector: { ...a.vector, top_drop_reason: 'boredom' } },
+      { ...a, vector: { protocol: null, ports: null } },
+    ];
+    for (const c of corpus) expect(validateAttack(c), JSON.stringify(c)).toBe(checkAttackRecord(c) === undefined);
   });
 });

@@ -74,7 +74,7 @@ describe('JobHandler', () => {
     for (const [jws, c] of [
       ['garbage', 'malformed'],
       [await token(claims({ aud: OTHER_NODE })), 'wrong_audience'],
-      [await token(claims({ v: 3 })), 'unsupported_version'],
+      [await token(claims({ v: 4 })), 'unsupported_version'],
     ] as const) {
       expect(await h.handle(jws)).toMatchObject({ ok: false, error: c });
       expect(lines.at(-1)).toMatchObject({ msg: 'job refused', code: c });

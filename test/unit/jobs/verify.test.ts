@@ -187,8 +187,8 @@ describe('verifyJob: each refusal code', () => {
     expect(await code(await token(claims({ iat: T0 - 10, exp: T0 + 3600 })))).toBe('expired');
   });
 
-  it('unsupported_version: v missing or not 1 or 2', async () => {
-    for (const v of [undefined, 3, 0, '1', '2', 1.5, null]) expect(await code(await token(claims({ v }))), String(v)).toBe('unsupported_version');
+  it('unsupported_version: v missing or not 1, 2 or 3', async () => {
+    for (const v of [undefined, 4, 0, '1', '2', '3', 1.5, null]) expect(await code(await token(claims({ v }))), String(v)).toBe('unsupported_version');
   });
 
   it('unsupported_command: an op this agent does not know', async () => {
@@ -251,9 +251,36 @@ describe('verifyJob: job version 2 (docs/CONTRACTS.md "Edge jobs", "Versions")',
     }
   });
 
-  it('v 3 is unsupported_version, even with a body no version knows (not malformed)', async () => {
-    expect(await code(await token(claims({ v: 3 })))).toBe('unsupported_version');
-    expect(await code(await token(claims({ v: 3, tunnel: { ...tunnel(), policy: 'strict' } })))).toBe('unsupported_version');
+  it('v 4 is unsupported_version, even with a body no version knows (not malformed)', async () => {
+    expect(await code(await token(claims({ v: 4 })))).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 4, tunnel: { ...tunnel(), policy: 'strict' } })))).toBe('unsupported_version');
+  });
+
+  it('v 3 adds tunnel.forwarding (docs/CONTRACTS.md "Versions"): a boolean in v 3 only, handed on as sent; false only when held back', async () => {
+    for (const forwarding of [false, true]) {
+      const t = tunnel({ forwarding });
+      for (const c of [claims({ v: 3, tunnel: t }), claims({ v: 3, op: 'probe', tunnel: t }), claims({ v: 3, op: 'remove', tunnel: t }), claims({ v: 3, op: 'reconcile', tunnel: undefined, tunnels: [t] })]) {
+        const out = await verifyJob(await token(c), ctx());
+        expect(out.ok, JSON.stringify(out)).toBe(true);
+        if (out.ok) expect(out.job.op === 'reconcile' ? out.job.tunnels[0]!.forwarding : out.job.op === 'status' ? null : out.job.tunnel.forwarding).toBe(forwarding);
+      }
+    }
+    // Without it (forwarding, as in v 1 and 2), and with a policy: v 3 has everything v 2 has.
+    expect(await code(await token(claims({ v: 3 })))).toBe('ok');
+    expect(await code(await token(claims({ v: 3, tunnel: tunnel({ policy, forwarding: false } as never) })))).toBe('ok');
+    expect(await code(await token(claims({ v: 3, op: 'status', tunnel: undefined })))).toBe('ok');
+    // Older versions have no such field: an agent from before version 3 would refuse it as an unknown field.
+    for (const v of [1, 2]) {
+      expect(await code(await token(claims({ v, tunnel: tunnel({ forwarding: false }) }))), `v ${v}`).toBe('malformed');
+      expect(await code(await token(claims({ v, op: 'reconcile', tunnel: undefined, tunnels: [tunnel({ forwarding: true })] }))), `v ${v} reconcile`).toBe('malformed');
+    }
+    for (const bad of [null, 'false', 0, 1, {}]) expect(await code(await token(claims({ v: 3, tunnel: { ...tunnel(), forwarding: bad } }))), JSON.stringify(bad)).toBe('malformed');
+  });
+
+  it('an agent accepting only v 1 and 2 (AGENT_JOB_VERSIONS=1,2: an agent from before version 3) refuses v 3 as unsupported_version, body unchecked', async () => {
+    const v2 = ctx({ versions: [1, 2] });
+    expect(await code(await token(claims({ v: 3, tunnel: tunnel({ forwarding: false }) })), v2)).toBe('unsupported_version');
+    expect(await code(await token(claims({ v: 2 })), v2)).toBe('ok');
   });
 
   it('an agent accepting only v 1 (AGENT_JOB_VERSIONS=1, an old agent\'s stand-in) refuses v 2 as unsupported_version, body unchecked', async () => {
@@ -272,22 +299,24 @@ describe('verifyJob: precedence (malformed > invalid_signature > wrong_audience 
       ['another key and a body that does not match', async () => token(claims({ tunnel: undefined }), {}, intruder.privateKey), 'malformed'],
       ['HS256 and iat far in the future', async () => token(claims({ iat: T0 + 600, exp: T0 + 620 }), { alg: 'HS256' }, new Uint8Array(32)), 'malformed'],
       ['another key and another node', async () => token(claims({ aud: OTHER_NODE }), {}, intruder.privateKey), 'invalid_signature'],
-      ['alg none, expired, v 3', async () => unsigned(claims({ iat: T0 - 600, exp: T0 - 590, v: 3 })), 'invalid_signature'],
+      ['alg none, expired, v 4', async () => unsigned(claims({ iat: T0 - 600, exp: T0 - 590, v: 4 })), 'invalid_signature'],
       ['another node and expired', async () => token(claims({ aud: OTHER_NODE, iat: T0 - 600, exp: T0 - 590 })), 'wrong_audience'],
       ['another edge_ip', async () => token(claims({ tunnel: tunnel({ edge_ip: '198.51.100.9' }) })), 'wrong_audience'],
-      ['expired and v 3', async () => token(claims({ iat: T0 - 600, exp: T0 - 590, v: 3 })), 'expired'],
+      ['expired and v 4', async () => token(claims({ iat: T0 - 600, exp: T0 - 590, v: 4 })), 'expired'],
       ['lifetime over 60 s and unknown op', async () => token(claims({ exp: T0 + 61, op: 'destroy' })), 'expired'],
-      ['v 3 and unknown op', async () => token(claims({ v: 3, op: 'destroy' })), 'unsupported_version'],
+      ['v 4 and unknown op', async () => token(claims({ v: 4, op: 'destroy' })), 'unsupported_version'],
+      ['v 3 and unknown op', async () => token(claims({ v: 3, op: 'destroy' })), 'unsupported_command'],
       ['v 2 and unknown op', async () => token(claims({ v: 2, op: 'destroy' })), 'unsupported_command'],
       // A v 1 status: its body is not checked (status is no op of v 1), so a body it should not carry does not
       // make it malformed; it is unsupported_command, after the audience and expiry checks.
       ['v 1 status carrying a tunnel', async () => token(claims({ v: 1, op: 'status' })), 'unsupported_command'],
       ['v 1 status, expired', async () => token(claims({ v: 1, op: 'status', tunnel: undefined, iat: T0 - 600, exp: T0 - 590 })), 'expired'],
       ['v 2 status carrying a tunnel', async () => token(claims({ v: 2, op: 'status' })), 'malformed'],
-      // Body shapes are only known for the versions the agent speaks: a v3 job with a body no version
-      // knows is unsupported_version, a v2 one is malformed.
-      ['v 3 with a body no version knows', async () => token(claims({ v: 3, tunnel: undefined, tunnel_v3: { id: 1 } })), 'unsupported_version'],
-      ['v 2 with a body v2 does not know', async () => token(claims({ v: 2, tunnel: undefined, tunnel_v3: { id: 1 } })), 'malformed'],
+      // Body shapes are only known for the versions the agent speaks: a v4 job with a body no version
+      // knows is unsupported_version, a v3 one is malformed.
+      ['v 4 with a body no version knows', async () => token(claims({ v: 4, tunnel: undefined, tunnel_v4: { id: 1 } })), 'unsupported_version'],
+      ['v 3 with a body v3 does not know', async () => token(claims({ v: 3, tunnel: undefined, tunnel_v4: { id: 1 } })), 'malformed'],
+      ['v 2 carrying forwarding, and another edge_ip', async () => token(claims({ v: 2, tunnel: { ...tunnel({ edge_ip: '198.51.100.9' }), forwarding: false } })), 'malformed'],
       ['v 1 carrying a policy, and another edge_ip', async () => token(claims({ v: 1, tunnel: { ...tunnel({ edge_ip: '198.51.100.9' }), policy: { ports: '*', protocol: 'both', syn_proxy: false, source_pps_limit: null, drop_fragments: false } } })), 'malformed'],
     ];
     for (const [name, make, expected] of cases) expect(await code(await make()), name).toBe(expected);

@@ -1,5 +1,8 @@
-// The account's webhooks: the list, a form to add one (its signing secret shown once, with Copy), delete
-// behind a confirmation. A viewer sees the list only.
+// The account's webhooks: the list (who added each, whether deliveries carry the origin), a form to add one
+// (its signing secret shown once, with Copy), delete behind a confirmation. A webhook the gateway disabled
+// says so and why (docs/CONTRACTS.md "Webhooks"): one disabled for failing offers Enable; one disabled
+// because the key or application that added it was revoked offers nothing but delete (the gateway refuses
+// to enable it). A viewer sees the list only.
 import { useState } from 'preact/hooks';
 import type { ApiFailure } from '../../api/graphql.ts';
 import { useMutation, useQuery } from '../../api/hooks.ts';
@@ -8,6 +11,7 @@ import {
   AccountWebhooksDocument,
   CreateAccountWebhookDocument,
   DeleteAccountWebhookDocument,
+  EnableAccountWebhookDocument,
   type WebhookEventType,
   type WebhookRowFragment,
 } from '../../graphql/generated.ts';
@@ -54,7 +58,13 @@ export function Webhooks() {
           ) : (
             <ul class="item-list">
               {rows.map((w) => (
-                <WebhookItem key={w.id} webhook={w} canWrite={canWrite} onDeleted={() => setRows(rows.filter((r) => r.id !== w.id))} />
+                <WebhookItem
+                  key={w.id}
+                  webhook={w}
+                  canWrite={canWrite}
+                  onDeleted={() => setRows(rows.filter((r) => r.id !== w.id))}
+                  onChanged={(changed) => setRows(rows.map((r) => (r.id === changed.id ? changed : r)))}
+                />
               ))}
             </ul>
           )}
@@ -75,11 +85,14 @@ export function Webhooks() {
   );
 }
 
-function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; onDeleted: () => void }) {
+function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; onDeleted: () => void; onChanged: (w: WebhookRowFragment) => void }) {
   const t = useT();
   const { webhook } = props;
   const [confirming, setConfirming] = useState(false);
   const del = useMutation(DeleteAccountWebhookDocument);
+  const enable = useMutation(EnableAccountWebhookDocument);
+  // Its credential is gone: the gateway refuses to enable it, so the page does not offer to.
+  const revoked = webhook.disabledReason === 'credential_revoked';
   return (
     <li class="item" data-webhook-id={webhook.id}>
       <p class="item-title">
@@ -87,10 +100,38 @@ function WebhookItem(props: { webhook: WebhookRowFragment; canWrite: boolean; on
       </p>
       <p class="muted">
         {webhook.events.map((e) => t(`account.webhooks.event.${e}`)).join(', ')} · {t('account.webhooks.since', { date: formatDateTime(webhook.createdAt) })}
+        {webhook.createdBy && <> · {t(`account.webhooks.by.${webhook.createdBy.kind}`, { id: webhook.createdBy.id ?? '' })}</>}
       </p>
+      {webhook.includeOrigin && <p class="muted">{t('account.webhooks.withOrigin')}</p>}
+      {webhook.disabledAt && (
+        <p class="warning" data-testid="webhook-disabled">
+          {webhook.disabledReason === 'failing'
+            ? t('account.webhooks.disabled', { date: formatDateTime(webhook.disabledAt) })
+            : revoked
+              ? t('account.webhooks.disabledRevoked', { date: formatDateTime(webhook.disabledAt) })
+              : t('account.webhooks.disabledOther', { date: formatDateTime(webhook.disabledAt), reason: webhook.disabledReason ?? '' })}
+        </p>
+      )}
+      {enable.failure && <Failure failure={enable.failure} />}
       {props.canWrite && (
         <div class="row">
-          <WebhookTest id={webhook.id} url={webhook.url} />
+          {!webhook.disabledAt ? (
+            <WebhookTest id={webhook.id} url={webhook.url} />
+          ) : (
+            !revoked && (
+              <button
+                type="button"
+                disabled={enable.running}
+                aria-label={t('account.webhooks.enable', { url: webhook.url })}
+                onClick={async () => {
+                  const result = await enable.run({ id: webhook.id });
+                  if (result) props.onChanged(result.enableWebhook);
+                }}
+              >
+                {enable.running ? t('common.saving') : t('account.webhooks.enableShort')}
+              </button>
+            )
+          )}
           {!confirming && (
             <button type="button" aria-label={t('account.webhooks.delete', { url: webhook.url })} onClick={() => setConfirming(true)}>
               {t('common.delete')}
@@ -128,6 +169,7 @@ function AddWebhook(props: { onCreated: (webhook: WebhookRowFragment, secret: st
   const t = useT();
   const [url, setUrl] = useState('');
   const [events, setEvents] = useState<WebhookEventType[]>([...WEBHOOK_EVENTS]);
+  const [includeOrigin, setIncludeOrigin] = useState(false);
   const [urlError, setUrlError] = useState<string | undefined>(undefined);
   const [eventsError, setEventsError] = useState<string | undefined>(undefined);
   const create = useMutation(CreateAccountWebhookDocument);
@@ -145,10 +187,11 @@ function AddWebhook(props: { onCreated: (webhook: WebhookRowFragment, secret: st
     setUrlError(problem && t(`account.webhooks.url.${problem}`));
     setEventsError(events.length === 0 ? t('account.webhooks.eventsRequired') : undefined);
     if (problem || events.length === 0) return;
-    const result = await create.run({ input: { url: url.trim(), events } });
+    const result = await create.run({ input: { url: url.trim(), events, includeOrigin } });
     if (!result) return;
     setUrl('');
     setEvents([...WEBHOOK_EVENTS]);
+    setIncludeOrigin(false);
     props.onCreated(result.createWebhook.webhook, result.createWebhook.secret);
   };
 
@@ -194,6 +237,15 @@ function AddWebhook(props: { onCreated: (webhook: WebhookRowFragment, secret: st
           </p>
         )}
       </fieldset>
+      <div class="field">
+        <label class="check">
+          <input type="checkbox" checked={includeOrigin} aria-describedby="webhook-origin-hint" onChange={(e) => setIncludeOrigin(e.currentTarget.checked)} />{' '}
+          {t('account.webhooks.includeOrigin')}
+        </label>
+        <p class="muted" id="webhook-origin-hint">
+          {t('account.webhooks.includeOriginHint')}
+        </p>
+      </div>
       {create.failure && !serverUrlError && <Failure failure={create.failure} />}
       <button type="submit" class="primary" disabled={create.running}>
         {create.running ? t('common.saving') : t('account.webhooks.addButton')}

@@ -6,7 +6,7 @@ import type { WebhookEventType } from '../../graphql/generated.ts';
 /** The gateway's cap per account (docs/CONTRACTS.md "Webhooks"). */
 export const MAX_WEBHOOKS = 10;
 
-export const WEBHOOK_EVENTS: readonly WebhookEventType[] = ['TUNNEL_STATUS_CHANGED', 'TUNNEL_HEALTH_CHANGED'];
+export const WEBHOOK_EVENTS: readonly WebhookEventType[] = ['TUNNEL_STATUS_CHANGED', 'TUNNEL_HEALTH_CHANGED', 'TUNNEL_ATTACK_STARTED', 'TUNNEL_ATTACK_ENDED', 'WEBHOOK_DISABLED'];
 
 export type WebhookUrlProblem = 'required' | 'invalid' | 'scheme' | 'credentials' | 'fragment';
 

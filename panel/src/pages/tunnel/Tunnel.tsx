@@ -6,7 +6,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiFailure, request } from '../../api/graphql.ts';
 import { useQuery, useSubscription } from '../../api/hooks.ts';
 import { useCanWrite } from '../../app/account.tsx';
-import type { RouteProps } from '../../app/routes.tsx';
+import type { RouteProps } from '../../app/router.ts';
 import {
   ActivateTunnelDocument,
   DeleteTunnelDocument,

@@ -1,0 +1,201 @@
+// Attack detection over the agent's counters (agent/attacks/monitor.ts) with an injected clock and a FAKE
+// counter source (a map the test fills as the dataplane's one dump would: no kernel here; the real dump's cost is
+// bench/attack-monitor.ts's), and its place in the `status` answer (agent/health/status.ts).
+import { describe, expect, it } from 'vitest';
+import { AttackMonitor, PACE_FACTOR, type CounterValue } from '../../../agent/attacks/monitor.ts';
+import { StatusReporter } from '../../../agent/health/status.ts';
+import { dropCounterName, outCounterName } from '../../../agent/dataplane/policy.ts';
+import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
+import { checkStatusResult, DROP_REASONS, type DropReason } from '../../../common/tunnel-status.ts';
+import { DEFAULT_POLICY } from '../../../common/tunnel-policy.ts';
+import { tunnelSpec } from '../../helpers/tunnel-spec.ts';
+
+const T0 = Date.parse('2026-12-01T10:00:00.000Z');
+
+/** A FAKE counter dump: per tunnel its traffic and drop counters, as DataplaneHandle.counters() names them. */
+class FakeCounters {
+  readonly values = new Map<string, CounterValue>();
+  reads = 0;
+  fail: Error | undefined;
+  hold: Promise<void> | undefined;
+
+  set(t: TunnelSpec, packets: number, drops: Partial<Record<DropReason, number>> = {}): void {
+    this.values.set(t.tunnel_name, { packets: BigInt(packets), bytes: BigInt(packets * 100) });
+    for (const r of DROP_REASONS) this.values.set(dropCounterName(t, r), { packets: BigInt(drops[r] ?? 0), bytes: 0n });
+    this.values.set(outCounterName(t), { packets: 0n, bytes: 0n });
+  }
+
+  add(t: TunnelSpec, packets: number): void {
+    const c = this.values.get(t.tunnel_name)!;
+    this.values.set(t.tunnel_name, { packets: c.packets + BigInt(packets), bytes: c.bytes + BigInt(packets * 100) });
+  }
+
+  read = async (): Promise<ReadonlyMap<string, CounterValue>> => {
+    this.reads++;
+    if (this.hold) await this.hold;
+    if (this.fail) throw this.fail;
+    return new Map(this.values);
+  };
+}
+
+function rig(tunnels: TunnelSpec[]) {
+  let now = T0;
+  const counters = new FakeCounters();
+  const warnings: { msg: string; fields?: Record<string, unknown> }[] = [];
+  const events: string[] = [];
+  const monitor = new AttackMonitor({
+    tunnels: () => tunnels,
+    counters: counters.read,
+    now: () => now,
+    log: { warn: (msg, fields) => warnings.push({ msg, ...(fields ? { fields } : {}) }), info: () => {} },
+    onEvent: (e) => events.push(`${e.type} ${e.attack.tunnel_id}`),
+  });
+  return {
+    monitor,
+    counters,
+    warnings,
+    events,
+    /** One second passes (the tunnel's traffic added first), then a tick. */
+    async second(add: [TunnelSpec, number][] = []) {
+      for (const [t, n] of add) counters.add(t, n);
+      now += 1000;
+      await monitor.tick();
+    },
+  };
+}
+
+describe('AttackMonitor', () => {
+  it('one tick observes every tunnel of the desired state; a flood starts an attack, logged and handed on', async () => {
+    const a = tunnelSpec({ tunnel_name: 'tg-aaaaaaaaaa' });
+    const b = tunnelSpec({ tunnel_name: 'tg-bbbbbbbbbb', protected_ip: '203.0.113.11' });
+    const r = rig([a, b]);
+    r.counters.set(a, 0);
+    r.counters.set(b, 0);
+    await r.monitor.tick();
+    await r.second([[a, 100], [b, 100]]);
+    await r.second([[a, 20_000], [b, 100]]);
+    expect(r.events).toEqual([]);
+    await r.second([[a, 20_000], [b, 100]]);
+    expect(r.events).toEqual([`attack_started ${a.id}`]);
+    expect(r.warnings.map((w) => [w.msg, w.fields?.tunnel_id, w.fields?.peak_pps])).toEqual([['attack started', a.id, 20_000]]);
+    expect(r.monitor.report()).toEqual([expect.objectContaining({ tunnel_id: a.id, ended_at: null, peak_pps: 20_000 })]);
+    expect(r.monitor.stats.ticks).toBe(4);
+  });
+
+  it("a tunnel's policy.alert_pps is its threshold", async () => {
+    const t = tunnelSpec({ policy: { ...DEFAULT_POLICY, alert_pps: 500 } });
+    const r = rig([t]);
+    r.counters.set(t, 0);
+    await r.monitor.tick();
+    await r.second([[t, 600]]);
+    await r.second([[t, 600]]);
+    expect(r.events).toEqual([`attack_started ${t.id}`]);
+  });
+
+  it('a tunnel with a counter missing from a read is not observed that second (a recreated counter is no burst)', async () => {
+    const t = tunnelSpec();
+    const r = rig([t]);
+    r.counters.set(t, 5_000_000);
+    await r.monitor.tick();
+    await r.second([[t, 100]]);
+    // Gone from two reads (being recreated), then back at its old count plus a little: no observation saw 0.
+    const kept = r.counters.values.get(t.tunnel_name)!;
+    r.counters.values.delete(t.tunnel_name);
+    await r.second();
+    await r.second();
+    r.counters.values.set(t.tunnel_name, { packets: kept.packets + 300n, bytes: kept.bytes });
+    await r.second();
+    await r.second([[t, 100]]);
+    expect(r.events).toEqual([]);
+    expect(r.monitor.detector.baselineSamples(t.id)).toBe(3);
+  });
+
+  it('a tunnel that leaves the desired state during an attack ends it', async () => {
+    const t = tunnelSpec();
+    const tunnels = [t];
+    const r = rig(tunnels);
+    r.counters.set(t, 0);
+    await r.monitor.tick();
+    await r.second([[t, 50_000]]);
+    await r.second([[t, 50_000]]);
+    tunnels.pop();
+    await r.second();
+    expect(r.events).toEqual([`attack_started ${t.id}`, `attack_ended ${t.id}`]);
+    expect(r.monitor.report()).toEqual([expect.objectContaining({ ended_at: expect.any(String) })]);
+    expect(r.monitor.detector.size).toBe(0);
+  });
+
+  it('ticks never overlap: one while a read is under way is skipped and counted', async () => {
+    const t = tunnelSpec();
+    const r = rig([t]);
+    r.counters.set(t, 0);
+    let release!: () => void;
+    r.counters.hold = new Promise((res) => (release = res));
+    const first = r.monitor.tick();
+    const second = r.monitor.tick();
+    expect(r.monitor.stats.skipped).toBe(1);
+    release();
+    await Promise.all([first, second]);
+    expect(r.counters.reads).toBe(1);
+    expect(r.monitor.stats.ticks).toBe(1);
+  });
+
+  it('a failing read is logged once until one succeeds again, and never throws', async () => {
+    const t = tunnelSpec();
+    const r = rig([t]);
+    r.counters.set(t, 0);
+    r.counters.fail = new Error('ENOBUFS');
+    await r.monitor.tick();
+    await r.monitor.tick();
+    expect(r.monitor.stats.readFailures).toBe(2);
+    expect(r.warnings.map((w) => w.msg)).toEqual(['attack detection could not read the counters; it resumes at the next read that succeeds']);
+    r.counters.fail = undefined;
+    await r.monitor.tick();
+    r.counters.fail = new Error('again');
+    await r.monitor.tick();
+    expect(r.warnings).toHaveLength(2);
+  });
+});
+
+describe('pacing', () => {
+  it('one interval between ticks while reads are quick; PACE_FACTOR times the read once it is slow, said once in the log', () => {
+    const r = rig([tunnelSpec()]);
+    const infos: { msg: string; fields?: Record<string, unknown> }[] = [];
+    const monitor = new AttackMonitor({ tunnels: () => [], counters: r.counters.read, log: { warn: () => {}, info: (msg, fields) => infos.push({ msg, ...(fields ? { fields } : {}) }) } });
+    monitor.stats.lastReadMs = 120;
+    expect(monitor.pace()).toBe(1000);
+    expect(infos).toEqual([]);
+    // A read of 1.4 s (10,000 tunnels' counters on a busy host): reads take at most a quarter of the time.
+    monitor.stats.lastReadMs = 1400;
+    expect(monitor.pace()).toBe(1400 * PACE_FACTOR);
+    expect(monitor.stats.pacedMs).toBe(5600);
+    monitor.stats.lastReadMs = 1500;
+    expect(monitor.pace()).toBe(6000);
+    expect(infos).toEqual([{ msg: expect.stringMatching(/observes less often/), fields: { read_ms: 1400, every_ms: 5600, interval_ms: 1000 } }]);
+  });
+});
+
+describe('status with attacks', () => {
+  it('the status answer carries the journal as `attacks`, in the shape both ends check', async () => {
+    const t = tunnelSpec();
+    const r = rig([t]);
+    r.counters.set(t, 0, {});
+    await r.monitor.tick();
+    for (let i = 0; i < 3; i++) await r.second([[t, 30_000]]);
+    const reporter = new StatusReporter({
+      tunnels: () => [t],
+      counters: r.counters.read,
+      health: () => ({ health: 'unknown', failures: 0 }),
+      version: '0.1.0',
+      startedAt: T0,
+      now: () => T0 + 10_000,
+      attacks: () => r.monitor.report(),
+    });
+    const status = await reporter.status();
+    expect(checkStatusResult(status)).toBeUndefined();
+    expect(status.attacks).toEqual([expect.objectContaining({ tunnel_id: t.id, started_at: new Date(T0).toISOString(), ended_at: null })]);
+    // Without a source (an agent built without detection) the key is absent, as before it existed.
+    const plain = await new StatusReporter({ tunnels: () => [t], counters: r.counters.read, health: () => ({ health: 'unknown', failures: 0 }), version: '0.1.0', startedAt: T0 }).status();
+    expect('attacks' in plain).toBe(false);
+  });
+});
