@@ -114,7 +114,7 @@ export class TunnelProtection {
   @Field({ description: 'Drop IP fragments before they reach the origin.' })
   dropFragments!: boolean;
 
-  @Field(() => Int, { description: `Connections the tunnel may hold in the edge's connection table (${MAX_FLOWS_MIN} to ${MAX_FLOWS_MAX}, default ${DEFAULT_MAX_FLOWS}). Stored and sent to the edge; not enforced by the edge yet.` })
+  @Field(() => Int, { description: `Connections the tunnel may hold in the edge's connection table (${MAX_FLOWS_MIN} to ${MAX_FLOWS_MAX}, default ${DEFAULT_MAX_FLOWS}). It also caps its new connections a second at a sixteenth of it (at least 1,000): past either, new connections are dropped at the edge, counted as rate_limited.` })
   maxFlows!: number;
 
   @Field(() => Int, { nullable: true, description: `The attack alert threshold in inbound packets (or drops) per second (${ALERT_PPS_MIN} to ${ALERT_PPS_MAX}); null: automatic, 10 x the tunnel's 10-minute p95 and at least 5,000 (docs/CONTRACTS.md "Attacks").` })
