@@ -73,7 +73,8 @@ describe('presets', () => {
     expect(choiceOf({ ...PRESETS.game, sourcePpsLimit: 500 })).toBe('custom');
     expect(choiceOf({ ...PRESETS.web, ports: '22,80,443' })).toBe('custom');
     // The attack settings are no part of a preset: a web server with its own threshold is still the web preset.
-    expect(choiceOf({ ...PRESETS.web, maxFlows: 2000, alertPps: 500 })).toBe('web');
+    const webWithLimits: Settings = { ...PRESETS.web, maxFlows: 2000, alertPps: 500 };
+    expect(choiceOf(webWithLimits)).toBe('web');
   });
 
   it('choosing a preset fills the fields with it; custom keeps them to edit', () => {
