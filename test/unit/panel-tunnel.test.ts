@@ -2,10 +2,24 @@
 // lifecycle.ts): the presets and what they send (checked by the gateway's own validation), the steps of
 // bringing a tunnel up by status, activate's refusals, and where a saved change is.
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_POLICY, PPS_MAX, PPS_MIN } from '../../common/tunnel-policy.ts';
+import { ALERT_PPS_MAX, ALERT_PPS_MIN, DEFAULT_MAX_FLOWS, DEFAULT_POLICY, MAX_FLOWS_MAX, MAX_FLOWS_MIN, PPS_MAX, PPS_MIN } from '../../common/tunnel-policy.ts';
 import { activateRefusal, canActivate, canProvision, newer, saveOutcome, stepStates, updateRefusal, type Status } from '../../panel/src/pages/tunnel/lifecycle.ts';
 import * as panel from '../../panel/src/pages/tunnel/protection.ts';
-import { GAME_PPS, PRESETS, choiceOf, choose, draftOf, parsePps, settingsInput, settingsOfDraft, type Settings } from '../../panel/src/pages/tunnel/protection.ts';
+import {
+  DEFAULT_LIMITS,
+  GAME_PPS,
+  PRESETS,
+  choiceOf,
+  choose,
+  draftOf,
+  parseAlertPps,
+  parseMaxFlows,
+  parsePps,
+  settingsInput,
+  settingsOfDraft,
+  settingsRefusal,
+  type Settings,
+} from '../../panel/src/pages/tunnel/protection.ts';
 import { ApiError } from '../../server/domain/errors.ts';
 import { refuseIfOurs } from '../../server/domain/tunnels/input.ts';
 import { DEFAULT_SETTINGS, validateSettings } from '../../server/domain/tunnels/settings.ts';
@@ -13,7 +27,8 @@ import { DEFAULT_SETTINGS, validateSettings } from '../../server/domain/tunnels/
 /** The GraphQL settings input in the REST spelling the gateway validates (server/graphql maps one onto the other). */
 function asRest(s: Settings) {
   const i = settingsInput(s);
-  return { ports: i.ports, protocol: i.protocol, protection: { syn_proxy: i.protection.synProxy, source_pps_limit: i.protection.sourcePpsLimit, drop_fragments: i.protection.dropFragments } };
+  const p = i.protection;
+  return { ports: i.ports, protocol: i.protocol, protection: { syn_proxy: p.synProxy, source_pps_limit: p.sourcePpsLimit, drop_fragments: p.dropFragments, max_flows: p.maxFlows, alert_pps: p.alertPps } };
 }
 
 describe('presets', () => {
@@ -32,7 +47,7 @@ describe('presets', () => {
   });
 
   it.each(['web', 'game', 'everything'] as const)('%s is accepted by the gateway as it is, in its normalised form', (name) => {
-    const change = validateSettings(asRest(PRESETS[name]));
+    const change = validateSettings(asRest({ ...PRESETS[name], ...DEFAULT_LIMITS }));
     expect(change.ports).toBe(PRESETS[name].ports);
     expect(change.protocol).toBe(PRESETS[name].protocol);
   });
@@ -42,23 +57,97 @@ describe('presets', () => {
   });
 
   it('stored settings are recognised as their preset, or custom', () => {
-    const stored = (s: typeof DEFAULT_SETTINGS): Settings => ({ ports: s.ports, protocol: s.protocol, synProxy: s.protection.syn_proxy, sourcePpsLimit: s.protection.source_pps_limit, dropFragments: s.protection.drop_fragments });
+    const stored = (s: typeof DEFAULT_SETTINGS): Settings => ({
+      ports: s.ports,
+      protocol: s.protocol,
+      synProxy: s.protection.syn_proxy,
+      sourcePpsLimit: s.protection.source_pps_limit,
+      dropFragments: s.protection.drop_fragments,
+      maxFlows: s.protection.max_flows,
+      alertPps: s.protection.alert_pps,
+    });
     expect(choiceOf(stored(DEFAULT_SETTINGS))).toBe('everything');
     expect(choiceOf({ ...PRESETS.web })).toBe('web');
     expect(choiceOf({ ...PRESETS.web, ports: '80, 443' })).toBe('web');
     expect(choiceOf({ ...PRESETS.game })).toBe('game');
     expect(choiceOf({ ...PRESETS.game, sourcePpsLimit: 500 })).toBe('custom');
     expect(choiceOf({ ...PRESETS.web, ports: '22,80,443' })).toBe('custom');
+    // The attack settings are no part of a preset: a web server with its own threshold is still the web preset.
+    const webWithLimits: Settings = { ...PRESETS.web, maxFlows: 2000, alertPps: 500 };
+    expect(choiceOf(webWithLimits)).toBe('web');
   });
 
   it('choosing a preset fills the fields with it; custom keeps them to edit', () => {
     const start = draftOf(PRESETS.everything);
     const web = choose(start, 'web');
-    expect(web).toEqual({ choice: 'web', ports: '80,443', protocol: 'tcp', synProxy: true, pps: '', dropFragments: false });
+    expect(web).toEqual({ choice: 'web', ports: '80,443', protocol: 'tcp', synProxy: true, pps: '', dropFragments: false, maxFlows: '65536', alertPps: '' });
     const custom = choose(web, 'custom');
     expect(custom).toEqual({ ...web, choice: 'custom' });
-    expect(settingsOfDraft({ ...custom, ports: '22, 80,443', pps: '300' })).toEqual({ settings: { ports: '22,80,443', protocol: 'tcp', synProxy: true, sourcePpsLimit: 300, dropFragments: false } });
-    expect(settingsOfDraft(choose(custom, 'game'))).toEqual({ settings: PRESETS.game });
+    expect(settingsOfDraft({ ...custom, ports: '22, 80,443', pps: '300' })).toEqual({
+      settings: { ports: '22,80,443', protocol: 'tcp', synProxy: true, sourcePpsLimit: 300, dropFragments: false, maxFlows: 65536, alertPps: null },
+    });
+    expect(settingsOfDraft(choose(custom, 'game'))).toEqual({ settings: { ...PRESETS.game, ...DEFAULT_LIMITS } });
+  });
+
+  it('the attack settings are kept when a preset is chosen, and sent with any choice', () => {
+    const mine = { ...draftOf(PRESETS.everything), maxFlows: '2000', alertPps: ' 750 ' };
+    const web = choose(mine, 'web');
+    expect([web.maxFlows, web.alertPps]).toEqual(['2000', ' 750 ']);
+    expect(settingsOfDraft(web)).toEqual({ settings: { ...PRESETS.web, maxFlows: 2000, alertPps: 750 } });
+    // Stored values read back into the fields; an automatic threshold is an empty field.
+    expect(draftOf({ ...PRESETS.game, maxFlows: 1000, alertPps: null })).toMatchObject({ choice: 'game', maxFlows: '1000', alertPps: '' });
+    const i = settingsInput({ ...PRESETS.web, maxFlows: 2000, alertPps: null });
+    expect(i.protection).toEqual({ synProxy: true, sourcePpsLimit: null, dropFragments: false, maxFlows: 2000, alertPps: null });
+    expect(validateSettings(asRest({ ...PRESETS.web, maxFlows: 2000, alertPps: 750 })).protection).toMatchObject({ max_flows: 2000, alert_pps: 750 });
+  });
+
+  it('the attack settings have the bounds and default the gateway has; out of range is refused before the API is asked, with any choice', () => {
+    expect([panel.MAX_FLOWS_MIN, panel.MAX_FLOWS_MAX, panel.DEFAULT_MAX_FLOWS]).toEqual([MAX_FLOWS_MIN, MAX_FLOWS_MAX, DEFAULT_MAX_FLOWS]);
+    expect([panel.ALERT_PPS_MIN, panel.ALERT_PPS_MAX]).toEqual([ALERT_PPS_MIN, ALERT_PPS_MAX]);
+    expect(DEFAULT_LIMITS).toEqual({ maxFlows: DEFAULT_SETTINGS.protection.max_flows, alertPps: DEFAULT_SETTINGS.protection.alert_pps });
+    const web = draftOf(PRESETS.web);
+    expect(settingsOfDraft({ ...web, maxFlows: '999' })).toEqual({ errors: { maxFlows: 'tunnel.settings.error.maxFlows' } });
+    expect(settingsOfDraft({ ...web, maxFlows: '', alertPps: '99' })).toEqual({ errors: { maxFlows: 'tunnel.settings.error.maxFlows', alertPps: 'tunnel.settings.error.alertPps' } });
+  });
+
+  it.each([
+    ['1000', { value: 1000 }],
+    [' 1000000 ', { value: 1000000 }],
+    ['999', { error: 'tunnel.settings.error.maxFlows' }],
+    ['1000001', { error: 'tunnel.settings.error.maxFlows' }],
+    ['', { error: 'tunnel.settings.error.maxFlows' }],
+    ['65536.5', { error: 'tunnel.settings.error.maxFlows' }],
+  ])('max_flows %j reads as %j', (text, want) => {
+    expect(parseMaxFlows(text)).toEqual(want);
+  });
+
+  it.each([
+    ['', { value: null }],
+    ['100', { value: 100 }],
+    ['100000000', { value: 100000000 }],
+    ['99', { error: 'tunnel.settings.error.alertPps' }],
+    ['100000001', { error: 'tunnel.settings.error.alertPps' }],
+    ['-5', { error: 'tunnel.settings.error.alertPps' }],
+  ])('alert_pps %j reads as %j', (text, want) => {
+    expect(parseAlertPps(text)).toEqual(want);
+  });
+
+  it("the gateway's own refusals of the attack settings land at their fields", () => {
+    const refusal = (protection: Record<string, unknown>) => {
+      try {
+        validateSettings({ protection });
+      } catch (e) {
+        if (e instanceof ApiError) return settingsRefusal(e.message);
+      }
+      throw new Error('not refused');
+    };
+    expect(refusal({ max_flows: 999 })).toEqual({ field: 'maxFlows', key: 'tunnel.settings.error.maxFlows' });
+    expect(refusal({ alert_pps: 50 })).toEqual({ field: 'alertPps', key: 'tunnel.settings.error.alertPps' });
+    // GraphQL's own coercion names the input path.
+    expect(updateRefusal('invalid_request', 'Variable "$input" got invalid value 3000000000 at "input.protection.maxFlows"; Int cannot represent non 32-bit signed integer value: 3000000000')).toEqual({
+      field: 'maxFlows',
+      key: 'tunnel.settings.error.maxFlows',
+    });
   });
 
   it('a custom draft with a bad limit or no ports is refused before the API is asked', () => {

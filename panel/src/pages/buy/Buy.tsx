@@ -12,7 +12,7 @@ import { BuyPricingDocument, PurchaseTunnelDocument } from '../../graphql/genera
 import { formatNumber, useT } from '../../i18n/index.ts';
 import { Failure, Field, Loading, Page } from '../../ui/components.tsx';
 import { ProtectionFields } from '../tunnel/ProtectionFields.tsx';
-import { PRESETS, draftOf, settingsInput, settingsOfDraft, type SettingsDraft } from '../tunnel/protection.ts';
+import { PRESETS, SETTINGS_FIELDS, draftOf, settingsInput, settingsOfDraft, type SettingsDraft } from '../tunnel/protection.ts';
 import { PurchaseAttempt, balanceAfterCents, purchaseRefusal, type BuyField, type BuyRefusal } from './purchase.ts';
 
 export function Buy() {
@@ -96,7 +96,7 @@ function BuyForm() {
   };
 
   const editedSettings = () => {
-    const fields: BuyField[] = ['ports', 'protocol', 'synProxy', 'sourcePpsLimit', 'dropFragments'];
+    const fields: readonly BuyField[] = SETTINGS_FIELDS;
     if (refusal && fields.includes(refusal.field)) setRefusal(undefined);
     if (fields.some((f) => localErrors[f])) setLocalErrors(Object.fromEntries(Object.entries(localErrors).filter(([f]) => !fields.includes(f as BuyField))));
   };
@@ -122,7 +122,7 @@ function BuyForm() {
             setDraft(d);
             editedSettings();
           }}
-          errors={{ ports: errorAt('ports'), protocol: errorAt('protocol'), synProxy: errorAt('synProxy'), sourcePpsLimit: errorAt('sourcePpsLimit'), dropFragments: errorAt('dropFragments') }}
+          errors={Object.fromEntries(SETTINGS_FIELDS.map((f) => [f, errorAt(f)]))}
         />
         <section class="card price" aria-labelledby="buy-price">
           <h2 id="buy-price">{t('buy.price.title')}</h2>

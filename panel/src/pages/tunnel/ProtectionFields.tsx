@@ -1,6 +1,7 @@
 // The settings fields the buy page and the tunnel page share: a preset (web, game, everything) or custom,
 // which shows ports, protocol, SYN proxy, the per-source limit and fragments, each explained in a sentence
-// (docs/BUYER.md "Tunnel settings"). SettingsSummary is the same settings as text, for a read-only role.
+// (docs/BUYER.md "Tunnel settings"); then, whatever the choice, the attack settings: the connection table's
+// size and the alert threshold (docs/CONTRACTS.md "Attacks"). SettingsSummary is the same settings as text, for a read-only role.
 import type { ComponentChildren } from 'preact';
 import { useId } from 'preact/hooks';
 import { formatNumber, useT } from '../../i18n/index.ts';
@@ -53,6 +54,15 @@ export function ProtectionFields(props: { draft: SettingsDraft; onChange: (d: Se
           <Check label={t('tunnel.settings.dropFragments')} hint={t('tunnel.settings.dropFragments.hint')} error={errors.dropFragments} checked={draft.dropFragments} onChange={(dropFragments) => set({ dropFragments })} />
         </div>
       )}
+      <fieldset class="limits">
+        <legend>{t('tunnel.settings.limits')}</legend>
+        <Field label={t('tunnel.settings.maxFlows')} hint={t('tunnel.settings.maxFlows.hint')} error={errors.maxFlows}>
+          {(attrs) => <input {...attrs} value={draft.maxFlows} inputMode="numeric" autocomplete="off" onInput={(e) => set({ maxFlows: e.currentTarget.value })} />}
+        </Field>
+        <Field label={t('tunnel.settings.alertPps')} hint={t('tunnel.settings.alertPps.hint')} error={errors.alertPps}>
+          {(attrs) => <input {...attrs} value={draft.alertPps} inputMode="numeric" autocomplete="off" placeholder={t('tunnel.settings.automatic')} onInput={(e) => set({ alertPps: e.currentTarget.value })} />}
+        </Field>
+      </fieldset>
     </fieldset>
   );
 }
@@ -94,6 +104,10 @@ export function SettingsSummary(props: { settings: Settings; children?: Componen
       <dd>{s.sourcePpsLimit === null ? t('tunnel.settings.noLimit') : formatNumber(s.sourcePpsLimit)}</dd>
       <dt>{t('tunnel.settings.dropFragments')}</dt>
       <dd>{yesNo(s.dropFragments)}</dd>
+      <dt>{t('tunnel.settings.maxFlows')}</dt>
+      <dd>{formatNumber(s.maxFlows)}</dd>
+      <dt>{t('tunnel.settings.alertPps')}</dt>
+      <dd>{s.alertPps === null ? t('tunnel.settings.automatic') : formatNumber(s.alertPps)}</dd>
     </dl>
   );
 }

@@ -23,7 +23,9 @@ import { Badge, CopyButton, DownloadButton, Failure, Field, Loading, Page, Typed
 import { Link } from '../../ui/Link.tsx';
 import { activateRefusal, canActivate, canProvision, isLive, newer, saveOutcome, stepStates, updateRefusal, type SavedChange, type StepState, type UpdateField } from './lifecycle.ts';
 import { ProtectionFields, SettingsSummary } from './ProtectionFields.tsx';
-import { draftOf, sameSettings, settingsInput, settingsOfDraft, type Settings, type SettingsDraft } from './protection.ts';
+import { draftOf, sameSettings, settingsInput, settingsOfDraft, SETTINGS_FIELDS, type Settings, type SettingsDraft } from './protection.ts';
+import { Attacks } from './attacks/Attacks.tsx';
+import { tunnelEvents } from './attacks/attacks.ts';
 import { TrafficSection } from './traffic/TrafficSection.tsx';
 import { healthMarks } from './traffic/healthMarks.ts';
 
@@ -36,6 +38,8 @@ const settingsOfTunnel = (t: Tunnel): Settings => ({
   synProxy: t.protection.synProxy,
   sourcePpsLimit: t.protection.sourcePpsLimit ?? null,
   dropFragments: t.protection.dropFragments,
+  maxFlows: t.protection.maxFlows,
+  alertPps: t.protection.alertPps ?? null,
 });
 
 export function TunnelPage(props: RouteProps) {
@@ -56,6 +60,7 @@ export function TunnelPage(props: RouteProps) {
     (d) => {
       accept(d.tunnelStatus);
       healthMarks.observe(d.tunnelStatus.id, d.tunnelStatus.health, Date.now());
+      tunnelEvents.fire(d.tunnelStatus.id);
     },
     !q.data,
   );
@@ -105,6 +110,8 @@ function TunnelView(props: { tunnel: Tunnel; accept: Accept; liveLost: boolean }
       {live && <Setup tunnel={tunnel} accept={accept} canWrite={canWrite} />}
       {/* The traffic chart: pages/tunnel/traffic/TrafficSection.tsx. */}
       <TrafficSection tunnelId={tunnel.id} />
+      {/* The tunnel's attacks: pages/tunnel/attacks/Attacks.tsx (read again on each live event). */}
+      <Attacks tunnelId={tunnel.id} />
       <section aria-labelledby="settings-title">
         <h2 id="settings-title">{t('tunnel.settings.section')}</h2>
         {canWrite && live ? (
@@ -352,9 +359,9 @@ function SettingsForm(props: { tunnel: Tunnel; accept: Accept }) {
         onChange={(d) => {
           setDraft(d);
           setSaved(undefined);
-          if (errors.ports || errors.protocol || errors.sourcePpsLimit || errors.synProxy || errors.dropFragments) setErrors({ name: errors.name, originIp: errors.originIp, form: errors.form });
+          if (SETTINGS_FIELDS.some((f) => errors[f])) setErrors({ name: errors.name, originIp: errors.originIp, form: errors.form });
         }}
-        errors={{ ports: errors.ports, protocol: errors.protocol, synProxy: errors.synProxy, sourcePpsLimit: errors.sourcePpsLimit, dropFragments: errors.dropFragments }}
+        errors={errors}
       />
       {errors.form && (
         <div class="alert" role="alert">

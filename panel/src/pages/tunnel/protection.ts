@@ -1,5 +1,5 @@
 // A tunnel's settings as the panel's forms hold them (ports, protocol, protection; docs/BUYER.md "Tunnel
-// settings"), the presets the buy page and the tunnel page offer, and the API's refusals of a setting
+// settings"; the attack settings max_flows and alert_pps, docs/CONTRACTS.md "Attacks"), the presets the buy page and the tunnel page offer, and the API's refusals of a setting
 // mapped to the field they concern. Pure: no DOM, no preact, no i18n runtime (test/unit/panel-*.test.ts
 // import it directly); words are message keys the components translate.
 import type { MessageKey } from '../../i18n/en.ts';
@@ -10,8 +10,31 @@ export const PROTOCOLS: readonly Protocol[] = ['both', 'tcp', 'udp'];
 /** The per-source limit's bounds (common/tunnel-policy.ts PPS_MIN, PPS_MAX: the API refuses others). */
 export const PPS_MIN = 10;
 export const PPS_MAX = 1_000_000;
+/** max_flows' default and bounds (common/tunnel-policy.ts DEFAULT_MAX_FLOWS, MAX_FLOWS_MIN, MAX_FLOWS_MAX). */
+export const DEFAULT_MAX_FLOWS = 65_536;
+export const MAX_FLOWS_MIN = 1_000;
+export const MAX_FLOWS_MAX = 1_000_000;
+/** alert_pps' bounds (common/tunnel-policy.ts ALERT_PPS_MIN, ALERT_PPS_MAX); null is automatic. */
+export const ALERT_PPS_MIN = 100;
+export const ALERT_PPS_MAX = 100_000_000;
 
-export interface Settings {
+/**
+ * The attack settings (docs/CONTRACTS.md "Attacks"): how many connections the edge's table may hold for the
+ * tunnel, and the alert threshold. They are not part of a preset (a preset says what traffic the origin takes;
+ * these say how much and when to call it an attack), so choosing a preset keeps them.
+ */
+export interface Limits {
+  maxFlows: number;
+  /** Inbound packets (or drops) per second that start an attack; null: automatic. */
+  alertPps: number | null;
+}
+
+export const DEFAULT_LIMITS: Readonly<Limits> = { maxFlows: DEFAULT_MAX_FLOWS, alertPps: null };
+
+/** What a preset sets: everything but the limits. */
+export type PresetSettings = Omit<Settings, keyof Limits>;
+
+export interface Settings extends Limits {
   /** "*" or a list such as "22,80,443,25565-25575". */
   ports: string;
   protocol: Protocol;
@@ -31,7 +54,7 @@ export const CHOICES: readonly Choice[] = ['web', 'game', 'everything', 'custom'
  */
 export const GAME_PPS = 1000;
 
-export const PRESETS: Readonly<Record<PresetName, Readonly<Settings>>> = {
+export const PRESETS: Readonly<Record<PresetName, Readonly<PresetSettings>>> = {
   // A web server: HTTP and HTTPS only, TCP only, handshakes completed by the edge before the origin sees them.
   web: { ports: '80,443', protocol: 'tcp', synProxy: true, sourcePpsLimit: null, dropFragments: false },
   // A game server: UDP on every port, each client address held to GAME_PPS.
@@ -45,7 +68,8 @@ function canonicalPorts(ports: string): string {
   return ports.replace(/\s+/g, '');
 }
 
-export function sameSettings(a: Settings, b: Settings): boolean {
+/** The same preset fields (the limits aside). */
+function samePreset(a: PresetSettings, b: PresetSettings): boolean {
   return (
     canonicalPorts(a.ports) === canonicalPorts(b.ports) &&
     a.protocol === b.protocol &&
@@ -55,9 +79,13 @@ export function sameSettings(a: Settings, b: Settings): boolean {
   );
 }
 
+export function sameSettings(a: Settings, b: Settings): boolean {
+  return samePreset(a, b) && a.maxFlows === b.maxFlows && a.alertPps === b.alertPps;
+}
+
 /** The preset these settings are, or custom. */
-export function choiceOf(s: Settings): Choice {
-  for (const name of ['web', 'game', 'everything'] as const) if (sameSettings(s, PRESETS[name])) return name;
+export function choiceOf(s: PresetSettings): Choice {
+  for (const name of ['web', 'game', 'everything'] as const) if (samePreset(s, PRESETS[name])) return name;
   return 'custom';
 }
 
@@ -71,13 +99,45 @@ export function parsePps(text: string): { value: number | null } | { error: Mess
   return { value: n };
 }
 
+/** A whole number as typed, within [min, max]; empty is `empty` (undefined: a value is required). */
+function parseWhole(text: string, min: number, max: number, error: MessageKey, empty?: null): { value: number | null } | { error: MessageKey } {
+  const s = text.trim();
+  if (s === '') return empty === null ? { value: null } : { error };
+  if (!/^\d+$/.test(s)) return { error };
+  const n = Number(s);
+  if (n < min || n > max) return { error };
+  return { value: n };
+}
+
+/** max_flows as typed: a whole number from MAX_FLOWS_MIN to MAX_FLOWS_MAX (the API refuses others). */
+export function parseMaxFlows(text: string): { value: number } | { error: MessageKey } {
+  const r = parseWhole(text, MAX_FLOWS_MIN, MAX_FLOWS_MAX, 'tunnel.settings.error.maxFlows');
+  return 'error' in r ? r : { value: r.value! };
+}
+
+/** alert_pps as typed: empty is automatic (null), else a whole number from ALERT_PPS_MIN to ALERT_PPS_MAX. */
+export function parseAlertPps(text: string): { value: number | null } | { error: MessageKey } {
+  return parseWhole(text, ALERT_PPS_MIN, ALERT_PPS_MAX, 'tunnel.settings.error.alertPps', null);
+}
+
 /** The GraphQL input of settings (purchaseTunnel and updateTunnel take the same shape). */
-export function settingsInput(s: Settings): { ports: string; protocol: Protocol; protection: { synProxy: boolean; sourcePpsLimit: number | null; dropFragments: boolean } } {
-  return { ports: canonicalPorts(s.ports), protocol: s.protocol, protection: { synProxy: s.synProxy, sourcePpsLimit: s.sourcePpsLimit, dropFragments: s.dropFragments } };
+export function settingsInput(s: Settings): {
+  ports: string;
+  protocol: Protocol;
+  protection: { synProxy: boolean; sourcePpsLimit: number | null; dropFragments: boolean; maxFlows: number; alertPps: number | null };
+} {
+  return {
+    ports: canonicalPorts(s.ports),
+    protocol: s.protocol,
+    protection: { synProxy: s.synProxy, sourcePpsLimit: s.sourcePpsLimit, dropFragments: s.dropFragments, maxFlows: s.maxFlows, alertPps: s.alertPps },
+  };
 }
 
 /** A field of the settings form an API refusal concerns. */
-export type SettingsField = 'ports' | 'protocol' | 'synProxy' | 'sourcePpsLimit' | 'dropFragments';
+export type SettingsField = 'ports' | 'protocol' | 'synProxy' | 'sourcePpsLimit' | 'dropFragments' | 'maxFlows' | 'alertPps';
+
+/** Every settings field: what a form clears when the settings are edited. */
+export const SETTINGS_FIELDS: readonly SettingsField[] = ['ports', 'protocol', 'synProxy', 'sourcePpsLimit', 'dropFragments', 'maxFlows', 'alertPps'];
 
 export interface FieldRefusal<F extends string> {
   field: F;
@@ -110,6 +170,9 @@ export function nameRefusal(message: string): FieldRefusal<'name'> | null {
  */
 export function settingsRefusal(message: string): FieldRefusal<SettingsField> | null {
   if (/source_pps_limit|sourcePpsLimit/.test(message)) return { field: 'sourcePpsLimit', key: 'tunnel.settings.error.pps' };
+  // checkPolicy's "protection.max_flows must be an integer from 1000 to 1000000" and its alert_pps sentence.
+  if (/max_flows|maxFlows/.test(message)) return { field: 'maxFlows', key: 'tunnel.settings.error.maxFlows' };
+  if (/alert_pps|alertPps/.test(message)) return { field: 'alertPps', key: 'tunnel.settings.error.alertPps' };
   if (/syn_proxy|synProxy/.test(message)) return { field: 'synProxy', key: 'tunnel.settings.error.other' };
   if (/drop_fragments|dropFragments/.test(message)) return { field: 'dropFragments', key: 'tunnel.settings.error.other' };
   if (/^ports\b|\bports\b/.test(message)) {
@@ -133,24 +196,44 @@ export interface SettingsDraft {
   /** Empty: no limit. */
   pps: string;
   dropFragments: boolean;
+  maxFlows: string;
+  /** Empty: automatic. */
+  alertPps: string;
 }
 
-export function draftOf(s: Settings): SettingsDraft {
-  return { choice: choiceOf(s), ports: s.ports, protocol: s.protocol, synProxy: s.synProxy, pps: s.sourcePpsLimit === null ? '' : String(s.sourcePpsLimit), dropFragments: s.dropFragments };
+/** The draft of stored settings, or of a preset with the limits at their defaults (a new tunnel's). */
+export function draftOf(s: PresetSettings & Partial<Limits>): SettingsDraft {
+  const maxFlows = s.maxFlows ?? DEFAULT_LIMITS.maxFlows;
+  const alertPps = s.alertPps === undefined ? DEFAULT_LIMITS.alertPps : s.alertPps;
+  return {
+    choice: choiceOf(s),
+    ports: s.ports,
+    protocol: s.protocol,
+    synProxy: s.synProxy,
+    pps: s.sourcePpsLimit === null ? '' : String(s.sourcePpsLimit),
+    dropFragments: s.dropFragments,
+    maxFlows: String(maxFlows),
+    alertPps: alertPps === null ? '' : String(alertPps),
+  };
 }
 
-/** A new choice: a preset fills every field with its values; custom keeps what the fields hold, to edit. */
+/** A new choice: a preset fills its fields with its values; custom keeps what the fields hold, to edit. The limits stay as typed. */
 export function choose(draft: SettingsDraft, choice: Choice): SettingsDraft {
-  return choice === 'custom' ? { ...draft, choice } : { ...draftOf(PRESETS[choice]), choice };
+  return choice === 'custom' ? { ...draft, choice } : { ...draftOf(PRESETS[choice]), choice, maxFlows: draft.maxFlows, alertPps: draft.alertPps };
 }
 
 /** The settings a draft asks for, or the fields the panel refuses before asking the API. */
 export function settingsOfDraft(d: SettingsDraft): { settings: Settings } | { errors: Partial<Record<SettingsField, MessageKey>> } {
-  if (d.choice !== 'custom') return { settings: { ...PRESETS[d.choice] } };
   const errors: Partial<Record<SettingsField, MessageKey>> = {};
-  const pps = parsePps(d.pps);
+  const maxFlows = parseMaxFlows(d.maxFlows);
+  if ('error' in maxFlows) errors.maxFlows = maxFlows.error;
+  const alertPps = parseAlertPps(d.alertPps);
+  if ('error' in alertPps) errors.alertPps = alertPps.error;
+  const pps = d.choice === 'custom' ? parsePps(d.pps) : { value: null };
   if ('error' in pps) errors.sourcePpsLimit = pps.error;
-  if (canonicalPorts(d.ports) === '') errors.ports = 'tunnel.settings.error.ports';
-  if (Object.keys(errors).length || 'error' in pps) return { errors };
-  return { settings: { ports: canonicalPorts(d.ports), protocol: d.protocol, synProxy: d.synProxy, sourcePpsLimit: pps.value, dropFragments: d.dropFragments } };
+  if (d.choice === 'custom' && canonicalPorts(d.ports) === '') errors.ports = 'tunnel.settings.error.ports';
+  if (Object.keys(errors).length || 'error' in pps || 'error' in maxFlows || 'error' in alertPps) return { errors };
+  const limits: Limits = { maxFlows: maxFlows.value, alertPps: alertPps.value };
+  if (d.choice !== 'custom') return { settings: { ...PRESETS[d.choice], ...limits } };
+  return { settings: { ports: canonicalPorts(d.ports), protocol: d.protocol, synProxy: d.synProxy, sourcePpsLimit: pps.value, dropFragments: d.dropFragments, ...limits } };
 }
