@@ -100,6 +100,8 @@ function specFor(t: TunnelSpec, v: JobVersion): TunnelSpec {
  * hold a DNAT back). A remove or a probe needs neither.
  */
 export function bodyFor<O extends Op>(op: O, body: JobBodies[O], v: JobVersion): { body: JobBodies[O]; unenforced: string[]; forwarded: string[] } {
+  // A body without tunnels (status, traffic) is the same in every version that has the op.
+  if (!('tunnels' in body) && !('tunnel' in body)) return { body, unenforced: [], forwarded: [] };
   const tunnels: TunnelSpec[] = 'tunnels' in body ? body.tunnels : [body.tunnel as TunnelSpec];
   const places = op === 'apply' || op === 'reconcile';
   const unenforced = v === JOB_VERSION_1 && places ? tunnels.filter((t) => t.policy !== undefined && t.policy !== null && !isDefaultPolicy(t.policy)).map((t) => t.id) : [];
