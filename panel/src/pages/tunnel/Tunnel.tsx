@@ -25,6 +25,7 @@ import { activateRefusal, canActivate, canProvision, isLive, newer, saveOutcome,
 import { ProtectionFields, SettingsSummary } from './ProtectionFields.tsx';
 import { draftOf, sameSettings, settingsInput, settingsOfDraft, type Settings, type SettingsDraft } from './protection.ts';
 import { TrafficSection } from './traffic/TrafficSection.tsx';
+import { LiveTraffic } from './traffic/LiveTraffic.tsx';
 import { healthMarks } from './traffic/healthMarks.ts';
 
 type Tunnel = TunnelDetailFragment;
@@ -103,7 +104,8 @@ function TunnelView(props: { tunnel: Tunnel; accept: Accept; liveLost: boolean }
       </dl>
       {!canWrite && <p class="muted">{t('common.readOnly')}</p>}
       {live && <Setup tunnel={tunnel} accept={accept} canWrite={canWrite} />}
-      {/* The traffic chart: pages/tunnel/traffic/TrafficSection.tsx. */}
+      {/* The traffic chart: pages/tunnel/traffic/TrafficSection.tsx; the live one only for a tunnel on its edge. */}
+      {(tunnel.status === 'PROVISIONED' || tunnel.status === 'ACTIVE') && <LiveTraffic tunnelId={tunnel.id} />}
       <TrafficSection tunnelId={tunnel.id} />
       <section aria-labelledby="settings-title">
         <h2 id="settings-title">{t('tunnel.settings.section')}</h2>
