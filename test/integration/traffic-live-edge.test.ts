@@ -3,7 +3,8 @@
 // `tunnelTraffic` subscription over graphql-ws gets the backfill first, then new points as its poller asks the
 // agent (op `traffic` over real SSH, once a second). 300 UDP packets from a client namespace this test made add
 // up, across the points, to exactly what was sent; another account's tunnel is not_found; completing the
-// subscription stops the agent's traffic jobs (its own job log stops growing). Nothing decides by the clock:
+// subscription stops the agent's traffic jobs (its own job log stops growing); an agent without the feature is
+// refused as edge_unavailable before any job. Nothing decides by the clock:
 // each step waits for what it needs (test/helpers/wait.ts until).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, type RunningGateway } from '../helpers/gateway.ts';
@@ -151,4 +152,26 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('live traffic f
     expect(gatewayJobs).toBe(done);
     s.ws.close();
   }, 240_000);
+
+  it('an agent without the feature (one that speaks job version 1 only): edge_unavailable at subscribe time, no traffic job', async () => {
+    const [t] = (await gw.testDb.raw.query<{ id: string }>(`select id from tunnel where account_id = $1 and status = 'provisioned'`, [user.accountId])).rows;
+    expect(t).toBeDefined();
+    // Restarted as an older agent: the gateway's connection to it drops, and the next contact asks hello again.
+    await edge.kill();
+    await edge.start({ healthIntervalS: 30, log: true, jobVersions: '1' });
+    const before = gatewayJobs;
+    const s = await socketOf(user);
+    await until('the subscription refused', async () => {
+      s.send({ type: 'subscribe', id: `old-${s.frames.length}`, payload: { query: LIVE, variables: { id: t!.id } } });
+      const f = await s.next((x) => x.id?.startsWith('old-') === true && x.type === 'next');
+      const code = (f?.payload as { errors?: { extensions?: { code?: string }; message: string }[] }).errors?.[0];
+      // Right after the restart the old connection may still be closing: edge_unavailable either way, and the
+      // answer this test waits for names the older agent.
+      s.frames.splice(0);
+      return code?.extensions?.code === 'edge_unavailable' && /older agent/.test(code.message) ? code : null;
+    }, 60_000);
+    expect(gatewayJobs).toBe(before);
+    expect(gw.services.health.live.polling().size).toBe(0);
+    s.ws.close();
+  }, 120_000);
 });
