@@ -17,6 +17,9 @@ import type { StatusResult } from '../common/tunnel-status.ts';
 import { HealthScheduler, type CheckRecord, type HealthClock } from './health/scheduler.ts';
 import { StatusReporter } from './health/status.ts';
 import { AttackMonitor } from './attacks/monitor.ts';
+import { TrafficRing } from './traffic/ring.ts';
+import { feedRing } from './traffic/feed.ts';
+import type { TrafficResult } from '../common/traffic-live.ts';
 import { outCounterName } from './dataplane/policy.ts';
 import { releaseMemory } from './housekeeping/memory.ts';
 import { TunnelLinksState } from './dataplane/link-support.ts';
@@ -46,6 +49,8 @@ export interface StartOptions {
   handshakeTimeoutMs?: number;
   /** The status op's answer (startHealth); without it the agent answers status with kernel_error. */
   status?: () => Promise<StatusResult>;
+  /** The traffic op's answer (startHealth's ring); without it the agent answers traffic with kernel_error. */
+  traffic?: (ids: readonly string[], sinceS?: number) => TrafficResult;
   /** Whether it can make its tunnels' links, as `hello` says it (dataplane/link-support.ts); absent: not said. */
   tunnelLinks?: TunnelLinksState;
 }
@@ -57,6 +62,8 @@ export interface RunningHealth {
   scheduler: HealthScheduler;
   /** Attack detection over the same counters, once a second (agent/attacks; docs/CONTRACTS.md "Attacks"). */
   attacks: AttackMonitor;
+  /** The last 300 s of every tunnel, one point a second, from the attack monitor's reads (agent/traffic/ring.ts). */
+  traffic: TrafficRing;
   status: () => Promise<StatusResult>;
   stop(): Promise<void>;
 }
@@ -98,9 +105,11 @@ export function startHealth(
     // checks can be counted (test/vm/gre.test.ts); at info and above the logger drops it.
     ...(opts.log ? { onCheck: (c: CheckRecord) => opts.log!.debug('health check', { ...c, slot: new Date(c.slot).toISOString() }) } : {}),
   });
+  const traffic = new TrafficRing();
   const attacks = new AttackMonitor({
     tunnels: () => dataplane.desiredTunnels(),
     counters: () => dataplane.counters(),
+    onRead: (at, tunnels, counters) => feedRing(traffic, at, tunnels, counters),
     ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
     ...(opts.log ? { log: opts.log.child({ component: 'attacks' }) } : {}),
   });
@@ -130,6 +139,7 @@ export function startHealth(
   return {
     scheduler,
     attacks,
+    traffic,
     status: () => reporter.status(),
     stop: async () => {
       if (release) clearInterval(release);
@@ -157,6 +167,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     opts.dataplane,
     log,
     opts.status,
+    opts.traffic,
   );
   const server = new AgentSshServer({
     host: config.listen.host,
@@ -347,7 +358,7 @@ async function main(): Promise<void> {
   const health = startHealth(dataplane, { intervalS: config.healthIntervalS, log: log.child({ component: 'health' }), startedAt: Date.now() - Math.round(process.uptime() * 1000), tunnelLinks });
   let agent: RunningAgent;
   try {
-    agent = await startAgent(config, { dataplane, log, status: health.status, tunnelLinks });
+    agent = await startAgent(config, { dataplane, log, status: health.status, traffic: (ids, since) => health.traffic.answer(ids, since), tunnelLinks });
   } catch (e) {
     await health.stop();
     await dataplane.close();

@@ -6,6 +6,7 @@
 import { checkTunnel, type ChangeCounts, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from './tunnel-spec.ts';
 import type { StatusResult } from './tunnel-status.ts';
 import { checkTunnelLinks, type TunnelLinks } from './tunnel-links.ts';
+import { checkTrafficBody, type TrafficBody, type TrafficResult } from './traffic-live.ts';
 
 export type { ReconcileResult, TunnelFailure } from './tunnel-spec.ts';
 
@@ -37,12 +38,14 @@ export const EXIT_UNSUPPORTED_COMMAND = 127;
 export const SSH_USER = 'tunnelgate';
 
 /** Every op of every version. */
-const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status'] as const;
+const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status', 'traffic'] as const;
 export type Op = (typeof OPS)[number];
 
 /**
  * The ops each version has (docs/CONTRACTS.md "Edge jobs", "Version 2"): `status` came with version 2, so a
- * signed v 1 job naming it is `unsupported_command`, as any op unknown to that version.
+ * signed v 1 job naming it is `unsupported_command`, as any op unknown to that version. `traffic` joined
+ * versions 2 and 3 later: the gateway sends it only to an agent whose hello lists FEATURE_TRAFFIC_LIVE (an
+ * older agent of those versions answers it unsupported_command).
  */
 export const OPS_BY_VERSION: Readonly<Record<JobVersion, readonly Op[]>> = {
   1: ['apply', 'remove', 'reconcile', 'probe'],
@@ -77,6 +80,8 @@ export interface JobBodies {
   probe: { tunnel: TunnelSpec };
   /** Version 2: no body; the result is the node's StatusResult (common/tunnel-status.ts). */
   status: Record<string, never>;
+  /** Versions 2 and 3, feature `traffic_live`: the per-second points of `ids` (common/traffic-live.ts). */
+  traffic: TrafficBody;
 }
 
 export interface StandardClaims {
@@ -96,7 +101,7 @@ export type JobClaims<O extends Op = Op> = O extends Op ? StandardClaims & { op:
  * applied, so one broken tunnel does not block its node); probe: reachable (and rtt_ms); status (v 2):
  * StatusResult.
  */
-export type OkResult = ChangeCounts | ReconcileResult | ProbeResult | StatusResult;
+export type OkResult = ChangeCounts | ReconcileResult | ProbeResult | StatusResult | TrafficResult;
 
 /**
  * What `tunnel-agent hello` writes, as one line: the versions the agent accepts and its own version; and,
@@ -140,7 +145,8 @@ export type ResultLine =
 // A tunnel object is checked by the tunnel spec's one validator (common/tunnel-spec.ts).
 
 const STANDARD_KEYS = ['iss', 'aud', 'jti', 'iat', 'exp', 'v', 'op'];
-const BODY_KEY: Record<Op, 'tunnel' | 'tunnels' | undefined> = { apply: 'tunnel', remove: 'tunnel', reconcile: 'tunnels', probe: 'tunnel', status: undefined };
+const BODY_KEY: Record<Exclude<Op, 'traffic'>, 'tunnel' | 'tunnels' | undefined> = { apply: 'tunnel', remove: 'tunnel', reconcile: 'tunnels', probe: 'tunnel', status: undefined };
+const TRAFFIC_KEYS = ['ids', 'since'];
 
 export function isOp(v: unknown): v is Op {
   return typeof v === 'string' && (OPS as readonly string[]).includes(v);
@@ -149,6 +155,12 @@ export function isOp(v: unknown): v is Op {
 /** The op's body (and no claim beyond the standard ones and that body), as version `v` of the contract has it. */
 export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion): string | undefined {
   const opts = { policy: v >= 2, forwarding: v >= JOB_VERSION_FORWARDING };
+  if (op === 'traffic') {
+    for (const k of Object.keys(claims)) {
+      if (claims[k] !== undefined && !STANDARD_KEYS.includes(k) && !TRAFFIC_KEYS.includes(k)) return `op "traffic" carries an unexpected claim "${k}"`;
+    }
+    return checkTrafficBody(claims);
+  }
   const bodyKey = BODY_KEY[op];
   for (const k of Object.keys(claims)) {
     if (claims[k] !== undefined && !STANDARD_KEYS.includes(k) && k !== bodyKey) return `op "${op}" carries an unexpected claim "${k}"`;
@@ -175,13 +187,13 @@ export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion
 /** The protected_ip values a job names (each must lie in AGENT_PROTECTED_POOLS when that is set). */
 export function protectedIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.protected_ip);
-  if (claims.op === 'status') return [];
+  if (claims.op === 'status' || claims.op === 'traffic') return [];
   return [claims.tunnel.protected_ip];
 }
 
 /** The edge_ip values a job names (each must be this router's). */
 export function edgeIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.edge_ip);
-  if (claims.op === 'status') return [];
+  if (claims.op === 'status' || claims.op === 'traffic') return [];
   return claims.tunnel.edge_ip === undefined ? [] : [claims.tunnel.edge_ip];
 }

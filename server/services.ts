@@ -54,7 +54,7 @@ export function buildServices(config: Config, db: Database, log: Logger = create
     tunnels: new TunnelService(db, pricing, { adminSshPort: config.adminSshPort, allowPrivateOrigins: config.allowPrivateOrigins, ...(opts.clock ? { clock: opts.clock } : {}) }, provisioning),
     provisioning,
     webhooks: new WebhookService(db, { allowPrivate: config.allowPrivateWebhooks, adminSshPort: config.adminSshPort, encryptionKey }),
-    health: new HealthService(db, provisioning, attacks.ingest),
+    health: new HealthService(db, provisioning, attacks.ingest, log.child({ component: 'live-traffic' })),
     applications: new ApplicationService(db, encryptionKey),
     attacks,
   };

@@ -48,6 +48,11 @@ export interface AttackMonitorOptions {
   journal?: { windowMs?: number; maxEnded?: number; maxReported?: number };
   /** Each start and end, as it is decided. */
   onEvent?: (e: AttackEvent) => void;
+  /**
+   * Each successful read, with the time it was made and the tunnels observed: the live traffic ring
+   * (agent/traffic/feed.ts) takes its points from it rather than reading the kernel again.
+   */
+  onRead?: (at: number, tunnels: readonly TunnelSpec[], counters: ReadonlyMap<string, CounterValue>) => void;
   log?: { warn(msg: string, fields?: Record<string, unknown>): void; info(msg: string, fields?: Record<string, unknown>): void };
 }
 
@@ -146,7 +151,15 @@ export class AttackMonitor {
     // The time the counters were read: after the read, which is when the kernel answered.
     const at = this.now();
     const ids = new Set<string>();
-    for (const t of this.o.tunnels()) {
+    const tunnels = this.o.tunnels();
+    if (this.o.onRead) {
+      try {
+        this.o.onRead(at, tunnels, counters);
+      } catch (e) {
+        this.o.log?.warn('live traffic could not take a counter read', { err: e instanceof Error ? e.message : String(e) });
+      }
+    }
+    for (const t of tunnels) {
       ids.add(t.id);
       const sample = sampleOf(t, counters);
       if (!sample) continue;

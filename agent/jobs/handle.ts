@@ -8,6 +8,7 @@
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure } from '../dataplane/types.ts';
 import type { JobErrorCode, OkResult, ResultLine } from '../../common/job-contract.ts';
 import { checkStatusResult, type StatusResult } from '../../common/tunnel-status.ts';
+import type { TrafficResult } from '../../common/traffic-live.ts';
 import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
 import { InvalidTunnel } from '../dataplane/validate.ts';
 
@@ -61,6 +62,8 @@ export class JobHandler {
     private readonly log: JobLog,
     /** The status op's answer (agent/health/status.ts); an agent built without one answers status with kernel_error. */
     private readonly status?: () => Promise<StatusResult>,
+    /** The traffic op's answer (agent/traffic/ring.ts answer); without it the agent answers traffic with kernel_error. */
+    private readonly traffic?: (ids: readonly string[], sinceS?: number) => TrafficResult,
   ) {}
 
   /** A refusal decided outside the verifier (the SSH layer: another command, oversize input); logged here. */
@@ -98,9 +101,9 @@ export class JobHandler {
   private async run(job: VerifiedJob, fields: Record<string, unknown>): Promise<ResultLine> {
     const { jti, op, v } = job;
     const started = performance.now();
-    const tunnelId = op === 'reconcile' || op === 'status' ? undefined : job.tunnel.id;
+    const tunnelId = op === 'reconcile' || op === 'status' || op === 'traffic' ? undefined : job.tunnel.id;
     // `v`: which job version the gateway sent (a rolling upgrade is visible in the agent's log).
-    const logFields = { ...fields, jti, op, v, ...(tunnelId ? { tunnel_id: tunnelId } : { tunnels: job.op === 'reconcile' ? job.tunnels.length : 0 }) };
+    const logFields = { ...fields, jti, op, v, ...(tunnelId ? { tunnel_id: tunnelId } : { tunnels: job.op === 'reconcile' ? job.tunnels.length : job.op === 'traffic' ? job.ids.length : 0 }) };
     try {
       let result: OkResult;
       switch (job.op) {
@@ -130,6 +133,13 @@ export class JobHandler {
           if (why) throw new KernelError(`status result: ${why}`);
           // Logged as a count: the whole result is one line per tunnel, too much for a log line at 10,000.
           this.log.info('job done', { ...logFields, tunnels: r.tunnels.length, ms: Math.round(performance.now() - started) });
+          return { ok: true, jti, op, result: r };
+        }
+        case 'traffic': {
+          if (!this.traffic) throw new KernelError('this agent keeps no live traffic (it was started without health checks)');
+          const r = this.traffic(job.ids, job.since === undefined ? undefined : Date.parse(job.since) / 1000);
+          // Counted, not listed: the gateway asks once a second while someone watches (docs/CONTRACTS.md "Live traffic").
+          this.log.info('job done', { ...logFields, points: r.tunnels.reduce((n, t) => n + t.points.length, 0), ms: Math.round(performance.now() - started) });
           return { ok: true, jti, op, result: r };
         }
       }

@@ -25,6 +25,7 @@ import {
   type JobVersion,
   type ResultLine,
 } from '../../common/job-contract.ts';
+import { FEATURE_TRAFFIC_LIVE } from '../../common/traffic-live.ts';
 import { exitCodeFor, type JobLog } from '../jobs/handle.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import type { AuthorizedKey, HostKey } from './keys.ts';
@@ -253,7 +254,7 @@ export class AgentSshServer {
     let timer: NodeJS.Timeout | undefined;
     if (command === HELLO_COMMAND && answersHello(this.opts.versions)) {
       // No stdin is read: whatever the client sends (or whether it ever closes it) does not matter.
-      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: [FEATURE_ATTACKS] };
+      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: [FEATURE_ATTACKS, FEATURE_TRAFFIC_LIVE] };
       // Additive (docs/CONTRACTS.md "Tunnel links"): a gateway from before it ignores the key.
       const links = this.opts.tunnelLinks?.();
       if (links) hello.tunnel_links = links;

@@ -85,3 +85,16 @@ export async function signJob<O extends Op>(privateKey: KeyLike | JWK, kid: stri
   if (why) throw new JobSigningError(`the ${op} body does not match the job contract: ${why}`);
   return new CompactSign(Buffer.from(JSON.stringify(claims), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
 }
+
+/**
+ * One signed `traffic` job (docs/CONTRACTS.md "Live traffic"): versions 2 and 3, for an agent whose hello lists
+ * the feature traffic_live (the caller checks that: it is not the version's). The body is checked as the agent
+ * checks it.
+ */
+export async function signTrafficJob(privateKey: KeyLike | JWK, kid: string, nodeId: string, body: JobBodies['traffic'], opts: SignJobOptions & { version: JobVersion }): Promise<string> {
+  if (opts.version < 2) throw new JobSigningError('op traffic needs job version 2; the agent must list 2 in its hello');
+  const claims = { ...standardClaims(kid, nodeId, opts), op: 'traffic' as const, ids: body.ids, ...(body.since !== undefined ? { since: body.since } : {}) };
+  const why = checkBody('traffic', claims as unknown as Record<string, unknown>, claims.v);
+  if (why) throw new JobSigningError(`the traffic body does not match the job contract: ${why}`);
+  return new CompactSign(Buffer.from(JSON.stringify(claims), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
+}

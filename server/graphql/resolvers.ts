@@ -27,6 +27,7 @@ import {
 } from './types.ts';
 import { WebhookResolver } from './webhooks.ts';
 import { TunnelTrafficResolver } from './health.ts';
+import { LiveTrafficResolver } from './live-traffic.ts';
 import { TunnelHealthChangesResolver } from './health-changes.ts';
 import { TunnelAttacksResolver } from './attacks.ts';
 import { ApplicationResolver } from './applications.ts';
@@ -177,4 +178,4 @@ export class TunnelStatusResolver {
   }
 }
 
-export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, TunnelAttacksResolver, WebhookResolver, LedgerResolver, ApplicationResolver] as const;
+export const resolvers = [PricingResolver, AccountResolver, TunnelResolver, TunnelStatusResolver, LiveTrafficResolver, TunnelTrafficResolver, TunnelHealthChangesResolver, TunnelAttacksResolver, WebhookResolver, LedgerResolver, ApplicationResolver] as const;

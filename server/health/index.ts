@@ -16,6 +16,9 @@ import { StatusIngest } from './ingest.ts';
 import type { AttackIngest } from '../attacks/ingest.ts';
 import { HOUR_MS, RETENTION_MS, STEPS, STEP_MS, TrafficStore, type Step, type TrafficPoint } from './storage.ts';
 import { HEALTH_CHANGE_RETENTION_MS, readHealthChanges, type HealthChange } from './history.ts';
+import { LiveTraffic, type LiveWatch } from '../traffic-live/poller.ts';
+import { TrafficUnsupported } from '../provisioning/worker.ts';
+import { EdgeSshError } from '../edge/result-line.ts';
 
 export type { Step, TrafficPoint } from './storage.ts';
 export type { HealthChange } from './history.ts';
@@ -106,9 +109,16 @@ function healthChangesRange(q: HealthChangesQueryInput, now: Date): { from: Date
   return { from, to };
 }
 
+/** An agent from before live traffic: said plainly, with where the history is (the stored minutes). */
+function liveUnsupported(): ApiError {
+  return new ApiError('edge_unavailable', 'the tunnel\'s edge agent does not keep per-second traffic (an older agent); read Tunnel.traffic (one point a minute) until it is upgraded.');
+}
+
 export class HealthService {
   readonly store: TrafficStore;
   readonly ingest: StatusIngest;
+  /** The per-second pollers of the `tunnelTraffic` subscriptions of this replica (server/traffic-live/). */
+  readonly live: LiveTraffic;
   private collector: Collector | null = null;
   private locks: KeyedLocks | null = null;
 
@@ -117,9 +127,37 @@ export class HealthService {
     private readonly provisioning: ProvisioningService,
     /** The attack records of each status answer (server/attacks), stored in the round's transaction. */
     attacks?: AttackIngest,
+    log?: Pick<Logger, 'warn' | 'info'>,
   ) {
     this.store = new TrafficStore(db);
     this.ingest = new StatusIngest(db, this.store, provisioning.events, provisioning.bus, attacks);
+    this.live = new LiveTraffic({
+      fetch: (node, body) => provisioning.nodeTraffic(node, body),
+      isFinal: (e) => e instanceof TrafficUnsupported,
+      finalError: () => liveUnsupported(),
+      log: log ?? { warn: () => {}, info: () => {} },
+    });
+  }
+
+  /**
+   * The `tunnelTraffic` subscription (docs/CONTRACTS.md "Live traffic"): another account's tunnel or a missing one
+   * is not_found; one not on an edge is invalid_state; an edge that cannot be reached now, or whose agent keeps no
+   * per-second traffic (an agent from before it), is edge_unavailable, said before anything is sent.
+   */
+  async liveTraffic(principal: Principal, id: string): Promise<LiveWatch> {
+    const t = await readTunnel(this.db, principal, id);
+    if (!(ON_EDGE as readonly string[]).includes(t.status)) throw new ApiError('invalid_state', `the tunnel is ${t.status}; only a tunnel on an edge (provisioned or active) has live traffic.`);
+    const node = await edgeNode(this.db, t.node_id);
+    if (!node) throw new ApiError('edge_unavailable', 'the tunnel\'s edge node cannot be contacted (no pinned host key).');
+    let supported: boolean;
+    try {
+      supported = await this.provisioning.nodeHasLiveTraffic(node);
+    } catch (e) {
+      if (e instanceof EdgeSshError) throw new ApiError('edge_unavailable', 'the tunnel\'s edge node does not answer now; subscribe again later.');
+      throw e;
+    }
+    if (!supported) throw liveUnsupported();
+    return this.live.watch(node, t.id);
   }
 
   /** GET /api/dedicated/{id}/traffic and Tunnel.traffic: another account's tunnel is not_found. */
@@ -164,6 +202,7 @@ export class HealthService {
   }
 
   async stopCollector(): Promise<void> {
+    this.live.stop();
     await this.collector?.stop();
     this.collector = null;
     await this.locks?.close();

@@ -21,6 +21,7 @@ import { TunnelStatusBus } from './status-bus.ts';
 import { Transitions } from './transitions.ts';
 import { AgentRefused, EdgeWorker, type JobObserver } from './worker.ts';
 import type { EdgeNode } from '../edge/connections.ts';
+import type { TrafficBody, TrafficResult } from '../../common/traffic-live.ts';
 import type { StatusResult } from '../../common/tunnel-status.ts';
 import { BOSS_SCHEMA, EDGE_QUEUE } from './queue.ts';
 import { TunnelEvents } from '../webhooks/events.ts';
@@ -210,6 +211,18 @@ export class ProvisioningService {
   async nodeStatus(node: EdgeNode): Promise<StatusResult> {
     if (!this.edge) throw new EdgeSshError('connect_failed', 'the edge side of this gateway is not started');
     return this.edge.worker.status(node);
+  }
+
+  /** Whether the node's agent answers op `traffic` (docs/CONTRACTS.md "Live traffic"); asks its hello on first contact. */
+  async nodeHasLiveTraffic(node: EdgeNode): Promise<boolean> {
+    if (!this.edge) throw new EdgeSshError('connect_failed', 'the edge side of this gateway is not started');
+    return this.edge.worker.hasLiveTraffic(node);
+  }
+
+  /** Op `traffic` of one node: the per-second points of some of its tunnels (server/traffic-live/). */
+  async nodeTraffic(node: EdgeNode, body: TrafficBody): Promise<TrafficResult> {
+    if (!this.edge) throw new EdgeSshError('connect_failed', 'the edge side of this gateway is not started');
+    return this.edge.worker.traffic(node, body);
   }
 
   /** Edge jobs waiting to run (created or waiting for a retry), across replicas; null before the queue exists. */

@@ -26,7 +26,8 @@
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
-import { STATUS_OP, signJob, signStatusJob } from '../edge/job-signing.ts';
+import { STATUS_OP, signJob, signStatusJob, signTrafficJob } from '../edge/job-signing.ts';
+import { FEATURE_TRAFFIC_LIVE, checkTrafficResult, type TrafficBody, type TrafficResult } from '../../common/traffic-live.ts';
 import { checkStatusResult, type StatusResult } from '../../common/tunnel-status.ts';
 import type { EdgeConnections, EdgeNode, EdgeSession } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
@@ -100,6 +101,8 @@ function specFor(t: TunnelSpec, v: JobVersion): TunnelSpec {
  * hold a DNAT back). A remove or a probe needs neither.
  */
 export function bodyFor<O extends Op>(op: O, body: JobBodies[O], v: JobVersion): { body: JobBodies[O]; unenforced: string[]; forwarded: string[] } {
+  // A body without tunnels (status, traffic) is the same in every version that has the op.
+  if (!('tunnels' in body) && !('tunnel' in body)) return { body, unenforced: [], forwarded: [] };
   const tunnels: TunnelSpec[] = 'tunnels' in body ? body.tunnels : [body.tunnel as TunnelSpec];
   const places = op === 'apply' || op === 'reconcile';
   const unenforced = v === JOB_VERSION_1 && places ? tunnels.filter((t) => t.policy !== undefined && t.policy !== null && !isDefaultPolicy(t.policy)).map((t) => t.id) : [];
@@ -114,12 +117,17 @@ export class StatusUnsupported extends Error {
   override name = 'StatusUnsupported';
 }
 
+/** The agent does not take op `traffic` (an agent from before it, or one that speaks job version 1 only). */
+export class TrafficUnsupported extends Error {
+  override name = 'TrafficUnsupported';
+}
+
 /** How one edge job ended, for /metrics: `ok`, the agent's error code, or the transport failure's kind. */
 function jobOutcome(e: unknown): string {
   if (e === undefined) return 'ok';
   if (e instanceof AgentRefused) return e.code;
   if (e instanceof EdgeSshError) return e.kind;
-  if (e instanceof StatusUnsupported) return 'unsupported_version';
+  if (e instanceof StatusUnsupported || e instanceof TrafficUnsupported) return 'unsupported_version';
   return 'error';
 }
 
@@ -191,6 +199,31 @@ export class EdgeWorker {
       const result = line.result as unknown as StatusResult;
       await this.recordTunnelLinks(node, result.agent.tunnel_links ?? null, 'status');
       return result;
+    });
+  }
+
+  /** Whether the node's agent takes op `traffic` (hello feature traffic_live and job version 2 or newer). */
+  async hasLiveTraffic(node: EdgeNode): Promise<boolean> {
+    const session = await this.session(node);
+    return session.version >= 2 && session.hello.features?.includes(FEATURE_TRAFFIC_LIVE) === true;
+  }
+
+  /**
+   * Op `traffic` (docs/CONTRACTS.md "Live traffic"): the per-second points of `body.ids`, checked against
+   * common/traffic-live.ts. An agent without the feature gets no job (TrafficUnsupported). Changes nothing.
+   */
+  async traffic(node: EdgeNode, body: TrafficBody): Promise<TrafficResult> {
+    return this.timed('traffic', async () => {
+      const { privateKey, kid } = this.o.signingKey;
+      const session = await this.session(node);
+      if (session.version < 2 || session.hello.features?.includes(FEATURE_TRAFFIC_LIVE) !== true) {
+        throw new TrafficUnsupported(`the agent of node ${node.id} (${session.hello.agent}) does not keep per-second traffic`);
+      }
+      const line = await session.run(await signTrafficJob(privateKey, kid, node.id, body, { version: session.version }), this.o.jobTimeoutMs);
+      if (!line.ok) throw new AgentRefused(line.error, line.error_description);
+      const why = checkTrafficResult(line.result);
+      if (why) throw new EdgeSshError('protocol', `the traffic answer of node ${node.id} breaks the contract: ${why}`);
+      return line.result as TrafficResult;
     });
   }
 

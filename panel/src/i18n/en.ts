@@ -231,6 +231,12 @@ export const en = {
   'developers.apps.deleteConsequence': 'The application stops working at once: every code, token, grant and session of it ends, and its users are signed out of it. This cannot be undone.',
   'developers.apps.deletePrompt': 'Type the application\'s name ({name}) to confirm',
   // ---- traffic
+  'traffic.live.title': 'Live traffic',
+  'traffic.live.start': 'Watch live (per second)',
+  'traffic.live.stop': 'Stop watching',
+  'traffic.live.graph': 'Packets per second over the last 5 minutes: in, out and dropped',
+  'traffic.live.now': 'Now: {in} packets/s in ({bitsIn} bit/s), {out} out, {dropped} dropped',
+  'traffic.live.waiting': 'Waiting for the edge…',
   'traffic.title': 'Traffic',
   'traffic.range': 'Time range',
   'traffic.range.1h': 'Last hour',

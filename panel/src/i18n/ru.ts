@@ -231,6 +231,12 @@ export const ru: Catalogue = {
   'developers.apps.deleteConsequence': 'Приложение сразу перестанет работать: все его коды, токены, разрешения и сессии прекратятся, пользователи выйдут из него. Это нельзя отменить.',
   'developers.apps.deletePrompt': 'Введите название приложения ({name}) для подтверждения',
   // ---- traffic
+  'traffic.live.title': 'Трафик в реальном времени',
+  'traffic.live.start': 'Смотреть в реальном времени (по секундам)',
+  'traffic.live.stop': 'Остановить',
+  'traffic.live.graph': 'Пакеты в секунду за последние 5 минут: входящие, исходящие и отброшенные',
+  'traffic.live.now': 'Сейчас: {in} пакетов/с входящих ({bitsIn} бит/с), {out} исходящих, {dropped} отброшено',
+  'traffic.live.waiting': 'Ждём данные от узла…',
   'traffic.title': 'Трафик',
   'traffic.range': 'Период',
   'traffic.range.1h': 'Последний час',

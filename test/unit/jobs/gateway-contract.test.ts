@@ -155,6 +155,23 @@ describe('schema/job.schema.json', () => {
       claims({ v: 2, op: 'status' }),
       claims({ v: 2, op: 'status', tunnel: undefined, tunnels: [] }),
       claims({ v: 2, op: 'status', tunnel: undefined, extra: {} }),
+      // traffic (versions 2 and 3, feature traffic_live): ids 1 to 100 UUIDs, an optional ISO since, nothing else.
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [t.id] }),
+      claims({ v: 3, op: 'traffic', tunnel: undefined, ids: [t.id], since: '2026-11-29T02:00:00Z' }),
+      claims({ v: 3, op: 'traffic', tunnel: undefined, ids: [t.id], since: '2026-11-29T02:00:00.123Z' }),
+      claims({ v: 1, op: 'traffic', tunnel: undefined, ids: [t.id] }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [] }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: 'x' }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: ['x'] }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [t.id, t.id] }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: Array.from({ length: 100 }, (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`) }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: Array.from({ length: 101 }, (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`) }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [t.id], since: 'yesterday' }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [t.id], since: 1764381600 }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [t.id], since: '2026-11-29T02:00:00+01:00' }),
+      claims({ v: 2, op: 'traffic', ids: [t.id] }),
+      claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [t.id], extra: 1 }),
       ...(
         [
           ['ports', '*'],

@@ -27,6 +27,7 @@ import { draftOf, sameSettings, settingsInput, settingsOfDraft, SETTINGS_FIELDS,
 import { Attacks } from './attacks/Attacks.tsx';
 import { tunnelEvents } from './attacks/attacks.ts';
 import { TrafficSection } from './traffic/TrafficSection.tsx';
+import { LiveTraffic } from './traffic/LiveTraffic.tsx';
 import { healthMarks } from './traffic/healthMarks.ts';
 
 type Tunnel = TunnelDetailFragment;
@@ -108,7 +109,8 @@ function TunnelView(props: { tunnel: Tunnel; accept: Accept; liveLost: boolean }
       </dl>
       {!canWrite && <p class="muted">{t('common.readOnly')}</p>}
       {live && <Setup tunnel={tunnel} accept={accept} canWrite={canWrite} />}
-      {/* The traffic chart: pages/tunnel/traffic/TrafficSection.tsx. */}
+      {/* The traffic chart: pages/tunnel/traffic/TrafficSection.tsx; the live one only for a tunnel on its edge. */}
+      {(tunnel.status === 'PROVISIONED' || tunnel.status === 'ACTIVE') && <LiveTraffic tunnelId={tunnel.id} />}
       <TrafficSection tunnelId={tunnel.id} />
       {/* The tunnel's attacks: pages/tunnel/attacks/Attacks.tsx (read again on each live event). */}
       <Attacks tunnelId={tunnel.id} />
