@@ -37,12 +37,13 @@ export const EXIT_UNSUPPORTED_COMMAND = 127;
 export const SSH_USER = 'tunnelgate';
 
 /** Every op of every version. */
-const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status'] as const;
+const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status', 'events'] as const;
 export type Op = (typeof OPS)[number];
 
 /**
- * The ops each version has (docs/CONTRACTS.md "Edge jobs", "Version 2"): `status` came with version 2, so a
- * signed v 1 job naming it is `unsupported_command`, as any op unknown to that version.
+ * The ops each version has (docs/CONTRACTS.md "Edge jobs", "Version 2"): `status` and `events` came with version 2,
+ * so a signed v 1 job naming either is `unsupported_command`, as any op unknown to that version. (`events` is
+ * sent only to agents whose hello lists the feature `events`: a version 2 agent from before it refuses it.)
  */
 export const OPS_BY_VERSION: Readonly<Record<JobVersion, readonly Op[]>> = {
   1: ['apply', 'remove', 'reconcile', 'probe'],
@@ -77,6 +78,11 @@ export interface JobBodies {
   probe: { tunnel: TunnelSpec };
   /** Version 2: no body; the result is the node's StatusResult (common/tunnel-status.ts). */
   status: Record<string, never>;
+  /**
+   * Version 2, agents whose hello lists FEATURE_EVENTS (common/edge-events.ts): no body; the answer is not one
+   * result line but event lines for as long as the channel stays open (docs/CONTRACTS.md "Events stream").
+   */
+  events: Record<string, never>;
 }
 
 export interface StandardClaims {
@@ -140,7 +146,7 @@ export type ResultLine =
 // A tunnel object is checked by the tunnel spec's one validator (common/tunnel-spec.ts).
 
 const STANDARD_KEYS = ['iss', 'aud', 'jti', 'iat', 'exp', 'v', 'op'];
-const BODY_KEY: Record<Op, 'tunnel' | 'tunnels' | undefined> = { apply: 'tunnel', remove: 'tunnel', reconcile: 'tunnels', probe: 'tunnel', status: undefined };
+const BODY_KEY: Record<Op, 'tunnel' | 'tunnels' | undefined> = { apply: 'tunnel', remove: 'tunnel', reconcile: 'tunnels', probe: 'tunnel', status: undefined, events: undefined };
 
 export function isOp(v: unknown): v is Op {
   return typeof v === 'string' && (OPS as readonly string[]).includes(v);
@@ -175,13 +181,13 @@ export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion
 /** The protected_ip values a job names (each must lie in AGENT_PROTECTED_POOLS when that is set). */
 export function protectedIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.protected_ip);
-  if (claims.op === 'status') return [];
+  if (claims.op === 'status' || claims.op === 'events') return [];
   return [claims.tunnel.protected_ip];
 }
 
 /** The edge_ip values a job names (each must be this router's). */
 export function edgeIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.edge_ip);
-  if (claims.op === 'status') return [];
+  if (claims.op === 'status' || claims.op === 'events') return [];
   return claims.tunnel.edge_ip === undefined ? [] : [claims.tunnel.edge_ip];
 }
