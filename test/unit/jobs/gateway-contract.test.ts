@@ -155,6 +155,12 @@ describe('schema/job.schema.json', () => {
       claims({ v: 2, op: 'status' }),
       claims({ v: 2, op: 'status', tunnel: undefined, tunnels: [] }),
       claims({ v: 2, op: 'status', tunnel: undefined, extra: {} }),
+      // events (version 2, no body, a stream): the same rules as status.
+      claims({ v: 2, op: 'events', tunnel: undefined }),
+      claims({ v: 3, op: 'events', tunnel: undefined }),
+      claims({ v: 1, op: 'events', tunnel: undefined }),
+      claims({ v: 2, op: 'events' }),
+      claims({ v: 2, op: 'events', tunnel: undefined, after: 'x' }),
       ...(
         [
           ['ports', '*'],
