@@ -47,8 +47,8 @@ export class EventStreams {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private refreshing: Promise<void> | null = null;
-  /** Streams opened, streams ended, events applied, lines refused, events whose ingestion failed. */
-  readonly stats = { opened: 0, ended: 0, events: 0, refusedLines: 0, applyFailures: 0 };
+  /** Streams opened, streams ended, events applied, lines refused, events whose ingestion failed, asks answered "no events op". */
+  readonly stats = { opened: 0, ended: 0, events: 0, refusedLines: 0, applyFailures: 0, unsupported: 0 };
 
   constructor(private readonly o: EventStreamsOptions) {}
 
@@ -170,6 +170,7 @@ export class EventStreams {
         continue;
       }
       if (channel === null) {
+        this.stats.unsupported++;
         if (!unsupportedLogged) this.o.log.info('edge agent has no events stream: its events come with the status pull', { node_id: nodeId });
         unsupportedLogged = true;
         l.state = 'unsupported';
