@@ -1,7 +1,8 @@
 // The agent's SSH endpoint (docs/CONTRACTS.md "Transport"): ssh2 Server on AGENT_LISTEN with the agent's
 // host key. Only user `tunnelgate` with the gateway's public key gets in; only session channels, and in
 // them only exec. `tunnel-agent job` reads one JWS from stdin and answers one JSON line on stdout with
-// exit status 0 (ok) or 1 (refused or failed); `tunnel-agent hello` reads nothing and answers the job
+// exit status 0 (ok) or 1 (refused or failed), except a verified `events` job, whose channel stays open and carries
+// event lines until it closes (runEvents; docs/CONTRACTS.md "Events stream"); `tunnel-agent hello` reads nothing and answers the job
 // versions this agent accepts and its own version (docs/CONTRACTS.md "Edge jobs", "Versions"), exit 0;
 // any other command gets exit status 127 and an `unsupported_command` line. Shells, subsystems, ptys,
 // env, X11, agent and port forwarding are refused.
