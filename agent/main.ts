@@ -20,6 +20,7 @@ import { AttackMonitor } from './attacks/monitor.ts';
 import { TrafficRing } from './traffic/ring.ts';
 import { feedRing } from './traffic/feed.ts';
 import type { TrafficResult } from '../common/traffic-live.ts';
+import { EventHub } from './events/hub.ts';
 import { outCounterName } from './dataplane/policy.ts';
 import { releaseMemory } from './housekeeping/memory.ts';
 import { TunnelLinksState } from './dataplane/link-support.ts';
@@ -53,6 +54,8 @@ export interface StartOptions {
   traffic?: (ids: readonly string[], sinceS?: number) => TrafficResult;
   /** Whether it can make its tunnels' links, as `hello` says it (dataplane/link-support.ts); absent: not said. */
   tunnelLinks?: TunnelLinksState;
+  /** The `events` op's source (startHealth); without it hello does not list `events` and the gateway only pulls. */
+  events?: EventHub;
 }
 
 /** The health checks' probe timeout. */
@@ -65,6 +68,8 @@ export interface RunningHealth {
   /** The last 300 s of every tunnel, one point a second, from the attack monitor's reads (agent/traffic/ring.ts). */
   traffic: TrafficRing;
   status: () => Promise<StatusResult>;
+  /** Attack starts and ends and health changes as they are decided, for the `events` op (docs/CONTRACTS.md "Events stream"). */
+  events: EventHub;
   stop(): Promise<void>;
 }
 
@@ -85,8 +90,12 @@ export function startHealth(
     tunnelLinks?: TunnelLinksState;
     /** The operation the watchdog gave up as stuck, for `agent.stuck` (default: the process's tracker). */
     stuck?: () => StuckOperation | undefined;
+    /** Between the events stream's keep-alives (default common/edge-events.ts KEEPALIVE_MS). */
+    keepaliveMs?: number;
   },
 ): RunningHealth {
+  // Pushed on the check or tick that decides them: the ≤ 5 s from flood to webhook cannot wait for a pull.
+  const events = new EventHub({ ...(opts.keepaliveMs ? { keepaliveMs: opts.keepaliveMs } : {}), ...(opts.clock ? { now: () => opts.clock!.now() } : {}) });
   const scheduler = new HealthScheduler({
     tunnels: () => dataplane.desiredTunnels(),
     // 1 s (the job probe's default is 3 s): a failed check then holds its slot a third as long, and one lost
@@ -104,6 +113,7 @@ export function startHealth(
     // Each check at debug (AGENT_LOG_LEVEL=debug): which slot it ran for and what it decided, so an outage's
     // checks can be counted (test/vm/gre.test.ts); at info and above the logger drops it.
     ...(opts.log ? { onCheck: (c: CheckRecord) => opts.log!.debug('health check', { ...c, slot: new Date(c.slot).toISOString() }) } : {}),
+    onChange: (id, health, at) => events.health(id, health, at),
   });
   const traffic = new TrafficRing();
   const attacks = new AttackMonitor({
@@ -112,6 +122,7 @@ export function startHealth(
     onRead: (at, tunnels, counters) => feedRing(traffic, at, tunnels, counters),
     ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
     ...(opts.log ? { log: opts.log.child({ component: 'attacks' }) } : {}),
+    onEvent: (e) => events.attack(e),
   });
   const reporter = new StatusReporter({
     tunnels: () => dataplane.desiredTunnels(),
@@ -141,6 +152,7 @@ export function startHealth(
     attacks,
     traffic,
     status: () => reporter.status(),
+    events,
     stop: async () => {
       if (release) clearInterval(release);
       await attacks.stop();
@@ -168,6 +180,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     log,
     opts.status,
     opts.traffic,
+    opts.events,
   );
   const server = new AgentSshServer({
     host: config.listen.host,
@@ -179,6 +192,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     allowFrom: config.allowFrom,
     versions: config.jobVersions,
     agentVersion: agentVersion(),
+    events: opts.events !== undefined,
     ...(opts.tunnelLinks ? { tunnelLinks: () => opts.tunnelLinks!.current() } : {}),
     ...(opts.inputTimeoutMs !== undefined ? { inputTimeoutMs: opts.inputTimeoutMs } : {}),
     ...(opts.handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs: opts.handshakeTimeoutMs } : {}),
@@ -358,7 +372,7 @@ async function main(): Promise<void> {
   const health = startHealth(dataplane, { intervalS: config.healthIntervalS, log: log.child({ component: 'health' }), startedAt: Date.now() - Math.round(process.uptime() * 1000), tunnelLinks });
   let agent: RunningAgent;
   try {
-    agent = await startAgent(config, { dataplane, log, status: health.status, traffic: (ids, since) => health.traffic.answer(ids, since), tunnelLinks });
+    agent = await startAgent(config, { dataplane, log, status: health.status, traffic: (ids, since) => health.traffic.answer(ids, since), events: health.events, tunnelLinks });
   } catch (e) {
     await health.stop();
     await dataplane.close();

@@ -38,14 +38,15 @@ export const EXIT_UNSUPPORTED_COMMAND = 127;
 export const SSH_USER = 'tunnelgate';
 
 /** Every op of every version. */
-const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status', 'traffic'] as const;
+const OPS = ['apply', 'remove', 'reconcile', 'probe', 'status', 'events', 'traffic'] as const;
 export type Op = (typeof OPS)[number];
 
 /**
- * The ops each version has (docs/CONTRACTS.md "Edge jobs", "Version 2"): `status` came with version 2, so a
- * signed v 1 job naming it is `unsupported_command`, as any op unknown to that version. `traffic` joined
- * versions 2 and 3 later: the gateway sends it only to an agent whose hello lists FEATURE_TRAFFIC_LIVE (an
- * older agent of those versions answers it unsupported_command).
+ * The ops each version has (docs/CONTRACTS.md "Edge jobs", "Version 2"): `status` and `events` came with version 2,
+ * so a signed v 1 job naming either is `unsupported_command`, as any op unknown to that version. (`events` is
+ * sent only to agents whose hello lists the feature `events`: a version 2 agent from before it refuses it.)
+ * `traffic` joined versions 2 and 3 later: the gateway sends it only to an agent whose hello lists
+ * FEATURE_TRAFFIC_LIVE (an older agent of those versions answers it unsupported_command).
  */
 export const OPS_BY_VERSION: Readonly<Record<JobVersion, readonly Op[]>> = {
   1: ['apply', 'remove', 'reconcile', 'probe'],
@@ -82,6 +83,11 @@ export interface JobBodies {
   status: Record<string, never>;
   /** Versions 2 and 3, feature `traffic_live`: the per-second points of `ids` (common/traffic-live.ts). */
   traffic: TrafficBody;
+  /**
+   * Version 2, agents whose hello lists FEATURE_EVENTS (common/edge-events.ts): no body; the answer is not one
+   * result line but event lines for as long as the channel stays open (docs/CONTRACTS.md "Events stream").
+   */
+  events: Record<string, never>;
 }
 
 export interface StandardClaims {
@@ -145,7 +151,7 @@ export type ResultLine =
 // A tunnel object is checked by the tunnel spec's one validator (common/tunnel-spec.ts).
 
 const STANDARD_KEYS = ['iss', 'aud', 'jti', 'iat', 'exp', 'v', 'op'];
-const BODY_KEY: Record<Exclude<Op, 'traffic'>, 'tunnel' | 'tunnels' | undefined> = { apply: 'tunnel', remove: 'tunnel', reconcile: 'tunnels', probe: 'tunnel', status: undefined };
+const BODY_KEY: Record<Exclude<Op, 'traffic'>, 'tunnel' | 'tunnels' | undefined> = { apply: 'tunnel', remove: 'tunnel', reconcile: 'tunnels', probe: 'tunnel', status: undefined, events: undefined };
 const TRAFFIC_KEYS = ['ids', 'since'];
 
 export function isOp(v: unknown): v is Op {
@@ -187,13 +193,13 @@ export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion
 /** The protected_ip values a job names (each must lie in AGENT_PROTECTED_POOLS when that is set). */
 export function protectedIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.protected_ip);
-  if (claims.op === 'status' || claims.op === 'traffic') return [];
+  if (claims.op === 'status' || claims.op === 'events' || claims.op === 'traffic') return [];
   return [claims.tunnel.protected_ip];
 }
 
 /** The edge_ip values a job names (each must be this router's). */
 export function edgeIpsOf(claims: JobClaims): string[] {
   if (claims.op === 'reconcile') return claims.tunnels.map((t) => t.edge_ip);
-  if (claims.op === 'status' || claims.op === 'traffic') return [];
+  if (claims.op === 'status' || claims.op === 'events' || claims.op === 'traffic') return [];
   return claims.tunnel.edge_ip === undefined ? [] : [claims.tunnel.edge_ip];
 }

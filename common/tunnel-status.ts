@@ -10,7 +10,7 @@ import { DROP_REASONS, type DropReason } from './drop-reasons.ts';
 /** Why the edge dropped a packet of a tunnel: re-exported, as every reader of a status answer needs them. */
 export { DROP_REASONS, type DropReason };
 
-const HEALTHS = ['up', 'down', 'unknown'] as const;
+export const HEALTHS = ['up', 'down', 'unknown'] as const;
 export type Health = (typeof HEALTHS)[number];
 
 /** Monotonic for the life of the tunnel on that agent; `in` is toward the origin. */

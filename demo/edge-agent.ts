@@ -40,7 +40,7 @@ export interface StandinAgentOptions {
 async function serve(config: AgentConfig, log: Logger, jobs: Dataplane, health: RunningHealth | undefined, close: () => Promise<void>, tunnelLinks?: TunnelLinksState): Promise<DemoAgent> {
   let agent: RunningAgent;
   try {
-    agent = await startAgent(config, { dataplane: jobs, log, ...(tunnelLinks ? { tunnelLinks } : {}), ...(health ? { status: health.status, traffic: (ids, since) => health.traffic.answer(ids, since) } : {}) });
+    agent = await startAgent(config, { dataplane: jobs, log, ...(tunnelLinks ? { tunnelLinks } : {}), ...(health ? { status: health.status, traffic: (ids, since) => health.traffic.answer(ids, since), events: health.events } : {}) });
   } catch (e) {
     await health?.stop();
     await close();

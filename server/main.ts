@@ -56,6 +56,8 @@ async function main(): Promise<void> {
   log.info('provisioning ready', { worker: config.edgeWorker, job_key: loaded.secrets.jobSigningKey.kid });
   // Health and traffic (server/health/): the status collector runs where the edge worker runs.
   if (config.edgeWorker) services.health.startCollector(log.child({ component: 'health' }), { intervalSeconds: config.edgeStatusSeconds });
+  // Beside it, each node's events stream (server/events/): attacks and health changes as the agent decides them.
+  if (config.edgeWorker) services.health.startEvents(log.child({ component: 'events' }));
   // Webhook deliveries (server/webhooks/delivery.ts): WEBHOOK_WORKER, by default wherever the edge worker runs.
   if (config.webhookWorker) services.webhooks.startDelivery(log.child({ component: 'webhooks' }));
   // On the embedded database the admin CLI cannot open the cluster this process holds; it sends its
@@ -102,6 +104,7 @@ async function main(): Promise<void> {
     admin?.close();
     await gateway.stop();
     await services.webhooks.stopDelivery();
+    await services.health.stopEvents();
     await services.health.stopCollector();
     await services.provisioning.stop();
     await db.close();

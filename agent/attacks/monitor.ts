@@ -1,7 +1,7 @@
 // Attack detection wired to the agent's counters (docs/CONTRACTS.md "Attacks"): once a second, one read of the
 // table's named counters (the same dump `status` makes: DataplaneHandle.counters), each tunnel of the desired
 // state fed to the detector (detector.ts) with its `policy.alert_pps`, changed records into the journal
-// (journal.ts), starts and ends logged and handed to `onEvent` (the future push stream's hook). The reading is
+// (journal.ts), starts and ends logged and handed to `onEvent` (the events stream, agent/events/hub.ts, on the tick that decides them). The reading is
 // the caller's (a function); the time comes from an injected clock, and the timer only calls tick(): tests call
 // tick() themselves.
 //

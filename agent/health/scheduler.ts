@@ -76,6 +76,8 @@ export interface HealthOptions {
   log?: (event: string, fields?: Record<string, unknown>) => void;
   /** Every check as it ended (the agent logs it at debug): the account of the check rounds that tests count. */
   onCheck?: (c: CheckRecord) => void;
+  /** A check that changed a tunnel's health, on that check (the events stream, agent/events/hub.ts); `at` in ms. */
+  onChange?: (tunnelId: string, health: Health, at: number) => void;
 }
 
 interface Entry {
@@ -272,7 +274,10 @@ export class HealthScheduler {
       return;
     }
     e.state = nextHealth(e.state, ok, at, rtt);
-    if (e.state.health !== before) this.o.log?.('tunnel health changed', { tunnel_id: e.id, from: before, to: e.state.health });
+    if (e.state.health !== before) {
+      this.o.log?.('tunnel health changed', { tunnel_id: e.id, from: before, to: e.state.health });
+      this.o.onChange?.(e.id, e.state.health, at);
+    }
     this.o.onCheck?.({ tunnel_id: e.id, slot: slotAt, ok, by, health: e.state.health, failures: e.state.failures });
     // The next slot: one interval after this one (not after the check ended), so checks do not drift.
     e.due += this.o.intervalMs;

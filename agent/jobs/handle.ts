@@ -12,6 +12,22 @@ import type { TrafficResult } from '../../common/traffic-live.ts';
 import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
 import { InvalidTunnel } from '../dataplane/validate.ts';
 
+/**
+ * A verified `events` job (docs/CONTRACTS.md "Events stream"): no result line; the SSH server keeps the channel
+ * open and writes the hub's lines to it (agent/events/hub.ts) until it closes.
+ */
+export interface EventsStream {
+  kind: 'events';
+  jti: string;
+  /** Starts writing lines with `write`; the returned function stops it (the channel closed). */
+  subscribe(write: (line: string) => boolean): () => void;
+}
+
+/** Where the `events` op's lines come from (agent/events/hub.ts EventHub fits). */
+export interface EventSource {
+  subscribe(write: (line: string) => boolean): () => void;
+}
+
 /** The slice of a structured logger this module needs (common/log.ts's Logger fits). */
 export interface JobLog {
   info(msg: string, fields?: Record<string, unknown>): void;
@@ -64,6 +80,8 @@ export class JobHandler {
     private readonly status?: () => Promise<StatusResult>,
     /** The traffic op's answer (agent/traffic/ring.ts answer); without it the agent answers traffic with kernel_error. */
     private readonly traffic?: (ids: readonly string[], sinceS?: number) => TrafficResult,
+    /** The `events` op's lines; an agent built without one answers events with kernel_error. */
+    private readonly events?: EventSource,
   ) {}
 
   /** A refusal decided outside the verifier (the SSH layer: another command, oversize input); logged here. */
@@ -74,6 +92,17 @@ export class JobHandler {
 
   /** Verifies and runs one job; never throws. `fields` (e.g. the peer address) go into the log lines. */
   async handle(input: string | Uint8Array, fields: Record<string, unknown> = {}): Promise<ResultLine> {
+    const r = await this.handleExec(input, fields);
+    if (!('kind' in r)) return r;
+    // Only the SSH server, which has a channel to keep open, can take a stream.
+    return { ok: false, jti: r.jti, error: 'kernel_error', error_description: 'op events is a stream: it runs only on an SSH channel' };
+  }
+
+  /**
+   * As handle(), for the SSH server: a verified `events` job comes back as its stream (no result line), any other
+   * job as its result line. The verification is the same for every op: audience, expiry and replay included.
+   */
+  async handleExec(input: string | Uint8Array, fields: Record<string, unknown> = {}): Promise<ResultLine | EventsStream> {
     this.inFlight++;
     try {
       let outcome;
@@ -86,6 +115,13 @@ export class JobHandler {
       }
       if (!outcome.ok) return this.refuse(outcome.error, outcome.error_description, fields, outcome.jti);
       const job = outcome.job;
+      if (job.op === 'events') {
+        const source = this.events;
+        if (!source) return { ok: false, jti: job.jti, error: 'kernel_error', error_description: 'this agent has no events stream (it was started without health checks)' };
+        // Logged once here, and once by the SSH server when the channel closes: a stream lasts hours.
+        this.log.info('events stream opened', { ...fields, jti: job.jti, op: job.op, v: job.v });
+        return { kind: 'events', jti: job.jti, subscribe: (write) => source.subscribe(write) };
+      }
       // Changing jobs run one at a time in the dataplane's own queue (housekeeping/serial-queue.ts).
       return await this.run(job, fields);
     } finally {
@@ -98,10 +134,10 @@ export class JobHandler {
     return this.inFlight === 0 ? Promise.resolve() : new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
-  private async run(job: VerifiedJob, fields: Record<string, unknown>): Promise<ResultLine> {
+  private async run(job: Exclude<VerifiedJob, { op: 'events' }>, fields: Record<string, unknown>): Promise<ResultLine> {
     const { jti, op, v } = job;
     const started = performance.now();
-    const tunnelId = op === 'reconcile' || op === 'status' || op === 'traffic' ? undefined : job.tunnel.id;
+    const tunnelId = job.op === 'reconcile' || job.op === 'status' || job.op === 'traffic' ? undefined : job.tunnel.id;
     // `v`: which job version the gateway sent (a rolling upgrade is visible in the agent's log).
     const logFields = { ...fields, jti, op, v, ...(tunnelId ? { tunnel_id: tunnelId } : { tunnels: job.op === 'reconcile' ? job.tunnels.length : job.op === 'traffic' ? job.ids.length : 0 }) };
     try {

@@ -209,6 +209,6 @@ export async function verifyJob(input: string | Uint8Array, ctx: VerifyContext):
   const job = { ...(claims as unknown as JobClaims), jti, kid: header.kid } as VerifiedJob;
   if (job.op === 'reconcile') job.tunnels = job.tunnels.map((t) => ({ ...t, id: t.id.toLowerCase() }));
   else if (job.op === 'traffic') job.ids = job.ids.map((id) => id.toLowerCase());
-  else if (job.op !== 'status') job.tunnel = { ...job.tunnel, id: job.tunnel.id.toLowerCase() };
+  else if (job.op !== 'status' && job.op !== 'events') job.tunnel = { ...job.tunnel, id: job.tunnel.id.toLowerCase() };
   return { ok: true, job };
 }

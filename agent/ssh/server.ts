@@ -1,7 +1,8 @@
 // The agent's SSH endpoint (docs/CONTRACTS.md "Transport"): ssh2 Server on AGENT_LISTEN with the agent's
 // host key. Only user `tunnelgate` with the gateway's public key gets in; only session channels, and in
 // them only exec. `tunnel-agent job` reads one JWS from stdin and answers one JSON line on stdout with
-// exit status 0 (ok) or 1 (refused or failed); `tunnel-agent hello` reads nothing and answers the job
+// exit status 0 (ok) or 1 (refused or failed), except a verified `events` job, whose channel stays open and carries
+// event lines until it closes (runEvents; docs/CONTRACTS.md "Events stream"); `tunnel-agent hello` reads nothing and answers the job
 // versions this agent accepts and its own version (docs/CONTRACTS.md "Edge jobs", "Versions"), exit 0;
 // any other command gets exit status 127 and an `unsupported_command` line. Shells, subsystems, ptys,
 // env, X11, agent and port forwarding are refused.
@@ -26,14 +27,16 @@ import {
   type ResultLine,
 } from '../../common/job-contract.ts';
 import { FEATURE_TRAFFIC_LIVE } from '../../common/traffic-live.ts';
-import { exitCodeFor, type JobLog } from '../jobs/handle.ts';
+import { exitCodeFor, type EventsStream, type JobLog } from '../jobs/handle.ts';
+import { FEATURE_EVENTS } from '../../common/edge-events.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import type { AuthorizedKey, HostKey } from './keys.ts';
 import { Admission, type Ticket } from './admission.ts';
 
 /** What the server needs from the job handler (agent/jobs/handle.ts's JobHandler). */
 export interface JobSink {
-  handle(input: Uint8Array, fields?: Record<string, unknown>): Promise<ResultLine>;
+  /** One job's result line, or the `events` op's stream (docs/CONTRACTS.md "Events stream"). */
+  handleExec(input: Uint8Array, fields?: Record<string, unknown>): Promise<ResultLine | EventsStream>;
   refuse(error: JobErrorCode, description: string, fields?: Record<string, unknown>): ResultLine;
   idle(): Promise<void>;
 }
@@ -64,7 +67,12 @@ export interface AgentSshServerOptions {
   agentVersion?: string;
   /** Whether it can make its tunnels' links, as last found (dataplane/link-support.ts), for `hello`; undefined: not said. */
   tunnelLinks?: () => TunnelLinks | undefined;
+  /** Whether `hello` lists the feature `events` (the agent has an event hub: health checks are on). */
+  events?: boolean;
 }
+
+/** Unsent bytes an events channel may hold before it is closed as too far behind (the gateway reopens it). */
+const MAX_EVENTS_BACKLOG = 1024 * 1024;
 
 const DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000;
 const DEFAULT_MAX_UNAUTHENTICATED_PER_SOURCE = 4;
@@ -76,7 +84,7 @@ function sameKey(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks'>;
+type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events'>;
 
 /** Whether an agent accepting `versions` answers `hello`: one that speaks only version 1 predates it. */
 function answersHello(versions: readonly JobVersion[]): boolean {
@@ -239,6 +247,33 @@ export class AgentSshServer {
     });
   }
 
+  /**
+   * A verified `events` job: the channel stays open and carries the hub's lines (agent/events/hub.ts) until the
+   * gateway closes it or the connection goes; a channel too far behind is closed (the gateway reopens it, and the
+   * `status` pull carries what it missed). No exit status: the stream has no outcome.
+   */
+  private runEvents(stream: ServerChannel, s: EventsStream, fields: { peer: string }, markFinished: () => void): void {
+    markFinished();
+    if (stream.destroyed || stream.writableEnded) return;
+    const opened = performance.now();
+    let stop: (() => void) | undefined;
+    const write = (line: string): boolean => {
+      if (stream.destroyed || stream.writableEnded) return false;
+      if (stream.writableLength > MAX_EVENTS_BACKLOG) {
+        this.opts.log.warn('events stream closed: the gateway does not read it', { ...fields, jti: s.jti, backlog: stream.writableLength });
+        stream.destroy();
+        return false;
+      }
+      stream.write(line);
+      return true;
+    };
+    stream.once('close', () => {
+      stop?.();
+      this.opts.log.info('events stream closed', { ...fields, jti: s.jti, s: Math.round((performance.now() - opened) / 1000) });
+    });
+    stop = s.subscribe(write);
+  }
+
   private onExec(stream: ServerChannel, command: string, fields: { peer: string }): void {
     const { jobs, inputTimeoutMs } = this.opts;
     let finished = false;
@@ -254,7 +289,7 @@ export class AgentSshServer {
     let timer: NodeJS.Timeout | undefined;
     if (command === HELLO_COMMAND && answersHello(this.opts.versions)) {
       // No stdin is read: whatever the client sends (or whether it ever closes it) does not matter.
-      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: [FEATURE_ATTACKS, FEATURE_TRAFFIC_LIVE] };
+      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: this.opts.events ? [FEATURE_ATTACKS, FEATURE_TRAFFIC_LIVE, FEATURE_EVENTS] : [FEATURE_ATTACKS, FEATURE_TRAFFIC_LIVE] };
       // Additive (docs/CONTRACTS.md "Tunnel links"): a gateway from before it ignores the key.
       const links = this.opts.tunnelLinks?.();
       if (links) hello.tunnel_links = links;
@@ -269,6 +304,7 @@ export class AgentSshServer {
     }
     const chunks: Buffer[] = [];
     let size = 0;
+
     timer = setTimeout(() => {
       finish(jobs.refuse('malformed', `no end of input within ${inputTimeoutMs} ms`, fields), 1);
     }, inputTimeoutMs);
@@ -285,8 +321,8 @@ export class AgentSshServer {
     stream.on('end', () => {
       if (finished) return;
       clearTimeout(timer);
-      jobs.handle(Buffer.concat(chunks), fields).then(
-        (line) => finish(line, exitCodeFor(line)),
+      jobs.handleExec(Buffer.concat(chunks), fields).then(
+        (line) => ('kind' in line ? this.runEvents(stream, line, fields, () => (finished = true)) : finish(line, exitCodeFor(line))),
         (err: unknown) => finish(jobs.refuse('kernel_error', `internal error: ${(err as Error)?.message ?? String(err)}`, fields), 1),
       );
     });

@@ -46,8 +46,22 @@ export class AttackIngest {
     if (records === undefined) return { changes: [], ignored: 0 };
     const { stored, ignored } = await upsertAttacks(sql, nodeId, records, at);
     const closed = records.length < MAX_REPORTED_ATTACKS ? await closeUnlisted(sql, nodeId, records.map((r) => r.id)) : [];
+    return { changes: await this.changesOf(sql, [...stored, ...closed]), ignored };
+  }
+
+  /**
+   * In the caller's transaction: one record pushed on the events stream (docs/CONTRACTS.md "Events stream"), stored
+   * by its id exactly as a round stores it, so a start seen by the push and later by the pull (or by two
+   * replicas' streams) is one row and one webhook. Closes nothing: one record says nothing of the others.
+   */
+  async recordEvent(sql: Pick<Sql, 'query'>, nodeId: string, record: AttackRecord, at: Date): Promise<AttackRound> {
+    const { stored, ignored } = await upsertAttacks(sql, nodeId, [record], at);
+    return { changes: await this.changesOf(sql, stored), ignored };
+  }
+
+  private async changesOf(sql: Pick<Sql, 'query'>, stored: readonly StoredAttack[]): Promise<AttackChange[]> {
     const changes: AttackChange[] = [];
-    for (const s of [...stored, ...closed]) {
+    for (const s of stored) {
       if (s.inserted) changes.push({ kind: 'started', attack: s.record, status: s.status });
       if (s.endedNow) changes.push({ kind: 'ended', attack: s.record, status: s.status });
     }
@@ -55,7 +69,7 @@ export class AttackIngest {
       if (c.kind === 'started') await this.events.attackStarted(sql, c.attack.tunnel_id, c.attack);
       else await this.events.attackEnded(sql, c.attack.tunnel_id, c.attack);
     }
-    return { changes, ignored };
+    return changes;
   }
 
   /** After the commit: the bus notice (subscriptions) and the metrics of each change. */

@@ -17,6 +17,7 @@ import ssh2 from 'ssh2';
 import { HELLO_COMMAND, JOB_COMMAND, JOB_VERSIONS, SSH_USER, isJobVersion, type JobVersion, type ResultLine } from '../../common/job-contract.ts';
 import { sshFingerprint } from '../../common/openssh.ts';
 import { EdgeSshError, MAX_OUTPUT, parseHelloAnswer, parseResultLine, type AgentHello } from './result-line.ts';
+import { openLineChannel, type LineChannel, type LineChannelOptions } from './line-channel.ts';
 
 export type { AgentHello } from './result-line.ts';
 
@@ -47,6 +48,8 @@ export interface EdgeSession {
   readonly version: JobVersion;
   /** Runs one job signed for this session, on this connection only (connect_failed when it is gone). */
   run(jws: string, timeoutMs: number): Promise<ResultLine>;
+  /** Opens a job signed for this session that answers lines (the `events` op), on this connection only. */
+  stream(jws: string, o: LineChannelOptions): Promise<LineChannel>;
 }
 
 /** The newest job version both ends speak, or undefined when the agent listed none the gateway knows. */
@@ -104,6 +107,10 @@ export class EdgeConnections {
         if (this.entries.get(node.id) !== entry) throw new EdgeSshError('connect_failed', `the connection to ${node.host}:${node.port} this job was signed for is gone`);
         const out = await this.exec(entry, client, node, JOB_COMMAND, jws, ms);
         return parseResultLine(out.stdout, out.exitCode);
+      },
+      stream: async (jws, o) => {
+        if (this.entries.get(node.id) !== entry) throw new EdgeSshError('connect_failed', `the connection to ${node.host}:${node.port} this job was signed for is gone`);
+        return openLineChannel(client, JOB_COMMAND, jws, o);
       },
     };
     return session;

@@ -8,6 +8,7 @@ import { createPrivateKey, randomUUID, type KeyObject } from 'node:crypto';
 import { CompactSign, type CryptoKey, type JWK } from 'jose';
 import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION_1, JOB_VERSIONS, MAX_LIFETIME_S, checkBody, isJobVersion, isOp, type JobBodies, type JobClaims, type JobVersion, type Op } from '../../common/job-contract.ts';
 import { isUuid } from '../../common/names.ts';
+import { EVENTS_OP } from '../../common/edge-events.ts';
 
 export type { JobBodies, JobClaims, Op, ResultLine } from '../../common/job-contract.ts';
 
@@ -53,9 +54,22 @@ export const STATUS_OP = 'status';
 
 /** One signed `status` job for an agent whose hello listed version 2 (JobSigningError for version 1). */
 export async function signStatusJob(privateKey: KeyLike | JWK, kid: string, nodeId: string, opts: SignJobOptions & { version: JobVersion }): Promise<string> {
-  if (opts.version < 2) throw new JobSigningError('op status needs job version 2; the agent must list 2 in its hello');
+  return signBodyless(STATUS_OP, privateKey, kid, nodeId, opts);
+}
+
+/**
+ * One signed `events` job (docs/CONTRACTS.md "Events stream"): no body, version 2 or later, for an agent whose
+ * hello listed the feature `events` (the caller checks that: server/events/streams.ts). Signed as any job, so the
+ * agent verifies its audience, expiry and jti like any other; the stream outlives the token, which only opens it.
+ */
+export async function signEventsJob(privateKey: KeyLike | JWK, kid: string, nodeId: string, opts: SignJobOptions & { version: JobVersion }): Promise<string> {
+  return signBodyless(EVENTS_OP, privateKey, kid, nodeId, opts);
+}
+
+async function signBodyless(op: typeof STATUS_OP | typeof EVENTS_OP, privateKey: KeyLike | JWK, kid: string, nodeId: string, opts: SignJobOptions & { version: JobVersion }): Promise<string> {
+  if (opts.version < 2) throw new JobSigningError(`op ${op} needs job version 2; the agent must list 2 in its hello`);
   const std = standardClaims(kid, nodeId, opts);
-  return new CompactSign(Buffer.from(JSON.stringify({ ...std, op: STATUS_OP }), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
+  return new CompactSign(Buffer.from(JSON.stringify({ ...std, op }), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
 }
 
 /** iss, aud, jti, iat, exp and v, checked: what every job carries besides its op and body. */

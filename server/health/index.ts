@@ -14,6 +14,8 @@ import type { EdgeNode } from '../edge/connections.ts';
 import { Collector, type RoundOutcome } from './collector.ts';
 import { StatusIngest } from './ingest.ts';
 import type { AttackIngest } from '../attacks/ingest.ts';
+import { EventStreams, type EventStreamsOptions } from '../events/streams.ts';
+import { applyEdgeEvent } from '../events/apply.ts';
 import { HOUR_MS, RETENTION_MS, STEPS, STEP_MS, TrafficStore, type Step, type TrafficPoint } from './storage.ts';
 import { HEALTH_CHANGE_RETENTION_MS, readHealthChanges, type HealthChange } from './history.ts';
 import { LiveTraffic, type LiveWatch } from '../traffic-live/poller.ts';
@@ -121,12 +123,13 @@ export class HealthService {
   readonly live: LiveTraffic;
   private collector: Collector | null = null;
   private locks: KeyedLocks | null = null;
+  private streams: EventStreams | null = null;
 
   constructor(
     private readonly db: Database,
     private readonly provisioning: ProvisioningService,
     /** The attack records of each status answer (server/attacks), stored in the round's transaction. */
-    attacks?: AttackIngest,
+    private readonly attacks?: AttackIngest,
     log?: Pick<Logger, 'warn' | 'info'>,
   ) {
     this.store = new TrafficStore(db);
@@ -187,13 +190,47 @@ export class HealthService {
       store: this.store,
       locks: this.locks,
       log,
-      nodes: async () => (await Promise.all((await contactableNodes(this.db)).map((id) => edgeNode(this.db, id)))).filter((n): n is EdgeNode => n !== null),
+      nodes: () => this.contactable(),
       status: (node) => this.provisioning.nodeStatus(node),
       intervalSeconds: opts.intervalSeconds,
       concurrency: opts.concurrency ?? 8,
     });
     this.collector.start();
     return this.collector;
+  }
+
+  /**
+   * Starts the nodes' `events` streams (server/events/streams.ts; docs/CONTRACTS.md "Events stream") where the
+   * edge worker runs, beside the collector: pushed attacks and health changes go through this service's ingest.
+   */
+  startEvents(log: Logger, opts: Pick<EventStreamsOptions, 'refreshMs' | 'backoffMs' | 'maxBackoffMs' | 'silenceMs'> = {}): EventStreams {
+    if (this.streams) throw new Error('the events streams already run in this process');
+    const attacks = this.attacks;
+    if (!attacks) throw new Error('the events streams need the attack ingest');
+    this.streams = new EventStreams({
+      ...opts,
+      log,
+      nodes: () => this.contactable(),
+      open: (node, o) => this.provisioning.openEvents(node, o),
+      apply: (nodeId, e) => applyEdgeEvent({ db: this.db, attacks, health: this.ingest }, nodeId, e),
+    });
+    this.streams.start();
+    return this.streams;
+  }
+
+  /** The running streams (tests, diagnostics); null when none run here. */
+  get events(): EventStreams | null {
+    return this.streams;
+  }
+
+  async stopEvents(): Promise<void> {
+    await this.streams?.stop();
+    this.streams = null;
+  }
+
+  /** The nodes the gateway may contact, with their addresses and pinned keys. */
+  private async contactable(): Promise<EdgeNode[]> {
+    return (await Promise.all((await contactableNodes(this.db)).map((id) => edgeNode(this.db, id)))).filter((n): n is EdgeNode => n !== null);
   }
 
   /** One round now (tests, the admin's curiosity); null when no collector runs here. */

@@ -242,6 +242,27 @@ export class StatusIngest {
     return { reported: out.reported, carried: out.carried, healthChanged: out.changed.map((c) => c.id), attacks: out.attacks };
   }
 
+  /**
+   * One health change pushed on node `nodeId`'s events stream (docs/CONTRACTS.md "Events stream"): as a round
+   * would write it (row, history at the agent's check time, `tunnel.health_changed`, then the bus), for a tunnel
+   * of that node on the edge whose health differs. The update's own condition makes it idempotent: the pull that
+   * later reports the same health, or another replica's stream, finds nothing to change. Returns whether it changed.
+   */
+  async pushHealth(nodeId: string, tunnelId: string, health: Health, checkedAt: Date): Promise<boolean> {
+    const changed = await this.db.transaction(async (sql) => {
+      const rows = await sql.query<{ id: string; status: TunnelStatus; previous: Health }>(
+        `update tunnel t set health = ? from tunnel o
+          where o.id = t.id and t.id = ?::uuid and t.node_id = ? and t.health <> ? and t.status in (${ON_EDGE.map(() => '?').join(', ')}) returning t.id, t.status, o.health as previous`,
+        [health, tunnelId.toLowerCase(), nodeId, health, ...ON_EDGE],
+      );
+      await recordHealthChanges(sql, rows.map((r) => ({ id: r.id, at: checkedAt, previous: r.previous, health })));
+      for (const r of rows) await this.events.healthChanged(sql, r.id);
+      return rows.map((r) => ({ id: r.id, status: r.status, health }));
+    });
+    await this.publish(changed);
+    return changed.length > 0;
+  }
+
   /** Node `nodeId` did not answer: each of its tunnels on the edge is 'unknown'. Returns those that changed. */
   async markUnknown(nodeId: string, at = new Date()): Promise<string[]> {
     const changed = await this.db.transaction(async (sql) => {

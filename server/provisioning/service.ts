@@ -22,6 +22,7 @@ import { Transitions } from './transitions.ts';
 import { AgentRefused, EdgeWorker, type JobObserver } from './worker.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 import type { TrafficBody, TrafficResult } from '../../common/traffic-live.ts';
+import type { LineChannel, LineChannelOptions } from '../edge/line-channel.ts';
 import type { StatusResult } from '../../common/tunnel-status.ts';
 import { BOSS_SCHEMA, EDGE_QUEUE } from './queue.ts';
 import { TunnelEvents } from '../webhooks/events.ts';
@@ -223,6 +224,15 @@ export class ProvisioningService {
   async nodeTraffic(node: EdgeNode, body: TrafficBody): Promise<TrafficResult> {
     if (!this.edge) throw new EdgeSshError('connect_failed', 'the edge side of this gateway is not started');
     return this.edge.worker.traffic(node, body);
+  }
+
+  /**
+   * Op `events` of one node (server/events/streams.ts): its open stream, or null when its agent does not take the
+   * op. Throws EdgeSshError when the node cannot be reached.
+   */
+  async openEvents(node: EdgeNode, o: LineChannelOptions): Promise<LineChannel | null> {
+    if (!this.edge) throw new EdgeSshError('connect_failed', 'the edge side of this gateway is not started');
+    return this.edge.worker.openEvents(node, o);
   }
 
   /** Edge jobs waiting to run (created or waiting for a retry), across replicas; null before the queue exists. */

@@ -26,8 +26,10 @@
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { JobBodies, Op, ResultLine } from '../edge/job-signing.ts';
-import { STATUS_OP, signJob, signStatusJob, signTrafficJob } from '../edge/job-signing.ts';
+import { STATUS_OP, signEventsJob, signJob, signStatusJob, signTrafficJob } from '../edge/job-signing.ts';
 import { FEATURE_TRAFFIC_LIVE, checkTrafficResult, type TrafficBody, type TrafficResult } from '../../common/traffic-live.ts';
+import type { LineChannel, LineChannelOptions } from '../edge/line-channel.ts';
+import { FEATURE_EVENTS } from '../../common/edge-events.ts';
 import { checkStatusResult, type StatusResult } from '../../common/tunnel-status.ts';
 import type { EdgeConnections, EdgeNode, EdgeSession } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
@@ -225,6 +227,18 @@ export class EdgeWorker {
       if (why) throw new EdgeSshError('protocol', `the traffic answer of node ${node.id} breaks the contract: ${why}`);
       return line.result as TrafficResult;
     });
+  }
+
+  /**
+   * Opens node `node`'s `events` stream (docs/CONTRACTS.md "Events stream") on its warm connection, or null when
+   * its agent does not take the op (its hello lists no `events`, or no version 2): that agent is only pulled, and
+   * is never sent the op. The stream's lines go to `o.onLine`; server/events/streams.ts keeps it open.
+   */
+  async openEvents(node: EdgeNode, o: LineChannelOptions): Promise<LineChannel | null> {
+    const session = await this.session(node);
+    if (session.version < 2 || !session.hello.features?.includes(FEATURE_EVENTS)) return null;
+    const { privateKey, kid } = this.o.signingKey;
+    return session.stream(await signEventsJob(privateKey, kid, node.id, { version: session.version }), o);
   }
 
   private async runUntimed<O extends Op>(node: EdgeNode, op: O, body: JobBodies[O]): Promise<ResultLine & { ok: true }> {

@@ -13,6 +13,8 @@ export interface Delivery {
   body: string;
   method: string;
   path: string;
+  /** Date.now() when its body had arrived (latency figures; never asserted on). */
+  receivedAt: number;
 }
 
 export type Answer = number | 'hold';
@@ -46,7 +48,7 @@ export class WebhookReceiver {
   }
 
   private answer(req: http.IncomingMessage, body: string, res: http.ServerResponse): void {
-    this.deliveries.push({ headers: req.headers, body, method: req.method ?? '', path: req.url ?? '' });
+    this.deliveries.push({ headers: req.headers, body, method: req.method ?? '', path: req.url ?? '', receivedAt: Date.now() });
     const next = this.scripts.get(req.url ?? '')?.shift() ?? 200;
     if (next === 'hold') {
       this.held.push(res);

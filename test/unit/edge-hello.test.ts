@@ -128,6 +128,7 @@ function workerOver() {
       nodeId: NODE.id,
       hello: { versions, agent, tunnelLinks: null },
       version,
+      stream: () => Promise.reject(new Error('this FAKE session opens no events stream')),
       run: async (jws: string): Promise<ResultLine> => {
         const claims = JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString('utf8')) as Record<string, unknown>;
         sent.push(claims);

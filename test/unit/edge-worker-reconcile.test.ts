@@ -24,6 +24,7 @@ function workerAnswering(answer: (op: string) => ResultLine) {
     nodeId: NODE.id,
     hello: { versions: [1, 2], agent: '0.1.0', tunnelLinks: null },
     version: 2,
+    stream: () => Promise.reject(new Error('this FAKE session opens no events stream')),
     run: async (jws: string) => {
       const op = JSON.parse(Buffer.from(jws.split('.')[1]!, 'base64url').toString('utf8')).op as string;
       sent.push(op);

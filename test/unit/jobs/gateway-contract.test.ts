@@ -6,6 +6,7 @@ import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { NODE, OTHER_NODE, T0, gateway, KID, tunnel, claims, token, resetVerifier, ctx, code, jobSchema, jobSchemaAjv } from './fixtures.ts';
 import { checkHello } from '../../../common/job-contract.ts';
 import { checkAttackRecord } from '../../../common/attacks.ts';
+import { checkEdgeEvent } from '../../../common/edge-events.ts';
 
 beforeEach(resetVerifier);
 
@@ -172,6 +173,12 @@ describe('schema/job.schema.json', () => {
       claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [t.id], since: '2026-11-29T02:00:00+01:00' }),
       claims({ v: 2, op: 'traffic', ids: [t.id] }),
       claims({ v: 2, op: 'traffic', tunnel: undefined, ids: [t.id], extra: 1 }),
+      // events (version 2, no body, a stream): the same rules as status.
+      claims({ v: 2, op: 'events', tunnel: undefined }),
+      claims({ v: 3, op: 'events', tunnel: undefined }),
+      claims({ v: 1, op: 'events', tunnel: undefined }),
+      claims({ v: 2, op: 'events' }),
+      claims({ v: 2, op: 'events', tunnel: undefined, after: 'x' }),
       ...(
         [
           ['ports', '*'],
@@ -316,5 +323,44 @@ describe('schema/job.schema.json', () => {
       { ...a, vector: { protocol: null, ports: null } },
     ];
     for (const c of corpus) expect(validateAttack(c), JSON.stringify(c)).toBe(checkAttackRecord(c) === undefined);
+  });
+
+  it('describes the events stream\'s lines as common/edge-events.ts checks them', () => {
+    const validateLine = ajv.getSchema(`${String(schema.$id)}#/$defs/eventLine`)!;
+    const a = {
+      id: '00000000-0000-4000-8000-000000000001',
+      tunnel_id: '7d3c4b0e-2f7a-4c8e-9a51-0b6f1f9b2c11',
+      started_at: '2026-11-25T12:00:00.000Z',
+      ended_at: null,
+      peak_pps: 120_000,
+      peak_bps: 96_000_000,
+      vector: { protocol: null, ports: null, top_drop_reason: null },
+      packets_dropped: 0,
+      packets_passed: 5,
+    };
+    const ended = { ...a, ended_at: '2026-11-25T12:01:00.000Z' };
+    const h = { type: 'health_changed', tunnel_id: a.tunnel_id, health: 'down', checked_at: '2026-11-25T12:00:01Z' };
+    const corpus: unknown[] = [
+      { type: 'attack_started', attack: a },
+      { type: 'attack_ended', attack: ended },
+      { type: 'attack_started', attack: ended },
+      { type: 'attack_ended', attack: a },
+      { type: 'attack_started', attack: { ...a, id: 'x' } },
+      { type: 'attack_started' },
+      h,
+      { ...h, extra: 1 },
+      { ...h, health: 'sick' },
+      { ...h, tunnel_id: 'x' },
+      { ...h, checked_at: 'yesterday' },
+      { ...h, checked_at: undefined },
+      { type: 'keepalive', at: '2026-11-25T12:00:01.5+02:00' },
+      { type: 'keepalive' },
+      { type: 'keepalive', at: 5 },
+      { type: 'reboot' },
+      {},
+      [],
+      'keepalive',
+    ];
+    for (const c of corpus) expect(validateLine(c), JSON.stringify(c)).toBe(checkEdgeEvent(c) === undefined);
   });
 });
