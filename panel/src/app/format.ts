@@ -1,6 +1,7 @@
 // Money, amounts and rates as the user reads them. The API's amounts are exact decimals; the panel only shows them.
 import { formatNumber, t } from '../i18n/index.ts';
 import type { MessageKey } from '../i18n/en.ts';
+import { inDecimalUnits } from './decimal-units.ts';
 
 export const usd = (amount: number) => t('money.usd', { amount: formatNumber(amount, 2) });
 export const rub = (amount: number) => t('money.rub', { amount: formatNumber(amount, 2) });
@@ -10,16 +11,7 @@ export const rub = (amount: number) => t('money.rub', { amount: formatNumber(amo
  * none above; `unitsKey` names the units, smallest first, comma-separated, in the reader's language.
  */
 function scaled(n: number, unitsKey: MessageKey): string {
-  const units = t(unitsKey).split(',');
-  let value = Math.abs(n);
-  let unit = 0;
-  while (value >= 999.5 && unit < units.length - 1) {
-    value /= 1000;
-    unit++;
-  }
-  // Under 999.5 the value never rounds up to "1000" of a unit; under 9.95 never to "10.0".
-  const digits = unit === 0 || value >= 9.95 ? 0 : 1;
-  return `${n < 0 ? '-' : ''}${formatNumber(value, digits)}\u00a0${units[unit]}`;
+  return inDecimalUnits(n, formatNumber, t(unitsKey).split(','));
 }
 
 /** Packets per second: 950 pps, 1.2 kpps, 35 Mpps. */

@@ -5,6 +5,7 @@
 // The API's rules (docs/CONTRACTS.md "Health and traffic"): one point per step from `from` rounded down
 // to the step up to `to` (excluded), zeros where nothing moved; 1-minute points are kept 48 hours and
 // 1-hour points 90 days; at most 10,000 points per answer; `to` at most now plus one step.
+import { inDecimalUnits } from '../../../app/decimal-units.ts';
 
 export type Step = '1m' | '1h';
 export type RangeKey = '1h' | '48h' | '7d' | '90d';
@@ -170,17 +171,7 @@ export type NumberFormat = (n: number, digits?: number) => string;
  * speeds are counted in decimal units), with one decimal under 10 and none above. `units` names B, KB,
  * MB, GB, TB, PB in the reader's language.
  */
-export function formatBytes(n: number, format: NumberFormat, units: readonly string[]): string {
-  let value = Math.abs(n);
-  let unit = 0;
-  while (value >= 999.5 && unit < units.length - 1) {
-    value /= 1000;
-    unit++;
-  }
-  // Under 999.5 the value never rounds up to "1000" of a unit; under 9.95 never to "10.0".
-  const digits = unit === 0 || value >= 9.95 ? 0 : 1;
-  return `${n < 0 ? '-' : ''}${format(value, digits)}\u00a0${units[unit]}`;
-}
+export const formatBytes = (n: number, format: NumberFormat, units: readonly string[]): string => inDecimalUnits(n, format, units);
 
 /** Packets as a whole number in the reader's language (grouped: 1,234,567 or 1 234 567). */
 export function formatPackets(n: number, format: NumberFormat): string {
