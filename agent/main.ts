@@ -193,6 +193,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     versions: config.jobVersions,
     agentVersion: agentVersion(),
     events: opts.events !== undefined,
+    trafficLive: opts.traffic !== undefined,
     ...(opts.tunnelLinks ? { tunnelLinks: () => opts.tunnelLinks!.current() } : {}),
     ...(opts.inputTimeoutMs !== undefined ? { inputTimeoutMs: opts.inputTimeoutMs } : {}),
     ...(opts.handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs: opts.handshakeTimeoutMs } : {}),

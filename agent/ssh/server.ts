@@ -69,6 +69,8 @@ export interface AgentSshServerOptions {
   tunnelLinks?: () => TunnelLinks | undefined;
   /** Whether `hello` lists the feature `events` (the agent has an event hub: health checks are on). */
   events?: boolean;
+  /** Whether `hello` lists the feature `traffic_live` (the agent keeps per-second traffic: health checks are on). */
+  trafficLive?: boolean;
 }
 
 /** Unsent bytes an events channel may hold before it is closed as too far behind (the gateway reopens it). */
@@ -84,7 +86,7 @@ function sameKey(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events'>;
+type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events' | 'trafficLive'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events' | 'trafficLive'>;
 
 /** Whether an agent accepting `versions` answers `hello`: one that speaks only version 1 predates it. */
 function answersHello(versions: readonly JobVersion[]): boolean {
@@ -289,7 +291,7 @@ export class AgentSshServer {
     let timer: NodeJS.Timeout | undefined;
     if (command === HELLO_COMMAND && answersHello(this.opts.versions)) {
       // No stdin is read: whatever the client sends (or whether it ever closes it) does not matter.
-      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: this.opts.events ? [FEATURE_ATTACKS, FEATURE_TRAFFIC_LIVE, FEATURE_EVENTS] : [FEATURE_ATTACKS, FEATURE_TRAFFIC_LIVE] };
+      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: [FEATURE_ATTACKS, ...(this.opts.trafficLive ? [FEATURE_TRAFFIC_LIVE] : []), ...(this.opts.events ? [FEATURE_EVENTS] : [])] };
       // Additive (docs/CONTRACTS.md "Tunnel links"): a gateway from before it ignores the key.
       const links = this.opts.tunnelLinks?.();
       if (links) hello.tunnel_links = links;
