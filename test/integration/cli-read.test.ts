@@ -121,7 +121,7 @@ describe('read and queue commands against PostgreSQL', () => {
         [id, node],
       );
       await t.raw.query(
-        // Each with its own GRE key, as every tunnel bought since issue 16: live tunnels of one node and
+        // Each with its own GRE key, as every tunnel bought since GRE keys came: live tunnels of one node and
         // origin may not share one (nor both have none).
         `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub, created_at, updated_at)
          values ($1, $2, $3, $4, $5, '8.8.4.4', $6, $7, $8, $9, '1.11', '100.00', now() - make_interval(secs => $10), now())`,

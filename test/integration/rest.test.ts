@@ -134,7 +134,7 @@ describe('POST /api/dedicated', () => {
     } finally {
       await other.close();
     }
-    // Revocation takes effect at once (issue 14): the very next request with the key is refused, whatever
+    // Revocation takes effect at once: the very next request with the key is refused, whatever
     // the cache held and however the notice travels. No polling: a loop would only measure how fast it arrives.
     const next = await call(gw.url, 'GET', '/api/dedicated', { token: u.readKey });
     expect(next.status).toBe(401);

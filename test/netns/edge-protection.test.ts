@@ -1,4 +1,4 @@
-// Issue 10 item 5, the host half: the edge's isolation and per-tunnel policy proven on this kernel, with a
+// The host half of the policy's proof: the edge's isolation and per-tunnel policy proven on this kernel, with a
 // client, an attacker, the edge (the agent's dataplane in its namespace) and two origins, all namespaces made
 // here. This kernel has no GRE: the tunnel links are the dataplane's veth stand-in, the far end moved into the
 // origin (as in nat.test.ts); the GRE half runs in the VM. Floods are hping3 runs with a fixed packet count

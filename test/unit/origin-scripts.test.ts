@@ -115,7 +115,7 @@ describe('renderOriginScripts', () => {
     expect(origin).toContain('\nset -euo pipefail\n');
     expect(origin).toContain('POST /api/dedicated/$TUNNEL_ID/activate');
     expect(origin).toContain('Bind UDP services to $ORIGIN_INNER_IP, not 0.0.0.0');
-    // Issue 10 item 7: the served script's comments tell the buyer what each edge setting does, how to pick
+    // The served script's comments tell the buyer what each edge setting does, how to pick
     // the rate limit, and why UDP services bind to the inner address.
     const comments = origin.split('\n').filter((l) => l.startsWith('#')).join('\n');
     for (const setting of ['ports', 'protocol', 'protection.syn_proxy', 'protection.source_pps_limit', 'protection.drop_fragments']) expect(comments).toContain(`#   ${setting}`);
@@ -370,7 +370,7 @@ describe('systemd unit', () => {
     expect(r.status).toBe(0);
   });
 
-  // What --install writes (issue 11: a link flap drops the policy route; the timer's "up" puts it back).
+  // What --install writes (a link flap drops the policy route; the timer's "up" puts it back).
   // Printed by the script's own functions, sourced: these are the texts the buyer's host gets.
   const installed = () => {
     const path = scriptFile(renderOriginScripts(base).origin);
