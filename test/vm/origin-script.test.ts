@@ -1,4 +1,4 @@
-// The origin script against REAL GRE: what test/unit/origin-scripts.test.ts cannot check on a host kernel
+// The origin script against REAL GRE: what test/unit/origin-script-netns.test.ts cannot check on a host kernel
 // without ip_gre. A QEMU guest of this file's own (test/vm/vm.ts) wires the lab (test/vm/guest/start.sh);
 // the edge end of the tunnel is built by hand in its edge namespace, as the agent would build it, and the
 // script the gateway hands buyers runs in its origin namespace:
