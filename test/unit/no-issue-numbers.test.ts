@@ -11,7 +11,7 @@ import { ROOT, trackedFiles } from '../helpers/source-tree.ts';
 
 const TEXT = /\.(ts|tsx|mts|cts|js|mjs|cjs|md|yaml|yml|json|graphql|sh|css|html|txt|service|nft|c|example)$/;
 
-/** "issue 8", "Issues 10", "issue #12", "issue12": the word, then a number (an optional `#` between). */
+/** The word "issue" (or "issues", any case), then a number, with a space, a `#` or nothing between. */
 const MENTION = /\bissues?\s?#?\d+/i;
 
 /** Every line of `text` that mentions an issue number, as `path:line: text`. */
