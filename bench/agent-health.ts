@@ -1,4 +1,4 @@
-// Health checks and the status op at scale (issue 11): N tunnels (default 10,000) on the agent's production
+// Health checks and the status op at scale: N tunnels (default 10,000) on the agent's production
 // dataplane in a fresh namespace, each with an origin that answers (the veth stand-in's far end moved into an
 // origin namespace, with the origin's policy route `from <origin inner> lookup <table>`, as the origin script
 // sets up), then the agent's health scheduler (agent/main.ts startHealth, real timer, real probe) runs for
@@ -37,7 +37,7 @@ const SILENT = process.env.TG_BENCH_ORIGINS === 'silent';
  * origin's policy route is an `ip rule`, and the kernel walks a namespace's rules in order, twice per probe
  * (the echo's source check and the reply's route). A veth delivers inside the sender's system call, so that
  * walk is billed to the agent: with all 10,000 origins in one namespace it was ~45% of the agent's CPU (perf,
- * fib_rules_lookup; issue 11), a cost that grows with the origins sharing a namespace, where a real origin has
+ * fib_rules_lookup, measured here), a cost that grows with the origins sharing a namespace, where a real origin has
  * its one rule on its own host. At 500 a namespace the walk is a twentieth of that.
  */
 const ORIGINS_PER_NS = Math.max(1, Number(process.env.TG_BENCH_ORIGINS_PER_NS ?? 500));

@@ -27,7 +27,7 @@ const SAMPLE_JOBS = Number(process.env.TG_BENCH_JOBS ?? 50);
  */
 const SKIP_REMOVE = process.env.TG_BENCH_SKIP_REMOVE === '1';
 /**
- * Every tunnel carries bench/lib/tunnels.ts's policy, on both sides (issue 10 item 6); TG_BENCH_POLICY=default
+ * Every tunnel carries bench/lib/tunnels.ts's policy, on both sides (the policy's cost is part of what is measured); TG_BENCH_POLICY=default
  * gives them the default one instead (everything allowed, no proxy, no limit: ~10 elements per tunnel, not ~81).
  */
 const POLICY = process.env.TG_BENCH_POLICY === 'default' ? undefined : BENCH_POLICY;
@@ -257,7 +257,7 @@ async function main(): Promise<void> {
       removeMs.push(a.ms);
       jobPeak = Math.max(jobPeak, a.peak);
     }
-    // The target is a p50 (issue 10 item 4); on this shared host a mean is dragged by the odd stall.
+    // The target is a p50; on this shared host a mean is dragged by the odd stall.
     const jobApply = quantiles(applyMs);
     const jobRemove = quantiles(removeMs);
     const afterJobs = await agent.call({ op: 'stats' });
@@ -308,8 +308,8 @@ async function main(): Promise<void> {
       peak_rss_before_removal: mb(peak),
     });
     console.log('');
-    console.log(`per tunnel apply      ours ${(ourApply / N).toFixed(3)} ms   cli ${(cliApply / N).toFixed(3)} ms   ratio ${(ourApply / cliApply).toFixed(2)}x (target <= 1.2x, issue 10 item 6)`);
-    console.log(`per tunnel remove     ours ${(ourRemove / N).toFixed(3)} ms   cli ${(cliRemove / N).toFixed(3)} ms   ratio ${(ourRemove / cliRemove).toFixed(2)}x (target <= 1.2x, issue 10 item 6)`);
+    console.log(`per tunnel apply      ours ${(ourApply / N).toFixed(3)} ms   cli ${(cliApply / N).toFixed(3)} ms   ratio ${(ourApply / cliApply).toFixed(2)}x (target <= 1.2x)`);
+    console.log(`per tunnel remove     ours ${(ourRemove / N).toFixed(3)} ms   cli ${(cliRemove / N).toFixed(3)} ms   ratio ${(ourRemove / cliRemove).toFixed(2)}x (target <= 1.2x)`);
     console.log(`nft rules             ${rules1} at 1 tunnel, ${rulesN} at ${N} (command line: ${String(out.cli_rules_at_n)})`);
     console.log(`reconcile ${N}        no change ${fmt(reconcileNoop)}, no change after another program's commit ${fmt(foreign.ms)}, 1% drift (${victims.length} repaired) ${fmt(reconcileDrift)} (target < 5 s; ${(reconcileDrift / cliRead).toFixed(2)}x the command line only reading it all back)`);
     const q = (x: Quantiles): string => `p50 ${x.p50} ms, p99 ${x.p99} ms, mean ${x.mean} ms`;
@@ -318,13 +318,13 @@ async function main(): Promise<void> {
     const stall = (x: number | undefined): string => (x === undefined ? 'not measured' : fmt(x));
     console.log(`event loop            longest stretch without a turn: ${stall(applied.stallMs)} in the apply, ${stall(same.stallMs)} in a no-change reconcile, ${stall(repaired.stallMs)} in the drift repair (SSH and probes wait that long)`);
     console.log(JSON.stringify(out));
-    // bench:all's rows (bench/lib/report.ts), with issue 12's targets.
+    // bench:all's rows (bench/lib/report.ts), with their targets.
     report({ scenario: `apply ${N} tunnels`, rate: ourApply, unit: 'ms', ceiling: 'ip -batch + nft -f', ceiling_rate: cliApply, ratio: ourApply / cliApply, target: '<= 1.0x', pass: ourApply <= cliApply });
     report({ scenario: `reconcile ${N} unchanged`, rate: reconcileNoop, unit: 'ms', ceiling: null, ratio: null, target: '< 500 ms', pass: reconcileNoop < 500 });
     report({ scenario: `reconcile ${N} unchanged, after another program's nft commit`, rate: foreign.ms, unit: 'ms', ceiling: null, ratio: null, target: '< 500 ms', pass: foreign.ms < 500 });
     // Reported against the command line's read of the same kernel state (`ip` + `nft list table`), which repairs nothing.
     report({ scenario: `reconcile ${N} with 1% drift`, rate: reconcileDrift, unit: 'ms', ceiling: 'ip link/addr + nft list table (read only)', ceiling_rate: cliRead, ratio: reconcileDrift / cliRead, target: null, pass: null });
-    // Issue 10 item 4's target holds for both kinds of job: a remove is reported on its own row, not hidden by the apply's.
+    // The per-job target holds for both kinds of job: a remove is reported on its own row, not hidden by the apply's.
     report({ scenario: `one-tunnel job p50 at ${N}`, rate: jobApply.p50, unit: 'ms', p99_ms: jobApply.p99, ceiling: null, ratio: null, target: '< 10 ms', pass: jobApply.p50 < 10 });
     report({ scenario: `one-tunnel remove p50 at ${N}`, rate: jobRemove.p50, unit: 'ms', p99_ms: jobRemove.p99, ceiling: null, ratio: null, target: '< 10 ms', pass: jobRemove.p50 < 10 });
     report({ scenario: `agent peak RSS at ${N}`, rate: peak / 1048576, unit: 'MB', ceiling: null, ratio: null, target: '< 150 MB', pass: peak < 150 * 1048576 });

@@ -1,4 +1,4 @@
-// `npm run bench:all`: every benchmark (issue 12 item 1), each as a child process, and ONE table of
+// `npm run bench:all`: every benchmark, each as a child process, and ONE table of
 // what they reported through bench/lib/report.ts: scenario, rate, p99, the ceiling it is compared with
 // (measured in the same run), the ratio, the target and pass/miss; then how loaded the machine was
 // while each ran (load average before/after, and the share of CPU time that was busy, idle and stolen,

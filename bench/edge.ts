@@ -1,4 +1,4 @@
-// Edge forwarding benchmark (issue 10 item 6): how many small UDP packets per second the edge forwards
+// Edge forwarding benchmark (what the per-tunnel policy costs): how many small UDP packets per second the edge forwards
 // to an origin through our nftables table, against the same edge forwarding with no table of ours, in
 // the same run. Three labs, each client -> edge -> origin in namespaces of its own:
 //   plain  the edge routes the protected IP straight to the origin's link: no table, no conntrack, no NAT
@@ -241,7 +241,7 @@ async function main(): Promise<void> {
     const m = { plain: median(rates.plain!), nat: median(rates.nat!), one: median(rates.one!), many: median(rates.many!) };
     // Everything our edge costs against plain forwarding, NAT included: reported, without a target.
     const policyCost = 1 - m.many / m.plain;
-    // Issue 10 item 6's target ("the policy costs at most 15% of the plain forwarding rate") as the team reads it
+    // The policy's target ("the policy costs at most 15% of the plain forwarding rate") as the team reads it
     // (docs/BENCHMARKS.md "All at once"): what the policy costs, i.e. the rate lost beyond bare NAT's, in units of the plain
     // rate. The product cannot forward without conntrack DNAT (DESIGN 3.7), and that alone costs 13-20% of
     // plain on this host, at or over 15% by itself, whatever the table holds.
@@ -266,7 +266,7 @@ async function main(): Promise<void> {
     console.log(`the policy at ${N} tunnels costs ${(beyondNat * 100).toFixed(1)}% of plain forwarding beyond bare NAT (bare NAT's rate less ours, over plain; target <= 15%); ${N} vs 1 tunnel: ${scale.toFixed(3)}x (target >= 0.95)`);
     console.log(`our edge as a whole, NAT included: ${(policyCost * 100).toFixed(1)}% below plain forwarding (bare NAT alone: ${((1 - m.nat / m.plain) * 100).toFixed(1)}%); against bare NAT: ${(m.many / m.nat).toFixed(3)}x`);
     console.log(JSON.stringify(out));
-    // bench:all's rows (bench/lib/report.ts), with issue 10 item 6's targets.
+    // bench:all's rows (bench/lib/report.ts), with the policy's targets.
     report({ scenario: `forwarding, ${N} tunnels with a policy`, rate: m.many, unit: 'pkt/CPU s', ceiling: 'plain kernel forwarding', ceiling_rate: m.plain, ratio: m.many / m.plain, target: null, pass: null });
     report({ scenario: `forwarding, ${N} tunnels with a policy: cost beyond bare NAT`, rate: m.nat - m.many, unit: 'pkt/CPU s lost', ceiling: 'plain kernel forwarding', ceiling_rate: m.plain, ratio: beyondNat, target: '<= 0.15', pass: beyondNat <= 0.15 });
     report({ scenario: `forwarding, ${N} tunnels with a policy, vs bare NAT`, rate: m.many, unit: 'pkt/CPU s', ceiling: 'bare NAT (one DNAT rule)', ceiling_rate: m.nat, ratio: m.many / m.nat, target: null, pass: null });

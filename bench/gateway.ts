@@ -1,9 +1,9 @@
-// `npm run bench`: the gateway's hot routes against ceilings measured in the same run (issue 12 item 2):
+// `npm run bench`: the gateway's hot routes against ceilings measured in the same run:
 // the reads beside a bare node:http JSON handler, the purchases beside `pgbench -c 50 -M prepared` (TPC-B)
 // on the same PostgreSQL. Each server runs in its own process, autocannon in this one. Rounds are
 // interleaved (bare, pricing, list, GraphQL, pgbench, purchases; then again), so load from anything else
 // on the machine falls on a scenario and its ceiling alike; each target is checked on the median round's
-// ratio. After the load, every purchase invariant is checked. Then the scaling curve (issue 12 item 4):
+// ratio. After the load, every purchase invariant is checked. Then the scaling curve:
 // the list and the purchases with BENCH_CURVE tunnels in the database (seeded with SQL), printed and
 // plotted into bench/results/gateway-curve.svg.
 //
@@ -50,7 +50,7 @@ const PGBENCH_SCALE = Number(process.env.BENCH_PGBENCH_SCALE ?? 10);
 const CURVE = (process.env.BENCH_CURVE ?? '1000,10000,100000') === 'none' ? [] : (process.env.BENCH_CURVE ?? '1000,10000,100000').split(',').map(Number);
 const GRAPHQL_QUERY = JSON.stringify({ query: '{ tunnels { tunnels { id status protectedIp } } }' });
 
-/** Targets of issue 12 item 2: the median round's ratio to its ceiling. */
+/** Targets: the median round's ratio to its ceiling. */
 const TARGETS = { pricing: 0.5, list: 0.2, graphql: 0.08, purchase: 0.35 } as const;
 
 /** Which processes' CPU time a run is charged: the server's own, and its database backends'. */

@@ -16,7 +16,7 @@
 // refresh: legs of 1 s), so load from anything else on the machine, steady or drifting, falls on both alike.
 //
 // Prints rates, p50/p99 latency and the ratio gateway / in-memory, overall and for its lowest round (target
-// >= 0.8 on every round, issue 12). Needs PostgreSQL
+// >= 0.8 on every round). Needs PostgreSQL
 // (BENCH_DATABASE_URL, or the local cluster the tests use). BENCH_CODES (default 4000), BENCH_WORKERS
 // (default 32) and BENCH_SECONDS (refresh run length, default 8) tune it.
 import { randomBytes } from 'node:crypto';
@@ -38,7 +38,7 @@ const WARMUP_CODES = 400;
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 32);
 /** BENCH_CPU_PROF=DIR: both servers write a V8 CPU profile there (summarise with bench/profile-summary.ts). */
 const PROF_ARGS = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
-/** Gateway / in-memory rate, on every round (issue 12 item 2). */
+/** Gateway / in-memory rate, on every round. */
 const TARGET = 0.8;
 const REDIRECT_URI = 'http://127.0.0.1:9/bench/callback';
 const SCOPE = 'openid profile email';
@@ -181,7 +181,7 @@ async function main(): Promise<void> {
     const gateway: Side = { name: 'gateway (PostgreSQL)', issuer: gwUrl, tokenPath: await discover(gwUrl), basic, creds: { email, password }, jars: Array.from({ length: SESSIONS }, () => new CookieJar()), clientId: client.client_id };
     const memory: Side = { name: 'oidc-provider (in-memory)', issuer: mem.url, tokenPath: await discover(mem.url), basic, creds: null, jars: Array.from({ length: SESSIONS }, () => new CookieJar()), clientId: client.client_id };
 
-    /** Each scenario's merged runs, and the ratio of each round (the target holds on every round: issue 12). */
+    /** Each scenario's merged runs, and the ratio of each round (the target holds on every round). */
     const results: Record<string, { gateway: LoadResult; memory: LoadResult; perRound: number[] }> = {};
     // Codes are minted and exchanged in rounds of BATCH: oidc-provider's in-memory adapter is an LRU of
     // 1000 entries, so thousands of codes minted ahead would be evicted before their exchange. Only

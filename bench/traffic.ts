@@ -1,4 +1,4 @@
-// Traffic storage at 10,000 tunnels (issue 11 item 2): how big a day of points is, and how long one
+// Traffic storage at 10,000 tunnels (the most a node holds): how big a day of points is, and how long one
 // collection round's ingest takes, on the real schema and code (server/health/ingest.ts, storage.ts).
 //
 // One node with TG_BENCH_TUNNELS tunnels (default 10,000) answers a `status` every 30 s of simulated
@@ -192,7 +192,7 @@ async function main(): Promise<void> {
   // Row updates over the whole run (round 0 included: its first sighting sets every tunnel's health).
   const writes = results.map((r, i) => ({ load: r.load, rounds_after_round_0: r.rounds, table_updates: stats[i] }));
   console.log(JSON.stringify({ bench: 'traffic', results, writes }, null, 2));
-  // No ratio target for collection (issue 12 lists it only in the table): the time of one round's ingest against a plain insert of its rows.
+  // No ratio target for collection (it is listed only in the table): the time of one round's ingest against a plain insert of its rows.
   for (const r of results) {
     report({ scenario: `collection round ingest p50, ${r.load.split(' ')[0]}, ${r.tunnels} tunnels`, rate: r.round_ingest_p50_ms, unit: 'ms', ceiling: 'plain INSERT of the same rows (p50 ms)', ceiling_rate: r.plain_insert_same_rows_p50_ms, ratio: r.ingest_over_plain_insert, target: null, pass: null });
   }

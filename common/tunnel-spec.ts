@@ -44,7 +44,7 @@ export interface ChangeCounts {
 }
 
 /**
- * One tunnel a reconcile could not apply (issue 8 item 3): the rest of the node's set was applied anyway.
+ * One tunnel a reconcile could not apply (one broken tunnel must not block its node): the rest of the node's set was applied anyway.
  * The shape is the job contract's (common/job-contract.ts, schema/job.schema.json): the gateway marks that
  * tunnel alone.
  */

@@ -224,7 +224,7 @@ export class EdgeDataplane implements DataplaneHandle {
     this.watch.stop();
     const clock = phaseClock();
     // The records this change may alter: all of them for a reconcile, else the scope's, looked up by id (a
-    // single-tunnel change never walks every record: issue 10 item 4), and every spec the kernel may hold for them.
+    // single-tunnel change never walks every record: a job must not grow with the node), and every spec the kernel may hold for them.
     const inScope: OwnedTunnel[] = [];
     if (scope === 'all') for (const o of owned.values()) inScope.push(o);
     else
@@ -372,7 +372,7 @@ export class EdgeDataplane implements DataplaneHandle {
       } catch (e) {
         // Given up as stuck: nothing more of it may reach the kernel, so there is nothing to isolate.
         if (activity.givenUp()) throw e;
-        // One broken tunnel must not block its node (issue 8 item 3): find the ones the kernel refuses and
+        // One broken tunnel must not block its node (the others are paid for and must run): find the ones the kernel refuses and
         // apply everything else.
         this.log('dataplane.reconcile.isolating', { tunnels: desired.length, error: e instanceof Error ? e.message : String(e) });
         return this.isolate(desired);
@@ -381,7 +381,7 @@ export class EdgeDataplane implements DataplaneHandle {
   }
 
   /**
-   * A reconcile's short cut (issue 12 item 3: 10,000 unchanged tunnels in well under a second): true when
+   * A reconcile's short cut (10,000 unchanged tunnels must reconcile in well under a second): true when
    * nothing can have changed. The desired set is exactly the agent's confirmed records, and the nftables
    * generation id is still the one the agent's own last operation left (cleanGeneration), so no batch by anyone
    * has touched any table since, or every commit since was heard and none touched the agent's table (the watch:

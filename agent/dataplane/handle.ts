@@ -62,7 +62,7 @@ export interface DataplaneHandle extends Dataplane {
   /** The last desired state the gateway gave this node (what restore() brings back). */
   desiredTunnels(): TunnelSpec[];
   /**
-   * Every named counter of the table, in one netlink dump (the status op: issue 11), by name. Not serialised
+   * Every named counter of the table, in one netlink dump (the status op, asked for every node each round), by name. Not serialised
    * with changes: it reads, and a counter being replaced reads as missing or restarted.
    */
   counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>>;

@@ -9,7 +9,7 @@
 // not both (and with the device it picks the inner address, which would make the probe pass without the
 // origin's policy route); koffi is already how the agent talks to the kernel, and an echo costs no process.
 //
-// One socket per dataplane (EchoProber), not one per probe (issue 11: 10,000 tunnels checked every 30 s).
+// One socket per dataplane (EchoProber), not one per probe (a node has up to 10,000 tunnels, each checked every 30 s).
 // A socket per probe cost, every time, a switch into the edge namespace and back (two setns and four
 // open/close), socket, SO_BINDTODEVICE, bind, two epoll_ctl and close, plus a netlink RTM_GETLINK decoded whole
 // to learn whether the link was up. Now the socket is opened once (in the namespace, where it stays) and:

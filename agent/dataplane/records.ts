@@ -48,7 +48,7 @@ export function intentOver(prev: OwnedTunnel | undefined, next: TunnelSpec): Own
 /**
  * The agent's records by link name and by protected IP, and how many of them need each object made by value
  * (synproxy by MSS, chain by name: a tunnel's meter, the flow caps of a max_flows value). The state store keeps one up to date with every commit, so a
- * single-tunnel change looks its neighbours up instead of walking all 10,000 records (issue 10 item 4); the
+ * single-tunnel change looks its neighbours up instead of walking all 10,000 records (a job must not grow with the node); the
  * diff builds one itself when it is given none (a reconcile walks every record anyway).
  */
 export class OwnedIndex {

@@ -56,7 +56,7 @@ export class StateStore {
    * node must survive a power cut). STATE_FILE's records describe links and elements, which a crash of the
    * machine takes with it: its commits are written (the page cache keeps them through a crash or kill of the
    * agent, what the intent records are for) and reach the disk with the kernel's writeback or the file's next
-   * compaction, so a single-tunnel job pays one fdatasync (DESIRED_FILE's), not three (issue 10 item 4).
+   * compaction, so a single-tunnel job pays one fdatasync (DESIRED_FILE's), not three (a job must not grow with the node).
    */
   static open(dir: string, file: string = STATE_FILE, opts: { durable?: boolean } = {}): StateStore {
     // A torn last line (a crash mid-write) is skipped: the operation it described never completed.

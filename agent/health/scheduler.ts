@@ -11,7 +11,7 @@
 // answered someone through the tunnel, over the same return path the probe tests, so that counts as a
 // success without a probe: busy tunnels cost one counter read, and the origin sees no probe at all. A tunnel
 // with no reply traffic is probed (agent/dataplane/probe.ts). The counters of every tunnel due in a tick are
-// read together, in one call (one netlink request of GETs, not a request per check: issue 11 item 1), when
+// read together, in one call (one netlink request of GETs, not a request per check: 10,000 tunnels make 333 checks a second), when
 // the tick finds them due; a check then uses the value read for it. A read that fails leaves the tick's
 // checks to their probes: an unreadable counter says nothing of the tunnel.
 //

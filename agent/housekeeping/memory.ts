@@ -104,7 +104,7 @@ const processIo: ReleaseIo = { rss: () => process.memoryUsage.rss(), release: re
  * inside the operation's own time (a large operation's releases between its phases, phases() above, are the
  * exception: two in an operation of seconds, where they lower its peak): the release (a last-resort collection
  * and malloc_trim, 15-70 ms) runs from setImmediate, after the operation's caller has had its answer.
- * Profiled (issue 10 item 4): run synchronously it was ~70 ms of a no-change reconcile at 2,000 tunnels. And at 10,000 tunnels the agent's
+ * Profiled (a no-change reconcile must stay cheap at scale): run synchronously it was ~70 ms of a no-change reconcile at 2,000 tunnels. And at 10,000 tunnels the agent's
  * resting RSS sits near RELEASE_ABOVE_BYTES, so "above it" alone released after every one-tunnel job: the
  * next job, arriving back to back, waited out a 20-60 ms collection that freed nothing new (remove p50 21 ms,
  * 8 ms without). Hence the growth condition: a release frees what an operation left, not the resting set.

@@ -45,7 +45,7 @@ function counts(c: ChangeCounts): ChangeCounts {
 }
 
 /**
- * A reconcile's result line (issue 8 item 3, contract agreed with the gateway): the four counts and
+ * A reconcile's result line (one broken tunnel must not block its node; contract agreed with the gateway): the four counts and
  * `failed`, always present, one `{id, error: "kernel_error", error_description}` per tunnel the kernel refused.
  */
 function reconcileResult(r: ReconcileResult): ReconcileResult {

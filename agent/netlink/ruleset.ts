@@ -138,7 +138,7 @@ export function bogonSources(opts: { protectedPools?: readonly string[]; edgeIp?
 }
 
 /**
- * The port allowlist, as exact hash lookups (issue 10 item 6: an interval set of concatenations is the pipapo
+ * The port allowlist, as exact hash lookups (the policy must cost little forwarding rate: an interval set of concatenations is the pipapo
  * backend, whose lookup cost grows with its element count, so with the number of tunnels). Each allowed range
  * of P is split into aligned blocks of 16^k ports (k = 4 .. 0: every port, 4096, 256, 16, 1), and a block of
  * 16^k ports is the element `P . proto . first port` of the set for that size (`P . proto` for every port).
@@ -289,7 +289,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   base(pre, 'nat', NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST);
   base(CHAINS.natOut, 'nat', NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST);
   // One forward chain: a second base chain, and the guard testing ct state and ct status twice each, cost 2-4% of
-  // the forwarding rate (bench:edge, issue 10 item 6); jumps test each once.
+  // the forwarding rate (measured by bench:edge); jumps test each once.
   base(CHAINS.guard, 'filter', NF_INET_FORWARD, PRIO_FILTER);
   b.addChain({ table: t, name: CHAINS.guardCt });
   b.addChain({ table: t, name: CHAINS.guardNoDnat });
@@ -338,7 +338,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const rule = (chain: string, exprs: Expr[]): void => void b.addRule({ table: t, chain, exprs });
 
   // Every packet to P, and nothing else, goes through `inbound`: before defragmentation and conntrack, in the one
-  // base chain of the hook (each base chain costs every packet: bench:edge, issue 10 item 6).
+  // base chain of the hook (each base chain costs every packet, as bench:edge measured).
   // The tunnel's traffic counter is the door: its map holds every P, so one lookup counts a packet to P and leads it
   // into `inbound`, and ends the rule for every other packet. (Not `ip daddr @protected`: a kernel before 6.x, Debian
   // 12's 6.1 among them, refuses a map as a plain set: EINVAL.) A P whose counter element was deleted by hand skips

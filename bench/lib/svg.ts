@@ -1,5 +1,5 @@
 // A line chart as plain SVG text, for the scaling curves the benchmarks write into bench/results/
-// (issue 12 item 4): x on a log scale (tunnel counts 1 .. 100,000), y linear from 0, one line per series.
+// (how cost grows with tunnels): x on a log scale (tunnel counts 1 .. 100,000), y linear from 0, one line per series.
 // Hand-written on purpose: a plotting dependency for a handful of points is not worth its weight.
 
 export interface Series {

@@ -6,7 +6,7 @@ import type { TunnelPolicy } from '../../common/tunnel-policy.ts';
 export const BENCH_EDGE_IP = '192.0.2.2';
 
 /**
- * The benchmarks' policy (issue 10 item 6: every tunnel carries one): each check on the per-packet path in use,
+ * The benchmarks' policy (every tunnel carries one in production): each check on the per-packet path in use,
  * none of them refusing a flood. The 5000-10000 range is 36 port blocks per protocol (docs/CONTRACTS.md
  * "Dataplane"), ~81 elements per tunnel with the isolation's: a heavy policy, for the apply and memory figures.
  */

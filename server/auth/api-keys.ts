@@ -56,7 +56,7 @@ interface KeyRow {
 /**
  * Verifies keys against their rows, read afresh for every request: a key revoked on any replica (or by
  * the admin CLI) is refused by every gateway from the moment the revocation commits, whatever the state
- * of NOTIFY delivery (issue 14; a cache of verified keys used to keep a revoked key working for up to
+ * of NOTIFY delivery (a revoked key must stop working at once; a cache of verified keys used to keep a revoked key working for up to
  * 5 s, longer on a replica that missed the notice). The read is a prepared statement by primary key, and
  * concurrent requests share it: lookups made while one is in flight leave together as the next batch,
  * one round trip for all of them (server/db/coalesce.ts). Each lookup is still answered by a statement

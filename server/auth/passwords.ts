@@ -1,7 +1,7 @@
 // Password hashing: Argon2id from node:crypto (Node 24; no native add-on), with the OWASP Password
 // Storage Cheat Sheet's parameters (m = 19 MiB, t = 2, p = 1), stored as a standard PHC string
 // (`$argon2id$v=19$m=19456,t=2,p=1$<salt>$<hash>`) so the parameters travel with the hash and can be
-// raised later (issue 8 item 16). Hashes of the previous format (`scrypt$N$r$p$salt$hash`, N = 2^15)
+// raised later (the stored format says which). Hashes of the previous format (`scrypt$N$r$p$salt$hash`, N = 2^15)
 // still verify; needsRehash() tells the sign-in to store a fresh hash once the password is known.
 import { argon2, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 

@@ -228,7 +228,7 @@ export class Database {
    * transaction() for a hot write path (the purchase): on PostgreSQL its statements run as named
    * prepared statements, parsed and planned once per connection, on a connection of MikroORM's own pool
    * (the one transaction() uses, so the connection budget is the same), instead of through MikroORM's
-   * query pipeline, whose per-statement cost in this process bounded purchases (issue 12). Rows come back
+   * query pipeline, whose per-statement cost in this process bounded purchases (measured by bench:gateway). Rows come back
    * as pg parses them (numeric and int8 as strings, jsonb parsed), so `fn` formats times in SQL, as the
    * tunnel columns do. A connection that failed mid-transaction is discarded, never handed on.
    */

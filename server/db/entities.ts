@@ -139,11 +139,11 @@ const TunnelSchema = defineEntity({
     originIp: p.string().length(15),
     tunnelName: p.string().length(15).unique(),
     innerIndex: p.integer(),
-    // The GRE key, 1 to 2^32-1 (server/domain/gre-keys.ts): set on every tunnel bought since issue 16;
+    // The GRE key, 1 to 2^32-1 (server/domain/gre-keys.ts): set on every tunnel bought since GRE keys came (two unkeyed links to one origin clash);
     // null only on tunnels from before, where it could be (migration Migration20261125160000_gre_keys).
     greKey: p.bigint('number').nullable(),
     status: p.enum(TUNNEL_STATUSES).default('pending'),
-    // Tunnel settings (issue 10, docs/CONTRACTS.md "Tunnel settings"); the defaults are DEFAULT_POLICY
+    // Tunnel settings (docs/CONTRACTS.md "Tunnel settings"); the defaults are DEFAULT_POLICY
     // (common/tunnel-policy.ts). `ports` is the buyer's text form, normalised by parsePorts/formatPorts
     // before it is written: "*" or at most 32 comma-separated ports and ranges. The checks are the
     // database's guard rail for the same rules (the exact ones, from <= to and merging, are the code's).
@@ -165,7 +165,7 @@ const TunnelSchema = defineEntity({
     specRevision: p.integer().default(0),
     appliedRevision: p.integer().default(0),
     originRevision: p.integer().default(0),
-    // Health from the edge's checks (issue 11, docs/CONTRACTS.md "Health and traffic"; server/health/):
+    // Health from the edge's checks (docs/CONTRACTS.md "Health and traffic"; server/health/):
     // 'unknown' before the first check and while its node does not answer. Traffic is in schema `traffic`.
     health: p.enum(TUNNEL_HEALTHS).default('unknown'),
     // Not the live check time: a collection round keeps that in traffic.seen.checked_at so unchanged
@@ -184,7 +184,7 @@ const TunnelSchema = defineEntity({
     { name: 'tunnel_live_ip_uniq', expression: `create unique index "tunnel_live_ip_uniq" on "tunnel" ("protected_ip") where "status" <> 'deleted'` },
     // The kernel's rule, kept by the database: GRE links on one edge are unique by (local, remote, key),
     // so no two live tunnels of one node and origin may share a key, and at most one of them may have none
-    // (NULLS NOT DISTINCT). A purchase that loses a race for a key retries once (issue 16).
+    // (NULLS NOT DISTINCT). A purchase that loses a race for a key retries once (server/domain/gre-keys.ts).
     {
       name: 'tunnel_live_gre_key_uniq',
       expression: `create unique index "tunnel_live_gre_key_uniq" on "tunnel" ("node_id", "origin_ip", "gre_key") nulls not distinct where "status" <> 'deleted'`,

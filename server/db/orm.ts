@@ -88,7 +88,7 @@ export async function openOrm(opts: OpenOptions): Promise<Orm> {
 /**
  * Session advisory-lock key held while migrating (any constant; "tgmigrat" in ASCII): replicas starting
  * together on one PostgreSQL migrate one after the other. Without it, two of them both saw every
- * migration pending and the second failed on `create table` (issue 15, migrations-upgrade test).
+ * migration pending and the second failed on `create table` (test/integration/migrations-upgrade.test.ts).
  */
 const MIGRATION_LOCK_KEY = '8387793130475381108';
 

@@ -1,4 +1,4 @@
-// GRE keys (issue 16). Linux tells GRE links apart by (local, remote, key): two unkeyed links from one
+// GRE keys. Linux tells GRE links apart by (local, remote, key): two unkeyed links from one
 // edge to one origin are the same link to the kernel ("File exists"), so a second tunnel to an origin
 // that already has one on that edge could never be provisioned. Every tunnel bought now carries a key,
 // unique among the live tunnels of its (node, origin_ip) pair, which the database enforces too (the
@@ -42,7 +42,7 @@ const MAX_DRAWS = 64;
  *
  * Changing a tunnel's origin_ip (PATCH /api/dedicated/{id}, domain/tunnels/update.ts) calls this for the
  * new (node, origin) pair, so a move onto an origin that already has tunnels on that edge keeps the
- * guarantee (issue 16).
+ * guarantee (two live tunnels of a pair never share a key).
  */
 export async function pickGreKey(sql: Pick<Sql, 'query'>, nodeId: string, originIp: string, source: GreKeySource = randomGreKey): Promise<number> {
   const rows = await sql.query<{ gre_key: string }>(
@@ -58,7 +58,7 @@ export async function pickGreKey(sql: Pick<Sql, 'query'>, nodeId: string, origin
 }
 
 /**
- * A key drawn without reading the keys in use: what a purchase does first (issue 12). Reading every live
+ * A key drawn without reading the keys in use: what a purchase does first (it must stay fast). Reading every live
  * key of the (node, origin) pair made each purchase slower as tunnels to one origin grew, to guard
  * against odds of n/2^32; the unique index catches that rare collision anyway, and the purchase's one
  * retry then reads (pickGreKey).

@@ -64,7 +64,7 @@ export function poolAddresses(c: Cidr): number[] {
  * The one inner pool every node numbers its tunnels' /30s in. The numbers are allocated across nodes
  * (node add gives each protected IP its own), so no two tunnels share an inner subnet: an origin with
  * tunnels on two nodes would otherwise hold one inner address twice, and its policy rule `from <inner
- * ip>` would send one tunnel's replies into the other (issue 8 item 6, docs/NODES.md).
+ * ip>` would send one tunnel's replies into the other (docs/NODES.md).
  */
 export const INNER_POOL = '100.64.0.0/10';
 /** How many /30s the inner pool holds: the most protected IPs all nodes together can have. */

@@ -55,7 +55,7 @@ export async function addNode(db: Database, n: AddNode): Promise<{ node_id: stri
     throw e;
   }
   const poolText = `${formatIPv4(pool.base)}/${pool.prefix}`;
-  // Issue 8 item 7: a buyer given the router's own address would receive its SSH (and all other) traffic.
+  // Never an origin: a buyer given the router's own address would receive its SSH (and all other) traffic.
   for (const own of ownAddresses(n.publicIp, n.sshHost)) {
     if (inCidr(own.ip, pool)) throw new ApiError('invalid_request', `pool ${poolText} contains the node's own address (${own.label}); routed to buyers, it would cut the node off.`);
   }
@@ -70,7 +70,7 @@ export async function addNode(db: Database, n: AddNode): Promise<{ node_id: stri
     }
     await refuseOverlaps(sql, n, poolText, first, last);
     // The pool's inner /30 numbers follow every number in use (IPs', and live tunnels' from before the
-    // numbering was global): a contiguous run no other IP or live tunnel has (issue 8 item 6).
+    // numbering was global): a contiguous run no other IP or live tunnel has (docs/NODES.md).
     const [next] = await sql.query<{ next: number }>(
       `select greatest(coalesce((select max(inner_index) from protected_ip), -1),
                        coalesce((select max(inner_index) from tunnel where status <> 'deleted'), -1)) + 1 as next`,
@@ -99,7 +99,7 @@ export async function addNode(db: Database, n: AddNode): Promise<{ node_id: stri
  * Refuses a pool that overlaps another node's (as a range, or any of its IPs for nodes added before the
  * range was recorded), that holds another node's public or SSH address, or a live tunnel's origin; and
  * a node whose own addresses are another node's protected IPs. Each would make one address both a
- * protected IP and something else of ours (issue 8 item 7).
+ * protected IP and something else of ours (docs/NODES.md).
  */
 async function refuseOverlaps(sql: Sql, n: AddNode, poolText: string, first: number, last: number): Promise<void> {
   const [ranged] = await sql.query<{ name: string; pool: string }>(
@@ -277,7 +277,7 @@ export interface UpdateNode {
 
 /**
  * Pins (or replaces) a node's agent host key and/or starts or stops its sales. Purchases take IPs only
- * from nodes that are sellable and have a pinned key (issue 8 item 5): an IP on a node the gateway never
+ * from nodes that are sellable and have a pinned key (docs/NODES.md): an IP on a node the gateway never
  * contacts could never be provisioned.
  */
 export async function updateNode(db: Database, u: UpdateNode): Promise<{ node_id: string; sellable: boolean; host_key: string | null }> {

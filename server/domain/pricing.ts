@@ -59,7 +59,7 @@ export class PricingService {
   /**
    * The JSON of get(), as bytes made once per change of rate or stock: GET /api/dedicated/pricing is
    * public and the first thing hit in an attack, so a request costs no query and no serialisation
-   * (issue 12 item 2).
+   * (the pricing route must stay cheap under load).
    */
   async json(): Promise<Buffer> {
     return (await this.#served()).json;
@@ -91,7 +91,7 @@ export class PricingService {
 
   async #read(now: number): Promise<Served> {
     // Stock is what a purchase can take: IPs of sellable nodes with a pinned host key (the purchase's
-    // own filter, server/domain/tunnels/purchase.ts; issue 8 item 5). A node that cannot sell adds nothing,
+    // own filter, server/domain/tunnels/purchase.ts; docs/NODES.md). A node that cannot sell adds nothing,
     // nor one whose agent said it cannot carry tunnels (docs/CONTRACTS.md "Tunnel links").
     const [row] = await this.db.query<{ rate: string; total: string; available: string }>(
       `select (select value from setting where key = 'usd_rub_rate') as rate,

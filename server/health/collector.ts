@@ -1,4 +1,4 @@
-// The collector (issue 11 item 2, docs/CONTRACTS.md "Health and traffic"): every EDGE_STATUS_SECONDS it
+// The collector (docs/CONTRACTS.md "Health and traffic"): every EDGE_STATUS_SECONDS it
 // asks each node the gateway may contact for op `status` and stores the answer (ingest.ts). It runs on
 // the replicas that run the edge worker; each node is polled by one replica per round: under the node's
 // tryLock (provisioning/locks.ts; a replica that finds it held skips the node) and only when no replica

@@ -1,4 +1,4 @@
-// Health and traffic as the rest of the gateway sees them (issue 11, docs/CONTRACTS.md "Health and
+// Health and traffic as the rest of the gateway sees them (docs/CONTRACTS.md "Health and
 // traffic"): the traffic and health-history queries REST and GraphQL share (validation and retention
 // rules written once), the ingest seam, and the collector on the replicas that run the edge worker.
 import type { Database } from '../db/database.ts';

@@ -1,4 +1,4 @@
-// One node's `status` answer into the database (issue 11 item 2, docs/CONTRACTS.md "Health and traffic";
+// One node's `status` answer into the database (docs/CONTRACTS.md "Health and traffic";
 // the answer's shape is common/tunnel-status.ts): the seam the collector calls after each round, and
 // that tests call with real PostgreSQL until the agent answers `status`.
 //

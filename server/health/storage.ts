@@ -1,4 +1,4 @@
-// Where traffic points live and how they stay cheap (issue 11 item 2, docs/CONTRACTS.md "Health and
+// Where traffic points live and how they stay cheap (docs/CONTRACTS.md "Health and
 // traffic"; tables in migration Migration20261127100000_health_traffic):
 //   - 1-minute points in traffic.minute, range-partitioned by day (UTC), kept 48 hours;
 //   - 1-hour points in traffic.hour, partitioned by month (UTC), kept 90 days;

@@ -141,7 +141,7 @@ export async function createGateway(services: Services, log: Logger, server: htt
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') return next();
     switch (ctx.path) {
       case '/api/dedicated/pricing':
-        // Public, cheap, and the first thing hit in an attack (issue 12): answered before the issuer,
+        // Public, cheap, and the first thing hit in an attack: answered before the issuer,
         // the request gate (it needs no credential) and the router. The metrics label is the router's.
         ctx._matchedRoute = '/api/dedicated/pricing';
         return servePricing(ctx, services.pricing);

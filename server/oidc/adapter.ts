@@ -51,7 +51,7 @@ export interface ClientSource {
  * Reads clients from `oauth_client` with the plaintext secret (the ID-token HMAC key), afresh for every
  * lookup: each client authentication is decided against the row as committed when the request came, so
  * right after `client rotate-secret` returns the new secret works and the old one is invalid_client on
- * every gateway, with no notice to wait for (issue 14: a 5-second cache, dropped by NOTIFY, refused the
+ * every gateway, with no notice to wait for (a revocation must take effect at once: a 5-second cache, dropped by NOTIFY, refused the
  * new secret and accepted the old one until the notice arrived, or for 5 s on a replica that missed it).
  * The read is one prepared statement by primary key, and lookups made while one is in flight leave
  * together as the next batch (server/db/coalesce.ts): under load one round trip serves the client
@@ -200,7 +200,7 @@ export function postgresAdapter(opts: AdapterOptions): new (name: string) => Ada
     }
 
     async destroy(id: string): Promise<void> {
-      // Issue 8 item 9: a refresh token looked up at /oauth/revoke reads its grant ahead, and revocation
+      // Any revocation ends the grant everywhere: a refresh token looked up at /oauth/revoke reads its grant ahead, and revocation
       // never takes it; left there, the next sign-in's Grant.find got the deleted grant back, skipped
       // consent and issued a code for it ("grant not found" at the exchange).
       if (this.kind === 'Grant') return destroyGrant(db, grants, id);

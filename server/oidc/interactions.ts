@@ -105,7 +105,7 @@ export function interactionRoutes(o: InteractionOptions) {
     if (!email || !password) {
       return renderLogin(ctx, { action, csrf: csrfFor(uid), clientName: name, email, error: 'Enter your email address and your password.' }, 400);
     }
-    // Charged before the password is checked (issue 8 item 11): parallel posts each take a token
+    // Charged before the password is checked (else a burst of parallel guesses all pass a budget only checked): parallel posts each take a token
     // synchronously here, so no more of them reach the KDF than the buckets allow.
     const wait = limiter.attempt(email, ctx.ip);
     const event = { request_id: ctx.state.requestId, client_id: d.params.client_id, address: ctx.ip };

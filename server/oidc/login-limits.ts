@@ -1,6 +1,6 @@
 // Brute-force limits for the login form. Every attempt is charged before its password is checked
 // (attempt()), so concurrent posts cannot all pass a check that the first failures have not yet paid
-// for (issue 8 item 11); a success gives its charge back and clears the account's failures from that
+// for (parallel guesses must not slip past a budget); a success gives its charge back and clears the account's failures from that
 // address (succeeded()), so in effect only failures spend tokens, in two buckets:
 //  - per (account, client address): a handful of guesses at one account from one place;
 //  - per client address: password spraying across many accounts from one place.

@@ -1,6 +1,6 @@
 // Per-key mutual exclusion for provisioning, within this process and across every replica on the same
 // PostgreSQL: "check whether a tunnel has a live job, then queue one" and "probe a tunnel" must each
-// happen at most once at a time per tunnel (docs/CONTRACTS.md "Tunnel lifecycle" "one live edge job per tunnel"; issue 8 item 4).
+// happen at most once at a time per tunnel (docs/CONTRACTS.md "Tunnel lifecycle" "one live edge job per tunnel": repeated clicks must not pile up jobs on the edge).
 //
 // In this process, callers of one key wait in line (a promise chain), so twenty concurrent requests hold
 // one database connection, not twenty. Across replicas, the holder also takes a transaction-scoped

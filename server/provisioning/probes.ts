@@ -1,5 +1,5 @@
-// At most one probe of a tunnel in flight, and one answer for everyone who asked meanwhile (issue 8
-// item 4: a buyer hammering activate must not turn into a probe storm on the edge).
+// At most one probe of a tunnel in flight, and one answer for everyone who asked meanwhile (a
+// buyer hammering activate must not turn into a probe storm on the edge).
 //
 // In this process, callers while a probe runs get that probe's promise. Across replicas, the prober
 // holds the tunnel's advisory lock (locks.ts, try-only) and publishes its answer over PostgreSQL NOTIFY

@@ -8,7 +8,7 @@
 // a job whose node is busy is passed over at fetch time, read from the job table itself. Without that, the
 // singleton index alone refuses such a job only when it is already being started (a failed, empty fetch),
 // and pg-boss skips busy nodes only from a queue cache refreshed once a minute; so the oldest waiting job of
-// one busy node stalled every other node's jobs behind it for up to a minute (issue 15; measured in
+// one busy node stalled every other node's jobs behind it for up to a minute (measured in
 // test/integration/queue-per-node.test.ts). The singleton index stays the guarantee when two replicas
 // fetch for one node at the same instant. Fetching uses SKIP LOCKED, so one delivery goes to one worker; a worker that
 // dies holding a job loses it to expiry and pg-boss hands it out again. Jobs carry only ids: the worker
@@ -17,7 +17,7 @@
 // Two kinds of job share the queue (and so the per-node slot): a tunnel job, and a node `reconcile`
 // (periodic, or after the connection to the node came back). sendOnce() queues a job only when none
 // for the same tunnel (or the same node's reconcile) is live, under a per-key lock that spans every
-// replica (locks.ts), so repeated or concurrent requests never pile up jobs (docs/CONTRACTS.md "Tunnel lifecycle"; issue 8 item 4).
+// replica (locks.ts), so repeated or concurrent requests never pile up jobs (docs/CONTRACTS.md "Tunnel lifecycle").
 import { PgBoss, fromPglite, type JobResult, type JobWithMetadata, type PGliteLike } from 'pg-boss';
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';

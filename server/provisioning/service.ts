@@ -112,7 +112,7 @@ export class ProvisioningService {
         worker?.nodeLost(nodeId);
         // A connection that drops (agent restarted, router rebooted, network cut) gets a reconcile job,
         // which retries until the node answers again: every reconnect is followed by a reconcile,
-        // with no tunnel job needed (issue 8 item 2). Any replica may queue it (an API-only one notices
+        // with no tunnel job needed (an edge reboot must not silently kill paid tunnels). Any replica may queue it (an API-only one notices
         // through its probe connections); whichever worker is free runs it.
         if (!this.stopped) void this.queueReconcile(nodeId, 'reconnect').catch((e: unknown) => this.log.warn('could not queue a reconcile', { node_id: nodeId, why, err: (e as Error).message }));
       },

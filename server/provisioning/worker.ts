@@ -9,7 +9,7 @@
 // contact, before anything else runs on it; jobs are one at a time per node, so nothing interleaves.
 // Reconcile jobs (queued periodically and when a node's connection drops; service.ts) do the same
 // without waiting for a tunnel job. A reconcile that fails for some tunnels never blocks the node
-// (issue 8 item 3): the failures are logged, the node counts as reconciled, and each broken tunnel's
+// (one broken tunnel must not block its node): the failures are logged, the node counts as reconciled, and each broken tunnel's
 // own job fails and retries until that tunnel alone ends `failed`.
 //
 // Versions (docs/CONTRACTS.md "Versions"): each job is signed for one connection and the agent's answer

@@ -107,7 +107,7 @@ describe.skipIf(skip)('login and consent in chromium', () => {
     await page.waitForURL((u) => u.origin === new URL(w.issuer).origin);
     const consentText = await page.locator('body').innerText();
     expect(consentText).toContain('Independent client');
-    // Issue 8 item 8: the page says in plain words what the application may do with the API (this
+    // The consent page: the page says in plain words what the application may do with the API (this
     // test's client has write access and the user is an owner).
     expect(consentText).toContain('Buy, change and delete tunnels and spend your balance');
     await page.screenshot({ path: path.join(ARTIFACTS, 'consent.png'), fullPage: true });

@@ -1,4 +1,4 @@
-// Property-based fuzz of /graphql (issue 8, "Also"): documents built from the schema with arbitrary
+// Property-based fuzz of /graphql: documents built from the schema with arbitrary
 // arguments, variables, aliases, fragments and directives; the same documents cut and corrupted; and
 // request envelopes of every JSON type. Properties: never a 5xx and never a server_error (or Apollo's
 // INTERNAL_SERVER_ERROR) inside a 200; an error outside GraphQL (body reader, rate limit) is docs/CONTRACTS.md "REST errors"'s

@@ -1,4 +1,4 @@
-// Property-based fuzz of the issuer's public inputs (issue 8, "Also"): the token and revocation
+// Property-based fuzz of the issuer's public inputs: the token and revocation
 // endpoints (form bodies with arbitrary grant parameters, client authentication in every shape), the
 // authorize endpoint (arbitrary query parameters), and the login form POST (arbitrary fields, bodies,
 // Origin headers and interaction ids). Properties: never a 5xx; token and revocation errors are JSON

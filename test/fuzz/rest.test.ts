@@ -1,4 +1,4 @@
-// Property-based fuzz of the tunnel API (issue 8, "Also"): arbitrary purchase bodies, headers, list
+// Property-based fuzz of the tunnel API: arbitrary purchase bodies, headers, list
 // query strings, path ids and methods against a real gateway on a real per-file database. Properties:
 // never a 5xx; every error is docs/CONTRACTS.md "REST errors"'s body with a documented code for its status; a refusal never
 // moves money (balance, ledger rows and tunnels of every account read through the raw pg pool before
@@ -167,7 +167,7 @@ const purchaseBody: fc.Arbitrary<string> = fc.oneof(
           name: fc.constantFrom('web', 'db', ' spaced ', '\u{1F600}'),
           origin_ip: fc.constantFrom('8.8.4.4', '1.1.1.1', '9.9.9.9'),
           promocode: fc.constantFrom('FUZZ10', 'fuzz10', 'FUZZONCE', 'NOPE', 'FUZZ10\u0000', '\u0000'),
-          // Tunnel settings (issue 10): valid, near-valid and wrong.
+          // Tunnel settings: valid, near-valid and wrong.
           ports: fc.constantFrom('*', '443,80,81', ' 22 , 80 ', '1-65535', '0', '65536', '80-79', 'a', '', 443, null),
           protocol: fc.constantFrom('both', 'tcp', 'udp', 'icmp', '', null),
           protection: fc.oneof(

@@ -1,4 +1,4 @@
-// Shared pieces of the property-based fuzz pass (issue 8, "Also"): run settings (FUZZ_RUNS, FUZZ_SEED),
+// Shared pieces of the property-based fuzz pass: run settings (FUZZ_RUNS, FUZZ_SEED),
 // the money gateway the REST and GraphQL files share and the end every fuzz file's gateway comes to,
 // a tally of inputs tried per property, the error-body checks of docs/CONTRACTS.md "REST errors" and RFC 6749, a raw HTTP/1.1
 // client for what fetch refuses to send (Content-Length oddities, bytes that are not a valid header), a

@@ -1,5 +1,5 @@
 // What reached a namespace, read from nftables in that namespace, and the by-hand rule deletion that proves
-// a rule of the agent's table (issue 10 item 5). Shared by the host's proofs on veth stand-ins
+// a rule of the agent's table (the proof that each rule does its job). Shared by the host's proofs on veth stand-ins
 // (test/netns/edge-protection.test.ts) and the VM's on real GRE (test/vm/protection.test.ts): each runs the
 // `nft` commands its own way (a namespace on this host, or the guest's control server), so this module only
 // writes the rulesets and reads the answers.

@@ -1,4 +1,4 @@
-// Issue 15: "Activate's 503 edge_unavailable is never produced". docs/CONTRACTS.md "REST errors": 503 edge_unavailable when
+// Activate's 503 edge_unavailable, produced for real (untested before). docs/CONTRACTS.md "REST errors": 503 edge_unavailable when
 // the edge could not be reached in time; docs/API.md "Errors and rate limits": its body never names the edge's internal address (that
 // is logged with the request id). Two real unreachable edges: a closed port (connection refused at once)
 // and a black hole that accepts TCP and never speaks SSH (only EDGE_JOB_TIMEOUT_MS ends the wait; the

@@ -1,4 +1,4 @@
-// The agent's listener under strangers (docs/CONTRACTS.md "Hardening of the listener"; issue 8 item 1): real
+// The agent's listener under strangers (docs/CONTRACTS.md "Hardening of the listener"): real
 // TCP connections on loopback that never send an SSH banner, from 127.0.0.1 and from other loopback
 // addresses (all of 127/8 is local on Linux), against the production startAgent(); the job comes from
 // the gateway's own SSH path (the worker's server/edge/connections.ts), with the host key pinned. The

@@ -1,4 +1,4 @@
-// An edge reboot must not silently kill paid tunnels (issue 8 item 2; docs/CONTRACTS.md "Restart and reboot", "Dataplane"):
+// An edge reboot must not silently kill paid tunnels (docs/CONTRACTS.md "Restart and reboot", "Dataplane"):
 // the agent restores the last desired state from AGENT_STATE_DIR at start, before any job arrives, without
 // disturbing what is already right. The real gateway provisions and activates a tunnel on the real agent process
 // (test/helpers/edge.ts: dataplane in a namespace, veth stand-in for GRE); a client namespace reaches the

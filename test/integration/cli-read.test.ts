@@ -4,29 +4,11 @@
 // status and, through a plain pg pool, what is in the database (pg-boss's job table for the queue
 // commands). With a real agent (root): `tunnel repair` re-applies a provisioned tunnel the edge lost and
 // `node reconcile` sends the node its desired set, each through the queue.
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApiKey, revokeApiKey } from '../../server/auth/api-keys.ts';
+import { describe, expect, it } from 'vitest';
 import { main } from '../../server/cli/admin.ts';
 import { COMMANDS } from '../../server/cli/commands.ts';
-import { loadConfig } from '../../server/config.ts';
-import { addBalance, createUser } from '../../server/domain/accounts.ts';
-import { addNode } from '../../server/domain/nodes.ts';
-import { createPromocode } from '../../server/domain/promocodes.ts';
-import { openDatabase } from '../../server/services.ts';
-import { cliFailed, cliOk, runAdminCli, type CliRun } from '../helpers/admin-cli.ts';
-import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process.ts';
-import { call, type RunningGateway } from '../helpers/gateway.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { seedUser } from '../helpers/fixtures.ts';
-import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
-import { isRoot } from '../netns/netns.ts';
-import { skipUnless } from '../helpers/requirements.ts';
-import { until } from '../helpers/wait.ts';
-import { provisionTunnel } from '../helpers/queue.ts';
+import { cliFailed, runAdminCli, type CliRun } from '../helpers/admin-cli.ts';
+import { emails, env, ids, type Item, items, liveKey, nodeA, nodeB, noSecrets, ok, revokedKey, t, tunnels, useCliWorld } from './cli-world.ts';
 
 /** The same CLI in this process (main() with its own database connection): for the long bad-input matrix. */
 async function inProcess(env: Record<string, string>, args: string[]): Promise<CliRun> {
@@ -36,23 +18,6 @@ async function inProcess(env: Record<string, string>, args: string[]): Promise<C
   const text = code === 0 ? stdout : stderr;
   return { code, stdout, stderr, json: JSON.parse(text) as Record<string, unknown> };
 }
-
-/** The success contract (test/helpers/admin-cli.ts), and no secret anywhere in the output. */
-function ok(r: CliRun): Record<string, unknown> {
-  const json = cliOk(r);
-  noSecrets(r.stdout);
-  return json;
-}
-
-/** Secret values and secret column names collected while seeding; none may ever be printed. */
-const secrets: string[] = [];
-function noSecrets(stdout: string): void {
-  for (const name of ['password_hash', 'secret_hash', 'secret_ciphertext', 'avatar_key', 'client_secret', '$argon2', 'svc_']) expect(stdout).not.toContain(name);
-  for (const s of secrets) expect(stdout).not.toContain(s);
-}
-
-type Item = Record<string, unknown>;
-const items = (j: Record<string, unknown>) => j.items as Item[];
 
 /** Walks every page of a list with `--limit n`, checking each page's size; returns all items in order (in this process, as inProcess). */
 async function allPages(env: Record<string, string>, args: string[], n: number): Promise<{ items: Item[]; pages: number }> {
@@ -71,85 +36,8 @@ async function allPages(env: Record<string, string>, args: string[], n: number):
   return { items: out, pages };
 }
 
-describe('read and queue commands against PostgreSQL', () => {
-  let t: TestDatabase;
-  let env: Record<string, string>;
-  const emails = ['ann@example.test', 'bob@example.test', 'cid@example.test'];
-  const ids: Record<string, { user_id: string; account_id: string }> = {};
-  let nodeA = '';
-  let nodeB = '';
-  const tunnels: Record<string, string> = {};
-  let liveKey = '';
-  let revokedKey = '';
-
-  beforeAll(async () => {
-    t = await createTestDatabase();
-    env = { DATABASE_URL: t.url };
-    for (const [i, email] of emails.entries()) {
-      ids[email] = await createUser(t.db, { email, name: `User ${i}`, password: 'correct horse battery', balanceUsd: ['25.50', '0.10', '7'][i]!, role: i === 2 ? 'viewer' : 'owner' });
-    }
-    const ann = ids[emails[0]!]!;
-    await addBalance(t.db, emails[0]!, '4.75');
-    const k1 = await createApiKey(t.db, ann.account_id, ann.user_id, 'write');
-    const k2 = await createApiKey(t.db, ann.account_id, ann.user_id, 'read');
-    await revokeApiKey(t.db, k2.id);
-    liveKey = k1.id;
-    revokedKey = k2.id;
-    // The secret part of each key (it may itself contain "_", so by position, not by splitting).
-    for (const k of [k1.key, k2.key]) secrets.push(k, /^svc_[0-9a-f]{32}_([A-Za-z0-9_-]{43})$/.exec(k)![1]!);
-    expect(secrets.every((x) => x.length >= 43)).toBe(true);
-    const hashes = await t.raw.query<{ secret_hash: string }>('select secret_hash from api_key');
-    const pw = await t.raw.query<{ password_hash: string }>('select password_hash from app_user');
-    secrets.push(...hashes.rows.map((r) => r.secret_hash), ...pw.rows.map((r) => r.password_hash));
-
-    nodeA = (await addNode(t.db, { name: 'edge-a', publicIp: '192.0.2.10', sshHost: '127.0.0.1', pool: '198.18.0.0/29' })).node_id;
-    nodeB = (await addNode(t.db, { name: 'edge-b', publicIp: '192.0.2.11', sshHost: '127.0.0.1', pool: '198.18.1.0/29' })).node_id;
-    // Tunnels straight into their tables (the purchase path has its own tests): ann has three on edge-a
-    // and one on edge-b, bob one on edge-b. Created a second apart so "newest first" is well defined.
-    const specs: [string, string, string, string][] = [
-      ['ann-1', emails[0]!, nodeA, 'active'],
-      ['ann-2', emails[0]!, nodeA, 'pending'],
-      ['ann-3', emails[0]!, nodeB, 'active'],
-      ['bob-1', emails[1]!, nodeB, 'deleted'],
-      ['ann-4', emails[0]!, nodeA, 'provisioned'],
-    ];
-    for (const [i, [name, email, node, status]] of specs.entries()) {
-      const id = randomUUID();
-      tunnels[name] = id;
-      const { rows } = await t.raw.query<{ ip: string; inner_index: number }>(
-        'update protected_ip set tunnel_id = $1 where ip = (select ip from protected_ip where node_id = $2 and tunnel_id is null order by inner_index limit 1) returning ip, inner_index',
-        [id, node],
-      );
-      await t.raw.query(
-        // Each with its own GRE key, as every tunnel bought since issue 16: live tunnels of one node and
-        // origin may not share one (nor both have none).
-        `insert into tunnel (id, account_id, node_id, name, protected_ip, origin_ip, tunnel_name, inner_index, gre_key, status, charged_usd, charged_rub, created_at, updated_at)
-         values ($1, $2, $3, $4, $5, '8.8.4.4', $6, $7, $8, $9, '1.11', '100.00', now() - make_interval(secs => $10), now())`,
-        [id, ids[email]!.account_id, node, name, rows[0]!.ip, `tg-${name}`, rows[0]!.inner_index, 1000 + i, status, 100 - i],
-      );
-    }
-    // Check times and settings as the edge and a PATCH leave them: ann-4's check time in traffic.seen (where
-    // a collection round keeps it), with its own settings; ann-1's from before that (the tunnel column);
-    // bob-1 deleted (its last one moved back to the tunnel row). Health: in the tests that need it.
-    await t.raw.query(`update tunnel set ports = '80,443,1000-1010', protocol = 'tcp', syn_proxy = true, source_pps_limit = 5000 where id = $1`, [tunnels['ann-4']]);
-    await t.raw.query(
-      `insert into traffic.seen (tunnel_id, packets_in, bytes_in, packets_out, bytes_out, dropped, seen_at, checked_at) values ($1, 0, 0, 0, 0, '{0,0,0,0,0}', now(), '2026-11-25T10:00:01.234Z')`,
-      [tunnels['ann-4']],
-    );
-    await t.raw.query(`update tunnel set health_checked_at = '2026-11-24T09:00:00Z', drop_fragments = true where id = $1`, [tunnels['ann-1']]);
-    await t.raw.query(`update tunnel set health_checked_at = '2026-11-20T09:00:00Z' where id = $1`, [tunnels['bob-1']]);
-    await t.raw.query(
-      `insert into ledger_entry (account_id, amount_usd, balance_after, kind, tunnel_id, promocode) values ($1, '-1.11', '29.14', 'purchase', $2, 'SPRING')`,
-      [ann.account_id, tunnels['ann-1']],
-    );
-    await createPromocode(t.db, { code: 'spring', percent: 15, amountRub: null, maxUses: 10, expiresAt: new Date('2099-01-01T00:00:00Z') });
-    await createPromocode(t.db, { code: 'flat', percent: null, amountRub: '49.90', maxUses: null, expiresAt: null });
-    await createPromocode(t.db, { code: 'third', percent: 5, amountRub: null, maxUses: null, expiresAt: null });
-  }, 60_000);
-
-  afterAll(async () => {
-    await t?.drop();
-  }, 120_000);
+describe('read commands against PostgreSQL', () => {
+  useCliWorld();
 
   it('user list: every user with the balance as a JSON number, newest first, paged by cursor, no secrets', async () => {
     const one = ok(await runAdminCli(env, ['user', 'list']));
@@ -372,143 +260,9 @@ describe('read and queue commands against PostgreSQL', () => {
     cliFailed(await inProcess(env, ['ledger', 'list', '--email', emails[0]!]), 2, 'usage_error');
   }, 120_000);
 
-  it('node reconcile queues one reconcile job in pg-boss (a repeat names the same live job); unknown ids are not_found', async () => {
-    const r = ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeA]));
-    expect(Object.keys(r).sort()).toEqual(['job_id', 'queued']);
-    expect(r.queued).toBe(true);
-    const { rows } = await t.raw.query(`select name, state::text, data from pgboss.job where id = $1`, [r.job_id]);
-    expect(rows).toEqual([{ name: 'edge-job', state: 'created', data: { kind: 'reconcile', nodeId: nodeA, reason: 'operator' } }]);
-    // One live job per node reconcile: the repeat answers the queued one and adds nothing.
-    expect(ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeA.toUpperCase()]))).toEqual(r);
-    const n = await t.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data @> $1::jsonb`, [JSON.stringify({ kind: 'reconcile', nodeId: nodeA })]);
-    expect(n.rows[0]!.n).toBe(1);
-
-    cliFailed(await runAdminCli(env, ['node', 'reconcile', '--id', randomUUID()]), 1, 'not_found');
-    cliFailed(await runAdminCli(env, ['node', 'reconcile', '--id', 'edge-a']), 1, 'not_found');
-    cliFailed(await runAdminCli(env, ['node', 'reconcile']), 2, 'usage_error');
-  }, 120_000);
-
-  it('tunnel repair queues a repair job for the tunnel (one live job per tunnel); nothing to repair is invalid_state', async () => {
-    const r = ok(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['ann-3']!]));
-    expect(Object.keys(r).sort()).toEqual(['job_id', 'queued']);
-    expect(r.queued).toBe(true);
-    const { rows } = await t.raw.query(`select name, state::text, data, singleton_key from pgboss.job where id = $1`, [r.job_id]);
-    expect(rows).toEqual([{ name: 'edge-job', state: 'created', data: { tunnelId: tunnels['ann-3'], nodeId: nodeB, repair: true }, singleton_key: nodeB }]);
-    expect(ok(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['ann-3']!]))).toEqual(r);
-    const n = await t.raw.query<{ n: number }>(`select count(*)::int as n from pgboss.job where data->>'tunnelId' = $1`, [tunnels['ann-3']]);
-    expect(n.rows[0]!.n).toBe(1);
-    // A provisioned tunnel too.
-    const p = ok(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['ann-4']!]));
-    expect(p.job_id).not.toBe(r.job_id);
-
-    const before = (await t.raw.query<{ n: number }>('select count(*)::int as n from pgboss.job')).rows[0]!.n;
-    cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['ann-2']!]), 1, 'invalid_state'); // pending: never on an edge
-    cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', tunnels['bob-1']!]), 1, 'invalid_state'); // deleted
-    cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', randomUUID()]), 1, 'not_found');
-    cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', 'not-a-uuid']), 1, 'not_found');
-    expect((await t.raw.query<{ n: number }>('select count(*)::int as n from pgboss.job')).rows[0]!.n).toBe(before);
-  }, 120_000);
-
   it('--help lists the new commands', async () => {
     const r = await runAdminCli(env, ['--help']);
     expect(r.code).toBe(0);
     for (const c of ['user list', 'user show', 'tunnel list', 'ledger', 'promocode list', 'apikey list', 'node reconcile', 'tunnel repair']) expect(r.stdout).toContain(`  ${c} `);
   }, 120_000);
-});
-
-describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('queue commands drive a real agent through the gateway worker', () => {
-  let gw: RunningGateway;
-  let edge: TestEdge;
-
-  beforeAll(async () => {
-    // The periodic reconcile is an hour away and the connection stays up: only the commands repair here.
-    ({ gw, edge } = await startProvisioningRig({ config: { edgeWaitMs: 5000, edgeJobTimeoutMs: 5000, edgeReconcileSeconds: 3600 }, pool: '203.0.113.96/28' }));
-  }, 60_000);
-
-  afterAll(async () => {
-    await gw?.close();
-    await edge?.close();
-  });
-
-  it('tunnel repair re-applies a provisioned tunnel the edge lost; node reconcile restores the node', async () => {
-    const user = await seedUser(gw.testDb.db);
-    const bought = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { name: 'repair', origin_ip: '8.8.4.4' } });
-    const tun = bought.body.tunnel as { id: string; protected_ip: string; tunnel_name: string };
-    // 200 or 202 (how fast the first SSH handshake is depends on the host), then provisioned.
-    await provisionTunnel(gw.url, gw.testDb.raw, user.writeKey, tun.id);
-    expect(edge.count('apply', tun.id)).toBe(1);
-    const env = { DATABASE_URL: gw.testDb.url };
-    // Provisioned, not activated: the edge holds the link and its isolation, and no DNAT (docs/CONTRACTS.md
-    // "Dataplane"); lost are the link and the tunnel's counter-map element, and a repair must bring back those
-    // and no DNAT.
-    const counterElements = () => edge.netns.run('nft', 'list', 'map', 'ip', 'tunnelgate', 'tunnel_counters');
-    const lose = () => {
-      edge.netns.run('ip', 'link', 'del', 'dev', tun.tunnel_name);
-      edge.netns.run('nft', 'delete', 'element', 'ip', 'tunnelgate', 'tunnel_counters', `{ ${tun.protected_ip} }`);
-      expect(edge.links()).not.toContain(tun.tunnel_name);
-      expect(counterElements()).not.toContain(tun.protected_ip);
-    };
-    const restored = async () => {
-      await until('link and element restored', async () => edge.links().includes(tun.tunnel_name) && counterElements().includes(tun.protected_ip), 30_000);
-      expect(edge.mapElements()).not.toContain(tun.protected_ip);
-    };
-    const jobState = async (id: unknown) => (await gw.testDb.raw.query<{ state: string }>('select state::text from pgboss.job where id = $1', [id])).rows[0]?.state;
-
-    lose();
-    const r = ok(await runAdminCli(env, ['tunnel', 'repair', '--id', tun.id]));
-    await restored();
-    await until('repair job completed', async () => (await jobState(r.job_id)) === 'completed');
-    expect(edge.count('apply', tun.id)).toBe(2);
-    // Re-applied as it stands: the status did not move.
-    expect((await gw.testDb.raw.query('select status from tunnel where id = $1', [tun.id])).rows[0].status).toBe('provisioned');
-
-    lose();
-    const reconciles = edge.calls.filter((c) => c.call === 'reconcile').length;
-    const n = ok(await runAdminCli(env, ['node', 'reconcile', '--id', edge.nodeId]));
-    await restored();
-    await until('reconcile job completed', async () => (await jobState(n.job_id)) === 'completed');
-    expect(edge.calls.filter((c) => c.call === 'reconcile').length).toBe(reconciles + 1);
-    expect(edge.count('apply', tun.id)).toBe(2);
-  }, 120_000);
-});
-
-describe('queue and read commands through a running gateway on the embedded database (admin socket)', () => {
-  it('node reconcile queues on the gateway\'s own queue (one live job), and on the database directly once the gateway stopped', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tg-cli-read-'));
-    const env = { DATA_DIR: dir };
-    let gateway: GatewayProcess | undefined;
-    try {
-      // The edge worker's jobs for an unreachable node keep retrying (it stays live) while this runs.
-      gateway = await startGatewayProcess({ DATABASE_URL: '', DATA_DIR: dir, LOG_LEVEL: 'info', EDGE_WORKER: 'true' });
-      // A node on a closed local port: its jobs fail to connect and wait to retry, so they stay live.
-      const node = ok(await runAdminCli(env, ['node', 'add', '--name', 'edge-e', '--public-ip', '192.0.2.20', '--ssh-host', '127.0.0.1', '--ssh-port', '9', '--pool', '198.18.9.0/30', '--host-key', `SHA256:${'B'.repeat(43)}`]));
-      const nodeId = node.node_id as string;
-      ok(await runAdminCli(env, ['user', 'create', '--email', 'e@example.test', '--name', 'E', '--password', '-', '--balance-usd', '3'], 'long enough pw\n'));
-      expect(items(ok(await runAdminCli(env, ['user', 'list']))).map((u) => u.email)).toEqual(['e@example.test']);
-
-      const r = ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeId]));
-      expect(r).toMatchObject({ queued: true, job_id: expect.any(String) });
-      // Its attempts fail to connect and wait to retry (EDGE_RETRY_LIMIT 10): still live, so a repeat
-      // through the gateway's queue names the same job.
-      expect(ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeId]))).toEqual(r);
-      cliFailed(await runAdminCli(env, ['node', 'reconcile', '--id', randomUUID()]), 1, 'not_found');
-      cliFailed(await runAdminCli(env, ['tunnel', 'repair', '--id', randomUUID()]), 1, 'not_found');
-
-      gateway.kill('SIGTERM');
-      expect(await gateway.exited).toBe(0);
-      // No gateway now: the CLI opens the embedded database and its queue itself, and finds the live job.
-      expect(ok(await runAdminCli(env, ['node', 'reconcile', '--id', nodeId]))).toEqual(r);
-      // Open its database and find the operator's job in its queue.
-      const db = await openDatabase(loadConfig({ DATA_DIR: dir }));
-      try {
-        const rows = await db.query<{ data: unknown }>(`select data from pgboss.job where id = ?::uuid`, [r.job_id]);
-        expect(rows).toEqual([{ data: { kind: 'reconcile', nodeId, reason: 'operator' } }]);
-      } finally {
-        await db.close();
-      }
-    } finally {
-      gateway?.kill('SIGKILL');
-      fs.rmSync(dir, { recursive: true, force: true });
-    }
-  }, 180_000);
 });

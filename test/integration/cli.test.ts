@@ -150,7 +150,7 @@ describe('admin CLI, every command against PostgreSQL', () => {
       { node_id: na.node_id, n: 254, lo: 0, hi: 253, inner_lo: expect.any(Number), inner_hi: expect.any(Number), taken: 0 },
       { node_id: nb.node_id, n: 2, lo: 0, hi: 1, inner_lo: expect.any(Number), inner_hi: expect.any(Number), taken: 0 },
     ]);
-    // Inner /30 numbers are allocated across nodes (issue 8 item 6): the two nodes, added at the same
+    // Inner /30 numbers are allocated across nodes (docs/NODES.md): the two nodes, added at the same
     // moment, got two contiguous runs that do not overlap and together are 0..255.
     const runs = pool.map((r) => [r.inner_lo, r.inner_hi] as [number, number]).sort((x, y) => x[0] - y[0]);
     expect(runs[0]![0]).toBe(0);

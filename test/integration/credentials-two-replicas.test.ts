@@ -1,4 +1,4 @@
-// Issue 14: a rotated OAuth client secret and a revoked `svc_` key take effect at once on every gateway
+// Credentials change at once everywhere: a rotated OAuth client secret and a revoked `svc_` key take effect at once on every gateway
 // replica, whatever the state of NOTIFY delivery. Two real gateways on one PostgreSQL database (each
 // with its own ORM and pools, as two processes would have), the credentials changed through a third
 // connection as the admin CLI changes them (the same domain functions, another Database), and the

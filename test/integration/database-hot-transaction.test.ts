@@ -1,4 +1,4 @@
-// Database.hotTransaction (the purchase's transaction, issue 12) on real PostgreSQL: its statements are
+// Database.hotTransaction (the purchase's transaction, kept to few statements) on real PostgreSQL: its statements are
 // named prepared statements on the connection that holds the transaction; it commits, rolls back on a
 // throw, and a connection that died mid-transaction is thrown away rather than handed to the next caller.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

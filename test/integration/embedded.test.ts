@@ -34,12 +34,12 @@ it('buys a tunnel on PGlite and keeps it across a restart', async () => {
     const got = await call(second.url, 'GET', `/api/dedicated/${bought.body.tunnel.id}`, { token: user.readKey });
     expect(got.status).toBe(200);
     expect(got.body.tunnel.status).toBe('pending');
-    // A settings change (issue 10) on PGlite: stored under the row lock, normalised, and kept.
+    // A settings change on PGlite: stored under the row lock, normalised, and kept.
     const patched = await call(second.url, 'PATCH', `/api/dedicated/${bought.body.tunnel.id}`, { token: user.writeKey, body: { origin_ip: '9.9.9.9', ports: '443,80,81', protection: { syn_proxy: true } } });
     expect([patched.status, patched.body.tunnel.ports, patched.body.tunnel.origin_ip, patched.body.tunnel.protection.syn_proxy]).toEqual([200, '80-81,443', '9.9.9.9', true]);
     const pricing = await call(second.url, 'GET', '/api/dedicated/pricing');
     expect(pricing.body.availability).toEqual({ total: 2, available: 1, in_stock: true });
-    // The issuer authenticates clients from their row on PGlite too (issue 14), before and after a rotation.
+    // The issuer authenticates clients from their row on PGlite too, before and after a rotation.
     const { secretEncryptionKey } = second.secrets;
     const client = await createClient(second.db, secretEncryptionKey, { name: 'Embedded app', redirectUris: ['http://127.0.0.1:9/cb'] });
     const authenticate = async (secret: string) => {

@@ -1,4 +1,4 @@
-// Issue 15, "Graceful shutdown": docs/OPERATOR.md "Operations" promises that on SIGTERM/SIGINT /readyz turns 503,
+// Graceful shutdown: docs/OPERATOR.md "Operations" promises that on SIGTERM/SIGINT /readyz turns 503,
 // the listener closes, in-flight requests finish (DRAIN_TIMEOUT_MS, 10 s by default, at most), then the
 // database closes. Checked on the real gateway process. Requests are held in flight by PostgreSQL table
 // locks this test takes (never by a timer): a request is "in flight" once pg_stat_activity shows its

@@ -1,4 +1,4 @@
-// Issue 8, item 13: GraphQL over WebSocket under the same limits as HTTP, against the real gateway on
+// GraphQL over WebSocket under the same limits as HTTP, against the real gateway on
 // real PostgreSQL. The client speaks graphql-transport-ws by hand over the `ws` library, so every
 // frame and close code is visible.
 import { randomBytes } from 'node:crypto';
@@ -25,7 +25,7 @@ async function withGateway(config: Partial<Config>, body: (gw: RunningGateway) =
   }
 }
 
-describe('GraphQL over WebSocket: limits (item 13)', () => {
+describe('GraphQL over WebSocket: limits', () => {
   it('a message over BODY_LIMIT_BYTES is refused by the socket (1009) before it is parsed or authenticated', async () => {
     await withGateway({ bodyLimitBytes: 4096 }, async (gw) => {
       const u = await seedUser(gw.testDb.db);
@@ -98,7 +98,7 @@ describe('GraphQL over WebSocket: limits (item 13)', () => {
   });
 });
 
-describe('GraphQL over WebSocket: live credentials (item 13)', () => {
+describe('GraphQL over WebSocket: live credentials', () => {
   let gw: RunningGateway;
   let tunnelOf: (u: SeededUser) => Promise<string>;
   // The gateway's clock runs `ahead` ms in front of the real one: a test moves it past a token's expiry

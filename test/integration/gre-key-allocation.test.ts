@@ -1,4 +1,4 @@
-// GRE key allocation under concurrent purchases (issue 16), on real PostgreSQL with a real connection
+// GRE key allocation under concurrent purchases, on real PostgreSQL with a real connection
 // pool: many buyers of tunnels to one origin, all landing on one node. Whatever the interleaving, no two
 // live tunnels of the node share (origin_ip, gre_key), every purchase is charged exactly once, and the
 // ledger matches. The key source is the TunnelService's seam: here it is made to collide on purpose, with
@@ -142,7 +142,7 @@ it('the setup script and the edge job carry the tunnel key, with the MTU a keyed
   expect(edge!.spec).toMatchObject({ gre_key: 0x01020304, mtu: 1472, origin_ip: ORIGIN });
 });
 
-it('moving tunnels onto one origin (PATCH origin_ip, issue 10): a key free for the new pair, concurrent moves that draw the same key retry once', async () => {
+it('moving tunnels onto one origin (PATCH origin_ip): a key free for the new pair, concurrent moves that draw the same key retry once', async () => {
   const NEW_ORIGIN = '9.9.9.9';
   const n = 5;
   const accounts = await buyers(n);

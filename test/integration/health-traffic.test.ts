@@ -1,4 +1,4 @@
-// Health and traffic on the gateway's side (issue 11 items 2 and 3, docs/CONTRACTS.md "Health and
+// Health and traffic on the gateway's side (docs/CONTRACTS.md "Health and
 // traffic"), through the ingest seam (server/health/ingest.ts) that the collector feeds with a node's
 // `status` answer, against the real gateway and PostgreSQL: counters into exact deltas (first sighting,
 // restart, idle minutes), minute points and the hourly rollup, partitions dropped at retention, the

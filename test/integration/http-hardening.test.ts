@@ -1,4 +1,4 @@
-// Issue 8, items 12, 14 and 16 (REST side) against the real gateway on real PostgreSQL: the client
+// The HTTP hardening (REST side: client address, limits before lookups, metrics and idempotency) against the real gateway on real PostgreSQL: the client
 // address behind proxies (TRUST_PROXY=N), Secure cookies behind https, limits that run before any
 // lookup of a made-up key, buckets per key id, /metrics behind METRICS_TOKEN, 503 bodies without
 // internal addresses, idempotency records that expire after 7 days.
@@ -34,7 +34,7 @@ const stopped = Date.now();
 
 const madeUpKey = () => `svc_${randomBytes(16).toString('hex')}_${randomBytes(32).toString('base64url')}`;
 
-describe('TRUST_PROXY=N (item 12)', () => {
+describe('TRUST_PROXY=N', () => {
   let gw: RunningGateway;
   beforeAll(async () => {
     // A burst of 5, and the clock stands still.
@@ -72,7 +72,7 @@ describe('TRUST_PROXY=N (item 12)', () => {
   });
 });
 
-describe('Secure cookies when PUBLIC_URL is https (item 12)', () => {
+describe('Secure cookies when PUBLIC_URL is https', () => {
   /** The Set-Cookie lines of the issuer's first answer to an authorization request. */
   async function authorizeCookies(gw: RunningGateway, headers: Record<string, string> = {}): Promise<string[]> {
     const { secretEncryptionKey } = (await loadSecrets(gw.testDb.db, {})).secrets;
@@ -118,7 +118,7 @@ describe('Secure cookies when PUBLIC_URL is https (item 12)', () => {
   });
 });
 
-describe('limits before lookups, buckets per key id (item 14)', () => {
+describe('limits before lookups, buckets per key id', () => {
   let gw: RunningGateway;
   beforeAll(async () => {
     gw = await startGateway({ config: { rateLimitPerMinute: 60, rateLimitBurst: 40 }, clock: () => stopped });
@@ -176,7 +176,7 @@ describe('limits before lookups, buckets per key id (item 14)', () => {
   });
 });
 
-describe('/metrics behind METRICS_TOKEN (item 16)', () => {
+describe('/metrics behind METRICS_TOKEN', () => {
   it('401 without or with a wrong bearer token, 200 with the right one', async () => {
     const token = randomBytes(24).toString('base64url');
     const gw = await startGateway({ config: { metricsToken: token } });
@@ -197,7 +197,7 @@ describe('/metrics behind METRICS_TOKEN (item 16)', () => {
   });
 });
 
-describe('503 edge_unavailable names no internal address (item 16)', () => {
+describe('503 edge_unavailable names no internal address', () => {
   it('the body says the edge is unavailable; the SSH host and port go to the log with the request id', async () => {
     const lines: string[] = [];
     const gw = await startGateway({ log: createLogger('info', {}, (l) => lines.push(l)), config: { edgeJobTimeoutMs: 2000 } });
@@ -231,7 +231,7 @@ describe('503 edge_unavailable names no internal address (item 16)', () => {
   });
 });
 
-describe('Idempotency-Key records expire after 7 days (item 16)', () => {
+describe('Idempotency-Key records expire after 7 days', () => {
   let gw: RunningGateway;
   beforeAll(async () => {
     gw = await startGateway();

@@ -1,4 +1,4 @@
-// Issue 14: a replica whose LISTEN connection drops may have missed notices, and must say so to whoever
+// Credentials change at once everywhere: a replica whose LISTEN connection drops may have missed notices, and must say so to whoever
 // relies on them. Real PostgreSQL; the listener is killed with pg_terminate_backend, and its replacement
 // is held back by a gate (Database's injectable retry delay) for as long as each test needs, so the gap
 // is a state the test controls, never a race against a timer.

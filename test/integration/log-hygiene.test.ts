@@ -1,4 +1,4 @@
-// Issue 15: docs/OPERATOR.md "Operations": logs are one JSON object per line; request lines carry `request_id`
+// docs/OPERATOR.md "Operations": logs are one JSON object per line; request lines carry `request_id`
 // (also the X-Request-Id header) and never credentials. The real gateway process (server/main.ts, its
 // own stdout) is driven through a sign-in, the code exchange, a refresh, API calls with the access token
 // and with a svc_ key, a purchase, and refusals of wrong credentials; then every stdout line is read.

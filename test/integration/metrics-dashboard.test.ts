@@ -1,6 +1,6 @@
 // The operator's Grafana dashboard (server/deploy/grafana/tunnelgate.json) charts only metrics the gateway
 // really exports: every `tunnelgate_*` name in its queries is one a running gateway's /metrics declares
-// (histograms as their _bucket, _count and _sum series), and it charts each family issue 11 asks for.
+// (histograms as their _bucket, _count and _sum series), and it charts each health and traffic family.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';

@@ -1,4 +1,4 @@
-// Migration20261125160000_gre_keys on data written before it (issue 16): where a (node, origin_ip) pair
+// Migration20261125160000_gre_keys on data written before it: where a (node, origin_ip) pair
 // repeats among live tunnels, the one on the edge (provisioned or active), else the oldest, keeps no key
 // (it is the one the kernel accepted) and the others get distinct random keys; a pair with one tunnel,
 // deleted tunnels and other nodes are left alone. Then the database refuses what the kernel would: a

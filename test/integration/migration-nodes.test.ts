@@ -1,4 +1,4 @@
-// Migration20261125010000_nodes on data written before it (issue 8 item 6): per-node inner numbers
+// Migration20261125010000_nodes on data written before it (docs/NODES.md): per-node inner numbers
 // become each IP's pool position, every IP gets an inner /30 number unique across nodes and above every
 // live tunnel's, and existing tunnels keep the inner subnet their origins were set up with.
 import { randomUUID } from 'node:crypto';

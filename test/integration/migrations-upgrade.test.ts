@@ -1,4 +1,4 @@
-// Issue 15, "Migrations": beyond "fresh database, no drift": (1) an upgrade from the very first migration
+// Migrations, beyond "fresh database, no drift": (1) an upgrade from the very first migration
 // with data in it (the rows survive, the gateway serves them, the constraints still refuse what they
 // refused, and the result has no drift); (2) two replicas starting at once on one empty database both
 // come up, each migration applied once; (3) the drift check on the embedded database (PGlite) too.
@@ -127,7 +127,7 @@ it('an upgrade from the first migration keeps accounts, users, keys, nodes, tunn
     const got = await call(gw.url, 'GET', `/api/dedicated/${tunnel}`, { token: svcKey });
     expect(got.status).toBe(200);
     expect(got.body.tunnel).toMatchObject({ id: tunnel, status: 'active', protected_ip: '198.18.90.0', origin_ip: '8.8.4.4', name: 'legacy web' });
-    // Tunnel settings (issue 10): an existing tunnel has the defaults, what its edge does already.
+    // Tunnel settings: an existing tunnel has the defaults, what its edge does already.
     expect(got.body.tunnel).toMatchObject({ ports: '*', protocol: 'both', protection: { syn_proxy: false, source_pps_limit: null, drop_fragments: false } });
     expect((await call(gw.url, 'GET', '/api/dedicated/pricing')).body.usd_rub_rate).toBe(95);
   } finally {

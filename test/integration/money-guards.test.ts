@@ -1,4 +1,4 @@
-// Issue 15, "Money": (1) the database itself refuses a negative balance (docs/API.md "Money": "the database
+// Money: (1) the database itself refuses a negative balance (docs/API.md "Money": "the database
 // refuses a negative balance"), hit directly with SQL that bypasses every service; (2) pricing freshness
 // as docs/API.md and pricing.ts promise it, with no manual invalidate(): stock is cached 1 s and dropped at
 // once by a purchase or release in this process; a change made elsewhere (the admin CLI, another

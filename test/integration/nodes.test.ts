@@ -1,4 +1,4 @@
-// Issue 8 items 5, 6 and 7 through the real surfaces: the admin CLI in a child process, REST and GraphQL
+// docs/NODES.md's rules (which nodes sell, inner subnets, our own addresses) through the real surfaces: the admin CLI in a child process, REST and GraphQL
 // over real HTTP, against real PostgreSQL. Item 6's traffic test (two edges, one origin) is
 // test/integration/two-edges-one-origin.test.ts.
 //  5. purchases and pricing take IPs only from sellable nodes with a pinned host key; `node update`.
@@ -24,7 +24,7 @@ const pricing = async (gw: RunningGateway) => {
 };
 const buy = (gw: RunningGateway, token: string, originIp: string) => call(gw.url, 'POST', '/api/dedicated', { token, body: { origin_ip: originIp } });
 
-describe('item 5: only sellable nodes with a pinned host key sell (node update)', () => {
+describe('which nodes sell: only sellable nodes with a pinned host key sell (node update)', () => {
   let gw: RunningGateway;
   let user: SeededUser;
   beforeAll(async () => {
@@ -110,7 +110,7 @@ describe('item 5: only sellable nodes with a pinned host key sell (node update)'
   }, 240_000);
 });
 
-describe('item 6: inner subnets are unique across nodes', () => {
+describe('inner subnets are unique across nodes', () => {
   let gw: RunningGateway;
   let users: SeededUser[];
   beforeAll(async () => {
@@ -166,7 +166,7 @@ describe('item 6: inner subnets are unique across nodes', () => {
   });
 });
 
-describe('item 7: origin_ip may not be one of our own addresses', () => {
+describe('our own addresses: origin_ip may not be one of our own addresses', () => {
   let gw: RunningGateway;
   let user: SeededUser;
   // Public-looking addresses, so only the "ours" rule can refuse them (the gateway refuses non-public origins anyway).

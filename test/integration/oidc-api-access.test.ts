@@ -1,4 +1,4 @@
-// Issue 8 item 8 (docs/CONTRACTS.md "Admin CLI"): a client's API access caps what its access tokens may do. Tokens are
+// API access (docs/CONTRACTS.md "Admin CLI"): a client's API access caps what its access tokens may do. Tokens are
 // obtained by an independent client library (oauth4webapi) through the real login and consent pages:
 //  - none (the default): 403 insufficient_scope on the REST API and GraphQL, userinfo still works;
 //  - read: GET works, writes are 403 insufficient_scope even for an owner;

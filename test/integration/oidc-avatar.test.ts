@@ -1,4 +1,4 @@
-// Issue 8 item 10 (docs/CONTRACTS.md "REST shapes"): userinfo's `picture` for the profile scope is always an absolute URL.
+// The avatar (docs/CONTRACTS.md "REST shapes"): userinfo's `picture` for the profile scope is always an absolute URL.
 // A user who set none gets a generated avatar the gateway serves under PUBLIC_URL: no credential
 // needed, cacheable, an SVG, at a URL that names neither the user id nor the email.
 import { expect, it } from 'vitest';

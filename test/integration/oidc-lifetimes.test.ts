@@ -1,4 +1,4 @@
-// Issue 15: the issuer's lifetimes compared as values, not as `> 0`: authorization code 300 s, access
+// The issuer's lifetimes compared as values, not as `> 0`: authorization code 300 s, access
 // token 900 s (and `expires_in`), ID token 900 s, refresh token 14 days, grant 30 days. Read from what a
 // client receives (the JWTs' exp - iat) and from the rows the adapter stored (payload exp - iat, and the
 // expires_at column the purge relies on), through a raw pg pool, not the code under test.

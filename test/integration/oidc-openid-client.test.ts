@@ -1,7 +1,7 @@
 // The identity provider seen by openid-client v6 (a second, independent client library) against the
 // real gateway on real PostgreSQL: the whole flow as an application would write it, the library's
 // view of the section-7 errors, and `client rotate-secret` run through the real admin CLI while a
-// client holds tokens and a pending code (issue 3, point 4).
+// client holds tokens and a pending code (a client's access ends at once).
 import * as oidc from 'openid-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call } from '../helpers/gateway.ts';

@@ -164,7 +164,7 @@ describe('brute-force limits', () => {
     expect((await submit(elsewhere, { email: u.email, password: u.password, csrf: elsewhere.csrf })).status).toBe(303);
   }, 60_000);
 
-  // Issue 8 item 11: attempts are charged before the password check, so a burst of parallel posts
+  // Attempts are charged before the password check, so a burst of parallel posts
   // cannot all pass a limit that only the finished failures would have paid for.
   it('50 parallel wrong posts from one address: at most the allowed 5 reach the password check', async () => {
     const u = await newUser(gw.testDb.db);

@@ -1,4 +1,4 @@
-// Issue 8 item 16: a password stored in the previous format (scrypt, N=2^15) still signs in through
+// A password stored in the previous format (scrypt, N=2^15) still signs in through
 // the real login page, and that successful sign-in replaces it with an Argon2id hash at today's
 // parameters; a failed sign-in changes nothing.
 import { randomBytes, scryptSync } from 'node:crypto';

@@ -1,4 +1,4 @@
-// Issue 8 item 9: after any revocation of a user's grant (refresh-token reuse, revoking a token at
+// After any revocation of a user's grant (refresh-token reuse, revoking a token at
 // /oauth/revoke, rotating the client's secret with the admin CLI) the same browser, keeping every
 // cookie it has, signs in again and gets a code whose exchange works and whose access token works
 // on the tunnel API. Driven over HTTP by the independent user agent of test/helpers/oidc.ts.

@@ -1,4 +1,4 @@
-// The price list cache (server/domain/pricing.ts, issue 12) on real PostgreSQL: the requests that find
+// The price list cache (server/domain/pricing.ts) on real PostgreSQL: the requests that find
 // it empty share ONE read (a burst at the end of every cached second used to count the pool once per
 // request), the bytes served are made once per rate or stock, and a read begun before a change never
 // answers a request made after the change (the drop stays immediate). The service reads through a

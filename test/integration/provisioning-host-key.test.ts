@@ -1,4 +1,4 @@
-// Issue 15: "The worker's pinned host key (server/edge/connections.ts) is never tested with a wrong key.
+// The worker's pinned host key (server/edge/connections.ts) tested with a wrong key (it never was before).
 // A node with a wrong or missing host key: no login reaches the agent, the job fails without retrying."
 // Through the worker's real path: the gateway's REST provision, the pg-boss queue on the test PostgreSQL,
 // the edge worker and its warm SSH connections, against the real agent SSH server (startAgent, in this

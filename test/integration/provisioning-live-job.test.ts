@@ -1,4 +1,4 @@
-// One live edge job per tunnel (docs/CONTRACTS.md "Tunnel lifecycle"; issue 8 item 4), with the real gateway, the pg-boss queue
+// One live edge job per tunnel (docs/CONTRACTS.md "Tunnel lifecycle"), with the real gateway, the pg-boss queue
 // on the test PostgreSQL, two gateway replicas on one database (each with its own pools, queue and
 // locks, as two processes would have), the real agent process over real SSH and its dataplane in a
 // fresh network namespace (veth stand-in for GRE). Jobs are counted in pg-boss's own table (schema pgboss).

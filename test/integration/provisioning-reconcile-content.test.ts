@@ -1,4 +1,4 @@
-// What a node's reconcile carries (issue 15, "Reconcile content"), with the real gateway, worker, queue,
+// What a node's reconcile carries (the desired set, whole), with the real gateway, worker, queue,
 // SSH and agent process in a fresh network namespace (veth stand-in for GRE): the desired set is exactly
 // the node's provisioning, provisioned and active tunnels (docs/CONTRACTS.md "Edge jobs": `reconcile`
 // carries the node's whole desired set), so a pending, failed or deleted tunnel is never put on the edge

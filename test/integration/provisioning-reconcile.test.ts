@@ -1,4 +1,4 @@
-// Node reconciliation without user action (issue 8 items 2 and 3, gateway side), with the real gateway,
+// Node reconciliation without user action (after an edge reboot, and past a broken tunnel; gateway side), with the real gateway,
 // pg-boss queue on the test PostgreSQL, worker, agent process over real SSH and the agent's production
 // dataplane in a fresh network namespace (veth stand-in for GRE):
 // - drift (a link and a map element deleted by hand) is repaired by the periodic reconcile;

@@ -1,4 +1,4 @@
-// Job version 2 through a rolling upgrade (issue 10, docs/CONTRACTS.md "Versions"), in both orders, with
+// Job version 2 through a rolling upgrade (docs/CONTRACTS.md "Versions"), in both orders, with
 // the real gateway (worker, queue, signer, SSH pool) and the real agent process, its dataplane in a
 // fresh network namespace (veth stand-in for GRE; test/helpers/edge.ts):
 //   (a) the agent upgraded first: a version 1 job, signed by the gateway's signer told to use version 1

@@ -1,4 +1,4 @@
-// Issue 15, "API-only replicas (EDGE_WORKER=false)" (docs/CONFIGURATION.md and docs/OPERATOR.md "How provisioning works"): a gateway process
+// API-only replicas (EDGE_WORKER=false) (docs/CONFIGURATION.md and docs/OPERATOR.md "How provisioning works"): a gateway process
 // started with EDGE_WORKER=false takes purchases and provisions over REST and queues their jobs, but never runs
 // one: no SSH connection from it reaches the agent (read from the kernel's socket table, ss), it logs no
 // edge work, and pg-boss's rows show nobody started the jobs. With only API-only replicas the jobs wait,

@@ -1,4 +1,4 @@
-// Issue 15, "a crashed worker's job handed over after EDGE_JOB_EXPIRE_SECONDS" (docs/OPERATOR.md "How provisioning works"; docs/CONTRACTS.md
+// A crashed worker's job handed over after EDGE_JOB_EXPIRE_SECONDS (docs/OPERATOR.md "How provisioning works"; docs/CONTRACTS.md
 // "Tunnel lifecycle"): two real gateway processes on one PostgreSQL database, the real agent over real SSH with
 // its dataplane in a network namespace (veth stand-in for GRE). Gateway A takes a tunnel's job and is
 // SIGKILLed while the agent holds that job's first call (held by state: the test sees the call and the job

@@ -1,4 +1,4 @@
-// Issue 15, "one job per node at a time" (docs/OPERATOR.md "How provisioning works": pg-boss policy `singleton` keyed by the edge node;
+// One job per node at a time (docs/OPERATOR.md "How provisioning works": pg-boss policy `singleton` keyed by the edge node;
 // server/provisioning/queue.ts): two gateway replicas on one PostgreSQL database (each its own pools, queue,
 // worker and SSH connections, as two processes have), two edge nodes, each the real agent over real SSH with its
 // dataplane in its own network namespace (veth stand-in for GRE). Every agent call is held until the test

@@ -1,4 +1,4 @@
-// Issue 15: "/graphql 429 never tested". docs/CONTRACTS.md "REST shapes" and "REST errors": a spent rate limit is 429 with Retry-After.
+// /graphql's 429 (untested before). docs/CONTRACTS.md "REST shapes" and "REST errors": a spent rate limit is 429 with Retry-After.
 // GraphQL over HTTP answers its refusals in GraphQL's own error shape with the REST code in
 // extensions.code (docs/API.md "GraphQL"; the 401 and the WebSocket's rate limit do the same), so a
 // GraphQL client sees `errors[0].extensions.code === 'rate_limited'`; REST answers its one body shape.

@@ -1,4 +1,4 @@
-// Issue 15, "two replicas migrating at once", as operators meet it: two gateway processes (`npm start`'s
+// Two replicas migrating at once, as operators meet it: two gateway processes (`npm start`'s
 // command) started together on one empty PostgreSQL database. Both must come up ready, each migration
 // applied once, and both must agree on the generated secrets (docs/CONTRACTS.md "Starting it": generated once, so every
 // replica agrees): each logs the id of the job-signing key it loaded, and the two ids are one.

@@ -1,4 +1,4 @@
-// Issue 8, item 15 (gateway): the real gateway process (`npm start`'s command) with
+// SECRETS_FROM_ENV=required (gateway): the real gateway process (`npm start`'s command) with
 // SECRETS_FROM_ENV=required refuses to start while a secret variable is missing, naming it (never a
 // value), and starts when all are set, generating nothing into the database.
 import { spawn } from 'node:child_process';

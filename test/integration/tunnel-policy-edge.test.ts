@@ -1,4 +1,4 @@
-// A tunnel's policy end to end through the product (issue 10 item 5, the last proof; docs/CONTRACTS.md
+// A tunnel's policy end to end through the product (the last proof; docs/CONTRACTS.md
 // "Tunnel settings", "Edge jobs"): bought with `ports: "8080"` and protection over REST, provisioned by the
 // real gateway, queue and worker through the real agent process (speaking job version 3 after `hello`), its
 // dataplane in a namespace (veth stand-in for GRE, as test/integration/provisioning.test.ts), with a client
@@ -8,7 +8,7 @@
 // "within the request's own wait" of the contract (EDGE_WAIT_MS, 5 s by default), and a connection on the
 // port it keeps carries on (a change of policy alone flushes no conntrack).
 //
-// Then the traffic proof of issue 11 item 6 on a second tunnel (UDP port 7000, 100 packets/s per source):
+// Then the traffic proof on a second tunnel (UDP port 7000, 100 packets/s per source):
 // exact packet and byte counts sent by hping3 through the real agent, collected by the real gateway
 // collector over SSH (op `status`), read back from `GET /api/dedicated/{id}/traffic`, with drops by reason
 // (not_allowed, rate_limited, spoofed) under `dropped` (docs/CONTRACTS.md "Health and traffic", "Dataplane").

@@ -1,5 +1,5 @@
 // The domain answers with domain results and codes; the REST adapter alone turns them into statuses,
-// paths and headers (issue 9). Real gateway, real PostgreSQL.
+// paths and headers. Real gateway, real PostgreSQL.
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
@@ -39,7 +39,7 @@ it('a purchase stored by the previous version (next_steps inside the record) rep
   expect(first.status).toBe(201);
   const body = first.body as { tunnel: { id: string }; next_steps: unknown };
   expect(body.next_steps).toEqual({ setup: `/api/dedicated/${body.tunnel.id}/setup`, provision: `/api/dedicated/${body.tunnel.id}/provision` });
-  // What the gateway before issue 9 kept: the whole REST body, next_steps included.
+  // What the gateway before shared validation kept: the whole REST body, next_steps included.
   await gw.testDb.raw.query('update idempotency_record set body = $3 where account_id = $1 and key = $2', [alice.accountId, 'old-1', JSON.stringify(first.body)]);
   const replay = await call(gw.url, 'POST', '/api/dedicated', { token: alice.writeKey, body: { origin_ip: '8.8.4.4' }, headers: { 'idempotency-key': 'old-1' } });
   expect(replay.status).toBe(201);
@@ -50,7 +50,7 @@ it('a purchase stored by the previous version (next_steps inside the record) rep
 it('a purchase recorded before tunnel settings existed replays with the default settings every tunnel shows now (REST and GraphQL)', async () => {
   const first = await call(gw.url, 'POST', '/api/dedicated', { token: alice.writeKey, body: { origin_ip: '8.8.4.4' }, headers: { 'idempotency-key': 'pre-settings' } });
   expect(first.status).toBe(201);
-  // What the gateway before issue 10 kept: the tunnel with ports "*" and protocol "both", no protection.
+  // What the gateway before tunnel settings kept: the tunnel with ports "*" and protocol "both", no protection.
   const old = structuredClone(first.body) as { tunnel: Record<string, unknown> };
   delete old.tunnel.protection;
   await gw.testDb.raw.query('update idempotency_record set body = $3 where account_id = $1 and key = $2', [alice.accountId, 'pre-settings', JSON.stringify(old)]);

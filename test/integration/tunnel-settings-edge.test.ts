@@ -1,4 +1,4 @@
-// Tunnel settings that reach the edge (issue 10; docs/CONTRACTS.md "Tunnel settings", "Tunnel lifecycle"):
+// Tunnel settings that reach the edge (docs/CONTRACTS.md "Tunnel settings", "Tunnel lifecycle"):
 // the real gateway, queue and worker drive the real agent process over SSH, its dataplane in a fresh
 // network namespace (veth stand-in for GRE, as test/integration/provisioning.test.ts). What the agent
 // holds is read from its desired-state journal (agent/dataplane/state.ts DESIRED_FILE), the database with

@@ -1,4 +1,4 @@
-// Tunnel settings (issue 10; docs/CONTRACTS.md "Tunnel settings") against the real gateway on real
+// Tunnel settings (docs/CONTRACTS.md "Tunnel settings") against the real gateway on real
 // PostgreSQL, over REST (fetch) and GraphQL: ports/protocol/protection at purchase and with PATCH
 // /api/dedicated/{id} / updateTunnel, normalisation, every refusal, accounts, statuses, the
 // Idempotency-Key digest, and concurrent changes under the row lock. This gateway runs no worker:

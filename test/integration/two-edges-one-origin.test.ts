@@ -1,4 +1,4 @@
-// Issue 8 item 6, end to end: one origin with a tunnel on each of two edges, and both tunnels carry
+// Inner subnets unique across nodes (docs/NODES.md), end to end: one origin with a tunnel on each of two edges, and both tunnels carry
 // traffic. The real gateway (REST, queue, worker) provisions both through two real agent processes, each
 // with its dataplane in its own network namespace (veth stand-in for GRE: this kernel has no GRE; the
 // VM test covers real GRE). The origin is a third namespace holding both stand-ins' far ends as its two

@@ -1,4 +1,4 @@
-// The status-change webhook on the real purchase -> provision -> delete path (issue 11 item 4): the real
+// The status-change webhook on the real purchase -> provision -> delete path: the real
 // gateway and its worker drive the real agent over SSH (the provisioning tests' rig: a network namespace
 // with the veth stand-in for GRE), and every status move the worker or the buyer makes reaches a real
 // receiver, signed (verified with `standardwebhooks`), carrying the tunnel as it was after that move

@@ -1,4 +1,4 @@
-// At least once across a crash (issue 11 item 4): the gateway process is killed with SIGKILL while a
+// At least once across a crash: the gateway process is killed with SIGKILL while a
 // delivery is in flight (the receiver has the request and holds its answer), after the event was
 // committed. The gateway started again on the same database sends it again once the dead attempt's
 // lease ends: the same webhook-id and the same body bytes, verified with `standardwebhooks`.

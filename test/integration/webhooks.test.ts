@@ -1,4 +1,4 @@
-// Webhooks (issue 11 item 4, docs/CONTRACTS.md "Webhooks") on the real gateway and
+// Webhooks (docs/CONTRACTS.md "Webhooks") on the real gateway and
 // real PostgreSQL, delivered over real HTTP to a receiver in this file that verifies every delivery with
 // the `standardwebhooks` package (an independent Standard Webhooks implementation). The delivery worker
 // runs in the gateway's process with a short poll and backoff base; the give-up test moves the worker's

@@ -1,4 +1,4 @@
-// One broken tunnel must not block its node (issue 8 item 3): a reconcile applies every tunnel it can and
+// One broken tunnel must not block its node: a reconcile applies every tunnel it can and
 // reports the ones the kernel refuses in `failed`, leaving them as they were. The breakage is real: a
 // link with one tunnel's name already exists in the namespace and is not the agent's (docs/CONTRACTS.md "Dataplane": the
 // agent never touches links it did not create), so that tunnel cannot be applied. Production dataplane,

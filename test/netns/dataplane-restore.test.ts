@@ -1,4 +1,4 @@
-// restore() (issue 8 item 2; docs/CONTRACTS.md "Restart and reboot"): the dataplane journals the last desired state
+// restore() (an edge reboot must not silently kill paid tunnels; docs/CONTRACTS.md "Restart and reboot"): the dataplane journals the last desired state
 // (apply puts, remove deletes, reconcile replaces the set) and restore() reconciles the kernel to it. A
 // "reboot" here is: dataplane closed, its links and its table deleted, dataplane opened again. Production
 // dataplane in a fresh namespace, veth stand-in for GRE; `ip -j` and `nft -j` are the oracles.

@@ -1,4 +1,4 @@
-// Issue 11 on this kernel: the agent's health checks with the REAL probe (agent/dataplane/probe.ts) through a
+// Health checks on this kernel: the agent's health checks with the REAL probe (agent/dataplane/probe.ts) through a
 // tunnel, and the status op's counters after exactly N packets and B bytes, drops by reason included. The
 // tunnel link is the dataplane's veth stand-in (this kernel has no GRE), its far end moved into the origin.
 // The scheduler runs on an injected clock: the test says when checks are due, nothing waits on wall time.

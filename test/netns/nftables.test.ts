@@ -95,7 +95,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('nftables in a 
     );
     expect(json.filter((o) => o.chain && (o.chain as { hook?: string }).hook === 'forward')).toHaveLength(1);
     // two chains on prerouting (early, and the nat chain, which sees first packets only): every base chain costs
-    // every packet (issue 10 item 6)
+    // every packet (the policy must cost little forwarding rate)
     expect(json.filter((o) => o.chain && (o.chain as { hook?: string }).hook === 'prerouting')).toHaveLength(2);
     expect(json.filter((o) => o.rule)).toHaveLength(EXPECTED_RULES.length);
     expect((await nft.listRules(T)).map((r) => `${r.chain}: ${r.exprs.join(' ')}`)).toEqual(EXPECTED_RULES);

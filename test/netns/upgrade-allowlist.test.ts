@@ -1,4 +1,4 @@
-// An agent upgraded to the allowlist of port blocks (issue 10 item 6: five exact-lookup sets instead of the
+// An agent upgraded to the allowlist of port blocks (cheaper per packet: five exact-lookup sets instead of the
 // `allowed` interval set) over a table built by the agent before it. At start the table is rebuilt (its rules
 // differ) and the old set's ranges are carried over as blocks in the same batch, so no allowed port is closed
 // between the rebuild and the restore; the restore then finds every tunnel's allowlist already right.

@@ -1,4 +1,4 @@
-// An agent upgraded to the `out` counter (issue 11) over a table built by the agent before it: no tunnel_out
+// An agent upgraded to the `out` counter (health checks' traffic out) over a table built by the agent before it: no tunnel_out
 // map, no counting rule. At start the table is rebuilt (its rules differ) keeping every tunnel's isolation
 // elements, so replies keep their `replies` element through the upgrade; the restore that follows adds each
 // tunnel's `<N>.out` counter and its tunnel_out element. Veth stand-in for GRE.

@@ -1,4 +1,4 @@
-// TRUST_PROXY=N (docs/CONTRACTS.md "Starting it", issue 8 item 12): which X-Forwarded-For entry is the client.
+// TRUST_PROXY=N (docs/CONTRACTS.md "Starting it"): which X-Forwarded-For entry is the client.
 import type http from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { clientAddress } from '../../server/http/client-address.ts';

@@ -1,5 +1,5 @@
 // The shared logger (common/log.ts) masks credentials in every string it writes, by default, with rules
-// the caller can replace. Before issue 9 the masking function existed but no log line went through it.
+// the caller can replace. Before, the masking function existed but no log line went through it.
 import { describe, expect, it } from 'vitest';
 import { CREDENTIAL_REDACTIONS, createLogger, redact } from '../../common/log.ts';
 

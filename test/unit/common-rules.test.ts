@@ -1,5 +1,5 @@
 // The rules both programs share (common/): each written once, and every former copy now agrees with it.
-// Before issue 9 the agent's dataplane had its own tunnel validator (inner /8 to /31, any non-empty id)
+// Before, the agent's dataplane had its own tunnel validator (inner /8 to /31, any non-empty id)
 // and the netlink encoder its own IPv4 parser (leading zeros accepted): a tunnel the wire contract refused
 // could still reach the kernel from the agent's own restore path, and the other way round.
 // The properties run with the fuzz pass's fixed seed (FUZZ_SEED replays another).

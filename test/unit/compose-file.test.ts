@@ -1,4 +1,4 @@
-// docker-compose.yml as Compose reads it (issue 13 item 1): `docker-compose config` (Debian's Compose
+// docker-compose.yml as Compose reads it (so a typo there fails here, not at an operator's first start): `docker-compose config` (Debian's Compose
 // 1.29, no engine needed) must succeed on a clean clone with no variable set, with and without the edge
 // profile, and with the values an operator is told to put in .env; what each service then receives must
 // be what it starts with: the gateway refuses to start without its five secrets (SECRETS_FROM_ENV=required)

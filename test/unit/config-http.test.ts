@@ -1,4 +1,4 @@
-// The HTTP settings of issue 8 (items 12, 13, 16) as loadConfig reads them from the environment.
+// The HTTP hardening settings (client address, WebSocket limits, metrics and idempotency) as loadConfig reads them from the environment.
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../server/config.ts';

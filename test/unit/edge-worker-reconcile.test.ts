@@ -1,4 +1,4 @@
-// How the gateway's edge worker treats a reconcile that failed for some tunnels (issue 8 item 3). The
+// How the gateway's edge worker treats a reconcile that failed for some tunnels (one broken tunnel must not block its node). The
 // agent that reports `failed: [{id, error, error_description}]` with ok:true is built on another branch,
 // so the agent's answers here come from a stand-in for the SSH connection pool (named as such: a fake);
 // the job signing is the real one. The end-to-end case with the real agent process is in

@@ -41,7 +41,7 @@ it('a success clears that account\'s failures from that address', () => {
   expect(l.blocked('a@x.test', '198.51.100.1', 0)).toBe(0);
 });
 
-it('attempt() checks and charges in one step: of many attempts started together only the burst goes on (issue 8 item 11)', () => {
+it('attempt() checks and charges in one step: of many attempts started together only the burst goes on', () => {
   const l = new LoginLimiter({ accountAddress: { burst: 3, refillSeconds: 60 }, address: { burst: 100, refillSeconds: 1 } });
   // Every attempt is decided before any password check finishes: nothing is reported back in between.
   const waits = Array.from({ length: 10 }, () => l.attempt('a@x.test', '198.51.100.1', 0));

@@ -2,7 +2,7 @@
 // as it sits in the repository, not only as rendered; what the gateway serves is the rendered header plus
 // that file's body, byte for byte; the unit template's placeholders are exactly the ones filled in; and
 // both files are found from the module's own directory, as `npm start` and the Docker image run it.
-// (test/unit/origin-scripts.test.ts checks the rendered texts and runs them against the kernel.)
+// (test/unit/origin-scripts.test.ts checks the rendered texts, test/unit/origin-script-netns.test.ts runs them against the kernel.)
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,96 +1,15 @@
 // The origin script is checked three ways: as text (values, validation), statically (bash -n,
-// shellcheck) and by running it against the real kernel in throw-away network namespaces.
-// This host's kernel has no GRE, so here the netns tests prove that the script fails cleanly
-// without GRE and that every step after the link is idempotent (on a veth standing in for the GRE
-// link, named as such). The run with a real GRE link (idempotency, drift repair, a key change) is in
-// test/vm/origin-script.test.ts, in the QEMU guest whose Debian kernel has ip_gre.
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+// shellcheck) and by running it against the real kernel in throw-away network namespaces (that third way is
+// origin-script-netns.test.ts; the shared pieces are origin-script-rig.ts).
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { renderOriginScripts, type OriginScriptParams } from '../../server/domain/origin-scripts.ts';
 import { skipUnless } from '../helpers/requirements.ts';
-import { ORIGIN_SCRIPT_PARAMS, ORIGIN_STATE_SNAPSHOT } from '../helpers/origin-script-params.ts';
+import { base, cleanupOriginRig, has, run, scriptFile, work } from './origin-script-rig.ts';
 
-const base = ORIGIN_SCRIPT_PARAMS;
-
-interface Result {
-  status: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function run(cmd: string, args: string[], input?: string): Result {
-  const r = spawnSync(cmd, args, { encoding: 'utf8', input, timeout: 60_000 });
-  if (r.error) throw r.error;
-  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
-}
-
-const has = (bin: string) => run('bash', ['-c', 'command -v "$1"', 'has', bin]).status === 0;
-
-const work = mkdtempSync(join(tmpdir(), 'tg-origin-'));
-let files = 0;
-function scriptFile(text: string): string {
-  const path = join(work, `origin-${files++}.sh`);
-  writeFileSync(path, text);
-  return path;
-}
-
-// Network namespaces: probed once, so the skip conditions below are known before the tests run.
-const namespaces: string[] = [];
-function netns(): string {
-  const name = `tgo-${process.pid}-${namespaces.length}`;
-  const r = run('ip', ['netns', 'add', name]);
-  if (r.status !== 0) throw new Error(`ip netns add ${name}: ${r.stderr}`);
-  namespaces.push(name);
-  nsOk(name, 'ip link set lo up');
-  return name;
-}
-function ns(name: string, script: string): Result {
-  return run('ip', ['netns', 'exec', name, 'bash', '-c', script]);
-}
-function nsOk(name: string, script: string): string {
-  const r = ns(name, `set -euo pipefail; ${script}`);
-  if (r.status !== 0) throw new Error(`in ${name}: ${script}\n${r.stdout}${r.stderr}`);
-  return r.stdout;
-}
-
-const canNetns = process.getuid?.() === 0 && has('ip') && (() => {
-  try {
-    netns();
-    return true;
-  } catch {
-    return false;
-  }
-})();
-// The CI host's kernel has none; on a kernel that has GRE the "without GRE" case cannot be staged, and
-// the GRE case itself runs in the VM (test/vm/origin-script.test.ts).
-const greInKernel = canNetns && ns(netns(), 'ip link add gre-probe type gre local 192.0.2.1 remote 192.0.2.9').status === 0;
-
-afterAll(() => {
-  for (const name of namespaces) run('ip', ['netns', 'del', name]);
-  rmSync(work, { recursive: true, force: true });
-});
-
-/** A veth pair whose ends are both in NAME, so it has carrier; waits until the kernel says so. */
-function vethUp(name: string, dev: string, peer: string, cidr?: string): void {
-  nsOk(
-    name,
-    `ip link add ${dev} type veth peer name ${peer}; ip link set ${peer} up; ip link set ${dev} up;` +
-      (cidr ? ` ip addr add ${cidr} dev ${dev};` : '') +
-      // Carrier (and with it "state UP" and the routes' linkdown flag) settles asynchronously.
-      ` for _ in $(seq 100); do [[ $(cat /sys/class/net/${dev}/operstate) == up ]] && break; sleep 0.05; done`,
-  );
-}
-
-/** Everything the script may touch, as text: two equal snapshots mean the same kernel state. */
-function snapshot(name: string): string {
-  return nsOk(name, ORIGIN_STATE_SNAPSHOT);
-}
-
-const count = (text: string, needle: string) => text.split(needle).length - 1;
+afterAll(cleanupOriginRig);
 
 describe('renderOriginScripts', () => {
   it("puts this tunnel's values into both texts", () => {
@@ -115,7 +34,7 @@ describe('renderOriginScripts', () => {
     expect(origin).toContain('\nset -euo pipefail\n');
     expect(origin).toContain('POST /api/dedicated/$TUNNEL_ID/activate');
     expect(origin).toContain('Bind UDP services to $ORIGIN_INNER_IP, not 0.0.0.0');
-    // Issue 10 item 7: the served script's comments tell the buyer what each edge setting does, how to pick
+    // The served script's comments tell the buyer what each edge setting does, how to pick
     // the rate limit, and why UDP services bind to the inner address.
     const comments = origin.split('\n').filter((l) => l.startsWith('#')).join('\n');
     for (const setting of ['ports', 'protocol', 'protection.syn_proxy', 'protection.source_pps_limit', 'protection.drop_fragments']) expect(comments).toContain(`#   ${setting}`);
@@ -370,7 +289,7 @@ describe('systemd unit', () => {
     expect(r.status).toBe(0);
   });
 
-  // What --install writes (issue 11: a link flap drops the policy route; the timer's "up" puts it back).
+  // What --install writes (a link flap drops the policy route; the timer's "up" puts it back).
   // Printed by the script's own functions, sourced: these are the texts the buyer's host gets.
   const installed = () => {
     const path = scriptFile(renderOriginScripts(base).origin);
@@ -414,102 +333,5 @@ describe('systemd unit', () => {
     const r = run('systemd-analyze', ['verify', ...paths]);
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
-  });
-});
-
-// Timeouts: generous, for a loaded host (each step starts several processes).
-describe.skipIf(skipUnless(canNetns, 'root and ip (network namespaces)'))('origin script against the kernel, in network namespaces', { timeout: 120_000 }, () => {
-  const origin = renderOriginScripts(base).origin;
-
-  // On a kernel with GRE this test cannot make its case: it fails in CI (skipUnless) rather than pass unseen;
-  // the GRE side of the script runs in the QEMU guest (test/vm/origin-script.test.ts).
-  it.skipIf(skipUnless(!greInKernel, 'a kernel without GRE, to see the script refuse it'))('without GRE in the kernel fails with a clear message and changes nothing', () => {
-    const name = netns();
-    vethUp(name, 'up0', 'up0-peer', '192.0.2.6/24');
-    const before = snapshot(name);
-    const r = ns(name, `bash ${scriptFile(origin)}`);
-    expect(r.status).toBe(1);
-    expect(r.stderr).toContain('tunnelgate: error: this kernel has no GRE support (modprobe ip_gre)');
-    expect(r.stderr).toContain('nothing was changed');
-    expect(r.stdout).not.toContain('tunnelgate: done');
-    expect(snapshot(name)).toBe(before);
-  });
-
-  it('routing, rp_filter and MSS clamp steps converge and are idempotent (veth stands in for the GRE link)', () => {
-    expect(has('nft'), 'nft is missing: apt-get install nftables').toBe(true);
-    const name = netns();
-    vethUp(name, 'up0', 'up0-peer', '192.0.2.6/24');
-    vethUp(name, 'tg-3k9x0a1b', 'tg-standin-peer');
-    // Left over from an earlier inner subnet: the script must drop it.
-    nsOk(name, 'ip addr add 100.64.9.2/30 dev tg-3k9x0a1b');
-    const steps = `source ${scriptFile(origin)}; ensure_address; ensure_routing; ensure_rp_filter; ensure_mss_clamp`;
-    const first = ns(name, steps);
-    expect(first.stderr).toBe('');
-    expect(first.status).toBe(0);
-    const once = snapshot(name);
-    const second = ns(name, steps);
-    expect(second.status).toBe(0);
-    expect(second.stdout).toContain('policy rule from 100.64.0.2 lookup 1000123 already present');
-    expect(snapshot(name)).toBe(once);
-
-    expect(once).toMatch(/tg-3k9x0a1b\s+inet 100\.64\.0\.2\/30 /);
-    expect(once).not.toContain('100.64.9.2');
-    expect(count(once, 'from 100.64.0.2 lookup 1000123')).toBe(1);
-    expect(once).toContain('default dev tg-3k9x0a1b table 1000123');
-    expect(once).toContain('/proc/sys/net/ipv4/conf/tg-3k9x0a1b/rp_filter 2');
-    expect(once).toContain('elements = { "tg-3k9x0a1b" }');
-    expect(count(once, 'oifname @tunnels tcp flags syn tcp option maxseg size set rt mtu')).toBe(1);
-  });
-
-  it('--remove takes down rule, table and clamp, leaves a non-GRE link alone, and is idempotent', () => {
-    const name = netns();
-    vethUp(name, 'up0', 'up0-peer', '192.0.2.6/24');
-    vethUp(name, 'tg-3k9x0a1b', 'tg-standin-peer');
-    const path = scriptFile(origin);
-    nsOk(name, `source ${path}; ensure_address; ensure_routing; ensure_rp_filter; ensure_mss_clamp`);
-    const first = ns(name, `bash ${path} --remove`);
-    expect(first.status).toBe(0);
-    expect(first.stderr).toContain('tg-3k9x0a1b is not a GRE tunnel');
-    const after = snapshot(name);
-    const second = ns(name, `bash ${path} down`);
-    expect(second.status).toBe(0);
-    expect(snapshot(name)).toBe(after);
-    expect(after).not.toContain('lookup 1000123');
-    expect(after).not.toContain('table 1000123');
-    expect(after).not.toContain('tunnelgate_origin');
-    expect(after).toContain('tg-3k9x0a1b@tg-standin-peer');
-  });
-
-  it('tunnels sharing an origin share the nft table; removing one keeps the others', () => {
-    const name = netns();
-    const other = renderOriginScripts({ ...base, tunnelName: 'tg-second', edgeInner: '100.64.0.5/30', originInner: '100.64.0.6/30', routeTable: 1000124 }).origin;
-    vethUp(name, 'tg-3k9x0a1b', 'tg-peer-a');
-    vethUp(name, 'tg-second', 'tg-peer-b');
-    const [a, b] = [scriptFile(origin), scriptFile(other)];
-    nsOk(name, `source ${a}; ensure_mss_clamp`);
-    nsOk(name, `source ${b}; ensure_mss_clamp`);
-    const both = nsOk(name, 'nft list ruleset');
-    // nft lists set elements in no fixed order.
-    expect(both).toMatch(/elements = \{ ("tg-3k9x0a1b",\s+"tg-second"|"tg-second",\s+"tg-3k9x0a1b") \}/);
-    expect(count(both, 'tcp option maxseg size set rt mtu')).toBe(1);
-    nsOk(name, `bash ${a} --remove`);
-    expect(nsOk(name, 'nft list ruleset')).toContain('elements = { "tg-second" }');
-    nsOk(name, `bash ${b} --remove`);
-    expect(nsOk(name, 'nft list ruleset')).not.toContain('tunnelgate_origin');
-  });
-
-  it('behind 1:1 NAT uses the address that reaches the edge as the local end', () => {
-    const name = netns();
-    vethUp(name, 'up0', 'up0-peer', '10.0.0.5/24');
-    nsOk(name, 'ip route add default via 10.0.0.1');
-    const path = scriptFile(origin);
-    const nat = ns(name, `source ${path}; resolve_local_ip; echo "local=$LOCAL_IP"`);
-    expect(nat.status).toBe(0);
-    expect(nat.stdout).toContain('local=10.0.0.5');
-    expect(nat.stderr).toContain('192.0.2.6 is not an address of this server');
-    nsOk(name, 'ip addr add 192.0.2.6/32 dev up0');
-    const direct = ns(name, `source ${path}; resolve_local_ip; echo "local=$LOCAL_IP"`);
-    expect(direct.stdout).toContain('local=192.0.2.6');
-    expect(direct.stderr).toBe('');
   });
 });

@@ -1,4 +1,4 @@
-// Password hashing (server/auth/passwords.ts, issue 8 item 16): Argon2id with the OWASP parameters in a
+// Password hashing (server/auth/passwords.ts): Argon2id with the OWASP parameters in a
 // standard PHC string; hashes of the previous scrypt format still verify and are flagged for re-hashing,
 // as are Argon2id hashes with weaker parameters. Expected values are computed here with node:crypto
 // directly from the parameters the test reads out of the string, not through the module under test.

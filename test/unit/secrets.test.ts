@@ -254,7 +254,7 @@ it('OpenSSH key round-trips to the same Ed25519 key through every form', () => {
   );
 });
 
-describe('SECRETS_FROM_ENV=required (issue 8, item 15)', () => {
+describe('SECRETS_FROM_ENV=required', () => {
   const full = () => Object.fromEntries(SECRET_NAMES.map((n) => [SECRET_ENV[n], generateSecret(n)])) as Record<string, string>;
 
   it('names every missing or empty secret variable, and never a value', () => {

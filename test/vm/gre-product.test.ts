@@ -213,7 +213,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real G
       expect(ct).toMatch(new RegExp(`udp .*src=${LAB.client} dst=${tunnel.protected_ip} .* src=${originInner} dst=${LAB.client}`));
     });
 
-    // Issue 11 item 6: the origin's GRE link goes down and comes back. The agent checks the tunnel once per
+    // A link flap: the origin's GRE link goes down and comes back. The agent checks the tunnel once per
     // interval (agent/health/scheduler.ts) and logs each check at debug with the slot it ran for; the test
     // counts those checks (never the clock): `down` at the third failed check in a row, `up` at the first
     // that answers. The gateway's collector brings each to the API (one round per test step, its own timer
@@ -360,7 +360,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real G
       await vm.stop('udp-product');
     });
 
-    // Issue 16: several tunnels to one origin. Before GRE keys the second unkeyed link between the same
+    // GRE keys: several tunnels to one origin. Before GRE keys the second unkeyed link between the same
     // endpoints was refused by the kernel ("File exists") and its provision ended `failed`.
     describe('several tunnels to one origin: one from before GRE keys, three bought now on one edge, one on a second edge', () => {
       interface Bought {

@@ -1,4 +1,4 @@
-// The origin script against REAL GRE: what test/unit/origin-scripts.test.ts cannot check on a host kernel
+// The origin script against REAL GRE: what test/unit/origin-script-netns.test.ts cannot check on a host kernel
 // without ip_gre. A QEMU guest of this file's own (test/vm/vm.ts) wires the lab (test/vm/guest/start.sh);
 // the edge end of the tunnel is built by hand in its edge namespace, as the agent would build it, and the
 // script the gateway hands buyers runs in its origin namespace:
@@ -119,7 +119,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the origin script wit
     expect(await probe(3)).toContain(`peer=${PROBE_SRC}`);
   }, 300_000);
 
-  // Issue 11: `ip link set <tunnel> down; up` makes the kernel drop the policy table's default route, and
+  // A link flap: `ip link set <tunnel> down; up` makes the kernel drop the policy table's default route, and
   // nothing put it back until the buyer ran the script again. --install keeps it applied. The guest has no
   // systemd (its init is test/vm/init), so the units are not enabled here: the test checks the files
   // --install writes and runs the repair unit's own ExecStart command, as its timer would

@@ -1,4 +1,4 @@
-// Issue 10 item 5, the GRE half: the edge's isolation and per-tunnel policy proven on REAL GRE, in the QEMU
+// The GRE half of the policy's proof: the edge's isolation and per-tunnel policy proven on REAL GRE, in the QEMU
 // guest running Debian's 6.1 kernel (test/vm/vm.ts; lab wired by guest/start.sh). The edge runs the agent's
 // own dataplane (agent/dataplane, GRE links) through the guest's control server; the origin is set up by the
 // real origin script the gateway hands buyers. The host half, on veth stand-ins, is

@@ -15,7 +15,7 @@ export const LAB = {
   edgeMgmt: '10.0.2.15',
   controlPort: 7070,
   agentPort: 52222,
-  /** A second edge router (issue 16: tunnels to one origin across edges), with its own agent. */
+  /** A second edge router (tunnels to one origin across edges), with its own agent. */
   edge2: '192.0.2.10',
   /** Routed to edge2 by the router (more specific than protectedRange). */
   protectedRange2: '203.0.113.64/26',

@@ -23,7 +23,7 @@ export const nextGeneration = (gen: number, commits = 1): number => {
 
 /**
  * Tunnels added whole per nft batch beyond the first. A first apply of 10,000 tunnels with long port lists is
- * ~815,000 elements, a 30 MB batch whose buffer doubles its way there (RSS; issue 10 item 6): a batch of this
+ * ~815,000 elements, a 30 MB batch whose buffer doubles its way there (the agent's RSS at the apply's peak): a batch of this
  * many tunnels is ~1.3 MB, and building it leaves ~10 MB resident until the release before the next (1,000
  * per batch: ~20 MB; 20 batches add ~1 s of releases to a 10,000-tunnel apply of ~13 s). Such tunnels have nothing in the kernel and nothing shared among
  * them, so each batch carries its tunnels whole (counters, map elements, policy elements): a tunnel is never

@@ -169,7 +169,7 @@ const UNLISTED_FAST_POLLS = 16;
  * rather than once the kernel's deletion returns. In rtnetlink a deletion releases RTNL and then waits for an
  * RCU barrier before acking (netdev_run_todo; ~20 ms here against ~2 ms until the link is unlisted), blocking
  * whichever thread sent it: the reaper's sends run on a worker thread, so the job answers after ~2 ms and the
- * event loop (SSH, probes) never waits out the barrier (issue 10 item 4, docs/CONTRACTS.md "Dataplane"). The
+ * event loop (SSH, probes) never waits out the barrier (a job must not grow with the node: docs/CONTRACTS.md "Dataplane"). The
  * route socket's own requests show when the link is gone: each takes RTNL, so it answers after the deletion's
  * part under RTNL, or before it started. A refusal (the link still listed) surfaces as the deletion's error.
  */

@@ -95,7 +95,7 @@ export async function readView(
   full = false,
   /**
    * A scoped apply or remove: everything the operation can touch, read by key or by name (links, map elements,
-   * counters, policy elements, synproxy objects), never a dump that grows with the tunnels (issue 10 item 4).
+   * counters, policy elements, synproxy objects), never a dump that grows with the tunnels (a job must not grow with the node).
    */
   scoped?: ScopedRead,
   /**

@@ -88,7 +88,7 @@ export function dynamicChains(rules: readonly DecodedRule[]): { chains: Set<stri
 async function readElements(k: KernelContext): Promise<Map<string, PolicyElement>> {
   const out = new Map<string, PolicyElement>();
   for (const set of TUNNEL_SETS) {
-    // A table of an older agent lacks the newer sets (tunnel_out, issue 11): keep what the others hold.
+    // A table of an older agent lacks the newer sets (tunnel_out, the `out` counters of health checks): keep what the others hold.
     await k.nft
       .eachSetElement(k.table, set, (e) => {
         const el = { key: Buffer.from(e.key), ...(e.keyEnd ? { keyEnd: Buffer.from(e.keyEnd) } : {}), ...(e.data ? { data: Buffer.from(e.data) } : {}), ...(e.objref !== undefined ? { objref: e.objref } : {}), ...(e.verdict ? { verdict: e.verdict } : {}) };

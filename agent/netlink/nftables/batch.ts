@@ -85,7 +85,7 @@ const MESSAGE_HEADER_BYTES = 20;
  * is added, in the order it is added, behind room for BATCH_BEGIN; encode() writes the sequence numbers (the
  * caller knows how many to reserve only then: messageCount + 2), BEGIN and END in place and returns that same
  * buffer. So a 10,000-tunnel batch (~15 MB) is in memory once, never twice as when the messages were copied
- * into a second buffer at the end (RSS at the apply's peak, issue 10 item 6), and no element object lives
+ * into a second buffer at the end (the agent's RSS at the apply's peak), and no element object lives
  * longer than the call that added it.
  */
 export class NftBatch {

@@ -1,4 +1,4 @@
-// Issue 8, items 5, 6 and 7 (docs/NODES.md).
+// Which nodes sell, inner subnets unique across nodes, our own addresses never an origin (docs/NODES.md).
 // - edge_node.pool: the protected pool's CIDR, so a new pool can be checked for overlap as a range.
 // - edge_node.sellable: `node update --sellable false` stops sales on a node (default: it sells).
 // - protected_ip.position: the old per-node inner_index, renamed: it is now only the IP's place in its

@@ -1,4 +1,4 @@
-// Issue 8 items 8 and 10.
+// A client's API access, and the user's picture for userinfo.
 // - oauth_client.api_access (docs/CONTRACTS.md "Admin CLI"): what a client's access tokens may do on the tunnel API and
 //   GraphQL. Existing clients become `none`, like new ones: until now every client's token could spend
 //   the user's balance, which is the hole being closed, and the operator is the only one who knows which

@@ -1,4 +1,4 @@
-// Idempotency records expire after 7 days (issue 8, item 16): an index on their age for the purge.
+// Idempotency records expire after 7 days (they must not grow without bound): an index on their age for the purge.
 // Generated from server/db/entities.ts.
 import { Migration } from '@mikro-orm/migrations';
 

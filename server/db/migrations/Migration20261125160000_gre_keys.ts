@@ -1,4 +1,4 @@
-// GRE keys (issue 16). Every tunnel bought from now on gets a key (server/domain/gre-keys.ts); here the
+// GRE keys (two unkeyed links between one edge and one origin clash). Every tunnel bought from now on gets a key (server/domain/gre-keys.ts); here the
 // existing ones are brought under the same rule without disturbing any that works:
 // - where a (node, origin_ip) pair has one live tunnel, it keeps no key: it is provisioned as it is;
 // - where a pair repeats among live tunnels, one keeps no key: the one the kernel holds, as far as the

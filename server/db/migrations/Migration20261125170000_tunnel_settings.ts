@@ -1,4 +1,4 @@
-// Tunnel settings (issue 10; docs/CONTRACTS.md "Tunnel settings"): the protection policy a buyer sets at
+// Tunnel settings (docs/CONTRACTS.md "Tunnel settings"): the protection policy a buyer sets at
 // purchase or with PATCH, and the revisions that tell a PATCH when the edge holds its change. Every
 // existing tunnel gets the defaults (DEFAULT_POLICY of common/tunnel-policy.ts: all ports, both
 // protocols, no SYN proxy, no rate limit, fragments forwarded), which is what its edge does today, and

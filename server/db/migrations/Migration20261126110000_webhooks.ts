@@ -1,4 +1,4 @@
-// Webhooks (issue 11 item 4, docs/CONTRACTS.md "Webhooks"): the account's endpoints with
+// Webhooks (docs/CONTRACTS.md "Webhooks"): the account's endpoints with
 // their signing secrets encrypted at rest, and the durable outbox of deliveries the events write in the
 // transaction of the change that causes them (server/webhooks/). Generated from server/db/entities.ts.
 import { Migration } from '@mikro-orm/migrations';

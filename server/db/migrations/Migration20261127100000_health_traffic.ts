@@ -1,4 +1,4 @@
-// Health and traffic (issue 11 items 2 and 3, docs/CONTRACTS.md "Health and traffic"). The tunnel's
+// Health and traffic (docs/CONTRACTS.md "Health and traffic"). The tunnel's
 // `health` and `health_checked_at` are entity columns (server/db/entities.ts). Traffic lives in its own
 // schema, `traffic`, outside the ORM's view, because it is managed with PostgreSQL's own tools rather
 // than as entities: the per-minute and per-hour points are range-partitioned by time, partitions are

@@ -1,4 +1,4 @@
-// Cheap health writes (issue 11 leftovers): a collection round no longer rewrites every reported tunnel's
+// Cheap health writes: a collection round no longer rewrites every reported tunnel's
 // row. `health_checked_at` is, per docs/CONTRACTS.md "Health and traffic", the time of the agent's own
 // last check of that tunnel (each tunnel is checked at its own offset, so it is per tunnel, not the
 // node's collection time). Its live value moves to traffic.seen.checked_at: that row is rewritten for

@@ -96,8 +96,8 @@ export function validateUpdate(
 
 /**
  * What `ip` is among our own addresses, or null: a protected IP of any pool (sold or not) or an edge's
- * public or SSH address. A tunnel to one of them loops GRE between the edge and its upstream (issue 8
- * item 7; docs/CONTRACTS.md "REST errors" `invalid_origin_ip`). Edge SSH hosts given as names are not resolved.
+ * public or SSH address. A tunnel to one of them loops GRE between the edge and its upstream (docs/NODES.md
+ * and docs/CONTRACTS.md "REST errors" `invalid_origin_ip`). Edge SSH hosts given as names are not resolved.
  */
 export async function ourAddress(sql: Pick<Sql, 'query'>, ip: string): Promise<string | null> {
   const [row] = await sql.query<{ what: string }>(OUR_ADDRESS_SQL, [ip, ip, ip]);

@@ -88,11 +88,11 @@ export interface PurchaseDeps {
 export async function purchase(deps: PurchaseDeps, principal: Principal, input: PurchaseInput, idempotencyKey: string | null): Promise<PurchaseOutcome> {
   requireWrite(principal);
   const hash = requestHash(input);
-  // The GRE key is drawn without reading the pair's keys in use (issue 12: that read grew with the
+  // The GRE key is drawn without reading the pair's keys in use (that read grew with the
   // tunnels to one origin). A key already taken by a live tunnel of the (node, origin) pair, or drawn by
   // a concurrent purchase (odds n/2^32), is refused by the unique index: the whole transaction rolls
   // back, nothing was charged, the Idempotency-Key was not claimed. It is then run once more, reading
-  // the keys in use this time, so it picks one no committed tunnel has (issue 16).
+  // the keys in use this time, so it picks one no committed tunnel has (two live tunnels of a pair never share a key).
   let outcome: PurchaseOutcome;
   try {
     outcome = await purchaseOnce(deps, principal, input, idempotencyKey, hash, false);
@@ -160,16 +160,16 @@ interface AccountRow {
 
 /**
  * The purchase proper, on the account row locked by purchaseOnce. Refusals are thrown (ApiError) before
- * anything is written. Its statements are few on purpose (issue 12: the gateway's per-statement
+ * anything is written. Its statements are few on purpose (the gateway's per-statement
  * cost, not PostgreSQL, bounded purchases): the origin check rides on the IP pick, and every write is one
  * statement that also returns the tunnel.
  */
 async function buy(deps: PurchaseDeps, sql: Sql, principal: Principal, input: PurchaseInput, readKeys: boolean, account: AccountRow): Promise<Purchase> {
   const rate = parseRate(account.rate);
   // Only nodes the gateway can provision: sellable, with a pinned host key (an IP on a node that is
-  // never contacted would end `failed`; issue 8 item 5). The IP brings its inner /30 number, unique
-  // across nodes since node add (issue 8 item 6), so the row lock covers that allocation too. Beside it,
-  // whether the origin is an address of ours (issue 8 item 7), checked first below. Nor a node whose
+  // never contacted would end `failed`; docs/NODES.md). The IP brings its inner /30 number, unique
+  // across nodes since node add (docs/NODES.md), so the row lock covers that allocation too. Beside it,
+  // whether the origin is an address of ours (docs/NODES.md), checked first below. Nor a node whose
   // agent said it cannot make the tunnels' links (docs/CONTRACTS.md "Tunnel links"): the tunnel would fail.
   const [pick] = await sql.query<{ ours: string | null; ip: string | null; node_id: string; inner_index: number }>(
     `with ours as (${OUR_ADDRESS_SQL}),

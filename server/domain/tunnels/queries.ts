@@ -124,7 +124,7 @@ export class TunnelQueries {
   /**
    * Concurrent lists, of any accounts, leave together as one statement (server/db/coalesce.ts): under
    * load a page costs a share of a round trip instead of a pooled connection's whole one, which is what
-   * bounded the list (issue 12: the gateway sat idle waiting on the database). Each ask is still answered
+   * bounded the list (measured: the gateway sat idle waiting on the database). Each ask is still answered
    * by a statement sent after it was made, so it sees every commit from before the request.
    */
   private readonly pageRows: Coalescer<ListAsk, ListRow[]>;

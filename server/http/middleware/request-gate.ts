@@ -5,7 +5,7 @@
 //   a credential         -> refused with 429 before any lookup while the address has spent its budget
 //                           of failed authentications, unless this exact credential was valid here
 //                           recently (a real integration is not a guess); otherwise authenticated
-//   failed authentication-> charged to the address's failure budget (issue 8, item 14), before the
+//   failed authentication-> charged to the address's failure budget (checked before any lookup, so a flood of bad credentials costs no database), before the
 //                           lookup and refunded when the credential is valid: made-up svc_ keys stop
 //                           reaching the database once it is spent, however many arrive at once
 //   valid credential     -> the budget of that credential: per API key id, per token subject; never per
@@ -82,7 +82,7 @@ export class RequestGate {
     if (!lookup) {
       if (!trusted) {
         // Paid before the lookup, refunded if the credential turns out valid: concurrent guesses cannot
-        // all slip past a budget that is only checked (item 14: limited BEFORE any database lookup).
+        // all slip past a budget that is only checked (limited BEFORE any database lookup).
         const wait = this.failures.take(fail);
         if (wait > 0) throw limited(wait, 'failed authentications from this address');
         prepaid = true;

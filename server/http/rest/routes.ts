@@ -26,7 +26,7 @@ function answer(ctx: Context, res: LifecycleResult): void {
 }
 
 /**
- * GET /api/dedicated/pricing: the bytes PricingService made once for this rate and stock (issue 12): no
+ * GET /api/dedicated/pricing: the bytes PricingService made once for this rate and stock (the route must stay cheap under load): no
  * query, no JSON per request.
  */
 export async function servePricing(ctx: Context, pricing: Services['pricing']): Promise<void> {
@@ -53,7 +53,7 @@ interface EarlyList {
 /**
  * GET /api/dedicated with an svc_ key that authenticated here recently: starts reading the page of the
  * key's account, by the key's id, before the gate checks the key, so the two round trips overlap and
- * the caller waits for one (issue 12: the list was bound by waiting on the database, not by work). The
+ * the caller waits for one (measured: the list was bound by waiting on the database, not by work). The
  * gate still reads the key afresh and decides (a key revoked a moment ago is refused on this very
  * request, docs/CONTRACTS.md "REST errors"); the route uses the page only for the key it verified.
  * Credentials not recently valid here, or out of budget, get nothing started: guesses and throttled

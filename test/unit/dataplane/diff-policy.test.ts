@@ -193,7 +193,7 @@ describe('dataplane diff', () => {
     });
 
     it('a single-tunnel change with the records\' index never walks the records, and plans as without it', () => {
-      // Issue 10 item 4: at 10,000 tunnels a walk of every record per job is what made a job grow with the node.
+      // A job must not grow with the node: at 10,000 tunnels a walk of every record per job is what made a job grow with the node.
       const a = t(1, { policy: policy({ source_pps_limit: 500, syn_proxy: true }) });
       const b = t(2, { policy: policy({ source_pps_limit: 500, syn_proxy: true }) });
       const c = t(3);

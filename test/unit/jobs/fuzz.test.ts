@@ -1,4 +1,4 @@
-// Property-based pass over the agent's job input (issue 8 "Also": signed job bodies at the agent), with
+// Property-based pass over the agent's job input (signed job bodies at the agent), with
 // fast-check, through the production path the SSH channel feeds: JobHandler.handle (verify + run). Inputs:
 // arbitrary bytes; JWS-shaped strings with arbitrary header and payload JSON; and validly signed tokens
 // whose claims are valid jobs mutated in arbitrary ways (fields replaced by arbitrary JSON, dropped, added,
@@ -85,7 +85,7 @@ const tried = { bytes: 0, shaped: 0, signedMutated: 0, signedArbitrary: 0 };
 const seen = new Map<string, number>();
 afterAll(() => {
   const total = Object.values(tried).reduce((a, b) => a + b, 0);
-  // The figure for the report (issue 8 asks for inputs tried).
+  // The figure for the report (how many inputs were tried).
   console.log(`agent job fuzz: ${total} inputs (${JSON.stringify(tried)}); outcomes ${JSON.stringify(Object.fromEntries([...seen].sort()))}`);
 });
 

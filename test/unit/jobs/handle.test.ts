@@ -173,7 +173,7 @@ describe('AGENT_PROTECTED_POOLS (docs/CONTRACTS.md "Hardening of the listener")'
 });
 // ---------------------------------------------------------------------------------------------------
 
-describe('reconcile reports tunnels the kernel refused, per tunnel (issue 8 item 3)', () => {
+describe('reconcile reports tunnels the kernel refused, per tunnel, so one broken tunnel does not block its node', () => {
   const validateLine = resultLineValidator();
   const second = () => tunnel({ id: randomUUID(), tunnel_name: 'tg-second', protected_ip: '203.0.113.11', edge_inner: '100.64.0.5/30', origin_inner: '100.64.0.6/30' });
 

@@ -1,4 +1,4 @@
-// Rotating the gateway's job-signing key without downtime (issue 13 item 4, docs/OPERATOR.md "Rotating the
+// Rotating the gateway's job-signing key without downtime (docs/OPERATOR.md "Rotating the
 // job-signing key"): AGENT_JOB_KEY may hold the old and the new key, and the agent then accepts a job
 // signed by either, as the gateway signs it (server/edge/job-signing.ts, one key named by its kid), so
 // gateways can switch keys one by one while agents keep applying jobs from both. Keys are the gateway's own
