@@ -122,7 +122,8 @@ function topSymbols(data: string, n: number): string[] {
     .map((l) => /^\s*([\d.]+)%\s+\[[^\]]*\]\s+(\S.*)$/.exec(l))
     .filter((m): m is RegExpExecArray => m !== null)
     .slice(0, n)
-    .map((m) => `${m[1]}% ${m[2]!.trim()}`);
+    // perf pads the symbol column and ends it with the source columns' dashes.
+    .map((m) => `${m[1]}% ${m[2]!.replace(/(\s+-)+\s*$/, '').trim()}`);
 }
 
 /** One more flood under `perf record` on the edge CPU: where the edge's cycles went. */
@@ -130,12 +131,23 @@ async function profile(lab: FloodLab, bin: string, v: Vector, dir: string): Prom
   if (spawnSync('perf', ['--version']).status !== 0) return ['perf not available'];
   const data = join(dir, `${lab.label}-${v.name}.data`);
   await measure(lab, bin, v, PACKETS, ['perf', 'record', '-q', '-C', String(EDGE_CPU), '-o', data, '--']);
-  return topSymbols(data, 6);
+  // Every sample of the edge CPU, other work's on it included (the share of each symbol is of them all).
+  return topSymbols(data, 8);
 }
 
-/** One iperf3 run, alone or beside a flood of `v`; also the edge CPU's split over the run. */
-async function legitRun(lab: OurLab, bin: string, v: Vector | null): Promise<{ bps: number; softirq: number; user: number; system: number }> {
+/**
+ * Packets the edge CPU's backlog turned away so far (/proc/net/softnet_stat, one line per CPU, its second field): RPS
+ * queues every packet of the edge's links there, and a full queue drops the legitimate client's with the flood's.
+ */
+function backlogDrops(): number {
+  const line = readFileSync('/proc/net/softnet_stat', 'utf8').split('\n')[EDGE_CPU] ?? '';
+  return parseInt(line.trim().split(/\s+/)[1] ?? '0', 16);
+}
+
+/** One iperf3 run, alone or beside a flood of `v`; also the edge CPU's split over the run and its backlog's drops. */
+async function legitRun(lab: OurLab, bin: string, v: Vector | null): Promise<{ bps: number; softirq: number; user: number; system: number; backlog: number }> {
   const c0 = cpuNow();
+  const b0 = backlogDrops();
   let bps: number;
   if (v) {
     const gen = lab.floodInBackground(bin, v, 1_000_000_000, LEGIT_SECONDS + 2);
@@ -150,7 +162,7 @@ async function legitRun(lab: OurLab, bin: string, v: Vector | null): Promise<{ b
   }
   const d = ticksDelta(c0.get(EDGE_CPU)!, cpuNow().get(EDGE_CPU)!);
   const total = busyTicks(d) + d.idle + d.iowait + d.steal || 1;
-  return { bps, softirq: d.softirq / total, user: (d.user + d.nice) / total, system: d.system / total };
+  return { bps, softirq: d.softirq / total, user: (d.user + d.nice) / total, system: d.system / total, backlog: backlogDrops() - b0 };
 }
 
 async function main(): Promise<void> {
@@ -215,8 +227,9 @@ async function main(): Promise<void> {
             const f = await legitRun(lab, bin, v);
             push(legit, `${lab.label}/${v.name}`, f.bps);
             push(legitRatios, `${lab.label}/${v.name}`, f.bps / base.bps);
-            legitSplit.set(`${lab.label}/${v.name}`, `edge CPU during it: ${(f.softirq * 100).toFixed(0)}% softirq (the edge: drops and forwarding), ${(f.system * 100).toFixed(0)}% system, ${(f.user * 100).toFixed(0)}% user (iperf3)`);
-            console.log(`round ${r + 1} legit ${lab.label.padEnd(11)} ${mbit(base.bps)} alone, ${mbit(f.bps)} beside the ${v.name} flood (${(f.bps / base.bps).toFixed(3)}x; edge CPU ${(f.softirq * 100).toFixed(0)}% softirq, ${(f.system * 100).toFixed(0)}% system, ${(f.user * 100).toFixed(0)}% user)`);
+            const split = `edge CPU ${(f.softirq * 100).toFixed(0)}% softirq (the edge: drops and forwarding), ${(f.system * 100).toFixed(0)}% system, ${(f.user * 100).toFixed(0)}% user (iperf3); its backlog turned away ${f.backlog} packets (${base.backlog} unflooded)`;
+            legitSplit.set(`${lab.label}/${v.name}`, split);
+            console.log(`round ${r + 1} legit ${lab.label.padEnd(11)} ${mbit(base.bps)} alone, ${mbit(f.bps)} beside the ${v.name} flood (${(f.bps / base.bps).toFixed(3)}x; ${split})`);
           }
         }
       }

@@ -219,7 +219,7 @@ export class OurLab extends FloodLab {
   async startIperf(): Promise<void> {
     this.iperf = spawn('ip', ['netns', 'exec', this.origin.name, 'taskset', '-c', String(this.edgeCpu), 'iperf3', '-s', '-p', String(IPERF_PORT)], { stdio: 'ignore' });
     for (let i = 0; i < 150; i++) {
-      const r = spawnSync('ip', ['netns', 'exec', this.client.name, 'iperf3', '-c', this.t.legit.protected_ip, '-p', String(IPERF_PORT), '-t', '0.2', '-J'], { encoding: 'utf8' });
+      const r = spawnSync('ip', ['netns', 'exec', this.client.name, 'iperf3', '-c', this.t.legit.protected_ip, '-p', String(IPERF_PORT), '-n', '100K', '-J'], { encoding: 'utf8' });
       if (r.status === 0) return;
       await new Promise((res) => setTimeout(res, 200));
     }
