@@ -69,10 +69,10 @@ function compile(dir: string): string {
 
 /** Waits until the lab's counter for `v` stops moving: the edge CPU's backlog drained after the generator ended. */
 async function settled(lab: FloodLab, v: Vector): Promise<number> {
-  let last = lab.dropped(v);
+  let last = await lab.dropped(v);
   for (let i = 0; i < 50; i++) {
     await sleep(30);
-    const now = lab.dropped(v);
+    const now = await lab.dropped(v);
     if (now === last) return now;
     last = now;
   }
@@ -92,7 +92,7 @@ interface Measured {
 
 /** One flood of `v` at `lab`, measured. `wrap`: a command in front of the generator (perf record). */
 async function measure(lab: FloodLab, bin: string, v: Vector, count = PACKETS, wrap: string[] = []): Promise<Measured> {
-  const d0 = lab.dropped(v);
+  const d0 = await lab.dropped(v);
   const c0 = cpuNow();
   const f = lab.flood(bin, v, count, MAX_FLOOD_SECONDS, wrap);
   const d1 = await settled(lab, v);
@@ -208,7 +208,7 @@ async function main(): Promise<void> {
           const m = await measure(lab, bin, v);
           push(rates, `${lab.label}/${v.name}`, m.rate);
           push(roundRatios, `${lab.label}/${v.name}`, ratio(m.rate, c.rate));
-          const inv = v.name === 'syn' ? `, invalid ${lab.invalid()}` : '';
+          const inv = v.name === 'syn' ? `, invalid ${await lab.invalid()}` : '';
           console.log(`round ${r + 1} ${v.name.padEnd(9)} ${lab.label.padEnd(11)} ${kpps(m.rate)} per edge CPU-second (${m.dropped} of ${m.sent} dropped, ${m.edgeSoftirq.toFixed(2)} s softirq, ${m.edgeBusy.toFixed(2)} s busy; machine less generator ${m.machineLessGen.toFixed(2)} s${inv}); ${ratio(m.rate, c.rate).toFixed(3)}x the ceiling`);
         }
       }
