@@ -223,11 +223,15 @@ export class OurLab extends FloodLab {
     return Number((await this.dp!.counterPackets([name])).get(name) ?? 0n);
   }
 
-  /** iperf3's server in the origin, on the edge's CPU (the client's is there too: bench/flood.ts says why). */
+  /**
+   * iperf3's server in the origin, on the edge CPU (the client's is there too: bench/flood.ts says why); then probes
+   * until a run completes. Each probe is bounded: the SYN proxy completes the client's handshake itself, so while the
+   * origin's link is not yet up (linkwatch, minutes after 10,000 new links) a client is connected and waits forever.
+   */
   async startIperf(): Promise<void> {
     this.iperf = spawn('ip', ['netns', 'exec', this.origin.name, 'taskset', '-c', String(this.edgeCpu), 'iperf3', '-s', '-p', String(IPERF_PORT)], { stdio: 'ignore' });
     for (let i = 0; i < 150; i++) {
-      const r = spawnSync('ip', ['netns', 'exec', this.client.name, 'iperf3', '-c', this.t.legit.protected_ip, '-p', String(IPERF_PORT), '-n', '100K', '--connect-timeout', '1000', '-J'], { encoding: 'utf8' });
+      const r = spawnSync('ip', ['netns', 'exec', this.client.name, 'iperf3', '-c', this.t.legit.protected_ip, '-p', String(IPERF_PORT), '-n', '100K', '--connect-timeout', '1000', '-J'], { encoding: 'utf8', timeout: 5000 });
       if (r.status === 0) return;
       await new Promise((res) => setTimeout(res, 200));
     }
@@ -240,7 +244,10 @@ export class OurLab extends FloodLab {
       const c = spawn('ip', ['netns', 'exec', this.client.name, 'taskset', '-c', String(this.edgeCpu), 'iperf3', '-c', this.t.legit.protected_ip, '-p', String(IPERF_PORT), '-t', String(seconds), '--connect-timeout', '3000', '-J'], { stdio: ['ignore', 'pipe', 'inherit'] });
       let out = '';
       c.stdout.on('data', (d: Buffer) => (out += d));
+      // A run that has not ended well after its length is stopped (this child only) and fails the bench.
+      const stop = setTimeout(() => c.kill('SIGTERM'), (seconds + 20) * 1000);
       c.once('exit', (code) => {
+        clearTimeout(stop);
         try {
           const j = JSON.parse(out) as { end?: { sum_received?: { bits_per_second: number } }; error?: string };
           if (code !== 0 || !j.end?.sum_received) throw new Error(j.error ?? `exit ${code}`);
