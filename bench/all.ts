@@ -6,13 +6,14 @@
 //
 //   npm run bench:all                        every bench, sizes small enough for about 15-20 min here
 //   npm run bench:all -- gateway,oidc        a subset (or BENCH_ALL=gateway,oidc)
-//   BENCH_FULL=1 npm run bench:all           the issue's full sizes (10,000 tunnels on the agent and
-//                                            the edge, 100,000 in the gateway's curve, longer runs)
+//   BENCH_FULL=1 npm run bench:all           the issue's full sizes (10,000 tunnels on the agent, the
+//                                            edge and the flood labs, 100,000 in the gateway's curve,
+//                                            longer runs)
 //   BENCH_AGENT_CURVE=1 npm run bench:all    also bench:agent at 1, 1,000 and 10,000 tunnels (the
 //                                            agent's scaling curve, plotted into bench/results/; takes
 //                                            many minutes at 10,000); `-- agent-curve` runs it alone
 //
-// Benches: gateway, oidc, provision, traffic, agent, edge (provision, agent and edge need root: without
+// Benches: gateway, oidc, provision, traffic, agent, edge, flood (provision, agent, edge and flood need root: without
 // it they are skipped with a line saying so). Any size variable a bench reads (TG_BENCH_N, BENCH_SECONDS,
 // ...) set in the environment wins over the defaults below. BENCH_TIMEOUT_S (default 1800) bounds each
 // bench. The exit code is 1 when a target was missed or a bench failed.
@@ -49,6 +50,13 @@ const BENCHES: Bench[] = [
   { name: 'traffic', script: 'bench/traffic.ts', root: false, env: FULL ? {} : { TG_BENCH_TUNNELS: '2000', TG_BENCH_MINUTES: '20' } },
   { name: 'agent', script: 'bench/agent.ts', root: true, env: FULL ? {} : { TG_BENCH_N: '2000' } },
   { name: 'edge', script: 'bench/edge.ts', root: true, env: FULL ? {} : { TG_BENCH_N: '2000', TG_BENCH_PACKETS: '300000', TG_BENCH_ROUNDS: '3' } },
+  // Four vectors against the ceiling at 3 and N tunnels, then the legitimate client beside each: about 6 min at these sizes.
+  {
+    name: 'flood',
+    script: 'bench/flood.ts',
+    root: true,
+    env: FULL ? {} : { TG_BENCH_N: '2000', TG_BENCH_PACKETS: '500000', TG_BENCH_ROUNDS: '3', TG_BENCH_LEGIT_SECONDS: '3' },
+  },
 ];
 const AGENT_CURVE = [1, 1000, 10_000];
 
