@@ -45,6 +45,12 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
   const nodePoll = async () =>
     (await rig.raw.query<{ polled_at: Date; reachable: boolean }>('select polled_at, reachable from traffic.node_poll where node_id = $1', [rig.edge.nodeId])).rows[0];
 
+  /** The protected IPs the edge's SYN proxy guards (the nft set `synproxied`). */
+  const synProxied = (): string[] => {
+    const out = JSON.parse(rig.edge.netns.run('nft', '-j', 'list', 'set', 'ip', 'tunnelgate', 'synproxied')) as { nftables: { set?: { elem?: string[] } }[] };
+    return out.nftables.flatMap((o) => o.set?.elem ?? []).sort();
+  };
+
   beforeAll(async () => {
     await rig.open({ EDGE_STATUS_SECONDS: String(STATUS_SECONDS) });
   }, 60_000);
@@ -69,8 +75,8 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     expect(rig.edge.links().sort()).toEqual([t.web.tunnel_name, t.game.tunnel_name].sort());
     expect(rig.edge.mapElements().sort()).toEqual([t.web.protected_ip, t.game.protected_ip].sort());
     const table = rig.edge.netns.run('nft', 'list', 'table', 'ip', 'tunnelgate');
-    expect(table).toContain(`${t.game.protected_ip} . udp . 27015`);
-    expect(table).toContain(`${t.game.protected_ip} . tcp . 25565-25575`);
+    for (const port of ['27015', '25565', '25575']) for (const proto of ['tcp', 'udp']) expect(table).toContain(`${t.game.protected_ip} . ${proto} . ${port}`);
+    expect(synProxied()).toEqual([t.game.protected_ip]);
     // Its collector's status rounds reach its agent.
     await until(`${PREVIOUS.version}'s status round answered`, async () => (await nodePoll())?.reachable === true);
   }, START_BOUND_MS);
@@ -90,6 +96,7 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     // The previous gateway's jobs (version 2, no `forwarding`) forward every provisioned tunnel, as the
     // restore does: the map is the same whether or not one of its jobs came first.
     expect(rig.edge.mapElements().sort()).toEqual(mapped);
+    expect(synProxied()).toEqual([t.game.protected_ip]);
     await rig.flows(50, `through ${VERSION}'s agent`);
   }, START_BOUND_MS);
 
@@ -143,6 +150,7 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     links = now;
     expect(rig.edge.mapElements().sort()).toEqual([t.web.protected_ip, t.game.protected_ip, t.new.protected_ip].sort());
     expect(rig.edge.netns.run('nft', 'list', 'table', 'ip', 'tunnelgate')).toContain(`${t.game.protected_ip} . udp . 28000`);
+    expect(synProxied()).toEqual([t.game.protected_ip, t.new.protected_ip].sort());
     for (const x of [t.web, t.game, t.new, t.later, t.gone]) {
       expect(await rig.statusOf(x.id), x.name ?? x.id).toBe({ web: 'active', game: 'provisioned', new: 'provisioned', later: 'pending', gone: 'deleted' }[x.name!]);
     }

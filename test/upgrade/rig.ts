@@ -20,7 +20,7 @@ import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-pro
 import { freePort } from '../helpers/ports.ts';
 import { dropDatabase, withDatabase } from '../helpers/postgres.ts';
 import { settle, until } from '../helpers/wait.ts';
-import { TestNetns } from '../netns/netns.ts';
+import { joinUpstream, TestNetns } from '../netns/netns.ts';
 import { attachStandinOrigin, Proc, SERVER } from '../netns/origin-standin.ts';
 import { materialisePreviousRelease, readPreviousRecord, type PreviousRelease } from './previous-release.ts';
 import { STREAM_CLIENT, type StreamFigures } from './stream-client.ts';
@@ -224,15 +224,7 @@ export class UpgradeRig {
     });
     expect((activated.body as { tunnel: Tunnel }).tunnel.status).toBe('active');
 
-    client.run('ip', 'link', 'set', 'lo', 'up');
-    edge.netns.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', client.name);
-    edge.netns.run('ip', 'addr', 'add', `${CLIENT_GW}/24`, 'dev', 'up0');
-    edge.netns.run('ip', 'link', 'set', 'up0', 'up');
-    edge.netns.run('ip', 'route', 'add', 'default', 'via', CLIENT);
-    client.run('ip', 'addr', 'add', `${CLIENT}/24`, 'dev', 'c0');
-    client.run('ip', 'link', 'set', 'c0', 'up');
-    client.run('ip', 'route', 'add', 'default', 'via', CLIENT_GW);
-    await client.waitForPing(CLIENT_GW);
+    await joinUpstream(edge.netns, client, CLIENT_GW, CLIENT);
     this.stream = new Proc(client, STREAM_CLIENT, [x.protected_ip, '8080', CLIENT]);
     this.procs.push(this.stream);
     await this.stream.saw((l) => l.startsWith('{"open"'));
