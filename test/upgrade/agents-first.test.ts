@@ -17,6 +17,8 @@
 //   4. The gateway upgrade: this release's gateway on the same database finds every tunnel as it was, its
 //      reconcile keeps every link, and the connection, open since step 1, never closed or reconnected.
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { JOB_VERSIONS } from '../../common/job-contract.ts';
 import { skipUnless } from '../helpers/requirements.ts';
@@ -130,7 +132,10 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
       return ['apply', 'remove', 'reconcile', 'status'].every((op) => all.some((l) => l.op === op)) ? all : null;
     });
     spoken = Number(done[0]!.v);
-    expect(spoken).toBeLessThan(Math.max(...JOB_VERSIONS));
+    // The newest version of the previous release's own job contract (its common/job-contract.ts).
+    const theirs = /export const JOB_VERSIONS = \[([\d, ]+)\]/.exec(readFileSync(join(rig.prev.root, 'common/job-contract.ts'), 'utf8'));
+    expect(theirs, `JOB_VERSIONS in ${PREVIOUS.version}'s common/job-contract.ts`).not.toBeNull();
+    expect(spoken).toBe(Math.max(...theirs![1]!.split(',').map(Number)));
     expect(new Set(done.map((l) => l.v))).toEqual(new Set([spoken]));
     for (const x of [t.new, t.game, t.gone]) expect(jobsDone('apply').some((l) => l.tunnel_id === x.id), `apply ${x.name} done`).toBe(true);
     expect(jobsDone('remove').some((l) => l.tunnel_id === t.gone.id)).toBe(true);
