@@ -21,7 +21,7 @@ import { randomBytes } from 'node:crypto';
 import { innerSubnet, parseCidr } from '../../server/domain/ip.ts';
 import { attachStandinOriginRouted } from '../../demo/standin-origin.ts';
 import { DEMO_ORIGIN_IP, DemoOrigin } from '../../demo/origin.ts';
-import { TestNetns } from '../netns/netns.ts';
+import { joinUpstream, TestNetns } from '../netns/netns.ts';
 import { runAdminCli } from './admin-cli.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
 import { TestEdge } from './edge.ts';
@@ -205,20 +205,11 @@ async function build(opts: StorefrontOptions, undo: (() => Promise<void> | void)
     },
     async sendTraffic(protectedIp, packets, dport = 7000) {
       if (!client) {
-        // Upstream of the edge, which routes everything that is not its own back there (so a protected IP is
-        // forwarded, through the agent's chains, not delivered locally).
+        // Upstream of the edge (so a protected IP is forwarded, through the agent's chains, not delivered locally).
         const c = new TestNetns();
         client = c;
         undo.push(() => c.delete());
-        c.run('ip', 'link', 'set', 'lo', 'up');
-        edge.netns.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', c.name);
-        edge.netns.run('ip', 'addr', 'add', `${EDGE_SIDE}/24`, 'dev', 'up0');
-        edge.netns.run('ip', 'link', 'set', 'up0', 'up');
-        edge.netns.run('ip', 'route', 'add', 'default', 'via', CLIENT_SIDE);
-        c.run('ip', 'addr', 'add', `${CLIENT_SIDE}/24`, 'dev', 'c0');
-        c.run('ip', 'link', 'set', 'c0', 'up');
-        c.run('ip', 'route', 'add', 'default', 'via', EDGE_SIDE);
-        await c.waitForPing(EDGE_SIDE);
+        await joinUpstream(edge.netns, c, EDGE_SIDE, CLIENT_SIDE);
       }
       await client.runAsync('bash', '-c', `for i in $(seq ${Number(packets)}); do echo traffic > /dev/udp/${protectedIp}/${Number(dport)}; done`);
     },
