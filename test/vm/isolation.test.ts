@@ -151,6 +151,9 @@ describe.skipIf((unavailable !== undefined && !vmRequired) || needs)('one tunnel
         -300,
       ),
     );
+    // A's origin serves nothing on the flooded port: what arrived (counted above) is dropped before its conntrack,
+    // instead of each spoofed source being answered with an ICMP error that would only add load this test does not study.
+    await vm.run('origin', ['nft', '-f', '-'], `table ip tg_sink {\n  chain c {\n    type filter hook prerouting priority -250; policy accept;\n    iifname "${A.tunnel_name}" udp dport ${UDP_PORT_A} drop\n  }\n}\n`);
     await labServe(vm, 'tcp-b', 'tcp', { port: TCP_PORT_B });
     // Known listening from its socket (its stdout to a pipe is block-buffered: no banner to wait for).
     await vm.spawn({ name: 'iperf3-b', ns: 'origin', argv: ['iperf3', '-s', '-p', String(IPERF.port)] });
