@@ -161,14 +161,15 @@ export class TestVm {
     qemu.stdout!.on('data', take);
     qemu.stderr!.on('data', take);
 
-    const until = Date.now() + (opts.bootTimeoutMs ?? 120_000);
+    // A bound, not a measure: the guest answers in 20-60 s on a quiet host, over 120 s beside another VM under load.
+    const until = Date.now() + (opts.bootTimeoutMs ?? 240_000);
     let gone = false;
     void vm.exited.then(() => (gone = true));
     for (;;) {
       if (gone) throw new VmError(`the VM stopped before its control server answered:\n${vm.consoleTail()}`);
       if (Date.now() > until) {
         kill();
-        throw new VmError(`the VM's control server did not answer within ${opts.bootTimeoutMs ?? 120_000} ms:\n${vm.consoleTail()}`);
+        throw new VmError(`the VM's control server did not answer within ${opts.bootTimeoutMs ?? 240_000} ms:\n${vm.consoleTail()}`);
       }
       try {
         const r = await fetch(`http://127.0.0.1:${controlPort}/health`, { signal: AbortSignal.timeout(2000) });
