@@ -22,7 +22,7 @@ export class EventHub {
   private readonly writers = new Map<EventWriter, NodeJS.Timeout>();
   private readonly now: () => number;
   /** Lines written (all streams), events published, lines a stream refused (it was closed for it). */
-  readonly stats = { written: 0, published: 0, refused: 0 };
+  readonly stats = { written: 0, published: 0, refused: 0, invalid: 0 };
 
   constructor(private readonly o: EventHubOptions = {}) {
     this.now = o.now ?? Date.now;
@@ -40,13 +40,27 @@ export class EventHub {
 
   /** A tunnel's health as a check changed it; `checkedAt` in ms since the epoch. */
   health(tunnelId: string, health: Health, checkedAt: number): void {
+    if (!Number.isFinite(checkedAt)) {
+      this.stats.invalid++;
+      return;
+    }
     this.publish({ type: 'health_changed', tunnel_id: tunnelId, health, checked_at: new Date(checkedAt).toISOString() });
   }
 
+  /**
+   * Never throws: its callers are the attack monitor's tick and a health check, which must go on whatever the
+   * stream makes of an event. An event the codec refuses is counted (`stats.invalid`) and left to the pull.
+   */
   publish(e: EdgeEvent): void {
     if (this.writers.size === 0) return;
+    let line: string;
+    try {
+      line = encodeEventLine(e);
+    } catch {
+      this.stats.invalid++;
+      return;
+    }
     this.stats.published++;
-    const line = encodeEventLine(e);
     for (const w of [...this.writers.keys()]) this.write(w, line);
   }
 

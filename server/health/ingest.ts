@@ -233,9 +233,9 @@ export class StatusIngest {
           );
         }
       }
-      await this.writeHealth(sql, health, changed);
+      const written = await this.writeHealth(sql, health);
       const attacks = this.attacks ? (await this.attacks.record(sql, nodeId, result, at)).changes : [];
-      return { reported: seen.length, carried, changed, attacks };
+      return { reported: seen.length, carried, changed: changed.filter((c) => written.has(c.id)), attacks };
     });
     await this.publish(out.changed);
     await this.attacks?.published(out.attacks);
@@ -280,15 +280,23 @@ export class StatusIngest {
     return changed.map((c) => c.id);
   }
 
-  /** The tunnels whose health changed (only those: the check time is in traffic.seen), and their history. */
-  private async writeHealth(sql: Pick<Sql, 'query'>, health: HealthChangeRecord[], changed: { id: string }[]): Promise<void> {
-    if (health.length === 0) return;
-    await sql.query(`update tunnel t set health = x.h from jsonb_to_recordset(?::jsonb) as x(id uuid, h text) where t.id = x.id`, [
-      JSON.stringify(health.map((x) => ({ id: x.id, h: x.health }))),
-    ]);
-    await recordHealthChanges(sql, health);
+  /**
+   * The tunnels whose health changed (only those: the check time is in traffic.seen), and their history. Each row
+   * changes only from the health the round read (compare and set): a change pushed on the events stream between
+   * the round's read and this write was written, with its webhook, by that push, and is not written twice.
+   * Returns the ids written.
+   */
+  private async writeHealth(sql: Pick<Sql, 'query'>, health: HealthChangeRecord[]): Promise<Set<string>> {
+    if (health.length === 0) return new Set();
+    const rows = await sql.query<{ id: string }>(
+      `update tunnel t set health = x.h from jsonb_to_recordset(?::jsonb) as x(id uuid, h text, p text) where t.id = x.id and t.health = x.p returning t.id`,
+      [JSON.stringify(health.map((x) => ({ id: x.id, h: x.health, p: x.previous })))],
+    );
+    const written = new Set(rows.map((r) => r.id));
+    await recordHealthChanges(sql, health.filter((x) => written.has(x.id)));
     // After the change, in its transaction (server/webhooks/events.ts): the event carries the new health.
-    for (const c of changed) await this.events.healthChanged(sql, c.id);
+    for (const id of written) await this.events.healthChanged(sql, id);
+    return written;
   }
 
   private async publish(changed: { id: string; status: TunnelStatus; health: Health }[]): Promise<void> {

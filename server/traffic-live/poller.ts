@@ -73,6 +73,11 @@ class NodeFeed {
     this.schedule(0);
   }
 
+  /** Stopped: its last watcher left, or the agent answered what asking again will not change. */
+  get done(): boolean {
+    return this.stopped;
+  }
+
   stop(): void {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
@@ -98,6 +103,8 @@ class NodeFeed {
           w.error = err;
           w.wake?.();
         }
+        // Done: a new subscriber of this node gets a new feed (its own answer), never this dead one's silence.
+        this.stop();
         return;
       }
       // Once per failing streak: a node down for an hour would otherwise log a line a second.
@@ -172,7 +179,7 @@ export class LiveTraffic {
   /** Follows `tunnelId` on `node`: the first event is its backfill, then its new points about once a second. */
   watch(node: EdgeNode, tunnelId: string): LiveWatch {
     let feed = this.feeds.get(node.id);
-    if (!feed) {
+    if (!feed || feed.done) {
       feed = new NodeFeed(node, this.o);
       this.feeds.set(node.id, feed);
       feed.start();

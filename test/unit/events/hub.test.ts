@@ -58,6 +58,19 @@ describe('EventHub', () => {
     expect(calls).toBe(1);
     expect(hub.stats.refused).toBe(1);
   });
+
+  it('an event the codec refuses is counted and dropped, never thrown at the monitor or the health check that sent it', () => {
+    const hub = new EventHub({ keepaliveMs: 60_000, now: () => T0 });
+    const lines: string[] = [];
+    hub.subscribe((l) => (lines.push(l), true));
+    expect(() => hub.health('not-a-uuid', 'up', T0)).not.toThrow();
+    expect(() => hub.health('00000000-0000-4000-8000-000000000001', 'up', Number.NaN)).not.toThrow();
+    expect(hub.stats).toMatchObject({ invalid: 2, published: 0 });
+    expect(lines).toHaveLength(1); // the opening keep-alive only
+    hub.health('00000000-0000-4000-8000-000000000001', 'down', T0);
+    expect(hub.stats).toMatchObject({ invalid: 2, published: 1 });
+    expect(lines).toHaveLength(2);
+  });
 });
 
 describe('the attack monitor through the hub', () => {

@@ -97,5 +97,28 @@ describe('LiveTraffic', () => {
     const r = refusing.watch(NODE, idOf(1));
     await expect(r.next()).rejects.toThrow('edge_unavailable');
     expect(refusing.polling().size).toBe(0);
+
+    // A subscriber that arrives after the final answer but before the old ones drained gets a feed of its own
+    // (asked again, answered again), never the dead feed's silence.
+    let asked = 0;
+    const gate = new LiveTraffic({
+      fetch: async () => {
+        asked++;
+        throw new Unsupported('no feature');
+      },
+      isFinal: (e) => e instanceof Unsupported,
+      finalError: () => new Error('edge_unavailable'),
+      log: { warn: () => {}, info: () => {} },
+      intervalMs: 5,
+    });
+    const first = gate.watch(NODE, idOf(1));
+    const second = gate.watch(NODE, idOf(1));
+    await expect(first.next()).rejects.toThrow('edge_unavailable');
+    expect(asked).toBe(1);
+    // `second` has not read its error yet, so the dead feed still has a watcher when `late` comes.
+    const late = gate.watch(NODE, idOf(2));
+    await expect(late.next()).rejects.toThrow('edge_unavailable');
+    expect(asked).toBe(2);
+    await expect(second.next()).rejects.toThrow('edge_unavailable');
   });
 });
