@@ -3,21 +3,22 @@
 // nothing changed, the isolation of tunnels the kernel refuses, and the read-only accessors (probe, counters).
 // createDataplane() in index.ts opens its sockets and journals and builds one.
 import { NetlinkError, Rtnl } from '../netlink/client.ts';
-import type { Conntrack } from './conntrack.ts';
 import { checkDesired, diff } from './diff.ts';
 import { heldSpecs, intentOver, recordedSpecs, type OwnedTunnel } from './records.ts';
 import { ipOf, linkStepsFor } from './link-steps.ts';
 import { sameSpec } from './spec-compare.ts';
-import { step, type KernelContext } from './kernel/context.ts';
+import { step, type KernelContext, type LazySockets } from './kernel/context.ts';
 import { FALLBACK_TUNNEL_LINKS, awaitReaping, readLinks } from './kernel/links.ts';
-import { ensureBogons, ensureTable } from './kernel/table.ts';
-import { applyConntrackLimits, sizing, DEFAULT_EDGE_PPS, type Sizing } from './sizing.ts';
-import { totalmem } from 'node:os';
+import { ensureBogons, ensureTable, flushDisallowed } from './kernel/table.ts';
+import { DEFAULT_EDGE_PPS } from './sizing.ts';
+import { ConntrackSizer } from './conntrack-sizer.ts';
+import { RepairOnTouch } from './repair-on-touch.ts';
 import { readConsistently, readView, recordedView, type ScopedRead } from './kernel/read.ts';
 import { applyPlan, nextGeneration, phaseClock } from './kernel/apply.ts';
 import { CommitWatch } from './commit-watch.ts';
+import { readCounterPackets, readCounters, readDropped } from './kernel/counters.ts';
 import { EchoProber } from './probe.ts';
-import { allowsConnection, ownerDigests, dropCounterName, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
+import { ownerDigests, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
 import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
 import type { StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
@@ -28,32 +29,12 @@ import { InvalidTunnel, validateRef, validateSpec } from './validate.ts';
 import type { Capacity, DataplaneHandle, DataplaneOptions } from './handle.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 
-/** The sockets opened at their first use, closed with the dataplane, and the deletions close() waits for. */
-export interface LazySockets {
-  sock?: Conntrack;
-  /** Link deletions still finishing off the event loop (kernel/links.ts deleteLinkUnlisted). */
-  reaping: Set<Promise<void>>;
-}
-
-/** After a rebuild of tampered rules: the connections the records' policies would not have let in (a count, or why not). */
-export async function flushDisallowed(k: KernelContext, state: StateStore): Promise<number | string> {
-  const tunnels = [...state.tunnels.values()].map(({ spec }) => ({ ip: spec.protected_ip, allows: (proto: number, port: number | undefined) => allowsConnection(spec, proto, port) }));
-  return k.conntrack().flushDisallowed(tunnels).catch((e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`);
-}
-
 /** The probes' route socket takes one link's answer per datagram (~1 KB without stats): no dump's 1 MB buffer. */
 const PROBE_RECEIVE_BYTES = 64 * 1024;
 
 /** How long close() waits for link deletions still in the kernel (each normally takes ~20 ms). */
 const CLOSE_REAPING_WAIT_MS = 5_000;
 
-/**
- * A table touched by another program is repaired this long after the watch heard it (more commits of the same
- * program, an `nft -f` of several, come within it and cost one repair), and never sooner than HEAL_SPACING_MS after
- * the previous repair began: a program that touches the table in a loop costs a reconcile a second at most.
- */
-const HEAL_DEBOUNCE_MS = 200;
-const HEAL_SPACING_MS = 1_000;
 
 export class EdgeDataplane implements DataplaneHandle {
   private readonly queue = new SerialQueue();
@@ -76,11 +57,11 @@ export class EdgeDataplane implements DataplaneHandle {
   private readonly watch: CommitWatch;
   /** The probes' route socket (probe.ts LinkLookup), opened at the first probe. */
   private probeRtnl?: Rtnl;
-  /** The repair a touch of the table scheduled (scheduleHeal), and when the last one began. */
-  private healTimer?: ReturnType<typeof setTimeout>;
-  private lastHeal = 0;
+  /** The repair a touch of the table schedules (repair-on-touch.ts). */
+  private readonly repair: RepairOnTouch;
   /** The sizes the agent wants for the connection table and the meters, and whether it set the kernel's. */
-  private sized: { sizing: Sizing; applied: boolean };
+  /** nf_conntrack_max and its buckets for the desired tunnels (conntrack-sizer.ts). */
+  private readonly sizer: ConntrackSizer;
 
   constructor(
     private readonly k: KernelContext,
@@ -92,7 +73,7 @@ export class EdgeDataplane implements DataplaneHandle {
     private readonly log: (event: string, fields?: Record<string, unknown>) => void,
     private readonly ct: LazySockets,
     /** nf_conntrack_max and its buckets as the kernel had them at start: the floor of the agent's sizes (undefined: unreadable, nothing set). */
-    private readonly kernelLimits: { max: number; buckets: number } | undefined,
+    kernelLimits: { max: number; buckets: number } | undefined,
   ) {
     // The probes look their links up on a route socket of their own: not queued behind a reconcile's dumps on
     // the dataplane's (each is one small GET, and concurrent checks' GETs leave in one sendto).
@@ -101,67 +82,26 @@ export class EdgeDataplane implements DataplaneHandle {
       netns: k.netns,
       table: k.table,
       unavailable: (error) => this.log('dataplane.commit_watch_unavailable', { error }),
-      ended: (v) => this.scheduleHeal(v.why),
+      ended: (v) => this.repair.schedule(v.why),
     });
-    this.sized = { sizing: this.wantedSizing(), applied: false };
-    this.resize();
-  }
-
-  /** The sizes for the desired tunnels on this host (sizing.ts); the meters' are fixed at start (KernelContext.sizes). */
-  private wantedSizing(): Sizing {
-    const maxFlows: (number | undefined)[] = [];
-    for (const o of this.desired.tunnels.values()) maxFlows.push(o.spec.policy?.max_flows);
-    const s = sizing({ memoryBytes: totalmem(), edgePps: this.opts.edgePps ?? DEFAULT_EDGE_PPS, maxFlows, kernel: this.kernelLimits ?? { max: 0, buckets: 0 } });
-    return { ...s, meterSources: this.k.sizes.meterSources };
-  }
-
-  /**
-   * Sizes the connection table for the desired tunnels (after each change: their max_flows add up), where the
-   * kernel lets the agent (sizing.ts applyConntrackLimits). A failure is logged, never a failed job: the table's
-   * per-tunnel caps hold whatever its size.
-   */
-  private resize(): void {
-    const s = this.wantedSizing();
-    const was = this.sized;
-    if (was.applied && was.sizing.conntrackMax === s.conntrackMax && was.sizing.conntrackBuckets === s.conntrackBuckets) return;
-    if (!this.kernelLimits) {
-      this.sized = { sizing: s, applied: false };
-      return;
-    }
-    try {
-      const r = applyConntrackLimits(this.k.netns, s);
-      this.sized = { sizing: s, applied: r.applied };
-      if (r.applied) this.log('dataplane.conntrack_sized', { max: s.conntrackMax, buckets: s.conntrackBuckets });
-    } catch (e) {
-      this.sized = { sizing: s, applied: false };
-      this.log('dataplane.conntrack_sizing_failed', { error: e instanceof Error ? e.message : String(e) });
-    }
+    this.repair = new RepairOnTouch({
+      enabled: opts.healOnTouch !== false,
+      repair: () => this.restore(),
+      log: (event, fields) => this.log(event, fields),
+    });
+    this.sizer = new ConntrackSizer({
+      netns: k.netns,
+      meterSources: k.sizes.meterSources,
+      edgePps: opts.edgePps ?? DEFAULT_EDGE_PPS,
+      kernelLimits,
+      maxFlows: () => [...this.desired.tunnels.values()].map((o) => o.spec.policy?.max_flows),
+      log: (event, fields) => this.log(event, fields),
+    });
+    this.sizer.resize();
   }
 
   capacity(): Capacity {
-    const s = this.sized.sizing;
-    return { conntrack_max: s.conntrackMax, conntrack_buckets: s.conntrackBuckets, conntrack_applied: this.sized.applied, meter_sources: s.meterSources };
-  }
-
-  /**
-   * The watch heard another program's commit touch the table (or could not rule it out): the desired state is
-   * reconciled at once (debounced, see HEAL_DEBOUNCE_MS), so a rule or element deleted by hand, or the whole table
-   * flushed, is back within a second instead of at the gateway's next periodic reconcile (docs/CONTRACTS.md "Dataplane").
-   */
-  private scheduleHeal(why: string): void {
-    if (this.opts.healOnTouch === false || this.closed || this.healTimer) return;
-    const delay = Math.max(HEAL_DEBOUNCE_MS, this.lastHeal + HEAL_SPACING_MS - Date.now());
-    this.healTimer = setTimeout(() => {
-      this.healTimer = undefined;
-      if (this.closed) return;
-      this.lastHeal = Date.now();
-      this.log('dataplane.heal', { why });
-      this.restore().then(
-        (r) => this.log('dataplane.healed', { added: r.added, changed: r.changed, removed: r.removed, unchanged: r.unchanged, failed: r.failed.length }),
-        (e: unknown) => this.log('dataplane.heal_failed', { error: e instanceof Error ? e.message : String(e) }),
-      );
-    }, delay);
-    this.healTimer.unref?.();
+    return this.sizer.capacity();
   }
 
   /**
@@ -320,9 +260,9 @@ export class EdgeDataplane implements DataplaneHandle {
     // A commit by someone else between this operation's and the listening leaves the watch off: whether it touched the
     // table is not known, so it is repaired as one that did (a `nft flush ruleset` right after a job must not wait
     // for the gateway's next reconcile). Not when the watch cannot work here at all: that would repair every second.
-    if (this.cleanGeneration !== undefined && !(await this.watch.start(this.cleanGeneration, () => this.k.nft.getGeneration())) && this.watch.available) this.scheduleHeal('gap');
+    if (this.cleanGeneration !== undefined && !(await this.watch.start(this.cleanGeneration, () => this.k.nft.getGeneration())) && this.watch.available) this.repair.schedule('gap');
     // The connection table's size follows the tunnels' max_flows.
-    this.resize();
+    this.sizer.resize();
     const recordMs = clock();
     // Where the time went, per step: read-back, plan (with the intent records), the kernel's steps, the records after.
     const phaseMs = { read: readMs, plan: planMs, ...ms, record: recordMs };
@@ -525,40 +465,23 @@ export class EdgeDataplane implements DataplaneHandle {
     return [...this.state.tunnels.values()].map((o) => o.spec);
   }
 
-  async dropped(tunnel: Pick<TunnelSpec, 'tunnel_name'>): Promise<Record<DropReason, number>> {
-    try {
-      const counts = await Promise.all(DROP_REASONS.map((r) => this.k.nft.getCounter(this.k.table, dropCounterName(tunnel, r))));
-      return Object.fromEntries(DROP_REASONS.map((r, i) => [r, Number(counts[i]?.packets ?? 0n)])) as Record<DropReason, number>;
-    } catch (e) {
-      throw kernelError('dropped', e);
-    }
+  dropped(tunnel: Pick<TunnelSpec, 'tunnel_name'>): Promise<Record<DropReason, number>> {
+    return readDropped(this.k, tunnel);
   }
 
-  async counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>> {
-    try {
-      const out = new Map<string, { packets: bigint; bytes: bigint }>();
-      for (const c of await this.k.nft.listCounters(this.k.table)) out.set(c.name, { packets: c.packets ?? 0n, bytes: c.bytes ?? 0n });
-      return out;
-    } catch (e) {
-      throw kernelError('counters', e);
-    }
+  counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>> {
+    return readCounters(this.k);
   }
 
-  async counterPackets(names: readonly string[]): Promise<Map<string, bigint>> {
-    try {
-      const out = new Map<string, bigint>();
-      for (const [name, c] of await this.k.nft.getCounters(this.k.table, names)) if (c.packets !== undefined) out.set(name, c.packets);
-      return out;
-    } catch (e) {
-      throw kernelError('counter', e);
-    }
+  counterPackets(names: readonly string[]): Promise<Map<string, bigint>> {
+    return readCounterPackets(this.k, names);
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     await this.queue.drained();
     this.closed = true;
-    clearTimeout(this.healTimer);
+    this.repair.close();
     this.release.stop();
     this.watch.close();
     // Sockets and the journal only: the kernel state stays, traffic keeps flowing.

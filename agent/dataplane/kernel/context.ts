@@ -101,3 +101,10 @@ export const ignoreCode =
     if (e instanceof NetlinkError && codes.includes(e.code)) return;
     throw e;
   };
+
+/** The sockets opened at their first use, closed with the dataplane, and the deletions close() waits for. */
+export interface LazySockets {
+  sock?: Conntrack;
+  /** Link deletions still finishing off the event loop (links.ts deleteLinkUnlisted). */
+  reaping: Set<Promise<void>>;
+}

@@ -11,6 +11,8 @@ import { DYNAMIC_CHAIN_RULES, addDynamicChain, addSynproxyObject, dynamicChainOf
 import { LEGACY_ALLOWED_SET, TUNNEL_SETS, elementId, fromLegacyAllowed, type PolicyElement } from '../policy.ts';
 import { COUNTER_MAP, DNAT_MAP, type KernelContext } from './context.ts';
 import { addPolicyElements } from './batch.ts';
+import { allowsConnection } from '../policy.ts';
+import type { StateStore } from '../state.ts';
 
 /**
  * The rules of a correctly built table, per chain, as expression-name lists (what listRules decodes). The
@@ -228,4 +230,10 @@ export async function ensureBogons(k: KernelContext): Promise<boolean> {
   if (k.bogons.length) b.addElements({ table: k.table, set: BOGONS_SET, elements: ipv4IntervalElements(k.bogons) });
   await k.nft.commit(b);
   return true;
+}
+
+/** After a rebuild of tampered rules: the connections the records' policies would not have let in (a count, or why not). */
+export async function flushDisallowed(k: KernelContext, state: StateStore): Promise<number | string> {
+  const tunnels = [...state.tunnels.values()].map(({ spec }) => ({ ip: spec.protected_ip, allows: (proto: number, port: number | undefined) => allowsConnection(spec, proto, port) }));
+  return k.conntrack().flushDisallowed(tunnels).catch((e: unknown) => `failed: ${e instanceof Error ? e.message : String(e)}`);
 }
