@@ -72,10 +72,11 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     await rig.openConnection(t.web);
     await rig.flows(50, `through ${PREVIOUS.version}'s agent`);
 
-    // What the previous release's agent holds: the two tunnels' links, both mapped (that release forwards
-    // every provisioned tunnel), the policy's ports and its SYN proxy.
+    // What the previous release's agent holds: the two tunnels' links, the activated one mapped (since 0.2.0
+    // an edge forwards only to an origin that answered the activate probe: job version 3 `forwarding`), the
+    // policy's ports and its SYN proxy.
     expect(rig.edge.links().sort()).toEqual([t.web.tunnel_name, t.game.tunnel_name].sort());
-    expect(rig.edge.mapElements().sort()).toEqual([t.web.protected_ip, t.game.protected_ip].sort());
+    expect(rig.edge.mapElements()).toEqual([t.web.protected_ip]);
     const table = rig.edge.netns.run('nft', 'list', 'table', 'ip', 'tunnelgate');
     for (const port of ['27015', '25565', '25575']) for (const proto of ['tcp', 'udp']) expect(table).toContain(`${t.game.protected_ip} . ${proto} . ${port}`);
     expect(synProxied()).toEqual([t.game.protected_ip]);
@@ -95,8 +96,8 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     expect({ added: restored!.added, removed: restored!.removed, failed: restored!.failed }).toEqual({ added: 0, removed: 0, failed: 0 });
     expect(Number(restored!.unchanged) + Number(restored!.changed)).toBe(2);
     expect(rig.linkIndexes()).toEqual(links);
-    // The previous gateway's jobs (version 2, no `forwarding`) forward every provisioned tunnel, as the
-    // restore does: the map is the same whether or not one of its jobs came first.
+    // The restore and the previous gateway's jobs agree on what is forwarded: the map is the same whether or
+    // not one of its jobs came first.
     expect(rig.edge.mapElements().sort()).toEqual(mapped);
     expect(synProxied()).toEqual([t.game.protected_ip]);
     await rig.flows(50, `through ${VERSION}'s agent`);
@@ -147,13 +148,13 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     });
 
     // The dataplane: the new tunnel's link, the deleted one's gone, the old links the same links, every
-    // provisioned tunnel mapped (version 2 jobs forward), the new port in the policy's set.
+    // activated tunnel alone mapped (the new one is provisioned, not activated), the new port in the policy's set.
     const onEdge = [t.web, t.game, t.new].map((x) => x.tunnel_name).sort();
     expect(rig.edge.links().sort()).toEqual(onEdge);
     const now = rig.linkIndexes();
     for (const [name, index] of Object.entries(links)) expect(now[name], name).toBe(index);
     links = now;
-    expect(rig.edge.mapElements().sort()).toEqual([t.web.protected_ip, t.game.protected_ip, t.new.protected_ip].sort());
+    expect(rig.edge.mapElements()).toEqual([t.web.protected_ip]);
     expect(rig.edge.netns.run('nft', 'list', 'table', 'ip', 'tunnelgate')).toContain(`${t.game.protected_ip} . udp . 28000`);
     expect(synProxied()).toEqual([t.game.protected_ip, t.new.protected_ip].sort());
     for (const x of [t.web, t.game, t.new, t.later, t.gone]) {
@@ -174,8 +175,7 @@ describe.skipIf(skipUnless(isRoot, 'the upgrade test: root (network namespaces)'
     expect(game.tunnel.ports).toBe('25565-25575,27015,28000');
 
     // This gateway's reconcile, in the newest version (its hello from the agent names this release):
-    // every link kept, and the tunnels nobody activated lose their DNAT (this release forwards only to
-    // origins that answered the activate probe), the active one keeps its element.
+    // every link kept, the active tunnel's DNAT element kept, and still none for the tunnels nobody activated.
     const from = rig.edge.calls.length;
     const logsFrom = rig.edge.logs.length;
     await rig.admin(['node', 'reconcile', '--id', rig.edge.nodeId]);
