@@ -26,12 +26,12 @@
 //   TG_FLEET_NODES=300,1000 TG_FLEET_TUNNELS=100 npm run bench:fleet
 //   TG_FLEET_SECONDS, TG_FLEET_CLIENTS (4), TG_FLEET_STATUS_SECONDS (10), TG_FLEET_RECONCILE_SECONDS (30),
 //   TG_FLEET_BUSY (share of tunnels carrying traffic, 0.1), TG_FLEET_EDGES_PER_PROCESS (50), TG_FLEET_PGBENCH=0 (skip
-//   the ceiling), TG_FLEET_JSON=file (the figures as JSON, for the smoke test)
+//   the ceiling), TG_FLEET_WEBHOOK=0 (no webhook on the account), TG_FLEET_JSON=file (the figures as JSON, for the smoke test)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -42,7 +42,6 @@ import { createUser } from '../server/domain/accounts.ts';
 import { createApiKey } from '../server/auth/api-keys.ts';
 import { tunnelNameFor } from '../server/domain/tunnels/naming.ts';
 import { loadOrCreateHostKey } from '../agent/ssh/keys.ts';
-import { freePort } from '../test/helpers/ports.ts';
 import { ensureLocalPostgres, withDatabase } from '../test/helpers/postgres.ts';
 import { createBenchDatabase, type BenchDatabase } from './lib/database.ts';
 import { cpuMs, cpuSinceMs, cpuSnapshot } from './lib/cpu.ts';
@@ -70,6 +69,8 @@ const BUSY = Math.min(1, num('TG_FLEET_BUSY', 0.1));
 const PER_PROCESS = Math.max(1, num('TG_FLEET_EDGES_PER_PROCESS', 50));
 const PGBENCH = process.env.BENCH_PGBENCH ?? '/usr/lib/postgresql/15/bin/pgbench';
 const WITH_PGBENCH = process.env.TG_FLEET_PGBENCH !== '0';
+/** TG_FLEET_WEBHOOK=0: no webhook on the account (to tell the webhook outbox's share of the cost from the rest). */
+const WITH_WEBHOOK = process.env.TG_FLEET_WEBHOOK !== '0';
 /** Bounds against a stuck run (a hang fails the bench, naming what it waited for), never expectations. */
 const CONVERGE_BOUND_MS = num('TG_FLEET_CONVERGE_BOUND_S', 600) * 1000;
 const ANSWER_BOUND_MS = 120_000;
@@ -294,6 +295,28 @@ async function pgbenchRowsPerSecond(adminUrl: string, admin: pg.Client): Promise
 
 // ---------------------------------------------------------------- seeding
 
+const usedPorts = new Set<number>();
+/**
+ * A loopback port for an edge, below the kernel's ephemeral range (32768 and up here): a port from that range
+ * (test/helpers/ports.ts) is free when asked but may be taken by any outgoing connection (the gateways' own to
+ * PostgreSQL and the edges) before the edge process listens on it, which hundreds of edges made happen.
+ */
+async function edgePort(): Promise<number> {
+  for (;;) {
+    const port = 10_000 + Math.floor(Math.random() * 22_000);
+    if (usedPorts.has(port)) continue;
+    const free = await new Promise<boolean>((resolve) => {
+      const s = createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+    });
+    if (free) {
+      usedPorts.add(port);
+      return port;
+    }
+  }
+}
+
 interface FleetNode {
   id: string;
   port: number;
@@ -309,7 +332,7 @@ async function registerNodes(b: BenchDatabase, n: number, perNode: number, dirs:
     const stateDir = mkdtempSync(join(tmpdir(), 'tg-fleet-edge-'));
     dirs.push(stateDir);
     const hostKey = await loadOrCreateHostKey(stateDir);
-    const port = await freePort();
+    const port = await edgePort();
     // Edge addresses in 172.16.0.0/12, pools in 10.0.0.0/8 (a block of `size` per node): none overlaps another.
     const edgeIp = ipOf((172 << 24) | (16 << 16) | (i + 1));
     const pool = `${ipOf((10 << 24) + i * size)}/${prefix}`;
@@ -445,7 +468,12 @@ export interface FleetFigures {
   webhooks: number;
   edge_rss_mb: number;
   probes_missing: string[];
+  /** The host's 1-minute load average at the start and end of the load: this 2-core host is shared. */
+  load1: [number, number];
+  /** Busy backends of this database by what they waited on (wait_event_type:wait_event, or cpu), summed over 1 s samples. */
+  pg_waits: Record<string, number>;
 }
+const loadAvg = (): number => Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
 
 async function runSize(n: number, adminUrl: string, pgbenchRows: number | null): Promise<FleetFigures> {
   const dirs: string[] = [];
@@ -498,8 +526,10 @@ async function runSize(n: number, adminUrl: string, pgbenchRows: number | null):
     const logOf = (r: string) => (LOG_DIR ? join(LOG_DIR, `gateway-${n}-${r}.log`) : undefined);
     gateways.push(await startGateway(env, logOf('a')), await startGateway(env, logOf('b')));
     const apis = gateways.map((g) => apiOn(g.url, key));
-    const hook = await apis[0]!('POST', '/api/webhooks', { url: hooks.url });
-    if (hook.status !== 201) throw new Error(`webhook create answered ${hook.status}: ${JSON.stringify(hook.body)}`);
+    if (WITH_WEBHOOK) {
+      const hook = await apis[0]!('POST', '/api/webhooks', { url: hooks.url });
+      if (hook.status !== 201) throw new Error(`webhook create answered ${hook.status}: ${JSON.stringify(hook.body)}`);
+    }
     // Converged: every node got its reconcile (the gateways reconcile a node when its connection comes up).
     while (answers.reconciled.size < n) {
       if (Date.now() - t2 > CONVERGE_BOUND_MS) throw new Error(`only ${answers.reconciled.size} of ${n} nodes reconciled within ${CONVERGE_BOUND_MS / 1000} s`);
@@ -519,8 +549,25 @@ async function runSize(n: number, adminUrl: string, pgbenchRows: number | null):
     const statusFrom = answers.statusOps.length;
     const probeFrom = gateways.map((g) => g.probes.length);
     const w0 = Date.now();
+    const load1Before = loadAvg();
     const rss: number[][] = gateways.map(() => []);
-    const sampler = setInterval(() => gateways.forEach((g, i) => rss[i]!.push(rssBytes(g.proc.pid!))), 1000);
+    // What this database's busy backends wait on, sampled each second: where time goes when CPU does not explain it.
+    const waits: Record<string, number> = {};
+    let sampling = false;
+    const sampler = setInterval(() => {
+      gateways.forEach((g, i) => rss[i]!.push(rssBytes(g.proc.pid!)));
+      if (sampling) return;
+      sampling = true;
+      void admin
+        .query<{ w: string; n: number }>(
+          `select coalesce(wait_event_type || ':' || wait_event, 'cpu') as w, count(*)::int as n from pg_stat_activity
+            where datname = $1 and state = 'active' and pid <> pg_backend_pid() group by 1`,
+          [b.dbName],
+        )
+        .then((r) => r.rows.forEach((x) => (waits[x.w] = (waits[x.w] ?? 0) + x.n)))
+        .catch(() => {})
+        .finally(() => (sampling = false));
+    }, 1000);
     const load = await runLoad(apis, answers, SECONDS);
     clearInterval(sampler);
     const windowMs = Date.now() - w0;
@@ -531,12 +578,12 @@ async function runSize(n: number, adminUrl: string, pgbenchRows: number | null):
     const gwCpu = gateways.map((g, i) => cpuMs(g.proc.pid!) - gwCpu0[i]!);
     const writes = (await writesOf(admin, b.dbName)) - writes0;
     const hooksN = hooks.count() - hooks0;
-    await admin.end();
 
     const all = [...load.latencies.provision, ...load.latencies.patch, ...load.latencies.delete];
     const stat = (xs: number[]) => ({ p50: +pct(xs, 50).toFixed(1), p99: +pct(xs, 99).toFixed(1), n: xs.length });
     const probes = gateways.flatMap((g, i) => g.probes.slice(probeFrom[i]));
     const missing = [...new Set(gateways.flatMap((g) => g.probes.filter((p) => p.probe === 'missing').map((p) => p.what!)))];
+    await admin.end();
     const rounds = probes.filter((p) => p.probe === 'round' && (p.polled ?? 0) > 0).map((p) => p.ms!);
     const ingests = probes.filter((p) => p.probe === 'ingest').map((p) => p.ms!);
     const statusOps = answers.statusOps.slice(statusFrom);
@@ -567,6 +614,8 @@ async function runSize(n: number, adminUrl: string, pgbenchRows: number | null):
       webhooks: hooksN,
       edge_rss_mb: +(edgeRss / 2 ** 20).toFixed(0),
       probes_missing: missing,
+      load1: [load1Before, loadAvg()],
+      pg_waits: Object.fromEntries(Object.entries(waits).sort((a, b) => b[1] - a[1]).slice(0, 8)),
     };
   } finally {
     await Promise.all(gateways.map((g) => g.stop()));
@@ -594,13 +643,13 @@ async function runSize(n: number, adminUrl: string, pgbenchRows: number | null):
 function table(rows: FleetFigures[]): string {
   const f = (v: number | null | undefined, d = 0) => (v === null || v === undefined || Number.isNaN(v) ? '-' : v.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d }));
   const lines = [
-    '| nodes x tunnels | job p50 / p99 ms (jobs) | status round p50 / max ms | ingest per round ms (per node p50 / p99) | PostgreSQL CPU % | rows written/s (pgbench TPC-B rows/s, ratio) | gateway CPU % / RSS MB per replica | webhooks/s | edges RSS MB | converge s |',
-    '|---|---|---|---|---|---|---|---|---|---|',
+    '| nodes x tunnels | job p50 / p99 ms (jobs) | status round p50 / max ms | ingest per round ms (per node p50 / p99) | PostgreSQL CPU % | rows written/s (pgbench TPC-B rows/s, ratio) | gateway CPU % / RSS MB per replica | webhooks/s | edges RSS MB | all reconciled s | host load 1 min |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of rows) {
     const ratio = r.pgbench_rows_per_s ? (r.rows_written_per_s / r.pgbench_rows_per_s).toFixed(3) : '-';
     lines.push(
-      `| ${f(r.nodes)} x ${f(r.tunnels_per_node)} | ${f(r.job_ms.p50, 1)} / ${f(r.job_ms.p99, 1)} (${r.job_ms.n}${r.unanswered ? `, ${r.unanswered} unanswered` : ''}) | ${r.status_round_ms ? `${f(r.status_round_ms.p50)} / ${f(r.status_round_ms.max)}` : 'not measured'} | ${r.ingest_per_round_ms === null ? 'not measured' : `${f(r.ingest_per_round_ms)} (${f(r.ingest_per_node_ms!.p50, 1)} / ${f(r.ingest_per_node_ms!.p99, 1)})`} | ${f(r.pg_cpu_pct, 1)} | ${f(r.rows_written_per_s)} (${f(r.pgbench_rows_per_s)}, ${ratio}) | ${r.gateways.map((g) => `${f(g.cpu_pct, 1)} / ${f(g.rss_mb)}`).join('; ')} | ${f(r.webhooks_per_s, 2)} | ${f(r.edge_rss_mb)} | ${f(r.converge_s, 1)} |`,
+      `| ${f(r.nodes)} x ${f(r.tunnels_per_node)} | ${f(r.job_ms.p50, 1)} / ${f(r.job_ms.p99, 1)} (${r.job_ms.n}${r.unanswered ? `, ${r.unanswered} unanswered` : ''}) | ${r.status_round_ms ? `${f(r.status_round_ms.p50)} / ${f(r.status_round_ms.max)}` : 'not measured'} | ${r.ingest_per_round_ms === null ? 'not measured' : `${f(r.ingest_per_round_ms)} (${f(r.ingest_per_node_ms!.p50, 1)} / ${f(r.ingest_per_node_ms!.p99, 1)})`} | ${f(r.pg_cpu_pct, 1)} | ${f(r.rows_written_per_s)} (${f(r.pgbench_rows_per_s)}, ${ratio}) | ${r.gateways.map((g) => `${f(g.cpu_pct, 1)} / ${f(g.rss_mb)}`).join('; ')} | ${f(r.webhooks_per_s, 2)} | ${f(r.edge_rss_mb)} | ${f(r.converge_s, 1)} | ${r.load1[0].toFixed(1)} -> ${r.load1[1].toFixed(1)} |`,
     );
   }
   return lines.join('\n');
