@@ -189,8 +189,11 @@ interface Gateway {
   url: string;
   proc: ChildProcess;
   probes: (ProbeLine & { t: number })[];
-  stop(): Promise<void>;
+  /** SIGTERM, then SIGKILL past STOP_BOUND_MS; resolves with the seconds a SIGTERM took, or null when it was killed. */
+  stop(): Promise<number | null>;
 }
+/** A gateway whose graceful stop waits on a stuck status round is killed after this: the run must end. */
+const STOP_BOUND_MS = 30_000;
 
 function startGateway(env: Record<string, string>, logFile?: string): Promise<Gateway> {
   const proc = spawn(NODE_BIN, ['--enable-source-maps', '--import', './loader/register.mjs', '--import', './bench/lib/fleet-probe.ts', 'server/main.ts'], {
@@ -222,9 +225,14 @@ function startGateway(env: Record<string, string>, logFile?: string): Promise<Ga
         proc,
         probes,
         stop: () =>
-          new Promise<void>((r) => {
-            if (proc.exitCode !== null || proc.signalCode !== null) return r();
-            proc.once('exit', () => r());
+          new Promise<number | null>((r) => {
+            if (proc.exitCode !== null || proc.signalCode !== null) return r(0);
+            const t0 = Date.now();
+            const kill = setTimeout(() => proc.kill('SIGKILL'), STOP_BOUND_MS);
+            proc.once('exit', (_code, signal) => {
+              clearTimeout(kill);
+              r(signal === 'SIGKILL' ? null : (Date.now() - t0) / 1000);
+            });
             proc.kill('SIGTERM');
           }),
       });
@@ -618,7 +626,8 @@ async function runSize(n: number, adminUrl: string, pgbenchRows: number | null):
       pg_waits: Object.fromEntries(Object.entries(waits).sort((a, b) => b[1] - a[1]).slice(0, 8)),
     };
   } finally {
-    await Promise.all(gateways.map((g) => g.stop()));
+    const stops = await Promise.all(gateways.map((g) => g.stop()));
+    if (stops.some((x) => x === null)) console.error(`  a gateway did not stop within ${STOP_BOUND_MS / 1000} s of SIGTERM (its status round was still under way) and was killed`);
     await Promise.all(
       edgeProcs.map(
         (p) =>
