@@ -13,7 +13,7 @@
 //                                            agent's scaling curve, plotted into bench/results/; takes
 //                                            many minutes at 10,000); `-- agent-curve` runs it alone
 //
-// Benches: gateway, oidc, provision, traffic, agent, edge, flood (provision, agent, edge and flood need root: without
+// Benches: gateway, oidc, provision, traffic, agent, edge, flood, fleet (provision, agent, edge and flood need root: without
 // it they are skipped with a line saying so). Any size variable a bench reads (TG_BENCH_N, BENCH_SECONDS,
 // ...) set in the environment wins over the defaults below. BENCH_TIMEOUT_S (default 1800) bounds each
 // bench. The exit code is 1 when a target was missed or a bench failed.
@@ -56,6 +56,14 @@ const BENCHES: Bench[] = [
     script: 'bench/flood.ts',
     root: true,
     env: FULL ? {} : { TG_BENCH_N: '2000', TG_BENCH_PACKETS: '500000', TG_BENCH_ROUNDS: '3', TG_BENCH_LEGIT_SECONDS: '3' },
+  },
+  // Simulated edges (dataplane stand-in) against two gateway replicas under load: about 6 min at 20 and 100 nodes;
+  // the full sizes are the issue's node counts with fewer tunnels each, what this host's memory and cores hold.
+  {
+    name: 'fleet',
+    script: 'bench/fleet.ts',
+    root: false,
+    env: FULL ? { TG_FLEET_NODES: '100,300,1000', TG_FLEET_TUNNELS: '100', TG_FLEET_SECONDS: '90' } : { TG_FLEET_NODES: '20,100', TG_FLEET_TUNNELS: '100', TG_FLEET_SECONDS: '45' },
   },
 ];
 const AGENT_CURVE = [1, 1000, 10_000];
