@@ -5,9 +5,11 @@
 // equals what the edge counted since it was first seen, and its health equals the agent's. Faults: a lost answer,
 // a gateway restart (a new ingest over the same database), an agent restart (a new run: counters read anew), two
 // replicas storing answers out of order, a node that did not answer (health set unknown without the agent), and an
-// agent from before (no `delta`: the full form as before).
+// agent from before (no `delta`: the full form as before). On both databases the gateway runs on: PostgreSQL and
+// the embedded PGlite of `npm start` (their drivers differ under the SQL: row locks, upserts, how values come back).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { call } from '../helpers/gateway.ts';
+import { BOTH_DATABASES, type Backend } from '../helpers/both-databases.ts';
 import { seedNode, seedUser, type SeededUser } from '../helpers/fixtures.ts';
 import { StatusReporter } from '../../agent/health/status.ts';
 import type { TunnelHealth } from '../../agent/health/scheduler.ts';
@@ -16,18 +18,12 @@ import { StatusIngest } from '../../server/health/ingest.ts';
 import { TrafficStore } from '../../server/health/storage.ts';
 import { tunnelSpec } from '../helpers/tunnel-spec.ts';
 
-let gw: RunningGateway;
+let gw: Backend;
 let nodes = 0;
 let user: SeededUser;
 
-beforeAll(async () => {
-  gw = await startGateway({ config: { edgeJobTimeoutMs: 3000 } });
-  user = await seedUser(gw.testDb.db, { balanceUsd: '1000.00' });
-}, 60_000);
-
-afterAll(async () => {
-  await gw?.close();
-});
+/** A query through the gateway's own database layer (`?` placeholders), so it runs on either database. */
+const q = <T extends object = Record<string, unknown>>(text: string, params: unknown[] = []) => gw.db.query<T>(text, params);
 
 /** A STAND-IN edge holding `n` of a fresh node's tunnels, and the real reporter over it. */
 class Edge {
@@ -42,13 +38,13 @@ class Edge {
   constructor(readonly nodeId: string) {}
 
   static async create(n: number): Promise<Edge> {
-    const node = await seedNode(gw.testDb.db, `198.18.${10 + ++nodes}.0/27`);
+    const node = await seedNode(gw.db, `198.18.${10 + ++nodes}.0/27`);
     const edge = new Edge(node.node_id);
     for (let i = 0; i < n; i++) {
       const r = await call(gw.url, 'POST', '/api/dedicated', { token: user.writeKey, body: { origin_ip: '8.8.4.4' } });
       expect(r.status).toBe(201);
       const id = r.body.tunnel.id as string;
-      await gw.testDb.raw.query(`update tunnel set status = 'active', node_id = $2 where id = $1`, [id, edge.nodeId]);
+      await q(`update tunnel set status = 'active', node_id = ? where id = ?`, [edge.nodeId, id]);
       const spec = tunnelSpec({ id, tunnel_name: `tg-d${i}` });
       edge.specs.push(spec);
       edge.packets.set(spec.tunnel_name, 1000n);
@@ -89,39 +85,49 @@ async function round(edge: Edge, ingest: StatusIngest = gw.services.health.inges
 }
 
 async function storedPackets(id: string): Promise<number> {
-  const r = await gw.testDb.raw.query(
-    `select coalesce(sum(p), 0)::int as n from (select packets_in as p from traffic.minute where tunnel_id = $1
-       union all select pend_pi from traffic.seen where tunnel_id = $1 and pend_t is not null) x`,
-    [id],
+  const r = await q<{ n: number }>(
+    `select coalesce(sum(p), 0)::int as n from (select packets_in as p from traffic.minute where tunnel_id = ?
+       union all select pend_pi from traffic.seen where tunnel_id = ? and pend_t is not null) x`,
+    [id, id],
   );
-  return r.rows[0].n as number;
+  return Number(r[0]!.n);
 }
 
 /** The gateway's view equals the edge's: traffic sums and health. */
 async function expectConverged(edge: Edge): Promise<void> {
   for (const s of edge.specs) {
     expect(await storedPackets(s.id), `traffic of ${s.tunnel_name}`).toBe(edge.carried.get(s.id));
-    const h = await gw.testDb.raw.query('select health from tunnel where id = $1', [s.id]);
-    expect(h.rows[0].health, `health of ${s.tunnel_name}`).toBe(edge.health.get(s.id)!.health);
+    const h = await q<{ health: string }>('select health from tunnel where id = ?', [s.id]);
+    expect(h[0]!.health, `health of ${s.tunnel_name}`).toBe(edge.health.get(s.id)!.health);
   }
 }
 
-describe('status by change', () => {
+describe.each(BOTH_DATABASES)('status by change on %s', (_name, boot) => {
+  beforeAll(async () => {
+    gw = await boot();
+    user = await seedUser(gw.db, { balanceUsd: '1000.00' });
+  }, 60_000);
+
+  afterAll(async () => {
+    await gw?.close();
+  });
+
   it('reads and writes only the tunnels that changed; idle ones cost no row', async () => {
     const edge = await Edge.create(5);
     const first = await round(edge);
     expect(first.answer.delta).toMatchObject({ full: true, seq: 1 });
     expect(first.outcome).toMatchObject({ form: 'full', reported: 5 });
-    const seenAt = async () => (await gw.testDb.raw.query('select tunnel_id::text as id, seen_at from traffic.seen where tunnel_id = any($1::uuid[])', [edge.specs.map((s) => s.id)])).rows;
-    const before = new Map((await seenAt()).map((r) => [r.id, r.seen_at.getTime()]));
+    const seenAt = async () =>
+      (await q<{ id: string; ms: string }>(`select tunnel_id::text as id, (extract(epoch from seen_at) * 1000)::bigint::text as ms from traffic.seen where tunnel_id in (${edge.specs.map(() => '?').join(', ')})`, edge.specs.map((s) => s.id))).map((r) => ({ id: r.id, ms: Number(r.ms) }));
+    const before = new Map((await seenAt()).map((r) => [r.id, r.ms]));
     edge.carry(1, 70);
     const second = await round(edge);
     expect(second.answer.tunnels.map((t) => t.id)).toEqual([edge.specs[1]!.id]);
     expect(second.outcome).toMatchObject({ form: 'delta', reported: 1, carried: 1 });
     for (const r of await seenAt()) {
       // Only the busy tunnel's row was written.
-      if (r.id === edge.specs[1]!.id) expect(r.seen_at.getTime()).toBeGreaterThan(before.get(r.id)!);
-      else expect(r.seen_at.getTime()).toBe(before.get(r.id));
+      if (r.id === edge.specs[1]!.id) expect(r.ms).toBeGreaterThan(before.get(r.id)!);
+      else expect(r.ms).toBe(before.get(r.id));
     }
     edge.health.set(edge.specs[3]!.id, { health: 'down', failures: 3, checkedAt: Date.now() });
     expect((await round(edge)).outcome.healthChanged).toEqual([edge.specs[3]!.id]);
@@ -138,7 +144,7 @@ describe('status by change', () => {
     expect(lost.tunnels).toHaveLength(2);
     edge.carry(1, 5);
     // A restarted gateway: a new ingest, nothing in memory, the cursor from the database.
-    const restarted = new StatusIngest(gw.testDb.db, new TrafficStore(gw.testDb.db), gw.services.provisioning.events, gw.services.provisioning.bus);
+    const restarted = new StatusIngest(gw.db, new TrafficStore(gw.db), gw.services.provisioning.events, gw.services.provisioning.bus);
     const again = await round(edge, restarted);
     expect(again.outcome.form).toBe('delta');
     expect(again.answer.tunnels.map((t) => t.id).sort()).toEqual([edge.specs[0]!.id, edge.specs[1]!.id, edge.specs[2]!.id].sort());
@@ -170,7 +176,7 @@ describe('status by change', () => {
     edge.carry(0, 4);
     edge.carry(1, 2);
     const b = await edge.reporter.status(cursor); // replica B's, later
-    const other = new StatusIngest(gw.testDb.db, new TrafficStore(gw.testDb.db), gw.services.provisioning.events, gw.services.provisioning.bus);
+    const other = new StatusIngest(gw.db, new TrafficStore(gw.db), gw.services.provisioning.events, gw.services.provisioning.bus);
     expect((await other.ingestStatus(edge.nodeId, b, nextAt())).form).toBe('delta');
     // A's answer arrives late: storing it would take counters back (a false restart, traffic counted twice).
     expect((await ingest.ingestStatus(edge.nodeId, a, nextAt())).form).toBe('stale');
@@ -207,7 +213,7 @@ describe('status by change', () => {
 
   it('asks the full list again once the last full answer is older than the bound', async () => {
     const edge = await Edge.create(2);
-    const ingest = new StatusIngest(gw.testDb.db, new TrafficStore(gw.testDb.db), gw.services.provisioning.events, gw.services.provisioning.bus, undefined, 60_000);
+    const ingest = new StatusIngest(gw.db, new TrafficStore(gw.db), gw.services.provisioning.events, gw.services.provisioning.bus, undefined, 60_000);
     const at = nextAt();
     await ingest.ingestStatus(edge.nodeId, await edge.reporter.status(null), at);
     expect(await ingest.cursorOf(edge.nodeId, new Date(at.getTime() + 59_000))).not.toBeNull();
@@ -220,7 +226,7 @@ describe('status by change', () => {
     const out = await gw.services.health.ingest.ingestStatus(edge.nodeId, await edge.reporter.status(), at);
     expect(out).toMatchObject({ form: 'full', reported: 3 });
     edge.specs = edge.specs.slice(1); // it no longer has one: unknown in the full form
-    const gone = (await gw.testDb.raw.query('select id::text from tunnel where node_id = $1', [edge.nodeId])).rows.map((r) => r.id).find((id) => !edge.specs.some((s) => s.id === id));
+    const gone = (await q<{ id: string }>('select id::text as id from tunnel where node_id = ?', [edge.nodeId])).map((r) => r.id).find((id) => !edge.specs.some((s) => s.id === id));
     const next = await gw.services.health.ingest.ingestStatus(edge.nodeId, await edge.reporter.status(), nextAt());
     expect(next.healthChanged).toEqual([gone]);
     expect(await gw.services.health.ingest.cursorOf(edge.nodeId)).toBeNull();
@@ -248,7 +254,7 @@ describe('status by change', () => {
     const r = await round(edge);
     expect(r.answer.delta!.gone).toEqual([removed!.id]);
     expect(r.outcome.healthChanged).toEqual([removed!.id]);
-    const h = await gw.testDb.raw.query('select health from tunnel where id = $1', [removed!.id]);
-    expect(h.rows[0].health).toBe('unknown');
+    const h = await q<{ health: string }>('select health from tunnel where id = ?', [removed!.id]);
+    expect(h[0]!.health).toBe('unknown');
   });
 });
