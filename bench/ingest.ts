@@ -3,7 +3,8 @@
 // TG_INGEST_BUSY of them (default 0.1) carrying traffic in a round, ingested TG_INGEST_LANES nodes at a time (default
 // 8, the collector's concurrency on one replica) into a real PostgreSQL (BENCH_DATABASE_URL or the local test
 // cluster). The answers are built here as the agent's reporter would send them (no SSH, no agent: the gateway's
-// ingest and the database are what is measured; bench:fleet measures the whole path).
+// ingest and the database are what is measured, with what the collector does per node beside it: the stored cursor
+// read and the poll row written; bench:fleet measures the whole path).
 //
 //   - full round: every node answers every tunnel (an agent without `status_delta`, and every node's first round);
 //   - change round: every node answers only its busy tunnels (10%), the idle ones cost nothing.
@@ -83,6 +84,15 @@ async function lanes(nodes: Node[], fn: (n: Node) => Promise<void>): Promise<{ w
     }),
   );
   return { wallMs: performance.now() - t0, each };
+}
+
+/** What the collector writes per node beside the ingest (server/health/collector.ts): the node's poll row. */
+async function notePoll(pool: pg.Pool, n: Node, at: number): Promise<void> {
+  await pool.query(
+    `insert into traffic.node_poll (node_id, polled_at, reachable, tunnels, stuck) values ($1, $2, true, $3, null)
+     on conflict (node_id) do update set polled_at = excluded.polled_at, reachable = excluded.reachable, tunnels = excluded.tunnels, stuck = excluded.stuck`,
+    [n.id, new Date(at).toISOString(), n.tunnels.length],
+  );
 }
 
 /** Picks BUSY of a node's tunnels and moves their counters. */
@@ -201,6 +211,7 @@ async function main(): Promise<void> {
     const full = await lanes(nodes, async (n) => {
       busyOf(n);
       await ingest.ingestStatus(n.id, answer(n, at, null), new Date(at));
+      await notePoll(pool, n, at);
     });
     out.first_round_s = r2(first.wallMs / 1000);
     out.full_round = { wall_s: r2(full.wallMs / 1000), node_p50_ms: r1(pct(full.each, 50)), node_p99_ms: r1(pct(full.each, 99)), rows: NODES * TUNNELS };
@@ -213,10 +224,13 @@ async function main(): Promise<void> {
       let rows = 0;
       let deltas = 0;
       const res = await lanes(nodes, async (n) => {
+        // As the collector does it: the stored cursor read, the answer to it ingested, the poll noted.
+        const since = await ingest.cursorOf(n.id, new Date(at));
         const busy = busyOf(n);
         rows += busy.length;
-        const o = await ingest.ingestStatus(n.id, answer(n, at, busy), new Date(at));
+        const o = await ingest.ingestStatus(n.id, since === null ? answer(n, at, null) : answer(n, at, busy), new Date(at));
         if (o.form === 'delta') deltas++;
+        await notePoll(pool, n, at);
       });
       change.push({ wall_s: r2(res.wallMs / 1000), node_p50_ms: r1(pct(res.each, 50)), node_p99_ms: r1(pct(res.each, 99)), rows, delta_forms: deltas });
     }
