@@ -13,7 +13,7 @@ import type { Dataplane, TunnelSpec } from './dataplane/types.ts';
 import type { DataplaneHandle } from './dataplane/index.ts';
 import { JobHandler } from './jobs/handle.ts';
 import { addressRefusal, type AddressRule } from './jobs/verify.ts';
-import type { StatusResult } from '../common/tunnel-status.ts';
+import type { StatusCursor, StatusResult } from '../common/tunnel-status.ts';
 import { HealthScheduler, type CheckRecord, type HealthClock } from './health/scheduler.ts';
 import { StatusReporter } from './health/status.ts';
 import { AttackMonitor } from './attacks/monitor.ts';
@@ -49,7 +49,7 @@ export interface StartOptions {
   /** Accept to authenticated (default 10 s, docs/CONTRACTS.md "Hardening of the listener"); tests shorten it. */
   handshakeTimeoutMs?: number;
   /** The status op's answer (startHealth); without it the agent answers status with kernel_error. */
-  status?: () => Promise<StatusResult>;
+  status?: (since?: StatusCursor | null) => Promise<StatusResult>;
   /** The traffic op's answer (startHealth's ring); without it the agent answers traffic with kernel_error. */
   traffic?: (ids: readonly string[], sinceS?: number) => TrafficResult;
   /** Whether it can make its tunnels' links, as `hello` says it (dataplane/link-support.ts); absent: not said. */
@@ -67,7 +67,7 @@ export interface RunningHealth {
   attacks: AttackMonitor;
   /** The last 300 s of every tunnel, one point a second, from the attack monitor's reads (agent/traffic/ring.ts). */
   traffic: TrafficRing;
-  status: () => Promise<StatusResult>;
+  status: (since?: StatusCursor | null) => Promise<StatusResult>;
   /** Attack starts and ends and health changes as they are decided, for the `events` op (docs/CONTRACTS.md "Events stream"). */
   events: EventHub;
   stop(): Promise<void>;
@@ -151,7 +151,7 @@ export function startHealth(
     scheduler,
     attacks,
     traffic,
-    status: () => reporter.status(),
+    status: (since) => reporter.status(since),
     events,
     stop: async () => {
       if (release) clearInterval(release);
@@ -194,6 +194,7 @@ export async function startAgent(config: AgentConfig, opts: StartOptions): Promi
     agentVersion: agentVersion(),
     events: opts.events !== undefined,
     trafficLive: opts.traffic !== undefined,
+    statusDelta: opts.status !== undefined,
     ...(opts.tunnelLinks ? { tunnelLinks: () => opts.tunnelLinks!.current() } : {}),
     ...(opts.inputTimeoutMs !== undefined ? { inputTimeoutMs: opts.inputTimeoutMs } : {}),
     ...(opts.handshakeTimeoutMs !== undefined ? { handshakeTimeoutMs: opts.handshakeTimeoutMs } : {}),

@@ -13,7 +13,7 @@
 //                                            agent's scaling curve, plotted into bench/results/; takes
 //                                            many minutes at 10,000); `-- agent-curve` runs it alone
 //
-// Benches: gateway, oidc, provision, traffic, agent, edge, flood, fleet (provision, agent, edge and flood need root: without
+// Benches: gateway, oidc, provision, traffic, ingest, agent, edge, flood, fleet (provision, agent, edge and flood need root: without
 // it they are skipped with a line saying so). Any size variable a bench reads (TG_BENCH_N, BENCH_SECONDS,
 // ...) set in the environment wins over the defaults below. BENCH_TIMEOUT_S (default 1800) bounds each
 // bench. The exit code is 1 when a target was missed or a bench failed.
@@ -48,6 +48,7 @@ const BENCHES: Bench[] = [
   { name: 'oidc', script: 'bench/oidc.ts', root: false, env: FULL ? {} : { BENCH_CODES: '2000', BENCH_SECONDS: '5' } },
   { name: 'provision', script: 'bench/provision.ts', root: true, env: FULL ? {} : { TG_BENCH_N: '50' } },
   { name: 'traffic', script: 'bench/traffic.ts', root: false, env: FULL ? {} : { TG_BENCH_TUNNELS: '2000', TG_BENCH_MINUTES: '20' } },
+  { name: 'ingest', script: 'bench/ingest.ts', root: false, env: FULL ? {} : { TG_INGEST_NODES: '100', TG_INGEST_TUNNELS: '1000' } },
   { name: 'agent', script: 'bench/agent.ts', root: true, env: FULL ? {} : { TG_BENCH_N: '2000' } },
   { name: 'edge', script: 'bench/edge.ts', root: true, env: FULL ? {} : { TG_BENCH_N: '2000', TG_BENCH_PACKETS: '300000', TG_BENCH_ROUNDS: '3' } },
   // Four vectors against the ceiling at 3 and N tunnels, then the legitimate client beside each: about 6 min at these sizes.

@@ -4,7 +4,7 @@
 // schema/job.schema.json describes the same claims as JSON Schema; test/unit/jobs/gateway-contract.test.ts checks
 // that the two agree. No I/O here.
 import { checkTunnel, type ChangeCounts, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from './tunnel-spec.ts';
-import type { StatusResult } from './tunnel-status.ts';
+import { checkStatusSince, type StatusCursor, type StatusResult } from './tunnel-status.ts';
 import { checkTunnelLinks, type TunnelLinks } from './tunnel-links.ts';
 import { checkTrafficBody, type TrafficBody, type TrafficResult } from './traffic-live.ts';
 
@@ -79,8 +79,11 @@ export interface JobBodies {
   remove: { tunnel: TunnelRef & Partial<TunnelSpec> };
   reconcile: { tunnels: TunnelSpec[] };
   probe: { tunnel: TunnelSpec };
-  /** Version 2: no body; the result is the node's StatusResult (common/tunnel-status.ts). */
-  status: Record<string, never>;
+  /**
+   * Version 2: no body, the result is the node's StatusResult (common/tunnel-status.ts). To an agent whose hello
+   * lists FEATURE_STATUS_DELTA, `since` (null or the cursor the gateway last stored) asks for the changes only.
+   */
+  status: { since?: StatusCursor | null };
   /** Versions 2 and 3, feature `traffic_live`: the per-second points of `ids` (common/traffic-live.ts). */
   traffic: TrafficBody;
   /**
@@ -161,6 +164,12 @@ export function isOp(v: unknown): v is Op {
 /** The op's body (and no claim beyond the standard ones and that body), as version `v` of the contract has it. */
 export function checkBody(op: Op, claims: Record<string, unknown>, v: JobVersion): string | undefined {
   const opts = { policy: v >= 2, forwarding: v >= JOB_VERSION_FORWARDING };
+  if (op === 'status' && claims.since !== undefined) {
+    for (const k of Object.keys(claims)) {
+      if (claims[k] !== undefined && !STANDARD_KEYS.includes(k) && k !== 'since') return `op "status" carries an unexpected claim "${k}"`;
+    }
+    return checkStatusSince(claims.since);
+  }
   if (op === 'traffic') {
     for (const k of Object.keys(claims)) {
       if (claims[k] !== undefined && !STANDARD_KEYS.includes(k) && !TRAFFIC_KEYS.includes(k)) return `op "traffic" carries an unexpected claim "${k}"`;

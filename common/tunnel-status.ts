@@ -62,6 +62,45 @@ export function checkCapacityReport(v: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * The hello feature of an agent that answers `status` by change (docs/CONTRACTS.md "Status by change"): it takes
+ * the body `{"since": StatusCursor | null}` and answers with `delta`. An agent without it refuses any body as
+ * `malformed`, so the gateway sends `since` only to agents that list it, and they get the full form otherwise.
+ */
+export const FEATURE_STATUS_DELTA = 'status_delta';
+
+/**
+ * Where a stream of `status` answers stands: `epoch` names one run of the agent (a new one at every start, when
+ * its counters may have restarted), `seq` counts its answers within that run. The gateway stores the cursor of
+ * the last answer it committed and sends it back as `since`.
+ */
+export interface StatusCursor {
+  epoch: string;
+  seq: number;
+}
+
+/** The `delta` of a status answer to a body with `since` (docs/CONTRACTS.md "Status by change"). */
+export interface StatusDelta {
+  epoch: string;
+  /** This answer's number: the gateway's next `since.seq`. */
+  seq: number;
+  /**
+   * true: `tunnels` lists every tunnel (the form without `since`), because `since` was null, of another epoch, or
+   * older than the changes the agent still remembers. false: `tunnels` lists only the tunnels whose counters or
+   * health changed in an answer after `since.seq`, and `gone` the tunnels it stopped having since then.
+   */
+  full: boolean;
+  /** The seq the changes are counted from (false `full` only): the `since.seq` the gateway sent. */
+  base?: number;
+  gone: string[];
+  /**
+   * The oldest last-check time of all its tunnels (ISO 8601), null while one has not been checked yet (or there
+   * are none): every tunnel left out was checked at that time or after, so the gateway shows its check time as
+   * at least this (the check time alone moves every round, and is no change).
+   */
+  checked_floor: string | null;
+}
+
 /** The `status` op's result. */
 export interface StatusResult {
   /**
@@ -78,6 +117,26 @@ export interface StatusResult {
    * listed is over as far as this agent knows (it restarted, or forgot it).
    */
   attacks?: AttackRecord[];
+  /** Present exactly when the job's body had `since` (FEATURE_STATUS_DELTA). */
+  delta?: StatusDelta;
+}
+
+/** A status body's `since`: undefined when right, else a sentence. */
+export function checkStatusSince(v: unknown): string | undefined {
+  if (v === null) return undefined;
+  if (!isObject(v) || typeof v.epoch !== 'string' || v.epoch === '' || v.epoch.length > 64 || !isCount(v.seq) || Object.keys(v).some((k) => k !== 'epoch' && k !== 'seq')) {
+    return 'since must be null or {epoch: string of 1 to 64 characters, seq: integer >= 0}';
+  }
+  return undefined;
+}
+
+function checkDelta(v: unknown): string | undefined {
+  if (!isObject(v) || typeof v.epoch !== 'string' || v.epoch === '' || !isCount(v.seq) || typeof v.full !== 'boolean') return 'delta must be {epoch: string, seq: integer >= 0, full: boolean, ...}';
+  if (!v.full && !(isCount(v.base) && v.base < v.seq)) return 'delta.base must be an integer below delta.seq when full is false';
+  if (!Array.isArray(v.gone) || !v.gone.every((g) => typeof g === 'string')) return 'delta.gone must be a list of tunnel ids';
+  if (v.full && v.gone.length > 0) return 'delta.gone must be empty when full is true';
+  if (v.checked_floor !== null && (typeof v.checked_floor !== 'string' || Number.isNaN(Date.parse(v.checked_floor)))) return 'delta.checked_floor must be an ISO time or null';
+  return undefined;
 }
 
 /** A stuck report's shape: undefined when right, else a sentence. */
@@ -123,6 +182,10 @@ export function checkStatusResult(v: unknown): string | undefined {
   }
   if (v.attacks !== undefined) {
     const why = checkAttackRecords(v.attacks);
+    if (why) return why;
+  }
+  if (v.delta !== undefined) {
+    const why = checkDelta(v.delta);
     if (why) return why;
   }
   if (!Array.isArray(v.tunnels)) return 'tunnels must be an array';

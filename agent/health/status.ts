@@ -7,7 +7,17 @@
 // tunnel, the last raw value and an offset, and adds the last value to the offset when the raw value goes down,
 // so what it reports never decreases while the agent runs. An agent restart starts again from the kernel's
 // values (the contract's "a decrease means a reset": the gateway handles it).
-import { DROP_REASONS, type CapacityReport, type StatusResult, type StuckReport, type TunnelCounters, type TunnelReport } from '../../common/tunnel-status.ts';
+//
+// By change (docs/CONTRACTS.md "Status by change"): every answer has a number (`seq`, within this run's `epoch`, a
+// random id made at start), and each tunnel remembers the number of the last answer in which its counters or its
+// health differed from the answer before (`changed`). Asked for the changes since answer B, it lists the tunnels
+// whose `changed` is after B: a superset of those that differ from B, whatever happened between (a lost answer, a
+// health that went down and back up). Tunnels it stopped having are remembered as gone, with the answer that
+// found them gone, for GONE_KEPT answers; a `since` older than the oldest gone it forgot, of another epoch, or
+// null gets the full list. So the gateway's stored cursor may lag any number of answers (a lost round, a
+// restarted gateway, two replicas asking in turn) and the answer still carries everything it has not stored.
+import { randomUUID } from 'node:crypto';
+import { DROP_REASONS, type CapacityReport, type StatusCursor, type StatusDelta, type StatusResult, type StuckReport, type TunnelCounters, type TunnelReport } from '../../common/tunnel-status.ts';
 import { dropCounterName, outCounterName } from '../dataplane/policy.ts';
 import type { TunnelSpec } from '../dataplane/types.ts';
 import type { TunnelHealth } from './scheduler.ts';
@@ -50,12 +60,78 @@ interface Kept {
   offset: bigint[];
 }
 
+/** What a tunnel's last answer said, to tell whether the next one differs, and the answer in which it last did. */
+interface Reported {
+  key: string;
+  changed: number;
+}
+
+/**
+ * How many answers a gone tunnel is remembered for. The gateway's cursor normally lags one answer (one more per lost
+ * round or per replica asking in turn); one further back gets the full list, which is always right.
+ */
+export const GONE_KEPT = 200;
+
 export class StatusReporter {
   private readonly kept = new Map<string, Kept>();
+  private readonly reported = new Map<string, Reported>();
+  /** Tunnels no longer had, by the answer that found them gone (ascending). */
+  private readonly gone = new Map<string, number>();
+  /** A `since` below this may miss a gone tunnel that was forgotten: it gets the full list. */
+  private horizon = 0;
+  private seq = 0;
+  readonly epoch: string;
 
-  constructor(private readonly s: StatusSources) {}
+  constructor(private readonly s: StatusSources & { epoch?: string }) {
+    this.epoch = s.epoch ?? randomUUID();
+  }
 
-  async status(): Promise<StatusResult> {
+  /**
+   * One answer. `since` undefined: the full form of an agent from before answers by change (no `delta`), for a
+   * gateway that sends no `since`. null or a cursor: with `delta`, by change when the cursor allows it.
+   */
+  async status(since?: StatusCursor | null): Promise<StatusResult> {
+    const all = await this.fullStatus();
+    const seq = ++this.seq;
+    // Every answer updates what changed when, whichever form it is sent in: the next `since` may be any of them.
+    const ids = new Set<string>();
+    let floor: number | null = all.tunnels.length > 0 ? Infinity : null;
+    const changedNow: TunnelReport[] = [];
+    for (const t of all.tunnels) {
+      ids.add(t.id);
+      const key = `${t.health}|${counterKey(t.counters)}`;
+      const r = this.reported.get(t.id);
+      if (!r) this.reported.set(t.id, { key, changed: seq });
+      else if (r.key !== key) {
+        r.key = key;
+        r.changed = seq;
+      }
+      this.gone.delete(t.id);
+      if (floor !== null) floor = t.checked_at === null ? null : Math.min(floor, Date.parse(t.checked_at));
+    }
+    for (const id of this.reported.keys()) {
+      if (!ids.has(id)) {
+        this.reported.delete(id);
+        this.gone.set(id, seq);
+      }
+    }
+    for (const [id, at] of this.gone) {
+      // Map order is insertion order, so the oldest come first.
+      if (at > seq - GONE_KEPT) break;
+      this.gone.delete(id);
+      this.horizon = Math.max(this.horizon, at);
+    }
+    if (since === undefined) return all;
+    const checked_floor = floor === null || floor === Infinity ? null : new Date(floor).toISOString();
+    const usable = since !== null && since.epoch === this.epoch && since.seq < seq && since.seq >= this.horizon;
+    if (!usable) return { ...all, delta: { epoch: this.epoch, seq, full: true, gone: [], checked_floor } };
+    for (const t of all.tunnels) if (this.reported.get(t.id)!.changed > since.seq) changedNow.push(t);
+    const gone = [...this.gone].filter(([, at]) => at > since.seq).map(([id]) => id);
+    const delta: StatusDelta = { epoch: this.epoch, seq, full: false, base: since.seq, gone, checked_floor };
+    return { ...all, tunnels: changedNow, delta };
+  }
+
+  private async fullStatus(): Promise<StatusResult> {
     const tunnels = this.s.tunnels();
     const counters = await this.s.counters();
     const zero: CounterValue = { packets: 0n, bytes: 0n };
@@ -102,4 +178,9 @@ export class StatusReporter {
     k.last = raw;
     return out;
   }
+}
+
+/** A tunnel's counters as one comparable string (a change in any of them is a change). */
+function counterKey(c: TunnelCounters): string {
+  return `${c.packets_in},${c.bytes_in},${c.packets_out},${c.bytes_out},${DROP_REASONS.map((r) => c.dropped[r]).join(',')}`;
 }

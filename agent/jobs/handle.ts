@@ -7,7 +7,7 @@
 // tunnel_name without the agent's link prefix) is `malformed`; anything else is `kernel_error`.
 import { KernelError, type ChangeCounts, type Dataplane, type ProbeResult, type ReconcileResult, type TunnelFailure } from '../dataplane/types.ts';
 import type { JobErrorCode, OkResult, ResultLine } from '../../common/job-contract.ts';
-import { checkStatusResult, type StatusResult } from '../../common/tunnel-status.ts';
+import { checkStatusResult, type StatusCursor, type StatusResult } from '../../common/tunnel-status.ts';
 import type { TrafficResult } from '../../common/traffic-live.ts';
 import { verifyJob, type VerifiedJob, type VerifyContext } from './verify.ts';
 import { InvalidTunnel } from '../dataplane/validate.ts';
@@ -77,7 +77,7 @@ export class JobHandler {
     private readonly dataplane: Dataplane,
     private readonly log: JobLog,
     /** The status op's answer (agent/health/status.ts); an agent built without one answers status with kernel_error. */
-    private readonly status?: () => Promise<StatusResult>,
+    private readonly status?: (since?: StatusCursor | null) => Promise<StatusResult>,
     /** The traffic op's answer (agent/traffic/ring.ts answer); without it the agent answers traffic with kernel_error. */
     private readonly traffic?: (ids: readonly string[], sinceS?: number) => TrafficResult,
     /** The `events` op's lines; an agent built without one answers events with kernel_error. */
@@ -163,12 +163,12 @@ export class JobHandler {
           break;
         case 'status': {
           if (!this.status) throw new KernelError('this agent keeps no status (it was started without health checks)');
-          const r = await this.status();
+          const r = await this.status(job.since);
           // The shape both ends check (common/tunnel-status.ts): never answer what the gateway would refuse.
           const why = checkStatusResult(r);
           if (why) throw new KernelError(`status result: ${why}`);
           // Logged as a count: the whole result is one line per tunnel, too much for a log line at 10,000.
-          this.log.info('job done', { ...logFields, tunnels: r.tunnels.length, ms: Math.round(performance.now() - started) });
+          this.log.info('job done', { ...logFields, tunnels: r.tunnels.length, ...(r.delta ? { full: r.delta.full } : {}), ms: Math.round(performance.now() - started) });
           return { ok: true, jti, op, result: r };
         }
         case 'traffic': {

@@ -29,6 +29,7 @@ import {
 import { FEATURE_TRAFFIC_LIVE } from '../../common/traffic-live.ts';
 import { exitCodeFor, type EventsStream, type JobLog } from '../jobs/handle.ts';
 import { FEATURE_EVENTS } from '../../common/edge-events.ts';
+import { FEATURE_STATUS_DELTA } from '../../common/tunnel-status.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import type { AuthorizedKey, HostKey } from './keys.ts';
 import { Admission, type Ticket } from './admission.ts';
@@ -71,6 +72,8 @@ export interface AgentSshServerOptions {
   events?: boolean;
   /** Whether `hello` lists the feature `traffic_live` (the agent keeps per-second traffic: health checks are on). */
   trafficLive?: boolean;
+  /** Whether `hello` lists the feature `status_delta` (the agent answers `status` by change: agent/health/status.ts). */
+  statusDelta?: boolean;
 }
 
 /** Unsent bytes an events channel may hold before it is closed as too far behind (the gateway reopens it). */
@@ -86,7 +89,7 @@ function sameKey(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events' | 'trafficLive'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events' | 'trafficLive'>;
+type ServerOptions = Required<Omit<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events' | 'trafficLive' | 'statusDelta'>> & Pick<AgentSshServerOptions, 'host' | 'port' | 'allowFrom' | 'tunnelLinks' | 'events' | 'trafficLive' | 'statusDelta'>;
 
 /** Whether an agent accepting `versions` answers `hello`: one that speaks only version 1 predates it. */
 function answersHello(versions: readonly JobVersion[]): boolean {
@@ -291,7 +294,7 @@ export class AgentSshServer {
     let timer: NodeJS.Timeout | undefined;
     if (command === HELLO_COMMAND && answersHello(this.opts.versions)) {
       // No stdin is read: whatever the client sends (or whether it ever closes it) does not matter.
-      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: [FEATURE_ATTACKS, ...(this.opts.trafficLive ? [FEATURE_TRAFFIC_LIVE] : []), ...(this.opts.events ? [FEATURE_EVENTS] : [])] };
+      const hello: HelloLine = { ok: true, versions: [...this.opts.versions], agent: this.opts.agentVersion, features: [FEATURE_ATTACKS, ...(this.opts.trafficLive ? [FEATURE_TRAFFIC_LIVE] : []), ...(this.opts.events ? [FEATURE_EVENTS] : []), ...(this.opts.statusDelta ? [FEATURE_STATUS_DELTA] : [])] };
       // Additive (docs/CONTRACTS.md "Tunnel links"): a gateway from before it ignores the key.
       const links = this.opts.tunnelLinks?.();
       if (links) hello.tunnel_links = links;

@@ -9,6 +9,7 @@ import { CompactSign, type CryptoKey, type JWK } from 'jose';
 import { JOB_ALG, JOB_ISS, JOB_TYP, JOB_VERSION_1, JOB_VERSIONS, MAX_LIFETIME_S, checkBody, isJobVersion, isOp, type JobBodies, type JobClaims, type JobVersion, type Op } from '../../common/job-contract.ts';
 import { isUuid } from '../../common/names.ts';
 import { EVENTS_OP } from '../../common/edge-events.ts';
+import { checkStatusSince, type StatusCursor } from '../../common/tunnel-status.ts';
 
 export type { JobBodies, JobClaims, Op, ResultLine } from '../../common/job-contract.ts';
 
@@ -52,9 +53,18 @@ function toKey(privateKey: KeyLike | JWK): KeyLike {
  */
 export const STATUS_OP = 'status';
 
-/** One signed `status` job for an agent whose hello listed version 2 (JobSigningError for version 1). */
-export async function signStatusJob(privateKey: KeyLike | JWK, kid: string, nodeId: string, opts: SignJobOptions & { version: JobVersion }): Promise<string> {
-  return signBodyless(STATUS_OP, privateKey, kid, nodeId, opts);
+/**
+ * One signed `status` job for an agent whose hello listed version 2 (JobSigningError for version 1). `since`
+ * (null or a cursor) only for an agent whose hello lists FEATURE_STATUS_DELTA (docs/CONTRACTS.md "Status by
+ * change"): it asks for the changes since that answer; without it the job has no body, as before.
+ */
+export async function signStatusJob(privateKey: KeyLike | JWK, kid: string, nodeId: string, opts: SignJobOptions & { version: JobVersion; since?: StatusCursor | null }): Promise<string> {
+  if (opts.since === undefined) return signBodyless(STATUS_OP, privateKey, kid, nodeId, opts);
+  if (opts.version < 2) throw new JobSigningError(`op ${STATUS_OP} needs job version 2; the agent must list 2 in its hello`);
+  const why = checkStatusSince(opts.since);
+  if (why) throw new JobSigningError(why);
+  const std = standardClaims(kid, nodeId, opts);
+  return new CompactSign(Buffer.from(JSON.stringify({ ...std, op: STATUS_OP, since: opts.since }), 'utf8')).setProtectedHeader({ alg: JOB_ALG, typ: JOB_TYP, kid }).sign(toKey(privateKey));
 }
 
 /**

@@ -13,7 +13,7 @@
 import type { Database } from '../db/database.ts';
 import type { Logger } from '../../common/log.ts';
 import type { EdgeNode } from '../edge/connections.ts';
-import { checkStuckReport, type StatusResult, type StuckReport } from '../../common/tunnel-status.ts';
+import { checkStuckReport, type StatusCursor, type StatusResult, type StuckReport } from '../../common/tunnel-status.ts';
 import type { KeyedLocks } from '../provisioning/locks.ts';
 import { AgentRefused, StatusUnsupported } from '../provisioning/worker.ts';
 import type { StatusIngest } from './ingest.ts';
@@ -27,8 +27,11 @@ export interface CollectorOptions {
   log: Logger;
   /** The nodes to poll this round (provisioning/edge-state.ts: contactable, with a pinned host key). */
   nodes: () => Promise<EdgeNode[]>;
-  /** Op `status` of one node (ProvisioningService.nodeStatus). */
-  status: (node: EdgeNode) => Promise<StatusResult>;
+  /**
+   * Op `status` of one node (ProvisioningService.nodeStatus); `since` gives the stored cursor, asked only when the
+   * agent answers by change (docs/CONTRACTS.md "Status by change").
+   */
+  status: (node: EdgeNode, since: () => Promise<StatusCursor | null>) => Promise<StatusResult>;
   intervalSeconds: number;
   /** Nodes polled at once by this replica. */
   concurrency: number;
@@ -99,9 +102,10 @@ export class Collector {
     let tunnels = 0;
     let stuck: StuckReport | null = null;
     try {
-      const result = await this.o.status(node);
+      const result = await this.o.status(node, () => this.o.ingest.cursorOf(node.id, at));
       await this.o.ingest.ingestStatus(node.id, result, at);
-      tunnels = result.tunnels.length;
+      // All it has: an answer by change lists only some.
+      tunnels = result.agent.tunnels;
       poll = 'answered';
       // An operation the agent's watchdog gave up (docs/CONTRACTS.md "Agent configuration"): the node view shows it.
       if (result.agent.stuck && !checkStuckReport(result.agent.stuck)) {

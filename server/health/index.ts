@@ -191,7 +191,7 @@ export class HealthService {
       locks: this.locks,
       log,
       nodes: () => this.contactable(),
-      status: (node) => this.provisioning.nodeStatus(node),
+      status: (node, since) => this.provisioning.nodeStatus(node, since),
       intervalSeconds: opts.intervalSeconds,
       concurrency: opts.concurrency ?? 8,
     });

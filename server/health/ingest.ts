@@ -25,15 +25,33 @@
 // kept in the tunnel's traffic.seen row, which each round rewrites for every reported tunnel anyway
 // (migration 20261128100000): at 10,000 tunnels a round of unchanged health writes no tunnel row, where
 // it used to write 10,000 new versions of that wide, hot table.
+//
+// By change (docs/CONTRACTS.md "Status by change"): an agent that lists `status_delta` is asked with the cursor of
+// the last answer this database committed (traffic.node_cursor, cursorOf) and answers only the tunnels whose
+// counters or health changed since, and those it stopped having (`gone`). Only those rows are read and written:
+// an idle tunnel costs nothing. The cursor moves in the round's transaction, under its row's lock, and only
+// forward: an answer older than the stored cursor (another replica stored a later one) is dropped whole; a change
+// list whose base is not the stored cursor's run or is ahead of it (the cursor was reset meanwhile) is dropped and
+// the cursor reset, so the next round is a full answer. Everything that sets a node's health without its agent's
+// word (markUnknown) resets the cursor too: the next answer is full and gives every tunnel its health back. A
+// full answer is also asked once in a while (fullEveryMs) as a bound on any divergence nobody foresaw.
 import type { Database, Sql } from '../db/database.ts';
 import type { TunnelStatus } from '../db/entities.ts';
 import { ON_EDGE } from '../domain/tunnels/spec.ts';
-import { DROP_REASONS, checkStatusResult, type Health, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
+import { DROP_REASONS, checkStatusResult, type Health, type StatusCursor, type StatusResult, type TunnelCounters } from '../../common/tunnel-status.ts';
 import type { TunnelEventSink } from '../webhooks/events.ts';
 import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
 import { HOUR_MS, MINUTE_MS, type TrafficStore } from './storage.ts';
 import { recordHealthChanges, type HealthChangeRecord } from './history.ts';
 import type { AttackChange, AttackIngest } from '../attacks/ingest.ts';
+
+/** How long a node answers by change before it is asked for the full list again (docs/CONTRACTS.md "Status by change"). */
+export const FULL_EVERY_MS = 3_600_000;
+
+/** An answer older than what another round stored: rolled back whole. */
+class StaleAnswer extends Error {
+  override name = 'StaleAnswer';
+}
 
 /** A status answer that does not have the contract's shape: nothing of it is stored. */
 class StatusRejected extends Error {
@@ -49,6 +67,11 @@ export interface IngestOutcome {
   healthChanged: string[];
   /** Attacks the answer started or ended (server/attacks/ingest.ts; each with its webhook event). */
   attacks: AttackChange[];
+  /**
+   * 'full' every tunnel (an agent without `status_delta`, or a full answer), 'delta' only changes, 'stale' an answer
+   * older than the stored cursor or a change list that no longer applies: nothing stored (the next round asks again).
+   */
+  form: 'full' | 'delta' | 'stale';
 }
 
 type Counts = Omit<TunnelCounters, 'dropped'> & { dropped: number[] };
@@ -126,26 +149,54 @@ export class StatusIngest {
     private readonly bus: Pick<TunnelStatusBus, 'publish'>,
     /** The answer's attack records (docs/CONTRACTS.md "Attacks"), in the round's transaction; absent: not stored. */
     private readonly attacks?: Pick<AttackIngest, 'record' | 'published'>,
+    private readonly fullEveryMs = FULL_EVERY_MS,
   ) {}
+
+  /**
+   * The `since` for node `nodeId`'s next `status`: the cursor of the last answer stored, or null (a full answer)
+   * when there is none or the last full answer is older than fullEveryMs.
+   */
+  async cursorOf(nodeId: string, now = new Date()): Promise<StatusCursor | null> {
+    const [r] = await this.db.query<{ epoch: string; seq: string; full_at: string | Date }>('select epoch, seq::text as seq, full_at from traffic.node_cursor where node_id = ?', [nodeId]);
+    if (!r || now.getTime() - new Date(r.full_at).getTime() >= this.fullEveryMs) return null;
+    return { epoch: r.epoch, seq: Number(r.seq) };
+  }
 
   /** Stores one `status` answer of node `nodeId`, collected at `at`. StatusRejected when malformed. */
   async ingestStatus(nodeId: string, result: StatusResult, at: Date): Promise<IngestOutcome> {
     const why = checkStatusResult(result);
     if (why) throw new StatusRejected(`the status answer of node ${nodeId} breaks the contract: ${why}`);
     const reports = new Map(result.tunnels.map((t) => [t.id.toLowerCase(), t]));
+    const delta = result.delta;
+    const byChange = delta !== undefined && !delta.full;
+    const gone = new Set(byChange ? delta.gone.map((g) => g.toLowerCase()) : []);
     await this.store.ensureFor(at);
     const minute = new Date(Math.floor(at.getTime() / MINUTE_MS) * MINUTE_MS);
-    const out = await this.db.transaction(async (sql) => {
+    const out = await this.db
+      .transaction(async (sql) => {
+      if (delta) {
+        // The node's cursor row, locked: rounds of one node (two replicas) store their answers one after the other.
+        const [c] = await sql.query<{ epoch: string; seq: string }>('select epoch, seq::text as seq from traffic.node_cursor where node_id = ? for update', [nodeId]);
+        if (c && c.epoch === delta.epoch && Number(c.seq) >= delta.seq) throw new StaleAnswer();
+        if (byChange && !(c && c.epoch === delta.epoch && delta.base! <= Number(c.seq))) {
+          // Changes since a cursor this database no longer holds: asked in full next round.
+          await sql.query('delete from traffic.node_cursor where node_id = ?', [nodeId]);
+          return null;
+        }
+      }
       // Shared: a rollup (storage.ts) waits for this round, and this round sees where it stopped.
       const [r] = await sql.query<{ done_through: string | Date }>('select done_through from traffic.rollup where id = 1 for share');
       const doneThrough = new Date(r!.done_through).getTime();
+      // In full, every tunnel of the node on the edge (one not reported loses its health); by change, only the
+      // tunnels the answer names (reported or gone): the others did not change.
+      const named = JSON.stringify([...reports.keys(), ...gone]);
       const rows = await sql.query<KnownRow>(
         `select t.id, t.status, t.health,
                 s.packets_in::text, s.bytes_in::text, s.packets_out::text, s.bytes_out::text, s.dropped::text[] as dropped,
                 (extract(epoch from s.pend_t) * 1000)::bigint::text as pend_ms, s.pend_pi::text, s.pend_bi::text, s.pend_po::text, s.pend_bo::text, s.pend_d::text[] as pend_d
            from tunnel t left join traffic.seen s on s.tunnel_id = t.id
-          where t.node_id = ? and (t.status in (${ON_EDGE.map(() => '?').join(', ')}) or t.id in (select x::uuid from jsonb_array_elements_text(?::jsonb) as x))`,
-        [nodeId, ...ON_EDGE, JSON.stringify([...reports.keys()])],
+          where t.node_id = ? and (${byChange ? 'false' : `t.status in (${ON_EDGE.map(() => '?').join(', ')})`} or t.id in (select x::uuid from jsonb_array_elements_text(?::jsonb) as x))`,
+        byChange ? [nodeId, named] : [nodeId, ...ON_EDGE, named],
       );
       // checked: the agent's check time, kept only for a tunnel on the edge (only those take a health).
       const seen: { id: string; c: TunnelCounters; pend: Pending | null; checked: string | null }[] = [];
@@ -181,6 +232,7 @@ export class StatusIngest {
           seen.push({ id: row.id, c: rep.counters, pend, checked: ON_EDGE.includes(row.status) ? rep.checked_at : null });
         }
         if (!ON_EDGE.includes(row.status)) continue;
+        // By change, a tunnel not reported is one the agent no longer has (gone): its health is not known.
         const h: Health = rep ? rep.health : 'unknown';
         if (h !== row.health) {
           const when = h !== 'unknown' && rep?.checked_at ? new Date(rep.checked_at) : at;
@@ -235,11 +287,27 @@ export class StatusIngest {
       }
       const written = await this.writeHealth(sql, health);
       const attacks = this.attacks ? (await this.attacks.record(sql, nodeId, result, at)).changes : [];
+      if (delta) {
+        // Forward only (the row lock above holds it; the condition covers a first row two rounds insert at once).
+        const moved = await sql.query(
+          `insert into traffic.node_cursor as c (node_id, epoch, seq, checked_floor, full_at, stored_at) values (?, ?, ?, ?, ?, ?)
+           on conflict (node_id) do update set epoch = excluded.epoch, seq = excluded.seq, checked_floor = excluded.checked_floor,
+             full_at = ${delta.full ? 'excluded.full_at' : 'c.full_at'}, stored_at = excluded.stored_at
+           where c.epoch <> excluded.epoch or c.seq < excluded.seq returning 1`,
+          [nodeId, delta.epoch, delta.seq, delta.checked_floor, at.toISOString(), at.toISOString()],
+        );
+        if (moved.length === 0) throw new StaleAnswer();
+      }
       return { reported: seen.length, carried, changed: changed.filter((c) => written.has(c.id)), attacks };
-    });
+    })
+      .catch((e: unknown) => {
+        if (e instanceof StaleAnswer) return null;
+        throw e;
+      });
+    if (out === null) return { reported: 0, carried: 0, healthChanged: [], attacks: [], form: 'stale' };
     await this.publish(out.changed);
     await this.attacks?.published(out.attacks);
-    return { reported: out.reported, carried: out.carried, healthChanged: out.changed.map((c) => c.id), attacks: out.attacks };
+    return { reported: out.reported, carried: out.carried, healthChanged: out.changed.map((c) => c.id), attacks: out.attacks, form: byChange ? 'delta' : 'full' };
   }
 
   /**
@@ -274,6 +342,9 @@ export class StatusIngest {
       );
       await recordHealthChanges(sql, rows.map((r) => ({ id: r.id, at, previous: r.previous, health: 'unknown' })));
       for (const r of rows) await this.events.healthChanged(sql, r.id);
+      // Health set without the agent's word: the next answer must be the full list, which sets it back (a change
+      // list would leave out every tunnel whose health did not change on the agent).
+      await sql.query('delete from traffic.node_cursor where node_id = ?', [nodeId]);
       return rows.map((r) => ({ id: r.id, status: r.status, health: 'unknown' as const }));
     });
     await this.publish(changed);

@@ -23,7 +23,7 @@ import { AgentRefused, EdgeWorker, type JobObserver } from './worker.ts';
 import type { EdgeNode } from '../edge/connections.ts';
 import type { TrafficBody, TrafficResult } from '../../common/traffic-live.ts';
 import type { LineChannel, LineChannelOptions } from '../edge/line-channel.ts';
-import type { StatusResult } from '../../common/tunnel-status.ts';
+import type { StatusCursor, StatusResult } from '../../common/tunnel-status.ts';
 import { BOSS_SCHEMA, EDGE_QUEUE } from './queue.ts';
 import { TunnelEvents } from '../webhooks/events.ts';
 
@@ -209,9 +209,9 @@ export class ProvisioningService {
    * Op `status` of one node over its warm connection (server/health/collector.ts). Throws EdgeSshError,
    * AgentRefused, or StatusUnsupported for an agent that speaks job version 1 only.
    */
-  async nodeStatus(node: EdgeNode): Promise<StatusResult> {
+  async nodeStatus(node: EdgeNode, since?: () => Promise<StatusCursor | null>): Promise<StatusResult> {
     if (!this.edge) throw new EdgeSshError('connect_failed', 'the edge side of this gateway is not started');
-    return this.edge.worker.status(node);
+    return this.edge.worker.status(node, since);
   }
 
   /** Whether the node's agent answers op `traffic` (docs/CONTRACTS.md "Live traffic"); asks its hello on first contact. */

@@ -30,7 +30,7 @@ import { STATUS_OP, signEventsJob, signJob, signStatusJob, signTrafficJob } from
 import { FEATURE_TRAFFIC_LIVE, checkTrafficResult, type TrafficBody, type TrafficResult } from '../../common/traffic-live.ts';
 import type { LineChannel, LineChannelOptions } from '../edge/line-channel.ts';
 import { FEATURE_EVENTS } from '../../common/edge-events.ts';
-import { checkStatusResult, type StatusResult } from '../../common/tunnel-status.ts';
+import { FEATURE_STATUS_DELTA, checkStatusResult, type StatusCursor, type StatusResult } from '../../common/tunnel-status.ts';
 import type { EdgeConnections, EdgeNode, EdgeSession } from '../edge/connections.ts';
 import { EdgeSshError } from '../edge/result-line.ts';
 import type { JobSigningKey } from '../secrets.ts';
@@ -189,12 +189,16 @@ export class EdgeWorker {
    * against common/tunnel-status.ts. Version 2 only: an agent whose hello did not list 2 gets no job
    * (StatusUnsupported). A status changes nothing on the node, so a failure does not mark it out of sync.
    */
-  async status(node: EdgeNode): Promise<StatusResult> {
+  async status(node: EdgeNode, since?: () => Promise<StatusCursor | null>): Promise<StatusResult> {
     return this.timed(STATUS_OP, async () => {
       const { privateKey, kid } = this.o.signingKey;
       const session = await this.session(node);
       if (session.version < 2) throw new StatusUnsupported(`the agent of node ${node.id} (${session.hello.agent}) speaks job version 1 only`);
-      const line = await session.run(await signStatusJob(privateKey, kid, node.id, { version: session.version }), this.o.jobTimeoutMs);
+      // By change only to an agent that says it answers so (docs/CONTRACTS.md "Status by change"): any other gets the
+      // job without a body and answers in full, as before. The cursor is read once the connection says so.
+      const delta = since !== undefined && session.hello.features?.includes(FEATURE_STATUS_DELTA) === true;
+      const opts = delta ? { version: session.version, since: await since() } : { version: session.version };
+      const line = await session.run(await signStatusJob(privateKey, kid, node.id, opts), this.o.jobTimeoutMs);
       if (!line.ok) throw new AgentRefused(line.error, line.error_description);
       const why = checkStatusResult(line.result);
       if (why) throw new EdgeSshError('protocol', `the status answer of node ${node.id} breaks the contract: ${why}`);

@@ -58,6 +58,15 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('health collect
     expect(events.rows.map((r) => (JSON.parse(r.body) as { data: { tunnel: { id: string; health: string } } }).data.tunnel)).toEqual([
       expect.objectContaining({ id, health: 'down' }),
     ]);
+    // The agent lists status_delta (docs/CONTRACTS.md "Status by change"): once a round stored its cursor, the next
+    // is answered by change against it (the cursor moves, the last full answer's time does not).
+    const cursor = async () => (await gw.testDb.raw.query<{ epoch: string; seq: string; full_at: Date }>('select epoch, seq::text as seq, full_at from traffic.node_cursor where node_id = $1', [edge.nodeId])).rows[0]!;
+    const before = await cursor();
+    expect((await gw.services.health.collectNow())?.nodes[edge.nodeId]).toBe('answered');
+    const after = await cursor();
+    expect(after.epoch).toBe(before.epoch);
+    expect(Number(after.seq)).toBeGreaterThan(Number(before.seq));
+    expect(after.full_at).toEqual(before.full_at);
     // The status op reached the agent as a version 2 job (its hello listed 2), and the traffic API answers.
     const traffic = await call(gw.url, 'GET', `/api/dedicated/${id}/traffic`, { token: user.readKey });
     expect(traffic.status).toBe(200);

@@ -19,6 +19,7 @@ import { Migration20261129100000_webhook_fairness } from './Migration20261129100
 import { Migration20261129110000_tunnel_origin_change } from './Migration20261129110000_tunnel_origin_change.ts';
 import { Migration20261129120000_webhook_creator } from './Migration20261129120000_webhook_creator.ts';
 import { Migration20261129130000_attacks } from './Migration20261129130000_attacks.ts';
+import { Migration20261129140000_status_cursor } from './Migration20261129140000_status_cursor.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -42,4 +43,5 @@ export const migrationsList = [
   { name: 'Migration20261129110000_tunnel_origin_change', class: Migration20261129110000_tunnel_origin_change },
   { name: 'Migration20261129120000_webhook_creator', class: Migration20261129120000_webhook_creator },
   { name: 'Migration20261129130000_attacks', class: Migration20261129130000_attacks },
+  { name: 'Migration20261129140000_status_cursor', class: Migration20261129140000_status_cursor },
 ];

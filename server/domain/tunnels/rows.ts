@@ -85,9 +85,13 @@ const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
  * `health_checked_at` of tunnel `t` (a timestamptz): the agent's last check of it, docs/CONTRACTS.md
  * "Health and traffic". A collection round keeps it in the tunnel's traffic.seen row, which it rewrites
  * anyway, so unchanged health writes no tunnel row (server/health/ingest.ts); the tunnel column holds the
- * value from before that row had one, and a deleted tunnel's last one (server/health/storage.ts).
+ * value from before that row had one, and a deleted tunnel's last one (server/health/storage.ts). A round by
+ * change (docs/CONTRACTS.md "Status by change") leaves out the tunnels that did not change, and their check time
+ * alone is no change: for a tunnel on the edge with a known health it is at least the node's `checked_floor`, the
+ * oldest check of all the node's tunnels in the last answer.
  */
-export const HEALTH_CHECKED_AT_SQL = `coalesce((select s.checked_at from traffic.seen s where s.tunnel_id = t.id), t.health_checked_at)`;
+export const HEALTH_CHECKED_AT_SQL = `coalesce(greatest((select s.checked_at from traffic.seen s where s.tunnel_id = t.id),
+  case when t.health <> 'unknown' and t.status in (${ON_EDGE.map((s) => `'${s}'`).join(', ')}) then (select c.checked_floor from traffic.node_cursor c where c.node_id = t.node_id) end), t.health_checked_at)`;
 
 /** A tunnel row's columns as TunnelRow reads them, from `t` (tunnel) and `n` (its edge_node); the purchase reads them from its insert. */
 export const TUNNEL_COLUMNS = `t.id, t.name, t.protected_ip, t.origin_ip, t.tunnel_name, t.status, t.inner_index, t.gre_key::text as gre_key,
