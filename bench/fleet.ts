@@ -27,28 +27,18 @@
 //   TG_FLEET_SECONDS, TG_FLEET_CLIENTS (4), TG_FLEET_STATUS_SECONDS (10), TG_FLEET_RECONCILE_SECONDS (30),
 //   TG_FLEET_BUSY (share of tunnels carrying traffic, 0.1), TG_FLEET_EDGES_PER_PROCESS (50), TG_FLEET_PGBENCH=0 (skip
 //   the ceiling), TG_FLEET_WEBHOOK=0 (no webhook on the account), TG_FLEET_JSON=file (the figures as JSON, for the smoke test)
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
-import http from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
+import { type ChildProcess } from 'node:child_process';
+import { mkdirSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import pg from 'pg';
 import { addNode } from '../server/domain/nodes.ts';
 import { loadSecrets } from '../server/secrets.ts';
 import { createUser } from '../server/domain/accounts.ts';
 import { createApiKey } from '../server/auth/api-keys.ts';
-import { tunnelNameFor } from '../server/domain/tunnels/naming.ts';
-import { loadOrCreateHostKey } from '../agent/ssh/keys.ts';
-import { ensureLocalPostgres, withDatabase } from '../test/helpers/postgres.ts';
-import { createBenchDatabase, type BenchDatabase } from './lib/database.ts';
+import { ensureLocalPostgres } from '../test/helpers/postgres.ts';
+import { createBenchDatabase } from './lib/database.ts';
 import { cpuMs, cpuSinceMs, cpuSnapshot } from './lib/cpu.ts';
-import { ROOT } from './lib/process.ts';
 import { report } from './lib/report.ts';
-import { PROBE_PREFIX } from './lib/fleet-probe-prefix.ts';
-import { epochMs } from './lib/fleet-standin-dataplane.ts';
 import { EdgeAnswers, startEdgeProcess } from './lib/fleet-edge-processes.ts';
 import { rssBytes, startGateway, STOP_BOUND_MS, webhookCounter, type Gateway } from './lib/fleet-gateways.ts';
 import { apiOn, runLoad } from './lib/fleet-load.ts';

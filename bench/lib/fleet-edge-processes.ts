@@ -1,27 +1,8 @@
 // The fleet's edge processes (bench/lib/fleet-edges.ts, many edges each) and what their answers tell: when each
 // edge answered which job, so the bench can time a job from the API call to the agent's answer.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
-import http from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import pg from 'pg';
-import { addNode } from '../../server/domain/nodes.ts';
-import { loadSecrets } from '../../server/secrets.ts';
-import { createUser } from '../../server/domain/accounts.ts';
-import { createApiKey } from '../../server/auth/api-keys.ts';
-import { tunnelNameFor } from '../../server/domain/tunnels/naming.ts';
-import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
-import { ensureLocalPostgres, withDatabase } from '../../test/helpers/postgres.ts';
-import { createBenchDatabase, type BenchDatabase } from './database.ts';
-import { cpuMs, cpuSinceMs, cpuSnapshot } from './cpu.ts';
 import { ROOT } from './process.ts';
-import { report } from './report.ts';
-import { PROBE_PREFIX } from './fleet-probe-prefix.ts';
-import { epochMs } from './fleet-standin-dataplane.ts';
 
 /** How long a job's answer may take before the bench gives up on it (a hang becomes a failure). */
 export const ANSWER_BOUND_MS = 120_000;

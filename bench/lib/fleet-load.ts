@@ -1,25 +1,4 @@
 // The fleet's load: REST clients buying, provisioning, changing and deleting tunnels.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
-import http from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import pg from 'pg';
-import { addNode } from '../../server/domain/nodes.ts';
-import { loadSecrets } from '../../server/secrets.ts';
-import { createUser } from '../../server/domain/accounts.ts';
-import { createApiKey } from '../../server/auth/api-keys.ts';
-import { tunnelNameFor } from '../../server/domain/tunnels/naming.ts';
-import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
-import { ensureLocalPostgres, withDatabase } from '../../test/helpers/postgres.ts';
-import { createBenchDatabase, type BenchDatabase } from './database.ts';
-import { cpuMs, cpuSinceMs, cpuSnapshot } from './cpu.ts';
-import { ROOT } from './process.ts';
-import { report } from './report.ts';
-import { PROBE_PREFIX } from './fleet-probe-prefix.ts';
 import { epochMs } from './fleet-standin-dataplane.ts';
 import { EdgeAnswers } from './fleet-edge-processes.ts';
 import { ipOf } from './fleet-seed.ts';

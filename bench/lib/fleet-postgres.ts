@@ -1,26 +1,8 @@
 // What the fleet bench reads of PostgreSQL: rows written, the database's backends, and pgbench's ceiling.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
-import http from 'node:http';
-import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { addNode } from '../../server/domain/nodes.ts';
-import { loadSecrets } from '../../server/secrets.ts';
-import { createUser } from '../../server/domain/accounts.ts';
-import { createApiKey } from '../../server/auth/api-keys.ts';
-import { tunnelNameFor } from '../../server/domain/tunnels/naming.ts';
-import { loadOrCreateHostKey } from '../../agent/ssh/keys.ts';
-import { ensureLocalPostgres, withDatabase } from '../../test/helpers/postgres.ts';
-import { createBenchDatabase, type BenchDatabase } from './database.ts';
-import { cpuMs, cpuSinceMs, cpuSnapshot } from './cpu.ts';
-import { ROOT } from './process.ts';
-import { report } from './report.ts';
-import { PROBE_PREFIX } from './fleet-probe-prefix.ts';
-import { epochMs } from './fleet-standin-dataplane.ts';
+import { withDatabase } from '../../test/helpers/postgres.ts';
 
 const PGBENCH = process.env.BENCH_PGBENCH ?? '/usr/lib/postgresql/15/bin/pgbench';
 
