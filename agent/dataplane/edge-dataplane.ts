@@ -17,6 +17,7 @@ import { readConsistently, readView, recordedView, type ScopedRead } from './ker
 import { applyPlan, nextGeneration, phaseClock } from './kernel/apply.ts';
 import { CommitWatch } from './commit-watch.ts';
 import { readCounterPackets, readCounters, readDropped } from './kernel/counters.ts';
+import { readVector, watchVector, type VectorCounts } from './kernel/vector.ts';
 import { EchoProber } from './probe.ts';
 import { ownerDigests, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
 import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
@@ -34,7 +35,6 @@ const PROBE_RECEIVE_BYTES = 64 * 1024;
 
 /** How long close() waits for link deletions still in the kernel (each normally takes ~20 ms). */
 const CLOSE_REAPING_WAIT_MS = 5_000;
-
 
 export class EdgeDataplane implements DataplaneHandle {
   private readonly queue = new SerialQueue();
@@ -472,10 +472,10 @@ export class EdgeDataplane implements DataplaneHandle {
   counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>> {
     return readCounters(this.k);
   }
-
   counterPackets(names: readonly string[]): Promise<Map<string, bigint>> {
     return readCounterPackets(this.k, names);
   }
+  readonly vector = { read: (): Promise<Map<string, VectorCounts>> => readVector(this.k), watch: (ips: ReadonlySet<string>, clean: boolean): Promise<void> => watchVector(this.k, ips, clean) };
 
   async close(): Promise<void> {
     if (this.closed) return;
