@@ -120,4 +120,25 @@ describe('pushed events into the ingestion', () => {
     await push(await freshNode(), { type: 'health_changed', tunnel_id: id, health: 'up', checked_at: new Date().toISOString() });
     expect((await gw.testDb.raw.query('select health from tunnel where id = $1', [id])).rows[0].health).toBe('down');
   });
+
+  it('a pull whose check is older than a change pushed meanwhile does not undo it; a later check does change it', async () => {
+    const nodeId = await freshNode();
+    const id = await buy(nodeId);
+    const zero = { packets_in: 0, bytes_in: 0, packets_out: 0, bytes_out: 0, dropped: { not_allowed: 0, rate_limited: 0, spoofed: 0, invalid: 0, fragment: 0 } };
+    const pulled = (health: string, checkedAt: string) =>
+      ({ agent: { version: '0.2.0', uptime_s: 10, tunnels: 1 }, tunnels: [{ id, health, checked_at: checkedAt, counters: zero }] }) as unknown as StatusResult;
+    const t0 = Date.now() - 10_000;
+    // The agent answered a status pull (up, checked at t0), then its next check saw the tunnel down and pushed it;
+    // the pull's answer reaches the ingestion after the push.
+    await push(nodeId, { type: 'health_changed', tunnel_id: id, health: 'down', checked_at: new Date(t0 + 2000).toISOString() });
+    const stale = await gw.services.health.ingest.ingestStatus(nodeId, pulled('up', new Date(t0).toISOString()), new Date());
+    expect(stale.healthChanged).toEqual([]);
+    expect((await gw.testDb.raw.query('select health from tunnel where id = $1', [id])).rows[0].health).toBe('down');
+    expect(await outbox(id, 'tunnel.health_changed')).toBe(1);
+    // A pull from a later check is news: it changes the health, with its history row and event.
+    const later = await gw.services.health.ingest.ingestStatus(nodeId, pulled('up', new Date(t0 + 4000).toISOString()), new Date());
+    expect(later.healthChanged).toEqual([id]);
+    expect((await gw.testDb.raw.query('select health from tunnel where id = $1', [id])).rows[0].health).toBe('up');
+    expect(await outbox(id, 'tunnel.health_changed')).toBe(2);
+  });
 });
