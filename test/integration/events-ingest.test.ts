@@ -13,6 +13,7 @@ import { applyEdgeEvent } from '../../server/events/apply.ts';
 import type { AttackRecord } from '../../common/attacks.ts';
 import type { EdgeEvent } from '../../common/edge-events.ts';
 import type { StatusResult } from '../../common/tunnel-status.ts';
+import { until } from '../helpers/wait.ts';
 
 let gw: RunningGateway;
 let user: SeededUser;
@@ -140,5 +141,34 @@ describe('pushed events into the ingestion', () => {
     expect(later.healthChanged).toEqual([id]);
     expect((await gw.testDb.raw.query('select health from tunnel where id = $1', [id])).rows[0].health).toBe('up');
     expect(await outbox(id, 'tunnel.health_changed')).toBe(2);
+  });
+
+  it("an attack's end is not lost when its push and a pull of it still open write at once", async () => {
+    const nodeId = await freshNode();
+    const id = await buy(nodeId);
+    const a = attack(id);
+    // A pull's round stores the attack as open, and has not committed yet...
+    let release!: () => void;
+    const hold = new Promise<void>((r) => (release = r));
+    let stored!: () => void;
+    const pulledIn = new Promise<void>((r) => (stored = r));
+    const round = gw.testDb.db.transaction(async (sql) => {
+      await gw.services.attacks.ingest.recordEvent(sql, nodeId, a, new Date());
+      stored();
+      await hold;
+    });
+    await pulledIn;
+    // ...when the push of its end arrives: it must wait for the round, then see the row as open and end it.
+    const pushed = push(nodeId, { type: 'attack_ended', attack: { ...a, ended_at: new Date().toISOString() } });
+    await until('the push waiting for the round', async () => {
+      const r = await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`);
+      return r.rows[0]!.n > 0;
+    });
+    release();
+    await round;
+    await pushed;
+    expect((await gw.testDb.raw.query('select ended_at is not null as ended from attack where id = $1', [a.id])).rows).toEqual([{ ended: true }]);
+    expect(await outbox(id, 'tunnel.attack_started')).toBe(1);
+    expect(await outbox(id, 'tunnel.attack_ended')).toBe(1);
   });
 });
