@@ -23,8 +23,10 @@
 // whose packets the table then counts by protocol and destination port; the next tick reads those counts with the
 // counters and hands them to the detector. A tunnel leaving the watch has its counts deleted, so it starts from
 // zero when watched again (the detector is then given none for it, and takes the next ones whole). Nothing is
-// read or written for the vector while no tunnel is hot. A failed vector read skips that tick's observation of
-// the watched tunnels (like a missing counter); a failed watch is retried at the next tick.
+// read or written for the vector while no tunnel is hot. A watch change is one of the dataplane's operations, so it
+// may wait behind a reconcile: a tick does not wait for it (the next tick starts the next change, if any). A failed
+// vector read skips that tick's observation of the watched tunnels (like a missing counter); a failed watch is
+// retried at the next tick.
 // tick() called by hand (tests) runs at once; ticks never overlap: one that finds the previous still running is
 // skipped and counted (`stats.skipped`), and the next observation spans the gap.
 import { DROP_REASONS } from '../../common/tunnel-status.ts';
@@ -81,6 +83,8 @@ export class AttackMonitor {
   private readFailedLogged = false;
   /** The protected IPs the table watches (as of the last watch that succeeded); null before the first. */
   private watched: Set<string> | null = null;
+  /** The watch change under way: it waits in the dataplane's queue (behind a reconcile, say), never in a tick. */
+  private watching: Promise<void> | null = null;
   private vectorFailedLogged = false;
   /**
    * Ticks run, ticks skipped because the previous one still ran, failed counter reads, the last tick's read in ms,
@@ -115,6 +119,12 @@ export class AttackMonitor {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     await this.running;
+    await this.watching;
+  }
+
+  /** The watch change under way, if any (tests wait for it as a tick of the timer would come after it). */
+  settled(): Promise<void> {
+    return this.watching ?? Promise.resolve();
   }
 
   /** From one tick's start to the next: the interval, or PACE_FACTOR times the last read when that is longer. */
@@ -167,9 +177,11 @@ export class AttackMonitor {
     this.stats.ticks++;
     // The time the counters were read: after the read, which is when the kernel answered.
     const at = this.now();
+    // What the table watched when the counters were read (a change finishing during the reads counts from the next).
+    const watchedNow = this.watched;
     let vector: ReadonlyMap<string, VectorCounts> | undefined;
     let vectorRead = true;
-    if (this.o.vector && this.watched?.size) {
+    if (this.o.vector && watchedNow?.size) {
       try {
         vector = await this.o.vector.read();
       } catch (e) {
@@ -188,7 +200,7 @@ export class AttackMonitor {
     }
     for (const t of tunnels) {
       ids.add(t.id);
-      const watched = this.watched?.has(t.protected_ip) ?? false;
+      const watched = watchedNow?.has(t.protected_ip) ?? false;
       if (watched && !vectorRead) continue;
       const sample = sampleOf(t, counters, watched ? (vector?.get(t.protected_ip) ?? NO_COUNTS) : undefined);
       if (!sample) continue;
@@ -201,7 +213,11 @@ export class AttackMonitor {
       this.journal.put(e.attack, at);
       this.emit(e);
     }
-    if (this.o.vector) await this.watch(tunnels);
+    if (this.o.vector && !this.watching) {
+      this.watching = this.watch(tunnels).finally(() => {
+        this.watching = null;
+      });
+    }
   }
 
   /** Watches the hot tunnels' protected IPs (see the top of this file); nothing while none is hot or was. */

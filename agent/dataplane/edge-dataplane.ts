@@ -475,7 +475,23 @@ export class EdgeDataplane implements DataplaneHandle {
   counterPackets(names: readonly string[]): Promise<Map<string, bigint>> {
     return readCounterPackets(this.k, names);
   }
-  readonly vector = { read: (): Promise<Map<string, VectorCounts>> => readVector(this.k), watch: (ips: ReadonlySet<string>, clean: boolean): Promise<void> => watchVector(this.k, ips, clean) };
+  readonly vector = { read: (): Promise<Map<string, VectorCounts>> => readVector(this.k), watch: (ips: ReadonlySet<string>, clean: boolean): Promise<void> => this.ownCommits('vector watch', () => watchVector(this.k, ips, clean)) };
+
+  /**
+   * Commits of the agent's own outside a reconcile (the vector watch), one operation in the queue: the commit watch
+   * stops for them and starts again from their generation, so they are not heard as another program's touch (a
+   * repair, and the reconcile's short cut lost). `fn` returns how many commits it made.
+   */
+  private ownCommits(op: string, fn: () => Promise<number>): Promise<void> {
+    return this.serial(op, async () => {
+      const gen0 = await this.provenGeneration();
+      this.watch.stop();
+      this.cleanGeneration = undefined;
+      const gen = nextGeneration(gen0 ?? 0, await fn());
+      if (gen0 !== undefined && (await this.k.nft.getGeneration()) === gen) this.cleanGeneration = gen;
+      if (this.cleanGeneration !== undefined && !(await this.watch.start(this.cleanGeneration, () => this.k.nft.getGeneration())) && this.watch.available) this.repair.schedule('gap');
+    });
+  }
 
   async close(): Promise<void> {
     if (this.closed) return;

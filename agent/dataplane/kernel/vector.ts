@@ -44,15 +44,16 @@ export async function readVector(k: KernelContext): Promise<Map<string, VectorCo
 /**
  * Makes `watch` the watched IPs (one batch: the set emptied and filled, so no packet sees it empty). With `clean`,
  * then deletes the counters of every IP not watched: after the first commit, so no packet adds one back between
- * the read and the deletion, and an IP watched again counts from zero.
+ * the read and the deletion, and an IP watched again counts from zero. Returns the commits made (1 or 2): the
+ * caller runs it as one of the agent's own operations (edge-dataplane.ts), not to be heard as another's touch.
  */
-export async function watchVector(k: KernelContext, watch: ReadonlySet<string>, clean: boolean): Promise<void> {
+export async function watchVector(k: KernelContext, watch: ReadonlySet<string>, clean: boolean): Promise<number> {
   try {
     const b = new NftBatch();
     b.flushSet(k.table, VECTOR_SETS.watch);
     if (watch.size > 0) b.addElements({ table: k.table, set: VECTOR_SETS.watch, elements: [...watch].map((ip) => ({ key: ipKey(ip) })) });
     await k.nft.commit(b);
-    if (!clean) return;
+    if (!clean) return 1;
     const stale = new Map<string, SetElement[]>([
       [VECTOR_SETS.protos, []],
       [VECTOR_SETS.ports, []],
@@ -62,10 +63,11 @@ export async function watchVector(k: KernelContext, watch: ReadonlySet<string>, 
         if (!watch.has(ipOf(e.key))) list.push({ key: Buffer.from(e.key) });
       });
     }
-    if ([...stale.values()].every((l) => l.length === 0)) return;
+    if ([...stale.values()].every((l) => l.length === 0)) return 1;
     const del = new NftBatch();
     for (const [set, list] of stale) for (let i = 0; i < list.length; i += DELETE_CHUNK) del.deleteElements({ table: k.table, set, elements: list.slice(i, i + DELETE_CHUNK) });
     await k.nft.commit(del);
+    return 2;
   } catch (e) {
     throw kernelError('vector watch', e);
   }

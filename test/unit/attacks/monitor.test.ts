@@ -211,6 +211,8 @@ class FakeVector {
   readonly calls: [string[], boolean][] = [];
   reads = 0;
   failRead: Error | undefined;
+  /** Holds the next watch changes until resolved (the dataplane's queue busy with a reconcile). */
+  hold: Promise<void> | undefined;
 
   packets(ip: string, proto: number, port: number | null, n: number): void {
     if (!this.watched.has(ip)) return;
@@ -228,6 +230,7 @@ class FakeVector {
     },
     watch: async (ips: ReadonlySet<string>, clean: boolean) => {
       this.calls.push([[...ips].sort(), clean]);
+      if (this.hold) await this.hold;
       this.watched = new Set(ips);
       if (clean) for (const ip of [...this.counts.keys()]) if (!ips.has(ip)) this.counts.delete(ip);
     },
@@ -255,7 +258,7 @@ describe('the vector of an attack', () => {
     counters.set(a, 0);
     counters.set(b, 0);
     /** One second: `udp7000` packets to a's port 7000, `tcp443` to its 443, 10 TCP to b's 80; then a tick. */
-    const second = async (udp7000: number, tcp443 = 0) => {
+    const second = async (udp7000: number, tcp443 = 0, settle = true) => {
       counters.add(a, udp7000 + tcp443);
       vector.packets(a.protected_ip, UDP, 7000, udp7000);
       vector.packets(a.protected_ip, TCP, 443, tcp443);
@@ -263,6 +266,7 @@ describe('the vector of an attack', () => {
       vector.packets(b.protected_ip, TCP, 80, 10);
       now += 1000;
       await monitor.tick();
+      if (settle) await monitor.settled();
     };
     return { a, b, monitor, vector, records, second };
   }
@@ -270,6 +274,7 @@ describe('the vector of an attack', () => {
   it("watches only a tunnel above its threshold, and names the flood's protocol and ports; nothing is read while none is hot", async () => {
     const r = vectorRig();
     await r.monitor.tick();
+    await r.monitor.settled();
     // The first tick cleans what an earlier process may have left, watching nothing.
     expect(r.vector.calls).toEqual([[[], true]]);
     await r.second(100);
@@ -295,6 +300,7 @@ describe('the vector of an attack', () => {
   it('a tunnel watched again counts from zero: a second attack is named by its own packets only', async () => {
     const r = vectorRig();
     await r.monitor.tick();
+    await r.monitor.settled();
     await r.second(3000);
     await r.second(3000);
     for (let i = 0; i < 7; i++) await r.second(0);
@@ -309,6 +315,7 @@ describe('the vector of an attack', () => {
   it('a failed vector read skips the watched tunnels for that tick (their next observation spans both), never counting a restart as traffic', async () => {
     const r = vectorRig();
     await r.monitor.tick();
+    await r.monitor.settled();
     await r.second(3000);
     await r.second(3000);
     expect(r.records).toHaveLength(1);
@@ -320,5 +327,29 @@ describe('the vector of an attack', () => {
     // Every packet counted once: the vector's UDP total equals what the counters saw after the watch began.
     expect(last.peak_pps).toBe(3000);
     expect(last.vector).toMatchObject({ protocol: 'udp', ports: [7000] });
+  });
+
+  it('a watch change waiting in the dataplane (behind a reconcile) holds no tick: detection goes on, and one change at a time', async () => {
+    const r = vectorRig();
+    await r.monitor.tick();
+    await r.monitor.settled();
+    let free!: () => void;
+    r.vector.hold = new Promise((res) => (free = res));
+    await r.second(3000, 0, false);
+    // The tick returned while its watch change waits; the next ticks start none of their own meanwhile.
+    await r.second(3000, 0, false);
+    expect(r.records).toHaveLength(1);
+    expect(r.vector.calls).toEqual([
+      [[], true],
+      [[r.a.protected_ip], false],
+    ]);
+    r.vector.hold = undefined;
+    free();
+    await r.monitor.settled();
+    // Started before the meter watched it: its start said null; once watched, its record names the flood.
+    expect(r.records[0]!.vector.protocol).toBeNull();
+    await r.second(3000);
+    await r.second(3000);
+    expect(r.monitor.report().at(-1)!.vector).toMatchObject({ protocol: 'udp', ports: [7000] });
   });
 });
