@@ -312,21 +312,23 @@ describe('the vector of an attack', () => {
     expect(r.records.at(-1)).toMatchObject({ ended_at: null, vector: { protocol: 'tcp', ports: [443] } });
   });
 
-  it('a failed vector read skips the watched tunnels for that tick (their next observation spans both), never counting a restart as traffic', async () => {
+  it('a failed vector read skips the watched tunnels for that tick (their next observation spans both), never counting a count twice', async () => {
     const r = vectorRig();
     await r.monitor.tick();
     await r.monitor.settled();
     await r.second(3000);
     await r.second(3000);
     expect(r.records).toHaveLength(1);
+    // 3,000 to port 7000 metered so far; then 4,000 TCP to 443 over two seconds, the first one's read failing.
     r.vector.failRead = new Error('EBUSY');
-    await r.second(3000);
+    await r.second(0, 2000);
     r.vector.failRead = undefined;
-    await r.second(3000);
+    await r.second(0, 2000);
     const last = r.monitor.report().find((x) => x.id === r.records[0]!.id)!;
-    // Every packet counted once: the vector's UDP total equals what the counters saw after the watch began.
+    // Had the failed second been observed without the meter, the next would take every count since the watch
+    // began as new (7000 counted twice: 6,000 against 443's 4,000).
+    expect(last.vector).toMatchObject({ protocol: 'mixed', ports: [443, 7000] });
     expect(last.peak_pps).toBe(3000);
-    expect(last.vector).toMatchObject({ protocol: 'udp', ports: [7000] });
   });
 
   it('a watch change waiting in the dataplane (behind a reconcile) holds no tick: detection goes on, and one change at a time', async () => {
