@@ -33,7 +33,7 @@ import { DROP_REASONS } from '../../common/tunnel-status.ts';
 import type { AttackRecord } from '../../common/attacks.ts';
 import { dropCounterName } from '../dataplane/policy.ts';
 import type { TunnelSpec } from '../dataplane/types.ts';
-import type { VectorCounts } from '../dataplane/kernel/vector.ts';
+import type { VectorCounts, VectorRead } from '../dataplane/kernel/vector.ts';
 import { AttackDetector, type AttackEvent, type DetectorOptions, type MeteredProtocol, type TunnelCounterSample } from './detector.ts';
 import { AttackJournal } from './journal.ts';
 
@@ -69,7 +69,7 @@ export interface AttackMonitorOptions {
    * which are watched (`clean`: also delete the counts of every IP not watched). Absent: records' protocol and
    * ports say null.
    */
-  vector?: { read(): Promise<ReadonlyMap<string, VectorCounts>>; watch(ips: ReadonlySet<string>, clean: boolean): Promise<void> };
+  vector?: { read(): Promise<VectorRead>; watch(ips: ReadonlySet<string>, clean: boolean): Promise<void> };
 }
 
 export class AttackMonitor {
@@ -183,7 +183,10 @@ export class AttackMonitor {
     let vectorRead = true;
     if (this.o.vector && watchedNow?.size) {
       try {
-        vector = await this.o.vector.read();
+        const read = await this.o.vector.read();
+        vector = read.counts;
+        // The table lost watched IPs (rebuilt after `nft flush ruleset`): the next watch change puts them back.
+        if (!this.watching && this.watched === watchedNow && [...watchedNow].some((ip) => !read.watched.has(ip))) this.watched = read.watched;
       } catch (e) {
         vectorRead = false;
         this.vectorFailed('attack detection could not read the vector meter; the watched tunnels wait for the next read', e);

@@ -17,7 +17,7 @@ import { readConsistently, readView, recordedView, type ScopedRead } from './ker
 import { applyPlan, nextGeneration, phaseClock } from './kernel/apply.ts';
 import { CommitWatch } from './commit-watch.ts';
 import { readCounterPackets, readCounters, readDropped } from './kernel/counters.ts';
-import { readVector, watchVector, type VectorCounts } from './kernel/vector.ts';
+import { readVector, watchVector, type VectorRead } from './kernel/vector.ts';
 import { EchoProber } from './probe.ts';
 import { ownerDigests, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
 import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
@@ -475,7 +475,7 @@ export class EdgeDataplane implements DataplaneHandle {
   counterPackets(names: readonly string[]): Promise<Map<string, bigint>> {
     return readCounterPackets(this.k, names);
   }
-  readonly vector = { read: (): Promise<Map<string, VectorCounts>> => readVector(this.k), watch: (ips: ReadonlySet<string>, clean: boolean): Promise<void> => this.ownCommits('vector watch', () => watchVector(this.k, ips, clean)) };
+  readonly vector = { read: (): Promise<VectorRead> => readVector(this.k), watch: (ips: ReadonlySet<string>, clean: boolean): Promise<void> => this.ownCommits('vector watch', () => watchVector(this.k, ips, clean)) };
 
   /**
    * Commits of the agent's own outside a reconcile (the vector watch), one operation in the queue: the commit watch

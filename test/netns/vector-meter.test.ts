@@ -46,20 +46,21 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'root (network namespaces
     await send(`--udp -c 20 -i u2000 -p 7000 ${P2}`);
     const v = await until('the counts of every packet sent', async () => {
       const m = await dp.vector.read();
-      const c = m.get(P1);
+      const c = m.counts.get(P1);
       return c && (c.protocols.get(1) ?? 0) >= 4 && (c.ports.get(7000) ?? 0) >= 30 ? m : null;
     }, 30_000);
-    expect(Object.fromEntries(v.get(P1)!.protocols)).toEqual({ 1: 4, 6: 5, 17: 40 });
-    expect(Object.fromEntries(v.get(P1)!.ports)).toEqual({ 443: 5, 7000: 30, 27015: 10 });
-    expect(v.has(P2)).toBe(false);
+    expect(Object.fromEntries(v.counts.get(P1)!.protocols)).toEqual({ 1: 4, 6: 5, 17: 40 });
+    expect(Object.fromEntries(v.counts.get(P1)!.ports)).toEqual({ 443: 5, 7000: 30, 27015: 10 });
+    expect(v.counts.has(P2)).toBe(false);
+    expect(v.watched).toEqual(new Set([P1]));
 
     await dp.vector.watch(new Set(), true);
-    expect(await dp.vector.read()).toEqual(new Map());
+    expect(await dp.vector.read()).toEqual({ counts: new Map(), watched: new Set() });
     await send(`--udp -c 10 -i u2000 -p 7000 ${P1}`);
     await dp.vector.watch(new Set([P1]), false);
     await send(`--udp -c 3 -i u2000 -p 53 ${P1}`);
-    const again = await until('the second watch', async () => ((await dp.vector.read()).get(P1)?.ports.get(53) === 3 ? dp.vector.read() : null), 30_000);
-    expect(Object.fromEntries(again.get(P1)!.ports)).toEqual({ 53: 3 });
+    const again = await until('the second watch', async () => ((await dp.vector.read()).counts.get(P1)?.ports.get(53) === 3 ? dp.vector.read() : null), 30_000);
+    expect(Object.fromEntries(again.counts.get(P1)!.ports)).toEqual({ 53: 3 });
     // The agent's own commits: nothing heard as a touch, no repair.
     await dp.reconcile(desired);
     expect(events).not.toContain('dataplane.heal');

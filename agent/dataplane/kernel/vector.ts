@@ -19,15 +19,23 @@ const DELETE_CHUNK = 1_000;
 const ipOf = (key: Buffer): string => `${key[0]}.${key[1]}.${key[2]}.${key[3]}`;
 const ipKey = (ip: string): Buffer => Buffer.from(ip.split('.').map(Number));
 
-/** Every watched IP's counts, by protected IP (an IP whose packets made no element yet is absent). */
-export async function readVector(k: KernelContext): Promise<Map<string, VectorCounts>> {
+/** What the table meters: every watched IP's counts, by protected IP (an IP whose packets made no element yet is absent). */
+export interface VectorRead {
+  counts: Map<string, VectorCounts>;
+  /** The IPs in the watch set (a table rebuilt, by `nft flush ruleset` and the repair, has none). */
+  watched: Set<string>;
+}
+
+export async function readVector(k: KernelContext): Promise<VectorRead> {
   const out = new Map<string, VectorCounts>();
+  const watched = new Set<string>();
   const of = (ip: string): VectorCounts => {
     let v = out.get(ip);
     if (!v) out.set(ip, (v = { protocols: new Map(), ports: new Map() }));
     return v;
   };
   try {
+    await k.nft.eachSetElement(k.table, VECTOR_SETS.watch, (e) => void watched.add(ipOf(e.key)));
     // Keys: P (4 bytes) . l4proto (1 byte, padded to 4); P . port (2 bytes, network order, padded to 4).
     await k.nft.eachSetElement(k.table, VECTOR_SETS.protos, (e) => {
       if (e.counter && e.key.length >= 5) of(ipOf(e.key)).protocols.set(e.key[4]!, Number(e.counter.packets));
@@ -38,7 +46,7 @@ export async function readVector(k: KernelContext): Promise<Map<string, VectorCo
   } catch (e) {
     throw kernelError('vector', e);
   }
-  return out;
+  return { counts: out, watched };
 }
 
 /**

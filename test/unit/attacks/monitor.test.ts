@@ -226,7 +226,7 @@ class FakeVector {
     read: async () => {
       this.reads++;
       if (this.failRead) throw this.failRead;
-      return new Map([...this.counts].map(([ip, c]) => [ip, { protocols: new Map(c.protocols), ports: new Map(c.ports) }]));
+      return { counts: new Map([...this.counts].map(([ip, c]) => [ip, { protocols: new Map(c.protocols), ports: new Map(c.ports) }])), watched: new Set(this.watched) };
     },
     watch: async (ips: ReadonlySet<string>, clean: boolean) => {
       this.calls.push([[...ips].sort(), clean]);
@@ -353,5 +353,26 @@ describe('the vector of an attack', () => {
     await r.second(3000);
     await r.second(3000);
     expect(r.monitor.report().at(-1)!.vector).toMatchObject({ protocol: 'udp', ports: [7000] });
+  });
+
+  it('a table that lost its watched IPs (rebuilt) has them put back at the next tick', async () => {
+    const r = vectorRig();
+    await r.monitor.tick();
+    await r.monitor.settled();
+    await r.second(3000);
+    await r.second(3000);
+    expect(r.vector.watched).toEqual(new Set([r.a.protected_ip]));
+    const calls = r.vector.calls.length;
+    // `nft flush ruleset` and the repair: the sets are empty again.
+    r.vector.watched = new Set();
+    r.vector.counts.clear();
+    await r.second(3000);
+    await r.second(3000);
+    expect(r.vector.calls.slice(calls)).toEqual([[[r.a.protected_ip], false]]);
+    expect(r.vector.watched).toEqual(new Set([r.a.protected_ip]));
+    // Metered again: 7000 counted 6,000 (the second the table lost is not), 443 then 4,000.
+    await r.second(0, 2000);
+    await r.second(0, 2000);
+    expect(r.monitor.report().at(-1)!.vector.ports).toEqual([7000, 443]);
   });
 });
