@@ -78,7 +78,7 @@ export interface RunningHealth {
  * DESIGN 3.6 and 3.7). Checks at most 16 tunnels at once, each at its own slot in the interval.
  */
 export function startHealth(
-  dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'> & Partial<Pick<DataplaneHandle, 'capacity'>>,
+  dataplane: Pick<DataplaneHandle, 'desiredTunnels' | 'probe' | 'counters' | 'counterPackets'> & Partial<Pick<DataplaneHandle, 'capacity' | 'vector'>>,
   opts: {
     intervalS: number;
     log?: Logger;
@@ -120,6 +120,7 @@ export function startHealth(
     tunnels: () => dataplane.desiredTunnels(),
     counters: () => dataplane.counters(),
     onRead: (at, tunnels, counters) => feedRing(traffic, at, tunnels, counters),
+    ...(dataplane.vector ? { vector: dataplane.vector } : {}),
     ...(opts.clock ? { now: () => opts.clock!.now() } : {}),
     ...(opts.log ? { log: opts.log.child({ component: 'attacks' }) } : {}),
     onEvent: (e) => events.attack(e),

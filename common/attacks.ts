@@ -6,8 +6,8 @@ import { DROP_REASONS, type DropReason } from './drop-reasons.ts';
 import { isUuid } from './names.ts';
 
 /**
- * What an attack's packets mostly were. `mixed`: no protocol carried 80% of them. The dataplane does not meter
- * packets per protocol yet, so today's agents report null (not known) here: see agent/attacks/detector.ts.
+ * What an attack's packets mostly were. `mixed`: no protocol carried 80% of them. Null: not known (an agent that
+ * does not meter them, or an attack seen for one observation only: agent/attacks/detector.ts).
  */
 export const ATTACK_PROTOCOLS = ['tcp', 'udp', 'icmp', 'other', 'mixed'] as const;
 export type AttackProtocol = (typeof ATTACK_PROTOCOLS)[number];
@@ -22,9 +22,12 @@ export const MAX_REPORTED_ATTACKS = 1_000;
 export const MAX_VECTOR_PORTS = 5;
 
 export interface AttackVector {
-  /** null: the edge does not know (no per-protocol meter). */
+  /** null: the edge does not know (an older agent without the vector meter). */
   protocol: AttackProtocol | null;
-  /** The busiest destination ports of the attack, most packets first; null: the edge does not know (no per-port meter). */
+  /**
+   * The busiest destination ports of the attack's TCP and UDP packets, most packets first ([] when it had none);
+   * null: the edge does not know (an older agent without the vector meter).
+   */
   ports: number[] | null;
   /** The reason most of its dropped packets were dropped for; null when none was dropped. */
   top_drop_reason: DropReason | null;

@@ -22,10 +22,9 @@
 // counts as what it says since the restart (never a negative or huge rate; the gateway's rule for the same
 // counters, server/health/ingest.ts). The first observation of a tunnel only sets its reference.
 //
-// Vector: `top_drop_reason` comes from the drop counters. `protocol` and `ports` need per-protocol and per-port
-// counters that the dataplane does not keep yet (its per-tunnel counters count packets and bytes only): until it
-// supplies them in TunnelCounterSample's optional `protocols` and `ports`, records say null (not known). The
-// shape is fixed here so the dataplane's meters can feed it without another change to this module.
+// Vector: `top_drop_reason` comes from the drop counters. `protocol` and `ports` come from TunnelCounterSample's
+// optional `protocols` and `ports`: the dataplane meters them only while the tunnel is hot (hot(); monitor.ts),
+// so they cover an attack from its second observation above on. A record with none says null (not known).
 import { randomUUID } from 'node:crypto';
 import { DROP_REASONS, type DropReason } from '../../common/tunnel-status.ts';
 import { MAX_VECTOR_PORTS, type AttackProtocol, type AttackRecord, type AttackVector } from '../../common/attacks.ts';
@@ -47,14 +46,14 @@ export interface TunnelCounterSample {
   /** Packets dropped, per reason (docs/CONTRACTS.md "Dataplane"). */
   dropped: Readonly<Record<DropReason, number>>;
   /**
-   * NOT SUPPLIED YET: inbound packets per protocol, cumulative, from a per-protocol meter of the dataplane.
-   * Absent: the vector's protocol is null.
+   * Inbound packets per protocol, cumulative since the tunnel was last watched (the dataplane's vector meter:
+   * agent/netlink/ruleset.ts VECTOR_SETS). Absent while it is not watched: the next one counts from zero.
    */
   protocols?: Readonly<Partial<Record<MeteredProtocol, number>>>;
   /**
-   * NOT SUPPLIED YET: inbound packets per destination port, cumulative, for the ports a per-port meter of the
-   * dataplane tracks (its busiest; at most MAX_TRACKED_PORTS are used). Absent: the vector's ports are null.
-   * Kept by reference until the tunnel's next observation: the caller hands a new map each time.
+   * Inbound packets per destination port (TCP and UDP), cumulative like `protocols`, for the ports the dataplane's
+   * meter holds (at most MAX_TRACKED_PORTS are used). Kept by reference until the tunnel's next observation: the
+   * caller hands a new map each time.
    */
   ports?: ReadonlyMap<number, number>;
 }
@@ -281,6 +280,15 @@ export class AttackDetector {
     const s = this.tunnels.get(id);
     if (!s) return undefined;
     return alertPps ?? Math.max(this.floorPps, this.factor * s.baseline.p95());
+  }
+
+  /**
+   * Whether a tunnel's vector is worth metering now: its last observation was above the threshold (an attack may
+   * be starting) or an attack of it goes on (monitor.ts watches such tunnels' protected IPs).
+   */
+  hot(id: string): boolean {
+    const s = this.tunnels.get(id);
+    return s !== undefined && (s.run > 0 || s.attack !== null);
   }
 
   /** Every attack going on, as records. */

@@ -18,13 +18,23 @@
 // that is one tick a second, the rule exactly as written; at 10,000 it is one every 4-6 s on a quiet 2-core host
 // (the read's wall time, so longer on a loaded one), the "2 consecutive seconds" become 2 consecutive
 // observations of that length, and an attack is seen within about 10-12 s.
+// Vector (`vector` option: the dataplane's kernel/vector.ts): after each tick the protected IPs of the hot tunnels
+// (detector.ts hot(): above the threshold in their last observation, or under attack) are made the watched ones,
+// whose packets the table then counts by protocol and destination port; the next tick reads those counts with the
+// counters and hands them to the detector. A tunnel leaving the watch has its counts deleted, so it starts from
+// zero when watched again (the detector is then given none for it, and takes the next ones whole). Nothing is
+// read or written for the vector while no tunnel is hot. A watch change is one of the dataplane's operations, so it
+// may wait behind a reconcile: a tick does not wait for it (the next tick starts the next change, if any). A failed
+// vector read skips that tick's observation of the watched tunnels (like a missing counter); a failed watch is
+// retried at the next tick.
 // tick() called by hand (tests) runs at once; ticks never overlap: one that finds the previous still running is
 // skipped and counted (`stats.skipped`), and the next observation spans the gap.
 import { DROP_REASONS } from '../../common/tunnel-status.ts';
 import type { AttackRecord } from '../../common/attacks.ts';
 import { dropCounterName } from '../dataplane/policy.ts';
 import type { TunnelSpec } from '../dataplane/types.ts';
-import { AttackDetector, type AttackEvent, type DetectorOptions, type TunnelCounterSample } from './detector.ts';
+import type { VectorCounts, VectorRead } from '../dataplane/kernel/vector.ts';
+import { AttackDetector, type AttackEvent, type DetectorOptions, type MeteredProtocol, type TunnelCounterSample } from './detector.ts';
 import { AttackJournal } from './journal.ts';
 
 /** The timer waits at least this many times the last read's duration between ticks (see the top of this file). */
@@ -54,6 +64,12 @@ export interface AttackMonitorOptions {
    */
   onRead?: (at: number, tunnels: readonly TunnelSpec[], counters: ReadonlyMap<string, CounterValue>) => void;
   log?: { warn(msg: string, fields?: Record<string, unknown>): void; info(msg: string, fields?: Record<string, unknown>): void };
+  /**
+   * The dataplane's vector meter (DataplaneHandle.vector): the watched protected IPs' counts, and the choice of
+   * which are watched (`clean`: also delete the counts of every IP not watched). Absent: records' protocol and
+   * ports say null.
+   */
+  vector?: { read(): Promise<VectorRead>; watch(ips: ReadonlySet<string>, clean: boolean): Promise<void> };
 }
 
 export class AttackMonitor {
@@ -65,6 +81,11 @@ export class AttackMonitor {
   private pacedLogged = false;
   private running: Promise<void> | null = null;
   private readFailedLogged = false;
+  /** The protected IPs the table watches (as of the last watch that succeeded); null before the first. */
+  private watched: Set<string> | null = null;
+  /** The watch change under way: it waits in the dataplane's queue (behind a reconcile, say), never in a tick. */
+  private watching: Promise<void> | null = null;
+  private vectorFailedLogged = false;
   /**
    * Ticks run, ticks skipped because the previous one still ran, failed counter reads, the last tick's read in ms,
    * and the time the timer waits between ticks now (its interval, or longer when reads are slow).
@@ -98,6 +119,12 @@ export class AttackMonitor {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     await this.running;
+    await this.watching;
+  }
+
+  /** The watch change under way, if any (tests wait for it as a tick of the timer would come after it). */
+  settled(): Promise<void> {
+    return this.watching ?? Promise.resolve();
   }
 
   /** From one tick's start to the next: the interval, or PACE_FACTOR times the last read when that is longer. */
@@ -150,6 +177,21 @@ export class AttackMonitor {
     this.stats.ticks++;
     // The time the counters were read: after the read, which is when the kernel answered.
     const at = this.now();
+    // What the table watched when the counters were read (a change finishing during the reads counts from the next).
+    const watchedNow = this.watched;
+    let vector: ReadonlyMap<string, VectorCounts> | undefined;
+    let vectorRead = true;
+    if (this.o.vector && watchedNow?.size) {
+      try {
+        const read = await this.o.vector.read();
+        vector = read.counts;
+        // The table lost watched IPs (rebuilt after `nft flush ruleset`): the next watch change puts them back.
+        if (!this.watching && this.watched === watchedNow && [...watchedNow].some((ip) => !read.watched.has(ip))) this.watched = read.watched;
+      } catch (e) {
+        vectorRead = false;
+        this.vectorFailed('attack detection could not read the vector meter; the watched tunnels wait for the next read', e);
+      }
+    }
     const ids = new Set<string>();
     const tunnels = this.o.tunnels();
     if (this.o.onRead) {
@@ -161,7 +203,9 @@ export class AttackMonitor {
     }
     for (const t of tunnels) {
       ids.add(t.id);
-      const sample = sampleOf(t, counters);
+      const watched = watchedNow?.has(t.protected_ip) ?? false;
+      if (watched && !vectorRead) continue;
+      const sample = sampleOf(t, counters, watched ? (vector?.get(t.protected_ip) ?? NO_COUNTS) : undefined);
       if (!sample) continue;
       const r = this.detector.observe(at, { id: t.id, alertPps: t.policy?.alert_pps ?? null, counters: sample });
       if (!r) continue;
@@ -172,6 +216,34 @@ export class AttackMonitor {
       this.journal.put(e.attack, at);
       this.emit(e);
     }
+    if (this.o.vector && !this.watching) {
+      this.watching = this.watch(tunnels).finally(() => {
+        this.watching = null;
+      });
+    }
+  }
+
+  /** Watches the hot tunnels' protected IPs (see the top of this file); nothing while none is hot or was. */
+  private async watch(tunnels: readonly TunnelSpec[]): Promise<void> {
+    const hot = new Set<string>();
+    for (const t of tunnels) if (this.detector.hot(t.id)) hot.add(t.protected_ip);
+    const was = this.watched;
+    // The first watch cleans whatever an earlier process left; after that, only when an IP leaves.
+    const left = was === null || [...was].some((ip) => !hot.has(ip));
+    if (hot.size === 0 && was !== null && was.size === 0) return;
+    if (!left && was !== null && hot.size === was.size) return;
+    try {
+      await this.o.vector!.watch(hot, left);
+      this.watched = hot;
+      this.vectorFailedLogged = false;
+    } catch (e) {
+      this.vectorFailed('attack detection could not change the watched tunnels; it retries at the next tick', e);
+    }
+  }
+
+  private vectorFailed(msg: string, e: unknown): void {
+    if (!this.vectorFailedLogged) this.o.log?.warn(msg, { err: e instanceof Error ? e.message : String(e) });
+    this.vectorFailedLogged = true;
   }
 
   private emit(e: AttackEvent): void {
@@ -190,8 +262,15 @@ export class AttackMonitor {
   }
 }
 
-/** A tunnel's counters from one read; undefined when any of them is missing from it. */
-function sampleOf(t: TunnelSpec, counters: ReadonlyMap<string, CounterValue>): TunnelCounterSample | undefined {
+const NO_COUNTS: VectorCounts = { protocols: new Map(), ports: new Map() };
+const PROTOCOL_NAMES: ReadonlyMap<number, MeteredProtocol> = new Map([
+  [1, 'icmp'],
+  [6, 'tcp'],
+  [17, 'udp'],
+]);
+
+/** A tunnel's counters from one read (with its vector's counts when it is watched); undefined when any counter is missing from it. */
+function sampleOf(t: TunnelSpec, counters: ReadonlyMap<string, CounterValue>, vector: VectorCounts | undefined): TunnelCounterSample | undefined {
   const cin = counters.get(t.tunnel_name);
   if (!cin) return undefined;
   const dropped = {} as Record<(typeof DROP_REASONS)[number], number>;
@@ -200,5 +279,11 @@ function sampleOf(t: TunnelSpec, counters: ReadonlyMap<string, CounterValue>): T
     if (!c) return undefined;
     dropped[r] = Number(c.packets);
   }
-  return { packets_in: Number(cin.packets), bytes_in: Number(cin.bytes), dropped };
+  if (!vector) return { packets_in: Number(cin.packets), bytes_in: Number(cin.bytes), dropped };
+  const protocols: Partial<Record<MeteredProtocol, number>> = {};
+  for (const [proto, n] of vector.protocols) {
+    const name = PROTOCOL_NAMES.get(proto) ?? 'other';
+    protocols[name] = (protocols[name] ?? 0) + n;
+  }
+  return { packets_in: Number(cin.packets), bytes_in: Number(cin.bytes), dropped, protocols, ports: new Map(vector.ports) };
 }

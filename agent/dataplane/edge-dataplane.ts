@@ -17,6 +17,7 @@ import { readConsistently, readView, recordedView, type ScopedRead } from './ker
 import { applyPlan, nextGeneration, phaseClock } from './kernel/apply.ts';
 import { CommitWatch } from './commit-watch.ts';
 import { readCounterPackets, readCounters, readDropped } from './kernel/counters.ts';
+import { readVector, watchVector, type VectorRead } from './kernel/vector.ts';
 import { EchoProber } from './probe.ts';
 import { ownerDigests, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
 import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
@@ -34,7 +35,6 @@ const PROBE_RECEIVE_BYTES = 64 * 1024;
 
 /** How long close() waits for link deletions still in the kernel (each normally takes ~20 ms). */
 const CLOSE_REAPING_WAIT_MS = 5_000;
-
 
 export class EdgeDataplane implements DataplaneHandle {
   private readonly queue = new SerialQueue();
@@ -472,9 +472,25 @@ export class EdgeDataplane implements DataplaneHandle {
   counters(): Promise<Map<string, { packets: bigint; bytes: bigint }>> {
     return readCounters(this.k);
   }
-
   counterPackets(names: readonly string[]): Promise<Map<string, bigint>> {
     return readCounterPackets(this.k, names);
+  }
+  readonly vector = { read: (): Promise<VectorRead> => readVector(this.k), watch: (ips: ReadonlySet<string>, clean: boolean): Promise<void> => this.ownCommits('vector watch', () => watchVector(this.k, ips, clean)) };
+
+  /**
+   * Commits of the agent's own outside a reconcile (the vector watch), one operation in the queue: the commit watch
+   * stops for them and starts again from their generation, so they are not heard as another program's touch (a
+   * repair, and the reconcile's short cut lost). `fn` returns how many commits it made.
+   */
+  private ownCommits(op: string, fn: () => Promise<number>): Promise<void> {
+    return this.serial(op, async () => {
+      const gen0 = await this.provenGeneration();
+      this.watch.stop();
+      this.cleanGeneration = undefined;
+      const gen = nextGeneration(gen0 ?? 0, await fn());
+      if (gen0 !== undefined && (await this.k.nft.getGeneration()) === gen) this.cleanGeneration = gen;
+      if (this.cleanGeneration !== undefined && !(await this.watch.start(this.cleanGeneration, () => this.k.nft.getGeneration())) && this.watch.available) this.repair.schedule('gap');
+    });
   }
 
   async close(): Promise<void> {

@@ -5,6 +5,7 @@ import type { TunnelLinks } from '../../common/tunnel-links.ts';
 import type { DropReason } from '../netlink/ruleset.ts';
 import type { TestOnlyHang } from './kernel/context.ts';
 import type { LinkKind } from './links.ts';
+import type { VectorRead } from './kernel/vector.ts';
 import type { Dataplane, ReconcileResult, TunnelSpec } from './types.ts';
 
 export interface DataplaneOptions {
@@ -82,6 +83,11 @@ export interface DataplaneHandle extends Dataplane {
    * nothing. Not serialised with changes: one netlink request that touches no link of the agent's.
    */
   tunnelLinks(): Promise<TunnelLinks>;
+  /**
+   * An attack's vector (kernel/vector.ts): the per-protocol and per-port counters of the watched protected IPs, and
+   * the choice of which are watched (the attack monitor's). Not serialised with changes.
+   */
+  readonly vector: { read(): Promise<VectorRead>; watch(ips: ReadonlySet<string>, clean: boolean): Promise<void> };
   /** The connection table's and the meters' sizes, and whether the kernel's were set to them (the status op's `agent.capacity`). */
   capacity(): Capacity;
 }

@@ -46,6 +46,8 @@ import {
   NFT_RT_TCPMSS,
   NFT_SET_ANONYMOUS,
   NFT_SET_CONSTANT,
+  NFT_SET_EVAL,
+  NFT_DYNSET_OP_UPDATE,
   NFT_SET_MAP,
   NFT_SET_OBJECT,
   NFT_TYPE_INET_PROTOCOL,
@@ -125,6 +127,21 @@ export const SPOOFED_IN_MAP = 'drop_spoofed_in';
 export const BOGONS_SET = 'bogons';
 
 /**
+ * An attack's vector (docs/CONTRACTS.md "Attacks"), metered only while the agent watches P: `watch` holds the P
+ * of every tunnel whose inbound rate is above its threshold (agent/attacks/monitor.ts adds and removes them), and
+ * every packet to a P in it (dropped or not) is counted per `P . l4proto` in `protos` and, for TCP and UDP,
+ * per `P . destination port` in `ports`, each element with its own counter. A tunnel nobody watches pays one
+ * lookup in a set that is almost always empty; the sets' elements are the monitor's to delete.
+ */
+export const VECTOR_SETS = { watch: 'vector_watch', protos: 'vector_protos', ports: 'vector_ports' } as const;
+/**
+ * Elements each vector set holds at most, over every watched tunnel: a flood to random ports fills `ports`, after
+ * which a new port is not counted (the update adds nothing and the rule ends: the packet goes on unharmed), so the
+ * ports a record names are the busiest of those seen first. `protos` holds at most 256 per P.
+ */
+export const VECTOR_SET_SIZE = 65_536;
+
+/**
  * Martian sources (RFC 6890's special-purpose blocks that never appear as a source on the Internet): "this network",
  * the shared address space (RFC 6598, also the tunnels' inner pool), loopback, link-local, multicast and the
  * reserved block up to the limited broadcast. The documentation and benchmarking blocks are left out: tests and
@@ -199,6 +216,7 @@ const CHAINS = {
   tunnelReply: 'tunnel_reply',
   localIn: 'local_in',
   tunnelIn: 'tunnel_in',
+  vector: 'vector',
 } as const;
 
 // Hook priorities: before defragmentation (-400) and conntrack (-200), and filter (0).
@@ -215,11 +233,16 @@ const NF_INET_LOCAL_OUT = 3;
  *     counter name ip daddr map @tunnel_counters jump inbound }
  *   chain inbound {
  *     iifname "PREFIX*" goto tunnel_to_p
+ *     ip daddr @vector_watch jump vector
  *     ip saddr @bogons counter name ip daddr map @drop_spoofed_in drop
  *     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
  *     ip frag-off & 0x1fff == 0 jump allowlist
  *     ip daddr vmap @rate_limits
  *     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack }
+ *   chain vector {
+ *     update @vector_protos { ip daddr . meta l4proto counter }
+ *     update @vector_ports { ip daddr . tcp dport counter }
+ *     update @vector_ports { ip daddr . udp dport counter } }
  *   chain tunnel_to_p {
  *     counter name iifname map @drop_spoofed drop
  *     drop }
@@ -284,6 +307,7 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   const base = (name: string, type: string, hook: number, priority: number): void => void b.addChain({ table: t, name, type, hook, priority, policy: NF_ACCEPT });
   base(CHAINS.early, 'filter', NF_INET_PRE_ROUTING, PRIO_BEFORE_DEFRAG);
   b.addChain({ table: t, name: CHAINS.inbound });
+  b.addChain({ table: t, name: CHAINS.vector });
   b.addChain({ table: t, name: CHAINS.tunnelToP });
   b.addChain({ table: t, name: CHAINS.allowlist });
   base(pre, 'nat', NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST);
@@ -334,6 +358,9 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   ipv4ObjMap(SPOOFED_IN_MAP, NFT_OBJECT_COUNTER);
   const bogonsId = set({ name: BOGONS_SET, flags: NFT_SET_INTERVAL, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
   if (o.bogons?.length) b.addElements({ table: t, set: BOGONS_SET, setId: bogonsId, elements: ipv4IntervalElements(o.bogons) });
+  set({ name: VECTOR_SETS.watch, flags: 0, keyType: NFT_TYPE_IPADDR, keyLen: 4, userdata: ipv4SetUserdata() });
+  set({ name: VECTOR_SETS.protos, flags: NFT_SET_EVAL, keyType: concatType([NFT_TYPE_IPADDR, NFT_TYPE_INET_PROTOCOL]), keyLen: 8, descSize: VECTOR_SET_SIZE, userdata: concatSetUserdata() });
+  set({ name: VECTOR_SETS.ports, flags: NFT_SET_EVAL, keyType: concatType([NFT_TYPE_IPADDR, NFT_TYPE_INET_SERVICE]), keyLen: 8, descSize: VECTOR_SET_SIZE, userdata: concatSetUserdata() });
   const ref = (name: string): { name: string; id?: number } => ({ name, id: ids.get(name) });
   const rule = (chain: string, exprs: Expr[]): void => void b.addRule({ table: t, chain, exprs });
 
@@ -349,6 +376,8 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   // budget, its new flows a second (another tenant's origin flooding it from inside its own tunnel, spoofed sources
   // and all, would otherwise spend them).
   rule(CHAINS.inbound, [expr.meta(NFT_META_IIFNAME), expr.cmp(NFT_CMP_EQ, prefix), expr.immediateVerdict(NFT_GOTO, CHAINS.tunnelToP)]);
+  // The vector of an attack going on (VECTOR_SETS), before any drop: a flood to a closed port names its port too.
+  rule(CHAINS.inbound, [daddr(), expr.lookup(ref(VECTOR_SETS.watch)), expr.immediateVerdict(NFT_JUMP, CHAINS.vector)]);
   // From upstream, a source that cannot be genuine: a martian, one of our own protected pools, the edge itself.
   rule(CHAINS.inbound, [saddr(), expr.lookup(ref(BOGONS_SET)), ...countedDrop(SPOOFED_IN_MAP, daddr(), ids)]);
   // Before defragmentation (-400), which would otherwise reassemble the fragments.
@@ -375,6 +404,17 @@ export function addTunnelgateRuleset(b: NftBatch, o: RulesetOptions): void {
   // which the nat chain's first rule drops. A first fragment that holds them is untracked, so it is not reassembled:
   // the proxy answers it alone, or drops it (a checksum over the whole SYN), and its later fragments time out.
   rule(CHAINS.inbound, [...tcpSyn(), daddr(), expr.lookup(ref(POLICY_SETS.synproxied)), expr.notrack()]);
+  // A later fragment has no transport header: the port rules end at it (it is counted by protocol only).
+  rule(CHAINS.vector, [daddr(), expr.meta(NFT_META_L4PROTO, REG32(1)), expr.dynset(ref(VECTOR_SETS.protos), NFT_DYNSET_OP_UPDATE, expr.counter())]);
+  for (const proto of [IPPROTO_TCP, IPPROTO_UDP]) {
+    rule(CHAINS.vector, [
+      expr.meta(NFT_META_L4PROTO),
+      expr.cmp(NFT_CMP_EQ, Uint8Array.of(proto)),
+      daddr(),
+      expr.payload(NFT_PAYLOAD_TRANSPORT_HEADER, TH_DPORT_OFFSET, 2, REG32(1)),
+      expr.dynset(ref(VECTOR_SETS.ports), NFT_DYNSET_OP_UPDATE, expr.counter()),
+    ]);
+  }
   // A link missing from drop_spoofed (drift) ends the counted drop: the second drops it all the same.
   rule(CHAINS.tunnelToP, countedDrop(dropMap('spoofed'), expr.meta(NFT_META_IIFNAME), ids));
   rule(CHAINS.tunnelToP, [drop()]);

@@ -11,6 +11,11 @@ type Q = Pick<Sql, 'query'>;
 /** Kept as long as the hourly traffic points (DESIGN 3.11: 90 days), counted from the attack's end. */
 export const ATTACK_RETENTION_MS = 90 * 24 * 3_600_000;
 
+/**
+ * The class of the per-attack advisory locks (pg_advisory_xact_lock(int, int), "atk" in ASCII; the object is a
+ * hash of the attack id): the two-key form never meets the one-key locks of migrations and provisioning.
+ */
+const ATTACK_LOCK_CLASS = 0x61746b;
 const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 /** The record's columns of `attack a`, as AttackRow reads them. */
 const RECORD_COLUMNS = `a.id, a.tunnel_id, to_char(a.started_at at time zone 'UTC', ${ISO}) as started_at,
@@ -65,6 +70,11 @@ export async function upsertAttacks(sql: Q, nodeId: string, records: readonly At
   // One row per id (the last record of it wins): one statement cannot update a row twice.
   const byId = new Map(records.map((r) => [r.id.toLowerCase(), r]));
   const ids = [...byId.keys()];
+  // One writer per attack at a time, rows or not yet: the row lock below only holds rows that exist, and a push
+  // of an attack's end racing a round that inserts it open would read no row, wait at the insert, then update it
+  // and not know it ended it (its attack_ended lost). Taken in the order of the keys, so two writers never deadlock
+  // (a volatile function in the select list runs after the sort).
+  await sql.query('select pg_advisory_xact_lock(?::int, k) from (select distinct hashtext(id::text) as k from unnest(?::uuid[]) as id) as x order by k', [ATTACK_LOCK_CLASS, `{${ids.join(',')}}`]);
   // Which of them were already ended, read under the rows' lock: a concurrent round waits here.
   const before = await sql.query<{ id: string; ended: boolean }>('select id, ended_at is not null as ended from attack where id = any(?::uuid[]) for update', [`{${ids.join(',')}}`]);
   const wasEnded = new Map(before.map((r) => [r.id, r.ended]));

@@ -32,9 +32,9 @@ void _reasonsCovered;
 
 @ObjectType({ description: 'What an attack was made of.' })
 export class AttackVector {
-  @Field(() => AttackProtocol, { nullable: true, description: 'null: the edge does not know yet (it has no per-protocol meter).' })
+  @Field(() => AttackProtocol, { nullable: true, description: 'What at least 80% of its metered packets were (MIXED: none); null: not known (an edge agent without the vector meter, or a start decided before the meter counted).' })
   protocol!: AttackProtocol | null;
-  @Field(() => [Int], { nullable: true, description: 'The busiest destination ports (at most 5), most packets first; null: the edge does not know yet (no per-port meter).' })
+  @Field(() => [Int], { nullable: true, description: 'The busiest destination ports of its TCP and UDP packets (at most 5), most packets first, empty when it had none; null: not known, as for protocol.' })
   ports!: number[] | null;
   @Field(() => DropReason, { nullable: true, description: 'The reason most of its dropped packets were dropped for; null when none was.' })
   topDropReason!: DropReason | null;

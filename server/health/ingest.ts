@@ -204,6 +204,8 @@ export class StatusIngest {
       let carried = 0;
       const health: HealthChangeRecord[] = [];
       const changed: { id: string; status: TunnelStatus; health: Health }[] = [];
+      // The check time of each change a report makes (the agent's clock): see writeHealth.
+      const checkedOf = new Map<string, string>();
       for (const row of rows) {
         const rep = reports.get(row.id);
         if (rep) {
@@ -237,6 +239,7 @@ export class StatusIngest {
         if (h !== row.health) {
           const when = h !== 'unknown' && rep?.checked_at ? new Date(rep.checked_at) : at;
           health.push({ id: row.id, at: when, previous: row.health, health: h });
+          if (rep?.checked_at) checkedOf.set(row.id, rep.checked_at);
           changed.push({ id: row.id, status: row.status, health: h });
         }
       }
@@ -285,7 +288,7 @@ export class StatusIngest {
           );
         }
       }
-      const written = await this.writeHealth(sql, health);
+      const written = await this.writeHealth(sql, health, checkedOf);
       const attacks = this.attacks ? (await this.attacks.record(sql, nodeId, result, at)).changes : [];
       if (delta) {
         // Forward only (the row lock above holds it; the condition covers a first row two rounds insert at once).
@@ -355,13 +358,20 @@ export class StatusIngest {
    * The tunnels whose health changed (only those: the check time is in traffic.seen), and their history. Each row
    * changes only from the health the round read (compare and set): a change pushed on the events stream between
    * the round's read and this write was written, with its webhook, by that push, and is not written twice.
+   * And a change from a report whose check (`checked`, by tunnel) is older than the tunnel's last up or down
+   * written is not news: the agent answered the pull before the check it pushed since, which the round may have
+   * read already (so the compare and set passes); writing it would undo the pushed change until the next round.
+   * Only ups and downs are compared: they carry the agent's check times, an 'unknown' the gateway's own.
    * Returns the ids written.
    */
-  private async writeHealth(sql: Pick<Sql, 'query'>, health: HealthChangeRecord[]): Promise<Set<string>> {
+  private async writeHealth(sql: Pick<Sql, 'query'>, health: HealthChangeRecord[], checked: ReadonlyMap<string, string>): Promise<Set<string>> {
     if (health.length === 0) return new Set();
     const rows = await sql.query<{ id: string }>(
-      `update tunnel t set health = x.h from jsonb_to_recordset(?::jsonb) as x(id uuid, h text, p text) where t.id = x.id and t.health = x.p returning t.id`,
-      [JSON.stringify(health.map((x) => ({ id: x.id, h: x.health, p: x.previous })))],
+      `update tunnel t set health = x.h from jsonb_to_recordset(?::jsonb) as x(id uuid, h text, p text, ck timestamptz)
+        where t.id = x.id and t.health = x.p
+          and (x.ck is null or not exists (select 1 from traffic.tunnel_health_change c where c.tunnel_id = x.id and c.health <> 'unknown' and c.at > x.ck))
+        returning t.id`,
+      [JSON.stringify(health.map((x) => ({ id: x.id, h: x.health, p: x.previous, ck: checked.get(x.id) ?? null })))],
     );
     const written = new Set(rows.map((r) => r.id));
     await recordHealthChanges(sql, health.filter((x) => written.has(x.id)));

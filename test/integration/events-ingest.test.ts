@@ -13,6 +13,7 @@ import { applyEdgeEvent } from '../../server/events/apply.ts';
 import type { AttackRecord } from '../../common/attacks.ts';
 import type { EdgeEvent } from '../../common/edge-events.ts';
 import type { StatusResult } from '../../common/tunnel-status.ts';
+import { until } from '../helpers/wait.ts';
 
 let gw: RunningGateway;
 let user: SeededUser;
@@ -119,5 +120,55 @@ describe('pushed events into the ingestion', () => {
     // Another node's agent cannot move it.
     await push(await freshNode(), { type: 'health_changed', tunnel_id: id, health: 'up', checked_at: new Date().toISOString() });
     expect((await gw.testDb.raw.query('select health from tunnel where id = $1', [id])).rows[0].health).toBe('down');
+  });
+
+  it('a pull whose check is older than a change pushed meanwhile does not undo it; a later check does change it', async () => {
+    const nodeId = await freshNode();
+    const id = await buy(nodeId);
+    const zero = { packets_in: 0, bytes_in: 0, packets_out: 0, bytes_out: 0, dropped: { not_allowed: 0, rate_limited: 0, spoofed: 0, invalid: 0, fragment: 0 } };
+    const pulled = (health: string, checkedAt: string) =>
+      ({ agent: { version: '0.2.0', uptime_s: 10, tunnels: 1 }, tunnels: [{ id, health, checked_at: checkedAt, counters: zero }] }) as unknown as StatusResult;
+    const t0 = Date.now() - 10_000;
+    // The agent answered a status pull (up, checked at t0), then its next check saw the tunnel down and pushed it;
+    // the pull's answer reaches the ingestion after the push.
+    await push(nodeId, { type: 'health_changed', tunnel_id: id, health: 'down', checked_at: new Date(t0 + 2000).toISOString() });
+    const stale = await gw.services.health.ingest.ingestStatus(nodeId, pulled('up', new Date(t0).toISOString()), new Date());
+    expect(stale.healthChanged).toEqual([]);
+    expect((await gw.testDb.raw.query('select health from tunnel where id = $1', [id])).rows[0].health).toBe('down');
+    expect(await outbox(id, 'tunnel.health_changed')).toBe(1);
+    // A pull from a later check is news: it changes the health, with its history row and event.
+    const later = await gw.services.health.ingest.ingestStatus(nodeId, pulled('up', new Date(t0 + 4000).toISOString()), new Date());
+    expect(later.healthChanged).toEqual([id]);
+    expect((await gw.testDb.raw.query('select health from tunnel where id = $1', [id])).rows[0].health).toBe('up');
+    expect(await outbox(id, 'tunnel.health_changed')).toBe(2);
+  });
+
+  it("an attack's end is not lost when its push and a pull of it still open write at once", async () => {
+    const nodeId = await freshNode();
+    const id = await buy(nodeId);
+    const a = attack(id);
+    // A pull's round stores the attack as open, and has not committed yet...
+    let release!: () => void;
+    const hold = new Promise<void>((r) => (release = r));
+    let stored!: () => void;
+    const pulledIn = new Promise<void>((r) => (stored = r));
+    const round = gw.testDb.db.transaction(async (sql) => {
+      await gw.services.attacks.ingest.recordEvent(sql, nodeId, a, new Date());
+      stored();
+      await hold;
+    });
+    await pulledIn;
+    // ...when the push of its end arrives: it must wait for the round, then see the row as open and end it.
+    const pushed = push(nodeId, { type: 'attack_ended', attack: { ...a, ended_at: new Date().toISOString() } });
+    await until('the push waiting for the round', async () => {
+      const r = await gw.testDb.raw.query<{ n: number }>(`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`);
+      return r.rows[0]!.n > 0;
+    });
+    release();
+    await round;
+    await pushed;
+    expect((await gw.testDb.raw.query('select ended_at is not null as ended from attack where id = $1', [a.id])).rows).toEqual([{ ended: true }]);
+    expect(await outbox(id, 'tunnel.attack_started')).toBe(1);
+    expect(await outbox(id, 'tunnel.attack_ended')).toBe(1);
   });
 });

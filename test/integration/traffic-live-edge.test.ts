@@ -13,7 +13,7 @@ import { startProvisioningRig, type TestEdge } from '../helpers/edge.ts';
 import { connect, type Socket } from '../helpers/graphql-ws-client.ts';
 import { skipUnless } from '../helpers/requirements.ts';
 import { settle, until } from '../helpers/wait.ts';
-import { isRoot, TestNetns } from '../netns/netns.ts';
+import { isRoot, joinUpstream, TestNetns } from '../netns/netns.ts';
 
 const CLIENT = '198.51.100.10';
 const SENT = 300;
@@ -53,15 +53,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces)'))('live traffic f
     user = await seedUser(gw.testDb.db);
     other = await seedUser(gw.testDb.db);
     client = new TestNetns();
-    const e = edge.netns;
-    client.run('ip', 'link', 'set', 'lo', 'up');
-    e.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', client.name);
-    e.run('ip', 'addr', 'add', '198.51.100.1/24', 'dev', 'up0');
-    e.run('ip', 'link', 'set', 'up0', 'up');
-    client.run('ip', 'addr', 'add', `${CLIENT}/24`, 'dev', 'c0');
-    client.run('ip', 'link', 'set', 'c0', 'up');
-    client.run('ip', 'route', 'add', 'default', 'via', '198.51.100.1');
-    await client.waitForPing('198.51.100.1');
+    await joinUpstream(edge.netns, client, '198.51.100.1', CLIENT, { edgeRoutes: false });
   }, 150_000);
 
   afterAll(async () => {

@@ -29,14 +29,15 @@ export class TestNetns extends Netns {
  * Joins `client` upstream of the edge namespace by a veth pair (up0 in the edge, c0 in the client; a /24
  * between `edgeSide` and `clientSide`): the edge routes everything that is not its own back there, so a
  * protected IP is forwarded through the agent's chains, not delivered locally. Waits until the client
- * reaches the edge.
+ * reaches the edge. `edgeRoutes: false` leaves the edge's routes alone (a test whose edge routes by its own
+ * tunnels, or that only counts what arrives: the agent's counters see a packet before any route).
  */
-export async function joinUpstream(edge: TestNetns, client: TestNetns, edgeSide: string, clientSide: string): Promise<void> {
+export async function joinUpstream(edge: TestNetns, client: TestNetns, edgeSide: string, clientSide: string, opts: { edgeRoutes?: boolean } = {}): Promise<void> {
   client.run('ip', 'link', 'set', 'lo', 'up');
   edge.run('ip', 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'c0', 'netns', client.name);
   edge.run('ip', 'addr', 'add', `${edgeSide}/24`, 'dev', 'up0');
   edge.run('ip', 'link', 'set', 'up0', 'up');
-  edge.run('ip', 'route', 'add', 'default', 'via', clientSide);
+  if (opts.edgeRoutes !== false) edge.run('ip', 'route', 'add', 'default', 'via', clientSide);
   client.run('ip', 'addr', 'add', `${clientSide}/24`, 'dev', 'c0');
   client.run('ip', 'link', 'set', 'c0', 'up');
   client.run('ip', 'route', 'add', 'default', 'via', edgeSide);

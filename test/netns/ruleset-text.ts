@@ -93,17 +93,36 @@ function rulesetBody(opts: { table: string; ifnamePrefix: string; counters?: rea
     type ipv4_addr
     flags interval${bogons}
   }
+  set vector_watch {
+    type ipv4_addr
+  }
+  set vector_protos {
+    type ipv4_addr . inet_proto
+    size 65536
+    flags dynamic
+  }
+  set vector_ports {
+    type ipv4_addr . inet_service
+    size 65536
+    flags dynamic
+  }
 ${counters}  chain early {
     type filter hook prerouting priority -450; policy accept;
     counter name ip daddr map @tunnel_counters jump inbound
   }
   chain inbound {
     iifname "${opts.ifnamePrefix}*" goto tunnel_to_p
+    ip daddr @vector_watch jump vector
     ip saddr @bogons counter name ip daddr map @drop_spoofed_in drop
     ip frag-off & 0x3fff != 0 ip daddr @fragments counter name ip daddr map @drop_fragment drop
     ip frag-off & 0x1fff == 0 jump allowlist
     ip daddr vmap @rate_limits
     tcp flags & (fin|syn|rst|ack) == syn ip daddr @synproxied notrack
+  }
+  chain vector {
+    update @vector_protos { ip daddr . meta l4proto counter }
+    update @vector_ports { ip daddr . tcp dport counter }
+    update @vector_ports { ip daddr . udp dport counter }
   }
   chain tunnel_to_p {
     counter name iifname map @drop_spoofed drop

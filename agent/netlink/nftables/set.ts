@@ -443,6 +443,32 @@ export interface ElementView {
   verdict?: { code: number; chain?: string };
   /** NFTA_SET_ELEM_FLAGS when the kernel sent them (an interval set's end elements). */
   flags?: number;
+  /** The element's own `counter` (a dynset's `update @s { KEY counter }` gives each element one). */
+  counter?: { packets: bigint; bytes: bigint };
+}
+
+// An element's stateful expressions: one is sent as NFTA_SET_ELEM_EXPR, several as a list in
+// NFTA_SET_ELEM_EXPRESSIONS (the kernel's nft_set_elem_expr_dump); each is {NFTA_EXPR_NAME, NFTA_EXPR_DATA}.
+const NFTA_SET_ELEM_EXPR = 7;
+const NFTA_SET_ELEM_EXPRESSIONS = 11;
+const NFTA_EXPR_NAME = 1;
+const NFTA_EXPR_DATA = 2;
+const NFTA_COUNTER_BYTES = 1;
+const NFTA_COUNTER_PACKETS = 2;
+
+/** The `counter` among an element's expressions; undefined when it has none. */
+function elementCounter(e: AttrTable): { packets: bigint; bytes: bigint } | undefined {
+  const exprs: AttrTable[] = [];
+  const one = e.nested(NFTA_SET_ELEM_EXPR);
+  if (one) exprs.push(one);
+  const list = e.get(NFTA_SET_ELEM_EXPRESSIONS);
+  if (list) for (const item of parseAttrs(list)) if (item.type === NFTA_LIST_ELEM) exprs.push(new AttrTable(item.data));
+  for (const x of exprs) {
+    if (x.string(NFTA_EXPR_NAME) !== 'counter') continue;
+    const d = x.nested(NFTA_EXPR_DATA);
+    return { packets: d?.u64be(NFTA_COUNTER_PACKETS) ?? 0n, bytes: d?.u64be(NFTA_COUNTER_BYTES) ?? 0n };
+  }
+  return undefined;
 }
 
 const NFTA_VERDICT_CODE_ATTR = 1;
@@ -467,6 +493,8 @@ export function eachSetElementView(msg: NlMsg, visit: (e: ElementView) => void):
     if (obj) v.objref = readString(obj);
     const flags = e.u32be(NFTA_SET_ELEM_FLAGS);
     if (flags) v.flags = flags;
+    const counter = elementCounter(e);
+    if (counter) v.counter = counter;
     visit(v);
   });
 }

@@ -8,6 +8,7 @@ import { dropCounterName, outCounterName } from '../../../agent/dataplane/policy
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
 import { checkStatusResult, DROP_REASONS, type DropReason } from '../../../common/tunnel-status.ts';
 import { DEFAULT_POLICY } from '../../../common/tunnel-policy.ts';
+import type { AttackRecord } from '../../../common/attacks.ts';
 import { tunnelSpec } from '../../helpers/tunnel-spec.ts';
 
 const T0 = Date.parse('2026-12-01T10:00:00.000Z');
@@ -197,5 +198,181 @@ describe('status with attacks', () => {
     // Without a source (an agent built without detection) the key is absent, as before it existed.
     const plain = await new StatusReporter({ tunnels: () => [t], counters: r.counters.read, health: () => ({ health: 'unknown', failures: 0 }), version: '0.1.0', startedAt: T0 }).status();
     expect('attacks' in plain).toBe(false);
+  });
+});
+
+/**
+ * A FAKE vector meter behaving as the table's (agent/netlink/ruleset.ts VECTOR_SETS, kernel/vector.ts): packets to
+ * a watched IP are counted by protocol and port, nothing else is; `clean` deletes the counts of IPs not watched.
+ */
+class FakeVector {
+  watched = new Set<string>();
+  readonly counts = new Map<string, { protocols: Map<number, number>; ports: Map<number, number> }>();
+  readonly calls: [string[], boolean][] = [];
+  reads = 0;
+  failRead: Error | undefined;
+  /** Holds the next watch changes until resolved (the dataplane's queue busy with a reconcile). */
+  hold: Promise<void> | undefined;
+
+  packets(ip: string, proto: number, port: number | null, n: number): void {
+    if (!this.watched.has(ip)) return;
+    let c = this.counts.get(ip);
+    if (!c) this.counts.set(ip, (c = { protocols: new Map(), ports: new Map() }));
+    c.protocols.set(proto, (c.protocols.get(proto) ?? 0) + n);
+    if (port !== null) c.ports.set(port, (c.ports.get(port) ?? 0) + n);
+  }
+
+  readonly meter = {
+    read: async () => {
+      this.reads++;
+      if (this.failRead) throw this.failRead;
+      return { counts: new Map([...this.counts].map(([ip, c]) => [ip, { protocols: new Map(c.protocols), ports: new Map(c.ports) }])), watched: new Set(this.watched) };
+    },
+    watch: async (ips: ReadonlySet<string>, clean: boolean) => {
+      this.calls.push([[...ips].sort(), clean]);
+      if (this.hold) await this.hold;
+      this.watched = new Set(ips);
+      if (clean) for (const ip of [...this.counts.keys()]) if (!ips.has(ip)) this.counts.delete(ip);
+    },
+  };
+}
+
+describe('the vector of an attack', () => {
+  const UDP = 17;
+  const TCP = 6;
+  function vectorRig() {
+    const a = tunnelSpec({ tunnel_name: 'tg-aaaaaaaaaa', protected_ip: '203.0.113.10', policy: { ...DEFAULT_POLICY, alert_pps: 1000 } });
+    const b = tunnelSpec({ tunnel_name: 'tg-bbbbbbbbbb', protected_ip: '203.0.113.11' });
+    let now = T0;
+    const counters = new FakeCounters();
+    const vector = new FakeVector();
+    const records: AttackRecord[] = [];
+    const monitor = new AttackMonitor({
+      tunnels: () => [a, b],
+      counters: counters.read,
+      now: () => now,
+      vector: vector.meter,
+      detector: { endAfterMs: 5_000 },
+      onEvent: (e) => records.push(e.attack),
+    });
+    counters.set(a, 0);
+    counters.set(b, 0);
+    /** One second: `udp7000` packets to a's port 7000, `tcp443` to its 443, 10 TCP to b's 80; then a tick. */
+    const second = async (udp7000: number, tcp443 = 0, settle = true) => {
+      counters.add(a, udp7000 + tcp443);
+      vector.packets(a.protected_ip, UDP, 7000, udp7000);
+      vector.packets(a.protected_ip, TCP, 443, tcp443);
+      counters.add(b, 10);
+      vector.packets(b.protected_ip, TCP, 80, 10);
+      now += 1000;
+      await monitor.tick();
+      if (settle) await monitor.settled();
+    };
+    return { a, b, monitor, vector, records, second };
+  }
+
+  it("watches only a tunnel above its threshold, and names the flood's protocol and ports; nothing is read while none is hot", async () => {
+    const r = vectorRig();
+    await r.monitor.tick();
+    await r.monitor.settled();
+    // The first tick cleans what an earlier process may have left, watching nothing.
+    expect(r.vector.calls).toEqual([[[], true]]);
+    await r.second(100);
+    await r.second(100);
+    expect(r.vector.calls).toHaveLength(1);
+    expect(r.vector.reads).toBe(0);
+    // Above 1,000 pps: watched from then on; the second second above starts the attack, with what was metered.
+    await r.second(3000, 100);
+    expect(r.vector.calls.at(-1)).toEqual([[r.a.protected_ip], false]);
+    await r.second(3000, 100);
+    expect(r.records).toHaveLength(1);
+    expect(r.records[0]!.vector).toMatchObject({ protocol: 'udp', ports: [7000, 443] });
+    // Quiet: the attack ends after endAfterMs, then its IP leaves the watch and its counts are deleted.
+    for (let i = 0; i < 7; i++) await r.second(0);
+    expect(r.records.map((x) => x.ended_at !== null)).toEqual([false, true]);
+    expect(r.records[1]!.vector).toMatchObject({ protocol: 'udp', ports: [7000, 443] });
+    expect(r.vector.calls.at(-1)).toEqual([[], true]);
+    expect(r.vector.counts.size).toBe(0);
+    // b was never watched.
+    expect(r.vector.calls.some(([ips]) => ips.includes(r.b.protected_ip))).toBe(false);
+  });
+
+  it('a tunnel watched again counts from zero: a second attack is named by its own packets only', async () => {
+    const r = vectorRig();
+    await r.monitor.tick();
+    await r.monitor.settled();
+    await r.second(3000);
+    await r.second(3000);
+    for (let i = 0; i < 7; i++) await r.second(0);
+    expect(r.records.at(-1)!.vector.protocol).toBe('udp');
+    // Now a TCP flood to 443: UDP's earlier counts must not make it `udp` or `mixed`.
+    await r.second(0, 3000);
+    await r.second(0, 3000);
+    await r.second(0, 3000);
+    expect(r.records.at(-1)).toMatchObject({ ended_at: null, vector: { protocol: 'tcp', ports: [443] } });
+  });
+
+  it('a failed vector read skips the watched tunnels for that tick (their next observation spans both), never counting a count twice', async () => {
+    const r = vectorRig();
+    await r.monitor.tick();
+    await r.monitor.settled();
+    await r.second(3000);
+    await r.second(3000);
+    expect(r.records).toHaveLength(1);
+    // 3,000 to port 7000 metered so far; then 4,000 TCP to 443 over two seconds, the first one's read failing.
+    r.vector.failRead = new Error('EBUSY');
+    await r.second(0, 2000);
+    r.vector.failRead = undefined;
+    await r.second(0, 2000);
+    const last = r.monitor.report().find((x) => x.id === r.records[0]!.id)!;
+    // Had the failed second been observed without the meter, the next would take every count since the watch
+    // began as new (7000 counted twice: 6,000 against 443's 4,000).
+    expect(last.vector).toMatchObject({ protocol: 'mixed', ports: [443, 7000] });
+    expect(last.peak_pps).toBe(3000);
+  });
+
+  it('a watch change waiting in the dataplane (behind a reconcile) holds no tick: detection goes on, and one change at a time', async () => {
+    const r = vectorRig();
+    await r.monitor.tick();
+    await r.monitor.settled();
+    let free!: () => void;
+    r.vector.hold = new Promise((res) => (free = res));
+    await r.second(3000, 0, false);
+    // The tick returned while its watch change waits; the next ticks start none of their own meanwhile.
+    await r.second(3000, 0, false);
+    expect(r.records).toHaveLength(1);
+    expect(r.vector.calls).toEqual([
+      [[], true],
+      [[r.a.protected_ip], false],
+    ]);
+    r.vector.hold = undefined;
+    free();
+    await r.monitor.settled();
+    // Started before the meter watched it: its start said null; once watched, its record names the flood.
+    expect(r.records[0]!.vector.protocol).toBeNull();
+    await r.second(3000);
+    await r.second(3000);
+    expect(r.monitor.report().at(-1)!.vector).toMatchObject({ protocol: 'udp', ports: [7000] });
+  });
+
+  it('a table that lost its watched IPs (rebuilt) has them put back at the next tick', async () => {
+    const r = vectorRig();
+    await r.monitor.tick();
+    await r.monitor.settled();
+    await r.second(3000);
+    await r.second(3000);
+    expect(r.vector.watched).toEqual(new Set([r.a.protected_ip]));
+    const calls = r.vector.calls.length;
+    // `nft flush ruleset` and the repair: the sets are empty again.
+    r.vector.watched = new Set();
+    r.vector.counts.clear();
+    await r.second(3000);
+    await r.second(3000);
+    expect(r.vector.calls.slice(calls)).toEqual([[[r.a.protected_ip], false]]);
+    expect(r.vector.watched).toEqual(new Set([r.a.protected_ip]));
+    // Metered again: 7000 counted 6,000 (the second the table lost is not), 443 then 4,000.
+    await r.second(0, 2000);
+    await r.second(0, 2000);
+    expect(r.monitor.report().at(-1)!.vector.ports).toEqual([7000, 443]);
   });
 });

@@ -163,6 +163,19 @@ describe('Nft over recorded kernel replies', () => {
     await expect(nft.getSetElement('tunnelgate', 'tunnel_counters', { key: Buffer.from([203, 0, 113, 1]) })).resolves.toMatchObject({ objref: 'tun-1' });
   });
 
+  it("an attack's vector: each element's own counter, as the kernel dumps a set whose elements carry one", async () => {
+    const parts = recorded('reply-nft-list-vector-ports', nftType(NFT_MSG_NEWSETELEM));
+    expect(parts.length).toBeGreaterThan(0);
+    const { nft } = nftOver((m) => (m.type === nftType(NFT_MSG_GETSETELEM) ? { messages: parts } : undefined));
+    const seen: [string, bigint | undefined, bigint | undefined][] = [];
+    await nft.eachSetElement('tunnelgate', 'vector_ports', (e) => seen.push([e.key.toString('hex'), e.counter?.packets, e.counter?.bytes]));
+    // Key: P (4 bytes) . port (2 bytes, network order, padded to 4).
+    expect(seen.sort()).toEqual([
+      ['cb0071011b580000', 1200n, 50400n],
+      ['cb00710169870000', 300n, 12600n],
+    ]);
+  });
+
   it('lists a map from the recorded dump (several datagrams, then NLMSG_DONE)', async () => {
     const parts = recorded('reply-nft-list-map', nftType(NFT_MSG_NEWSETELEM));
     const { kernel, nft } = nftOver((m) => (m.type === nftType(NFT_MSG_GETSETELEM) ? { messages: parts } : undefined));

@@ -44,8 +44,8 @@ const DROP_KEYS: Record<DropReason, MessageKey> = {
 };
 
 /**
- * The vector in words. A null protocol or port list is what today's edge reports (it has no per-protocol or
- * per-port meter yet: common/attacks.ts), so "not known" is the usual answer there, not an error.
+ * The vector in words. A null protocol or port list is not known (common/attacks.ts): an edge agent without the
+ * vector meter, or a start decided before the meter counted. It is an answer to show, not an error.
  */
 export function vectorWords(v: AttackLike['vector'], formatPort: (p: number) => string = String): VectorWords {
   const ports = v.ports ?? null;
