@@ -74,6 +74,13 @@ export function needsLocator(target: DatabaseTarget): boolean {
   return target.hosts.length > 1 || target.readWrite;
 }
 
+/**
+ * Whether a host cannot take writes: in recovery (a standby), or promoted but still read-only by default
+ * (pg_auto_failover keeps a promoted node read-only until the monitor confirms it), as libpq's read-write
+ * check asks `transaction_read_only`.
+ */
+const READ_ONLY_SQL = `select pg_is_in_recovery() or current_setting('transaction_read_only') = 'on' as standby`;
+
 /** How often the watched primary is asked whether it still is one. */
 const WATCH_MS = 1000;
 /** A host that does not answer within this is skipped by a search. */
@@ -127,17 +134,20 @@ export class PrimaryLocator {
     const answers = await Promise.all(this.target.hosts.map((h) => this.isPrimary(h).catch(() => false)));
     const i = answers.findIndex((a) => a);
     if (i < 0) throw new NoPrimaryError(`no read-write PostgreSQL among ${this.target.hosts.length} host(s) (a switch-over in progress, or all down)`);
+    // Two hosts taking writes at once: an old primary restarted before its keeper demoted it. Writing to
+    // either could be lost; refusing (503) until one of them is a standby is the safe answer.
+    if (answers.filter((a) => a).length > 1) throw new NoPrimaryError(`no read-write PostgreSQL among ${this.target.hosts.length} host(s): more than one accepts writes (a switch-over settling)`);
     const found = this.target.hosts[i]!;
     this.setPrimary(found);
     return found;
   }
 
   private async isPrimary(h: HostPort): Promise<boolean> {
-    const c = new pg.Client({ ...this.base, host: h.host, port: h.port, stream: undefined, connectionTimeoutMillis: PROBE_TIMEOUT_MS, application_name: 'tunnelgate-locate' });
+    const c = new pg.Client({ ...this.base, host: h.host, port: h.port, stream: undefined, connectionTimeoutMillis: PROBE_TIMEOUT_MS, query_timeout: PROBE_TIMEOUT_MS, application_name: 'tunnelgate-locate' });
     c.on('error', () => {});
     try {
       await c.connect();
-      const { rows } = await c.query<{ standby: boolean }>('select pg_is_in_recovery() as standby');
+      const { rows } = await c.query<{ standby: boolean }>(READ_ONLY_SQL);
       return this.target.readWrite || this.target.hosts.length > 1 ? rows[0]!.standby === false : true;
     } finally {
       void c.end().catch(() => {});
@@ -182,7 +192,7 @@ export class PrimaryLocator {
     this.watching = true;
     try {
       if (!this.watchClient) {
-        const c = new pg.Client({ ...this.base, host: p.host, port: p.port, stream: undefined, connectionTimeoutMillis: PROBE_TIMEOUT_MS, application_name: 'tunnelgate-locate' });
+        const c = new pg.Client({ ...this.base, host: p.host, port: p.port, stream: undefined, connectionTimeoutMillis: PROBE_TIMEOUT_MS, query_timeout: PROBE_TIMEOUT_MS, application_name: 'tunnelgate-locate' });
         c.on('error', () => {});
         c.on('end', () => {
           if (this.watchClient === c) this.watchClient = null;
@@ -191,7 +201,7 @@ export class PrimaryLocator {
         await c.connect();
       }
       const c = this.watchClient;
-      const { rows } = await c.query<{ standby: boolean }>('select pg_is_in_recovery() as standby');
+      const { rows } = await c.query<{ standby: boolean }>(READ_ONLY_SQL);
       if (rows[0]!.standby) this.demoted(p);
     } catch {
       // Unreachable now: new connections search again (a restart of the same primary finds it again).

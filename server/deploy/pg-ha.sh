@@ -90,12 +90,13 @@ start() {
     say "monitor: exists"
   fi
   run_keeper "$DIR/monitor" monitor "$MPORT"
-  # The monitor checks each node every second and calls one unreachable after 10 s (defaults 5 s and 20 s):
-  # an unplanned switch-over then takes about 15-20 s, inside the 30 s the gateways promise.
+  # The monitor checks each node every second, calls one unreachable after 10 s and waits 12 s for a lost
+  # primary to demote itself (defaults 5 s, 20 s, 30 s), so an unplanned switch-over fits in about 25 s.
   as_pg "$PGBIN/psql" -Atq -d "postgres://autoctl_node@$HOST:$MPORT/pg_auto_failover?sslmode=disable" -c 'select 1' >/dev/null
   as_pg "$PGBIN/psql" -Atq -h "$HOST" -p "$MPORT" -U postgres -d postgres \
     -c "alter system set pgautofailover.health_check_period = 1000" \
     -c "alter system set pgautofailover.node_considered_unhealthy_timeout = 10000" \
+    -c "alter system set pgautofailover.primary_demote_timeout = 12000" \
     -c "select pg_reload_conf()" >/dev/null
   local i=0
   for port in "$P1" "$P2"; do
@@ -108,6 +109,10 @@ start() {
     else
       say "$name: exists"
     fi
+    # A primary cut off from the monitor and its standby demotes itself after this; the monitor waits
+    # primary_demote_timeout (set above, longer) before promoting the standby, so two primaries never
+    # accept writes at once. Defaults 20 s and 30 s: an unplanned switch-over took over 40 s with them.
+    as_pg pg_autoctl config set --pgdata "$pgdata" timeout.network_partition_timeout 8 >/dev/null
     run_keeper "$pgdata" "$name" "$port"
     # The second node is created from the first (pg_basebackup): the first must be primary by then.
     [[ $i -eq 1 ]] && wait_single_primary

@@ -1,12 +1,12 @@
 // PostgreSQL that fails over, under load: a real pg_auto_failover formation (monitor, primary, synchronous
 // standby) started by server/deploy/pg-ha.sh in a temp dir, a real gateway process on the multi-host
 // DATABASE_URL, purchases (REST) and account reads (GraphQL) running while the monitor switches the primary
-// over. Then: no request answered 500; every refusal during the switch was 503 `unavailable` with a
+// over: first its primary killed, then (the node back as the standby) a planned switch-over. Then: no request answered 500; every refusal during the switch was 503 `unavailable` with a
 // Retry-After; every purchase that answered 201 exists exactly once and nothing else was charged; the ledger
 // sums to the balance; the gateway serves again on its own. The switch's length (first refusal to the next
 // 201) is printed, not asserted (docs/OPERATOR.md "A database that fails over" quotes it).
 import { execFile, execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -39,6 +39,7 @@ let url = '';
 let gw: GatewayProcess | null = null;
 let db: Database | null = null;
 let buyer: SeededUser;
+let closing = false;
 
 const ha = (cmd: string) =>
   new Promise<string>((resolve, reject) =>
@@ -63,6 +64,11 @@ beforeAll(async () => {
   url = (await ha('url')).trim();
   expect(url).toMatch(/^postgresql:\/\/postgres@127\.0\.0\.1:\d+,127\.0\.0\.1:\d+\/tunnelgate\?target_session_attrs=read-write$/);
   gw = await startGatewayProcess({ DATABASE_URL: url });
+  // A gateway that dies under the switch is the failure to explain: its last words go to the test's output.
+  const started = gw;
+  void started.exited.then((code) => {
+    if (!closing) process.stderr.write(`gateway exited (${code}) during the test:\n${started.stderr().slice(-6000)}\n${started.lines.slice(-30).join('\n')}\n`);
+  });
   db = new Database(await openOrm({ databaseUrl: url, dataDir: '', poolMax: 4 }));
   // Stock and balance for far more purchases than the run makes (about 15 a second), so every refusal seen
   // is the switch's, never out_of_stock or insufficient_balance.
@@ -72,6 +78,7 @@ beforeAll(async () => {
 }, GATEWAY_START_DEADLINE_MS + 240_000);
 
 afterAll(async () => {
+  closing = true;
   gw?.kill('SIGKILL');
   await gw?.exited;
   await db?.close();
@@ -81,6 +88,33 @@ afterAll(async () => {
   }
 }, 120_000);
 
+/**
+ * SIGKILL of the primary node's pg_autoctl (its whole process group: pg-ha.sh starts each keeper in a session
+ * of its own) and of its postmaster. Found by this test's own data directory, never by a program's name.
+ */
+async function killPrimary(): Promise<string> {
+  for (const name of ['node1', 'node2']) {
+    const port = env[name === 'node1' ? 'PG_HA_NODE1_PORT' : 'PG_HA_NODE2_PORT']!;
+    const standby = execFileSync('runuser', ['-u', 'postgres', '--', 'psql', '-Atq', '-h', '127.0.0.1', '-p', port, '-d', 'postgres', '-c', 'select pg_is_in_recovery()']).toString().trim();
+    if (standby !== 'f') continue;
+    const pgdata = path.join(env.PG_HA_DIR!, name);
+    const ps = execFileSync('ps', ['-eo', 'pid=,pgid=,args=']).toString();
+    const keeper = ps.split('\n').map((l) => l.trim().split(/\s+/)).find((f) => f.slice(2).join(' ') === `pg_autoctl run --pgdata ${pgdata}`);
+    if (!keeper) throw new Error(`no pg_autoctl running for ${pgdata}`);
+    const postmaster = Number(readFileSync(path.join(pgdata, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    process.kill(-Number(keeper[1]), 'SIGKILL');
+    // The postmaster is in the keeper's process group (pg-ha.sh starts the keeper with setsid); killed by
+    // its pid too in case a future layout starts it apart.
+    try {
+      process.kill(postmaster, 'SIGKILL');
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
+    }
+    return name;
+  }
+  throw new Error('no node answers as the primary');
+}
+
 interface Answer {
   at: number;
   status: number;
@@ -89,10 +123,12 @@ interface Answer {
 }
 
 it.skipIf(skipUnless(canRun, 'pg_auto_failover (postgresql-15-auto-failover, pg-auto-failover-cli) run as root with a postgres user'))(
-  'purchases through a switch-over: no 500, 503 unavailable with Retry-After, every 201 bought exactly once, the ledger whole',
+  'purchases through a switch-over and a killed primary: no 500, 503 unavailable with Retry-After, every 201 bought exactly once, the ledger whole',
   async () => {
     const answers: Answer[] = [];
-    const record = (r: Awaited<ReturnType<typeof call>>): Answer => {
+    // A connection closed without an answer is recorded as status 0 (and fails the test below), with its cause.
+    const closed = (e: Error) => ({ status: 0, body: { error: String((e.cause as Error | undefined)?.message ?? e.message) }, headers: new Headers(), text: '' });
+    const record = (r: { status: number; body: any; headers: Headers }): Answer => {
       const a = { at: performance.now(), status: r.status, error: r.body?.error ?? r.body?.errors?.[0]?.extensions?.code, retryAfter: r.headers.get('retry-after') };
       answers.push(a);
       return a;
@@ -106,8 +142,7 @@ it.skipIf(skipUnless(canRun, 'pg_auto_failover (postgresql-15-auto-failover, pg-
     const purchase = async () => {
       const key = randomUUID();
       for (;;) {
-        const r = await call(gw!.url, 'POST', '/api/dedicated', { token: buyer.writeKey, headers: { 'idempotency-key': key }, body: { origin_ip: '8.8.4.4' } }).catch(() => null);
-        if (r === null) throw new Error('the gateway closed a connection instead of answering');
+        const r = await call(gw!.url, 'POST', '/api/dedicated', { token: buyer.writeKey, headers: { 'idempotency-key': key }, body: { origin_ip: '8.8.4.4' } }).catch(closed);
         const a = record(r);
         if (a.status === 201) {
           bought.set(key, r.body.tunnel.id as string);
@@ -125,46 +160,65 @@ it.skipIf(skipUnless(canRun, 'pg_auto_failover (postgresql-15-auto-failover, pg-
     });
     const reader = (async () => {
       while (!stop) {
-        const r = await call(gw!.url, 'POST', '/graphql', { token: buyer.readKey, body: { query: '{ me { email } }' } });
-        record(r);
+        record(await call(gw!.url, 'POST', '/graphql', { token: buyer.readKey, body: { query: '{ me { email } }' } }).catch(closed));
         await new Promise((res) => setTimeout(res, 50));
       }
     })();
     const ready: number[] = [];
     const readiness = (async () => {
       while (!stop) {
-        ready.push((await call(gw!.url, 'GET', '/readyz')).status);
+        ready.push((await call(gw!.url, 'GET', '/readyz').catch(() => ({ status: 0 }))).status);
         await new Promise((res) => setTimeout(res, 200));
       }
     })();
 
     await until('ten purchases before the switch', () => bought.size >= 10);
-    const before = bought.size;
-    const switchAt = performance.now();
+
+    // 1. The primary dies: its keeper and its postmaster killed (SIGKILL), nothing left to restart it; the
+    // monitor finds it unreachable and promotes the standby, which the gateway finds on its own.
+    const killedAt = performance.now();
+    const killed = await killPrimary();
+    const afterKill = bought.size;
+    await until('ten purchases after the primary was killed', () => bought.size >= afterKill + 10).catch(async (e: Error) => {
+      // What the gateway saw and answered, to explain a switch that did not come back.
+      const tally: Record<string, number> = {};
+      for (const a of answers.filter((x) => x.at >= killedAt)) tally[`${a.status} ${a.error ?? ''}`] = (tally[`${a.status} ${a.error ?? ''}`] ?? 0) + 1;
+      process.stderr.write(`after the kill: ${JSON.stringify(tally)}\n${await ha('status').catch((x: Error) => x.message)}\n${gw!.lines.slice(-40).join('\n')}\n`);
+      throw e;
+    });
+
+    // 2. pg-ha.sh start again (idempotent) restarts the killed node's keeper, which rejoins as the standby;
+    // then a planned switch-over: the monitor drains the primary and promotes the standby.
+    process.stdout.write(await ha('start'));
+    const plannedAt = performance.now();
     process.stdout.write(await ha('failover'));
-    const switchedAt = performance.now();
-    // Serving again on its own: ten more purchases after the monitor reports the new primary.
-    expect(bought.size).toBeGreaterThanOrEqual(before);
-    const after = bought.size;
-    await until('ten purchases after the switch', () => bought.size >= after + 10);
+    const plannedDone = performance.now();
+    const afterPlanned = bought.size;
+    await until('ten purchases after the switch-over', () => bought.size >= afterPlanned + 10);
     stop = true;
     await Promise.all([...buyers, reader, readiness]);
 
-    // What the switch looked like from outside, measured here and printed (never asserted on).
+    // What each switch looked like from outside, measured here and printed (never asserted on): from the
+    // switch's start, when answers were refused, and the first answer served after the last refusal.
     const refusals = answers.filter((a) => a.status !== 200 && a.status !== 201);
-    const firstRefusal = refusals[0]?.at ?? null;
-    const servingAgain = firstRefusal === null ? null : answers.find((a) => a.at > refusals[refusals.length - 1]!.at && (a.status === 201 || a.status === 200))?.at ?? null;
+    const seen = (from: number, to: number) => {
+      const r = refusals.filter((a) => a.at >= from && a.at < to);
+      if (r.length === 0) return `no refusal`;
+      const last = r[r.length - 1]!.at;
+      const served = answers.find((a) => a.at > last && (a.status === 201 || a.status === 200))?.at;
+      return `${r.length} answers 503 from ${((r[0]!.at - from) / 1000).toFixed(1)} s to ${((last - from) / 1000).toFixed(1)} s, serving again at ${served === undefined ? '-' : `${((served - from) / 1000).toFixed(1)} s`}`;
+    };
     const statuses: Record<number, number> = {};
     for (const a of answers) statuses[a.status] = (statuses[a.status] ?? 0) + 1;
     process.stdout.write(
-      `failover: pg_autoctl perform failover took ${((switchedAt - switchAt) / 1000).toFixed(1)} s; ` +
-        `requests refused from ${firstRefusal === null ? 'never' : `${((firstRefusal - switchAt) / 1000).toFixed(1)} s`} ` +
-        `to ${servingAgain === null ? '-' : `${((servingAgain - switchAt) / 1000).toFixed(1)} s`} after the switch began ` +
-        `(${servingAgain === null || firstRefusal === null ? 0 : ((servingAgain - firstRefusal) / 1000).toFixed(1)} s unavailable); ` +
+      `failover (primary ${killed} killed): ${seen(killedAt, plannedAt)}\n` +
+        `failover (planned, pg_autoctl perform failover, returned after ${((plannedDone - plannedAt) / 1000).toFixed(1)} s): ${seen(plannedAt, Infinity)}\n` +
         `answers by status ${JSON.stringify(statuses)}; /readyz ${JSON.stringify(ready.reduce<Record<number, number>>((m, s) => ((m[s] = (m[s] ?? 0) + 1), m), {}))}\n`,
     );
 
     // Never a 500; every refusal is the documented 503 with its Retry-After.
+    // Every request got an answer: none cut off, none left to hang.
+    expect(answers.filter((a) => a.status === 0)).toEqual([]);
     expect(answers.filter((a) => a.status >= 500 && a.status !== 503)).toEqual([]);
     for (const a of refusals) expect(a).toMatchObject({ status: 503, error: 'unavailable', retryAfter: expect.stringMatching(/^\d+$/) });
     expect(ready.every((s) => s === 200 || s === 503)).toBe(true);
