@@ -2,7 +2,8 @@
 // locking paths, transactions over the same SQL, and the ORM itself (`orm`) for entity work.
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
-import { HOT_POOL_TYPES, type Em, type Orm } from './orm.ts';
+import { HOT_POOL_TYPES, databaseUrlOf, type Em, type Orm } from './orm.ts';
+import { pgConfig } from './multi-host.ts';
 
 export interface Sql {
   /** Runs one statement with `?` placeholders and returns its rows. */
@@ -47,7 +48,8 @@ export class Database {
   get url(): string | null {
     // PGlite reports a default clientUrl too, so ask the driver which database this is.
     if (this.orm.config.getDriver().constructor.name === 'PgliteDriver') return null;
-    return (this.orm.config.get('clientUrl') as string | undefined) ?? null;
+    // All of a multi-host URL's hosts: connections made from it follow the primary (multi-host.ts).
+    return databaseUrlOf(this.orm) ?? (this.orm.config.get('clientUrl') as string | undefined) ?? null;
   }
 
   /**
@@ -85,7 +87,7 @@ export class Database {
     };
     const connect = async (replacing: boolean): Promise<void> => {
       // Keepalive: a connection silently cut by the network is noticed (and replaced) too.
-      const client = new pg.Client({ connectionString: url, application_name: LISTENER_APPLICATION_NAME, keepAlive: true, keepAliveInitialDelayMillis: 10_000 });
+      const client = new pg.Client({ ...pgConfig(url), application_name: LISTENER_APPLICATION_NAME, keepAlive: true, keepAliveInitialDelayMillis: 10_000 });
       let lost = false;
       const onLost = () => {
         if (lost) return;
@@ -210,7 +212,7 @@ export class Database {
       // DateStyle pinned: hot statements may return times as PostgreSQL's text output and parse it.
       // Types parsed as MikroORM's pool parses them (times as PostgreSQL's text, not Date), so hot() returns
       // what query() does, on this database and on the embedded one (orm.ts HOT_POOL_TYPES).
-      this.hotPool = new pg.Pool({ connectionString: url, max: 10, options: '-c DateStyle=ISO,YMD', types: HOT_POOL_TYPES });
+      this.hotPool = new pg.Pool({ ...pgConfig(url), max: 10, options: '-c DateStyle=ISO,YMD', types: HOT_POOL_TYPES });
       // An idle connection dropped by the server (restart, failover) must not crash the process:
       // the pool discards it and the next query opens a new one.
       this.hotPool.on('error', () => {});

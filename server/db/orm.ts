@@ -11,6 +11,7 @@ import { entities } from './entities.ts';
 import { prepareDataDir } from '../data-dir.ts';
 import { migrationsList } from './migrations/index.ts';
 import './release-on-failed-rollback.ts';
+import { parseDatabaseUrl, pgConfig } from './multi-host.ts';
 
 /** Both drivers are PostgreSQL-flavoured SQL drivers; code above this module sees only that. */
 export type Orm = MikroORM<AbstractSqlDriver>;
@@ -60,16 +61,29 @@ export const HOT_POOL_TYPES = (() => {
   return types;
 })();
 
+/** The DATABASE_URL each PostgreSQL ORM was opened with, all its hosts included. */
+const DATABASE_URLS = new WeakMap<object, string>();
+
+/** The DATABASE_URL `orm` was opened with (several hosts, maybe), or null on the embedded database. */
+export function databaseUrlOf(orm: Orm): string | null {
+  return DATABASE_URLS.get(orm) ?? null;
+}
+
 export async function openOrm(opts: OpenOptions): Promise<Orm> {
   if (opts.databaseUrl) {
+    // MikroORM reads one host from its URL: a multi-host DATABASE_URL reaches it as its first host, and
+    // the pool's sockets go to whichever host is the primary (multi-host.ts).
+    const { stream } = pgConfig(opts.databaseUrl);
     const orm = await PgORM.init({
       ...common,
-      clientUrl: opts.databaseUrl,
+      clientUrl: parseDatabaseUrl(opts.databaseUrl).singleHostUrl,
+      ...(stream ? { driverOptions: { stream } } : {}),
       // A mistyped DATABASE_URL must fail loudly, not create and migrate a new empty database.
       ensureDatabase: false,
       pool: { min: 0, max: opts.poolMax ?? 20 },
       debug: opts.debug ?? false,
     });
+    DATABASE_URLS.set(orm, opts.databaseUrl);
     return orm as unknown as Orm;
   }
   // PGlite wants its parent directory to exist; the cluster itself lives in DATA_DIR/pg. Private to
@@ -96,10 +110,10 @@ const MIGRATION_LOCK_KEY = '8387793130475381108';
 export async function migrate(orm: Orm): Promise<string[]> {
   // PGlite is one process's own database: nobody to race with.
   if (orm.driver instanceof PgliteDriver) return (await orm.migrator.up()).map((m) => m.name);
-  const url = orm.config.get('clientUrl');
+  const url = databaseUrlOf(orm) ?? (orm.config.get('clientUrl') as string);
   // A connection of its own, outside the ORM's pool: the lock is the session's, and the migrator runs
   // its transactions on pool connections meanwhile. The one that waited finds nothing pending.
-  const lock = new pg.Client({ connectionString: url });
+  const lock = new pg.Client(pgConfig(url));
   await lock.connect();
   try {
     await lock.query('select pg_advisory_lock($1::bigint)', [MIGRATION_LOCK_KEY]);

@@ -19,6 +19,8 @@ const ERROR_STATUS = {
   rate_limited: 429,
   server_error: 500,
   edge_unavailable: 503,
+  /** The database cannot be reached for now (a switch-over, a restart); with Retry-After. */
+  unavailable: 503,
 } as const;
 
 export type ErrorKind = keyof typeof ERROR_STATUS;

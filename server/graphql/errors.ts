@@ -10,19 +10,24 @@
 // non-null, so `{ pricing me }` without a credential has no data either and is 401; any other error
 // in the response, or any data, keeps 200.)
 import { unwrapResolverError } from '@apollo/server/errors';
+import { HeaderMap } from '@apollo/server';
+import { GraphQLError } from 'graphql';
 import type { ApolloServerPlugin } from '@apollo/server';
 import type { GraphQLFormattedError } from 'graphql';
 import { ApiError } from '../domain/errors.ts';
+import { UNAVAILABLE_RETRY_AFTER_S, databaseUnavailable, isDatabaseUnavailable } from '../db/unavailable.ts';
 import type { Logger } from '../../common/log.ts';
 import type { GraphqlContext } from './context.ts';
 
 /** True for errors that are bugs rather than refusals: they become server_error. */
 function isUnexpected(original: unknown, code: unknown): boolean {
-  return !(original instanceof ApiError) && (code === undefined || code === null || code === 'INTERNAL_SERVER_ERROR');
+  return !(original instanceof ApiError) && !isDatabaseUnavailable(original) && (code === undefined || code === null || code === 'INTERNAL_SERVER_ERROR');
 }
 
 export function formatGraphqlError(formatted: GraphQLFormattedError, error: unknown): GraphQLFormattedError {
-  const original = unwrapResolverError(error);
+  const unwrapped = unwrapResolverError(error);
+  // The database out of reach for now (a switch-over): `unavailable` with retry_after, never server_error.
+  const original = !(unwrapped instanceof ApiError) && isDatabaseUnavailable(unwrapped) ? databaseUnavailable() : unwrapped;
   const where = { ...(formatted.locations ? { locations: formatted.locations } : {}), ...(formatted.path ? { path: formatted.path } : {}) };
   if (original instanceof ApiError) {
     // A domain rate_limited (the origin-change limit of updateTunnel) says when to retry, as REST's Retry-After does.
@@ -79,6 +84,11 @@ export function errorPlugin(log: Logger): ApolloServerPlugin<GraphqlContext> {
           }
           // Likewise 403 when the credential itself was refused as a whole: a token of a client registered
           // without API access (docs/CONTRACTS.md "Admin CLI"). A viewer's refused mutation is not this case (auth succeeded).
+          // No data at all because the database is out of reach: 503 with Retry-After, as REST answers.
+          if (data == null && errors?.length && errors.every((e) => e.extensions?.code === 'unavailable')) {
+            response.http.status = 503;
+            response.http.headers.set('retry-after', String(UNAVAILABLE_RETRY_AFTER_S));
+          }
           const refused = contextValue.auth.error;
           if (data == null && errors?.length && refused?.code === 'insufficient_scope' && errors.every((e) => e.extensions?.code === 'insufficient_scope')) {
             response.http.status = 403;
@@ -88,4 +98,12 @@ export function errorPlugin(log: Logger): ApolloServerPlugin<GraphqlContext> {
       };
     },
   };
+}
+
+/** The database out of reach before any resolver ran (the credential's check): a 503 request error with Retry-After. */
+export function unavailableGraphqlError(): GraphQLError {
+  const e = databaseUnavailable();
+  return new GraphQLError(e.message, {
+    extensions: { code: e.code, status: e.status, retry_after: UNAVAILABLE_RETRY_AFTER_S, http: { status: e.status, headers: new HeaderMap([['retry-after', String(UNAVAILABLE_RETRY_AFTER_S)]]) } },
+  });
 }

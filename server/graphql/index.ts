@@ -13,6 +13,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import type { Duplex } from 'node:stream';
 import type { Context as WsServerContext } from 'graphql-ws';
 import type { Principal } from '../auth/principal.ts';
+import { isDatabaseUnavailable } from '../db/unavailable.ts';
 import { ApiError } from '../domain/errors.ts';
 import { clientAddress } from '../http/client-address.ts';
 import type { Admission, RequestGate } from '../http/middleware/request-gate.ts';
@@ -20,7 +21,7 @@ import { addressKey } from '../oidc/login-limits.ts';
 import type { Logger } from '../../common/log.ts';
 import type { Services } from '../services.ts';
 import { createContext, type GraphqlContext } from './context.ts';
-import { errorPlugin, formatGraphqlError } from './errors.ts';
+import { errorPlugin, formatGraphqlError, unavailableGraphqlError } from './errors.ts';
 import { queryLimitsRule } from './limits.ts';
 import { buildGraphqlSchema } from './schema.ts';
 import { SubscriptionCaps, type SubscriptionSlots } from './subscriptions.ts';
@@ -72,13 +73,18 @@ export async function createGraphql(
 
   const apolloMiddleware = koaMiddleware(apollo, {
     context: async ({ ctx }) =>
-      createContext(
+      Promise.resolve().then(() => createContext(
         services,
         glog,
         ctx.get('authorization') || undefined,
         typeof ctx.state.requestId === 'string' ? ctx.state.requestId : null,
         ctx.state.admission as Admission | undefined,
-      ),
+      )).catch((e: unknown) => {
+        // The credential could not be checked because the database is out of reach (a switch-over):
+        // the request error REST answers too, 503 with Retry-After, not Apollo's 500 for a failed context.
+        if (isDatabaseUnavailable(e)) throw unavailableGraphqlError();
+        throw e;
+      }),
   });
 
   const middleware: Koa.Middleware = async (ctx) => {

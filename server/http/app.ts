@@ -12,6 +12,7 @@ import YAML from 'yaml';
 import type { Services } from '../services.ts';
 import type { Logger } from '../../common/log.ts';
 import { ApiError } from '../domain/errors.ts';
+import { databaseUnavailable, isDatabaseUnavailable } from '../db/unavailable.ts';
 import { migrationsPending } from '../db/orm.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
 import { RequestGate, type Admission } from './middleware/request-gate.ts';
@@ -80,7 +81,7 @@ function errorMapper(log: Logger) {
     try {
       await next();
     } catch (e) {
-      const err = e instanceof ApiError ? e : fromKoaError(e);
+      const err = e instanceof ApiError ? e : isDatabaseUnavailable(e) ? databaseUnavailable() : fromKoaError(e);
       if (err) {
         if (err.internal !== undefined) log.warn('request refused', { request_id: ctx.state.requestId, method: ctx.method, path: ctx.path, error: err.code, detail: err.internal });
         ctx.status = err.status;

@@ -7,6 +7,7 @@ import type { Context, Middleware, Next } from 'koa';
 import { errors, type KoaContextWithOIDC } from 'oidc-provider';
 import type { Database } from '../db/database.ts';
 import { ApiError } from '../domain/errors.ts';
+import { databaseUnavailable, isDatabaseUnavailable } from '../db/unavailable.ts';
 import { RateLimiter } from '../http/middleware/rate-limit.ts';
 import type { Logger } from '../../common/log.ts';
 import { AccessTokenVerifier, looksLikeJwt } from './access-tokens.ts';
@@ -58,6 +59,21 @@ const PROVIDER_PATHS = /^\/(?:\.well-known\/openid-configuration|oauth\/(?:autho
  */
 const NO_CREDENTIALS = new Set(['no client authentication mechanism provided', 'client_secret must be provided in the Authorization header']);
 
+/**
+ * oidc-provider answers any failure of its storage as 500 server_error; when the cause was the database out
+ * of reach (a switch-over to the standby), the answer is the API's: 503 with Retry-After, and for the JSON
+ * endpoints (token, userinfo, revocation ...) the body {"error":"unavailable", ...} (docs/CONTRACTS.md "REST
+ * errors"). An HTML error page keeps its text under the 503.
+ */
+function databaseOutOfReach(ctx: Context): void {
+  if (ctx.state.databaseUnavailable !== true || ctx.status !== 500) return;
+  const refusal = databaseUnavailable();
+  ctx.status = refusal.status;
+  ctx.set(refusal.headers);
+  const body = ctx.body as { error?: unknown } | undefined;
+  if (body && typeof body === 'object' && !Buffer.isBuffer(body) && body.error === 'server_error') ctx.body = refusal.body;
+}
+
 function missingCredentialsAreInvalidClient(ctx: Context): void {
   const body = ctx.body as { error?: string; error_description?: string } | undefined;
   if (ctx.status !== 400 || body?.error !== 'invalid_request' || !NO_CREDENTIALS.has(body.error_description ?? '')) return;
@@ -87,7 +103,13 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
     avatars,
   });
   // oidc-provider answers its own failures with server_error; the cause goes to our log (never the token values).
+  // The database out of reach (a switch-over) is no bug: marked here, answered 503 below (databaseOutOfReach).
   provider.on('server_error', (ctx: Context, err: unknown) => {
+    if (isDatabaseUnavailable(err)) {
+      ctx.state.databaseUnavailable = true;
+      c.log.warn('oidc request refused: database unavailable', { request_id: ctx.state.requestId, path: ctx.path });
+      return;
+    }
     c.log.error('oidc server_error', { request_id: ctx.state.requestId, path: ctx.path, err });
   });
   const pages = interactionRoutes({
@@ -209,6 +231,7 @@ export async function createIssuer(c: IssuerConfig): Promise<Issuer> {
       if (wait > 0) throw new ApiError('rate_limited', `Too many requests from this address; retry in ${wait} s.`, { 'Retry-After': String(wait) });
     }
     await runProvider(ctx, rest, next);
+    databaseOutOfReach(ctx);
     if (clientCall) missingCredentialsAreInvalidClient(ctx);
     if (clientCall && ctx.status === 401) {
       const wait = clientFailures.take(`oauth-fail:${address}`);

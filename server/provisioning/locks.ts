@@ -8,6 +8,7 @@
 // (or with the connection, if this process dies). The embedded database (PGlite) is one process by
 // construction, so the in-process line is the whole lock there and `fn` gets no connection.
 import pg from 'pg';
+import { pgConfig } from '../db/multi-host.ts';
 
 /** What pg-boss accepts as its `db` option (`executeSql`) and what the lock holder queries with. */
 export interface LockedSql {
@@ -77,7 +78,7 @@ export class KeyedLocks {
   /** `waitMs` null: try once, never wait. */
   private async advisory<T>(url: string, key: string, waitMs: number | null, fn: (sql: LockedSql) => Promise<T>): Promise<{ acquired: true; value: T } | { acquired: false }> {
     if (!this.pool) {
-      this.pool = new pg.Pool({ connectionString: url, max: this.opts.maxConnections, idleTimeoutMillis: 10_000, application_name: this.opts.application });
+      this.pool = new pg.Pool({ ...pgConfig(url), max: this.opts.maxConnections, idleTimeoutMillis: 10_000, application_name: this.opts.application });
       // A connection the server dropped (restart, failover) is discarded; the next lock opens another.
       this.pool.on('error', () => {});
     }

@@ -20,6 +20,7 @@
 // replica (locks.ts), so repeated or concurrent requests never pile up jobs (docs/CONTRACTS.md "Tunnel lifecycle").
 import { PgBoss, fromPglite, type JobResult, type JobWithMetadata, type PGliteLike } from 'pg-boss';
 import type { Database } from '../db/database.ts';
+import { pgConfig } from '../db/multi-host.ts';
 import type { Logger } from '../../common/log.ts';
 import { KeyedLocks, type LockedSql } from './locks.ts';
 
@@ -113,7 +114,7 @@ export class EdgeQueue {
     // pass every 60 s would stall that node for minutes, so it runs every 10 s (one cheap, try-locked query).
     const timing = { superviseIntervalSeconds: 10, monitorIntervalSeconds: 10 };
     if (db.url) {
-      boss = new PgBoss({ connectionString: db.url, schema: BOSS_SCHEMA, max: 5, useListenNotify: true, application_name: 'tunnelgate-queue', ...timing });
+      boss = new PgBoss({ ...pgConfig(db.url), schema: BOSS_SCHEMA, max: 5, useListenNotify: true, application_name: 'tunnelgate-queue', ...timing });
     } else {
       const conn = db.orm.em.getConnection() as unknown as { getNativeClient(): Promise<PGliteLike> };
       const adapter = fromPglite(await conn.getNativeClient());

@@ -137,24 +137,27 @@ describe('openapi.yaml as a document', () => {
 
   it('documents the error statuses of docs/CONTRACTS.md "REST errors" where the routes can produce them', () => {
     const statuses = (m: string, p: string) => documentedStatuses(m, p).sort();
-    expect(statuses('post', '/api/dedicated')).toEqual(['201', '400', '401', '402', '403', '409', '413', '415', '422', '429', '500']);
-    expect(statuses('get', '/api/dedicated')).toEqual(['200', '400', '401', '403', '429', '500']);
-    expect(statuses('get', '/api/dedicated/{id}')).toEqual(['200', '401', '403', '404', '429', '500']);
-    expect(statuses('get', '/api/dedicated/{id}/setup')).toEqual(['200', '401', '403', '404', '409', '429', '500']);
+    // 503 on every operation: `unavailable` while the database is out of reach (a switch-over), and on
+    // activate also `edge_unavailable`.
+    expect(statuses('post', '/api/dedicated')).toEqual(['201', '400', '401', '402', '403', '409', '413', '415', '422', '429', '500', '503']);
+    expect(statuses('get', '/api/dedicated')).toEqual(['200', '400', '401', '403', '429', '500', '503']);
+    expect(statuses('get', '/api/dedicated/{id}')).toEqual(['200', '401', '403', '404', '429', '500', '503']);
+    expect(statuses('get', '/api/dedicated/{id}/setup')).toEqual(['200', '401', '403', '404', '409', '429', '500', '503']);
     for (const file of ['origin.sh', 'systemd_origin.service']) {
-      expect(statuses('get', `/api/dedicated/{id}/setup/${file}`)).toEqual(['200', '401', '403', '404', '409', '429', '500']);
+      expect(statuses('get', `/api/dedicated/{id}/setup/${file}`)).toEqual(['200', '401', '403', '404', '409', '429', '500', '503']);
     }
-    expect(statuses('post', '/api/dedicated/{id}/provision')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
+    expect(statuses('post', '/api/dedicated/{id}/provision')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
     expect(statuses('post', '/api/dedicated/{id}/activate')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
-    expect(statuses('delete', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
-    expect(statuses('patch', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500']);
-    expect(statuses('get', '/api/dedicated/pricing')).toEqual(['200', '500']);
+    expect(statuses('delete', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
+    expect(statuses('patch', '/api/dedicated/{id}')).toEqual(['200', '202', '400', '401', '403', '404', '409', '413', '415', '429', '500', '503']);
+    expect(statuses('get', '/api/dedicated/pricing')).toEqual(['200', '500', '503']);
     // Reads are 403 too for an access token of a client without API access (docs/CONTRACTS.md "Admin CLI").
     // The error code enum is the one of docs/CONTRACTS.md "REST errors".
     expect(doc.components.schemas.Error.properties.error.enum.sort()).toEqual(
       [
         'invalid_request', 'invalid_origin_ip', 'invalid_promocode', 'invalid_token', 'insufficient_balance', 'insufficient_scope',
         'not_found', 'out_of_stock', 'invalid_state', 'rate_limited', 'server_error', 'edge_unavailable',
+        'unavailable',
       ].sort(),
     );
     expect(doc.components.schemas.TunnelStatus.enum).toEqual(['pending', 'provisioning', 'provisioned', 'active', 'failed', 'deleting', 'deleted']);
