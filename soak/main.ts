@@ -4,7 +4,7 @@
 // report's path; default bench/results/soak.json). Exits 1 when a check failed or a finding was made.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { faultOrder, type FaultContext } from './faults.ts';
+import { faultOrder, type FaultContext, type Injected } from './faults.ts';
 import { livenessChecks, safetyChecks, type CheckResult, type InvariantInputs } from './invariants.ts';
 import { Load, sleep } from './load.ts';
 import { seededRng } from './random.ts';
@@ -101,17 +101,39 @@ async function main(): Promise<void> {
   log(`load started; faults planned: ${plan.map((f) => f.name).join(', ')}`);
   load.start();
   const faults: FaultRecord[] = [];
+  const injectErrors: string[] = [];
+  const recoverErrors: string[] = [];
   for (let k = 0; k < plan.length; k++) {
     const due = t0 + FIRST_FAULT_MS + k * FAULT_EVERY_MS;
     if (due >= t0 + durationMs) break;
     await sleep(Math.max(0, due - Date.now()));
     const fault = plan[k]!;
     const at = (Date.now() - t0) / 1000;
-    const injected = await fault.inject(ctx);
+    let injected: Injected;
+    try {
+      injected = await fault.inject(ctx);
+    } catch (e) {
+      // A fault that could not be injected is the soak's own trouble, not the product's: said, and skipped.
+      log(`fault ${k + 1}/${plan.length} ${fault.name}: could not be injected: ${(e as Error).message}`);
+      injectErrors.push(`${fault.name}: ${(e as Error).message}`);
+      continue;
+    }
     log(`fault ${k + 1}/${plan.length} ${fault.name}: ${injected.target}`);
     await sleep(fault.holdMs);
     const r0 = performance.now();
-    await fault.recover(ctx, injected);
+    // The recover action (a restart) is tried again while it fails: a gateway slow to start on a loaded host.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await fault.recover(ctx, injected);
+        break;
+      } catch (e) {
+        log(`  recover action failed (attempt ${attempt}): ${(e as Error).message.slice(0, 300)}`);
+        if (attempt === 3) {
+          recoverErrors.push(`${fault.name}: ${(e as Error).message.slice(0, 300)}`);
+          break;
+        }
+      }
+    }
     const recoverMs = performance.now() - r0;
     const wait = await waitForInvariants(inputs, safetySeen);
     // Time to recover: from the recover action until every invariant holds.
@@ -138,6 +160,7 @@ async function main(): Promise<void> {
     load,
     webhooks: { received: rig.receiver.deliveries, bad: rig.receiver.bad },
     crashes: rig.gateways.flatMap((g) => g.crashes),
+    faultErrors: [...injectErrors.map((e) => `inject ${e}`), ...recoverErrors.map((e) => `recover ${e}`)],
   });
   printReport(report);
   mkdirSync(dirname(reportPath), { recursive: true });

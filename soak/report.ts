@@ -56,6 +56,8 @@ export interface SoakReport {
   };
   webhooks: { deliveries_received: number; bad: string[] };
   gateway_crashes: string[];
+  /** Faults the soak could not inject or undo (its own trouble; fails the run all the same). */
+  fault_errors: string[];
 }
 
 const round = (s: number) => Math.round(s * 10) / 10;
@@ -72,6 +74,7 @@ export function buildReport(i: {
   load: Load;
   webhooks: { received: number; bad: string[] };
   crashes: string[];
+  faultErrors: string[];
 }): SoakReport {
   const byName: Record<string, { passed: number; failed: number }> = {};
   const tally = (checks: CheckResult[]) => {
@@ -121,6 +124,7 @@ export function buildReport(i: {
     },
     webhooks: { deliveries_received: i.webhooks.received, bad: i.webhooks.bad.slice(0, 50) },
     gateway_crashes: i.crashes,
+    fault_errors: i.faultErrors,
   };
   report.ok =
     failed === 0 &&
@@ -129,7 +133,8 @@ export function buildReport(i: {
     report.load.violations.length === 0 &&
     report.load.server_errors_500 === 0 &&
     report.webhooks.bad.length === 0 &&
-    report.gateway_crashes.length === 0;
+    report.gateway_crashes.length === 0 &&
+    report.fault_errors.length === 0;
   return report;
 }
 
@@ -152,6 +157,7 @@ export function printReport(r: SoakReport): void {
   for (const v of r.load.violations) lines.push(`LOAD VIOLATION ${v}`);
   lines.push(`webhooks: ${r.webhooks.deliveries_received} deliveries received, ${r.webhooks.bad.length} failed verification`);
   for (const c of r.gateway_crashes) lines.push(`GATEWAY CRASH ${c}`);
+  for (const c of r.fault_errors) lines.push(`FAULT ERROR ${c}`);
   if (!r.final.held) for (const c of r.final.checks.filter((x) => !x.ok)) lines.push(`FINAL ${c.name}: ${c.found.join('; ')}`);
   console.log(lines.join('\n'));
 }

@@ -38,6 +38,8 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces, nftables)') || ski
       const code = await new Promise<number | null>((r) => child.on('exit', (c) => r(c)));
       // The soak's own lines (its seed first) say what happened when anything below fails.
       const report = JSON.parse(readFileSync(reportPath, 'utf8')) as SoakReport;
+      // The soak's printed report (faults, recovery times, checks, load), shown with the test's output.
+      console.log(out.slice(out.indexOf('soak report:')));
       const context = `${out.slice(-6000)}`;
       expect(report.faults.length, context).toBeGreaterThanOrEqual(MINUTES - 1);
       expect(report.faults.filter((f) => f.recovery_s === null), context).toEqual([]);
@@ -48,6 +50,7 @@ describe.skipIf(skipUnless(isRoot, 'root (network namespaces, nftables)') || ski
       expect(report.load.server_errors_500, context).toBe(0);
       expect(report.webhooks.bad, context).toEqual([]);
       expect(report.gateway_crashes, context).toEqual([]);
+      expect(report.fault_errors, context).toEqual([]);
       // The load did what it is for: purchases bought tunnels, some were refused for lack of funds, webhooks came.
       expect(report.load.answers.purchase?.['201'] ?? 0, context).toBeGreaterThan(0);
       expect(report.load.answers.purchase?.['402'] ?? 0, context).toBeGreaterThan(0);
