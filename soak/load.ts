@@ -43,6 +43,9 @@ export class Load {
   readonly bought = new Set<string>();
   /** Things a client saw that break the contract on their own (a replay that bought another tunnel...). */
   readonly violations: string[] = [];
+  /** The first answers 500 (the contract allows none), with their body and when: what the report shows of them. */
+  readonly serverErrorSamples: string[] = [];
+  private readonly startedAt = Date.now();
   /** IPs sold again after the tunnel that held them was deleted (freed IPs are reusable). */
   ipsReused = 0;
   private readonly freedIps = new Set<string>();
@@ -63,7 +66,10 @@ export class Load {
     for (const a of accounts) this.tunnels.set(a.accountId, new Map());
   }
 
-  private count(action: Action, status: number): void {
+  private count(action: Action, status: number, body?: Record<string, unknown>): void {
+    if (status === 500 && this.serverErrorSamples.length < 10) {
+      this.serverErrorSamples.push(`${action} at +${((Date.now() - this.startedAt) / 1000).toFixed(0)} s of the load: ${JSON.stringify(body ?? {}).slice(0, 300)}`);
+    }
     const a = (this.answers[action] ??= {});
     a[String(status)] = (a[String(status)] ?? 0) + 1;
   }
@@ -117,12 +123,12 @@ export class Load {
     const idem = randomUUID();
     const body = { origin_ip: this.originIp(), name: `soak-${idem.slice(0, 8)}` };
     let r = await this.request(a.writeKey, 'POST', '/api/dedicated', body, { 'idempotency-key': idem });
-    this.count('purchase', r.status);
+    this.count('purchase', r.status, r.body);
     // An answer lost (no answer, or the replica's database gone): the client retries with the same key.
     for (let i = 0; i < 5 && (r.status === 0 || r.status === 503 || r.status === 500); i++) {
       await sleep(2000);
       r = await this.request(a.writeKey, 'POST', '/api/dedicated', body, { 'idempotency-key': idem });
-      this.count('purchase-retry', r.status);
+      this.count('purchase-retry', r.status, r.body);
     }
     if (r.status !== 201) return;
     const t = (r.body as { tunnel: TunnelView }).tunnel;
@@ -131,7 +137,7 @@ export class Load {
     this.remember(a, t);
     if (this.rng.next() < 0.3) {
       const again = await this.request(a.writeKey, 'POST', '/api/dedicated', body, { 'idempotency-key': idem });
-      this.count('purchase-replay', again.status);
+      this.count('purchase-replay', again.status, again.body);
       if (again.status === 201) {
         const id = (again.body as { tunnel: TunnelView }).tunnel.id;
         if (id !== t.id) this.violations.push(`purchase replay with key ${idem} answered tunnel ${id}, the first answer was ${t.id}`);
@@ -151,7 +157,7 @@ export class Load {
         : action === 'patch'
           ? await this.request(a.writeKey, 'PATCH', `/api/dedicated/${t.id}`, { ports: this.rng.pick(PORT_SETS) })
           : await this.request(a.writeKey, 'DELETE', `/api/dedicated/${t.id}`);
-    this.count(action, r.status);
+    this.count(action, r.status, r.body);
     if (r.status === 200 || r.status === 202) this.remember(a, (r.body as { tunnel?: TunnelView }).tunnel);
     else if (r.status === 404) this.mine(a).delete(t.id);
     else if (r.status === 409) await this.refresh(a, t.id);
@@ -168,7 +174,8 @@ export class Load {
     const roll = this.rng.next();
     if (roll < 0.25 && live.length < 6) return this.purchase(a);
     if (roll < 0.55) return this.onTunnel(a, 'provision', (t) => t.status === 'pending' || t.status === 'failed');
-    if (roll < 0.85) return this.onTunnel(a, 'patch', (t) => t.status === 'provisioned' || t.status === 'active');
+    // Deletes only above a few live tunnels, so each account keeps some on the edges for the faults to hit.
+    if (roll < 0.85 || live.length < 3) return this.onTunnel(a, 'patch', (t) => t.status === 'provisioned' || t.status === 'active');
     // Deleting whatever is not yet deleted (a provisioning one too): deletes race jobs on purpose.
     return this.onTunnel(a, 'delete', (t) => t.status !== 'deleted' && t.status !== 'deleting');
   }

@@ -52,6 +52,7 @@ export interface SoakReport {
     tunnels_bought: number;
     ips_reused: number;
     server_errors_500: number;
+    server_error_samples: string[];
     violations: string[];
   };
   webhooks: { deliveries_received: number; bad: string[] };
@@ -120,6 +121,7 @@ export function buildReport(i: {
       tunnels_bought: i.load.bought.size,
       ips_reused: i.load.ipsReused,
       server_errors_500: i.load.serverErrors(),
+      server_error_samples: i.load.serverErrorSamples,
       violations: i.load.violations.slice(0, 50),
     },
     webhooks: { deliveries_received: i.webhooks.received, bad: i.webhooks.bad.slice(0, 50) },
@@ -155,6 +157,7 @@ export function printReport(r: SoakReport): void {
   );
   for (const [action, by] of Object.entries(r.load.answers)) lines.push(`  ${action.padEnd(16)} ${JSON.stringify(by)}`);
   for (const v of r.load.violations) lines.push(`LOAD VIOLATION ${v}`);
+  for (const v of r.load.server_error_samples) lines.push(`ANSWER 500 ${v}`);
   lines.push(`webhooks: ${r.webhooks.deliveries_received} deliveries received, ${r.webhooks.bad.length} failed verification`);
   for (const c of r.gateway_crashes) lines.push(`GATEWAY CRASH ${c}`);
   for (const c of r.fault_errors) lines.push(`FAULT ERROR ${c}`);
