@@ -51,10 +51,10 @@ table inet tg {
   map tunnel_counters { type ipv4_addr : counter; elements = { $P : "p_in" } }
   set allowed_1 { type ipv4_addr . inet_proto . inet_service; elements = { $P . udp . 9000, $P . udp . 9001, $P . tcp . 5201 } }
   set upstream_links { type iface_index; elements = { "e-c" } }
-  set meter { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 1s; }
+  set srcmeter { type ipv4_addr; size 65536; flags dynamic,timeout; timeout 1s; }
   map rate_limits { type ipv4_addr : verdict; }
   chain ratelimit_p {
-    update @meter { ip saddr limit rate 1000/second } return
+    update @srcmeter { ip saddr limit rate 1000/second } return
     counter name "p_rate_limited" drop
   }
   chain early_in {
