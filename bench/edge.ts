@@ -215,7 +215,8 @@ class Lab {
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const kpps = (x: number): string => `${(x / 1000).toFixed(0)} kpps`;
+// Three significant figures: in the emulated guest a lab forwards a few thousand packets a second.
+const kpps = (x: number): string => `${(x / 1000).toPrecision(3)} kpps`;
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'tg-edgeb-bin-'));
