@@ -21,9 +21,10 @@ say() { printf 'vm-assets: %s\n' "$*" >&2; }
 # Tests: GRE, nftables NAT, conntrack over netlink (the agent's flush and `conntrack -L`), veth for the
 # lab wiring, virtio-net for the port the host reaches the agent on, socket diag for `ss`. Every nftables
 # expression module comes too: Debian's 6.1 builds some that newer kernels have built in (nft_objref,
-# which the agent's per-tunnel counters need) as modules, and a missing one fails as a bare ENOENT.
+# which the agent's per-tunnel counters need) as modules, and a missing one fails as a bare ENOENT. The flowtable
+# types (nf_flow_table_inet: the fast path's flowtables in ip and inet tables) are not an expression: named here.
 MODULES=(virtio_mmio 9pnet_virtio 9p overlay virtio_net
-  ip_gre nf_tables nft_nat nft_chain_nat nft_ct nf_conntrack_netlink
+  ip_gre nf_tables nft_nat nft_chain_nat nft_ct nf_conntrack_netlink nf_flow_table_inet
   veth tcp_diag udp_diag crc32c_generic crc32c-intel)
 for p in busybox-static cpio kmod; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || { say "missing Debian package $p"; exit 1; }

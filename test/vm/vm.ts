@@ -8,7 +8,8 @@
 // guest CPU (V8's AVX paths are much slower under TCG). The guest is told the TSC rate instead of
 // measuring it: on a busy host the measurement fails and, microvm having no other clock, boot hangs.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ChangeCounts, ProbeResult, ReconcileResult } from '../../agent/dataplane/types.ts';
@@ -99,6 +100,61 @@ export interface BootOptions {
   echoConsole?: boolean;
 }
 
+/**
+ * QEMU's command line for a guest running `job` (a bash script on the host's root, which the guest shares) as its
+ * one task; with `netdev`, a virtio NIC on that user-mode network.
+ */
+export function qemuArgs(assets: VmAssets, opts: { job: string; cpus: number; memMb: number; netdev?: string }): string[] {
+  const kvm = process.env.TUNNELGATE_VM_ACCEL ? process.env.TUNNELGATE_VM_ACCEL === 'kvm' : hardwareVirt();
+  let append = `console=ttyS0 quiet loglevel=4 panic=-1 8250.nr_uarts=1 tg.job=${opts.job}`;
+  const khz = tscKhz();
+  if (!kvm && khz) append += ` tsc=reliable tsc_early_khz=${khz} lpj=${Math.round((khz * 1000) / assets.hz)}`;
+  return [
+    '-nodefaults', '-no-user-config', '-display', 'none', '-monitor', 'none', '-serial', 'stdio', '-no-reboot',
+    '-machine', 'microvm,rtc=on',
+    '-accel', kvm ? 'kvm' : 'tcg',
+    '-cpu', kvm ? 'host' : 'max,-avx,-avx2,-fma,-bmi1,-bmi2',
+    '-smp', String(opts.cpus),
+    '-m', String(opts.memMb),
+    '-kernel', assets.vmlinux,
+    '-initrd', assets.initrd,
+    '-append', append,
+    '-fsdev', 'local,id=host,path=/,security_model=none,readonly=on,multidevs=remap',
+    '-device', 'virtio-9p-device,fsdev=host,mount_tag=host',
+    ...(opts.netdev ? ['-netdev', opts.netdev, '-device', 'virtio-net-device,netdev=net0'] : []),
+  ];
+}
+
+/**
+ * Runs `argv` (from the checkout's root) as the guest's one job, with `env`, its console on our stdout; answers
+ * the job's exit status. For what needs the guest's kernel but no lab of start.sh's (bench:edge-vm).
+ */
+export async function runInVm(argv: string[], env: Record<string, string>, opts: { cpus?: number; memMb?: number } = {}): Promise<number> {
+  const quote = (v: string): string => `'${v.replaceAll("'", `'\\''`)}'`;
+  const dir = mkdtempSync(join(tmpdir(), 'tg-vm-job-'));
+  const job = join(dir, 'job.sh');
+  // The guest shares the host's root read-only: this script, the checkout and node_modules are where they are here.
+  writeFileSync(job, ['#!/bin/bash', 'set -euo pipefail', `cd ${quote(join(HERE, '../..'))}`, ...Object.entries(env).map(([k, v]) => `export ${k}=${quote(v)}`), `exec ${argv.map(quote).join(' ')}`, ''].join('\n'));
+  try {
+    const args = qemuArgs(buildAssets(), { job, cpus: opts.cpus ?? 1, memMb: opts.memMb ?? 1536 });
+    const qemu = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'pipe', 'inherit'] });
+    const kill = () => qemu.kill('SIGKILL');
+    process.once('exit', kill);
+    let tail = '';
+    qemu.stdout.on('data', (d: Buffer) => {
+      const s = String(d).replaceAll('\r', '');
+      tail = (tail + s).slice(-4096);
+      process.stdout.write(s);
+    });
+    const code = await new Promise<number | null>((r) => qemu.on('exit', r));
+    process.off('exit', kill);
+    const m = /TG_VM_EXIT=(\d+)/.exec(tail);
+    return m ? Number(m[1]) : code || 125;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 export class VmError extends Error {
   override name = 'VmError';
 }
@@ -127,27 +183,14 @@ export class TestVm {
   static async boot(assets: VmAssets, opts: BootOptions = {}): Promise<TestVm> {
     const t0 = performance.now();
     const [controlPort, agentPort, agent2Port] = [await freePort(), await freePort(), await freePort()];
-    const kvm = process.env.TUNNELGATE_VM_ACCEL ? process.env.TUNNELGATE_VM_ACCEL === 'kvm' : hardwareVirt();
-    let append = `console=ttyS0 quiet loglevel=4 panic=-1 8250.nr_uarts=1 tg.job=${join(HERE, 'guest', 'start.sh')}`;
-    const khz = tscKhz();
-    if (!kvm && khz) append += ` tsc=reliable tsc_early_khz=${khz} lpj=${Math.round((khz * 1000) / assets.hz)}`;
     const fwd = (host: number, guest: number) => `hostfwd=tcp:127.0.0.1:${host}-${LAB.edgeMgmt}:${guest}`;
-    const args = [
-      '-nodefaults', '-no-user-config', '-display', 'none', '-monitor', 'none', '-serial', 'stdio', '-no-reboot',
-      '-machine', 'microvm,rtc=on',
-      '-accel', kvm ? 'kvm' : 'tcg',
-      '-cpu', kvm ? 'host' : 'max,-avx,-avx2,-fma,-bmi1,-bmi2',
-      '-smp', String(opts.cpus ?? 1),
-      '-m', String(opts.memMb ?? 1536),
-      '-kernel', assets.vmlinux,
-      '-initrd', assets.initrd,
-      '-append', append,
-      '-fsdev', 'local,id=host,path=/,security_model=none,readonly=on,multidevs=remap',
-      '-device', 'virtio-9p-device,fsdev=host,mount_tag=host',
+    const args = qemuArgs(assets, {
+      job: join(HERE, 'guest', 'start.sh'),
+      cpus: opts.cpus ?? 1,
+      memMb: opts.memMb ?? 1536,
       // restrict=on: the guest reaches nothing outside; only these forwards come in.
-      '-netdev', `user,id=net0,restrict=on,${fwd(controlPort, LAB.controlPort)},${fwd(agentPort, LAB.agentPort)},${fwd(agent2Port, LAB.agent2RelayPort)}`,
-      '-device', 'virtio-net-device,netdev=net0',
-    ];
+      netdev: `user,id=net0,restrict=on,${fwd(controlPort, LAB.controlPort)},${fwd(agentPort, LAB.agentPort)},${fwd(agent2Port, LAB.agent2RelayPort)}`,
+    });
     const qemu = spawn('qemu-system-x86_64', args, { stdio: ['ignore', 'pipe', 'pipe'] });
     const vm = new TestVm(qemu, controlPort, agentPort, agent2Port);
     const kill = () => qemu.kill('SIGKILL');

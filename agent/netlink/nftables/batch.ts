@@ -11,12 +11,14 @@ import {
   NFPROTO_IPV4,
   NFPROTO_UNSPEC,
   NFT_MSG_DELCHAIN,
+  NFT_MSG_DELFLOWTABLE,
   NFT_MSG_DELOBJ,
   NFT_MSG_DELRULE,
   NFT_MSG_DELSET,
   NFT_MSG_DELSETELEM,
   NFT_MSG_DELTABLE,
   NFT_MSG_NEWCHAIN,
+  NFT_MSG_NEWFLOWTABLE,
   NFT_MSG_NEWOBJ,
   NFT_MSG_NEWRULE,
   NFT_MSG_NEWSET,
@@ -26,6 +28,7 @@ import {
   nftType,
 } from './message.ts';
 import { NFT_OBJECT_SYNPROXY, counterBody, deleteCounterBody, deleteObjectBody, synproxyBody, type CounterSpec, type SynproxySpec } from './object.ts';
+import { deleteFlowtableBody, flowtableBody, type FlowtableSpec } from './flowtable.ts';
 import { ruleBody, type RuleSpec } from './rule.ts';
 import { elementSize, elementsBody, elementsHeaderSize, setBody, type ElementsSpec, type SetElement, type SetSpec } from './set.ts';
 import { tableBody } from './table.ts';
@@ -204,6 +207,15 @@ export class NftBatch {
   /** Deletes an empty chain nothing jumps to. */
   deleteChain(table: string, name: string): this {
     return this.push(NFT_MSG_DELCHAIN, NLM_F_REQUEST, `delete chain ${table}/${name}`, (w) => w.attrString(NFTA_CHAIN_TABLE_ATTR, table).attrString(NFTA_CHAIN_NAME_ATTR, name));
+  }
+
+  /** `add flowtable`: also how devices are added to one that exists (the kernel merges the lists). */
+  addFlowtable(f: FlowtableSpec): this {
+    return this.push(NFT_MSG_NEWFLOWTABLE, NLM_F_REQUEST | NLM_F_CREATE, `add flowtable ${f.table}/${f.name}`, (w) => flowtableBody(w, f));
+  }
+
+  deleteFlowtable(table: string, name: string): this {
+    return this.push(NFT_MSG_DELFLOWTABLE, NLM_F_REQUEST, `delete flowtable ${table}/${name}`, (w) => deleteFlowtableBody(w, table, name));
   }
 
   addSynproxy(s: SynproxySpec): this {

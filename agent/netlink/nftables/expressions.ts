@@ -54,6 +54,9 @@ const NFTA_NAT_REG_ADDR_MIN = 3;
 const NFTA_NAT_REG_ADDR_MAX = 4;
 export const NFT_NAT_DNAT = 1;
 
+// NFTA_FLOW_TABLE_NAME: the flowtable a `flow add` puts the packet's connection in.
+const NFTA_FLOW_TABLE_NAME = 1;
+
 const NFTA_OBJREF_IMM_TYPE = 1;
 const NFTA_OBJREF_IMM_NAME = 2;
 const NFTA_OBJREF_SET_SREG = 3;
@@ -287,6 +290,10 @@ export const expr = {
         if (set.id !== undefined) w.attrU32be(NFTA_OBJREF_SET_ID, set.id);
       },
     };
+  },
+  /** `flow add @name`: the packet's connection onto the fast path of that flowtable (the kernel takes only those it can). */
+  flowOffload(flowtable: string): Expr {
+    return { name: 'flow_offload', data: (w) => w.attrString(NFTA_FLOW_TABLE_NAME, flowtable) };
   },
   /** `counter name "x"`: a fixed named object. */
   objrefImm(type: number, name: string): Expr {

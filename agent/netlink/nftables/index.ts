@@ -9,6 +9,7 @@ export * from './set.ts';
 export * from './expressions.ts';
 export * from './rule.ts';
 export * from './object.ts';
+export * from './flowtable.ts';
 export * from './generation.ts';
 export * from './notification.ts';
 export * from './batch.ts';

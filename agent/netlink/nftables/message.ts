@@ -32,6 +32,9 @@ export const NFT_MSG_NEWOBJ = 18;
 export const NFT_MSG_GETOBJ = 19;
 export const NFT_MSG_DELOBJ = 20;
 export const NFT_MSG_GETOBJ_RESET = 21;
+export const NFT_MSG_NEWFLOWTABLE = 22;
+export const NFT_MSG_GETFLOWTABLE = 23;
+export const NFT_MSG_DELFLOWTABLE = 24;
 
 /** Attribute type of each entry in a nested list (rule expressions). */
 export const NFTA_LIST_ELEM = 1;

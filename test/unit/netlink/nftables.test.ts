@@ -23,6 +23,7 @@ import {
 } from '../../../agent/netlink/nftables/index.ts';
 import { addTunnelgateRuleset, synproxyName } from '../../../agent/netlink/ruleset.ts';
 import { addDynamicChain, addSynproxyObject, deleteDynamicChain } from '../../../agent/netlink/ruleset-chains.ts';
+import { FASTPATH_PRIORITY, addFastPath } from '../../../agent/netlink/ruleset-fastpath.ts';
 import type { SetElement } from '../../../agent/netlink/nftables/index.ts';
 import { tunnelElements } from '../../../agent/dataplane/policy.ts';
 import type { TunnelSpec } from '../../../agent/dataplane/types.ts';
@@ -147,6 +148,22 @@ describe('nft batches, byte for byte', () => {
     d.deleteElements({ table: 'tunnelgate', set: 'rate_limits', elements: one('rate_limits') });
     d.deleteElements({ table: 'tunnelgate', set: 'replies', elements: one('replies') });
     expect(norm(encodeLikeNft(d))).toBe(norm(capturedBatch('nft-policy-elements-del')));
+  });
+
+  it('the fast path: a flowtable on two links with the counter flag (devices in the reverse of their text order, as nft sends them), and the rule offloading into it', () => {
+    const b = new NftBatch();
+    // the capture's text: hook ingress priority -10; devices = { "up0", "up1" }
+    expect(FASTPATH_PRIORITY).toBe(-10);
+    addFastPath(b, { table: 'tunnelgate', devices: ['up1', 'up0'], ifnamePrefix: 'tg-', counter: true }, 'guard');
+    const ours = parseMessages(encodeLikeNft(b));
+    const theirs = parseMessages(capturedBatch('nft-flowtable-add'));
+    expect(ours.map((m) => m.type)).toEqual(theirs.map((m) => m.type));
+    ours.forEach((m, i) => expect(m.payload.toString('hex'), `message ${i}`).toBe(theirs[i]!.payload.toString('hex')));
+    expect(norm(encodeLikeNft(b))).toBe(norm(capturedBatch('nft-flowtable-add')));
+  });
+
+  it('deleting the flowtable', () => {
+    expect(norm(encodeLikeNft(new NftBatch().deleteFlowtable('tunnelgate', 'fastpath')))).toBe(norm(capturedBatch('nft-flowtable-del')));
   });
 
   it('removing chains made by value (flush, delete chain, delete its sets) and a synproxy object', () => {
