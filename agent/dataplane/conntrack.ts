@@ -188,7 +188,7 @@ export class Conntrack {
 
   /**
    * Deletes the entries of each protected IP that its `allows` no longer lets in (a policy that closed ports or a
-   * protocol), keeping the rest: the allowlist judges a connection by its first packet only (agent/netlink/ruleset.ts:
+   * protocol), keeping the rest: the allowlist judges a connection by its first packet only (agent/netlink/ruleset-table.ts:
    * the nat prerouting chain's `jump allowlist`). Returns how many went.
    */
   async flushDisallowed(tunnels: readonly { ip: string; allows: (proto: number, dstPort: number | undefined) => boolean }[]): Promise<number> {

@@ -1,7 +1,8 @@
 // EdgeDataplane, the one DataplaneHandle: every operation one at a time (validate, read the kernel back, diff,
 // record intent, apply, record the result), the reconcile's short cut when the nftables generation proves
-// nothing changed, the isolation of tunnels the kernel refuses, and the read-only accessors (probe, counters).
-// createDataplane() in index.ts opens its sockets and journals and builds one.
+// nothing changed, and the read-only accessors (probe, counters, the attack vector). A reconcile the kernel refuses
+// as a whole is taken tunnel by tunnel by isolate.ts. createDataplane() in index.ts opens its sockets and journals
+// and builds one.
 import { NetlinkError, Rtnl } from '../netlink/client.ts';
 import { checkDesired, diff } from './diff.ts';
 import { heldSpecs, intentOver, recordedSpecs, type OwnedTunnel } from './records.ts';
@@ -13,19 +14,20 @@ import { ensureBogons, ensureTable, flushDisallowed } from './kernel/table.ts';
 import { DEFAULT_EDGE_PPS } from './sizing.ts';
 import { ConntrackSizer } from './conntrack-sizer.ts';
 import { RepairOnTouch } from './repair-on-touch.ts';
-import { readConsistently, readView, recordedView, type ScopedRead } from './kernel/read.ts';
+import { readConsistently, readView, recordedView, scopedReadOf, type ScopedRead } from './kernel/read.ts';
 import { applyPlan, nextGeneration, phaseClock } from './kernel/apply.ts';
 import { CommitWatch } from './commit-watch.ts';
 import { readCounterPackets, readCounters, readDropped } from './kernel/counters.ts';
 import { readVector, watchVector, type VectorRead } from './kernel/vector.ts';
 import { EchoProber } from './probe.ts';
-import { ownerDigests, sharedNeeds, tunnelCounterNames, tunnelElements } from './policy.ts';
-import { DROP_REASONS, synproxyName, type DropReason } from '../netlink/ruleset.ts';
+import { ownerDigests } from './policy.ts';
+import { isolateRefused } from './isolate.ts';
+import type { DropReason } from '../netlink/ruleset.ts';
 import type { StateStore } from './state.ts';
 import { ReleaseAfterOperations, phases } from '../housekeeping/memory.ts';
 import { SerialQueue } from '../housekeeping/serial-queue.ts';
 import { activity } from '../housekeeping/activity.ts';
-import { KernelError, kernelError, type ChangeCounts, type ProbeResult, type ReconcileResult, type TunnelFailure, type TunnelRef, type TunnelSpec } from './types.ts';
+import { KernelError, kernelError, type ChangeCounts, type ProbeResult, type ReconcileResult, type TunnelRef, type TunnelSpec } from './types.ts';
 import { InvalidTunnel, validateRef, validateSpec } from './validate.ts';
 import type { Capacity, DataplaneHandle, DataplaneOptions } from './handle.ts';
 import type { TunnelLinks } from '../../common/tunnel-links.ts';
@@ -177,23 +179,8 @@ export class EdgeDataplane implements DataplaneHandle {
     for (const t of recorded) names.add(t.tunnel_name);
     for (const t of desired) names.add(t.tunnel_name);
     for (const n of FALLBACK_TUNNEL_LINKS) names.delete(n);
-    // A scoped change reads only its own tunnels' elements, counters and objects, by key and by name: what the
-    // desired specs ask for and what the records say they had (a rename or a new protected IP drops the old ones).
-    const specs = scope === 'all' ? [] : [...desired, ...recorded];
-    const scoped: ScopedRead | undefined =
-      scope === 'all'
-        ? undefined
-        : {
-            recorded,
-            protectedIps: [...specs.map((t) => t.protected_ip), ...orphans],
-            counterNames: specs.flatMap(tunnelCounterNames),
-            elements: specs.flatMap(tunnelElements),
-            synproxies: specs.flatMap((t) => {
-              const mss = sharedNeeds(t).mss;
-              return mss === undefined ? [] : [synproxyName(mss)];
-            }),
-            chains: specs.flatMap((t) => sharedNeeds(t).chains),
-          };
+    // A scoped change reads only its own tunnels' elements, counters and objects, by key and by name (kernel/read.ts).
+    const scoped: ScopedRead | undefined = scope === 'all' ? undefined : scopedReadOf(desired, recorded, orphans);
     // Read from the kernel, the generation is requested before the read-back, on the same socket (which answers in
     // order), and both are awaited together: no other round trip in between for a one-tunnel job.
     // A reconcile compares the kernel's elements by digest per owner with what it wants or keeps (KernelView.cleanOwners).
@@ -273,7 +260,7 @@ export class EdgeDataplane implements DataplaneHandle {
   apply(tunnel: TunnelSpec): Promise<ChangeCounts> {
     return this.serial('apply', async () => {
       const t = this.checkSpec(tunnel);
-      this.recordDesired([t], []);
+      this.desired.commitSpecs([t], []);
       return this.run([t], new Set([t.id]));
     });
   }
@@ -281,7 +268,7 @@ export class EdgeDataplane implements DataplaneHandle {
   remove(tunnel: TunnelRef): Promise<ChangeCounts> {
     return this.serial('remove', async () => {
       validateRef(tunnel, this.k.linkPrefix);
-      this.recordDesired([], [tunnel.id]);
+      this.desired.commitSpecs([], [tunnel.id]);
       const known = this.state.tunnels.has(tunnel.id);
       return this.run([], new Set([tunnel.id]), known ? [] : [tunnel.protected_ip]);
     });
@@ -299,7 +286,7 @@ export class EdgeDataplane implements DataplaneHandle {
       });
       // Two tunnels sharing an id, a name or a protected IP make the set itself wrong, not one tunnel.
       checkDesired(desired);
-      this.recordDesired(desired, 'replace');
+      this.desired.commitSpecs(desired, 'replace');
       try {
         await step(this.k, 'check for changes');
         if (await this.unchangedSince(desired)) {
@@ -315,7 +302,11 @@ export class EdgeDataplane implements DataplaneHandle {
         // One broken tunnel must not block its node (the others are paid for and must run): find the ones the kernel refuses and
         // apply everything else.
         this.log('dataplane.reconcile.isolating', { tunnels: desired.length, error: e instanceof Error ? e.message : String(e) });
-        return this.isolate(desired);
+        return isolateRefused(desired, {
+          applyScoped: (group) => this.run(group, new Set(group.map((t) => t.id))),
+          reconcileRest: (rest, failed) => this.run(rest, 'all', [], failed),
+          log: (event, fields) => this.log(event, fields),
+        });
       }
     });
   }
@@ -360,73 +351,6 @@ export class EdgeDataplane implements DataplaneHandle {
     }
     const disallowed = table === 'rebuilt' ? await flushDisallowed(this.k, this.state) : 0;
     this.log('dataplane.table_restored', { table: this.k.table, tableState: table, conntrackDisallowed: disallowed });
-  }
-
-  /**
-   * A reconcile that failed as a whole, tunnel by tunnel: groups are applied as scoped applies, and a group
-   * that fails is halved until the tunnels the kernel refuses stand alone (k broken tunnels among n cost
-   * about 2·k·log2(n) scoped applies, not n). Those are reported in `failed` and left exactly as they were;
-   * then one pass with the rest as the whole set removes what is no longer desired and cleans the table.
-   * A failure of that last pass (a removal the kernel refuses) still fails the reconcile as a whole.
-   */
-  private async isolate(desired: TunnelSpec[]): Promise<ReconcileResult> {
-    const counts: ChangeCounts = { added: 0, changed: 0, removed: 0, unchanged: 0 };
-    const failed: TunnelFailure[] = [];
-    const applyGroup = async (group: TunnelSpec[]): Promise<void> => {
-      try {
-        const c = await this.run(group, new Set(group.map((t) => t.id)));
-        counts.added += c.added;
-        counts.changed += c.changed;
-        counts.unchanged += c.unchanged;
-      } catch (e) {
-        if (activity.givenUp()) throw e;
-        if (group.length > 1) {
-          const mid = group.length >> 1;
-          await applyGroup(group.slice(0, mid));
-          await applyGroup(group.slice(mid));
-          return;
-        }
-        const t = group[0]!;
-        const text = e instanceof Error ? e.message : String(e);
-        this.log('dataplane.tunnel.error', { op: 'reconcile', id: t.id, tunnel_name: t.tunnel_name, error: text });
-        failed.push({ id: t.id, error: 'kernel_error', error_description: text });
-      }
-    };
-    // The whole set just failed: start from its halves.
-    if (desired.length > 1) {
-      const mid = desired.length >> 1;
-      await applyGroup(desired.slice(0, mid));
-      await applyGroup(desired.slice(mid));
-    } else if (desired.length === 1) {
-      await applyGroup(desired);
-    }
-    const failedIds = new Set(failed.map((f) => f.id));
-    const rest = desired.filter((t) => !failedIds.has(t.id));
-    counts.removed += (await this.run(rest, 'all', [], failedIds)).removed;
-    return { ...counts, failed };
-  }
-
-  /**
-   * Records what the gateway wants before the kernel is changed, so a crash or a reboot in between still
-   * restores it. `dels` 'replace': `puts` is the node's whole set (a reconcile). Unchanged specs cost nothing.
-   */
-  private recordDesired(puts: readonly TunnelSpec[], dels: readonly string[] | 'replace'): void {
-    const current = this.desired.tunnels;
-    const changed = puts.filter((t) => {
-      const had = current.get(t.id);
-      return !had || !sameSpec(had.spec, t);
-    });
-    let gone: string[];
-    if (dels === 'replace') {
-      const keep = new Set(puts.map((t) => t.id));
-      gone = [...current.keys()].filter((id) => !keep.has(id));
-    } else {
-      gone = dels.filter((id) => current.has(id));
-    }
-    this.desired.commit(
-      changed.map((spec) => ({ spec })),
-      gone,
-    );
   }
 
   restore(): Promise<ReconcileResult> {

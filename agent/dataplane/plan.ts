@@ -38,7 +38,7 @@ export interface KernelView {
   /** Synproxy objects present (by name): few, one per MSS in use. */
   synproxies: Set<string>;
   /**
-   * Chains made by value present with exactly their rules, by name (agent/netlink/ruleset.ts addDynamicChain): one
+   * Chains made by value present with exactly their rules, by name (agent/netlink/ruleset-chains.ts addDynamicChain): one
    * per tunnel with a per-source limit (its meter) and one per max_flows value in use (the flow caps).
    */
   chains: Set<string>;

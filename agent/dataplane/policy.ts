@@ -68,7 +68,7 @@ export const maxFlowsOf = (t: Pick<TunnelSpec, 'policy'>): number => t.policy?.m
 
 /**
  * The objects made by value that a tunnel needs: a synproxy object (by MSS), and the chains its elements jump to
- * (agent/netlink/ruleset.ts addDynamicChain): its flow caps' (by max_flows, every tunnel) and its own meter's (by
+ * (agent/netlink/ruleset-chains.ts addDynamicChain): its flow caps' (by max_flows, every tunnel) and its own meter's (by
  * link name and rate, with a source_pps_limit). Each is created with its first user and deleted with its last.
  */
 export function sharedNeeds(t: Pick<TunnelSpec, 'mtu' | 'policy' | 'tunnel_name'>): { mss?: number; chains: string[] } {

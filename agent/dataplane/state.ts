@@ -4,6 +4,7 @@
 // not a rewrite of 10,000 records.
 import { Journal } from '../housekeeping/journal.ts';
 import { OwnedIndex, type OwnedTunnel } from './records.ts';
+import { sameSpec } from './spec-compare.ts';
 import { checkTunnel, normaliseSpec } from '../../common/tunnel-spec.ts';
 import type { TunnelSpec } from './types.ts';
 
@@ -87,6 +88,28 @@ export class StateStore {
       return;
     }
     this.journal.append([...puts.map(putLine), ...dels.map((d): Line => ({ v: 1, del: d }))], { durable: this.durable });
+  }
+
+  /**
+   * Records specs, skipping the unchanged ones (they cost nothing): `dels` 'replace' makes `puts` the whole set
+   * (a reconcile), deleting every record it does not name.
+   */
+  commitSpecs(puts: readonly TunnelSpec[], dels: readonly string[] | 'replace'): void {
+    const changed = puts.filter((t) => {
+      const had = this.records.get(t.id);
+      return !had || !sameSpec(had.spec, t);
+    });
+    let gone: string[];
+    if (dels === 'replace') {
+      const keep = new Set(puts.map((t) => t.id));
+      gone = [...this.records.keys()].filter((id) => !keep.has(id));
+    } else {
+      gone = dels.filter((id) => this.records.has(id));
+    }
+    this.commit(
+      changed.map((spec) => ({ spec })),
+      gone,
+    );
   }
 
   private put(p: OwnedTunnel): void {

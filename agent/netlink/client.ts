@@ -493,4 +493,4 @@ export class Nft extends Client {
 // Re-exported so users of the client need not reach into the encoders for the everyday names.
 export { NetlinkError } from './message.ts';
 export { NftBatch, ipv4MapElement, ipv4ObjElement } from './nftables/index.ts';
-export { addTunnelgateRuleset } from './ruleset.ts';
+export { addTunnelgateRuleset } from './ruleset-table.ts';

@@ -1,6 +1,6 @@
 // The edge table's chains made by value (docs/CONTRACTS.md "Dataplane"): a tunnel's own per-source meter and the
 // flow caps of one max_flows value, each with its set(s), added and deleted as tunnels come and go; and the SYN
-// proxy objects, one per MSS. Pure, like ruleset.ts, which builds the table they hang from.
+// proxy objects, one per MSS. Pure, like ruleset-table.ts, which builds the table they hang from.
 import {
   NFT_RETURN,
   NFT_SET_EVAL,

@@ -1,4 +1,4 @@
-// The small expressions the edge table's rules are made of (agent/netlink/ruleset.ts, ruleset-chains.ts): header
+// The small expressions the edge table's rules are made of (agent/netlink/ruleset-table.ts, ruleset-chains.ts): header
 // offsets, registers and the matches and verdicts both files write the same way. Pure.
 import {
   IPS_DST_NAT,

@@ -1,6 +1,6 @@
 // test/netns/ruleset-text.ts is the command line's twin of the agent's table (the agent benchmark's
 // baseline loads it, dataplane-partial builds a table by hand with it). A hand copy drifts silently, so
-// here the kernel is the judge: the table the agent builds (agent/netlink/ruleset.ts) and the one `nft -f`
+// here the kernel is the judge: the table the agent builds (agent/netlink/ruleset-table.ts) and the one `nft -f`
 // builds from the text must list the same, in two fresh namespaces.
 import { writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -5,34 +5,22 @@
 //
 // Skips (saying why) where QEMU cannot run; with TUNNELGATE_VM=require or CI set, that is a failure instead.
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tunnelNameFor } from '../../server/domain/tunnels/index.ts';
-import { addNode, showNode, updateNode } from '../../server/domain/nodes.ts';
-import { loadSecrets } from '../../server/secrets.ts';
-import { seedUser, type SeededUser } from '../helpers/fixtures.ts';
-import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
+import { showNode, updateNode } from '../../server/domain/nodes.ts';
+import type { SeededUser } from '../helpers/fixtures.ts';
+import { call, type RunningGateway } from '../helpers/gateway.ts';
 import { until } from '../helpers/wait.ts';
 import { verified, WebhookReceiver } from '../helpers/webhook-receiver.ts';
 import { createLogger } from '../../common/log.ts';
-import type { CheckRecord } from '../../agent/health/scheduler.ts';
 import { LAB } from './protocol.ts';
 import { labClient, labServe } from './lab.ts';
+import { guestClock, keepArtifact, loggedChecks, startProduct, stopProduct } from './product-lab.ts';
 import { TestVm, buildAssets, vmRequired, vmUnavailable } from './vm.ts';
 
 const unavailable = vmUnavailable();
 if (unavailable) process.stderr.write(`test/vm: ${vmRequired ? 'REQUIRED (TUNNELGATE_VM=require or CI) but cannot run' : 'skipping the GRE VM test'}: ${unavailable}\n`);
 
-/** The product agent's health interval (AGENT_HEALTH_INTERVAL_S): short, so an outage takes seconds, not minutes. */
-const HEALTH_INTERVAL_S = 4;
-
-// The guest console and the agent's log are kept in test-results/ (git-ignored) for a failed run.
-const ARTIFACTS = resolve(import.meta.dirname, '../../test-results');
-function writeArtifact(name: string, text: string): void {
-  mkdirSync(ARTIFACTS, { recursive: true });
-  writeFileSync(join(ARTIFACTS, name), text);
-}
 // Generous per-test time: the guest's CPU is emulated, and CI hosts run other tests beside it.
 describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real GRE in a QEMU guest', { timeout: 240_000 }, () => {
   let vm: TestVm;
@@ -59,13 +47,11 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real G
   afterAll(async () => {
     const code = await vm?.shutdown();
     process.stderr.write(`test/vm timings (ms): ${JSON.stringify({ ...timings, kernelBootS: vm?.kernelBootSeconds, guestExit: code })}\n`);
-    if (vm) writeArtifact('vm-product-console.log', vm.console);
+    if (vm) keepArtifact('vm-product-console.log', vm.console);
   }, 60_000);
 
   // The whole product: the gateway and PostgreSQL here on the host (the test's own database), the real
-  // agent (agent/main.ts, GRE) in the guest's edge namespace, and a second one in edge2. The gateway's
-  // worker dials the agents' SSH ports through the ports QEMU forwards from 127.0.0.1 — as it would dial
-  // routers over the internet.
+  // agent (agent/main.ts, GRE) in the guest's edge namespace, and a second one in edge2 (product-lab.ts).
   describe('the product: REST API → gateway worker → SSH → real agent → GRE, origin script on the origin', () => {
     let gw: RunningGateway;
     let user: SeededUser;
@@ -91,49 +77,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real G
 
     beforeAll(async () => {
       await timed('productSetup', async () => {
-        // Slow guest: the gateway waits longer for the agent before answering 202, and each job may take longer.
-        // Private webhooks: the health test's receiver listens on 127.0.0.1 here.
-        gw = await startGateway({ config: { allowPrivateOrigins: true, allowPrivateWebhooks: true, edgeWaitMs: 30_000, edgeJobTimeoutMs: 45_000, edgeRetryLimit: 20 } });
-        const secrets = (await loadSecrets(gw.testDb.db, {})).secrets;
-        await gw.services.provisioning.start(secrets, { worker: true });
-        const envFor = (stateDir: string, edgeIp: string) => ({
-          AGENT_LISTEN: `0.0.0.0:${LAB.agentPort}`,
-          AGENT_STATE_DIR: stateDir,
-          AGENT_AUTHORIZED_KEY: secrets.gatewaySshKey.publicKey,
-          AGENT_JOB_KEY: JSON.stringify(secrets.jobSigningKey.publicJwk),
-          AGENT_EDGE_IP: edgeIp,
-          AGENT_LOG_LEVEL: 'info',
-        });
-        const env = envFor('/run/tg-agent', LAB.edge);
-        const env2 = envFor('/run/tg-agent2', LAB.edge2);
-        const agentArgv = ['node_modules/.bin/node', '--enable-source-maps', '--import', './loader/register.mjs', 'agent/main.ts'];
-        // The operator's order: the agent's host key first (`tunnel-agent fingerprint`; the node id is not known
-        // yet and not needed for it), then `node add` with that key pinned, then the agent with the node's id.
-        // Both edges at once: each Node start costs seconds in the emulated guest.
-        const fingerprint = async (ns: 'edge' | 'edge2', e: Record<string, string>) => {
-          const fp = await vm.exec({ ns, argv: [...agentArgv, 'fingerprint'], env: { ...e, AGENT_NODE_ID: '00000000-0000-4000-8000-000000000000' }, timeoutMs: 240_000 });
-          expect(fp.stdout.trim(), fp.stderr).toMatch(/^SHA256:/);
-          return fp.stdout.trim();
-        };
-        const [fp, fp2] = await Promise.all([fingerprint('edge', env), fingerprint('edge2', env2)]);
-        node1 = (await addNode(gw.testDb.db, { name: 'vm-edge', publicIp: LAB.edge, sshHost: '127.0.0.1', sshPort: vm.agentPort, pool: '203.0.113.32/28', hostKey: fp })).node_id;
-        node2 = (await addNode(gw.testDb.db, { name: 'vm-edge-2', publicIp: LAB.edge2, sshHost: '127.0.0.1', sshPort: vm.agent2Port, pool: '203.0.113.64/28', hostKey: fp2 })).node_id;
-        // Purchases take the lowest free pool position across nodes; edge2 sells only when a test says so.
-        await updateNode(gw.testDb.db, { id: node2, sellable: false });
-        await vm.spawn({ name: 'agent2-relay', ns: 'edge', argv: ['socat', `TCP4-LISTEN:${LAB.agent2RelayPort},fork,reuseaddr`, `TCP4:${LAB.edge2}:${LAB.agentPort}`] });
-        await Promise.all([
-          // Health checks every HEALTH_INTERVAL_S, each logged at debug: the health test counts them.
-          vm.spawn({
-            name: 'agent',
-            ns: 'edge',
-            argv: agentArgv,
-            env: { ...env, AGENT_NODE_ID: node1, AGENT_HEALTH_INTERVAL_S: String(HEALTH_INTERVAL_S), AGENT_LOG_LEVEL: 'debug' },
-            readyText: 'host key fingerprint',
-            readyTimeoutMs: 300_000,
-          }),
-          vm.spawn({ name: 'agent2', ns: 'edge2', argv: agentArgv, env: { ...env2, AGENT_NODE_ID: node2 }, readyText: 'host key fingerprint', readyTimeoutMs: 300_000 }),
-        ]);
-        user = await seedUser(gw.testDb.db);
+        ({ gw, user, node1, node2 } = await startProduct(vm));
         await serve('tcp-product', 'tcp');
       });
       // A bound, not a measure: four Node starts in the emulated guest take 120-300 s as the host's load varies
@@ -141,12 +85,7 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real G
     }, 600_000);
 
     afterAll(async () => {
-      for (const [name, file] of [['agent', 'vm-agent.log'], ['agent2', 'vm-agent2.log']] as const) {
-        const agent = await vm?.output(name).catch(() => undefined);
-        if (agent) writeArtifact(file, agent.output);
-        await vm?.stop(name).catch(() => undefined);
-      }
-      await gw?.close();
+      await stopProduct(vm, gw);
     }, 60_000);
 
     it('buy through the API: the IP leaves stock; the setup scripts are there; activate before provision is 409', async () => {
@@ -243,18 +182,9 @@ describe.skipIf(unavailable !== undefined && !vmRequired)('the product on real G
             },
             180_000,
           );
-        /** This tunnel's checks as the agent logged them, oldest first. */
-        const checks = async (): Promise<(Omit<CheckRecord, 'slot'> & { slot: string })[]> =>
-          (await vm.output('agent')).output
-            .split('\n')
-            .filter((l) => l.startsWith('{') && l.includes('"health check"'))
-            .map((l) => JSON.parse(l) as Omit<CheckRecord, 'slot'> & { slot: string; msg: string })
-            .filter((c) => c.msg === 'health check' && c.tunnel_id === tunnel.id);
-        /**
-         * The guest's clock now, as a slot string: the agent runs in the guest, and its slots are due times on
-         * that clock, so a later slot is a check that had not started yet (the log itself lags, so it cannot mark).
-         */
-        const guestNow = async () => new Date(Number((await vm.run('origin', ['date', '+%s%3N'])).trim())).toISOString();
+        /** This tunnel's checks as the agent logged them, oldest first; the guest's clock, which their slots are on. */
+        const checks = () => loggedChecks(vm, tunnel.id);
+        const guestNow = () => guestClock(vm);
         /**
          * This tunnel's checks after slot `after`, once the one that set `health` is among them: the agent's log
          * reaches the host through the guest's console later than its status answer reaches the gateway.

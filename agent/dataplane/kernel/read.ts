@@ -5,7 +5,7 @@
 import { NetlinkError, ipv4MapElement, ipv4ObjElement } from '../../netlink/client.ts';
 import { NFT_OBJECT_SYNPROXY } from '../../netlink/nftables/index.ts';
 import { ALLOWED_SETS, synproxyName } from '../../netlink/ruleset.ts';
-import { LINK_KEYED_SETS, TUNNEL_SETS, addElementToDigest, addKeyToDigest, digestIn, elementId, linkBucketOfKey, sameDigest, tunnelCounterNames, tunnelElements, type OwnerDigests, type PolicyElement } from '../policy.ts';
+import { LINK_KEYED_SETS, TUNNEL_SETS, addElementToDigest, addKeyToDigest, digestIn, elementId, linkBucketOfKey, sameDigest, sharedNeeds, tunnelCounterNames, tunnelElements, type OwnerDigests, type PolicyElement } from '../policy.ts';
 import type { LinkInfo } from '../../netlink/rtnetlink/index.ts';
 import { bytesToIpv4 } from '../../netlink/attrs.ts';
 import type { TunnelSpec } from '../types.ts';
@@ -158,6 +158,25 @@ export interface ScopedRead {
   synproxies: readonly string[];
   /** Chains made by value the tunnels use or used (their meters, their flow caps): each one's rules are read. */
   chains: readonly string[];
+}
+
+/**
+ * What a scoped change reads: its own tunnels' elements, counters and objects, by key and by name, both what the
+ * desired specs ask for and what the records say they had (a rename or a new protected IP drops the old ones).
+ */
+export function scopedReadOf(desired: readonly TunnelSpec[], recorded: readonly TunnelSpec[], orphans: readonly string[]): ScopedRead {
+  const specs = [...desired, ...recorded];
+  return {
+    recorded,
+    protectedIps: [...specs.map((t) => t.protected_ip), ...orphans],
+    counterNames: specs.flatMap(tunnelCounterNames),
+    elements: specs.flatMap(tunnelElements),
+    synproxies: specs.flatMap((t) => {
+      const mss = sharedNeeds(t).mss;
+      return mss === undefined ? [] : [synproxyName(mss)];
+    }),
+    chains: specs.flatMap((t) => sharedNeeds(t).chains),
+  };
 }
 
 /**

@@ -28,7 +28,7 @@ import {
 } from '../../../agent/netlink/nftables/index.ts';
 import { IFLA_GROUP, RTM_DELADDR, RTM_DELLINK, RTM_GETADDR, RTM_GETLINK, RTM_NEWLINK, decodeLink } from '../../../agent/netlink/rtnetlink/index.ts';
 import { NetlinkSocket } from '../../../agent/netlink/socket.ts';
-import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset.ts';
+import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset-table.ts';
 import type { KernelContext } from '../../../agent/dataplane/kernel/context.ts';
 import { awaitReaping, deleteLinkUnlisted, deleteLinks } from '../../../agent/dataplane/kernel/links.ts';
 import { EXPECTED_RULES, ensureTable } from '../../../agent/dataplane/kernel/table.ts';

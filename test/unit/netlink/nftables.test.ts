@@ -21,7 +21,8 @@ import {
   ipv4MapElement,
   nftType,
 } from '../../../agent/netlink/nftables/index.ts';
-import { addTunnelgateRuleset, synproxyName } from '../../../agent/netlink/ruleset.ts';
+import { addTunnelgateRuleset } from '../../../agent/netlink/ruleset-table.ts';
+import { synproxyName } from '../../../agent/netlink/ruleset.ts';
 import { addDynamicChain, addSynproxyObject, deleteDynamicChain } from '../../../agent/netlink/ruleset-chains.ts';
 import { FASTPATH_PRIORITY, addFastPath } from '../../../agent/netlink/ruleset-fastpath.ts';
 import type { SetElement } from '../../../agent/netlink/nftables/index.ts';
