@@ -470,10 +470,10 @@ describe.skipIf(skipUnless(isRoot && onPath('hping3'), 'edge-protection tests: r
   it('rules: the table\'s own, one flow-cap chain per max_flows value in use, and a meter chain per tunnel with a per-source limit', () => {
     // Every line with a handle is a rule, except declarations (`chain x { # handle 3`, `set s { # handle 5`...).
     const rules = ns.edge.run('nft', '-a', 'list', 'table', 'ip', T).split('\n').filter((l) => l.includes('# handle') && !l.includes('{ # handle')).length;
-    // The table's rules (agent/dataplane/kernel/table.ts EXPECTED_RULES: 40), the flow caps both tunnels share (the
+    // The table's rules (agent/dataplane/kernel/table.ts EXPECTED_RULES: 44), the flow caps both tunnels share (the
     // default max_flows: 2 rules) and T2's meter (4 rules): a meter's capacity is a set's, and a rule names its set.
     expect(rules).toBe(EXPECTED_RULES.length + DYNAMIC_CHAIN_RULES.flows.length + DYNAMIC_CHAIN_RULES.meter.length);
-    expect(rules).toBe(46);
+    expect(rules).toBe(50);
     expect(ns.edge.run('nft', 'list', 'table', 'ip', T)).toContain(`chain ${flowsChainName(65_536)} {`);
   });
 });
