@@ -419,13 +419,6 @@ const WebhookDeliverySchema = defineEntity({
       expression:
         'create index "webhook_delivery_pending_idx" on "webhook_delivery" ("webhook_id", "next_attempt_at") where "delivered_at" is null and "given_up_at" is null',
     },
-    // The pending deliveries of a webhook newest first: the cap (server/webhooks/events.ts CAP_PENDING_SQL) reads
-    // the newest 1,000 in index order instead of sorting all of them on every write.
-    {
-      name: 'webhook_delivery_newest_pending_idx',
-      expression:
-        'create index "webhook_delivery_newest_pending_idx" on "webhook_delivery" ("webhook_id", "created_at" desc, "id" desc) where "delivered_at" is null and "given_up_at" is null',
-    },
     // The attempts in flight (a lease set), counted by every claim.
     {
       name: 'webhook_delivery_lease_idx',

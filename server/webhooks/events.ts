@@ -173,22 +173,27 @@ async function enqueueUncapped(
 }
 
 /**
- * The cap's statement (capPending): its inner select walks webhook_delivery_newest_pending_idx (webhook, newest
- * first, pending only), so it reads the newest MAX_PENDING_PER_WEBHOOK index entries and those past them, and sorts
- * nothing; before that index it sorted every pending delivery of the webhook on every write (docs/SCALE.md "What
- * breaks first"). Parameters: the give-up reason, the webhook ids as a JSON array, the cap. Exported for the test
- * that reads its plan.
+ * The cap's statement (capPending). The rows to give up are gathered into an array first (`= any(array(...))`) so
+ * the update finds them by primary key: written as `in (select ...)` the planner, expecting thousands, joined them
+ * against a scan of the whole outbox (delivered and given-up rows included) on every write, which the fleet
+ * simulator showed as most of PostgreSQL's CPU at 100 nodes (docs/SCALE.md "What breaks first"). The inner select
+ * reads only the webhook's pending deliveries (webhook_delivery_pending_idx), at most the cap plus what the write
+ * added; and at most MAX_PENDING_PER_WEBHOOK are given up per write (`limit`): a write adds far fewer, so the rule
+ * holds after each one (an outbox over the cap by more, as after an upgrade, is trimmed over a few writes). Health
+ * changes written together cap once for all of them (TunnelEvents.healthChangedAll), not once per event.
+ * Parameters: the give-up reason, the webhook ids as a JSON array, the cap, the cap again (the most given up per
+ * webhook per write). Exported for the test that reads its plan.
  */
 export const CAP_PENDING_SQL = `update webhook_delivery d set given_up_at = now(), last_outcome = coalesce(d.last_outcome, ?)
-      where d.id in (
+      where d.id = any(array(
         select x.id from jsonb_array_elements_text(?::jsonb) as h(webhook_id)
         cross join lateral (
           select id from webhook_delivery
            where webhook_id = h.webhook_id::uuid and delivered_at is null and given_up_at is null and (lease_until is null or lease_until <= now())
            order by created_at desc, id desc
-          offset ? for update skip locked
+          offset ? limit ? for update skip locked
         ) x
-      )`;
+      ))`;
 
 /**
  * Gives up the oldest waiting deliveries of each of `webhookIds` beyond MAX_PENDING_PER_WEBHOOK, in the
@@ -197,5 +202,5 @@ export const CAP_PENDING_SQL = `update webhook_delivery d set given_up_at = now(
  * may leave a few more than the cap for a moment; the next write trims them.
  */
 async function capPending(sql: Pick<Sql, 'query'>, webhookIds: string[]): Promise<void> {
-  await sql.query(CAP_PENDING_SQL, [`not sent: more than ${MAX_PENDING_PER_WEBHOOK} deliveries pending for this webhook`, JSON.stringify(webhookIds), MAX_PENDING_PER_WEBHOOK]);
+  await sql.query(CAP_PENDING_SQL, [`not sent: more than ${MAX_PENDING_PER_WEBHOOK} deliveries pending for this webhook`, JSON.stringify(webhookIds), MAX_PENDING_PER_WEBHOOK, MAX_PENDING_PER_WEBHOOK]);
 }

@@ -3,8 +3,8 @@
 // per batch (server/health/push-batch.ts), each real change still with one history row, one `tunnel.health_changed`
 // and its tunnelStatus publication, and a tunnel that flaps within a batch keeps every change in order; two
 // replicas pushing the same changes write each once, and a push never waits on a tunnel row another transaction
-// holds (the other replica's write, a round): it leaves that row to the holder. The outbox cap reads the pending
-// deliveries in index order (no sort over all of them) and still keeps 1,000.
+// holds (the other replica's write, a round): it leaves that row to the holder. The outbox is capped once per batch,
+// not once per event, and the cap does not scan the whole outbox; it still keeps 1,000 pending per webhook.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoolClient } from 'pg';
 import { call, startGateway, type RunningGateway } from '../helpers/gateway.ts';
@@ -13,7 +13,7 @@ import { until } from '../helpers/wait.ts';
 import { StatusIngest } from '../../server/health/ingest.ts';
 import { TrafficStore } from '../../server/health/storage.ts';
 import { CAP_PENDING_SQL, MAX_PENDING_PER_WEBHOOK } from '../../server/webhooks/events.ts';
-import type { Database } from '../../server/db/database.ts';
+import type { Database, Sql } from '../../server/db/database.ts';
 import type { Health } from '../../common/tunnel-status.ts';
 
 let gw: RunningGateway;
@@ -50,6 +50,9 @@ function counted(db: Database): { db: Database; transactions: () => number } {
 }
 
 /** A replica's ingest on the test database (its own batcher), publishing to `published` and the real bus. */
+/** Statements that cap the outbox, counted over every replica() below. */
+let caps = 0;
+
 function replica(db: Database, published: { id: string; health?: Health }[], windowMs = 60_000, maxBatch = 500): StatusIngest {
   const bus = {
     publish: async (id: string, status: Parameters<RunningGateway['services']['provisioning']['bus']['publish']>[1], health?: Health) => {
@@ -57,7 +60,20 @@ function replica(db: Database, published: { id: string; health?: Health }[], win
       await gw.services.provisioning.bus.publish(id, status, health);
     },
   };
-  return new StatusIngest(db, new TrafficStore(db), gw.services.provisioning.events, bus, undefined, undefined, { windowMs, maxBatch });
+  const real = gw.services.provisioning.events;
+  const events = {
+    healthChangedAll: (sql: Pick<Sql, 'query'>, ids: readonly string[]) =>
+      real.healthChangedAll(
+        {
+          query: (text: string, params?: unknown[]) => {
+            if (text === CAP_PENDING_SQL) caps++;
+            return sql.query(text, params);
+          },
+        } as Pick<Sql, 'query'>,
+        ids,
+      ),
+  };
+  return new StatusIngest(db, new TrafficStore(db), events, bus, undefined, undefined, { windowMs, maxBatch });
 }
 
 const history = async (id: string) =>
@@ -92,10 +108,13 @@ describe('pushed health changes', () => {
     const published: { id: string; health?: Health }[] = [];
     const ingest = replica(c.db, published, 60_000, ids.length);
     const checkedAt = new Date(Date.now() - 2000);
+    caps = 0;
     // Handed over one after another without waiting, as the events stream does; the 20th fills the batch.
     const results = await Promise.all(ids.map((id) => ingest.pushHealth(nodeId, id, 'down', checkedAt)));
     expect(results).toEqual(ids.map(() => true));
     expect(c.transactions()).toBe(1);
+    // The outbox capped once for the batch, not once per event.
+    expect(caps).toBe(1);
     for (const id of ids) {
       expect(await healthOf(id)).toBe('down');
       expect(await history(id)).toEqual([{ previous: 'up', health: 'down', at: checkedAt }]);
@@ -184,19 +203,26 @@ describe('pushed health changes', () => {
 });
 
 describe('outbox cap', () => {
-  it(`reads a webhook's pending deliveries newest first from its index (no sort of them all) and keeps ${MAX_PENDING_PER_WEBHOOK}`, async () => {
-    // A backlog past the cap, as a start of the fleet leaves it.
+  it(`finds what to give up without scanning the whole outbox, and keeps ${MAX_PENDING_PER_WEBHOOK} pending`, async () => {
+    // A backlog past the cap, as a start of the fleet leaves it, beside many deliveries long given up.
+    await gw.testDb.raw.query(
+      `insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at, created_at, given_up_at)
+       select 'msg_old_' || g, $1, 'tunnel.health_changed', '{}', now(), now() - interval '1 day', now() from generate_series(1, 20000) g`,
+      [webhookId],
+    );
     await gw.testDb.raw.query(
       `insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at, created_at)
-       select 'msg_backlog_' || g, $1, 'tunnel.health_changed', '{}', now(), now() - make_interval(secs => g) from generate_series(1, 3000) g`,
+       select 'msg_backlog_' || g, $1, 'tunnel.health_changed', '{}', now(), now() - make_interval(secs => g) from generate_series(1, 1500) g`,
       [webhookId],
     );
     await gw.testDb.raw.query('analyze webhook_delivery');
-    const params = ['not sent: test', JSON.stringify([webhookId]), MAX_PENDING_PER_WEBHOOK];
+    const params = ['not sent: test', JSON.stringify([webhookId]), MAX_PENDING_PER_WEBHOOK, MAX_PENDING_PER_WEBHOOK];
     const [plan] = await gw.testDb.db.query<{ 'QUERY PLAN': unknown }>(`explain (format json) ${CAP_PENDING_SQL}`, params);
     const text = JSON.stringify(plan!['QUERY PLAN']);
-    expect(text).toContain('webhook_delivery_newest_pending_idx');
-    expect(text).not.toContain('"Node Type":"Sort"');
+    // No scan of the whole outbox (the 20,000 given up included) to find those rows again: the update takes them
+    // by primary key, and the pending ones come from the webhook's pending index.
+    expect(text).not.toContain('"Node Type":"Seq Scan"');
+    expect(text).toContain('webhook_delivery_pkey');
 
     // The rule holds: one more event leaves the newest 1,000 waiting, the oldest given up.
     const [id] = await take(1);
@@ -204,7 +230,7 @@ describe('outbox cap', () => {
     const { rows } = await gw.testDb.raw.query<{ waiting: number; oldest_given_up: boolean; newest_waiting: boolean }>(
       // In flight (the gateway's sender trying the endpoint) is neither counted nor touched by the cap.
     `select count(*) filter (where delivered_at is null and given_up_at is null and (lease_until is null or lease_until <= now()))::int as waiting,
-              bool_and(given_up_at is not null) filter (where id in ('msg_backlog_3000', 'msg_backlog_2000')) as oldest_given_up,
+              bool_and(given_up_at is not null) filter (where id in ('msg_backlog_1500', 'msg_backlog_1000')) as oldest_given_up,
               bool_and(given_up_at is null) filter (where id = 'msg_backlog_1') as newest_waiting
          from webhook_delivery where webhook_id = $1`,
       [webhookId],

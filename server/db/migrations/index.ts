@@ -20,7 +20,6 @@ import { Migration20261129110000_tunnel_origin_change } from './Migration2026112
 import { Migration20261129120000_webhook_creator } from './Migration20261129120000_webhook_creator.ts';
 import { Migration20261129130000_attacks } from './Migration20261129130000_attacks.ts';
 import { Migration20261129140000_status_cursor } from './Migration20261129140000_status_cursor.ts';
-import { Migration20261129150000_webhook_newest_pending } from './Migration20261129150000_webhook_newest_pending.ts';
 
 export const migrationsList = [
   { name: 'Migration20261121000000_initial', class: Migration20261121000000_initial },
@@ -45,5 +44,4 @@ export const migrationsList = [
   { name: 'Migration20261129120000_webhook_creator', class: Migration20261129120000_webhook_creator },
   { name: 'Migration20261129130000_attacks', class: Migration20261129130000_attacks },
   { name: 'Migration20261129140000_status_cursor', class: Migration20261129140000_status_cursor },
-  { name: 'Migration20261129150000_webhook_newest_pending', class: Migration20261129150000_webhook_newest_pending },
 ];
