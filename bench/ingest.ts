@@ -202,7 +202,7 @@ async function main(): Promise<void> {
     await pool.query('vacuum analyze tunnel');
     out.setup_s = r1((performance.now() - setup) / 1000);
     const store = new TrafficStore(db);
-    const ingest = new StatusIngest(db, store, { healthChanged: async () => {} }, { publish: async () => {} });
+    const ingest = new StatusIngest(db, store, { healthChangedAll: async () => {} }, { publish: async () => {} });
     let at = Date.now() - 20 * 60_000;
     await store.maintain(new Date(at));
 

@@ -79,7 +79,7 @@ async function run(label: string, active: number, adminUrl: string) {
       [account, node, TUNNELS],
     );
     const ids = (await raw.query<{ id: string }>('select id from tunnel order by inner_index')).rows.map((r) => r.id);
-    const noop = { healthChanged: async () => {} };
+    const noop = { healthChangedAll: async () => {} };
     const bus = { publish: async () => {} };
     const store = new TrafficStore(db);
     const ingest = new StatusIngest(db, store, noop, bus);

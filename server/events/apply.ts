@@ -24,6 +24,7 @@ export async function applyEdgeEvent(d: EventApplyDeps, nodeId: string, e: EdgeE
       return;
     }
     case 'health_changed':
+      // Called before any await: the change joins its node's batch in the stream's order (EventStreamsOptions.apply).
       await d.health.pushHealth(nodeId, e.tunnel_id, e.health, new Date(e.checked_at));
       return;
     case 'keepalive':

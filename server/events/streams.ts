@@ -17,7 +17,10 @@ export interface EventStreamsOptions {
   nodes: () => Promise<EdgeNode[]>;
   /** Opens one node's stream; null when its agent does not take the op (ProvisioningService.openEvents). */
   open: (node: EdgeNode, o: LineChannelOptions) => Promise<LineChannel | null>;
-  /** One decoded event of node `nodeId` (keep-alives are not passed on). */
+  /**
+   * One decoded event of node `nodeId` (keep-alives are not passed on). A health change is not waited for before
+   * the next event is handed over, so it must be taken in before apply's first await (the ingest keeps the order).
+   */
   apply: (nodeId: string, e: EdgeEvent) => Promise<void>;
   log: Logger;
   /** How often the node list is read again and an agent without the feature asked again (default 30 s). */
@@ -137,6 +140,8 @@ export class EventStreams {
       l.state = 'opening';
       // In the agent's order: an attack's end is never stored before its start.
       let queue = Promise.resolve();
+      // Health changes handed over and not yet committed (they do not hold the queue).
+      const held = new Set<Promise<void>>();
       let events = 0;
       const onLine = (line: string) => {
         const d = decodeEventLine(line);
@@ -148,7 +153,7 @@ export class EventStreams {
         if (d.event.type === 'keepalive') return;
         events++;
         const e = d.event;
-        queue = queue.then(() =>
+        const apply = () =>
           this.o.apply(nodeId, e).then(
             () => void this.stats.events++,
             (err: unknown) => {
@@ -156,8 +161,17 @@ export class EventStreams {
               this.stats.applyFailures++;
               this.o.log.warn('events stream: an event could not be stored; the next status pull brings it', { node_id: nodeId, type: e.type, err: (err as Error).message });
             },
-          ),
-        );
+          );
+        if (e.type === 'health_changed') {
+          // Handed over in line order but not waited for: the ingest gathers a node's health changes into one
+          // write (server/health/push-batch.ts, docs/SCALE.md "What breaks first"), which needs the next change
+          // before the last one committed. It keeps their order itself (a change joins its batch when handed over).
+          queue = queue.then(() => {
+            const p = apply();
+            held.add(p);
+            void p.finally(() => held.delete(p));
+          });
+        } else queue = queue.then(apply);
       };
       let channel: LineChannel | null;
       try {
@@ -187,6 +201,7 @@ export class EventStreams {
       const why = await channel.closed;
       l.channel = null;
       await queue;
+      await Promise.all(held);
       this.stats.ended++;
       // A stream that stayed up a while (or carried events) was healthy: the next one starts from the first backoff.
       if (events > 0 || performance.now() - opened > max) backoff = base;

@@ -226,6 +226,8 @@ export class HealthService {
   async stopEvents(): Promise<void> {
     await this.streams?.stop();
     this.streams = null;
+    // The pushed changes still gathering (server/health/push-batch.ts) are written before the database closes.
+    await this.ingest.drainPushes();
   }
 
   /** The nodes the gateway may contact, with their addresses and pinned keys. */

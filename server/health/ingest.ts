@@ -43,6 +43,7 @@ import type { TunnelEventSink } from '../webhooks/events.ts';
 import type { TunnelStatusBus } from '../provisioning/status-bus.ts';
 import { HOUR_MS, MINUTE_MS, type TrafficStore } from './storage.ts';
 import { recordHealthChanges, type HealthChangeRecord } from './history.ts';
+import { PushBatcher, type PushBatchOptions, type PushedHealth } from './push-batch.ts';
 import type { AttackChange, AttackIngest } from '../attacks/ingest.ts';
 
 /** How long a node answers by change before it is asked for the full list again (docs/CONTRACTS.md "Status by change"). */
@@ -145,12 +146,18 @@ export class StatusIngest {
   constructor(
     private readonly db: Database,
     private readonly store: TrafficStore,
-    private readonly events: Pick<TunnelEventSink, 'healthChanged'>,
+    private readonly events: Pick<TunnelEventSink, 'healthChangedAll'>,
     private readonly bus: Pick<TunnelStatusBus, 'publish'>,
     /** The answer's attack records (docs/CONTRACTS.md "Attacks"), in the round's transaction; absent: not stored. */
     private readonly attacks?: Pick<AttackIngest, 'record' | 'published'>,
     private readonly fullEveryMs = FULL_EVERY_MS,
-  ) {}
+    /** How a node's pushed changes are gathered (push-batch.ts); the defaults outside tests. */
+    pushBatch: Pick<PushBatchOptions, 'windowMs' | 'maxBatch'> = {},
+  ) {
+    this.pushes = new PushBatcher({ ...pushBatch, write: (nodeId, batch) => this.writePushed(nodeId, batch) });
+  }
+
+  private readonly pushes: PushBatcher;
 
   /**
    * The `since` for node `nodeId`'s next `status`: the cursor of the last answer stored, or null (a full answer)
@@ -316,22 +323,47 @@ export class StatusIngest {
   /**
    * One health change pushed on node `nodeId`'s events stream (docs/CONTRACTS.md "Events stream"): as a round
    * would write it (row, history at the agent's check time, `tunnel.health_changed`, then the bus), for a tunnel
-   * of that node on the edge whose health differs. The update's own condition makes it idempotent: the pull that
-   * later reports the same health, or another replica's stream, finds nothing to change. Returns whether it changed.
+   * of that node on the edge whose health differs. The change joins the node's batch before this returns
+   * (push-batch.ts: a node's changes are written together, one transaction per batch, in the order handed over);
+   * the promise settles once its batch committed. Returns whether it changed the tunnel.
    */
-  async pushHealth(nodeId: string, tunnelId: string, health: Health, checkedAt: Date): Promise<boolean> {
+  pushHealth(nodeId: string, tunnelId: string, health: Health, checkedAt: Date): Promise<boolean> {
+    return this.pushes.push(nodeId, { tunnelId, health, checkedAt });
+  }
+
+  /** Writes every pushed change still waiting in a batch (the gateway's stop). */
+  drainPushes(): Promise<void> {
+    return this.pushes.drain();
+  }
+
+  /**
+   * One batch of node `nodeId`'s pushed changes (at most one per tunnel), in one transaction: the rows by one
+   * statement, their history by one, their webhook events capped once. Idempotent by the update's own condition:
+   * the pull that later reports the same health finds nothing to change.
+   *
+   * Both replicas hold an events stream to every node, so both push each change: the tunnel rows are taken `for
+   * update skip locked`, and a row another transaction holds (the other replica writing the same change, or a
+   * round of the node) is left to it rather than waited for; the second replica then finds the health already
+   * set. Should the holder not set it (a round's older answer, or a rollback), the next pull of the node brings
+   * the agent's health within an interval (docs/SCALE.md "What breaks first").
+   */
+  private async writePushed(nodeId: string, batch: PushedHealth[]): Promise<Set<string>> {
     const changed = await this.db.transaction(async (sql) => {
-      const rows = await sql.query<{ id: string; status: TunnelStatus; previous: Health }>(
-        `update tunnel t set health = ? from tunnel o
-          where o.id = t.id and t.id = ?::uuid and t.node_id = ? and t.health <> ? and t.status in (${ON_EDGE.map(() => '?').join(', ')}) returning t.id, t.status, o.health as previous`,
-        [health, tunnelId.toLowerCase(), nodeId, health, ...ON_EDGE],
+      const rows = await sql.query<{ id: string; status: TunnelStatus; previous: Health; health: Health }>(
+        `with x as (select * from jsonb_to_recordset(?::jsonb) as x(id uuid, h text)),
+              c as (select t.id, x.h, t.health as previous from tunnel t join x on x.id = t.id
+                     where t.node_id = ? and t.health <> x.h and t.status in (${ON_EDGE.map(() => '?').join(', ')})
+                       for update of t skip locked)
+         update tunnel t set health = c.h from c where t.id = c.id returning t.id, t.status, c.previous, t.health`,
+        [JSON.stringify(batch.map((b) => ({ id: b.tunnelId, h: b.health }))), nodeId, ...ON_EDGE],
       );
-      await recordHealthChanges(sql, rows.map((r) => ({ id: r.id, at: checkedAt, previous: r.previous, health })));
-      for (const r of rows) await this.events.healthChanged(sql, r.id);
-      return rows.map((r) => ({ id: r.id, status: r.status, health }));
+      const at = new Map(batch.map((b) => [b.tunnelId, b.checkedAt]));
+      await recordHealthChanges(sql, rows.map((r) => ({ id: r.id, at: at.get(r.id)!, previous: r.previous, health: r.health })));
+      await this.events.healthChangedAll(sql, rows.map((r) => r.id));
+      return rows.map((r) => ({ id: r.id, status: r.status, health: r.health }));
     });
     await this.publish(changed);
-    return changed.length > 0;
+    return new Set(changed.map((c) => c.id));
   }
 
   /** Node `nodeId` did not answer: each of its tunnels on the edge is 'unknown'. Returns those that changed. */
@@ -344,7 +376,7 @@ export class StatusIngest {
         [nodeId, ...ON_EDGE],
       );
       await recordHealthChanges(sql, rows.map((r) => ({ id: r.id, at, previous: r.previous, health: 'unknown' })));
-      for (const r of rows) await this.events.healthChanged(sql, r.id);
+      await this.events.healthChangedAll(sql, rows.map((r) => r.id));
       // Health set without the agent's word: the next answer must be the full list, which sets it back (a change
       // list would leave out every tunnel whose health did not change on the agent).
       await sql.query('delete from traffic.node_cursor where node_id = ?', [nodeId]);
@@ -376,7 +408,7 @@ export class StatusIngest {
     const written = new Set(rows.map((r) => r.id));
     await recordHealthChanges(sql, health.filter((x) => written.has(x.id)));
     // After the change, in its transaction (server/webhooks/events.ts): the event carries the new health.
-    for (const id of written) await this.events.healthChanged(sql, id);
+    await this.events.healthChangedAll(sql, [...written]);
     return written;
   }
 

@@ -51,6 +51,11 @@ export interface TunnelEventSink {
   statusChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
   /** Call in the transaction that changed the tunnel's health, after the change. */
   healthChanged(sql: Pick<Sql, 'query'>, tunnelId: string): Promise<void>;
+  /**
+   * The same for each of `tunnelIds` changed in one transaction, the outbox capped once for them all rather than
+   * once per event (docs/SCALE.md "What breaks first": a start changes every tunnel's health at once).
+   */
+  healthChangedAll(sql: Pick<Sql, 'query'>, tunnelIds: readonly string[]): Promise<void>;
   /** Call in the transaction that stored an attack's start or end (server/attacks/ingest.ts), with the record as stored. */
   attackStarted(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void>;
   attackEnded(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void>;
@@ -72,6 +77,12 @@ export class TunnelEvents implements TunnelEventSink {
     return this.emit(sql, 'tunnel.health_changed', tunnelId);
   }
 
+  async healthChangedAll(sql: Pick<Sql, 'query'>, tunnelIds: readonly string[]): Promise<void> {
+    const hooks = new Set<string>();
+    for (const id of tunnelIds) for (const h of await this.write(sql, 'tunnel.health_changed', id)) hooks.add(h);
+    if (hooks.size > 0) await capPending(sql, [...hooks]);
+  }
+
   /** `data: {"tunnel", "attack"}` (docs/CONTRACTS.md "Attacks"). */
   attackStarted(sql: Pick<Sql, 'query'>, tunnelId: string, attack: AttackRecord): Promise<void> {
     return this.emit(sql, 'tunnel.attack_started', tunnelId, { attack });
@@ -82,11 +93,17 @@ export class TunnelEvents implements TunnelEventSink {
   }
 
   private async emit(sql: Pick<Sql, 'query'>, type: TunnelEventType, tunnelId: string, more: Record<string, unknown> = {}): Promise<void> {
+    const hooks = await this.write(sql, type, tunnelId, more);
+    if (hooks.length > 0) await capPending(sql, hooks);
+  }
+
+  /** The event's outbox rows, uncapped; returns the webhooks written to. */
+  private async write(sql: Pick<Sql, 'query'>, type: TunnelEventType, tunnelId: string, more: Record<string, unknown> = {}): Promise<string[]> {
     const t = await readTunnelOfAnyAccount(sql, tunnelId);
-    if (!t) return;
+    if (!t) return [];
     const tunnel = tunnelView(t.row, this.adminSshPort);
     const { origin_ip: _hidden, ...withoutOrigin } = tunnel;
-    await enqueue(sql, t.accountId, type, (includeOrigin) => ({ tunnel: includeOrigin ? tunnel : withoutOrigin, ...more }));
+    return enqueueUncapped(sql, t.accountId, type, (includeOrigin) => ({ tunnel: includeOrigin ? tunnel : withoutOrigin, ...more }));
   }
 }
 
@@ -121,12 +138,25 @@ export async function enqueue(
   data: (includeOrigin: boolean) => Record<string, unknown>,
   exceptWebhookId?: string,
 ): Promise<number> {
+  const hooks = await enqueueUncapped(sql, accountId, type, data, exceptWebhookId);
+  if (hooks.length > 0) await capPending(sql, hooks);
+  return hooks.length;
+}
+
+/** enqueue without the cap: the caller caps the webhooks it returns before its transaction ends. */
+async function enqueueUncapped(
+  sql: Pick<Sql, 'query'>,
+  accountId: string,
+  type: WebhookEvent,
+  data: (includeOrigin: boolean) => Record<string, unknown>,
+  exceptWebhookId?: string,
+): Promise<string[]> {
   const hooks = await sql.query<{ id: string; include_origin: boolean }>(
     `select id, include_origin from webhook where account_id = ? and disabled_at is null and events @> jsonb_build_array(?::text) and id <> ?::uuid`,
     // The nil UUID is no webhook's id: "except none".
     [accountId, type, exceptWebhookId ?? '00000000-0000-0000-0000-000000000000'],
   );
-  if (hooks.length === 0) return 0;
+  if (hooks.length === 0) return [];
   const timestamp = new Date().toISOString();
   const bodies = new Map<boolean, string>();
   const bodyOf = (includeOrigin: boolean) => {
@@ -139,9 +169,31 @@ export async function enqueue(
     `insert into webhook_delivery (id, webhook_id, event_type, body, next_attempt_at) values ${values}`,
     hooks.flatMap((h) => [newMessageId(), h.id, type, bodyOf(h.include_origin)]),
   );
-  await capPending(sql, hooks.map((h) => h.id));
-  return hooks.length;
+  return hooks.map((h) => h.id);
 }
+
+/**
+ * The cap's statement (capPending). The rows to give up are gathered into an array first (`= any(array(...))`) so
+ * the update finds them by primary key: written as `in (select ...)` the planner, expecting thousands, joined them
+ * against a scan of the whole outbox (delivered and given-up rows included) on every write, which the fleet
+ * simulator showed as most of PostgreSQL's CPU at 100 nodes (docs/SCALE.md "What breaks first"). The inner select
+ * reads only the webhook's pending deliveries (webhook_delivery_pending_idx), at most the cap plus what the write
+ * added; and at most MAX_PENDING_PER_WEBHOOK are given up per write (`limit`): a write adds far fewer, so the rule
+ * holds after each one (an outbox over the cap by more, as after an upgrade, is trimmed over a few writes). Health
+ * changes written together cap once for all of them (TunnelEvents.healthChangedAll), not once per event.
+ * Parameters: the give-up reason, the webhook ids as a JSON array, the cap, the cap again (the most given up per
+ * webhook per write). Exported for the test that reads its plan.
+ */
+export const CAP_PENDING_SQL = `update webhook_delivery d set given_up_at = now(), last_outcome = coalesce(d.last_outcome, ?)
+      where d.id = any(array(
+        select x.id from jsonb_array_elements_text(?::jsonb) as h(webhook_id)
+        cross join lateral (
+          select id from webhook_delivery
+           where webhook_id = h.webhook_id::uuid and delivered_at is null and given_up_at is null and (lease_until is null or lease_until <= now())
+           order by created_at desc, id desc
+          offset ? limit ? for update skip locked
+        ) x
+      ))`;
 
 /**
  * Gives up the oldest waiting deliveries of each of `webhookIds` beyond MAX_PENDING_PER_WEBHOOK, in the
@@ -150,17 +202,5 @@ export async function enqueue(
  * may leave a few more than the cap for a moment; the next write trims them.
  */
 async function capPending(sql: Pick<Sql, 'query'>, webhookIds: string[]): Promise<void> {
-  await sql.query(
-    `update webhook_delivery d set given_up_at = now(), last_outcome = coalesce(d.last_outcome, ?)
-      where d.id in (
-        select x.id from jsonb_array_elements_text(?::jsonb) as h(webhook_id)
-        cross join lateral (
-          select id from webhook_delivery
-           where webhook_id = h.webhook_id::uuid and delivered_at is null and given_up_at is null and (lease_until is null or lease_until <= now())
-           order by created_at desc, id desc
-          offset ? for update skip locked
-        ) x
-      )`,
-    [`not sent: more than ${MAX_PENDING_PER_WEBHOOK} deliveries pending for this webhook`, JSON.stringify(webhookIds), MAX_PENDING_PER_WEBHOOK],
-  );
+  await sql.query(CAP_PENDING_SQL, [`not sent: more than ${MAX_PENDING_PER_WEBHOOK} deliveries pending for this webhook`, JSON.stringify(webhookIds), MAX_PENDING_PER_WEBHOOK, MAX_PENDING_PER_WEBHOOK]);
 }

@@ -129,8 +129,8 @@ describe('recording', () => {
     const real = gw.services.provisioning.events;
     // The event sink is the last write of the round's transaction: it writes its event, then fails.
     const failing = new StatusIngest(gw.testDb.db, gw.services.health.store, {
-      healthChanged: async (sql, tunnelId) => {
-        await real.healthChanged(sql, tunnelId);
+      healthChangedAll: async (sql, tunnelIds) => {
+        await real.healthChangedAll(sql, tunnelIds);
         throw new Error('the database went away mid-round');
       },
     }, gw.services.provisioning.bus);
