@@ -48,7 +48,7 @@ async function open(jws: (version: 2 | 3) => Promise<string>) {
 describe('op events on the agent', () => {
   it('hello lists the feature; the stream carries a keep-alive first, then the events as they happen, until the gateway closes it', async () => {
     const { ch, lines, session } = await open((version) => signEventsJob(jobSigning.privateKey, KID, NODE, { version }));
-    expect(session.hello.features).toEqual(['attacks', 'events']);
+    expect(session.hello.features).toEqual(['attacks', 'events', 'status_delta']);
     await until('the first keep-alive', () => lines.length >= 1);
     expect(lines[0]).toMatchObject({ ok: true, event: { type: 'keepalive' } });
     const tunnel = randomUUID();

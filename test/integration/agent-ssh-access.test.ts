@@ -153,7 +153,7 @@ describe('agent SSH: channels', () => {
     // hello with no stdin (OpenSSH's -n: stdin from /dev/null).
     const hello = await run('ssh', [...args, '-n', 'tunnelgate@127.0.0.1', 'tunnel-agent hello'], '');
     expect(hello.status, hello.stderr).toBe(0);
-    expect(hello.stdout).toBe(`${JSON.stringify({ ok: true, versions: [1, 2, 3], agent: JSON.parse(readFileSync(new URL('../../agent/package.json', import.meta.url), 'utf8')).version, features: ['attacks'] })}\n`);
+    expect(hello.stdout).toBe(`${JSON.stringify({ ok: true, versions: [1, 2, 3], agent: JSON.parse(readFileSync(new URL('../../agent/package.json', import.meta.url), 'utf8')).version, features: ['attacks', 'status_delta'] })}\n`);
     const no = await run('ssh', [...args, 'tunnelgate@127.0.0.1', 'tunnel-agent job; ls'], jws);
     expect(no.status).toBe(127);
     expect(JSON.parse(no.stdout)).toMatchObject({ ok: false, error: 'unsupported_command' });

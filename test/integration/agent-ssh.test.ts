@@ -119,11 +119,11 @@ describe('agent SSH: hello and job version 2 (docs/CONTRACTS.md "Versions")', ()
     await withConnection(agent, async (conn) => {
       const r = await exec(conn, 'tunnel-agent hello', '');
       expect(r.code).toBe(0);
-      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2, 3], agent: AGENT_VERSION, features: ['attacks'] });
+      expect(oneLine(r)).toEqual({ ok: true, versions: [1, 2, 3], agent: AGENT_VERSION, features: ['attacks', 'status_delta'] });
       // stdin never closed, or something written to it: the same answer, at once.
       const open = await exec(conn, 'tunnel-agent hello', 'ignored', true);
       expect(open.code).toBe(0);
-      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2, 3], agent: AGENT_VERSION, features: ['attacks'] });
+      expect(oneLine(open)).toEqual({ ok: true, versions: [1, 2, 3], agent: AGENT_VERSION, features: ['attacks', 'status_delta'] });
       for (const command of ['tunnel-agent hello ', 'tunnel-agent hello; ls', 'tunnel-agent  hello', 'TUNNEL-AGENT HELLO', 'tunnel-agent version']) {
         const no = await exec(conn, command, '');
         expect(no.code, command).toBe(127);
